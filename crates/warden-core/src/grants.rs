@@ -1,0 +1,264 @@
+//! Grants: the env, filesystem roots (and later network) a tool may use. Each kind is parsed,
+//! validated, resolved and described here, so the audit shows exactly what executors enforce.
+
+use crate::message::{ErrorKind, ToolError};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+use toml::Spanned;
+
+/// Grants as a policy file writes them.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GrantsSpec {
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    env_from_host: Vec<Spanned<String>>,
+    #[serde(default)]
+    fs: Vec<Spanned<FsGrantSpec>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FsGrantSpec {
+    host: String,
+    guest: String,
+    access: Access,
+}
+
+/// How a filesystem root may be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Access {
+    ReadOnly,
+    ReadWrite,
+}
+
+/// One host directory made visible to the tool at a guest path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FsGrant {
+    /// Canonical host directory.
+    pub host: PathBuf,
+    /// Absolute, normalised path the tool sees.
+    pub guest: String,
+    pub access: Access,
+}
+
+/// The grants in force for one policy.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Grants {
+    /// Literal variables, exactly as written.
+    pub env: BTreeMap<String, String>,
+    /// Variables copied by name from warden's own environment at call time.
+    pub env_from_host: Vec<String>,
+    pub fs: Vec<FsGrant>,
+}
+
+/// A grant error, with the byte span of the offending value when known.
+pub(crate) struct GrantError {
+    pub span: Option<std::ops::Range<usize>>,
+    pub message: String,
+}
+
+impl GrantsSpec {
+    /// Checks every grant against this machine; paths are relative to `base`.
+    pub(crate) fn resolve(self, base: &Path) -> Result<Grants, GrantError> {
+        for name in self.env.keys() {
+            check_env_name(name).map_err(|message| GrantError {
+                span: None,
+                message,
+            })?;
+        }
+        let mut env_from_host = Vec::new();
+        for name in self.env_from_host {
+            let span = name.span();
+            let name = name.into_inner();
+            check_env_name(&name).map_err(|message| GrantError {
+                span: Some(span.clone()),
+                message,
+            })?;
+            if self.env.contains_key(&name) {
+                return Err(GrantError {
+                    span: Some(span),
+                    message: format!("`{name}` is granted both in env and in env_from_host"),
+                });
+            }
+            env_from_host.push(name);
+        }
+        let mut fs: Vec<FsGrant> = Vec::new();
+        for grant in self.fs {
+            let span = grant.span();
+            let spec = grant.into_inner();
+            let err = |message: String| GrantError {
+                span: Some(span.clone()),
+                message,
+            };
+            let guest = normalise_guest(&spec.guest).map_err(err)?;
+            if fs.iter().any(|g| g.guest == guest) {
+                return Err(err(format!("two fs grants use the guest path `{guest}`")));
+            }
+            let joined = base.join(&spec.host);
+            let host = joined.canonicalize().map_err(|e| {
+                err(format!(
+                    "fs grant host `{}` cannot be used ({}): create the directory or fix the path \
+                     (paths are relative to the policy file)",
+                    spec.host, e
+                ))
+            })?;
+            if !host.is_dir() {
+                return Err(err(format!(
+                    "fs grant host `{}` is not a directory",
+                    spec.host
+                )));
+            }
+            fs.push(FsGrant {
+                host,
+                guest,
+                access: spec.access,
+            });
+        }
+        Ok(Grants {
+            env: self.env,
+            env_from_host,
+            fs,
+        })
+    }
+}
+
+impl Grants {
+    /// The environment a call gets: the literal pairs plus the host variables named, read now.
+    pub fn resolve_env(&self) -> Result<Vec<(String, String)>, ToolError> {
+        let mut out: Vec<(String, String)> = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for name in &self.env_from_host {
+            let value = std::env::var(name).map_err(|_| {
+                ToolError::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "this tool needs the variable {name} from warden's environment, and it \
+                         is not set; ask the operator to set it"
+                    ),
+                )
+            })?;
+            out.push((name.clone(), value));
+        }
+        Ok(out)
+    }
+
+    /// The grants as JSON, for the audit. Literal env values are shown; host values never are.
+    pub fn describe(&self) -> serde_json::Value {
+        serde_json::json!({
+            "env": self.env,
+            "env_from_host": self.env_from_host,
+            "fs": self.fs.iter().map(|g| serde_json::json!({
+                "host": g.host.display().to_string(),
+                "guest": g.guest,
+                "access": g.access,
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    /// True when the tool can write nothing outside its own sandbox.
+    pub fn writes_nothing(&self) -> bool {
+        self.fs.iter().all(|g| g.access == Access::ReadOnly)
+    }
+}
+
+fn check_env_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{name}` is not a valid environment variable name (letters, digits, _)"
+        ))
+    }
+}
+
+/// An absolute guest path without `.` or `..`, so that two spellings cannot name one root.
+fn normalise_guest(guest: &str) -> Result<String, String> {
+    let path = Path::new(guest);
+    if !path.is_absolute() {
+        return Err(format!("fs grant guest `{guest}` must be an absolute path"));
+    }
+    let mut parts = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::RootDir => {}
+            Component::Normal(p) => parts.push(p.to_string_lossy().into_owned()),
+            Component::CurDir | Component::ParentDir | Component::Prefix(_) => {
+                return Err(format!(
+                    "fs grant guest `{guest}` must not contain `.` or `..`"
+                ));
+            }
+        }
+    }
+    Ok(format!("/{}", parts.join("/")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str, base: &Path) -> Result<Grants, String> {
+        let spec: GrantsSpec = toml::from_str(text).map_err(|e| e.to_string())?;
+        spec.resolve(base).map_err(|e| e.message)
+    }
+
+    #[test]
+    fn resolves_fs_relative_to_the_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("ws")).unwrap();
+        let g = parse(
+            r#"fs = [{ host = "ws", guest = "/workspace/", access = "read-only" }]"#,
+            dir.path(),
+        )
+        .unwrap();
+        assert_eq!(g.fs[0].guest, "/workspace");
+        assert_eq!(g.fs[0].host, dir.path().join("ws").canonicalize().unwrap());
+        assert!(g.writes_nothing());
+    }
+
+    #[test]
+    fn refuses_what_cannot_be_honoured() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = parse(
+            r#"fs = [{ host = "nope", guest = "/w", access = "read-only" }]"#,
+            dir.path(),
+        );
+        assert!(missing.unwrap_err().contains("`nope` cannot be used"));
+        let relative = parse(
+            r#"fs = [{ host = ".", guest = "w", access = "read-only" }]"#,
+            dir.path(),
+        );
+        assert!(relative.unwrap_err().contains("absolute"));
+        let dotdot = parse(
+            r#"fs = [{ host = ".", guest = "/w/../etc", access = "read-only" }]"#,
+            dir.path(),
+        );
+        assert!(dotdot.unwrap_err().contains(".."));
+        let access = parse(
+            r#"fs = [{ host = ".", guest = "/w", access = "everything" }]"#,
+            dir.path(),
+        );
+        assert!(access.unwrap_err().contains("everything"));
+        assert!(parse(r#"env = { "A B" = "x" }"#, dir.path()).is_err());
+    }
+
+    #[test]
+    fn host_env_is_read_at_call_time() {
+        let g = Grants {
+            env_from_host: vec!["WARDEN_TEST_SURELY_UNSET_VAR".into()],
+            ..Default::default()
+        };
+        let err = g.resolve_env().unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Unavailable);
+        assert!(err.message.contains("WARDEN_TEST_SURELY_UNSET_VAR"));
+    }
+}

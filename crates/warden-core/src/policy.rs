@@ -1,0 +1,324 @@
+//! Policy files: one TOML file per tool (or per component), deny by default.
+
+use crate::grants::{Grants, GrantsSpec};
+use crate::limits::LimitsSpec;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use toml::Spanned;
+
+/// A policy that cannot be honoured: names the file, and the line when known.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct PolicyError {
+    pub file: PathBuf,
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl PolicyError {
+    pub fn new(file: &Path, line: Option<usize>, message: impl Into<String>) -> Self {
+        Self {
+            file: file.to_owned(),
+            line,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{line}: {}", self.file.display(), self.message),
+            None => write!(f, "{}: {}", self.file.display(), self.message),
+        }
+    }
+}
+
+/// A value with the line of the policy file it was written on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Located<T> {
+    pub value: T,
+    pub line: usize,
+}
+
+/// The `[executor]` table as written; checked into an [`ExecutorConfig`].
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecutorSpec {
+    kind: Spanned<String>,
+    component: Option<Spanned<String>>,
+    sha256: Option<Spanned<String>>,
+    wit: Option<Spanned<String>>,
+    name: Option<String>,
+    description: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReviewSpec {
+    #[serde(default)]
+    required: bool,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FunctionSpec {
+    #[serde(default)]
+    limits: LimitsSpec,
+    review: Option<ReviewSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    #[serde(default)]
+    prefix: String,
+    executor: ExecutorSpec,
+    #[serde(default)]
+    grants: GrantsSpec,
+    #[serde(default)]
+    limits: LimitsSpec,
+    #[serde(default)]
+    review: ReviewSpec,
+    #[serde(default)]
+    functions: BTreeMap<String, Spanned<FunctionSpec>>,
+}
+
+/// Which sandbox runs the tool, and what it needs to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecutorConfig {
+    Wasm(WasmConfig),
+}
+
+impl ExecutorConfig {
+    /// The `kind` name as written in policies.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Wasm(_) => "wasm",
+        }
+    }
+}
+
+/// A WebAssembly component tool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WasmConfig {
+    /// The component file, resolved against the policy's folder (it may not exist if pinned).
+    pub component: Located<PathBuf>,
+    /// The pinned sha256 (lowercase hex); `None` runs unpinned, flagged by the audit.
+    pub sha256: Option<Located<String>>,
+    /// A folder of WIT files whose doc comments describe the tools.
+    pub wit: Option<Located<PathBuf>>,
+    /// The tool name of a command component (`wasi:cli/run`).
+    pub name: Option<String>,
+    /// The description of a command component.
+    pub description: Option<String>,
+}
+
+/// Per-function overrides of limits and review.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FunctionOverride {
+    pub limits: LimitsSpec,
+    pub review_required: Option<bool>,
+    pub line: usize,
+}
+
+/// One policy file, checked: everything in it can be honoured on this machine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// The file it came from.
+    pub path: PathBuf,
+    pub prefix: String,
+    pub executor: ExecutorConfig,
+    pub grants: Grants,
+    pub limits: LimitsSpec,
+    pub review_required: bool,
+    pub functions: BTreeMap<String, FunctionOverride>,
+}
+
+impl Policy {
+    /// Reads and checks one policy file.
+    pub fn load(path: &Path) -> Result<Policy, PolicyError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| PolicyError::new(path, None, format!("cannot read the policy: {e}")))?;
+        Self::parse(path, &text)
+    }
+
+    /// Checks policy text as if read from `path` (relative paths resolve against its folder).
+    pub fn parse(path: &Path, text: &str) -> Result<Policy, PolicyError> {
+        let line_of = |offset: usize| text[..offset.min(text.len())].matches('\n').count() + 1;
+        let err = |span: Option<std::ops::Range<usize>>, message: String| {
+            PolicyError::new(path, span.map(|s| line_of(s.start)), message)
+        };
+        let file: PolicyFile = toml::from_str(text).map_err(|e| {
+            let message = e.message().to_owned();
+            err(e.span(), message)
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let located = |s: Spanned<String>| Located {
+            line: line_of(s.span().start),
+            value: s.into_inner(),
+        };
+
+        let ex = file.executor;
+        let executor = match ex.kind.get_ref().as_str() {
+            "wasm" => {
+                let component = ex.component.map(located).ok_or_else(|| {
+                    err(
+                        Some(ex.kind.span()),
+                        "a wasm executor needs `component = \"path/to/tool.wasm\"`".into(),
+                    )
+                })?;
+                let sha256 = ex.sha256.map(located);
+                if let Some(pin) = &sha256 {
+                    let ok = pin.value.len() == 64
+                        && pin
+                            .value
+                            .chars()
+                            .all(|c| matches!(c, '0'..='9' | 'a'..='f'));
+                    if !ok {
+                        return Err(PolicyError::new(
+                            path,
+                            Some(pin.line),
+                            "sha256 must be 64 lowercase hex digits (`warden pin` writes it)",
+                        ));
+                    }
+                }
+                let wit = ex.wit.map(located).map(|w| Located {
+                    value: base.join(&w.value),
+                    line: w.line,
+                });
+                if let Some(w) = &wit
+                    && !w.value.exists()
+                {
+                    return Err(PolicyError::new(
+                        path,
+                        Some(w.line),
+                        format!("the WIT folder {} does not exist", w.value.display()),
+                    ));
+                }
+                ExecutorConfig::Wasm(WasmConfig {
+                    component: Located {
+                        value: base.join(&component.value),
+                        line: component.line,
+                    },
+                    sha256,
+                    wit,
+                    name: ex.name,
+                    description: ex.description,
+                })
+            }
+            other => {
+                return Err(err(
+                    Some(ex.kind.span()),
+                    format!("unknown executor kind `{other}`; this warden knows: wasm"),
+                ));
+            }
+        };
+
+        let grants = file
+            .grants
+            .resolve(base)
+            .map_err(|e| err(e.span, e.message))?;
+        file.limits
+            .validate()
+            .map_err(|m| err(None, format!("[limits]: {m}")))?;
+        let mut functions = BTreeMap::new();
+        for (name, spec) in file.functions {
+            let line = line_of(spec.span().start);
+            let spec = spec.into_inner();
+            spec.limits.validate().map_err(|m| {
+                PolicyError::new(path, Some(line), format!("[functions.{name}]: {m}"))
+            })?;
+            functions.insert(
+                name,
+                FunctionOverride {
+                    limits: spec.limits,
+                    review_required: spec.review.map(|r| r.required),
+                    line,
+                },
+            );
+        }
+        if !file.prefix.is_empty() && !crate::spec::is_valid_tool_name(&file.prefix) {
+            return Err(err(
+                None,
+                format!(
+                    "prefix `{}` may only use letters, digits, _ and -",
+                    file.prefix
+                ),
+            ));
+        }
+        Ok(Policy {
+            path: path.to_owned(),
+            prefix: file.prefix,
+            executor,
+            grants,
+            limits: file.limits,
+            review_required: file.review.required,
+            functions,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Policy, PolicyError> {
+        let dir = tempfile::tempdir().unwrap();
+        Policy::parse(&dir.path().join("tool.toml"), text)
+    }
+
+    #[test]
+    fn a_minimal_policy_grants_nothing() {
+        let p = parse("[executor]\nkind = \"wasm\"\ncomponent = \"t.wasm\"\n").unwrap();
+        assert_eq!(p.grants, Grants::default());
+        assert!(!p.review_required);
+        assert_eq!(p.limits.resolve(), crate::Limits::default());
+    }
+
+    #[test]
+    fn unknown_fields_name_the_line() {
+        let e = parse(
+            "[executor]\nkind = \"wasm\"\ncomponent = \"t.wasm\"\n\n[grants]\nnet = [\"*\"]\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.line, Some(6), "{e}");
+        assert!(e.message.contains("unknown field `net`"), "{e}");
+        assert!(e.to_string().contains("tool.toml:6:"), "{e}");
+    }
+
+    #[test]
+    fn impossible_grants_name_the_line() {
+        let e = parse(
+            "[executor]\nkind = \"wasm\"\ncomponent = \"t.wasm\"\n[grants]\nfs = [\n  { host = \"missing\", guest = \"/w\", access = \"read-only\" },\n]\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.line, Some(6), "{e}");
+        let e = parse("[executor]\nkind = \"lxc\"\n").unwrap_err();
+        assert!(e.message.contains("unknown executor kind `lxc`"));
+        assert_eq!(e.line, Some(2));
+        let e = parse("[executor]\nkind = \"wasm\"\ncomponent = \"t.wasm\"\nsha256 = \"abc\"\n")
+            .unwrap_err();
+        assert_eq!(e.line, Some(4));
+        let e = parse(
+            "[executor]\nkind = \"wasm\"\ncomponent = \"t.wasm\"\n[limits]\ntimeout = \"0s\"\n",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("timeout"));
+    }
+
+    #[test]
+    fn function_overrides_are_kept() {
+        let p = parse(
+            "[executor]\nkind = \"wasm\"\ncomponent = \"t.wasm\"\n[limits]\ntimeout = \"5s\"\n[functions.spin]\nlimits = { timeout = \"1s\" }\nreview = { required = true }\n",
+        )
+        .unwrap();
+        let f = &p.functions["spin"];
+        assert_eq!(f.review_required, Some(true));
+        assert_eq!(
+            p.limits.overlay(&f.limits).resolve().timeout,
+            std::time::Duration::from_secs(1)
+        );
+    }
+}

@@ -1,0 +1,249 @@
+//! The toolbox: a folder of policy files, and the tools they define.
+
+use crate::executor::{Backend, Executor};
+use crate::limits::Limits;
+use crate::policy::{Policy, PolicyError};
+use crate::spec::{ToolSpec, is_valid_tool_name};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::sync::Semaphore;
+
+/// Why a toolbox could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolboxError {
+    #[error(
+        "the toolbox folder {0} does not exist: create it, or name another with --toolbox DIR \
+         (or WARDEN_TOOLBOX)"
+    )]
+    Missing(PathBuf),
+    #[error("cannot read the toolbox folder {0}: {1}")]
+    Unreadable(PathBuf, std::io::Error),
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    #[error(
+        "two tools are named `{name}`: one in {first}, one in {second}; rename one (a `prefix` in the policy does it)"
+    )]
+    Duplicate {
+        name: String,
+        first: PathBuf,
+        second: PathBuf,
+    },
+}
+
+/// A place of warden's own that no grant may reach.
+#[derive(Debug, Clone)]
+pub struct Protected {
+    /// What it is, for the error message ("the toolbox", "the compile cache").
+    pub what: &'static str,
+    pub path: PathBuf,
+}
+
+/// One tool ready to be called.
+pub struct Tool {
+    pub spec: ToolSpec,
+    /// The function's name inside its sandbox.
+    pub function: String,
+    pub policy: Arc<Policy>,
+    pub limits: Limits,
+    pub review_required: bool,
+    pub executor: Arc<dyn Executor>,
+    /// Admission for `limits.concurrency`.
+    pub(crate) permits: Arc<Semaphore>,
+}
+
+/// Every tool of a toolbox folder, by name.
+#[derive(Default)]
+pub struct Toolbox {
+    tools: BTreeMap<String, Tool>,
+    policies: Vec<Arc<Policy>>,
+}
+
+impl Toolbox {
+    /// Loads every `*.toml` in `dir` (sorted by name) with the backend for its executor kind.
+    /// Any policy that cannot be honoured fails the whole load: nothing runs half-granted.
+    pub fn load(
+        dir: &Path,
+        backends: &[&dyn Backend],
+        protected: &[Protected],
+    ) -> Result<Toolbox, ToolboxError> {
+        if !dir.is_dir() {
+            return Err(ToolboxError::Missing(dir.to_owned()));
+        }
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| ToolboxError::Unreadable(dir.to_owned(), e))?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "toml") && p.is_file())
+            .collect();
+        files.sort();
+        let mut toolbox = Toolbox::default();
+        for file in files {
+            let policy = Arc::new(Policy::load(&file)?);
+            check_protected(&policy, protected)?;
+            toolbox.add_policy(policy, backends)?;
+        }
+        Ok(toolbox)
+    }
+
+    /// Adds the tools of one checked policy.
+    pub fn add_policy(
+        &mut self,
+        policy: Arc<Policy>,
+        backends: &[&dyn Backend],
+    ) -> Result<(), ToolboxError> {
+        let kind = policy.executor.kind();
+        let backend = backends.iter().find(|b| b.kind() == kind).ok_or_else(|| {
+            PolicyError::new(
+                &policy.path,
+                None,
+                format!("executor kind `{kind}` is not available in this build"),
+            )
+        })?;
+        let loaded = backend.load(&policy)?;
+        for (name, f) in &policy.functions {
+            if !loaded.iter().any(|t| &t.function == name) {
+                let known: Vec<&str> = loaded.iter().map(|t| t.function.as_str()).collect();
+                return Err(PolicyError::new(
+                    &policy.path,
+                    Some(f.line),
+                    format!(
+                        "[functions.{name}] names no function of this tool; it has: {}",
+                        known.join(", ")
+                    ),
+                )
+                .into());
+            }
+        }
+        for tool in loaded {
+            let mut spec = tool.spec;
+            spec.name = format!("{}{}", policy.prefix, spec.name);
+            if !is_valid_tool_name(&spec.name) {
+                return Err(PolicyError::new(
+                    &policy.path,
+                    None,
+                    format!(
+                        "tool name `{}` does not fit ^[a-zA-Z0-9_-]{{1,64}}$ (OpenAI and MCP require it)",
+                        spec.name
+                    ),
+                )
+                .into());
+            }
+            if let Some(existing) = self.tools.get(&spec.name) {
+                return Err(ToolboxError::Duplicate {
+                    name: spec.name,
+                    first: existing.policy.path.clone(),
+                    second: policy.path.clone(),
+                });
+            }
+            let over = policy.functions.get(&tool.function);
+            let limits = match over {
+                Some(o) => policy.limits.overlay(&o.limits).resolve(),
+                None => policy.limits.resolve(),
+            };
+            let review_required = over
+                .and_then(|o| o.review_required)
+                .unwrap_or(policy.review_required);
+            let permits = Arc::new(Semaphore::new(limits.concurrency as usize));
+            self.tools.insert(
+                spec.name.clone(),
+                Tool {
+                    spec,
+                    function: tool.function,
+                    policy: policy.clone(),
+                    limits,
+                    review_required,
+                    executor: tool.executor,
+                    permits,
+                },
+            );
+        }
+        self.policies.push(policy);
+        Ok(())
+    }
+
+    /// The tool of that name.
+    pub fn get(&self, name: &str) -> Option<&Tool> {
+        self.tools.get(name)
+    }
+
+    /// Every tool, sorted by name.
+    pub fn tools(&self) -> impl Iterator<Item = &Tool> {
+        self.tools.values()
+    }
+
+    /// Every policy, in load order.
+    pub fn policies(&self) -> &[Arc<Policy>] {
+        &self.policies
+    }
+
+    /// Every tool name, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        self.tools.keys().map(String::as_str).collect()
+    }
+
+    /// The known name closest to `name`, if one is close enough to be a likely typo.
+    pub fn closest(&self, name: &str) -> Option<&str> {
+        self.tools
+            .keys()
+            .map(|k| (edit_distance(&k.to_lowercase(), &name.to_lowercase()), k))
+            .filter(|(d, k)| *d <= 3.max(k.len() / 3))
+            .min()
+            .map(|(_, k)| k.as_str())
+    }
+}
+
+/// Refuses filesystem grants that overlap warden's own files.
+fn check_protected(policy: &Policy, protected: &[Protected]) -> Result<(), PolicyError> {
+    for grant in &policy.grants.fs {
+        for p in protected {
+            let Ok(own) = p.path.canonicalize().or_else(|_| absolute(&p.path)) else {
+                continue;
+            };
+            if own.starts_with(&grant.host) || grant.host.starts_with(&own) {
+                return Err(PolicyError::new(
+                    &policy.path,
+                    None,
+                    format!(
+                        "the fs grant of {} overlaps {} ({}); a tool must never reach warden's \
+                         own files: grant a folder outside it",
+                        grant.host.display(),
+                        p.what,
+                        own.display()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn absolute(path: &Path) -> std::io::Result<PathBuf> {
+    std::path::absolute(path)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edit_distances() {
+        assert_eq!(edit_distance("read-file", "read-file"), 0);
+        assert_eq!(edit_distance("read_file", "read-file"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+    }
+}

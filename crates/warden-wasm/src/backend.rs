@@ -1,0 +1,252 @@
+//! The wasm backend: turns a policy into tools, one per exported function.
+
+use crate::artifacts::{ArtifactError, Artifacts, sha256_file};
+use crate::docs::WitDocs;
+use crate::engine::{self, Flavor, MAX_MEMORY};
+use crate::exports::{Export, exports};
+use crate::sandbox::CallState;
+use crate::schema::{params_schema, type_schema};
+use crate::tool::{CommandTool, FunctionTool, Shared};
+use std::path::Path;
+use std::sync::Arc;
+use warden_core::{
+    Backend, ByteSize, ExecutorConfig, LoadedTool, Policy, PolicyError, ToolSpec, WasmConfig,
+};
+use wasmtime::component::Linker;
+
+/// Called before a component is compiled (a slow step worth telling a person about).
+pub type CompileHook = Arc<dyn Fn(&Path) + Send + Sync>;
+
+/// Loads `kind = "wasm"` policies.
+pub struct WasmBackend {
+    artifacts: Artifacts,
+    on_compile: CompileHook,
+}
+
+impl WasmBackend {
+    pub fn new(artifacts: Artifacts) -> Self {
+        Self {
+            artifacts,
+            on_compile: Arc::new(|_| {}),
+        }
+    }
+
+    /// Reports compiles through `hook`.
+    pub fn on_compile(mut self, hook: CompileHook) -> Self {
+        self.on_compile = hook;
+        self
+    }
+
+    pub fn artifacts(&self) -> &Artifacts {
+        &self.artifacts
+    }
+
+    /// The component file to run and its sha256, checked against the pin.
+    fn resolve(
+        &self,
+        policy: &Policy,
+        cfg: &WasmConfig,
+    ) -> Result<(std::path::PathBuf, String), PolicyError> {
+        let err = |line, msg: String| PolicyError::new(&policy.path, Some(line), msg);
+        let source = &cfg.component.value;
+        let artifact = |e: ArtifactError| err(cfg.component.line, e.to_string());
+        match &cfg.sha256 {
+            Some(pin) => {
+                let stored = self.artifacts.stored(&pin.value);
+                if source.is_file() {
+                    let actual = sha256_file(source).map_err(artifact)?;
+                    if actual != pin.value {
+                        return Err(err(
+                            pin.line,
+                            format!(
+                                "the component {} has changed since it was pinned (pinned \
+                                 {}…, now {}…); if the rebuild is intended, run `warden pin`",
+                                source.display(),
+                                &pin.value[..12],
+                                &actual[..12]
+                            ),
+                        ));
+                    }
+                    if !stored.is_file() {
+                        self.artifacts.put(source).map_err(artifact)?;
+                    }
+                    Ok((stored, actual))
+                } else if stored.is_file() {
+                    Ok((stored, pin.value.clone()))
+                } else {
+                    Err(err(
+                        cfg.component.line,
+                        format!(
+                            "the component {} does not exist, and its pinned copy is not in the \
+                             store; build it (for the examples: `warden demo` or `cargo build \
+                             --release` in guest-sdk/)",
+                            source.display()
+                        ),
+                    ))
+                }
+            }
+            None => {
+                if !source.is_file() {
+                    return Err(err(
+                        cfg.component.line,
+                        format!(
+                            "the component {} does not exist; build it, or fix the path \
+                             (relative to the policy file)",
+                            source.display()
+                        ),
+                    ));
+                }
+                let sha = sha256_file(source).map_err(artifact)?;
+                Ok((source.clone(), sha))
+            }
+        }
+    }
+}
+
+impl Backend for WasmBackend {
+    fn kind(&self) -> &'static str {
+        "wasm"
+    }
+
+    fn load(&self, policy: &Arc<Policy>) -> Result<Vec<LoadedTool>, PolicyError> {
+        let ExecutorConfig::Wasm(cfg) = &policy.executor;
+        let err = |line: Option<usize>, msg: String| PolicyError::new(&policy.path, line, msg);
+        let all_limits =
+            std::iter::once(&policy.limits).chain(policy.functions.values().map(|f| &f.limits));
+        let mut fuel = false;
+        for l in all_limits {
+            fuel |= l.fuel.is_some();
+            if let Some(m) = l.memory
+                && m.0 > MAX_MEMORY
+            {
+                return Err(err(
+                    None,
+                    format!(
+                        "a memory limit of {m} cannot be honoured: a WebAssembly tool can have \
+                         at most {}",
+                        ByteSize(MAX_MEMORY)
+                    ),
+                ));
+            }
+        }
+        let flavor = if fuel { Flavor::Fuel } else { Flavor::Plain };
+        let engine = engine::engine(flavor).map_err(|e| err(None, e.to_string()))?;
+        let (wasm, sha) = self.resolve(policy, cfg)?;
+        let component = self
+            .artifacts
+            .compiled(engine, &sha, &wasm, &*self.on_compile)
+            .map_err(|e| err(Some(cfg.component.line), e.to_string()))?;
+        let mut linker: Linker<CallState> = Linker::new(engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(|e| err(None, format!("cannot link WASI: {e:#}")))?;
+        let pre = linker.instantiate_pre(&component).map_err(|e| {
+            err(
+                Some(cfg.component.line),
+                format!(
+                    "the component needs imports warden does not provide ({e:#}); warden \
+                     offers WASI 0.2 (cli, clocks, filesystem, random, io)"
+                ),
+            )
+        })?;
+        let docs = match &cfg.wit {
+            Some(dir) => WitDocs::load(&dir.value).map_err(|e| {
+                err(
+                    Some(dir.line),
+                    format!("cannot read the WIT in {}: {e}", dir.value.display()),
+                )
+            })?,
+            None => WitDocs::default(),
+        };
+        let shared = Arc::new(Shared {
+            engine: engine.clone(),
+            pre,
+            grants: policy.grants.clone(),
+        });
+        let found = exports(engine, &component);
+        let mut tools = Vec::new();
+        if let Some(run) = found.command {
+            let name = cfg.name.clone().or_else(|| {
+                cfg.component
+                    .value
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+            });
+            let name = name.ok_or_else(|| err(None, "a command component needs `name`".into()))?;
+            tools.push(LoadedTool {
+                function: name.clone(),
+                spec: ToolSpec {
+                    description: cfg.description.clone().unwrap_or_else(|| {
+                        format!(
+                            "Runs the command `{name}` with `args` and `stdin`; answers its stdout."
+                        )
+                    }),
+                    name: name.clone(),
+                    input_schema: CommandTool::schema(),
+                    output_schema: None,
+                },
+                executor: Arc::new(CommandTool::new(shared.clone(), run, name)),
+            });
+        }
+        for export in found.functions {
+            match function_spec(&export, &docs) {
+                Ok(spec) => tools.push(LoadedTool {
+                    function: export.tool_name(),
+                    spec,
+                    executor: Arc::new(FunctionTool::new(shared.clone(), export)),
+                }),
+                Err(why) => tracing::warn!(
+                    policy = %policy.path.display(),
+                    "function `{}` is not offered as a tool: {why}",
+                    export.tool_name()
+                ),
+            }
+        }
+        if tools.is_empty() {
+            return Err(err(
+                Some(cfg.component.line),
+                "the component exports no function warden can call".into(),
+            ));
+        }
+        Ok(tools)
+    }
+}
+
+fn function_spec(export: &Export, docs: &WitDocs) -> Result<ToolSpec, String> {
+    let doc = docs.get(export.interface.as_deref(), &export.function);
+    let param_doc = |name: &str| doc.and_then(|d| d.params.get(name).cloned());
+    let input_schema = params_schema(&export.params, &param_doc).map_err(|e| e.to_string())?;
+    let output_schema = match &export.result {
+        Some(wasmtime::component::Type::Result(r)) => match r.ok() {
+            Some(t) => Some(type_schema(&t).map_err(|e| e.to_string())?),
+            None => None,
+        },
+        Some(t) => Some(type_schema(t).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let description = doc
+        .and_then(|d| d.description.clone())
+        .unwrap_or_else(|| generated_description(export));
+    Ok(ToolSpec {
+        name: export.tool_name(),
+        description,
+        input_schema,
+        output_schema,
+    })
+}
+
+fn generated_description(export: &Export) -> String {
+    let params: Vec<&str> = export.params.iter().map(|(n, _)| n.as_str()).collect();
+    let owner = match &export.interface {
+        Some(i) => format!(" of the `{i}` interface"),
+        None => String::new(),
+    };
+    format!(
+        "Calls the function `{}`{owner} with {}.",
+        export.function,
+        if params.is_empty() {
+            "no arguments".to_owned()
+        } else {
+            format!("arguments: {}", params.join(", "))
+        }
+    )
+}

@@ -1,0 +1,133 @@
+//! Captured stdout/stderr that keep the first N bytes and count the rest, so a flooding guest
+//! is truncated with a visible marker instead of trapped.
+
+use bytes::Bytes;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use tokio::io::AsyncWrite;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+
+/// How much a guest may write per permit; small enough to keep copies cheap.
+const PERMIT: usize = 64 * 1024;
+
+#[derive(Default)]
+struct Buffer {
+    kept: Vec<u8>,
+    dropped: u64,
+}
+
+/// One captured stream. WASI asks for the stream more than once per call, so every handle
+/// shares one buffer.
+#[derive(Clone)]
+pub struct CappedPipe {
+    cap: usize,
+    buf: Arc<Mutex<Buffer>>,
+}
+
+impl CappedPipe {
+    pub fn new(cap: u64) -> Self {
+        Self {
+            cap: usize::try_from(cap).unwrap_or(usize::MAX),
+            buf: Arc::default(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Buffer> {
+        // A poisoned buffer still holds valid bytes: keep using it.
+        self.buf.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn push(&self, bytes: &[u8]) {
+        let mut b = self.lock();
+        let room = self.cap.saturating_sub(b.kept.len());
+        let take = room.min(bytes.len());
+        b.kept.extend_from_slice(&bytes[..take]);
+        b.dropped += (bytes.len() - take) as u64;
+    }
+
+    /// What was written, as text, ending with the truncation marker if anything was cut.
+    pub fn contents(&self) -> String {
+        let b = self.lock();
+        let mut text = String::from_utf8_lossy(&b.kept).into_owned();
+        if b.dropped > 0 {
+            text.push_str(&warden_core::truncation_marker(b.dropped));
+        }
+        text
+    }
+}
+
+impl IsTerminal for CappedPipe {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for CappedPipe {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+impl OutputStream for CappedPipe {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.push(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(PERMIT)
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for CappedPipe {
+    async fn ready(&mut self) {}
+}
+
+impl AsyncWrite for CappedPipe {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.push(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_head_and_counts_the_rest_across_handles() {
+        let pipe = CappedPipe::new(4);
+        let mut a = pipe.p2_stream();
+        let mut b = pipe.p2_stream();
+        a.write(Bytes::from_static(b"abc")).unwrap();
+        b.write(Bytes::from_static(b"defgh")).unwrap();
+        let text = pipe.contents();
+        assert!(
+            text.starts_with("abcd\n[warden: output truncated, 4 more bytes"),
+            "{text}"
+        );
+    }
+}

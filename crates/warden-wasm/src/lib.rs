@@ -1,0 +1,17 @@
+//! warden's WebAssembly executor: components compiled once and cached, a fresh store per call,
+//! WASI exactly as the policy grants, and every limit enforced.
+
+mod artifacts;
+mod backend;
+mod capture;
+pub mod docs;
+mod engine;
+mod exports;
+mod sandbox;
+pub mod schema;
+mod tool;
+pub mod value;
+
+pub use artifacts::{ArtifactError, Artifacts, sha256_file};
+pub use backend::{CompileHook, WasmBackend};
+pub use engine::{EPOCH_TICK, MAX_MEMORY};

@@ -1,0 +1,258 @@
+//! One call's sandbox: a fresh `Store` with exactly the granted WASI context, its limits, and
+//! the translation of whatever stopped it into a `ToolError`.
+
+use crate::capture::CappedPipe;
+use std::time::Instant;
+use warden_core::{Access, ErrorKind, Grants, Limits, ToolError};
+use wasmtime::component::ResourceTable;
+use wasmtime::{Engine, ResourceLimiter, Store, Trap, UpdateDeadline};
+use wasmtime_wasi::p2::pipe::MemoryInputPipe;
+use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+/// How much of stderr a failure message quotes.
+const STDERR_TAIL: usize = 2048;
+
+/// Per-call state: the WASI context and the memory accounting.
+pub struct CallState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: Limiter,
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Caps the sum of all linear memories of the call, and remembers a refusal: a refused
+/// `memory.grow` makes Rust guests abort through `unreachable`, and only this record tells
+/// that trap apart from a bug.
+struct Limiter {
+    limit: usize,
+    used: usize,
+    refused: bool,
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let after = self.used - current.min(self.used) + desired;
+        if after > self.limit {
+            self.refused = true;
+            return Ok(false);
+        }
+        self.used = after;
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+/// What a call gets besides its grants.
+pub struct CallIo<'a> {
+    pub args: &'a [String],
+    pub stdin: Option<&'a str>,
+}
+
+/// A store ready to instantiate into, and the pipes that capture its output.
+pub struct Sandbox {
+    pub store: Store<CallState>,
+    pub stdout: CappedPipe,
+    pub stderr: CappedPipe,
+}
+
+impl Sandbox {
+    /// Builds the store for one call: env and preopens exactly as granted, nothing else.
+    pub fn new(
+        engine: &Engine,
+        grants: &Grants,
+        env: &[(String, String)],
+        limits: &Limits,
+        io: CallIo<'_>,
+    ) -> Result<Sandbox, ToolError> {
+        let stdout = CappedPipe::new(limits.output);
+        let stderr = CappedPipe::new(limits.output);
+        let mut b = WasiCtxBuilder::new();
+        b.envs(env)
+            .args(io.args)
+            .stdout(stdout.clone())
+            .stderr(stderr.clone());
+        if let Some(text) = io.stdin {
+            b.stdin(MemoryInputPipe::new(text.to_owned()));
+        }
+        for g in &grants.fs {
+            let perms = match g.access {
+                Access::ReadOnly => FsPerms::ReadOnly,
+                Access::ReadWrite => FsPerms::ReadWrite,
+            };
+            b.preopened_dir(&g.host, &g.guest, perms).map_err(|e| {
+                ToolError::new(
+                    ErrorKind::Unavailable,
+                    format!("the granted folder {} cannot be opened: {e}", g.guest),
+                )
+            })?;
+        }
+        let state = CallState {
+            wasi: b.build(),
+            table: ResourceTable::new(),
+            limiter: Limiter {
+                limit: usize::try_from(limits.memory).unwrap_or(usize::MAX),
+                used: 0,
+                refused: false,
+            },
+        };
+        let mut store = Store::new(engine, state);
+        store.limiter(|s| &mut s.limiter);
+        if let Some(fuel) = limits.fuel {
+            store.set_fuel(fuel).map_err(internal)?;
+            store
+                .fuel_async_yield_interval(Some(10_000_000))
+                .map_err(internal)?;
+        }
+        // The deadline must be set before instantiation: a new store's is 0.
+        let deadline = Instant::now() + limits.timeout;
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            if Instant::now() >= deadline {
+                Ok(UpdateDeadline::Interrupt)
+            } else {
+                // Yield so a looping guest never pins a runtime worker thread.
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+        Ok(Sandbox {
+            store,
+            stdout,
+            stderr,
+        })
+    }
+
+    /// Fuel burnt so far, when the call is metered.
+    pub fn fuel_used(&self, limits: &Limits) -> Option<u64> {
+        let left = self.store.get_fuel().ok()?;
+        limits.fuel.map(|f| f.saturating_sub(left))
+    }
+
+    /// Explains why the guest stopped, for the model first and for people in the details.
+    pub fn failure(&self, err: wasmtime::Error, limits: &Limits) -> ToolError {
+        let stderr = self.stderr.contents();
+        let tail = tail(&stderr, STDERR_TAIL);
+        let trap = err.downcast_ref::<Trap>().copied();
+        let mut e = if self.store.data().limiter.refused {
+            ToolError::new(
+                ErrorKind::OutOfMemory,
+                format!(
+                    "the tool ran out of memory: it asked for more than its limit of {} MiB; \
+                     try a smaller input",
+                    limits.memory >> 20
+                ),
+            )
+        } else {
+            match trap {
+                Some(Trap::Interrupt) => ToolError::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "the tool did not finish within its time limit of {:?} and was stopped",
+                        limits.timeout
+                    ),
+                ),
+                Some(Trap::OutOfFuel) => ToolError::new(
+                    ErrorKind::OutOfFuel,
+                    format!(
+                        "the tool used up its fuel ({} units of computation) and was stopped; \
+                         try a smaller input",
+                        limits.fuel.unwrap_or_default()
+                    ),
+                ),
+                Some(Trap::StackOverflow) => ToolError::new(
+                    ErrorKind::Trap,
+                    "the tool crashed: stack overflow (recursion too deep)",
+                ),
+                Some(t) => {
+                    let why = panic_message(&stderr).unwrap_or_else(|| format!("wasm trap: {t}"));
+                    ToolError::new(ErrorKind::Trap, format!("the tool crashed: {why}"))
+                }
+                None => ToolError::new(
+                    ErrorKind::Trap,
+                    format!("the tool failed: {}", root_message(&err)),
+                ),
+            }
+        };
+        e = e.with_detail("error", format!("{err:?}"));
+        if !tail.is_empty() {
+            e = e.with_detail("stderr", tail);
+        }
+        e
+    }
+}
+
+/// The exit code, if the guest called `exit`.
+pub fn exit_code(err: &wasmtime::Error) -> Option<i32> {
+    err.downcast_ref::<I32Exit>().map(|e| e.0)
+}
+
+fn internal(e: wasmtime::Error) -> ToolError {
+    ToolError::new(
+        ErrorKind::Internal,
+        format!("cannot set up the sandbox: {e:#}"),
+    )
+}
+
+fn root_message(err: &wasmtime::Error) -> String {
+    err.chain()
+        .last()
+        .map(ToString::to_string)
+        .unwrap_or_default()
+}
+
+/// Rust guests print `panicked at FILE:LINE:COL:\nMESSAGE` on stderr before aborting.
+fn panic_message(stderr: &str) -> Option<String> {
+    let start = stderr.rfind("panicked at ")?;
+    let text: Vec<&str> = stderr[start..]
+        .lines()
+        .take_while(|l| !l.starts_with("note: "))
+        .collect();
+    Some(text.join(" ").trim().to_owned())
+}
+
+fn tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("…{}", &text[start..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panic_messages_are_found() {
+        let stderr = "\nthread '<unnamed>' panicked at src/lib.rs:12:5:\nkaboom\nnote: run with `RUST_BACKTRACE=1`\n";
+        assert_eq!(
+            panic_message(stderr).as_deref(),
+            Some("panicked at src/lib.rs:12:5: kaboom")
+        );
+        assert_eq!(panic_message("nothing"), None);
+        assert_eq!(tail("abcdef", 3), "…def");
+    }
+}

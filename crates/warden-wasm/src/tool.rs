@@ -1,0 +1,243 @@
+//! The executors of wasm tools: a function tool and a command tool, each a fresh instance per
+//! call.
+
+use crate::exports::Export;
+use crate::sandbox::{CallIo, CallState, Sandbox, exit_code};
+use crate::value::{args_to_vals, val_to_json};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use warden_core::{
+    BoxFuture, ErrorKind, Executor, Grants, Invocation, Output, ToolError, Violation,
+};
+use wasmtime::Engine;
+use wasmtime::component::{ComponentExportIndex, InstancePre, Val};
+
+/// What every tool of one component shares.
+pub struct Shared {
+    pub engine: Engine,
+    pub pre: InstancePre<CallState>,
+    pub grants: Grants,
+}
+
+impl Shared {
+    /// Instantiates the component in `sandbox` and calls one export.
+    async fn call(
+        &self,
+        sandbox: &mut Sandbox,
+        index: &ComponentExportIndex,
+        params: &[Val],
+        results: &mut [Val],
+    ) -> Result<(), wasmtime::Error> {
+        let instance = self.pre.instantiate_async(&mut sandbox.store).await?;
+        let func = instance
+            .get_func(&mut sandbox.store, index)
+            .ok_or_else(|| wasmtime::format_err!("the export vanished from the instance"))?;
+        func.call_async(&mut sandbox.store, params, results).await
+    }
+}
+
+/// One exported function as a tool.
+pub struct FunctionTool {
+    shared: Arc<Shared>,
+    export: Export,
+}
+
+impl FunctionTool {
+    pub fn new(shared: Arc<Shared>, export: Export) -> Self {
+        Self { shared, export }
+    }
+
+    async fn run(&self, inv: Invocation) -> Result<Output, ToolError> {
+        let params = args_to_vals(&inv.arguments, &self.export.params)
+            .map_err(ToolError::invalid_arguments)?;
+        let env = self.shared.grants.resolve_env()?;
+        let io = CallIo {
+            args: &[],
+            stdin: None,
+        };
+        let mut sandbox = Sandbox::new(
+            &self.shared.engine,
+            &self.shared.grants,
+            &env,
+            &inv.limits,
+            io,
+        )?;
+        let mut results = vec![Val::Bool(false); usize::from(self.export.result.is_some())];
+        if let Err(e) = self
+            .shared
+            .call(&mut sandbox, &self.export.index, &params, &mut results)
+            .await
+        {
+            return Err(sandbox.failure(e, &inv.limits));
+        }
+        let value = results.pop();
+        let mut output = Output {
+            stdout: Some(sandbox.stdout.contents()),
+            stderr: Some(sandbox.stderr.contents()),
+            ..Output::default()
+        };
+        let value = match value {
+            Some(Val::Result(Err(err))) => {
+                let detail = err.as_deref().map(val_to_json).unwrap_or(Value::Null);
+                let message = match &detail {
+                    Value::String(s) => s.clone(),
+                    Value::Null => "the tool reported an error".to_owned(),
+                    other => other.to_string(),
+                };
+                return Err(ToolError::new(ErrorKind::ToolError, message)
+                    .with_detail("error", detail)
+                    .with_detail("stderr", output.stderr.unwrap_or_default()));
+            }
+            Some(Val::Result(Ok(ok))) => ok.as_deref().map(val_to_json),
+            Some(v) => Some(val_to_json(&v)),
+            None => None,
+        };
+        if let Some(fuel) = sandbox.fuel_used(&inv.limits) {
+            tracing::debug!(call = %inv.call_id, fuel, "fuel used");
+        }
+        output.content = match &value {
+            None | Some(Value::Null) => "ok".to_owned(),
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => v.to_string(),
+        };
+        output.structured = value;
+        Ok(output)
+    }
+}
+
+impl Executor for FunctionTool {
+    fn execute(&self, invocation: Invocation) -> BoxFuture<'_, Result<Output, ToolError>> {
+        Box::pin(self.run(invocation))
+    }
+}
+
+/// A `wasi:cli/run` command as a tool: `{"args": [...], "stdin": "..."}` → stdout.
+pub struct CommandTool {
+    shared: Arc<Shared>,
+    run: ComponentExportIndex,
+    name: String,
+}
+
+impl CommandTool {
+    pub fn new(shared: Arc<Shared>, run: ComponentExportIndex, name: String) -> Self {
+        Self { shared, run, name }
+    }
+
+    /// The arguments every command tool takes.
+    pub fn schema() -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "args": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "Command-line arguments (without the program name)."
+                },
+                "stdin": {"type": "string", "description": "Text for standard input."}
+            },
+            "additionalProperties": false
+        })
+    }
+
+    fn parse(args: &Value) -> Result<(Vec<String>, Option<String>), Vec<Violation>> {
+        let mut violations = Vec::new();
+        let Some(obj) = args.as_object() else {
+            return Err(vec![Violation::new(
+                "",
+                "expected a JSON object of arguments",
+            )]);
+        };
+        let mut argv = Vec::new();
+        let mut stdin = None;
+        for (key, value) in obj {
+            match key.as_str() {
+                "args" => match value.as_array() {
+                    Some(items) => {
+                        for (i, item) in items.iter().enumerate() {
+                            match item.as_str() {
+                                Some(s) => argv.push(s.to_owned()),
+                                None => violations.push(Violation::new(
+                                    format!("/args/{i}"),
+                                    "expected a string",
+                                )),
+                            }
+                        }
+                    }
+                    None => {
+                        violations.push(Violation::new("/args", "expected an array of strings"))
+                    }
+                },
+                "stdin" => match value {
+                    Value::String(s) => stdin = Some(s.clone()),
+                    Value::Null => {}
+                    _ => violations.push(Violation::new("/stdin", "expected a string")),
+                },
+                other => violations.push(Violation::new(
+                    format!("/{}", other.replace('~', "~0").replace('/', "~1")),
+                    format!("unknown field `{other}`; expected one of: args, stdin"),
+                )),
+            }
+        }
+        if violations.is_empty() {
+            Ok((argv, stdin))
+        } else {
+            Err(violations)
+        }
+    }
+
+    async fn execute_command(&self, inv: Invocation) -> Result<Output, ToolError> {
+        let (args, stdin) = Self::parse(&inv.arguments).map_err(ToolError::invalid_arguments)?;
+        let env = self.shared.grants.resolve_env()?;
+        let argv: Vec<String> = std::iter::once(self.name.clone()).chain(args).collect();
+        let io = CallIo {
+            args: &argv,
+            stdin: Some(stdin.as_deref().unwrap_or("")),
+        };
+        let mut sandbox = Sandbox::new(
+            &self.shared.engine,
+            &self.shared.grants,
+            &env,
+            &inv.limits,
+            io,
+        )?;
+        let mut results = [Val::Bool(false)];
+        let outcome = self
+            .shared
+            .call(&mut sandbox, &self.run, &[], &mut results)
+            .await;
+        let code = match outcome {
+            Ok(()) => match &results[0] {
+                Val::Result(Ok(_)) => 0,
+                _ => 1,
+            },
+            Err(e) => match exit_code(&e) {
+                Some(code) => code,
+                None => return Err(sandbox.failure(e, &inv.limits)),
+            },
+        };
+        let stdout = sandbox.stdout.contents();
+        let stderr = sandbox.stderr.contents();
+        if code != 0 {
+            let mut message = format!("the command exited with status {code}");
+            if !stderr.trim().is_empty() {
+                message.push_str(&format!(": {}", stderr.trim()));
+            }
+            return Err(ToolError::new(ErrorKind::ExitStatus, message)
+                .with_detail("exit_code", code)
+                .with_detail("stdout", stdout)
+                .with_detail("stderr", stderr));
+        }
+        Ok(Output {
+            content: stdout.clone(),
+            structured: None,
+            stdout: None,
+            stderr: Some(stderr),
+        })
+    }
+}
+
+impl Executor for CommandTool {
+    fn execute(&self, invocation: Invocation) -> BoxFuture<'_, Result<Output, ToolError>> {
+        Box::pin(self.execute_command(invocation))
+    }
+}

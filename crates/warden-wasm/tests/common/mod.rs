@@ -1,0 +1,110 @@
+//! Shared by the integration tests: fixtures built from source once, toolboxes in temp dirs.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
+use warden_core::{Dispatcher, Protected, ToolCall, ToolMessage, Toolbox, ToolboxError};
+use warden_wasm::{Artifacts, WasmBackend};
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// The folder of the built guest components, building them on first use.
+pub fn wasm_dir() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let root = root();
+            let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args(["build", "--release", "--quiet"])
+                .current_dir(root.join("guest-sdk"))
+                .status()
+                .expect("cargo runs");
+            assert!(status.success(), "building guest-sdk failed");
+            root.join("target/wasm32-wasip2/release")
+        })
+        .clone()
+}
+
+/// A component built from the guest-sdk.
+pub fn wasm(name: &str) -> PathBuf {
+    wasm_dir().join(format!("{name}.wasm"))
+}
+
+/// A toolbox in a temp dir. The compile cache is shared by all tests of a run, so each
+/// fixture compiles once.
+pub struct Bench {
+    pub dir: tempfile::TempDir,
+    pub toolbox: PathBuf,
+    pub artifacts: Artifacts,
+}
+
+impl Bench {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let toolbox = dir.path().join("policies");
+        std::fs::create_dir(&toolbox).unwrap();
+        let artifacts = Artifacts {
+            store: dir.path().join("store"),
+            cache: root().join("target/warden-test-cache"),
+        };
+        Self {
+            dir,
+            toolbox,
+            artifacts,
+        }
+    }
+
+    /// Writes a policy whose `[executor]` runs the named fixture; `rest` adds tables.
+    pub fn policy(&self, file: &str, fixture: &str, rest: &str) -> PathBuf {
+        let path = self.toolbox.join(file);
+        let text = format!(
+            "[executor]\nkind = \"wasm\"\ncomponent = {:?}\n{rest}\n",
+            wasm(fixture).display().to_string()
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// A folder inside the bench, created.
+    pub fn folder(&self, name: &str) -> PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    pub fn load(&self) -> Result<Toolbox, ToolboxError> {
+        let backend = WasmBackend::new(self.artifacts.clone());
+        let protected = [
+            Protected {
+                what: "the toolbox",
+                path: self.toolbox.clone(),
+            },
+            Protected {
+                what: "the component store",
+                path: self.artifacts.store.clone(),
+            },
+        ];
+        Toolbox::load(&self.toolbox, &[&backend], &protected)
+    }
+
+    pub fn dispatcher(&self) -> Dispatcher {
+        Dispatcher::new(Arc::new(self.load().expect("toolbox loads")))
+    }
+}
+
+/// Runs one call on a fresh runtime.
+pub async fn call(d: &Dispatcher, tool: &str, args: serde_json::Value) -> ToolMessage {
+    d.call(ToolCall::new("t1", tool, &args)).await
+}
+
+/// The error kind of a message, as its stable name ("ok" for a success).
+pub fn kind(m: &ToolMessage) -> &'static str {
+    m.error.as_ref().map_or("ok", |e| e.kind.as_str())
+}

@@ -1,0 +1,167 @@
+//! `warden audit`: what every tool may touch, and what deserves a look.
+
+use crate::context::Context;
+use anyhow::Result;
+use serde_json::{Value, json};
+use std::process::ExitCode;
+use warden_core::{Access, ExecutorConfig, Policy, Toolbox};
+
+/// One thing a reviewer should look at.
+fn flags(policy: &Policy) -> Vec<String> {
+    let mut out = Vec::new();
+    let ExecutorConfig::Wasm(cfg) = &policy.executor;
+    if cfg.sha256.is_none() {
+        out.push("unpinned: any rebuild of the component runs unreviewed (`warden pin`)".into());
+    }
+    for g in &policy.grants.fs {
+        if g.access == Access::ReadWrite {
+            out.push(format!(
+                "read-write root: {} (as {})",
+                g.host.display(),
+                g.guest
+            ));
+        }
+    }
+    for name in &policy.grants.env_from_host {
+        out.push(format!(
+            "env from the host: {name} (its value is never shown)"
+        ));
+    }
+    if policy.limits.timeout.is_none() {
+        out.push("no timeout written: the default applies".into());
+    }
+    out
+}
+
+fn describe(toolbox: &Toolbox) -> Value {
+    let policies: Vec<Value> = toolbox
+        .policies()
+        .iter()
+        .map(|p| {
+            let ExecutorConfig::Wasm(cfg) = &p.executor;
+            let tools: Vec<Value> = toolbox
+                .tools()
+                .filter(|t| std::sync::Arc::ptr_eq(&t.policy, p))
+                .map(|t| {
+                    json!({
+                        "name": t.spec.name,
+                        "limits": t.limits.describe(),
+                        "review_required": t.review_required,
+                    })
+                })
+                .collect();
+            json!({
+                "policy": p.path.display().to_string(),
+                "executor": {
+                    "kind": p.executor.kind(),
+                    "component": cfg.component.value.display().to_string(),
+                    "sha256": cfg.sha256.as_ref().map(|s| s.value.clone()),
+                },
+                "grants": p.grants.describe(),
+                "network": "none",
+                "tools": tools,
+                "flags": flags(p),
+            })
+        })
+        .collect();
+    json!({ "policies": policies })
+}
+
+pub fn audit(ctx: &Context, json: bool) -> Result<ExitCode> {
+    let toolbox = ctx.load()?;
+    let report = describe(&toolbox);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let color = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let red = |s: &str| {
+        if color {
+            format!("\x1b[31m{s}\x1b[0m")
+        } else {
+            s.to_owned()
+        }
+    };
+    for p in report["policies"].as_array().into_iter().flatten() {
+        println!("{}", p["policy"].as_str().unwrap_or_default());
+        let ex = &p["executor"];
+        let pin = ex["sha256"].as_str().map_or_else(
+            || red("UNPINNED"),
+            |s| format!("sha256 {}…", &s[..12.min(s.len())]),
+        );
+        println!(
+            "  executor  {} {} ({pin})",
+            ex["kind"].as_str().unwrap_or_default(),
+            ex["component"].as_str().unwrap_or_default()
+        );
+        let g = &p["grants"];
+        println!(
+            "  env       {}",
+            list_or_none(&g["env"], |v| v
+                .as_object()
+                .map(|m| m
+                    .iter()
+                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                    .collect())
+                .unwrap_or_default())
+        );
+        println!("  env host  {}", list_or_none(&g["env_from_host"], strings));
+        println!(
+            "  fs        {}",
+            list_or_none(&g["fs"], |v| v
+                .as_array()
+                .map(|a| a
+                    .iter()
+                    .map(|f| format!(
+                        "{} -> {} ({})",
+                        f["host"].as_str().unwrap_or_default(),
+                        f["guest"].as_str().unwrap_or_default(),
+                        f["access"].as_str().unwrap_or_default()
+                    ))
+                    .collect())
+                .unwrap_or_default())
+        );
+        println!("  network   none");
+        for t in p["tools"].as_array().into_iter().flatten() {
+            let l = &t["limits"];
+            println!(
+                "  tool {:<20} timeout {} memory {} fuel {} output {} concurrency {}{}",
+                t["name"].as_str().unwrap_or_default(),
+                l["timeout"].as_str().unwrap_or_default(),
+                l["memory"].as_str().unwrap_or_default(),
+                l["fuel"].as_u64().map_or("off".into(), |f| f.to_string()),
+                l["output"].as_str().unwrap_or_default(),
+                l["concurrency"],
+                if t["review_required"] == true {
+                    ", review required"
+                } else {
+                    ""
+                },
+            );
+        }
+        for f in p["flags"].as_array().into_iter().flatten() {
+            println!("  {} {}", red("!"), f.as_str().unwrap_or_default());
+        }
+        println!();
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn list_or_none(v: &Value, f: impl Fn(&Value) -> Vec<String>) -> String {
+    let items = f(v);
+    if items.is_empty() {
+        "none".into()
+    } else {
+        items.join(", ")
+    }
+}

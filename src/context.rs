@@ -1,0 +1,90 @@
+//! Where things are, and loading the toolbox with every backend this build has.
+
+use anyhow::{Context as _, Result};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use warden_core::{Dispatcher, Protected, Toolbox};
+use warden_wasm::{Artifacts, WasmBackend};
+
+/// The folders a command works with.
+pub struct Context {
+    pub toolbox: PathBuf,
+    pub artifacts: Artifacts,
+}
+
+impl Context {
+    pub fn new(toolbox: PathBuf, home: Option<PathBuf>, cache: Option<PathBuf>) -> Result<Self> {
+        let home = match home {
+            Some(h) => h,
+            None => default_home()?,
+        };
+        let cache = cache.unwrap_or_else(|| home.join("cache"));
+        Ok(Self {
+            toolbox,
+            artifacts: Artifacts {
+                store: home.join("store"),
+                cache,
+            },
+        })
+    }
+
+    /// warden's own places, which no grant may reach.
+    pub fn protected(&self) -> Vec<Protected> {
+        vec![
+            Protected {
+                what: "the toolbox",
+                path: self.toolbox.clone(),
+            },
+            Protected {
+                what: "the component store",
+                path: self.artifacts.store.clone(),
+            },
+            Protected {
+                what: "the compile cache",
+                path: self.artifacts.cache.clone(),
+            },
+        ]
+    }
+
+    pub fn backend(&self) -> WasmBackend {
+        let hook: warden_wasm::CompileHook = Arc::new(|path: &Path| {
+            if std::io::stderr().is_terminal() {
+                eprintln!(
+                    "compiling {} (once; later runs load it from the cache)…",
+                    path.display()
+                );
+            }
+        });
+        WasmBackend::new(self.artifacts.clone()).on_compile(hook)
+    }
+
+    /// Loads the toolbox; any policy that cannot be honoured is an error.
+    pub fn load(&self) -> Result<Toolbox> {
+        let backend = self.backend();
+        Toolbox::load(&self.toolbox, &[&backend], &self.protected())
+            .with_context(|| format!("loading the toolbox {}", self.toolbox.display()))
+    }
+
+    pub fn dispatcher(&self) -> Result<Dispatcher> {
+        Ok(Dispatcher::new(Arc::new(self.load()?)))
+    }
+}
+
+/// The async runtime the commands use.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+fn default_home() -> Result<PathBuf> {
+    if let Some(data) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(data).join("warden"));
+    }
+    let home = std::env::var_os("HOME")
+        .filter(|v| !v.is_empty())
+        .context("cannot tell where to keep warden's files: set WARDEN_HOME or HOME")?;
+    Ok(PathBuf::from(home).join(".local/share/warden"))
+}

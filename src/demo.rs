@@ -1,0 +1,132 @@
+//! `warden demo`: builds the example tools from source and takes a short scripted tour.
+
+use crate::context::{self, Context};
+use anyhow::{Context as _, Result, bail};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::sync::Arc;
+use warden_core::{Dispatcher, Policy, ToolCall, ToolMessage, Toolbox};
+
+/// The source tree this binary was built from: the demo builds its examples there.
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// A misbehaving tool for the tour, with a short deadline so the timeout shows quickly.
+const HOSTILE: &str = r#"
+[executor]
+kind = "wasm"
+component = "../target/wasm32-wasip2/release/hostile.wasm"
+[limits]
+timeout = "1s"
+memory = "64MiB"
+"#;
+
+pub fn build_examples(root: &Path) -> Result<()> {
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .context("running rustup (is Rust installed with rustup?)")?;
+    if !String::from_utf8_lossy(&installed.stdout).contains("wasm32-wasip2") {
+        eprintln!("adding the wasm32-wasip2 target…");
+        let ok = Command::new("rustup")
+            .args(["target", "add", "wasm32-wasip2"])
+            .status()?
+            .success();
+        if !ok {
+            bail!("`rustup target add wasm32-wasip2` failed");
+        }
+    }
+    eprintln!("building the example tools (guest-sdk)…");
+    let ok = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--release", "--quiet"])
+        .current_dir(root.join("guest-sdk"))
+        .status()
+        .context("running cargo")?
+        .success();
+    if !ok {
+        bail!("building guest-sdk failed");
+    }
+    Ok(())
+}
+
+pub fn demo(ctx: &Context) -> Result<ExitCode> {
+    let root = PathBuf::from(ROOT);
+    build_examples(&root)?;
+    let policies = root.join("policies");
+    let ctx = Context {
+        toolbox: policies.clone(),
+        artifacts: ctx.artifacts.clone(),
+    };
+    let mut toolbox: Toolbox = ctx.load()?;
+    let backend = ctx.backend();
+    let hostile = Policy::parse(&policies.join("demo-hostile.toml"), HOSTILE)?;
+    toolbox.add_policy(Arc::new(hostile), &[&backend])?;
+    let dispatcher = Dispatcher::new(Arc::new(toolbox));
+    let runtime = context::runtime()?;
+
+    let steps = [
+        (
+            "A pure tool: a record and an enum in, a number out",
+            "convert",
+            json!({"quantity": {"value": 5, "unit": "mile"}, "to": "kilometer"}),
+        ),
+        (
+            "A filesystem tool, confined to /workspace",
+            "list-dir",
+            json!({"path": "."}),
+        ),
+        (
+            "Writing inside the granted root",
+            "write-file",
+            json!({"path": "notes/demo.txt", "contents": "written by warden demo\n"}),
+        ),
+        (
+            "Reading it back",
+            "read-file",
+            json!({"path": "notes/demo.txt"}),
+        ),
+        (
+            "Reading outside the root is refused by the sandbox",
+            "read-file",
+            json!({"path": "/etc/passwd"}),
+        ),
+        (
+            "So is climbing out with ..",
+            "read-file",
+            json!({"path": "../../../etc/passwd"}),
+        ),
+        (
+            "A command component: args and stdin in, stdout out",
+            "wordcount",
+            json!({"args": ["-w"], "stdin": "the quick brown fox"}),
+        ),
+        (
+            "Arguments that do not fit the schema",
+            "convert",
+            json!({"quantity": {"value": "five", "unit": "yard"}}),
+        ),
+        ("An endless loop meets its 1 s deadline", "spin", json!({})),
+    ];
+    let calls: Vec<ToolCall> = steps
+        .iter()
+        .enumerate()
+        .map(|(i, (_, tool, args))| ToolCall::new(format!("call-{}", i + 1), *tool, args))
+        .collect();
+    for ((title, _, _), call) in steps.iter().zip(calls) {
+        println!("== {title}");
+        println!("-> {}({})", call.name, call.arguments);
+        let message = runtime.block_on(dispatcher.call(call));
+        show(&message);
+    }
+    println!("== The audit: what each tool may touch\n");
+    crate::audit::audit(&ctx, false)
+}
+
+fn show(message: &ToolMessage) {
+    let status = match message.status {
+        warden_core::Status::Success => "ok",
+        warden_core::Status::Error => "error",
+    };
+    let content: String = message.content.chars().take(400).collect();
+    println!("<- [{status}] {}\n", content.trim_end());
+}
