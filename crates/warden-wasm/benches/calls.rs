@@ -1,0 +1,366 @@
+//! What one tool call costs, warden's path beside the plain-wasmtime floor.
+//!
+//! Run with `cargo bench -p warden-wasm --bench calls` (or `scripts/bench`, which builds the
+//! guest components first and prints a summary). Every benchmark calls `add` of
+//! `trivial.wasm`, so what is measured is the cost of a call, not the work of a tool:
+//!
+//! - `raw_wasmtime_fresh_instance/pooling`: the floor. Plain wasmtime, the pooling allocator,
+//!   an `InstancePre`; per call a fresh `Store` with a minimal `WasiCtx`, `instantiate_async`,
+//!   `Func::call_async` with `Val`s.
+//! - `raw_wasmtime_fresh_instance/on_demand`: the same with the default allocator.
+//! - `raw_wasmtime_fresh_instance/warden_config`: the floor on warden's engine settings (epoch
+//!   interruption, warden's pool sizes) and warden's per-store setup (memory limiter, epoch
+//!   deadline callback), to tell engine costs from warden's own.
+//! - `warden_executor`: `Dispatcher::call` from outside the runtime (`block_on`), the way the
+//!   CLI calls: JSON parsing, argument checking, permits, the deadline, a task in a `JoinSet`.
+//! - `warden_executor_in_runtime`: the same loop run inside a runtime task, the way an agent
+//!   embedding warden in its own async code calls.
+//! - `warden_executor_no_dispatcher`: the tool's `Executor::execute` without the dispatcher.
+//! - `warden_batch_1000`: one `Dispatcher::dispatch` of 1,000 calls (throughput in calls/s).
+//!
+//! Compiled code is cached in `target/warden-bench-cache`, so no compile is measured.
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
+use serde_json::json;
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use warden_core::{Dispatcher, Invocation, Protected, ToolCall, ToolMessage, Toolbox};
+use warden_wasm::{Artifacts, WasmBackend, sha256_file};
+use wasmtime::component::{ComponentExportIndex, InstancePre, Linker, ResourceTable, Val};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store,
+    UpdateDeadline,
+};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+/// The repository root.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("the repository root exists")
+}
+
+/// `trivial.wasm`, which `scripts/bench` (or `cargo build --release` in guest-sdk/) builds.
+fn trivial() -> PathBuf {
+    let path = root().join("target/wasm32-wasip2/release/trivial.wasm");
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo build --release` in guest-sdk/ (scripts/bench does)",
+        path.display()
+    );
+    path
+}
+
+/// The compile cache of the benchmarks, kept across runs so compiles are not measured.
+fn artifacts(store: &Path) -> Artifacts {
+    Artifacts {
+        store: store.to_owned(),
+        cache: root().join("target/warden-bench-cache"),
+    }
+}
+
+// ---- plain wasmtime -------------------------------------------------------------------------
+
+struct Raw {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: Limiter,
+}
+
+impl WasiView for Raw {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// As warden's: sums linear memories against a limit.
+struct Limiter {
+    limit: usize,
+    used: usize,
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let after = self.used - current.min(self.used) + desired;
+        if after > self.limit {
+            return Ok(false);
+        }
+        self.used = after;
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum RawKind {
+    /// Default pooling allocator.
+    Pooling,
+    /// Default on-demand allocator.
+    OnDemand,
+    /// warden's engine settings and per-store setup (crates/warden-wasm/src/engine.rs and
+    /// sandbox.rs), repeated here because they are private.
+    WardenConfig,
+}
+
+struct RawSetup {
+    kind: RawKind,
+    engine: Engine,
+    pre: InstancePre<Raw>,
+    add: ComponentExportIndex,
+}
+
+fn raw_config(kind: RawKind) -> Config {
+    let mut cfg = Config::new();
+    match kind {
+        RawKind::Pooling => {
+            cfg.allocation_strategy(InstanceAllocationStrategy::Pooling(
+                PoolingAllocationConfig::new(),
+            ));
+        }
+        RawKind::OnDemand => {}
+        RawKind::WardenConfig => {
+            let mut pool = PoolingAllocationConfig::new();
+            pool.total_component_instances(1000)
+                .total_core_instances(1000)
+                .total_memories(1000)
+                .total_tables(1000)
+                .total_stacks(1000)
+                .max_memory_size(warden_wasm::MAX_MEMORY as usize)
+                .max_memories_per_component(32)
+                .max_core_instances_per_component(64);
+            cfg.epoch_interruption(true)
+                .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        }
+    }
+    cfg
+}
+
+fn raw_setup(kind: RawKind, store_dir: &Path) -> RawSetup {
+    let engine = Engine::new(&raw_config(kind)).expect("engine");
+    if kind == RawKind::WardenConfig {
+        let ticker = engine.clone();
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(warden_wasm::EPOCH_TICK);
+                ticker.increment_epoch();
+            }
+        });
+    }
+    let path = trivial();
+    let sha = sha256_file(&path).expect("hash");
+    let component = artifacts(store_dir)
+        .compiled(&engine, &sha, &path, &|_| {})
+        .expect("trivial.wasm compiles");
+    let mut linker: Linker<Raw> = Linker::new(&engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker).expect("WASI links");
+    let pre = linker.instantiate_pre(&component).expect("instantiate_pre");
+    let add = component
+        .get_export_index(None, "add")
+        .expect("trivial.wasm exports add");
+    RawSetup {
+        kind,
+        engine,
+        pre,
+        add,
+    }
+}
+
+/// One call the plain way: a fresh store and instance, `add(1, 2)`.
+async fn raw_call(s: &RawSetup) -> i32 {
+    let state = Raw {
+        wasi: WasiCtxBuilder::new().build(),
+        table: ResourceTable::new(),
+        limiter: Limiter {
+            limit: 256 << 20,
+            used: 0,
+        },
+    };
+    let mut store = Store::new(&s.engine, state);
+    if s.kind == RawKind::WardenConfig {
+        store.limiter(|s| &mut s.limiter);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            if Instant::now() >= deadline {
+                Ok(UpdateDeadline::Interrupt)
+            } else {
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+    }
+    let instance = s
+        .pre
+        .instantiate_async(&mut store)
+        .await
+        .expect("instantiates");
+    let func = instance.get_func(&mut store, &s.add).expect("add");
+    let mut results = [Val::S32(0)];
+    func.call_async(&mut store, &[Val::S32(1), Val::S32(2)], &mut results)
+        .await
+        .expect("add runs");
+    match results[0] {
+        Val::S32(n) => n,
+        ref other => panic!("add answered {other:?}"),
+    }
+}
+
+// ---- warden -----------------------------------------------------------------------------------
+
+/// A toolbox in a temp dir with one policy for trivial.wasm, loaded as the CLI loads it.
+struct WardenSetup {
+    _dir: tempfile::TempDir,
+    dispatcher: Dispatcher,
+}
+
+fn warden_setup() -> WardenSetup {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let toolbox = dir.path().join("policies");
+    std::fs::create_dir(&toolbox).expect("toolbox folder");
+    std::fs::write(
+        toolbox.join("trivial.toml"),
+        format!(
+            "[executor]\nkind = \"wasm\"\ncomponent = {:?}\n",
+            trivial().display().to_string()
+        ),
+    )
+    .expect("policy");
+    let artifacts = artifacts(&dir.path().join("store"));
+    let protected = [
+        Protected {
+            what: "the toolbox",
+            path: toolbox.clone(),
+        },
+        Protected {
+            what: "the component store",
+            path: artifacts.store.clone(),
+        },
+        Protected {
+            what: "the compile cache",
+            path: artifacts.cache.clone(),
+        },
+    ];
+    let backend = WasmBackend::new(artifacts);
+    let toolbox = Toolbox::load(&toolbox, &[&backend], &protected).expect("toolbox loads");
+    WardenSetup {
+        _dir: dir,
+        dispatcher: Dispatcher::new(Arc::new(toolbox)),
+    }
+}
+
+fn add_call(id: &str) -> ToolCall {
+    ToolCall::new(id, "add", &json!({"a": 1, "b": 2}))
+}
+
+fn check(m: &ToolMessage) {
+    assert!(
+        m.error.is_none() && m.content == "3",
+        "add(1, 2) did not answer 3: {m:?}"
+    );
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn calls(c: &mut Criterion) {
+    let rt = runtime();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let mut group = c.benchmark_group("calls");
+    group.throughput(Throughput::Elements(1));
+
+    for (kind, name) in [
+        (RawKind::Pooling, "pooling"),
+        (RawKind::OnDemand, "on_demand"),
+        (RawKind::WardenConfig, "warden_config"),
+    ] {
+        let setup = raw_setup(kind, tmp.path());
+        assert_eq!(rt.block_on(raw_call(&setup)), 3);
+        group.bench_function(BenchmarkId::new("raw_wasmtime_fresh_instance", name), |b| {
+            b.to_async(&rt).iter(|| raw_call(&setup));
+        });
+    }
+
+    let warden = warden_setup();
+    let dispatcher = &warden.dispatcher;
+    check(&rt.block_on(dispatcher.call(add_call("warm-up"))));
+    group.bench_function("warden_executor", |b| {
+        b.to_async(&rt)
+            .iter(|| async { black_box(dispatcher.call(add_call("call-1")).await) });
+    });
+
+    group.bench_function("warden_executor_in_runtime", |b| {
+        b.iter_custom(|iters| {
+            let d = dispatcher.clone();
+            rt.block_on(async move {
+                tokio::spawn(async move {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        black_box(d.call(add_call("call-1")).await);
+                    }
+                    start.elapsed()
+                })
+                .await
+                .expect("the bench task runs")
+            })
+        });
+    });
+
+    let tool = dispatcher.toolbox().get("add").expect("the add tool");
+    group.bench_function("warden_executor_no_dispatcher", |b| {
+        b.to_async(&rt).iter(|| async {
+            let inv = Invocation {
+                call_id: "call-1".into(),
+                arguments: json!({"a": 1, "b": 2}),
+                limits: tool.limits,
+            };
+            black_box(tool.executor.execute(inv).await.expect("add runs"))
+        });
+    });
+
+    const BATCH: usize = 1000;
+    let batch: Vec<ToolCall> = (0..BATCH).map(|i| add_call(&format!("c{i}"))).collect();
+    for m in rt.block_on(dispatcher.dispatch(batch.clone())) {
+        check(&m);
+    }
+    group.throughput(Throughput::Elements(BATCH as u64));
+    group.bench_function("warden_batch_1000", |b| {
+        b.to_async(&rt)
+            .iter(|| async { black_box(dispatcher.dispatch(batch.clone()).await) });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, calls);
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` (or --all-targets) does not, and
+    // benchmarks have no place in a test run.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("calls: benchmarks run with `cargo bench` or scripts/bench; skipped");
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -1,0 +1,226 @@
+//! The `warden` binary end to end: add, pin, tools, call, audit, and the compile cache shared
+//! between processes.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// A host value granted by name: the audit may name it, never show it.
+const AUDIT_SECRET: &str = "audit-secret-value-91c2";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn wasm(name: &str) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        // scripts/test builds them first; cargo's lock on target/ would only make us wait.
+        if std::env::var_os("WARDEN_GUESTS_BUILT").is_some() {
+            return;
+        }
+        let ok = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["build", "--release", "--quiet"])
+            .current_dir(root().join("guest-sdk"))
+            .status()
+            .expect("cargo runs")
+            .success();
+        assert!(ok, "building guest-sdk failed");
+    });
+    root().join(format!("target/wasm32-wasip2/release/{name}.wasm"))
+}
+
+/// A temp toolbox and home; every command runs against them.
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Self {
+        let env = Self {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        std::fs::create_dir(env.toolbox()).unwrap();
+        env
+    }
+
+    fn toolbox(&self) -> PathBuf {
+        self.dir.path().join("policies")
+    }
+
+    fn warden(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_warden"))
+            .args(args)
+            .env("WARDEN_TOOLBOX", self.toolbox())
+            .env("WARDEN_HOME", self.dir.path().join("home"))
+            .env("RUST_LOG", "warden_wasm=info")
+            .env_remove("WARDEN_CACHE")
+            .env("WARDEN_AUDIT_SECRET", AUDIT_SECRET)
+            .output()
+            .expect("warden runs")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.warden(args);
+        assert!(
+            out.status.success(),
+            "warden {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn add_writes_a_pinned_policy_and_the_tool_can_be_called() {
+    let env = Env::new();
+    let wit = root().join("guest-sdk/tools/units/wit");
+    env.ok(&["add", path_str(&wasm("units")), "--wit", path_str(&wit)]);
+    let policy = std::fs::read_to_string(env.toolbox().join("units.toml")).unwrap();
+    let sha = warden_sha(&wasm("units"));
+    assert!(policy.contains(&format!("sha256 = \"{sha}\"")), "{policy}");
+    assert!(!policy.contains("\nfs ="), "nothing is granted: {policy}");
+    assert!(
+        env.dir
+            .path()
+            .join(format!("home/store/{sha}.wasm"))
+            .is_file()
+    );
+
+    let tools = json(&env.ok(&["tools", "--json"]));
+    let convert = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "convert")
+        .unwrap();
+    assert!(
+        convert["description"]
+            .as_str()
+            .unwrap()
+            .starts_with("Convert")
+    );
+    assert_eq!(convert["input_schema"]["type"], "object");
+
+    let out = env.ok(&[
+        "call",
+        "convert",
+        r#"{"quantity": {"value": 1, "unit": "kilometer"}, "to": "meter"}"#,
+    ]);
+    let message = json(&out);
+    assert_eq!(message["type"], "tool");
+    assert_eq!(message["status"], "success");
+    assert_eq!(message["content"], "1000.0");
+
+    let out = env.warden(&["call", "convert", "{not json", "--format", "openai"]);
+    assert_eq!(out.status.code(), Some(1));
+    let message = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(message["role"], "tool");
+    assert_eq!(message["error"]["kind"], "malformed_arguments");
+
+    let again = env.warden(&["add", path_str(&wasm("units"))]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
+}
+
+fn warden_sha(path: &Path) -> String {
+    warden_wasm::sha256_file(path).unwrap()
+}
+
+#[test]
+fn a_rebuilt_component_needs_a_new_pin() {
+    let env = Env::new();
+    let component = env.dir.path().join("calc.wasm");
+    std::fs::copy(wasm("trivial"), &component).unwrap();
+    env.ok(&["add", path_str(&component)]);
+    std::fs::copy(wasm("units"), &component).unwrap();
+    let out = env.warden(&["tools"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("calc.toml") && err.contains("warden pin"),
+        "{err}"
+    );
+    env.ok(&["pin", "calc"]);
+    let tools = env.ok(&["tools"]);
+    assert!(tools.contains("convert"), "{tools}");
+}
+
+#[test]
+fn a_second_process_loads_compiled_code_instead_of_compiling() {
+    let env = Env::new();
+    env.ok(&["add", path_str(&wasm("trivial"))]);
+    // `add` compiled it once to check it; every later process must only load it.
+    for _ in 0..2 {
+        let out = env.warden(&["call", "add", r#"{"a": 2, "b": 40}"#]);
+        assert!(out.status.success());
+        assert_eq!(json(&String::from_utf8_lossy(&out.stdout))["content"], "42");
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !log.contains("compiling"),
+            "a later process compiled again: {log}"
+        );
+    }
+}
+
+#[test]
+fn audit_shows_grants_limits_and_flags() {
+    let env = Env::new();
+    let ws = env.dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(
+        env.toolbox().join("hostile.toml"),
+        format!(
+            "[executor]\nkind = \"wasm\"\ncomponent = {:?}\n[grants]\nenv = {{ MODE = \"demo\" }}\nenv_from_host = [\"WARDEN_AUDIT_SECRET\"]\nfs = [{{ host = \"../ws\", guest = \"/ws\", access = \"read-write\" }}]\n[limits]\nmemory = \"64MiB\"\n",
+            path_str(&wasm("hostile"))
+        ),
+    )
+    .unwrap();
+    let audit = json(&env.ok(&["audit", "--json"]));
+    let p = &audit["policies"][0];
+    assert_eq!(p["executor"]["kind"], "wasm");
+    assert_eq!(p["grants"]["env"]["MODE"], "demo");
+    assert_eq!(p["grants"]["env_from_host"][0], "WARDEN_AUDIT_SECRET");
+    assert_eq!(p["grants"]["fs"][0]["access"], "read-write");
+    let spin = p["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "spin")
+        .unwrap();
+    assert_eq!(
+        spin["limits"]["timeout"], "30s",
+        "the default timeout is shown"
+    );
+    assert_eq!(spin["limits"]["memory"], "64MiB");
+    let flags: Vec<&str> = p["flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    for wanted in [
+        "unpinned",
+        "read-write root",
+        "env from the host: WARDEN_AUDIT_SECRET",
+        "no timeout",
+    ] {
+        assert!(
+            flags.iter().any(|f| f.contains(wanted)),
+            "{wanted} not flagged: {flags:?}"
+        );
+    }
+    let text = env.ok(&["audit"]);
+    assert!(text.contains("WARDEN_AUDIT_SECRET"), "{text}");
+    assert!(!text.contains(AUDIT_SECRET) && !audit.to_string().contains(AUDIT_SECRET));
+}
