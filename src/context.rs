@@ -4,23 +4,30 @@ use anyhow::{Context as _, Result};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use warden_core::{Dispatcher, Protected, Toolbox};
+use warden_core::{Admission, CallLog, Dispatcher, Protected, RunLimits, Toolbox};
 use warden_wasm::{Artifacts, WasmBackend};
 
 /// The folders a command works with.
 pub struct Context {
     pub toolbox: PathBuf,
     pub artifacts: Artifacts,
+    pub call_log: PathBuf,
 }
 
 impl Context {
-    pub fn new(toolbox: PathBuf, home: Option<PathBuf>, cache: Option<PathBuf>) -> Result<Self> {
+    pub fn new(
+        toolbox: PathBuf,
+        home: Option<PathBuf>,
+        cache: Option<PathBuf>,
+        call_log: Option<PathBuf>,
+    ) -> Result<Self> {
         let home = match home {
             Some(h) => h,
             None => default_home()?,
         };
         let cache = cache.unwrap_or_else(|| home.join("cache"));
         Ok(Self {
+            call_log: call_log.unwrap_or_else(|| home.join("calls.jsonl")),
             toolbox,
             artifacts: Artifacts {
                 store: home.join("store"),
@@ -44,6 +51,10 @@ impl Context {
                 what: "the compile cache",
                 path: self.artifacts.cache.clone(),
             },
+            Protected {
+                what: "the call log",
+                path: self.call_log.clone(),
+            },
         ]
     }
 
@@ -66,8 +77,20 @@ impl Context {
             .with_context(|| format!("loading the toolbox {}", self.toolbox.display()))
     }
 
-    pub fn dispatcher(&self) -> Result<Dispatcher> {
-        Ok(Dispatcher::new(Arc::new(self.load()?)))
+    /// A dispatcher over the toolbox that logs every call and asks a person on a terminal.
+    pub fn dispatcher(&self, run: RunLimits) -> Result<Dispatcher> {
+        let toolbox = Arc::new(self.load()?);
+        let log = CallLog::open(&self.call_log)
+            .with_context(|| format!("opening the call log {}", self.call_log.display()))?;
+        let admission = Admission {
+            run,
+            ..Admission::default()
+        };
+        let mut d = Dispatcher::with_admission(toolbox, admission).call_log(Arc::new(log));
+        if let Some(r) = crate::review::TerminalReviewer::if_terminal() {
+            d = d.reviewer(r);
+        }
+        Ok(d)
     }
 }
 

@@ -56,6 +56,7 @@ pub fn demo(ctx: &Context) -> Result<ExitCode> {
     let ctx = Context {
         toolbox: policies.clone(),
         artifacts: ctx.artifacts.clone(),
+        call_log: ctx.call_log.clone(),
     };
     let mut toolbox: Toolbox = ctx.load()?;
     let backend = ctx.backend();

@@ -3,15 +3,18 @@
 
 mod add;
 mod audit;
+mod batch;
 mod context;
 mod demo;
+mod review;
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use context::Context;
+use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use warden_core::{Status, ToolCall, ToolMessage};
+use warden_core::{RunLimits, Status, ToolCall, ToolMessage};
 
 #[derive(Parser)]
 #[command(
@@ -35,6 +38,9 @@ struct Cli {
     /// The compile cache [default: HOME/cache].
     #[arg(long, global = true, env = "WARDEN_CACHE")]
     cache: Option<PathBuf>,
+    /// The call log, one JSON line per call [default: HOME/calls.jsonl].
+    #[arg(long, global = true, env = "WARDEN_CALL_LOG")]
+    call_log: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -61,6 +67,23 @@ enum Command {
         arguments: String,
         #[arg(long, value_enum, default_value_t = Format::Langchain)]
         format: Format,
+    },
+    /// Run one model turn's tool calls as a batch and print their ToolMessages in order.
+    Run {
+        /// An OpenAI assistant message, a LangChain AIMessage, or a list of calls (JSON);
+        /// `-` or nothing reads stdin.
+        batch: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = Format::Langchain)]
+        format: Format,
+        /// Cancel the rest of the batch at the first failure (LangGraph's behaviour).
+        #[arg(long)]
+        fail_fast: bool,
+        /// At most this many calls in the run.
+        #[arg(long)]
+        max_calls: Option<u32>,
+        /// At most this many calls of any one tool.
+        #[arg(long)]
+        max_calls_per_tool: Option<u32>,
     },
     /// Show what every tool may touch, and what deserves a look.
     Audit {
@@ -104,7 +127,7 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
-    let ctx = Context::new(cli.toolbox, cli.home, cli.cache)?;
+    let ctx = Context::new(cli.toolbox, cli.home, cli.cache, cli.call_log)?;
     match cli.command {
         Command::Add(args) => add::add(&ctx, args),
         Command::Pin { targets } => add::pin(&ctx, &targets),
@@ -114,6 +137,19 @@ fn run(cli: Cli) -> Result<ExitCode> {
             arguments,
             format,
         } => call(&ctx, tool, arguments, format),
+        Command::Run {
+            batch,
+            format,
+            fail_fast,
+            max_calls,
+            max_calls_per_tool,
+        } => {
+            let limits = RunLimits {
+                max_calls,
+                max_calls_per_tool,
+            };
+            run_batch(&ctx, batch, format, fail_fast, limits)
+        }
         Command::Audit { json } => audit::audit(&ctx, json),
         Command::Demo => demo::demo(&ctx),
     }
@@ -135,7 +171,7 @@ fn tools(ctx: &Context, json: bool) -> Result<ExitCode> {
 }
 
 fn call(ctx: &Context, tool: String, arguments: String, format: Format) -> Result<ExitCode> {
-    let dispatcher = ctx.dispatcher()?;
+    let dispatcher = ctx.dispatcher(RunLimits::default())?;
     let runtime = context::runtime()?;
     let call = ToolCall {
         id: "call-1".into(),
@@ -149,4 +185,40 @@ fn call(ctx: &Context, tool: String, arguments: String, format: Format) -> Resul
         Status::Success => ExitCode::SUCCESS,
         Status::Error => ExitCode::from(1),
     })
+}
+
+fn run_batch(
+    ctx: &Context,
+    batch: Option<PathBuf>,
+    format: Format,
+    fail_fast: bool,
+    limits: RunLimits,
+) -> Result<ExitCode> {
+    let text = match batch.as_deref() {
+        None => read_stdin()?,
+        Some(p) if p.as_os_str() == "-" => read_stdin()?,
+        Some(p) => {
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
+        }
+    };
+    let calls = batch::parse(&text)?;
+    let dispatcher = ctx.dispatcher(limits)?.fail_fast(fail_fast);
+    let runtime = context::runtime()?;
+    let messages = runtime.block_on(dispatcher.dispatch(calls));
+    let out: Vec<serde_json::Value> = messages.iter().map(|m| format.render(m)).collect();
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    let all_ok = messages.iter().all(|m| m.status == Status::Success);
+    Ok(if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn read_stdin() -> Result<String> {
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .context("reading the batch from stdin")?;
+    Ok(text)
 }

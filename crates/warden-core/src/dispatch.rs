@@ -1,36 +1,69 @@
-//! The one path every call takes: resolve, parse, admit, run under a deadline, answer.
+//! The one path every call takes: resolve, parse, review, admit, run under a deadline (with
+//! retries where the tool is idempotent), redact, log, answer.
 
+use crate::admission::{Admission, Gate};
+use crate::calllog::CallLog;
 use crate::executor::{Invocation, Output};
 use crate::limits::cap_text;
-use crate::message::{ErrorKind, ToolCall, ToolError, ToolMessage};
+use crate::message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage};
+use crate::redact::Secrets;
+use crate::review::{Decision, Reviewer};
 use crate::toolbox::{Tool, Toolbox};
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use tokio::sync::Semaphore;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::task::JoinSet;
 
-/// Calls in flight across all tools when not configured.
-pub const DEFAULT_GLOBAL_CONCURRENCY: usize = 64;
+/// Attempts of an idempotent call that keeps failing transiently.
+const MAX_ATTEMPTS: u32 = 3;
+/// The first retry waits this long; each next one twice as long.
+const BACKOFF: Duration = Duration::from_millis(100);
 
 /// Runs batches of tool calls against a toolbox. Every call gets exactly one message.
+///
+/// A dispatcher is one run: its run limits count calls across all its batches. Clones share
+/// the run.
 #[derive(Clone)]
 pub struct Dispatcher {
     toolbox: Arc<Toolbox>,
-    global: Arc<Semaphore>,
+    gate: Arc<Gate>,
+    reviewer: Option<Arc<dyn Reviewer>>,
+    log: Option<Arc<CallLog>>,
+    fail_fast: bool,
 }
 
 impl Dispatcher {
     pub fn new(toolbox: Arc<Toolbox>) -> Self {
-        Self::with_concurrency(toolbox, DEFAULT_GLOBAL_CONCURRENCY)
+        Self::with_admission(toolbox, Admission::default())
     }
 
-    /// A dispatcher that runs at most `global` calls at once, across all tools.
-    pub fn with_concurrency(toolbox: Arc<Toolbox>, global: usize) -> Self {
+    pub fn with_admission(toolbox: Arc<Toolbox>, admission: Admission) -> Self {
         Self {
             toolbox,
-            global: Arc::new(Semaphore::new(global.max(1))),
+            gate: Arc::new(Gate::new(admission)),
+            reviewer: None,
+            log: None,
+            fail_fast: false,
         }
+    }
+
+    /// Asks `reviewer` about calls whose policy requires review (without one they are rejected).
+    pub fn reviewer(mut self, reviewer: Arc<dyn Reviewer>) -> Self {
+        self.reviewer = Some(reviewer);
+        self
+    }
+
+    /// Writes every call to `log`.
+    pub fn call_log(mut self, log: Arc<CallLog>) -> Self {
+        self.log = Some(log);
+        self
+    }
+
+    /// LangGraph's behaviour, opt-in: the first failure cancels the rest of its batch.
+    pub fn fail_fast(mut self, on: bool) -> Self {
+        self.fail_fast = on;
+        self
     }
 
     pub fn toolbox(&self) -> &Arc<Toolbox> {
@@ -40,7 +73,9 @@ impl Dispatcher {
     /// Runs one call.
     pub async fn call(&self, call: ToolCall) -> ToolMessage {
         let mut messages = self.dispatch(vec![call]).await;
-        messages.pop().unwrap_or_else(unreachable_message)
+        messages
+            .pop()
+            .unwrap_or_else(|| internal_message(&ToolCall::new("", "", &Value::Null)))
     }
 
     /// Runs a batch concurrently and answers in the order of `calls`, whatever happens to each.
@@ -51,16 +86,24 @@ impl Dispatcher {
         let mut set = JoinSet::new();
         let mut index_of = HashMap::new();
         for (i, call) in calls.iter().enumerate() {
-            if !seen.insert(call.id.as_str()) {
-                let err = ToolError::new(
+            let early = if !seen.insert(call.id.as_str()) {
+                Some(ToolError::new(
                     ErrorKind::InvalidArguments,
                     format!(
                         "tool_call_id `{}` is used by an earlier call of this batch; each call \
                          needs its own id, so this one was not run",
                         call.id
                     ),
-                );
-                answers[i] = Some(ToolMessage::failure(call, err));
+                ))
+            } else if self.toolbox.get(&call.name).is_some() {
+                self.gate.count(&call.name).err()
+            } else {
+                None
+            };
+            if let Some(err) = early {
+                let message = ToolMessage::failure(call, err);
+                self.record(call, None, &message, Duration::ZERO, None, 0);
+                answers[i] = Some(message);
                 continue;
             }
             let this = self.clone();
@@ -68,41 +111,58 @@ impl Dispatcher {
             let handle = set.spawn(async move { this.run(&call).await });
             index_of.insert(handle.id(), i);
         }
+        let mut failed: Option<usize> = answers
+            .iter()
+            .position(|a| a.as_ref().is_some_and(|m| m.status == Status::Error));
+        if self.fail_fast && failed.is_some() {
+            set.abort_all();
+        }
         while let Some(joined) = set.join_next_with_id().await {
-            match joined {
-                Ok((id, message)) => {
-                    if let Some(&i) = index_of.get(&id) {
-                        answers[i] = Some(message);
-                    }
-                }
+            let (i, message) = match joined {
+                Ok((id, message)) => match index_of.get(&id) {
+                    Some(&i) => (i, message),
+                    None => continue,
+                },
                 Err(e) => {
-                    if let Some(&i) = index_of.get(&e.id()) {
-                        let what = if e.is_panic() {
-                            "the executor panicked while running this call"
-                        } else {
-                            "this call was cancelled"
-                        };
-                        tracing::error!(call = %calls[i].id, "{what}: {e}");
-                        answers[i] = Some(ToolMessage::failure(
-                            &calls[i],
-                            ToolError::new(
-                                ErrorKind::Internal,
-                                format!("{what}; it is a bug in warden, not in your call"),
-                            ),
-                        ));
+                    let Some(&i) = index_of.get(&e.id()) else {
+                        continue;
+                    };
+                    if e.is_cancelled() {
+                        continue;
                     }
+                    tracing::error!(call = %calls[i].id, "the executor panicked: {e}");
+                    let err = ToolError::new(
+                        ErrorKind::Internal,
+                        "the executor panicked while running this call; it is a bug in warden, \
+                         not in your call",
+                    );
+                    (i, ToolMessage::failure(&calls[i], err))
+                }
+            };
+            if message.status == Status::Error && failed.is_none() {
+                failed = Some(i);
+                if self.fail_fast {
+                    set.abort_all();
                 }
             }
+            answers[i] = Some(message);
         }
         answers
             .into_iter()
             .zip(&calls)
             .map(|(answer, call)| {
-                answer.unwrap_or_else(|| {
-                    ToolMessage::failure(
+                answer.unwrap_or_else(|| match failed {
+                    Some(f) if self.fail_fast => ToolMessage::failure(
                         call,
-                        ToolError::new(ErrorKind::Internal, "no answer was produced"),
-                    )
+                        ToolError::new(
+                            ErrorKind::Unavailable,
+                            format!(
+                                "not run: call `{}` of this batch failed first, and fail_fast is on",
+                                calls[f].id
+                            ),
+                        ),
+                    ),
+                    _ => internal_message(call),
                 })
             })
             .collect()
@@ -110,15 +170,66 @@ impl Dispatcher {
 
     async fn run(&self, call: &ToolCall) -> ToolMessage {
         let Some(tool) = self.toolbox.get(&call.name) else {
-            return ToolMessage::failure(call, self.unknown_tool(&call.name));
+            let message = ToolMessage::failure(call, self.unknown_tool(&call.name));
+            self.record(call, None, &message, Duration::ZERO, None, 0);
+            return message;
         };
-        let arguments = match parse_arguments(&call.arguments) {
+        let secrets = Secrets::new(tool.policy.grants.secrets());
+        let start = Instant::now();
+        let (mut message, fuel, attempts) = self.answer(tool, call).await;
+        redact_message(&secrets, &mut message);
+        self.record(call, Some(tool), &message, start.elapsed(), fuel, attempts);
+        message
+    }
+
+    /// The message for a known tool, with the fuel burnt and the attempts made.
+    async fn answer(&self, tool: &Tool, call: &ToolCall) -> (ToolMessage, Option<u64>, u32) {
+        let mut arguments = match parse_arguments(&call.arguments) {
             Ok(v) => v,
-            Err(e) => return ToolMessage::failure(call, e),
+            Err(e) => return (ToolMessage::failure(call, e), None, 0),
         };
-        match self.execute(tool, call, arguments).await {
-            Ok(output) => success(call, tool, output),
-            Err(e) => ToolMessage::failure(call, e),
+        if tool.review_required {
+            match self.review(tool, call).await {
+                Decision::Approve => {}
+                Decision::Edit { arguments: edited } => arguments = edited,
+                Decision::Reject { reason } => {
+                    let err = ToolError::new(
+                        ErrorKind::Rejected,
+                        format!("a reviewer rejected this call: {reason}"),
+                    );
+                    return (ToolMessage::failure(call, err), None, 0);
+                }
+                Decision::Respond { content } => {
+                    return (ToolMessage::success(call, content, None), None, 0);
+                }
+            }
+        }
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let result = self.execute(tool, call, arguments.clone()).await;
+            match result {
+                Ok(output) => {
+                    let fuel = output.fuel_used;
+                    return (success(call, tool, output), fuel, attempt);
+                }
+                Err(e) if tool.idempotent && attempt < MAX_ATTEMPTS && is_transient(e.kind) => {
+                    tracing::info!(call = %call.id, attempt, "retrying after {}", e.kind);
+                    tokio::time::sleep(BACKOFF * 2u32.pow(attempt - 1)).await;
+                }
+                Err(e) => return (ToolMessage::failure(call, e), None, attempt),
+            }
+        }
+    }
+
+    async fn review(&self, tool: &Tool, call: &ToolCall) -> Decision {
+        match &self.reviewer {
+            Some(r) => r.review(call, &tool.spec).await,
+            None => Decision::Reject {
+                reason: "this tool needs a person to review each call, and no reviewer is \
+                         available here; ask the user to run it with a reviewer"
+                    .into(),
+            },
         }
     }
 
@@ -128,9 +239,7 @@ impl Dispatcher {
         call: &ToolCall,
         arguments: Value,
     ) -> Result<Output, ToolError> {
-        let closed = || ToolError::new(ErrorKind::Unavailable, "warden is shutting down");
-        let _global = self.global.acquire().await.map_err(|_| closed())?;
-        let _own = tool.permits.acquire().await.map_err(|_| closed())?;
+        let _permit = self.gate.admit(tool).await?;
         let invocation = Invocation {
             call_id: call.id.clone(),
             arguments,
@@ -142,9 +251,8 @@ impl Dispatcher {
             Err(_) => Err(ToolError::new(
                 ErrorKind::Timeout,
                 format!(
-                    "the tool did not finish within its time limit of {:?} and was stopped; \
-                     try smaller input or a cheaper request",
-                    deadline
+                    "the tool did not finish within its time limit of {deadline:?} and was \
+                     stopped; try smaller input or a cheaper request"
                 ),
             )
             .with_detail("timeout_ms", deadline.as_millis() as u64)),
@@ -166,6 +274,47 @@ impl Dispatcher {
         )
         .with_detail("valid_names", names)
     }
+
+    fn record(
+        &self,
+        call: &ToolCall,
+        tool: Option<&Tool>,
+        m: &ToolMessage,
+        took: Duration,
+        fuel: Option<u64>,
+        attempts: u32,
+    ) {
+        let Some(log) = &self.log else {
+            return;
+        };
+        let ts = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let mut entry = json!({
+            "ts_ms": ts,
+            "tool": call.name,
+            "call_id": call.id,
+            "outcome": m.error.as_ref().map_or("success", |e| e.kind.as_str()),
+            "duration_ms": took.as_secs_f64() * 1000.0,
+            "attempts": attempts,
+            "fuel": fuel,
+        });
+        if let Some(tool) = tool {
+            entry["executor"] = tool.policy.executor.kind().into();
+            entry["policy"] = tool.policy.path.display().to_string().into();
+            entry["grants"] = tool.policy.grants.describe();
+            entry["limits"] = tool.limits.describe();
+            if let Some(e) = &m.error {
+                entry["message"] = e.message.clone().into();
+            }
+            Secrets::new(tool.policy.grants.secrets()).redact_value(&mut entry);
+        }
+        log.record(&entry);
+    }
+}
+
+fn is_transient(kind: ErrorKind) -> bool {
+    matches!(kind, ErrorKind::Timeout | ErrorKind::Unavailable)
 }
 
 fn parse_arguments(text: &str) -> Result<Value, ToolError> {
@@ -182,8 +331,7 @@ fn parse_arguments(text: &str) -> Result<Value, ToolError> {
 }
 
 fn success(call: &ToolCall, tool: &Tool, output: Output) -> ToolMessage {
-    let cap = tool.limits.output;
-    let content = cap_text(&output.content, cap);
+    let content = cap_text(&output.content, tool.limits.output);
     let mut artifact = serde_json::Map::new();
     if let Some(s) = output.structured {
         artifact.insert("result".into(), s);
@@ -198,14 +346,23 @@ fn success(call: &ToolCall, tool: &Tool, output: Output) -> ToolMessage {
     ToolMessage::success(call, content, artifact)
 }
 
-fn unreachable_message() -> ToolMessage {
-    let call = ToolCall {
-        id: String::new(),
-        name: String::new(),
-        arguments: String::new(),
-    };
+fn redact_message(secrets: &Secrets, m: &mut ToolMessage) {
+    if secrets.is_empty() {
+        return;
+    }
+    m.content = secrets.redact(&m.content);
+    if let Some(e) = &mut m.error {
+        e.message = secrets.redact(&e.message);
+        secrets.redact_value(&mut e.details);
+    }
+    if let Some(a) = &mut m.artifact {
+        secrets.redact_value(a);
+    }
+}
+
+fn internal_message(call: &ToolCall) -> ToolMessage {
     ToolMessage::failure(
-        &call,
+        call,
         ToolError::new(ErrorKind::Internal, "no answer was produced"),
     )
 }

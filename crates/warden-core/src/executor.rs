@@ -32,6 +32,8 @@ pub struct Output {
     /// Captured standard output and error (already capped), when any.
     pub stdout: Option<String>,
     pub stderr: Option<String>,
+    /// Fuel burnt, when the call was metered.
+    pub fuel_used: Option<u64>,
 }
 
 /// Runs one tool's calls, each in a fresh sandbox.

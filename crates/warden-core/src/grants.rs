@@ -15,6 +15,9 @@ pub(crate) struct GrantsSpec {
     env: BTreeMap<String, String>,
     #[serde(default)]
     env_from_host: Vec<Spanned<String>>,
+    /// Names of `env` entries whose values are secret (redacted like host values).
+    #[serde(default)]
+    secret_env: Vec<Spanned<String>>,
     #[serde(default)]
     fs: Vec<Spanned<FsGrantSpec>>,
 }
@@ -50,8 +53,10 @@ pub struct FsGrant {
 pub struct Grants {
     /// Literal variables, exactly as written.
     pub env: BTreeMap<String, String>,
-    /// Variables copied by name from warden's own environment at call time.
+    /// Variables copied by name from warden's own environment at call time (always secret).
     pub env_from_host: Vec<String>,
+    /// Names of literal `env` entries marked secret.
+    pub secret_env: Vec<String>,
     pub fs: Vec<FsGrant>,
 }
 
@@ -85,6 +90,18 @@ impl GrantsSpec {
                 });
             }
             env_from_host.push(name);
+        }
+        let mut secret_env = Vec::new();
+        for name in self.secret_env {
+            let span = name.span();
+            let name = name.into_inner();
+            if !self.env.contains_key(&name) {
+                return Err(GrantError {
+                    span: Some(span),
+                    message: format!("secret_env names `{name}`, which is not in env"),
+                });
+            }
+            secret_env.push(name);
         }
         let mut fs: Vec<FsGrant> = Vec::new();
         for grant in self.fs {
@@ -121,6 +138,7 @@ impl GrantsSpec {
         Ok(Grants {
             env: self.env,
             env_from_host,
+            secret_env,
             fs,
         })
     }
@@ -149,11 +167,38 @@ impl Grants {
         Ok(out)
     }
 
-    /// The grants as JSON, for the audit. Literal env values are shown; host values never are.
+    /// The values to redact from everything a call returns: host variables and secret env.
+    pub fn secrets(&self) -> Vec<(String, String)> {
+        let host = self
+            .env_from_host
+            .iter()
+            .filter_map(|n| std::env::var(n).ok().map(|v| (n.clone(), v)));
+        let literal = self
+            .secret_env
+            .iter()
+            .filter_map(|n| self.env.get(n).map(|v| (n.clone(), v.clone())));
+        host.chain(literal).collect()
+    }
+
+    /// The grants as JSON, for the audit. Literal env values are shown unless marked secret;
+    /// host values never are.
     pub fn describe(&self) -> serde_json::Value {
+        let env: BTreeMap<&String, &str> = self
+            .env
+            .iter()
+            .map(|(k, v)| {
+                let shown = if self.secret_env.contains(k) {
+                    "[secret]"
+                } else {
+                    v.as_str()
+                };
+                (k, shown)
+            })
+            .collect();
         serde_json::json!({
-            "env": self.env,
+            "env": env,
             "env_from_host": self.env_from_host,
+            "secret_env": self.secret_env,
             "fs": self.fs.iter().map(|g| serde_json::json!({
                 "host": g.host.display().to_string(),
                 "guest": g.guest,

@@ -67,6 +67,7 @@ struct FunctionSpec {
     #[serde(default)]
     limits: LimitsSpec,
     review: Option<ReviewSpec>,
+    idempotent: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -74,6 +75,8 @@ struct FunctionSpec {
 struct PolicyFile {
     #[serde(default)]
     prefix: String,
+    #[serde(default)]
+    idempotent: bool,
     executor: ExecutorSpec,
     #[serde(default)]
     grants: GrantsSpec,
@@ -120,6 +123,7 @@ pub struct WasmConfig {
 pub struct FunctionOverride {
     pub limits: LimitsSpec,
     pub review_required: Option<bool>,
+    pub idempotent: Option<bool>,
     pub line: usize,
 }
 
@@ -129,6 +133,8 @@ pub struct Policy {
     /// The file it came from.
     pub path: PathBuf,
     pub prefix: String,
+    /// Calls may be retried after a transient failure (timeout, unavailable).
+    pub idempotent: bool,
     pub executor: ExecutorConfig,
     pub grants: Grants,
     pub limits: LimitsSpec,
@@ -235,6 +241,7 @@ impl Policy {
                 FunctionOverride {
                     limits: spec.limits,
                     review_required: spec.review.map(|r| r.required),
+                    idempotent: spec.idempotent,
                     line,
                 },
             );
@@ -251,6 +258,7 @@ impl Policy {
         Ok(Policy {
             path: path.to_owned(),
             prefix: file.prefix,
+            idempotent: file.idempotent,
             executor,
             grants,
             limits: file.limits,

@@ -47,6 +47,8 @@ pub struct Tool {
     pub policy: Arc<Policy>,
     pub limits: Limits,
     pub review_required: bool,
+    /// Transient failures may be retried.
+    pub idempotent: bool,
     pub executor: Arc<dyn Executor>,
     /// Admission for `limits.concurrency`.
     pub(crate) permits: Arc<Semaphore>,
@@ -143,6 +145,7 @@ impl Toolbox {
             let review_required = over
                 .and_then(|o| o.review_required)
                 .unwrap_or(policy.review_required);
+            let idempotent = over.and_then(|o| o.idempotent).unwrap_or(policy.idempotent);
             let permits = Arc::new(Semaphore::new(limits.concurrency as usize));
             self.tools.insert(
                 spec.name.clone(),
@@ -152,6 +155,7 @@ impl Toolbox {
                     policy: policy.clone(),
                     limits,
                     review_required,
+                    idempotent,
                     executor: tool.executor,
                     permits,
                 },

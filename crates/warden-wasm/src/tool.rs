@@ -92,9 +92,7 @@ impl FunctionTool {
             Some(v) => Some(val_to_json(&v)),
             None => None,
         };
-        if let Some(fuel) = sandbox.fuel_used(&inv.limits) {
-            tracing::debug!(call = %inv.call_id, fuel, "fuel used");
-        }
+        output.fuel_used = sandbox.fuel_used(&inv.limits);
         output.content = match &value {
             None | Some(Value::Null) => "ok".to_owned(),
             Some(Value::String(s)) => s.clone(),
@@ -228,10 +226,10 @@ impl CommandTool {
                 .with_detail("stderr", stderr));
         }
         Ok(Output {
-            content: stdout.clone(),
-            structured: None,
-            stdout: None,
+            content: stdout,
             stderr: Some(stderr),
+            fuel_used: sandbox.fuel_used(&inv.limits),
+            ..Output::default()
         })
     }
 }

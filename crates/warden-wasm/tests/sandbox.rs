@@ -58,7 +58,11 @@ async fn env_grants_are_exactly_what_is_written() {
         got,
         vec![
             ("GREETING".to_owned(), "hello".to_owned()),
-            ("WARDEN_TEST_GRANTED".to_owned(), "from-host".to_owned()),
+            // The guest saw the host's value; the model sees it redacted.
+            (
+                "WARDEN_TEST_GRANTED".to_owned(),
+                "[redacted:WARDEN_TEST_GRANTED]".to_owned()
+            ),
         ]
     );
 }
