@@ -224,3 +224,70 @@ fn audit_shows_grants_limits_and_flags() {
     assert!(text.contains("WARDEN_AUDIT_SECRET"), "{text}");
     assert!(!text.contains(AUDIT_SECRET) && !audit.to_string().contains(AUDIT_SECRET));
 }
+
+#[test]
+fn run_answers_a_model_turn_in_order_in_either_format() {
+    let env = Env::new();
+    env.ok(&["add", path_str(&wasm("trivial"))]);
+    let turn = r#"{"role": "assistant", "content": null, "tool_calls": [
+        {"id": "x1", "type": "function", "function": {"name": "add", "arguments": "{\"a\": 1, \"b\": 2}"}},
+        {"id": "x2", "type": "function", "function": {"name": "ad", "arguments": "{}"}},
+        {"id": "x3", "type": "function", "function": {"name": "add", "arguments": "{\"a\": 5"}},
+        {"id": "x4", "type": "function", "function": {"name": "noop", "arguments": ""}}
+    ]}"#;
+    let file = env.dir.path().join("turn.json");
+    std::fs::write(&file, turn).unwrap();
+    let out = env.warden(&["run", path_str(&file), "--format", "openai"]);
+    assert_eq!(out.status.code(), Some(1), "some calls failed");
+    let messages = json(&String::from_utf8_lossy(&out.stdout));
+    let ids: Vec<&str> = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["tool_call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["x1", "x2", "x3", "x4"]);
+    assert_eq!(messages[0]["content"], "3");
+    assert_eq!(messages[0]["role"], "tool");
+    assert_eq!(messages[1]["error"]["kind"], "unknown_tool");
+    assert_eq!(messages[2]["error"]["kind"], "malformed_arguments");
+    assert_eq!(messages[3]["content"], "ok");
+
+    // A LangChain AIMessage on stdin.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["run", "-"])
+        .env("WARDEN_TOOLBOX", env.toolbox())
+        .env("WARDEN_HOME", env.dir.path().join("home"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"type": "ai", "tool_calls": [{"id": "l1", "name": "add", "args": {"a": 20, "b": 22}}]}"#)
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let messages = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(messages[0]["type"], "tool");
+    assert_eq!(messages[0]["content"], "42");
+
+    let log = std::fs::read_to_string(env.dir.path().join("home/calls.jsonl")).unwrap();
+    assert_eq!(log.lines().count(), 5, "every call is logged: {log}");
+}
+
+#[test]
+fn a_tool_needing_review_is_rejected_without_a_terminal() {
+    let env = Env::new();
+    env.ok(&["add", path_str(&wasm("trivial"))]);
+    let policy = env.toolbox().join("trivial.toml");
+    let text = std::fs::read_to_string(&policy).unwrap();
+    std::fs::write(&policy, format!("{text}\n[review]\nrequired = true\n")).unwrap();
+    let out = env.warden(&["call", "add", r#"{"a": 1, "b": 1}"#]);
+    assert_eq!(out.status.code(), Some(1));
+    let m = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(m["error"]["kind"], "rejected");
+}

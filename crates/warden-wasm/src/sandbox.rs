@@ -131,8 +131,13 @@ impl Sandbox {
             if Instant::now() >= deadline {
                 Ok(UpdateDeadline::Interrupt)
             } else {
-                // Yield so a looping guest never pins a runtime worker thread.
-                Ok(UpdateDeadline::Yield(1))
+                // Yield so a looping guest never pins a runtime worker thread. tokio's
+                // `yield_now` wakes the task only after the timer and I/O drivers ran, so the
+                // deadlines and sleeps of other calls keep their time.
+                Ok(UpdateDeadline::YieldCustom(
+                    1,
+                    Box::pin(tokio::task::yield_now()),
+                ))
             }
         });
         Ok(Sandbox {

@@ -1,0 +1,73 @@
+//! The dispatcher's promises that hold for any executor: here one that panics mid-call.
+
+use serde_json::{Value, json};
+use std::sync::Arc;
+use warden_core::{
+    Backend, BoxFuture, Executor, Invocation, LoadedTool, Output, Policy, PolicyError, ToolCall,
+    ToolError, ToolSpec, Toolbox,
+};
+
+/// Answers `{"n": N}` with N, and panics when N is 13.
+struct Superstitious;
+
+impl Executor for Superstitious {
+    fn execute(&self, inv: Invocation) -> BoxFuture<'_, Result<Output, ToolError>> {
+        Box::pin(async move {
+            let n = inv.arguments["n"].as_i64().unwrap_or_default();
+            assert!(n != 13, "unlucky number");
+            Ok(Output {
+                content: n.to_string(),
+                ..Output::default()
+            })
+        })
+    }
+}
+
+struct TestBackend;
+
+impl Backend for TestBackend {
+    fn kind(&self) -> &'static str {
+        "wasm"
+    }
+
+    fn load(&self, _: &Arc<Policy>) -> Result<Vec<LoadedTool>, PolicyError> {
+        Ok(vec![LoadedTool {
+            function: "count".into(),
+            spec: ToolSpec {
+                name: "count".into(),
+                description: "Counts.".into(),
+                input_schema: json!({"type": "object"}),
+                output_schema: None,
+            },
+            executor: Arc::new(Superstitious),
+        }])
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_executor_fails_only_its_own_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = Policy::parse(
+        &dir.path().join("count.toml"),
+        "[executor]\nkind = \"wasm\"\ncomponent = \"x.wasm\"\n",
+    )
+    .unwrap();
+    let mut toolbox = Toolbox::default();
+    toolbox
+        .add_policy(Arc::new(policy), &[&TestBackend])
+        .unwrap();
+    let d = warden_core::Dispatcher::new(Arc::new(toolbox));
+    let calls: Vec<ToolCall> = [12, 13, 14]
+        .iter()
+        .map(|n| ToolCall::new(format!("c{n}"), "count", &json!({"n": n})))
+        .collect();
+    let messages = d.dispatch(calls).await;
+    let contents: Vec<&str> = messages.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(contents[0], "12");
+    assert_eq!(contents[2], "14");
+    let e = messages[1].error.as_ref().unwrap();
+    assert_eq!(e.kind.as_str(), "internal");
+    assert!(e.message.contains("panicked"));
+    assert_eq!(messages[1].tool_call_id, "c13");
+    let _: Value = messages[1].to_openai();
+}
