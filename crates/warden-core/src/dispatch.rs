@@ -332,9 +332,17 @@ fn parse_arguments(text: &str) -> Result<Value, ToolError> {
 
 fn success(call: &ToolCall, tool: &Tool, output: Output) -> ToolMessage {
     let content = cap_text(&output.content, tool.limits.output);
+    let truncated = content.len() != output.content.len();
     let mut artifact = serde_json::Map::new();
-    if let Some(s) = output.structured {
-        artifact.insert("result".into(), s);
+    match output.structured {
+        // The structured copy would carry everything the cap just cut.
+        Some(_) if truncated => {
+            artifact.insert("truncated".into(), true.into());
+        }
+        Some(s) => {
+            artifact.insert("result".into(), s);
+        }
+        None => {}
     }
     if let Some(s) = output.stdout.filter(|s| !s.is_empty()) {
         artifact.insert("stdout".into(), s.into());

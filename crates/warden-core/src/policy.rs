@@ -191,7 +191,7 @@ impl Policy {
                     }
                 }
                 let wit = ex.wit.map(located).map(|w| Located {
-                    value: base.join(&w.value),
+                    value: lexical(&base.join(&w.value)),
                     line: w.line,
                 });
                 if let Some(w) = &wit
@@ -205,7 +205,7 @@ impl Policy {
                 }
                 ExecutorConfig::Wasm(WasmConfig {
                     component: Located {
-                        value: base.join(&component.value),
+                        value: lexical(&base.join(&component.value)),
                         line: component.line,
                     },
                     sha256,
@@ -268,6 +268,24 @@ impl Policy {
     }
 }
 
+/// `a/b/../c` → `a/c`, without touching the filesystem, so paths read well in the audit.
+fn lexical(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir
+                if matches!(out.components().next_back(), Some(Component::Normal(_))) =>
+            {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,6 +332,15 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.message.contains("timeout"));
+    }
+
+    #[test]
+    fn paths_are_tidied() {
+        assert_eq!(
+            lexical(Path::new("/a/policies/../target/./x.wasm")),
+            PathBuf::from("/a/target/x.wasm")
+        );
+        assert_eq!(lexical(Path::new("../x")), PathBuf::from("../x"));
     }
 
     #[test]

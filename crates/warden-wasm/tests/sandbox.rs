@@ -252,3 +252,36 @@ async fn a_panic_is_a_trap_with_its_message() {
     );
     assert!(m.content.contains("panicked at"), "{}", m.content);
 }
+
+#[tokio::test]
+async fn a_huge_result_is_capped_everywhere() {
+    let bench = Bench::new();
+    let ro = bench.folder("ro");
+    std::fs::write(ro.join("big.txt"), "y".repeat(3 << 20)).unwrap();
+    bench.policy(
+        "hostile.toml",
+        "hostile",
+        &format!(
+            "[grants]\nfs = [{{ host = {:?}, guest = \"/ro\", access = \"read-only\" }}]\n[limits]\noutput = \"64KiB\"",
+            ro.display().to_string()
+        ),
+    );
+    let d = bench.dispatcher();
+    let m = call(&d, "read", json!({"path": "/ro/big.txt"})).await;
+    assert_eq!(kind(&m), "ok", "{}", &m.content[..100]);
+    assert!(
+        m.content.len() < 70 * 1024,
+        "content kept {} bytes",
+        m.content.len()
+    );
+    assert!(m.content.ends_with(&format!(
+        "[warden: output truncated, {} more bytes not shown]",
+        (3 << 20) - (64 << 10)
+    )));
+    let artifact = m.artifact.unwrap();
+    assert!(
+        artifact.get("result").is_none(),
+        "the artifact carried the whole result"
+    );
+    assert_eq!(artifact["truncated"], true);
+}
