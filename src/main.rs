@@ -7,6 +7,7 @@ mod batch;
 mod context;
 mod demo;
 mod review;
+mod serve;
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -92,6 +93,8 @@ enum Command {
     },
     /// Build the example tools and take a short tour.
     Demo,
+    /// Serve the toolbox over MCP: stdio, or streamable HTTP with --http.
+    Serve(serve::ServeArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -152,6 +155,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Audit { json } => audit::audit(&ctx, json),
         Command::Demo => demo::demo(&ctx),
+        Command::Serve(args) => serve::serve(&ctx, args),
     }
 }
 

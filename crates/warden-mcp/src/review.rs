@@ -1,0 +1,171 @@
+//! Review through MCP elicitation: the client that made a call asks its user to approve it.
+
+use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema};
+use rmcp::service::ElicitationMode;
+use rmcp::{Peer, RoleServer};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use warden_core::{BoxFuture, Decision, Reviewer, ToolCall, ToolSpec};
+
+/// Asks the client that sent each call, when it declared the elicitation capability.
+#[derive(Default)]
+pub struct ElicitationReviewer {
+    /// The client of each call in flight that needs review, by `tool_call_id`.
+    asking: Mutex<HashMap<String, Peer<RoleServer>>>,
+}
+
+/// While alive, reviews of the call go to its client.
+pub struct Registration {
+    reviewer: Arc<ElicitationReviewer>,
+    id: String,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut asking = self.reviewer.lock();
+        asking.remove(&self.id);
+    }
+}
+
+impl ElicitationReviewer {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Peer<RoleServer>>> {
+        self.asking.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Routes the review of call `id` to `peer` until the registration is dropped.
+    pub fn register(self: &Arc<Self>, id: &str, peer: Peer<RoleServer>) -> Registration {
+        self.lock().insert(id.to_owned(), peer);
+        Registration {
+            reviewer: self.clone(),
+            id: id.to_owned(),
+        }
+    }
+}
+
+impl Reviewer for ElicitationReviewer {
+    fn review<'a>(&'a self, call: &'a ToolCall, spec: &'a ToolSpec) -> BoxFuture<'a, Decision> {
+        let peer = self.lock().get(&call.id).cloned();
+        Box::pin(async move {
+            let Some(peer) = peer else {
+                return reject(NO_REVIEWER);
+            };
+            if !peer
+                .supported_elicitation_modes()
+                .contains(&ElicitationMode::Form)
+            {
+                return reject(NO_REVIEWER);
+            }
+            let params = match request(call, spec) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::error!("cannot build the review form: {e}");
+                    return reject("warden could not build the review form; this is a bug");
+                }
+            };
+            match peer.create_elicitation(params).await {
+                Ok(answer) => decide(answer.action, answer.content.as_ref()),
+                Err(e) => {
+                    tracing::warn!(call = %call.id, "the review request failed: {e}");
+                    reject("the review request to the client failed, so the call was not run")
+                }
+            }
+        })
+    }
+}
+
+const NO_REVIEWER: &str = "this tool needs a person to review each call, and this MCP client \
+    cannot ask one (it did not declare the elicitation capability); ask the user to run it from \
+    a client that supports elicitation, or with another reviewer";
+
+fn reject(reason: &str) -> Decision {
+    Decision::Reject {
+        reason: reason.to_owned(),
+    }
+}
+
+/// The form a reviewer fills in: approve or reject, and why.
+fn request(call: &ToolCall, spec: &ToolSpec) -> Result<ElicitRequestParams, serde_json::Error> {
+    let schema: rmcp::model::JsonObject = serde_json::from_value(json!({
+        "type": "object",
+        "properties": {
+            "decision": {
+                "type": "string",
+                "title": "Decision",
+                "enum": ["approve", "reject"],
+                "description": "Run the call as written, or refuse it",
+            },
+            "reason": {
+                "type": "string",
+                "title": "Reason",
+                "description": "Why it is rejected; the model reads this",
+            },
+        },
+        "required": ["decision"],
+    }))?;
+    Ok(ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: format!(
+            "The tool `{}` needs your review before it runs.\nArguments: {}",
+            spec.name, call.arguments
+        ),
+        requested_schema: ElicitationSchema::from_json_schema(schema)?,
+    })
+}
+
+fn decide(action: ElicitationAction, content: Option<&Value>) -> Decision {
+    match action {
+        ElicitationAction::Accept => {
+            let field = |k: &str| content.and_then(|c| c.get(k)).and_then(Value::as_str);
+            match field("decision") {
+                Some("approve") => Decision::Approve,
+                _ => reject(
+                    field("reason")
+                        .filter(|r| !r.trim().is_empty())
+                        .unwrap_or("the reviewer gave no reason"),
+                ),
+            }
+        }
+        ElicitationAction::Decline => reject("the reviewer declined the call"),
+        _ => reject("the reviewer dismissed the review without deciding"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decisions() {
+        let approve = json!({"decision": "approve"});
+        assert_eq!(
+            decide(ElicitationAction::Accept, Some(&approve)),
+            Decision::Approve
+        );
+        let no = json!({"decision": "reject", "reason": "not on Fridays"});
+        assert_eq!(
+            decide(ElicitationAction::Accept, Some(&no)),
+            reject("not on Fridays")
+        );
+        assert!(matches!(
+            decide(ElicitationAction::Accept, None),
+            Decision::Reject { .. }
+        ));
+        assert!(matches!(
+            decide(ElicitationAction::Decline, None),
+            Decision::Reject { .. }
+        ));
+    }
+
+    #[test]
+    fn the_form_is_a_valid_elicitation_schema() {
+        let call = ToolCall::new("c", "t", &json!({"a": 1}));
+        let spec = ToolSpec {
+            name: "t".into(),
+            description: String::new(),
+            input_schema: json!({"type": "object"}),
+            output_schema: None,
+        };
+        assert!(request(&call, &spec).is_ok());
+    }
+}

@@ -1,0 +1,178 @@
+//! What every session shares: the toolbox in force, its dispatcher, the clients to tell
+//! when it changes.
+
+use crate::convert;
+use crate::review::ElicitationReviewer;
+use rmcp::{Peer, RoleServer};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use warden_core::{Admission, CallLog, Dispatcher, ToolCall, Toolbox, ToolboxError};
+
+/// Loads the toolbox afresh: once before serving, and again whenever its policies change.
+pub type Loader = Arc<dyn Fn() -> Result<Toolbox, ToolboxError> + Send + Sync>;
+
+/// How the server runs calls.
+#[derive(Clone)]
+pub struct Options {
+    /// Admission for all sessions together: global concurrency, memory budget, run limits.
+    pub admission: Admission,
+    /// Where every call is recorded.
+    pub call_log: Option<Arc<CallLog>>,
+    /// The toolbox folder whose `*.toml` files are watched; `None` never reloads.
+    pub watch: Option<PathBuf>,
+    /// How often the policy files are looked at.
+    pub poll_interval: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            admission: Admission::default(),
+            call_log: None,
+            watch: None,
+            poll_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// The toolbox in force, with what `tools/list` shows of it.
+pub(crate) struct Snapshot {
+    pub dispatcher: Dispatcher,
+    pub tools: Vec<rmcp::model::Tool>,
+}
+
+/// An MCP server over a toolbox. Cheap to clone: clones share everything.
+#[derive(Clone)]
+pub struct Server {
+    pub(crate) shared: Arc<Shared>,
+}
+
+pub(crate) struct Shared {
+    current: RwLock<Arc<Snapshot>>,
+    pub loader: Loader,
+    pub options: Options,
+    pub reviewer: Arc<ElicitationReviewer>,
+    peers: Mutex<Vec<Peer<RoleServer>>>,
+    next_call: AtomicU64,
+}
+
+impl Server {
+    /// Loads the toolbox now, so that the very first request is answered from it.
+    pub fn new(loader: Loader, options: Options) -> Result<Server, crate::Error> {
+        let toolbox = loader()?;
+        let reviewer = Arc::new(ElicitationReviewer::default());
+        let snapshot = snapshot(toolbox, &options, &reviewer);
+        Ok(Server {
+            shared: Arc::new(Shared {
+                current: RwLock::new(Arc::new(snapshot)),
+                loader,
+                options,
+                reviewer,
+                peers: Mutex::default(),
+                next_call: AtomicU64::new(1),
+            }),
+        })
+    }
+
+    /// The names of the tools in force.
+    pub fn tool_names(&self) -> Vec<String> {
+        let snapshot = self.shared.snapshot();
+        snapshot.tools.iter().map(|t| t.name.to_string()).collect()
+    }
+}
+
+fn snapshot(toolbox: Toolbox, options: &Options, reviewer: &Arc<ElicitationReviewer>) -> Snapshot {
+    let tools = toolbox.tools().map(convert::tool).collect();
+    let mut dispatcher =
+        Dispatcher::with_admission(Arc::new(toolbox), options.admission).reviewer(reviewer.clone());
+    if let Some(log) = &options.call_log {
+        dispatcher = dispatcher.call_log(log.clone());
+    }
+    Snapshot { dispatcher, tools }
+}
+
+impl Shared {
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// A `tool_call_id` unique in this process (JSON-RPC ids repeat across sessions).
+    pub fn next_call_id(&self) -> String {
+        format!("mcp-{}", self.next_call.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Remembers a client to tell when the tool list changes.
+    pub fn add_peer(&self, peer: Peer<RoleServer>) {
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        peers.retain(|p| !p.is_transport_closed());
+        peers.push(peer);
+    }
+
+    /// Loads the toolbox again; on success it replaces the one in force (calls already running
+    /// finish on the old one) and clients hear of it when the list changed. On failure the old
+    /// toolbox stays.
+    pub async fn reload(&self) {
+        let loader = self.loader.clone();
+        let toolbox = match tokio::task::spawn_blocking(move || loader()).await {
+            Ok(Ok(toolbox)) => toolbox,
+            Ok(Err(e)) => {
+                tracing::error!(
+                    "the policies changed but do not load, so the previous toolbox stays in force: {e}"
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::error!("reloading the toolbox failed: {e}");
+                return;
+            }
+        };
+        let next = Arc::new(snapshot(toolbox, &self.options, &self.reviewer));
+        let changed = {
+            let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
+            let changed = current.tools != next.tools;
+            *current = next;
+            changed
+        };
+        tracing::info!(changed, "reloaded the toolbox");
+        if changed {
+            self.notify_list_changed().await;
+        }
+    }
+
+    async fn notify_list_changed(&self) {
+        let peers: Vec<Peer<RoleServer>> = {
+            let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+            peers.retain(|p| !p.is_transport_closed());
+            peers.clone()
+        };
+        for peer in peers {
+            if let Err(e) = peer.notify_tool_list_changed().await {
+                tracing::debug!("cannot tell a client that the tools changed: {e}");
+            }
+        }
+    }
+
+    /// A call dropped before it answered (the client cancelled it or went away) never reaches
+    /// the dispatcher's log; record it here.
+    pub fn log_cancelled(&self, call: &ToolCall, took: Duration) {
+        let Some(log) = &self.options.call_log else {
+            return;
+        };
+        let ts = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        log.record(&serde_json::json!({
+            "ts_ms": ts,
+            "tool": call.name,
+            "call_id": call.id,
+            "outcome": "cancelled",
+            "duration_ms": took.as_secs_f64() * 1000.0,
+            "message": "cancelled: the MCP client cancelled the call or went away; its sandbox was stopped",
+        }));
+    }
+}

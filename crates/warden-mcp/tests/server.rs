@@ -1,0 +1,217 @@
+//! The server end to end over an in-memory pipe, with a fake backend (no WebAssembly): result
+//! shapes (objects, wrapped scalars, results cut by the output limit), and a cancelled call's
+//! sandbox being dropped.
+
+use serde_json::{Value, json};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines, WriteHalf};
+use warden_core::{
+    Backend, BoxFuture, Executor, Invocation, LoadedTool, Output, Policy, PolicyError, Protected,
+    ToolError, ToolSpec, Toolbox,
+};
+use warden_mcp::{Loader, Options, Server};
+
+/// Set when a `nap` call's future is dropped, as a sandbox is freed.
+static NAP_DROPPED: AtomicBool = AtomicBool::new(false);
+
+struct Answer(Value);
+
+impl Executor for Answer {
+    fn execute(&self, _: Invocation) -> BoxFuture<'_, Result<Output, ToolError>> {
+        let value = self.0.clone();
+        Box::pin(async move {
+            Ok(Output {
+                content: value.to_string(),
+                structured: Some(value),
+                ..Output::default()
+            })
+        })
+    }
+}
+
+struct Nap;
+
+struct OnDrop;
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        NAP_DROPPED.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Executor for Nap {
+    fn execute(&self, _: Invocation) -> BoxFuture<'_, Result<Output, ToolError>> {
+        Box::pin(async move {
+            let _guard = OnDrop;
+            tokio::time::sleep(Duration::from_secs(600)).await;
+            Ok(Output::default())
+        })
+    }
+}
+
+struct Fake;
+
+fn loaded(name: &str, output: Option<Value>, executor: Arc<dyn Executor>) -> LoadedTool {
+    LoadedTool {
+        function: name.into(),
+        spec: ToolSpec {
+            name: name.into(),
+            description: format!("the fake {name}"),
+            input_schema: json!({"type": "object", "properties": {}}),
+            output_schema: output,
+        },
+        executor,
+    }
+}
+
+impl Backend for Fake {
+    fn kind(&self) -> &'static str {
+        "wasm"
+    }
+
+    fn load(&self, _: &Arc<Policy>) -> Result<Vec<LoadedTool>, PolicyError> {
+        let point = json!({"type": "object", "properties": {"x": {"type": "integer"}}});
+        Ok(vec![
+            loaded("point", Some(point), Arc::new(Answer(json!({"x": 1})))),
+            loaded(
+                "count",
+                Some(json!({"type": "integer"})),
+                Arc::new(Answer(json!(7))),
+            ),
+            loaded("nap", None, Arc::new(Nap)),
+            loaded(
+                "big",
+                Some(json!({"type": "string"})),
+                Arc::new(Answer(json!("y".repeat(200)))),
+            ),
+        ])
+    }
+}
+
+fn server(dir: &Path) -> Server {
+    std::fs::write(
+        dir.join("fake.toml"),
+        "[executor]\nkind = \"wasm\"\ncomponent = \"fake.wasm\"\n[limits]\noutput = \"100B\"\n",
+    )
+    .unwrap();
+    let dir = dir.to_owned();
+    let loader: Loader = Arc::new(move || Toolbox::load(&dir, &[&Fake], &[] as &[Protected]));
+    Server::new(loader, Options::default()).unwrap()
+}
+
+struct Client {
+    write: WriteHalf<DuplexStream>,
+    lines: Lines<BufReader<tokio::io::ReadHalf<DuplexStream>>>,
+}
+
+impl Client {
+    async fn start(server: Server) -> Client {
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        let (read, write) = tokio::io::split(theirs);
+        tokio::spawn(server.serve_io(read, write));
+        let (read, write) = tokio::io::split(ours);
+        let mut client = Client {
+            write,
+            lines: BufReader::new(read).lines(),
+        };
+        let init = json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                          "clientInfo": {"name": "test", "version": "0"}});
+        client.request(0, "initialize", init).await;
+        client
+            .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        client
+    }
+
+    async fn send(&mut self, message: Value) {
+        let mut line = message.to_string().into_bytes();
+        line.push(b'\n');
+        self.write.write_all(&line).await.unwrap();
+    }
+
+    async fn request(&mut self, id: i64, method: &str, params: Value) -> Value {
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send(message).await;
+        loop {
+            let line = tokio::time::timeout(Duration::from_secs(30), self.lines.next_line())
+                .await
+                .expect("an answer in time")
+                .unwrap()
+                .expect("the server is still there");
+            let answer: Value = serde_json::from_str(&line).unwrap();
+            if answer["id"] == id {
+                return answer;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn object_results_are_structured_as_they_are_scalars_are_wrapped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut client = Client::start(server(dir.path())).await;
+    let listed = client.request(1, "tools/list", json!({})).await;
+    let tools = listed["result"]["tools"].as_array().unwrap();
+    let point = tools.iter().find(|t| t["name"] == "point").unwrap();
+    assert_eq!(point["outputSchema"]["properties"]["x"]["type"], "integer");
+    assert!(
+        point["outputSchema"].get("required").is_none(),
+        "not wrapped"
+    );
+    let count = tools.iter().find(|t| t["name"] == "count").unwrap();
+    assert_eq!(count["outputSchema"]["required"], json!(["result"]));
+
+    let p = client
+        .request(2, "tools/call", json!({"name": "point"}))
+        .await;
+    assert_eq!(p["result"]["structuredContent"], json!({"x": 1}));
+    let c = client
+        .request(3, "tools/call", json!({"name": "count"}))
+        .await;
+    assert_eq!(c["result"]["structuredContent"], json!({"result": 7}));
+    assert_eq!(c["result"]["content"][0]["text"], "7");
+
+    // Cut by the output limit: no structured result to give, so an error with the cut text.
+    let big = client
+        .request(4, "tools/call", json!({"name": "big"}))
+        .await;
+    assert_eq!(big["result"]["isError"], true);
+    assert_eq!(
+        big["result"]["_meta"]["warden/error"]["kind"],
+        "limit_exceeded"
+    );
+    assert!(big["result"].get("structuredContent").is_none());
+    let text = big["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("output truncated"), "{text}");
+}
+
+#[tokio::test]
+async fn a_cancelled_call_drops_its_sandbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut client = Client::start(server(dir.path())).await;
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                      "params": {"name": "nap"}});
+    client.send(call).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!NAP_DROPPED.load(Ordering::SeqCst), "the nap is running");
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                        "params": {"requestId": 9, "reason": "changed my mind"}});
+    client.send(cancel).await;
+    for _ in 0..100 {
+        if NAP_DROPPED.load(Ordering::SeqCst) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        NAP_DROPPED.load(Ordering::SeqCst),
+        "the call's future was dropped"
+    );
+    // The server still answers.
+    let after = client
+        .request(10, "tools/call", json!({"name": "count"}))
+        .await;
+    assert_eq!(after["result"]["structuredContent"], json!({"result": 7}));
+}

@@ -1,0 +1,72 @@
+//! `warden serve`: the toolbox as an MCP server, over stdio or streamable HTTP.
+
+use crate::context::{self, Context};
+use anyhow::{Context as _, Result};
+use clap::Args;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use warden_core::{Admission, CallLog, Toolbox};
+use warden_mcp::{HttpOptions, HttpServer, Loader, Options, Server};
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Serve streamable HTTP on this address (for example 127.0.0.1:8080; port 0 picks a free
+    /// one) instead of stdio. The endpoint is /mcp.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
+    /// The bearer token HTTP clients must send [default: a random one, printed on stderr].
+    #[arg(long, env = "WARDEN_MCP_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Also accept requests from this browser Origin (`scheme://host:port`; repeatable).
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    allow_origins: Vec<String>,
+    /// Listen on an address that is not loopback.
+    #[arg(long)]
+    allow_remote: bool,
+}
+
+pub fn serve(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
+    // The dispatcher is built here rather than by `Context::dispatcher`: over stdio a terminal
+    // reviewer would read the MCP channel, and a reload needs a dispatcher per toolbox.
+    let backend = ctx.backend();
+    let protected = ctx.protected();
+    let dir = ctx.toolbox.clone();
+    let loader: Loader = Arc::new(move || Toolbox::load(&dir, &[&backend], &protected));
+    let log = CallLog::open(&ctx.call_log)
+        .with_context(|| format!("opening the call log {}", ctx.call_log.display()))?;
+    let options = Options {
+        admission: Admission::default(),
+        call_log: Some(Arc::new(log)),
+        watch: Some(ctx.toolbox.clone()),
+        ..Options::default()
+    };
+    let server = Server::new(loader, options)
+        .with_context(|| format!("loading the toolbox {}", ctx.toolbox.display()))?;
+    let runtime = context::runtime()?;
+    match args.http {
+        None => runtime.block_on(server.serve_stdio())?,
+        Some(addr) => runtime.block_on(serve_http(server, addr, args))?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn serve_http(server: Server, addr: SocketAddr, args: ServeArgs) -> Result<()> {
+    let (token, generated) = match args.token {
+        Some(t) => (t, false),
+        None => (warden_mcp::generate_token()?, true),
+    };
+    let http = HttpServer::bind(HttpOptions {
+        addr,
+        token: token.clone(),
+        allow_origins: args.allow_origins,
+        allow_remote: args.allow_remote,
+    })
+    .await?;
+    eprintln!("warden: serving MCP over streamable HTTP at {}", http.url());
+    if generated {
+        eprintln!("warden: bearer token: {token}");
+    }
+    http.run(server).await?;
+    Ok(())
+}
