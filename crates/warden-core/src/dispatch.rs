@@ -9,8 +9,10 @@ use crate::message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage};
 use crate::redact::Secrets;
 use crate::review::{Decision, Reviewer};
 use crate::toolbox::{Tool, Toolbox};
+use futures::FutureExt;
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::task::JoinSet;
@@ -70,12 +72,23 @@ impl Dispatcher {
         &self.toolbox
     }
 
-    /// Runs one call.
+    /// Runs one call, in the caller's task: handing a lone call to another worker thread and
+    /// back costs more than the sandbox itself. A panic is still caught and answered.
     pub async fn call(&self, call: ToolCall) -> ToolMessage {
-        let mut messages = self.dispatch(vec![call]).await;
-        messages
-            .pop()
-            .unwrap_or_else(|| internal_message(&ToolCall::new("", "", &Value::Null)))
+        if self.toolbox.get(&call.name).is_some()
+            && let Err(e) = self.gate.count(&call.name)
+        {
+            let message = ToolMessage::failure(&call, e);
+            self.record(&call, None, &message, Duration::ZERO, None, 0);
+            return message;
+        }
+        match AssertUnwindSafe(self.run(&call)).catch_unwind().await {
+            Ok(message) => message,
+            Err(_) => {
+                tracing::error!(call = %call.id, "the executor panicked");
+                ToolMessage::failure(&call, panicked())
+            }
+        }
     }
 
     /// Runs a batch concurrently and answers in the order of `calls`, whatever happens to each.
@@ -131,12 +144,7 @@ impl Dispatcher {
                         continue;
                     }
                     tracing::error!(call = %calls[i].id, "the executor panicked: {e}");
-                    let err = ToolError::new(
-                        ErrorKind::Internal,
-                        "the executor panicked while running this call; it is a bug in warden, \
-                         not in your call",
-                    );
-                    (i, ToolMessage::failure(&calls[i], err))
+                    (i, ToolMessage::failure(&calls[i], panicked()))
                 }
             };
             if message.status == Status::Error && failed.is_none() {
@@ -311,6 +319,13 @@ impl Dispatcher {
         }
         log.record(&entry);
     }
+}
+
+fn panicked() -> ToolError {
+    ToolError::new(
+        ErrorKind::Internal,
+        "the executor panicked while running this call; it is a bug in warden, not in your call",
+    )
 }
 
 fn is_transient(kind: ErrorKind) -> bool {

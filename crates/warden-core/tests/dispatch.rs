@@ -70,4 +70,14 @@ async fn a_panicking_executor_fails_only_its_own_call() {
     assert!(e.message.contains("panicked"));
     assert_eq!(messages[1].tool_call_id, "c13");
     let _: Value = messages[1].to_openai();
+
+    // A lone call runs in the caller's task; its panic is caught all the same.
+    let alone = d
+        .call(ToolCall::new("solo", "count", &json!({"n": 13})))
+        .await;
+    assert_eq!(alone.error.unwrap().kind.as_str(), "internal");
+    let next = d
+        .call(ToolCall::new("after", "count", &json!({"n": 1})))
+        .await;
+    assert_eq!(next.content, "1");
 }

@@ -203,7 +203,10 @@ async fn raw_call(s: &RawSetup) -> i32 {
             if Instant::now() >= deadline {
                 Ok(UpdateDeadline::Interrupt)
             } else {
-                Ok(UpdateDeadline::Yield(1))
+                Ok(UpdateDeadline::YieldCustom(
+                    1,
+                    Box::pin(tokio::task::yield_now()),
+                ))
             }
         });
     }
@@ -212,7 +215,7 @@ async fn raw_call(s: &RawSetup) -> i32 {
         .instantiate_async(&mut store)
         .await
         .expect("instantiates");
-    let func = instance.get_func(&mut store, &s.add).expect("add");
+    let func = instance.get_func(&mut store, s.add).expect("add");
     let mut results = [Val::S32(0)];
     func.call_async(&mut store, &[Val::S32(1), Val::S32(2)], &mut results)
         .await

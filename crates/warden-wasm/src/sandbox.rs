@@ -149,8 +149,10 @@ impl Sandbox {
 
     /// Fuel burnt so far, when the call is metered.
     pub fn fuel_used(&self, limits: &Limits) -> Option<u64> {
+        // Asking an unmetered store builds an error (and a backtrace): check the limit first.
+        let fuel = limits.fuel?;
         let left = self.store.get_fuel().ok()?;
-        limits.fuel.map(|f| f.saturating_sub(left))
+        Some(fuel.saturating_sub(left))
     }
 
     /// Explains why the guest stopped, for the model first and for people in the details.
