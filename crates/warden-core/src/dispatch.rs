@@ -186,7 +186,14 @@ impl Dispatcher {
         let start = Instant::now();
         let (mut message, fuel, attempts) = self.answer(tool, call).await;
         redact_message(&secrets, &mut message);
-        self.record(call, Some(tool), &message, start.elapsed(), fuel, attempts);
+        self.record(
+            call,
+            Some((tool, &secrets)),
+            &message,
+            start.elapsed(),
+            fuel,
+            attempts,
+        );
         message
     }
 
@@ -286,7 +293,7 @@ impl Dispatcher {
     fn record(
         &self,
         call: &ToolCall,
-        tool: Option<&Tool>,
+        tool: Option<(&Tool, &Secrets)>,
         m: &ToolMessage,
         took: Duration,
         fuel: Option<u64>,
@@ -307,7 +314,7 @@ impl Dispatcher {
             "attempts": attempts,
             "fuel": fuel,
         });
-        if let Some(tool) = tool {
+        if let Some((tool, secrets)) = tool {
             entry["executor"] = tool.policy.executor.kind().into();
             entry["policy"] = tool.policy.path.display().to_string().into();
             entry["grants"] = tool.policy.grants.describe();
@@ -315,7 +322,7 @@ impl Dispatcher {
             if let Some(e) = &m.error {
                 entry["message"] = e.message.clone().into();
             }
-            Secrets::new(tool.policy.grants.secrets()).redact_value(&mut entry);
+            secrets.redact_value(&mut entry);
         }
         log.record(&entry);
     }
