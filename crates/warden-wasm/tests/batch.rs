@@ -24,6 +24,43 @@ fn mixed_bench(hostile_limits: &str) -> Bench {
     bench
 }
 
+/// A dispatcher that writes its call log into the bench, and where.
+fn logged(bench: &Bench) -> (Dispatcher, std::path::PathBuf) {
+    let path = bench.dir.path().join("calls.jsonl");
+    let d = bench
+        .dispatcher()
+        .call_log(Arc::new(CallLog::open(&path).unwrap()));
+    (d, path)
+}
+
+/// The hostile fixture with a read-write `/slots` folder shared by its instances.
+fn slots_bench(limits: &str) -> Bench {
+    let bench = Bench::new();
+    let shared = bench.folder("slots");
+    bench.policy(
+        "hostile.toml",
+        "hostile",
+        &format!(
+            "[grants]\nfs = [{{ host = {:?}, guest = \"/slots\", access = \"read-write\" }}]\n[limits]\n{limits}",
+            shared.display().to_string()
+        ),
+    );
+    bench
+}
+
+/// `n` calls that each hold a slot in `/slots` for 200 ms and report how many they saw.
+fn occupy_calls(n: usize) -> Vec<ToolCall> {
+    (0..n)
+        .map(|i| {
+            call(
+                &format!("c{i}"),
+                "occupy",
+                json!({"dir": "/slots", "id": format!("s{i}"), "ms": 200}),
+            )
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_calls_with_five_failures_answer_all_in_order() {
     let bench = mixed_bench("[limits]\ntimeout = \"3s\"\nmemory = \"64MiB\"");
@@ -79,10 +116,7 @@ async fn a_granted_secret_never_reaches_the_model_or_the_log() {
         "hostile",
         "[grants]\nenv_from_host = [\"WARDEN_TEST_TOKEN\"]\nenv = { PIN = \"pin-5521-xyz\" }\nsecret_env = [\"PIN\"]",
     );
-    let log_path = bench.dir.path().join("calls.jsonl");
-    let d = bench
-        .dispatcher()
-        .call_log(Arc::new(CallLog::open(&log_path).unwrap()));
+    let (d, log_path) = logged(&bench);
     let batch = vec![
         call("a", "echo-env", json!({"name": "WARDEN_TEST_TOKEN"})),
         call("b", "env", json!({})),
@@ -122,26 +156,9 @@ async fn a_granted_secret_never_reaches_the_model_or_the_log() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrency_limits_hold() {
-    let bench = Bench::new();
-    let shared = bench.folder("slots");
-    bench.policy(
-        "hostile.toml",
-        "hostile",
-        &format!(
-            "[grants]\nfs = [{{ host = {:?}, guest = \"/slots\", access = \"read-write\" }}]\n[limits]\nconcurrency = 3",
-            shared.display().to_string()
-        ),
-    );
+    let bench = slots_bench("concurrency = 3");
     let d = bench.dispatcher();
-    let calls = (0..12)
-        .map(|i| {
-            call(
-                &format!("c{i}"),
-                "occupy",
-                json!({"dir": "/slots", "id": format!("s{i}"), "ms": 200}),
-            )
-        })
-        .collect();
+    let calls = occupy_calls(12);
     let messages = d.dispatch(calls).await;
     let seen: Vec<u64> = messages
         .iter()
@@ -159,30 +176,13 @@ async fn concurrency_limits_hold() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_memory_budget_makes_calls_wait_for_room() {
-    let bench = Bench::new();
-    let shared = bench.folder("slots");
-    bench.policy(
-        "hostile.toml",
-        "hostile",
-        &format!(
-            "[grants]\nfs = [{{ host = {:?}, guest = \"/slots\", access = \"read-write\" }}]\n[limits]\nmemory = \"40MiB\"",
-            shared.display().to_string()
-        ),
-    );
+    let bench = slots_bench("memory = \"40MiB\"");
     let admission = Admission {
         memory_budget: 100 << 20,
         ..Admission::default()
     };
     let d = Dispatcher::with_admission(Arc::new(bench.load().unwrap()), admission);
-    let calls = (0..8)
-        .map(|i| {
-            call(
-                &format!("c{i}"),
-                "occupy",
-                json!({"dir": "/slots", "id": format!("s{i}"), "ms": 200}),
-            )
-        })
-        .collect();
+    let calls = occupy_calls(8);
     let seen: Vec<u64> = d
         .dispatch(calls)
         .await
@@ -259,10 +259,7 @@ async fn only_idempotent_tools_are_retried_and_only_when_transient() {
         "hostile",
         "[limits]\ntimeout = \"200ms\"\n[functions.sleep]\nidempotent = true\n[functions.fail]\nidempotent = true",
     );
-    let log_path = bench.dir.path().join("calls.jsonl");
-    let d = bench
-        .dispatcher()
-        .call_log(Arc::new(CallLog::open(&log_path).unwrap()));
+    let (d, log_path) = logged(&bench);
     d.dispatch(vec![
         call("slow", "sleep", json!({"ms": 10_000})),
         call("bad", "sleep", json!({"ms": "soon"})),
