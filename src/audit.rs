@@ -4,7 +4,7 @@ use crate::context::Context;
 use anyhow::Result;
 use serde_json::{Value, json};
 use std::process::ExitCode;
-use warden_core::{Access, ExecutorConfig, Policy, Toolbox};
+use warden_core::{Access, ExecutorConfig, HostPattern, Policy, Toolbox};
 
 /// One thing a reviewer should look at.
 fn flags(policy: &Policy) -> Vec<String> {
@@ -26,6 +26,18 @@ fn flags(policy: &Policy) -> Vec<String> {
         out.push(format!(
             "env from the host: {name} (its value is never shown)"
         ));
+    }
+    let net = &policy.grants.net;
+    for g in net.hosts.iter().filter(|g| g.is_wide()) {
+        let what = if matches!(g.pattern, HostPattern::Any) {
+            "any public host"
+        } else {
+            "a whole address range"
+        };
+        out.push(format!("wide network grant: {g} ({what})"));
+    }
+    if net.dns {
+        out.push("guest DNS lookups on: a lookup can itself carry data out".into());
     }
     if policy.limits.timeout.is_none() {
         out.push("no timeout written: the default applies".into());
@@ -58,7 +70,6 @@ fn describe(toolbox: &Toolbox) -> Value {
                     "sha256": cfg.sha256.as_ref().map(|s| s.value.clone()),
                 },
                 "grants": p.grants.describe(),
-                "network": "none",
                 "tools": tools,
                 "flags": flags(p),
             })
@@ -121,7 +132,7 @@ pub fn audit(ctx: &Context, json: bool) -> Result<ExitCode> {
                     .collect())
                 .unwrap_or_default())
         );
-        println!("  network   none");
+        println!("  network   {}", network_line(&g["net"]));
         for t in p["tools"].as_array().into_iter().flatten() {
             let l = &t["limits"];
             println!(
@@ -145,6 +156,27 @@ pub fn audit(ctx: &Context, json: bool) -> Result<ExitCode> {
         println!();
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Hosts, the DNS switch, and injected credentials by name (values never).
+fn network_line(net: &Value) -> String {
+    let mut parts = strings(&net["hosts"]);
+    if net["dns"] == true {
+        parts.push("guest DNS lookups".into());
+    }
+    for c in net["credentials"].as_array().into_iter().flatten() {
+        parts.push(format!(
+            "{} header for {} from ${}",
+            c["header"].as_str().unwrap_or_default(),
+            c["host"].as_str().unwrap_or_default(),
+            c["from_host"].as_str().unwrap_or_default()
+        ));
+    }
+    if parts.is_empty() {
+        "none".into()
+    } else {
+        parts.join(", ")
+    }
 }
 
 fn strings(v: &Value) -> Vec<String> {

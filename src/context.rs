@@ -5,13 +5,15 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use warden_core::{Admission, CallLog, Dispatcher, Protected, RunLimits, Toolbox};
-use warden_wasm::{Artifacts, WasmBackend};
+use warden_wasm::{Artifacts, Resolver, WasmBackend};
 
 /// The folders a command works with.
 pub struct Context {
     pub toolbox: PathBuf,
     pub artifacts: Artifacts,
     pub call_log: PathBuf,
+    /// How tools' HTTP hosts resolve.
+    pub resolver: Resolver,
 }
 
 impl Context {
@@ -33,7 +35,14 @@ impl Context {
                 store: home.join("store"),
                 cache,
             },
+            resolver: Resolver::default(),
         })
+    }
+
+    /// Resolves tools' HTTP hosts with `resolver`.
+    pub fn resolver(mut self, resolver: Resolver) -> Self {
+        self.resolver = resolver;
+        self
     }
 
     /// warden's own places, which no grant may reach.
@@ -67,7 +76,9 @@ impl Context {
                 );
             }
         });
-        WasmBackend::new(self.artifacts.clone()).on_compile(hook)
+        WasmBackend::new(self.artifacts.clone())
+            .on_compile(hook)
+            .resolver(self.resolver.clone())
     }
 
     /// Loads the toolbox; any policy that cannot be honoured is an error.

@@ -3,13 +3,33 @@
 use crate::context::{self, Context};
 use anyhow::{Context as _, Result, bail};
 use serde_json::json;
+use std::io::{Read, Write};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::Arc;
 use warden_core::{Dispatcher, Policy, ToolCall, ToolMessage, Toolbox};
+use warden_wasm::Resolver;
 
 /// The source tree this binary was built from: the demo builds its examples there.
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// The fetch tool again, granted the demo's own server on loopback (which the shipped policy
+/// does not grant), under a name that `--resolve`-style overrides pin to it.
+fn local_fetch(port: u16) -> String {
+    format!(
+        r#"
+prefix = "local-"
+[executor]
+kind = "wasm"
+component = "../target/wasm32-wasip2/release/fetch.wasm"
+[grants]
+net = ["docs.example.test:{port}", "127.0.0.1:{port}"]
+[limits]
+timeout = "5s"
+"#
+    )
+}
 
 /// A misbehaving tool for the tour, with a short deadline so the timeout shows quickly.
 const HOSTILE: &str = r#"
@@ -53,15 +73,19 @@ pub fn demo(ctx: &Context) -> Result<ExitCode> {
     let root = PathBuf::from(ROOT);
     build_examples(&root)?;
     let policies = root.join("policies");
+    let port = serve_page()?;
     let ctx = Context {
         toolbox: policies.clone(),
         artifacts: ctx.artifacts.clone(),
         call_log: ctx.call_log.clone(),
+        resolver: Resolver::with_overrides(["docs.example.test:127.0.0.1"])?,
     };
     let mut toolbox: Toolbox = ctx.load()?;
     let backend = ctx.backend();
     let hostile = Policy::parse(&policies.join("demo-hostile.toml"), HOSTILE)?;
     toolbox.add_policy(Arc::new(hostile), &[&backend])?;
+    let fetch = Policy::parse(&policies.join("demo-fetch.toml"), &local_fetch(port))?;
+    toolbox.add_policy(Arc::new(fetch), &[&backend])?;
     let dispatcher = Dispatcher::new(Arc::new(toolbox));
     let runtime = context::runtime()?;
 
@@ -107,6 +131,21 @@ pub fn demo(ctx: &Context) -> Result<ExitCode> {
             json!({"quantity": {"value": "five", "unit": "yard"}}),
         ),
         ("An endless loop meets its 1 s deadline", "spin", json!({})),
+        (
+            "A network tool reaches a host its policy grants",
+            "local-fetch",
+            json!({"url": format!("http://docs.example.test:{port}/hello")}),
+        ),
+        (
+            "The same tool, another port on the same machine: denied before any connection",
+            "local-fetch",
+            json!({"url": format!("http://127.0.0.1:{}/", port.wrapping_add(1))}),
+        ),
+        (
+            "The shipped fetch policy: the cloud metadata address is not a granted host",
+            "fetch",
+            json!({"url": "http://169.254.169.254/latest/meta-data/"}),
+        ),
     ];
     let calls: Vec<ToolCall> = steps
         .iter()
@@ -121,6 +160,26 @@ pub fn demo(ctx: &Context) -> Result<ExitCode> {
     }
     println!("== The audit: what each tool may touch\n");
     crate::audit::audit(&ctx, false)
+}
+
+/// A one-page web server on 127.0.0.1 for the fetch steps; it lives as long as the demo.
+fn serve_page() -> Result<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0").context("starting the demo's web server")?;
+    let port = listener.local_addr()?.port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut head = [0u8; 4096];
+            let _ = stream.read(&mut head);
+            let body = "Hello from a host the policy grants.\n";
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    Ok(port)
 }
 
 fn show(message: &ToolMessage) {

@@ -42,6 +42,16 @@ struct Cli {
     /// The call log, one JSON line per call [default: HOME/calls.jsonl].
     #[arg(long, global = true, env = "WARDEN_CALL_LOG")]
     call_log: Option<PathBuf>,
+    /// Pin a host name to addresses for tools' HTTP requests, like curl's --resolve:
+    /// NAME:ADDRESS[,ADDRESS…]. Repeatable; WARDEN_RESOLVE takes a space-separated list.
+    #[arg(
+        long = "resolve",
+        global = true,
+        env = "WARDEN_RESOLVE",
+        value_delimiter = ' ',
+        value_name = "NAME:ADDR"
+    )]
+    resolve: Vec<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -130,7 +140,8 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
-    let ctx = Context::new(cli.toolbox, cli.home, cli.cache, cli.call_log)?;
+    let resolver = warden_wasm::Resolver::with_overrides(&cli.resolve)?;
+    let ctx = Context::new(cli.toolbox, cli.home, cli.cache, cli.call_log)?.resolver(resolver);
     match cli.command {
         Command::Add(args) => add::add(&ctx, args),
         Command::Pin { targets } => add::pin(&ctx, &targets),

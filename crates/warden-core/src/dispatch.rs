@@ -3,7 +3,7 @@
 
 use crate::admission::{Admission, Gate};
 use crate::calllog::CallLog;
-use crate::executor::{Invocation, Output};
+use crate::executor::{Denial, Denials, Invocation, Output};
 use crate::limits::cap_text;
 use crate::message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage};
 use crate::redact::Secrets;
@@ -79,7 +79,7 @@ impl Dispatcher {
             && let Err(e) = self.gate.count(&call.name)
         {
             let message = ToolMessage::failure(&call, e);
-            self.record(&call, None, &message, Duration::ZERO, None, 0);
+            self.record(&call, None, &message, &Facts::default());
             return message;
         }
         match AssertUnwindSafe(self.run(&call)).catch_unwind().await {
@@ -115,7 +115,7 @@ impl Dispatcher {
             };
             if let Some(err) = early {
                 let message = ToolMessage::failure(call, err);
-                self.record(call, None, &message, Duration::ZERO, None, 0);
+                self.record(call, None, &message, &Facts::default());
                 answers[i] = Some(message);
                 continue;
             }
@@ -179,26 +179,34 @@ impl Dispatcher {
     async fn run(&self, call: &ToolCall) -> ToolMessage {
         let Some(tool) = self.toolbox.get(&call.name) else {
             let message = ToolMessage::failure(call, self.unknown_tool(&call.name));
-            self.record(call, None, &message, Duration::ZERO, None, 0);
+            self.record(call, None, &message, &Facts::default());
             return message;
         };
         let secrets = Secrets::new(tool.policy.grants.secrets());
         let start = Instant::now();
-        let (mut message, fuel, attempts) = self.answer(tool, call).await;
+        let denials = Denials::default();
+        let (mut message, fuel, attempts) = self.answer(tool, call, &denials).await;
+        let (denied, denied_count) = denials.snapshot();
+        attach_denials(&mut message, &denied, denied_count);
         redact_message(&secrets, &mut message);
-        self.record(
-            call,
-            Some((tool, &secrets)),
-            &message,
-            start.elapsed(),
+        let facts = Facts {
+            took: start.elapsed(),
             fuel,
             attempts,
-        );
+            denied,
+            denied_count,
+        };
+        self.record(call, Some((tool, &secrets)), &message, &facts);
         message
     }
 
     /// The message for a known tool, with the fuel burnt and the attempts made.
-    async fn answer(&self, tool: &Tool, call: &ToolCall) -> (ToolMessage, Option<u64>, u32) {
+    async fn answer(
+        &self,
+        tool: &Tool,
+        call: &ToolCall,
+        denials: &Denials,
+    ) -> (ToolMessage, Option<u64>, u32) {
         let mut arguments = match parse_arguments(&call.arguments) {
             Ok(v) => v,
             Err(e) => return (ToolMessage::failure(call, e), None, 0),
@@ -222,7 +230,9 @@ impl Dispatcher {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let result = self.execute(tool, call, arguments.clone()).await;
+            let result = self
+                .execute(tool, call, arguments.clone(), denials.clone())
+                .await;
             match result {
                 Ok(output) => {
                     let fuel = output.fuel_used;
@@ -253,12 +263,14 @@ impl Dispatcher {
         tool: &Tool,
         call: &ToolCall,
         arguments: Value,
+        denials: Denials,
     ) -> Result<Output, ToolError> {
         let _permit = self.gate.admit(tool).await?;
         let invocation = Invocation {
             call_id: call.id.clone(),
             arguments,
             limits: tool.limits,
+            denials,
         };
         let deadline = tool.limits.timeout;
         match tokio::time::timeout(deadline, tool.executor.execute(invocation)).await {
@@ -295,9 +307,7 @@ impl Dispatcher {
         call: &ToolCall,
         tool: Option<(&Tool, &Secrets)>,
         m: &ToolMessage,
-        took: Duration,
-        fuel: Option<u64>,
-        attempts: u32,
+        facts: &Facts,
     ) {
         let Some(log) = &self.log else {
             return;
@@ -305,15 +315,29 @@ impl Dispatcher {
         let ts = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
+        for d in &facts.denied {
+            log.record(&json!({
+                "ts_ms": ts,
+                "event": "denied",
+                "tool": call.name,
+                "call_id": call.id,
+                "destination": d.destination,
+                "reason": d.reason,
+            }));
+        }
         let mut entry = json!({
             "ts_ms": ts,
+            "event": "call",
             "tool": call.name,
             "call_id": call.id,
             "outcome": m.error.as_ref().map_or("success", |e| e.kind.as_str()),
-            "duration_ms": took.as_secs_f64() * 1000.0,
-            "attempts": attempts,
-            "fuel": fuel,
+            "duration_ms": facts.took.as_secs_f64() * 1000.0,
+            "attempts": facts.attempts,
+            "fuel": facts.fuel,
         });
+        if facts.denied_count > 0 {
+            entry["denied"] = facts.denied_count.into();
+        }
         if let Some((tool, secrets)) = tool {
             entry["executor"] = tool.policy.executor.kind().into();
             entry["policy"] = tool.policy.path.display().to_string().into();
@@ -325,6 +349,52 @@ impl Dispatcher {
             secrets.redact_value(&mut entry);
         }
         log.record(&entry);
+    }
+}
+
+/// What the log says of one call besides its message.
+#[derive(Default)]
+struct Facts {
+    took: Duration,
+    fuel: Option<u64>,
+    attempts: u32,
+    denied: Vec<Denial>,
+    denied_count: u64,
+}
+
+/// Refusals are news to the model too: it should stop asking for what the policy forbids.
+fn attach_denials(m: &mut ToolMessage, denied: &[Denial], count: u64) {
+    if count == 0 {
+        return;
+    }
+    let list = serde_json::to_value(denied).unwrap_or_default();
+    match &mut m.error {
+        Some(e) => {
+            // The tool's own words may not say what was refused; warden's do.
+            if let Some(first) = denied.first() {
+                let more = match count {
+                    1 => String::new(),
+                    n => format!(" (and {} more)", n - 1),
+                };
+                let note = format!(
+                    " [warden refused {}: {}{more}]",
+                    first.destination, first.reason
+                );
+                e.message.push_str(&note);
+                m.content.push_str(&note);
+            }
+            *e = e
+                .clone()
+                .with_detail("denied", list)
+                .with_detail("denied_count", count);
+        }
+        None => {
+            let artifact = m.artifact.get_or_insert_with(|| json!({}));
+            if let Value::Object(map) = artifact {
+                map.insert("denied".into(), list);
+                map.insert("denied_count".into(), count.into());
+            }
+        }
     }
 }
 

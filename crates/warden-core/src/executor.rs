@@ -7,7 +7,7 @@ use crate::spec::ToolSpec;
 use serde_json::Value;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// A boxed, sendable future, so `Executor` can be a trait object.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -20,6 +20,47 @@ pub struct Invocation {
     pub arguments: Value,
     /// The limits in force for this call.
     pub limits: Limits,
+    /// Where the sandbox reports what it refused.
+    pub denials: Denials,
+}
+
+/// One attempt the sandbox refused: a destination and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Denial {
+    pub destination: String,
+    pub reason: String,
+}
+
+/// The refusals of one call, shared between the dispatcher and the sandbox. A tool that
+/// retries in a loop must not flood memory or the log: the first [`Denials::KEPT`] are kept,
+/// the rest only counted.
+#[derive(Debug, Clone, Default)]
+pub struct Denials(Arc<Mutex<DenialList>>);
+
+#[derive(Debug, Default)]
+struct DenialList {
+    kept: Vec<Denial>,
+    total: u64,
+}
+
+impl Denials {
+    /// How many refusals a call keeps in full.
+    pub const KEPT: usize = 100;
+
+    pub fn push(&self, denial: Denial) {
+        tracing::info!(destination = %denial.destination, "denied: {}", denial.reason);
+        let mut list = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        list.total += 1;
+        if list.kept.len() < Self::KEPT {
+            list.kept.push(denial);
+        }
+    }
+
+    /// The refusals kept so far and the count of all of them.
+    pub fn snapshot(&self) -> (Vec<Denial>, u64) {
+        let list = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        (list.kept.clone(), list.total)
+    }
 }
 
 /// What a tool produced.

@@ -1,7 +1,8 @@
-//! Grants: the env, filesystem roots (and later network) a tool may use. Each kind is parsed,
+//! Grants: the env, filesystem roots and network a tool may use. Each kind is parsed,
 //! validated, resolved and described here, so the audit shows exactly what executors enforce.
 
 use crate::message::{ErrorKind, ToolError};
+use crate::net::{Credential, HostGrant, NetGrants};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -20,6 +21,13 @@ pub(crate) struct GrantsSpec {
     secret_env: Vec<Spanned<String>>,
     #[serde(default)]
     fs: Vec<Spanned<FsGrantSpec>>,
+    #[serde(default)]
+    net: Vec<Spanned<String>>,
+    /// Guest DNS lookups; off unless asked.
+    #[serde(default)]
+    dns: bool,
+    #[serde(default)]
+    net_credentials: Vec<Spanned<Credential>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -58,6 +66,7 @@ pub struct Grants {
     /// Names of literal `env` entries marked secret.
     pub secret_env: Vec<String>,
     pub fs: Vec<FsGrant>,
+    pub net: NetGrants,
 }
 
 /// A grant error, with the byte span of the offending value when known.
@@ -135,11 +144,34 @@ impl GrantsSpec {
                 access: spec.access,
             });
         }
+        let mut net = NetGrants {
+            dns: self.dns,
+            ..NetGrants::default()
+        };
+        for text in self.net {
+            let grant = HostGrant::parse(text.get_ref()).map_err(|message| GrantError {
+                span: Some(text.span()),
+                message,
+            })?;
+            net.hosts.push(grant);
+        }
+        for c in self.net_credentials {
+            let span = c.span();
+            let c = c.into_inner();
+            net.check_credential(&c)
+                .and_then(|()| check_env_name(&c.from_host))
+                .map_err(|message| GrantError {
+                    span: Some(span),
+                    message,
+                })?;
+            net.credentials.push(c);
+        }
         Ok(Grants {
             env: self.env,
             env_from_host,
             secret_env,
             fs,
+            net,
         })
     }
 }
@@ -167,7 +199,30 @@ impl Grants {
         Ok(out)
     }
 
-    /// The values to redact from everything a call returns: host variables and secret env.
+    /// The headers warden adds for the tool, with their values read now from warden's
+    /// environment.
+    pub fn resolve_credentials(&self) -> Result<Vec<(Credential, String)>, ToolError> {
+        self.net
+            .credentials
+            .iter()
+            .map(|c| {
+                let value = std::env::var(&c.from_host).map_err(|_| {
+                    ToolError::new(
+                        ErrorKind::Unavailable,
+                        format!(
+                            "this tool's requests to {} need the variable {} from warden's \
+                             environment, and it is not set; ask the operator to set it",
+                            c.host, c.from_host
+                        ),
+                    )
+                })?;
+                Ok((c.clone(), format!("{}{value}", c.prefix)))
+            })
+            .collect()
+    }
+
+    /// The values to redact from everything a call returns: host variables, secret env and
+    /// injected credentials.
     pub fn secrets(&self) -> Vec<(String, String)> {
         let host = self
             .env_from_host
@@ -177,7 +232,12 @@ impl Grants {
             .secret_env
             .iter()
             .filter_map(|n| self.env.get(n).map(|v| (n.clone(), v.clone())));
-        host.chain(literal).collect()
+        let credentials = self.net.credentials.iter().filter_map(|c| {
+            std::env::var(&c.from_host)
+                .ok()
+                .map(|v| (c.from_host.clone(), v))
+        });
+        host.chain(literal).chain(credentials).collect()
     }
 
     /// The grants as JSON, for the audit. Literal env values are shown unless marked secret;
@@ -204,6 +264,7 @@ impl Grants {
                 "guest": g.guest,
                 "access": g.access,
             })).collect::<Vec<_>>(),
+            "net": self.net.describe(),
         })
     }
 

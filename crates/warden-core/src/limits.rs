@@ -10,6 +10,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_MEMORY: u64 = 256 << 20;
 /// Bytes of content and of each captured stream when the policy writes none.
 pub const DEFAULT_OUTPUT: u64 = 1 << 20;
+/// Bytes of one HTTP response body when the policy writes none.
+pub const DEFAULT_RESPONSE: u64 = 16 << 20;
 /// Calls of one tool in flight at once when the policy writes none.
 pub const DEFAULT_CONCURRENCY: u32 = 16;
 
@@ -22,6 +24,8 @@ pub struct LimitsSpec {
     /// WebAssembly instructions (roughly); deterministic CPU bound. Off unless written.
     pub fuel: Option<u64>,
     pub output: Option<ByteSize>,
+    /// Bytes of each HTTP response body a tool may read.
+    pub response: Option<ByteSize>,
     pub concurrency: Option<u32>,
 }
 
@@ -33,6 +37,7 @@ impl LimitsSpec {
             memory: over.memory.or(self.memory),
             fuel: over.fuel.or(self.fuel),
             output: over.output.or(self.output),
+            response: over.response.or(self.response),
             concurrency: over.concurrency.or(self.concurrency),
         }
     }
@@ -44,6 +49,7 @@ impl LimitsSpec {
             memory: self.memory.map_or(DEFAULT_MEMORY, |b| b.0),
             fuel: self.fuel,
             output: self.output.map_or(DEFAULT_OUTPUT, |b| b.0),
+            response: self.response.map_or(DEFAULT_RESPONSE, |b| b.0),
             concurrency: self.concurrency.unwrap_or(DEFAULT_CONCURRENCY),
         }
     }
@@ -77,6 +83,8 @@ pub struct Limits {
     pub fuel: Option<u64>,
     /// Bytes of content, and of each captured stream.
     pub output: u64,
+    /// Bytes of each HTTP response body.
+    pub response: u64,
     pub concurrency: u32,
 }
 
@@ -94,6 +102,7 @@ impl Limits {
             "memory": ByteSize(self.memory).to_string(),
             "fuel": self.fuel,
             "output": ByteSize(self.output).to_string(),
+            "response": ByteSize(self.response).to_string(),
             "concurrency": self.concurrency,
         })
     }

@@ -306,11 +306,11 @@ mod tests {
     #[test]
     fn unknown_fields_name_the_line() {
         let e = parse(
-            "[executor]\nkind = \"wasm\"\ncomponent = \"t.wasm\"\n\n[grants]\nnet = [\"*\"]\n",
+            "[executor]\nkind = \"wasm\"\ncomponent = \"t.wasm\"\n\n[grants]\nnetwork = [\"*\"]\n",
         )
         .unwrap_err();
         assert_eq!(e.line, Some(6), "{e}");
-        assert!(e.message.contains("unknown field `net`"), "{e}");
+        assert!(e.message.contains("unknown field `network`"), "{e}");
         assert!(e.to_string().contains("tool.toml:6:"), "{e}");
     }
 
@@ -332,6 +332,29 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.message.contains("timeout"));
+    }
+
+    #[test]
+    fn net_grants_are_checked_with_their_line() {
+        let head = "[executor]\nkind = \"wasm\"\ncomponent = \"t.wasm\"\n[grants]\n";
+        let p = parse(&format!(
+            "{head}net = [\"api.example.org:443\", \"*.example.org\"]\nnet_credentials = [\n  {{ host = \"api.example.org\", header = \"Authorization\", from_host = \"TOKEN\", prefix = \"Bearer \" }},\n]\n"
+        ))
+        .unwrap();
+        assert_eq!(p.grants.net.hosts.len(), 2);
+        assert_eq!(p.grants.net.credentials[0].header, "Authorization");
+        let e = parse(&format!(
+            "{head}net = [\n  \"ok.org\",\n  \"bad host\",\n]\n"
+        ))
+        .unwrap_err();
+        assert_eq!(e.line, Some(7), "{e}");
+        assert!(e.message.contains("`bad host`"), "{e}");
+        let e = parse(&format!(
+            "{head}net = [\"a.org\"]\nnet_credentials = [{{ host = \"b.org\", header = \"X-Key\", from_host = \"K\" }}]\n"
+        ))
+        .unwrap_err();
+        assert_eq!(e.line, Some(6), "{e}");
+        assert!(e.message.contains("no net grant allows"), "{e}");
     }
 
     #[test]

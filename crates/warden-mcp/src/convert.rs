@@ -64,11 +64,13 @@ pub fn tool(tool: &Tool) -> rmcp::model::Tool {
     out
 }
 
-/// Hints from the grants. The network cannot be granted yet, so a tool that can write no file
-/// can change nothing outside its own sandbox.
+/// Hints from the grants: a tool with no network and no writable root can change nothing
+/// outside its own sandbox; a tool with network reaches an open world.
 fn annotations(tool: &Tool) -> ToolAnnotations {
-    let mut hints = ToolAnnotations::new().open_world(false);
-    hints = if tool.policy.grants.writes_nothing() {
+    let grants = &tool.policy.grants;
+    let offline = grants.net.is_empty();
+    let mut hints = ToolAnnotations::new().open_world(!offline);
+    hints = if grants.writes_nothing() && offline {
         hints.read_only(true).destructive(false)
     } else {
         hints.read_only(false)

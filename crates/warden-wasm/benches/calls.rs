@@ -334,6 +334,7 @@ fn calls(c: &mut Criterion) {
     group.bench_function("warden_executor_no_dispatcher", |b| {
         b.to_async(&rt).iter(|| async {
             let inv = Invocation {
+                denials: Default::default(),
                 call_id: "call-1".into(),
                 arguments: json!({"a": 1, "b": 2}),
                 limits: tool.limits,

@@ -4,6 +4,7 @@ use crate::artifacts::{ArtifactError, Artifacts, sha256_file};
 use crate::docs::WitDocs;
 use crate::engine::{self, Flavor, MAX_MEMORY};
 use crate::exports::{Export, exports};
+use crate::resolver::Resolver;
 use crate::sandbox::CallState;
 use crate::schema::{params_schema, type_schema};
 use crate::tool::{CommandTool, FunctionTool, Shared};
@@ -21,6 +22,7 @@ pub type CompileHook = Arc<dyn Fn(&Path) + Send + Sync>;
 pub struct WasmBackend {
     artifacts: Artifacts,
     on_compile: CompileHook,
+    resolver: Resolver,
 }
 
 impl WasmBackend {
@@ -28,7 +30,14 @@ impl WasmBackend {
         Self {
             artifacts,
             on_compile: Arc::new(|_| {}),
+            resolver: Resolver::default(),
         }
+    }
+
+    /// Resolves tools' HTTP hosts with `resolver` (the system's, unless overridden).
+    pub fn resolver(mut self, resolver: Resolver) -> Self {
+        self.resolver = resolver;
+        self
     }
 
     /// Reports compiles through `hook`.
@@ -138,13 +147,14 @@ impl Backend for WasmBackend {
             .map_err(|e| err(Some(cfg.component.line), e.to_string()))?;
         let mut linker: Linker<CallState> = Linker::new(engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .and_then(|()| wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker))
             .map_err(|e| err(None, format!("cannot link WASI: {e:#}")))?;
         let pre = linker.instantiate_pre(&component).map_err(|e| {
             err(
                 Some(cfg.component.line),
                 format!(
                     "the component needs imports warden does not provide ({e:#}); warden \
-                     offers WASI 0.2 (cli, clocks, filesystem, random, io)"
+                     offers WASI 0.2 (cli, clocks, filesystem, random, io, sockets, http)"
                 ),
             )
         })?;
@@ -161,6 +171,8 @@ impl Backend for WasmBackend {
             engine: engine.clone(),
             pre,
             grants: policy.grants.clone(),
+            net: Arc::new(policy.grants.net.clone()),
+            resolver: self.resolver.clone(),
         });
         let found = exports(engine, &component);
         let mut tools = Vec::new();

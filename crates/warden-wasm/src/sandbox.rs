@@ -2,21 +2,36 @@
 //! the translation of whatever stopped it into a `ToolError`.
 
 use crate::capture::CappedPipe;
+use crate::http::Hooks;
+use crate::net::NetGate;
 use std::time::Instant;
 use warden_core::{Access, ErrorKind, Grants, Limits, ToolError};
 use wasmtime::component::ResourceTable;
 use wasmtime::{Engine, ResourceLimiter, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryInputPipe;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 /// How much of stderr a failure message quotes.
 const STDERR_TAIL: usize = 2048;
 
-/// Per-call state: the WASI context and the memory accounting.
+/// Per-call state: the WASI context, the HTTP gate and the memory accounting.
 pub struct CallState {
     wasi: WasiCtx,
+    http: WasiHttpCtx,
+    hooks: Hooks,
     table: ResourceTable,
     limiter: Limiter,
+}
+
+impl WasiHttpView for CallState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.hooks,
+        }
+    }
 }
 
 impl WasiView for CallState {
@@ -77,12 +92,14 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    /// Builds the store for one call: env and preopens exactly as granted, nothing else.
+    /// Builds the store for one call: env, preopens and network exactly as granted, nothing
+    /// else.
     pub fn new(
         engine: &Engine,
         grants: &Grants,
         env: &[(String, String)],
         limits: &Limits,
+        net: NetGate,
         io: CallIo<'_>,
     ) -> Result<Sandbox, ToolError> {
         let stdout = CappedPipe::new(limits.output);
@@ -107,8 +124,11 @@ impl Sandbox {
                 )
             })?;
         }
+        net.configure_sockets(&mut b);
         let state = CallState {
             wasi: b.build(),
+            http: WasiHttpCtx::new(),
+            hooks: Hooks { gate: net },
             table: ResourceTable::new(),
             limiter: Limiter {
                 limit: usize::try_from(limits.memory).unwrap_or(usize::MAX),

@@ -2,12 +2,15 @@
 //! call.
 
 use crate::exports::Export;
+use crate::net::NetGate;
+use crate::resolver::Resolver;
 use crate::sandbox::{CallIo, CallState, Sandbox, exit_code};
 use crate::value::{args_to_vals, val_to_json};
 use serde_json::{Value, json};
 use std::sync::Arc;
+use std::time::Instant;
 use warden_core::{
-    BoxFuture, ErrorKind, Executor, Grants, Invocation, Output, ToolError, Violation,
+    BoxFuture, ErrorKind, Executor, Grants, Invocation, NetGrants, Output, ToolError, Violation,
 };
 use wasmtime::Engine;
 use wasmtime::component::{ComponentExportIndex, InstancePre, Val};
@@ -17,9 +20,26 @@ pub struct Shared {
     pub engine: Engine,
     pub pre: InstancePre<CallState>,
     pub grants: Grants,
+    pub net: Arc<NetGrants>,
+    pub resolver: Resolver,
 }
 
 impl Shared {
+    /// The sandbox of one call, with everything its grants give it read now.
+    fn sandbox(&self, inv: &Invocation, io: CallIo<'_>) -> Result<Sandbox, ToolError> {
+        let env = self.grants.resolve_env()?;
+        let credentials = self.grants.resolve_credentials()?;
+        let gate = NetGate::new(
+            self.net.clone(),
+            self.resolver.clone(),
+            inv.denials.clone(),
+            credentials,
+            inv.limits.response,
+            Instant::now() + inv.limits.timeout,
+        );
+        Sandbox::new(&self.engine, &self.grants, &env, &inv.limits, gate, io)
+    }
+
     /// Instantiates the component in `sandbox` and calls one export.
     async fn call(
         &self,
@@ -50,18 +70,11 @@ impl FunctionTool {
     async fn run(&self, inv: Invocation) -> Result<Output, ToolError> {
         let params = args_to_vals(&inv.arguments, &self.export.params)
             .map_err(ToolError::invalid_arguments)?;
-        let env = self.shared.grants.resolve_env()?;
         let io = CallIo {
             args: &[],
             stdin: None,
         };
-        let mut sandbox = Sandbox::new(
-            &self.shared.engine,
-            &self.shared.grants,
-            &env,
-            &inv.limits,
-            io,
-        )?;
+        let mut sandbox = self.shared.sandbox(&inv, io)?;
         let mut results = vec![Val::Bool(false); usize::from(self.export.result.is_some())];
         if let Err(e) = self
             .shared
@@ -185,19 +198,12 @@ impl CommandTool {
 
     async fn execute_command(&self, inv: Invocation) -> Result<Output, ToolError> {
         let (args, stdin) = Self::parse(&inv.arguments).map_err(ToolError::invalid_arguments)?;
-        let env = self.shared.grants.resolve_env()?;
         let argv: Vec<String> = std::iter::once(self.name.clone()).chain(args).collect();
         let io = CallIo {
             args: &argv,
             stdin: Some(stdin.as_deref().unwrap_or("")),
         };
-        let mut sandbox = Sandbox::new(
-            &self.shared.engine,
-            &self.shared.grants,
-            &env,
-            &inv.limits,
-            io,
-        )?;
+        let mut sandbox = self.shared.sandbox(&inv, io)?;
         let mut results = [Val::Bool(false)];
         let outcome = self
             .shared

@@ -15,6 +15,9 @@
 //! Beware of world-level exports named like libc functions (`read`, `write`,
 //! `sleep`, ...): their core symbols replace libc's. See the guest-sdk README.
 
+#[cfg(feature = "http")]
+pub mod http;
+
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
 

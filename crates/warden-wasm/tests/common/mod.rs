@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use warden_core::{Dispatcher, Protected, ToolCall, ToolMessage, Toolbox, ToolboxError};
-use warden_wasm::{Artifacts, WasmBackend};
+use warden_wasm::{Artifacts, Resolver, WasmBackend};
 
 /// The repository root.
 pub fn root() -> PathBuf {
@@ -47,6 +47,8 @@ pub struct Bench {
     pub dir: tempfile::TempDir,
     pub toolbox: PathBuf,
     pub artifacts: Artifacts,
+    /// How tools' HTTP hosts resolve (tests pin names to loopback: there is no DNS here).
+    pub resolver: Resolver,
 }
 
 impl Bench {
@@ -62,6 +64,7 @@ impl Bench {
             dir,
             toolbox,
             artifacts,
+            resolver: Resolver::default(),
         }
     }
 
@@ -84,7 +87,7 @@ impl Bench {
     }
 
     pub fn load(&self) -> Result<Toolbox, ToolboxError> {
-        let backend = WasmBackend::new(self.artifacts.clone());
+        let backend = WasmBackend::new(self.artifacts.clone()).resolver(self.resolver.clone());
         let protected = [
             Protected {
                 what: "the toolbox",

@@ -1,0 +1,177 @@
+//! The network side of one call: every HTTP request and socket address the guest uses is
+//! checked against the policy's net grants here, and every refusal is reported.
+
+use crate::resolver::Resolver;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+use warden_core::{Credential, Denial, Denials, NetGrants};
+use wasmtime_wasi::WasiCtxBuilder;
+use wasmtime_wasi::sockets::SocketAddrUse;
+
+/// One call's network gate; cheap to clone into the hooks and checks that need it.
+#[derive(Clone)]
+pub struct NetGate(Arc<GateInner>);
+
+struct GateInner {
+    grants: Arc<NetGrants>,
+    resolver: Resolver,
+    denials: Denials,
+    credentials: Vec<(Credential, String)>,
+    response_cap: u64,
+    deadline: Instant,
+}
+
+impl NetGate {
+    pub fn new(
+        grants: Arc<NetGrants>,
+        resolver: Resolver,
+        denials: Denials,
+        credentials: Vec<(Credential, String)>,
+        response_cap: u64,
+        deadline: Instant,
+    ) -> NetGate {
+        NetGate(Arc::new(GateInner {
+            grants,
+            resolver,
+            denials,
+            credentials,
+            response_cap,
+            deadline,
+        }))
+    }
+
+    pub fn grants(&self) -> &NetGrants {
+        &self.0.grants
+    }
+
+    pub fn resolver(&self) -> &Resolver {
+        &self.0.resolver
+    }
+
+    /// Bytes of a response body the guest may read.
+    pub fn response_cap(&self) -> u64 {
+        self.0.response_cap
+    }
+
+    /// When the call ends; network waits never outlast it.
+    pub fn deadline(&self) -> Instant {
+        self.0.deadline
+    }
+
+    /// The header values to add to a request for `host`.
+    pub fn credentials_for<'a>(
+        &'a self,
+        host: &'a str,
+    ) -> impl Iterator<Item = (&'a str, &'a str)> {
+        let host = host.trim_end_matches('.');
+        self.0
+            .credentials
+            .iter()
+            .filter(move |(c, _)| c.host.eq_ignore_ascii_case(host))
+            .map(|(c, v)| (c.header.as_str(), v.as_str()))
+    }
+
+    pub fn deny(&self, destination: String, reason: String) {
+        self.0.denials.push(Denial {
+            destination,
+            reason,
+        });
+    }
+
+    /// Applies the socket grants to a WASI context: TCP and UDP only to granted addresses,
+    /// name lookups only when the policy turns them on.
+    pub fn configure_sockets(&self, b: &mut WasiCtxBuilder) {
+        b.allow_ip_name_lookup(self.0.grants.dns)
+            .allow_tcp(true)
+            .allow_udp(true);
+        let gate = self.clone();
+        b.socket_addr_check(move |addr, used| {
+            let ok = gate.check_socket(addr, used);
+            Box::pin(async move { ok })
+        });
+    }
+
+    fn check_socket(&self, addr: SocketAddr, used: SocketAddrUse) -> bool {
+        let refused = match used {
+            // The implicit bind before a connect or a send: a wildcard, ephemeral port.
+            SocketAddrUse::TcpBind | SocketAddrUse::UdpBind => {
+                if addr.ip().is_unspecified() && addr.port() == 0 {
+                    return true;
+                }
+                Some(format!(
+                    "binding {addr} is not allowed: a tool may not choose local addresses"
+                ))
+            }
+            SocketAddrUse::TcpListen | SocketAddrUse::TcpAccept => {
+                Some("a tool may not accept connections".to_owned())
+            }
+            SocketAddrUse::TcpConnect | SocketAddrUse::UdpSend | SocketAddrUse::UdpReceive => {
+                self.0.grants.allows_socket(addr.ip(), addr.port()).err()
+            }
+        };
+        match refused {
+            None => true,
+            Some(reason) => {
+                // Datagrams from elsewhere are dropped quietly, like a firewall would.
+                if !matches!(used, SocketAddrUse::UdpReceive) {
+                    self.deny(format!("{} {addr}", use_name(used)), reason);
+                }
+                false
+            }
+        }
+    }
+}
+
+fn use_name(used: SocketAddrUse) -> &'static str {
+    match used {
+        SocketAddrUse::TcpBind => "tcp bind",
+        SocketAddrUse::TcpListen => "tcp listen",
+        SocketAddrUse::TcpAccept => "tcp accept",
+        SocketAddrUse::TcpConnect => "tcp",
+        SocketAddrUse::UdpBind => "udp bind",
+        SocketAddrUse::UdpSend | SocketAddrUse::UdpReceive => "udp",
+    }
+}
+
+/// The addresses of an HTTP request's host that the grants let warden dial, or why none.
+pub async fn vetted_addrs(gate: &NetGate, host: &str, port: u16) -> Result<Vec<IpAddr>, Vetting> {
+    let grants = gate.grants();
+    if let Err(reason) = grants.allows_http(host, port) {
+        return Err(Vetting::Denied(reason));
+    }
+    let literal = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if let Ok(ip) = literal.parse::<IpAddr>() {
+        return Ok(vec![ip]); // `allows_http` checked the address itself
+    }
+    let wait = gate.deadline().saturating_duration_since(Instant::now());
+    let found = match tokio::time::timeout(wait, gate.resolver().resolve(host, port)).await {
+        Ok(Ok(found)) if !found.is_empty() => found,
+        Ok(Ok(_)) => return Err(Vetting::Unresolved(format!("{host} has no address"))),
+        Ok(Err(e)) => return Err(Vetting::Unresolved(format!("{host}: {e}"))),
+        Err(_) => return Err(Vetting::Unresolved(format!("{host}: lookup timed out"))),
+    };
+    let mut ok = Vec::new();
+    let mut refusals = Vec::new();
+    for ip in found {
+        match grants.vets_resolved(host, ip, port) {
+            Ok(()) => ok.push(ip),
+            Err(reason) => refusals.push(reason),
+        }
+    }
+    if ok.is_empty() {
+        return Err(Vetting::Denied(refusals.join("; ")));
+    }
+    Ok(ok)
+}
+
+/// Why a request has no address to go to.
+pub enum Vetting {
+    /// The policy forbids it: a denial.
+    Denied(String),
+    /// The name did not resolve: an ordinary network failure.
+    Unresolved(String),
+}
