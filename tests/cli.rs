@@ -226,6 +226,83 @@ fn audit_shows_grants_limits_and_flags() {
 }
 
 #[test]
+fn audit_shows_network_grants_and_flags_wide_ones() {
+    let env = Env::new();
+    std::fs::write(
+        env.toolbox().join("netprobe.toml"),
+        format!(
+            "[executor]\nkind = \"wasm\"\ncomponent = {:?}\n[grants]\nnet = [\"*\", \"10.0.0.0/8\", \"api.test:443\"]\ndns = true\nnet_credentials = [{{ host = \"api.test\", header = \"Authorization\", from_host = \"WARDEN_AUDIT_SECRET\", prefix = \"Bearer \" }}]\n",
+            path_str(&wasm("netprobe"))
+        ),
+    )
+    .unwrap();
+    let audit = json(&env.ok(&["audit", "--json"]));
+    let net = &audit["policies"][0]["grants"]["net"];
+    assert_eq!(
+        net["hosts"],
+        serde_json::json!(["*", "10.0.0.0/8", "api.test:443"])
+    );
+    assert_eq!(net["dns"], true);
+    assert_eq!(net["credentials"][0]["from_host"], "WARDEN_AUDIT_SECRET");
+    let flags = audit["policies"][0]["flags"].to_string();
+    for wanted in [
+        "wide network grant: * (any public host)",
+        "wide network grant: 10.0.0.0/8 (a whole address range)",
+        "guest DNS lookups on",
+    ] {
+        assert!(flags.contains(wanted), "{wanted} not flagged: {flags}");
+    }
+    assert!(
+        !flags.contains("api.test:443"),
+        "a single host is not wide: {flags}"
+    );
+    let text = env.ok(&["audit"]);
+    assert!(
+        text.contains("Authorization header for api.test from $WARDEN_AUDIT_SECRET"),
+        "{text}"
+    );
+    assert!(!text.contains(AUDIT_SECRET) && !audit.to_string().contains(AUDIT_SECRET));
+}
+
+#[test]
+fn resolve_pins_a_name_for_tools_http() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut s in listener.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = std::io::Read::read(&mut s, &mut buf);
+            let _ = std::io::Write::write_all(
+                &mut s,
+                b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\npinned",
+            );
+        }
+    });
+    let env = Env::new();
+    std::fs::write(
+        env.toolbox().join("netprobe.toml"),
+        format!(
+            "[executor]\nkind = \"wasm\"\ncomponent = {:?}\n[grants]\nnet = [\"svc.test:{port}\", \"127.0.0.1:{port}\"]\n",
+            path_str(&wasm("netprobe"))
+        ),
+    )
+    .unwrap();
+    let args = format!(r#"{{"method":"GET","url":"http://svc.test:{port}/","headers":[]}}"#);
+    let out = env.ok(&["call", "http", &args, "--resolve", "svc.test:127.0.0.1"]);
+    assert_eq!(json(&out)["artifact"]["result"]["body"], "pinned", "{out}");
+    // Without the pin there is no DNS here: the lookup fails, and nothing is denied.
+    let out = env.warden(&["call", "http", &args]);
+    assert_eq!(out.status.code(), Some(1));
+    let bad = env.warden(&["tools", "--resolve", "svc.test"]);
+    assert_eq!(
+        bad.status.code(),
+        Some(2),
+        "a malformed --resolve is a usage error"
+    );
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("NAME:ADDRESS"));
+}
+
+#[test]
 fn run_answers_a_model_turn_in_order_in_either_format() {
     let env = Env::new();
     env.ok(&["add", path_str(&wasm("trivial"))]);

@@ -148,6 +148,13 @@ impl Backend for WasmBackend {
         let mut linker: Linker<CallState> = Linker::new(engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .and_then(|()| wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker))
+            .and_then(|()| {
+                if policy.grants.net.dns {
+                    Ok(())
+                } else {
+                    crate::net::refuse_lookups(&mut linker)
+                }
+            })
             .map_err(|e| err(None, format!("cannot link WASI: {e:#}")))?;
         let pre = linker.instantiate_pre(&component).map_err(|e| {
             err(

@@ -175,3 +175,28 @@ pub enum Vetting {
     /// The name did not resolve: an ordinary network failure.
     Unresolved(String),
 }
+
+/// Answers guest name lookups with a failure, and records each as a denial. Linked over
+/// wasmtime's own lookup when a policy leaves `dns` off, which otherwise refuses silently.
+pub fn refuse_lookups(
+    linker: &mut wasmtime::component::Linker<crate::sandbox::CallState>,
+) -> wasmtime::Result<()> {
+    use wasmtime::component::Resource;
+    use wasmtime_wasi::p2::bindings::sockets::ip_name_lookup::ResolveAddressStream;
+    use wasmtime_wasi::p2::bindings::sockets::network::{ErrorCode, Network};
+    type Answer = (Result<Resource<ResolveAddressStream>, ErrorCode>,);
+    linker.allow_shadowing(true);
+    let mut lookup = linker.instance("wasi:sockets/ip-name-lookup@0.2.12")?;
+    lookup.func_wrap_async(
+        "resolve-addresses",
+        |store, (_network, name): (Resource<Network>, String)| {
+            store.data().net().deny(
+                format!("dns {name}"),
+                "guest name lookups are off for this tool (`dns = true` turns them on)".into(),
+            );
+            Box::new(async { Ok::<Answer, _>((Err(ErrorCode::PermanentResolverFailure),)) })
+        },
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
+}

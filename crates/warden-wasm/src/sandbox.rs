@@ -24,6 +24,13 @@ pub struct CallState {
     limiter: Limiter,
 }
 
+impl CallState {
+    /// The call's network gate.
+    pub fn net(&self) -> &NetGate {
+        &self.hooks.gate
+    }
+}
+
 impl WasiHttpView for CallState {
     fn http(&mut self) -> WasiHttpCtxView<'_> {
         WasiHttpCtxView {

@@ -250,6 +250,11 @@ async fn no_grant_means_no_lookup_no_socket_no_http() {
         .call(ToolCall::new("l", "lookup", &json!({"name": "localhost"})))
         .await;
     assert_eq!(kind(&lookup), "tool_error", "{lookup:?}");
+    assert_eq!(
+        denied(&lookup),
+        vec!["dns localhost".to_owned()],
+        "{lookup:?}"
+    );
     let m = tcp(&d, &format!("127.0.0.1:{tcp_port}")).await;
     assert_eq!(kind(&m), "tool_error", "{m:?}");
     for url in [
@@ -267,7 +272,7 @@ async fn no_grant_means_no_lookup_no_socket_no_http() {
         .into_iter()
         .filter(|r| r["event"] == "denied")
         .count();
-    assert_eq!(denials, 4, "tcp and three requests");
+    assert_eq!(denials, 5, "the lookup, tcp and three requests");
 }
 
 #[tokio::test]
