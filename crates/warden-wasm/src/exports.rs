@@ -40,6 +40,12 @@ fn interface_short_name(full: &str) -> &str {
     unversioned.rsplit('/').next().unwrap_or(unversioned)
 }
 
+/// Functions a toolchain exports for its own runtime, not for callers: componentize-py's
+/// `exports#init` (the Python initialiser, run once at build time).
+fn is_toolchain_internal(interface: &str, function: &str) -> bool {
+    interface == "exports" && function == "init"
+}
+
 fn is_cli_run(full: &str) -> bool {
     full.split('@').next() == Some("wasi:cli/run")
 }
@@ -81,6 +87,9 @@ pub fn exports(engine: &Engine, component: &Component) -> Exports {
                     let ComponentItem::ComponentFunc(f) = item.ty else {
                         continue;
                     };
+                    if is_toolchain_internal(name, fname) {
+                        continue;
+                    }
                     let Some(index) = component.get_export_index(Some(&inst_index), fname) else {
                         continue;
                     };

@@ -218,7 +218,10 @@ impl Sandbox {
                     "the tool crashed: stack overflow (recursion too deep)",
                 ),
                 Some(t) => {
-                    let why = panic_message(&stderr).unwrap_or_else(|| format!("wasm trap: {t}"));
+                    let why = python_exception(&stderr)
+                        .or_else(|| js_exception(&stderr))
+                        .or_else(|| panic_message(&stderr))
+                        .unwrap_or_else(|| t.to_string());
                     ToolError::new(ErrorKind::Trap, format!("the tool crashed: {why}"))
                 }
                 None => ToolError::new(
@@ -254,6 +257,28 @@ fn root_message(err: &wasmtime::Error) -> String {
         .unwrap_or_default()
 }
 
+/// componentize-py prints the traceback, then its runtime panics: the exception line (after
+/// the last traceback) is the language's own message.
+fn python_exception(stderr: &str) -> Option<String> {
+    let start = stderr.rfind("Traceback (most recent call last):")?;
+    stderr[start..]
+        .lines()
+        .skip(1)
+        .find(|l| !l.starts_with(' ') && !l.trim().is_empty())
+        .map(|l| l.trim().to_owned())
+}
+
+/// componentize-js prints an uncaught error's message, then `Stack:` and the frames.
+fn js_exception(stderr: &str) -> Option<String> {
+    let lines: Vec<&str> = stderr.lines().collect();
+    let stack = lines.iter().rposition(|l| l.trim_end() == "Stack:")?;
+    lines[..stack]
+        .iter()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(|l| l.trim().to_owned())
+}
+
 /// Rust guests print `panicked at FILE:LINE:COL:\nMESSAGE` on stderr before aborting.
 fn panic_message(stderr: &str) -> Option<String> {
     let start = stderr.rfind("panicked at ")?;
@@ -287,6 +312,17 @@ mod tests {
             Some("panicked at src/lib.rs:12:5: kaboom")
         );
         assert_eq!(panic_message("nothing"), None);
+        let py = "Traceback (most recent call last):\n  File \"/0/app.py\", line 11, in boom\nValueError: the guest raised this\n\nthread '<unnamed>' (1) panicked at runtime/src/lib.rs:1293:29:\nPython function threw an unexpected exception\n";
+        assert_eq!(
+            python_exception(py).as_deref(),
+            Some("ValueError: the guest raised this")
+        );
+        assert_eq!(
+            js_exception("title.normalize is not a function\nStack:\n  slugify@app.js:8:6\n")
+                .as_deref(),
+            Some("title.normalize is not a function")
+        );
+        assert_eq!(js_exception("just text: no error"), None);
         assert_eq!(tail("abcdef", 3), "…def");
     }
 }

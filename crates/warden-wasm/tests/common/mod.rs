@@ -41,6 +41,31 @@ pub fn wasm(name: &str) -> PathBuf {
     wasm_dir().join(format!("{name}.wasm"))
 }
 
+/// A Python or JavaScript component from `scripts/build-polyglot`, built on first use; `None`
+/// (the test skips) when the toolchains are not installed, except under `CI=true`.
+pub fn polyglot(name: &str) -> Option<PathBuf> {
+    static BUILT: OnceLock<bool> = OnceLock::new();
+    let built = *BUILT.get_or_init(|| {
+        if std::env::var_os("WARDEN_POLYGLOT_BUILT").is_some() {
+            return true;
+        }
+        let status = Command::new(root().join("scripts/build-polyglot"))
+            .current_dir(root())
+            .status()
+            .expect("scripts/build-polyglot runs");
+        let in_ci = std::env::var("CI").is_ok_and(|v| v == "true");
+        match status.code() {
+            Some(0) => true,
+            Some(3) if !in_ci => {
+                eprintln!("skipped: componentize-py / componentize-js are not installed");
+                false
+            }
+            _ => panic!("scripts/build-polyglot failed ({status})"),
+        }
+    });
+    built.then(|| root().join(format!("target/polyglot/{name}.wasm")))
+}
+
 /// A toolbox in a temp dir. The compile cache is shared by all tests of a run, so each
 /// fixture compiles once.
 pub struct Bench {
@@ -77,6 +102,17 @@ impl Bench {
         );
         std::fs::write(&path, text).unwrap();
         path
+    }
+
+    /// Writes a policy running the component at `path`; `rest` adds tables.
+    pub fn policy_at(&self, file: &str, path: &Path, rest: &str) -> PathBuf {
+        let policy = self.toolbox.join(file);
+        let text = format!(
+            "[executor]\nkind = \"wasm\"\ncomponent = {:?}\n{rest}\n",
+            path.display().to_string()
+        );
+        std::fs::write(&policy, text).unwrap();
+        policy
     }
 
     /// A folder inside the bench, created.
