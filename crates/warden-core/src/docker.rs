@@ -1,0 +1,252 @@
+//! The `[executor]` of `kind = "docker"`: the image, the command line, and the container knobs
+//! that are the executor's own (timeout, memory and output stay in `[limits]`).
+
+use crate::policy::{Located, PolicyError};
+use crate::units::ByteSize;
+use serde::Deserialize;
+use std::path::Path;
+use toml::Spanned;
+
+/// Processes (threads included) in one container when the policy writes none.
+pub const DEFAULT_PIDS: u32 = 128;
+/// CPUs of one container, in billionths, when the policy writes none: one CPU.
+pub const DEFAULT_NANO_CPUS: u64 = 1_000_000_000;
+/// Size of the writable tmpfs at `/tmp` when the policy writes none.
+pub const DEFAULT_TMP: u64 = 64 << 20;
+
+/// The network a container gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DockerNetwork {
+    /// `network_mode: none`: a loopback interface only. The default.
+    None,
+    /// Docker's default bridge, with no allowlist: an explicit opt-in the audit flags.
+    Unrestricted,
+}
+
+impl DockerNetwork {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Unrestricted => "unrestricted",
+        }
+    }
+}
+
+/// A tool run in a Docker container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DockerConfig {
+    /// The tool's name (a container runs one tool).
+    pub name: String,
+    pub description: Option<String>,
+    /// The image to run, as the engine names it (`warden-sandbox:latest`).
+    pub image: Located<String>,
+    /// The command line; `{name}` is replaced by the string argument `name`, `{{`/`}}` are
+    /// literal braces.
+    pub argv: Located<Vec<String>>,
+    /// Absolute working directory inside the container.
+    pub workdir: Option<Located<String>>,
+    /// One container and one long-lived shell per session instead of one container per call.
+    pub session: bool,
+    /// `uid` or `uid:gid`, never root; `None` picks the owner of the read-write roots, else
+    /// nobody (65534).
+    pub user: Option<Located<String>>,
+    pub network: Located<DockerNetwork>,
+    /// Most processes in the container.
+    pub pids: u32,
+    /// CPUs in billionths (`cpus = 0.5` is 500_000_000).
+    pub nano_cpus: u64,
+    /// Bytes of the tmpfs at `/tmp`.
+    pub tmp: u64,
+}
+
+/// A number that may be written as an integer or a float.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Number {
+    Int(i64),
+    Float(f64),
+}
+
+/// The docker fields of an `[executor]` table as written.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct DockerSpec {
+    pub image: Option<Spanned<String>>,
+    pub argv: Option<Spanned<Vec<String>>>,
+    pub workdir: Option<Spanned<String>>,
+    pub session: Option<bool>,
+    pub user: Option<Spanned<String>>,
+    pub network: Option<Spanned<String>>,
+    pub pids: Option<Spanned<i64>>,
+    pub cpus: Option<Spanned<Number>>,
+    pub tmp: Option<Spanned<ByteSize>>,
+}
+
+impl DockerSpec {
+    /// The first docker field written, for refusing it in a policy of another kind.
+    pub(crate) fn first_written(&self) -> Option<(&'static str, std::ops::Range<usize>)> {
+        let s = |name, span: Option<std::ops::Range<usize>>| span.map(|sp| (name, sp));
+        s("image", self.image.as_ref().map(Spanned::span))
+            .or_else(|| s("argv", self.argv.as_ref().map(Spanned::span)))
+            .or_else(|| s("workdir", self.workdir.as_ref().map(Spanned::span)))
+            .or_else(|| s("user", self.user.as_ref().map(Spanned::span)))
+            .or_else(|| s("network", self.network.as_ref().map(Spanned::span)))
+            .or_else(|| s("pids", self.pids.as_ref().map(Spanned::span)))
+            .or_else(|| s("cpus", self.cpus.as_ref().map(Spanned::span)))
+            .or_else(|| s("tmp", self.tmp.as_ref().map(Spanned::span)))
+            .or_else(|| self.session.map(|_| ("session", 0..0)))
+    }
+
+    /// Checks the fields; `kind_line` is the line of `kind = "docker"`.
+    pub(crate) fn resolve(
+        self,
+        path: &Path,
+        kind_line: usize,
+        name: Option<String>,
+        description: Option<String>,
+        line_of: &dyn Fn(usize) -> usize,
+    ) -> Result<DockerConfig, PolicyError> {
+        let err = |line: usize, m: String| PolicyError::new(path, Some(line), m);
+        let at = |s: &std::ops::Range<usize>| line_of(s.start);
+        let name = name.ok_or_else(|| {
+            err(
+                kind_line,
+                "a docker executor needs `name = \"...\"`, the tool's name".into(),
+            )
+        })?;
+        let image = self.image.ok_or_else(|| {
+            err(
+                kind_line,
+                "a docker executor needs `image = \"...\"` (warden's own: `warden sandbox-image` \
+                 builds warden-sandbox:latest)"
+                    .into(),
+            )
+        })?;
+        if image.get_ref().trim().is_empty() {
+            return Err(err(at(&image.span()), "`image` is empty".into()));
+        }
+        let argv = self.argv.ok_or_else(|| {
+            err(
+                kind_line,
+                "a docker executor needs `argv`, the command line (for a shell tool: \
+                 argv = [\"/bin/sh\", \"-c\", \"{command}\"])"
+                    .into(),
+            )
+        })?;
+        if argv.get_ref().is_empty() || argv.get_ref()[0].is_empty() {
+            return Err(err(at(&argv.span()), "`argv` needs a program".into()));
+        }
+        let workdir = match self.workdir {
+            Some(w) if !w.get_ref().starts_with('/') => {
+                return Err(err(
+                    at(&w.span()),
+                    format!("workdir `{}` must be an absolute path", w.get_ref()),
+                ));
+            }
+            Some(w) => Some(Located {
+                line: at(&w.span()),
+                value: w.into_inner(),
+            }),
+            None => None,
+        };
+        let user = match self.user {
+            Some(u) => {
+                check_user(u.get_ref()).map_err(|m| err(at(&u.span()), m))?;
+                Some(Located {
+                    line: at(&u.span()),
+                    value: u.into_inner(),
+                })
+            }
+            None => None,
+        };
+        let network = match self.network {
+            None => Located {
+                value: DockerNetwork::None,
+                line: kind_line,
+            },
+            Some(n) => {
+                let line = at(&n.span());
+                let value = match n.get_ref().as_str() {
+                    "none" => DockerNetwork::None,
+                    "unrestricted" => DockerNetwork::Unrestricted,
+                    other => {
+                        return Err(err(
+                            line,
+                            format!(
+                                "network `{other}` is not known: \"none\" (the default) or \
+                                 \"unrestricted\" (any host: Docker cannot enforce an allowlist)"
+                            ),
+                        ));
+                    }
+                };
+                Located { value, line }
+            }
+        };
+        // TODO(net grants, at merge): a docker policy with `net` grants and no
+        // `network = "unrestricted"` must be refused here: Docker cannot enforce a host
+        // allowlist, and silently granting every host would widen the grant.
+        let pids = match self.pids {
+            None => DEFAULT_PIDS,
+            Some(p) => u32::try_from(*p.get_ref())
+                .ok()
+                .filter(|n| *n >= 1)
+                .ok_or_else(|| err(at(&p.span()), "pids must be at least 1".into()))?,
+        };
+        let nano_cpus = match self.cpus {
+            None => DEFAULT_NANO_CPUS,
+            Some(c) => {
+                let v = match c.get_ref() {
+                    Number::Int(i) => *i as f64,
+                    Number::Float(f) => *f,
+                };
+                if !(v.is_finite() && v >= 0.01) {
+                    return Err(err(at(&c.span()), "cpus must be at least 0.01".into()));
+                }
+                (v * 1e9) as u64
+            }
+        };
+        let tmp = match self.tmp {
+            None => DEFAULT_TMP,
+            Some(t) if t.get_ref().0 < (1 << 20) => {
+                return Err(err(at(&t.span()), "tmp must be at least 1MiB".into()));
+            }
+            Some(t) => t.get_ref().0,
+        };
+        Ok(DockerConfig {
+            name,
+            description,
+            image: Located {
+                line: at(&image.span()),
+                value: image.into_inner(),
+            },
+            argv: Located {
+                line: at(&argv.span()),
+                value: argv.into_inner(),
+            },
+            workdir,
+            session: self.session.unwrap_or(false),
+            user,
+            network,
+            pids,
+            nano_cpus,
+            tmp,
+        })
+    }
+}
+
+/// `uid` or `uid:gid`, numeric (the image's names are not warden's to trust), never root.
+fn check_user(user: &str) -> Result<(), String> {
+    let mut parts = user.splitn(2, ':');
+    let uid = parts.next().unwrap_or_default();
+    let ids_ok = std::iter::once(uid)
+        .chain(parts)
+        .all(|p| !p.is_empty() && p.parse::<u32>().is_ok());
+    if !ids_ok {
+        return Err(format!(
+            "user `{user}` must be numeric: \"uid\" or \"uid:gid\", such as \"65534:65534\""
+        ));
+    }
+    if uid.parse::<u32>() == Ok(0) {
+        return Err("user 0 is root: a docker tool never runs as root".into());
+    }
+    Ok(())
+}
