@@ -57,6 +57,7 @@ pub fn demo(ctx: &Context) -> Result<ExitCode> {
         toolbox: policies.clone(),
         artifacts: ctx.artifacts.clone(),
         call_log: ctx.call_log.clone(),
+        docker: ctx.docker.clone(),
     };
     let mut toolbox: Toolbox = ctx.load()?;
     let backend = ctx.backend();

@@ -250,3 +250,82 @@ fn check_user(user: &str) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::policy::{ExecutorConfig, Policy, PolicyError};
+
+    fn parse(text: &str) -> Result<Policy, PolicyError> {
+        let dir = tempfile::tempdir().unwrap();
+        Policy::parse(&dir.path().join("shell.toml"), text)
+    }
+
+    const SHELL: &str = "[executor]\nkind = \"docker\"\nname = \"shell\"\n\
+        image = \"warden-sandbox:latest\"\nargv = [\"/bin/sh\", \"-c\", \"{command}\"]\n";
+
+    #[test]
+    fn a_minimal_docker_policy_is_hardened_by_default() {
+        let p = parse(SHELL).unwrap();
+        let ExecutorConfig::Docker(cfg) = &p.executor else {
+            panic!("not docker");
+        };
+        assert_eq!(cfg.name, "shell");
+        assert_eq!(cfg.network.value, super::DockerNetwork::None);
+        assert_eq!(cfg.pids, super::DEFAULT_PIDS);
+        assert_eq!(cfg.nano_cpus, super::DEFAULT_NANO_CPUS);
+        assert!(cfg.user.is_none() && !cfg.session);
+        assert_eq!(p.executor.kind(), "docker");
+    }
+
+    #[test]
+    fn knobs_are_read() {
+        let p = parse(&format!(
+            "{SHELL}session = true\nworkdir = \"/w\"\nuser = \"1000:1000\"\n\
+             network = \"unrestricted\"\npids = 16\ncpus = 0.5\ntmp = \"8MiB\"\n"
+        ))
+        .unwrap();
+        let ExecutorConfig::Docker(cfg) = &p.executor else {
+            panic!("not docker");
+        };
+        assert!(cfg.session);
+        assert_eq!(cfg.network.value, super::DockerNetwork::Unrestricted);
+        assert_eq!(cfg.network.line, 9);
+        assert_eq!(
+            (cfg.pids, cfg.nano_cpus, cfg.tmp),
+            (16, 500_000_000, 8 << 20)
+        );
+    }
+
+    #[test]
+    fn mistakes_name_their_line() {
+        let cases = [
+            (format!("{SHELL}user = \"0\"\n"), 6, "root"),
+            (format!("{SHELL}user = \"root\"\n"), 6, "numeric"),
+            (format!("{SHELL}network = \"host\"\n"), 6, "not known"),
+            (format!("{SHELL}workdir = \"w\"\n"), 6, "absolute"),
+            (format!("{SHELL}pids = 0\n"), 6, "pids"),
+            (format!("{SHELL}cpus = 0\n"), 6, "cpus"),
+            (
+                format!("{SHELL}component = \"x.wasm\"\n"),
+                6,
+                "belongs to wasm",
+            ),
+            (format!("{SHELL}privileged = true\n"), 6, "unknown field"),
+            (
+                "[executor]\nkind = \"docker\"\nname = \"x\"\n".into(),
+                2,
+                "image",
+            ),
+            (
+                "[executor]\nkind = \"wasm\"\ncomponent = \"t.wasm\"\nimage = \"x\"\n".into(),
+                4,
+                "belongs to docker",
+            ),
+        ];
+        for (text, line, words) in cases {
+            let e = parse(&text).unwrap_err();
+            assert_eq!(e.line, Some(line), "{e}");
+            assert!(e.message.contains(words), "{words}: {e}");
+        }
+    }
+}

@@ -8,7 +8,8 @@ use crate::tool::DockerTool;
 use std::sync::Arc;
 use warden_core::{Backend, ExecutorConfig, LoadedTool, Policy, PolicyError, ToolSpec};
 
-/// Loads `kind = "docker"` policies; every tool shares one engine connection.
+/// Loads `kind = "docker"` policies; every tool shares one engine connection. Clones share it.
+#[derive(Clone)]
 pub struct DockerBackend {
     engine: Arc<Engine>,
 }

@@ -142,7 +142,7 @@ impl Engine {
     fn unreachable(&self, e: &BollardError) -> ToolError {
         let why = match e {
             BollardError::SocketNotFoundError(_) => "there is no socket there".to_owned(),
-            other => other.to_string(),
+            other => chain(other),
         };
         let hint = if why.to_lowercase().contains("permission denied") {
             "let warden's user use Docker (add it to the `docker` group) or run warden as root"
@@ -175,10 +175,28 @@ impl Engine {
             | BollardError::IOError { .. } => self.unreachable(e),
             other => ToolError::new(
                 ErrorKind::Internal,
-                format!("talking to the Docker engine failed while trying to {what}: {other}"),
+                format!(
+                    "talking to the Docker engine failed while trying to {what}: {}",
+                    chain(other)
+                ),
             ),
         }
     }
+}
+
+/// An error with its causes ("client error (Connect): Connection refused (os error 111)").
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let next = s.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = s.source();
+    }
+    text
 }
 
 /// The image is not on the engine: name it and the command that makes it.

@@ -47,6 +47,7 @@ pub async fn build_sandbox_image(
         .client()
         .await
         .map_err(|e| ImageError::Engine(e.message))?;
+    let previous = docker.inspect_image(tag).await.ok().and_then(|i| i.id);
     let (repo, version) = split_tag(tag);
     let options = CreateImageOptionsBuilder::new()
         .from_src("-")
@@ -69,7 +70,12 @@ pub async fn build_sandbox_image(
         .inspect_image(tag)
         .await
         .map_err(|e| ImageError::Import(e.to_string()))?;
-    Ok(image.id.unwrap_or_default())
+    let id = image.id.unwrap_or_default();
+    // The image it replaces lost its name: remove it unless a container still uses it.
+    if let Some(old) = previous.filter(|old| *old != id) {
+        let _ = docker.remove_image(&old, None, None).await;
+    }
+    Ok(id)
 }
 
 fn split_tag(tag: &str) -> (&str, &str) {
