@@ -73,7 +73,8 @@ pub async fn build_sandbox_image(
     let id = image.id.unwrap_or_default();
     // The image it replaces lost its name: remove it unless a container still uses it.
     if let Some(old) = previous.filter(|old| *old != id) {
-        let _ = docker.remove_image(&old, None, None).await;
+        let none: Option<bollard::query_parameters::RemoveImageOptions> = None;
+        let _ = docker.remove_image(&old, none, None).await;
     }
     Ok(id)
 }
