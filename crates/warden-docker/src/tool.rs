@@ -51,9 +51,11 @@ impl DockerTool {
         let session = self.shell.is_some();
         let request = Request::parse(&inv.arguments, &self.template, session)
             .map_err(ToolError::invalid_arguments)?;
-        let timeout = request
+        // `limit` is what messages name; `timeout` is when this executor stops.
+        let limit = request
             .timeout
             .map_or(inv.limits.timeout, |t| t.min(inv.limits.timeout));
+        let timeout = effective_timeout(request.timeout, inv.limits.timeout);
         let env: Vec<String> = self
             .grants
             .resolve_env()?
@@ -62,7 +64,7 @@ impl DockerTool {
             .collect();
         if session {
             return self
-                .in_session(inv.session, request, env, &inv.limits, timeout)
+                .in_session(inv.session, request, env, &inv.limits, (timeout, limit))
                 .await;
         }
         let deadline = Instant::now() + timeout;
@@ -93,7 +95,7 @@ impl DockerTool {
                 stderr,
             } => answer(code, oom, &stdout.text(), &stderr.text(), &inv.limits, None),
             Ended::TimedOut { stdout, stderr } => Err(timed_out(
-                timeout,
+                limit,
                 &stdout.text(),
                 &stderr.text(),
                 "its container was killed and removed",
@@ -107,7 +109,7 @@ impl DockerTool {
         request: Request,
         env: Vec<String>,
         limits: &Limits,
-        timeout: Duration,
+        (timeout, limit): (Duration, Duration),
     ) -> Result<Output, ToolError> {
         let slot = self.slot(id);
         let mut guard = slot.lock().await;
@@ -142,7 +144,7 @@ impl DockerTool {
                 let start = Session::start(&self.engine, &docker, &self.plan.image, body);
                 match tokio::time::timeout_at(deadline, start).await {
                     Ok(started) => started?,
-                    Err(_) => return Err(timed_out(timeout, "", "", "the shell did not start")),
+                    Err(_) => return Err(timed_out(limit, "", "", "the shell did not start")),
                 }
             }
         };
@@ -173,7 +175,7 @@ impl DockerTool {
             Ok(Outcome::TimedOut { stdout, stderr }) => {
                 live.close().await;
                 Err(timed_out(
-                    timeout,
+                    limit,
                     &stdout,
                     &stderr,
                     "the session's shell was killed; the next command starts a fresh one \
@@ -212,6 +214,17 @@ impl Executor for DockerTool {
 
     fn end_session(&self, session: SessionId) -> BoxFuture<'_, ()> {
         Box::pin(self.end(session))
+    }
+}
+
+/// The model's timeout lowers the policy's, never raises it. The dispatcher's deadline for
+/// the policy's timeout started a little earlier than ours: stop just before it, so that the
+/// answer is this executor's (partial output, container gone) rather than a bare timeout.
+fn effective_timeout(asked: Option<Duration>, policy: Duration) -> Duration {
+    let margin = (policy / 20).min(Duration::from_millis(100));
+    match asked {
+        Some(t) if t < policy - margin => t,
+        _ => policy - margin,
     }
 }
 
@@ -297,6 +310,21 @@ fn timed_out(timeout: Duration, stdout: &str, stderr: &str, what: &str) -> ToolE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_model_can_only_lower_the_timeout() {
+        let policy = Duration::from_secs(10);
+        let ours = Duration::from_millis(9900);
+        assert_eq!(effective_timeout(None, policy), ours);
+        assert_eq!(
+            effective_timeout(Some(Duration::from_secs(600)), policy),
+            ours
+        );
+        assert_eq!(
+            effective_timeout(Some(Duration::from_secs(1)), policy),
+            Duration::from_secs(1)
+        );
+    }
 
     #[test]
     fn messages_show_output_and_exit_code() {

@@ -122,7 +122,12 @@ async fn a_fork_bomb_is_held_by_the_pids_limit() {
         json!({"command": "b() { b | b & }; b; sleep 100", "timeout": 3}),
     )
     .await;
-    assert_eq!(kind(&m), "timeout", "{}", m.content);
+    // Held: it runs into its deadline, or the shell itself can no longer fork and gives up.
+    match kind(&m).as_str() {
+        "timeout" => {}
+        "exit_status" => assert!(m.content.contains("can't fork"), "{}", m.content),
+        other => panic!("{other}: {}", m.content),
+    }
     assert!(start.elapsed() < Duration::from_secs(15));
     let m = call(&d, "sh", cmd("echo alive")).await;
     assert!(m.content.starts_with("alive"), "{}", m.content);
