@@ -54,7 +54,7 @@ async fn containers_of_a_dead_warden_are_removed_at_the_next_start() {
     child.wait().expect("wait");
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     let dead_owner = format!("{}:{dead_pid}:1", boot.trim());
-    let mut make = async |owner: &str| {
+    let make = async |owner: &str| {
         let labels = HashMap::from([
             (LABEL.to_owned(), "1".to_owned()),
             (OWNER_LABEL.to_owned(), owner.to_owned()),
