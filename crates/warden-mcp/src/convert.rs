@@ -3,7 +3,7 @@
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, MetaObject, ToolAnnotations};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use warden_core::{Tool, ToolMessage, ToolSpec};
+use warden_core::{DockerNetwork, ExecutorConfig, Tool, ToolMessage, ToolSpec};
 
 /// The `_meta` key under which a failed call carries its error kind and message.
 pub const ERROR_META: &str = "warden/error";
@@ -64,11 +64,13 @@ pub fn tool(tool: &Tool) -> rmcp::model::Tool {
     out
 }
 
-/// Hints from the grants. The network cannot be granted yet, so a tool that can write no file
-/// can change nothing outside its own sandbox.
+/// Hints from the grants. Without network a tool that can write no file can change nothing
+/// outside its own sandbox; a docker tool may opt in to unrestricted network.
 fn annotations(tool: &Tool) -> ToolAnnotations {
-    let mut hints = ToolAnnotations::new().open_world(false);
-    hints = if tool.policy.grants.writes_nothing() {
+    let open = matches!(&tool.policy.executor,
+        ExecutorConfig::Docker(c) if c.network.value == DockerNetwork::Unrestricted);
+    let mut hints = ToolAnnotations::new().open_world(open);
+    hints = if tool.policy.grants.writes_nothing() && !open {
         hints.read_only(true).destructive(false)
     } else {
         hints.read_only(false)
