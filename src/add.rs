@@ -148,7 +148,16 @@ pub fn pin(ctx: &Context, targets: &[String]) -> Result<ExitCode> {
     }
     for file in files {
         let policy = Policy::load(&file)?;
-        let ExecutorConfig::Wasm(cfg) = &policy.executor;
+        let ExecutorConfig::Wasm(cfg) = &policy.executor else {
+            if !targets.is_empty() {
+                println!(
+                    "{}: a {} tool has no component to pin",
+                    file.display(),
+                    policy.executor.kind()
+                );
+            }
+            continue;
+        };
         let sha = ctx.artifacts.put(&cfg.component.value)?;
         let text = std::fs::read_to_string(&file)?;
         let mut doc: toml_edit::DocumentMut = text

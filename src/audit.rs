@@ -4,14 +4,33 @@ use crate::context::Context;
 use anyhow::Result;
 use serde_json::{Value, json};
 use std::process::ExitCode;
-use warden_core::{Access, ExecutorConfig, HostPattern, Policy, Toolbox};
+use warden_core::{Access, ByteSize, DockerNetwork, ExecutorConfig, HostPattern, Policy, Toolbox};
 
 /// One thing a reviewer should look at.
 fn flags(policy: &Policy) -> Vec<String> {
     let mut out = Vec::new();
-    let ExecutorConfig::Wasm(cfg) = &policy.executor;
-    if cfg.sha256.is_none() {
-        out.push("unpinned: any rebuild of the component runs unreviewed (`warden pin`)".into());
+    match &policy.executor {
+        ExecutorConfig::Wasm(cfg) => {
+            if cfg.sha256.is_none() {
+                out.push(
+                    "unpinned: any rebuild of the component runs unreviewed (`warden pin`)".into(),
+                );
+            }
+        }
+        ExecutorConfig::Docker(cfg) => {
+            if cfg.network.value == DockerNetwork::Unrestricted {
+                out.push(
+                    "unrestricted network: the container may reach any host (Docker cannot                      enforce an allowlist)"
+                        .into(),
+                );
+            }
+            if !cfg.image.value.contains("@sha256:") {
+                out.push(format!(
+                    "image by tag ({}), not by digest: whatever is tagged so runs",
+                    cfg.image.value
+                ));
+            }
+        }
     }
     for g in &policy.grants.fs {
         if g.access == Access::ReadWrite {
@@ -50,7 +69,6 @@ fn describe(toolbox: &Toolbox) -> Value {
         .policies()
         .iter()
         .map(|p| {
-            let ExecutorConfig::Wasm(cfg) = &p.executor;
             let tools: Vec<Value> = toolbox
                 .tools()
                 .filter(|t| std::sync::Arc::ptr_eq(&t.policy, p))
@@ -64,18 +82,48 @@ fn describe(toolbox: &Toolbox) -> Value {
                 .collect();
             json!({
                 "policy": p.path.display().to_string(),
-                "executor": {
-                    "kind": p.executor.kind(),
-                    "component": cfg.component.value.display().to_string(),
-                    "sha256": cfg.sha256.as_ref().map(|s| s.value.clone()),
-                },
+                "executor": executor(&p.executor),
                 "grants": p.grants.describe(),
+                // Wasm tools reach what `grants.net` names; a docker tool has none or all.
+                "network": match &p.executor {
+                    ExecutorConfig::Docker(cfg) => cfg.network.value.as_str(),
+                    ExecutorConfig::Wasm(_) => "grants",
+                },
                 "tools": tools,
                 "flags": flags(p),
             })
         })
         .collect();
     json!({ "policies": policies })
+}
+
+fn executor(config: &ExecutorConfig) -> Value {
+    match config {
+        ExecutorConfig::Wasm(cfg) => json!({
+            "kind": "wasm",
+            "component": cfg.component.value.display().to_string(),
+            "sha256": cfg.sha256.as_ref().map(|s| s.value.clone()),
+        }),
+        ExecutorConfig::Docker(cfg) => json!({
+            "kind": "docker",
+            "image": cfg.image.value,
+            "argv": cfg.argv.value,
+            "workdir": cfg.workdir.as_ref().map(|w| w.value.clone()),
+            "mode": if cfg.session { "session" } else { "call" },
+            "user": cfg.user.as_ref().map_or(
+                "the owner of the read-write roots, else 65534 (never root)".to_owned(),
+                |u| u.value.clone(),
+            ),
+            "pids": cfg.pids,
+            "cpus": cfg.nano_cpus as f64 / 1e9,
+            "tmp": ByteSize(cfg.tmp).to_string(),
+            "hardening": [
+                "read-only root filesystem", "all capabilities dropped", "no-new-privileges",
+                "non-root user", "no log driver", "init reaps orphans",
+                "only granted folders mounted", "only granted env",
+            ],
+        }),
+    }
 }
 
 pub fn audit(ctx: &Context, json: bool) -> Result<ExitCode> {
@@ -96,15 +144,32 @@ pub fn audit(ctx: &Context, json: bool) -> Result<ExitCode> {
     for p in report["policies"].as_array().into_iter().flatten() {
         println!("{}", p["policy"].as_str().unwrap_or_default());
         let ex = &p["executor"];
-        let pin = ex["sha256"].as_str().map_or_else(
-            || red("UNPINNED"),
-            |s| format!("sha256 {}…", &s[..12.min(s.len())]),
-        );
-        println!(
-            "  executor  {} {} ({pin})",
-            ex["kind"].as_str().unwrap_or_default(),
-            ex["component"].as_str().unwrap_or_default()
-        );
+        if ex["kind"] == "docker" {
+            println!(
+                "  executor  docker {} {} (a container per {})",
+                ex["image"].as_str().unwrap_or_default(),
+                ex["argv"],
+                ex["mode"].as_str().unwrap_or_default()
+            );
+            println!(
+                "  container user {}, pids {}, cpus {}, /tmp {}; {}",
+                ex["user"].as_str().unwrap_or_default(),
+                ex["pids"],
+                ex["cpus"],
+                ex["tmp"].as_str().unwrap_or_default(),
+                strings(&ex["hardening"]).join(", ")
+            );
+        } else {
+            let pin = ex["sha256"].as_str().map_or_else(
+                || red("UNPINNED"),
+                |s| format!("sha256 {}…", &s[..12.min(s.len())]),
+            );
+            println!(
+                "  executor  {} {} ({pin})",
+                ex["kind"].as_str().unwrap_or_default(),
+                ex["component"].as_str().unwrap_or_default()
+            );
+        }
         let g = &p["grants"];
         println!(
             "  env       {}",
@@ -132,7 +197,11 @@ pub fn audit(ctx: &Context, json: bool) -> Result<ExitCode> {
                     .collect())
                 .unwrap_or_default())
         );
-        println!("  network   {}", network_line(&g["net"]));
+        match p["network"].as_str().unwrap_or("none") {
+            "grants" => println!("  network   {}", network_line(&g["net"])),
+            "none" => println!("  network   none"),
+            other => println!("  network   {}", red(other)),
+        }
         for t in p["tools"].as_array().into_iter().flatten() {
             let l = &t["limits"];
             println!(

@@ -4,7 +4,8 @@ use anyhow::{Context as _, Result};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use warden_core::{Admission, CallLog, Dispatcher, Protected, RunLimits, Toolbox};
+use warden_core::{Admission, Backend, CallLog, Dispatcher, Protected, RunLimits, Toolbox};
+use warden_docker::{DockerBackend, Engine};
 use warden_wasm::{Artifacts, Resolver, WasmBackend};
 
 /// The folders a command works with.
@@ -14,6 +15,8 @@ pub struct Context {
     pub call_log: PathBuf,
     /// How tools' HTTP hosts resolve.
     pub resolver: Resolver,
+    /// Docker tools share one engine (connected on their first call, never at load).
+    pub docker: DockerBackend,
 }
 
 impl Context {
@@ -31,6 +34,7 @@ impl Context {
         Ok(Self {
             call_log: call_log.unwrap_or_else(|| home.join("calls.jsonl")),
             toolbox,
+            docker: DockerBackend::new(Engine::from_env()),
             artifacts: Artifacts {
                 store: home.join("store"),
                 cache,
@@ -83,8 +87,9 @@ impl Context {
 
     /// Loads the toolbox; any policy that cannot be honoured is an error.
     pub fn load(&self) -> Result<Toolbox> {
-        let backend = self.backend();
-        Toolbox::load(&self.toolbox, &[&backend], &self.protected())
+        let wasm = self.backend();
+        let backends: [&dyn Backend; 2] = [&wasm, &self.docker];
+        Toolbox::load(&self.toolbox, &backends, &self.protected())
             .with_context(|| format!("loading the toolbox {}", self.toolbox.display()))
     }
 

@@ -79,6 +79,7 @@ pub fn demo(ctx: &Context) -> Result<ExitCode> {
         artifacts: ctx.artifacts.clone(),
         call_log: ctx.call_log.clone(),
         resolver: Resolver::with_overrides(["docs.example.test:127.0.0.1"])?,
+        docker: ctx.docker.clone(),
     };
     let mut toolbox: Toolbox = ctx.load()?;
     let backend = ctx.backend();

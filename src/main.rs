@@ -105,6 +105,15 @@ enum Command {
     Demo,
     /// Serve the toolbox over MCP: stdio, or streamable HTTP with --http.
     Serve(serve::ServeArgs),
+    /// Build warden's Docker sandbox image offline, from a static busybox.
+    SandboxImage {
+        /// A statically linked busybox (Debian: `apt-get install busybox-static`).
+        #[arg(long, default_value = warden_docker::BUSYBOX)]
+        busybox: PathBuf,
+        /// The image's name.
+        #[arg(long, default_value = warden_docker::SANDBOX_IMAGE)]
+        tag: String,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -167,6 +176,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Audit { json } => audit::audit(&ctx, json),
         Command::Demo => demo::demo(&ctx),
         Command::Serve(args) => serve::serve(&ctx, args),
+        Command::SandboxImage { busybox, tag } => sandbox_image(&ctx, &busybox, &tag),
     }
 }
 
@@ -193,7 +203,12 @@ fn call(ctx: &Context, tool: String, arguments: String, format: Format) -> Resul
         name: tool,
         arguments,
     };
-    let message = runtime.block_on(dispatcher.call(call));
+    // One call is one session: its container (and shell) end with it.
+    let message = runtime.block_on(async {
+        let message = dispatcher.call(call).await;
+        dispatcher.close().await;
+        message
+    });
     let text = serde_json::to_string_pretty(&format.render(&message)).context("printing")?;
     println!("{text}");
     Ok(match message.status {
@@ -219,7 +234,12 @@ fn run_batch(
     let calls = batch::parse(&text)?;
     let dispatcher = ctx.dispatcher(limits)?.fail_fast(fail_fast);
     let runtime = context::runtime()?;
-    let messages = runtime.block_on(dispatcher.dispatch(calls));
+    // One batch file is one session.
+    let messages = runtime.block_on(async {
+        let messages = dispatcher.dispatch(calls).await;
+        dispatcher.close().await;
+        messages
+    });
     let out: Vec<serde_json::Value> = messages.iter().map(|m| format.render(m)).collect();
     println!("{}", serde_json::to_string_pretty(&out)?);
     let all_ok = messages.iter().all(|m| m.status == Status::Success);
@@ -228,6 +248,14 @@ fn run_batch(
     } else {
         ExitCode::from(1)
     })
+}
+
+fn sandbox_image(ctx: &Context, busybox: &std::path::Path, tag: &str) -> Result<ExitCode> {
+    let runtime = context::runtime()?;
+    let engine = ctx.docker.engine().clone();
+    let id = runtime.block_on(warden_docker::build_sandbox_image(&engine, busybox, tag))?;
+    println!("built {tag} ({id}) from {}", busybox.display());
+    Ok(ExitCode::SUCCESS)
 }
 
 fn read_stdin() -> Result<String> {

@@ -29,10 +29,10 @@ pub struct ServeArgs {
 pub fn serve(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
     // The dispatcher is built here rather than by `Context::dispatcher`: over stdio a terminal
     // reviewer would read the MCP channel, and a reload needs a dispatcher per toolbox.
-    let backend = ctx.backend();
+    let (wasm, docker) = (ctx.backend(), ctx.docker.clone());
     let protected = ctx.protected();
     let dir = ctx.toolbox.clone();
-    let loader: Loader = Arc::new(move || Toolbox::load(&dir, &[&backend], &protected));
+    let loader: Loader = Arc::new(move || Toolbox::load(&dir, &[&wasm, &docker], &protected));
     let log = CallLog::open(&ctx.call_log)
         .with_context(|| format!("opening the call log {}", ctx.call_log.display()))?;
     let options = Options {

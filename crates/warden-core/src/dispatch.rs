@@ -8,6 +8,7 @@ use crate::limits::cap_text;
 use crate::message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage};
 use crate::redact::Secrets;
 use crate::review::{Decision, Reviewer};
+use crate::session::Scope;
 use crate::toolbox::{Tool, Toolbox};
 use futures::FutureExt;
 use serde_json::{Value, json};
@@ -25,11 +26,13 @@ const BACKOFF: Duration = Duration::from_millis(100);
 /// Runs batches of tool calls against a toolbox. Every call gets exactly one message.
 ///
 /// A dispatcher is one run: its run limits count calls across all its batches. Clones share
-/// the run.
+/// the run and its session; [`Dispatcher::new_session`] starts another session in the same
+/// run. A session ends at [`Dispatcher::close`], or when its last clone is dropped.
 #[derive(Clone)]
 pub struct Dispatcher {
     toolbox: Arc<Toolbox>,
     gate: Arc<Gate>,
+    session: Arc<Scope>,
     reviewer: Option<Arc<dyn Reviewer>>,
     log: Option<Arc<CallLog>>,
     fail_fast: bool,
@@ -42,6 +45,7 @@ impl Dispatcher {
 
     pub fn with_admission(toolbox: Arc<Toolbox>, admission: Admission) -> Self {
         Self {
+            session: Arc::new(Scope::new(toolbox.clone())),
             toolbox,
             gate: Arc::new(Gate::new(admission)),
             reviewer: None,
@@ -70,6 +74,26 @@ impl Dispatcher {
 
     pub fn toolbox(&self) -> &Arc<Toolbox> {
         &self.toolbox
+    }
+
+    /// The same run (limits, reviewer, log) in a session of its own: one MCP connection, one
+    /// agent run.
+    pub fn new_session(&self) -> Dispatcher {
+        Dispatcher {
+            session: Arc::new(Scope::new(self.toolbox.clone())),
+            ..self.clone()
+        }
+    }
+
+    /// The session this dispatcher's calls run in.
+    pub fn session(&self) -> crate::SessionId {
+        self.session.id
+    }
+
+    /// Ends the session now: executors free what they keep for it (a container, a shell) and
+    /// this returns when they have. Later calls start the session afresh.
+    pub async fn close(&self) {
+        self.session.close().await;
     }
 
     /// Runs one call, in the caller's task: handing a lone call to another worker thread and
@@ -271,7 +295,9 @@ impl Dispatcher {
             arguments,
             limits: tool.limits,
             denials,
+            session: self.session.id,
         };
+        self.session.touch();
         let deadline = tool.limits.timeout;
         match tokio::time::timeout(deadline, tool.executor.execute(invocation)).await {
             Ok(result) => result,

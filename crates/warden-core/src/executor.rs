@@ -7,6 +7,7 @@ use crate::spec::ToolSpec;
 use serde_json::Value;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// A boxed, sendable future, so `Executor` can be a trait object.
@@ -22,6 +23,8 @@ pub struct Invocation {
     pub limits: Limits,
     /// Where the sandbox reports what it refused.
     pub denials: Denials,
+    /// The session the call belongs to (see [`SessionId`]).
+    pub session: SessionId,
 }
 
 /// One attempt the sandbox refused: a destination and why.
@@ -63,6 +66,25 @@ impl Denials {
     }
 }
 
+/// One session: one `warden agent` run, one MCP connection, one `warden run` batch, one
+/// `warden call`. Executors that keep state between calls (the Docker shell) keep it per
+/// session and free it in [`Executor::end_session`]; the others ignore it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionId(u64);
+
+impl SessionId {
+    /// A session id never used before in this process.
+    pub fn fresh() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Self(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The number, for labels and logs.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
 /// What a tool produced.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Output {
@@ -83,6 +105,13 @@ pub struct Output {
 /// and free its sandbox when its future is dropped.
 pub trait Executor: Send + Sync {
     fn execute(&self, invocation: Invocation) -> BoxFuture<'_, Result<Output, ToolError>>;
+
+    /// Frees what the executor keeps for `session` (a container, a shell). Called once when
+    /// the session ends; calls of that session may follow only as a new start.
+    fn end_session(&self, session: SessionId) -> BoxFuture<'_, ()> {
+        let _ = session;
+        Box::pin(async {})
+    }
 }
 
 /// One tool that a backend found in a policy.

@@ -4,6 +4,7 @@
 mod admission;
 mod calllog;
 mod dispatch;
+mod docker;
 mod executor;
 mod grants;
 mod limits;
@@ -12,6 +13,7 @@ mod net;
 mod policy;
 mod redact;
 mod review;
+mod session;
 mod spec;
 mod toolbox;
 mod units;
@@ -19,7 +21,10 @@ mod units;
 pub use admission::{Admission, RunLimits, default_memory_budget};
 pub use calllog::CallLog;
 pub use dispatch::Dispatcher;
-pub use executor::{Backend, BoxFuture, Denial, Denials, Executor, Invocation, LoadedTool, Output};
+pub use docker::{DEFAULT_NANO_CPUS, DEFAULT_PIDS, DEFAULT_TMP, DockerConfig, DockerNetwork};
+pub use executor::{
+    Backend, BoxFuture, Denial, Denials, Executor, Invocation, LoadedTool, Output, SessionId,
+};
 pub use grants::{Access, FsGrant, Grants};
 pub use limits::{Limits, LimitsSpec, cap_text, truncation_marker};
 pub use message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage, Violation};

@@ -1,5 +1,6 @@
 //! Policy files: one TOML file per tool (or per component), deny by default.
 
+use crate::docker::{DockerConfig, DockerSpec};
 use crate::grants::{Grants, GrantsSpec};
 use crate::limits::LimitsSpec;
 use serde::Deserialize;
@@ -52,6 +53,33 @@ struct ExecutorSpec {
     wit: Option<Spanned<String>>,
     name: Option<String>,
     description: Option<String>,
+    // kind = "docker" (crate::docker checks them)
+    image: Option<Spanned<String>>,
+    argv: Option<Spanned<Vec<String>>>,
+    workdir: Option<Spanned<String>>,
+    session: Option<bool>,
+    user: Option<Spanned<String>>,
+    network: Option<Spanned<String>>,
+    pids: Option<Spanned<i64>>,
+    cpus: Option<Spanned<crate::docker::Number>>,
+    tmp: Option<Spanned<crate::units::ByteSize>>,
+}
+
+impl ExecutorSpec {
+    /// Splits off the docker fields.
+    fn docker(&mut self) -> DockerSpec {
+        DockerSpec {
+            image: self.image.take(),
+            argv: self.argv.take(),
+            workdir: self.workdir.take(),
+            session: self.session.take(),
+            user: self.user.take(),
+            network: self.network.take(),
+            pids: self.pids.take(),
+            cpus: self.cpus.take(),
+            tmp: self.tmp.take(),
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -92,6 +120,7 @@ struct PolicyFile {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExecutorConfig {
     Wasm(WasmConfig),
+    Docker(DockerConfig),
 }
 
 impl ExecutorConfig {
@@ -99,6 +128,7 @@ impl ExecutorConfig {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Wasm(_) => "wasm",
+            Self::Docker(_) => "docker",
         }
     }
 }
@@ -166,9 +196,44 @@ impl Policy {
             value: s.into_inner(),
         };
 
-        let ex = file.executor;
+        let mut ex = file.executor;
+        let docker = ex.docker();
+        let kind_line = line_of(ex.kind.span().start);
         let executor = match ex.kind.get_ref().as_str() {
+            "docker" => {
+                for (field, span) in [
+                    ("component", ex.component.as_ref().map(Spanned::span)),
+                    ("sha256", ex.sha256.as_ref().map(Spanned::span)),
+                    ("wit", ex.wit.as_ref().map(Spanned::span)),
+                ] {
+                    if let Some(span) = span {
+                        return Err(err(
+                            Some(span),
+                            format!("`{field}` belongs to wasm executors, not docker"),
+                        ));
+                    }
+                }
+                ExecutorConfig::Docker(docker.resolve(
+                    path,
+                    kind_line,
+                    ex.name,
+                    ex.description,
+                    &line_of,
+                )?)
+            }
             "wasm" => {
+                if let Some((field, span)) = docker.first_written() {
+                    let line = if span.is_empty() {
+                        kind_line
+                    } else {
+                        line_of(span.start)
+                    };
+                    return Err(PolicyError::new(
+                        path,
+                        Some(line),
+                        format!("`{field}` belongs to docker executors, not wasm"),
+                    ));
+                }
                 let component = ex.component.map(located).ok_or_else(|| {
                     err(
                         Some(ex.kind.span()),
@@ -217,7 +282,7 @@ impl Policy {
             other => {
                 return Err(err(
                     Some(ex.kind.span()),
-                    format!("unknown executor kind `{other}`; this warden knows: wasm"),
+                    format!("unknown executor kind `{other}`; this warden knows: wasm, docker"),
                 ));
             }
         };
@@ -226,6 +291,9 @@ impl Policy {
             .grants
             .resolve(base)
             .map_err(|e| err(e.span, e.message))?;
+        if let ExecutorConfig::Docker(cfg) = &executor {
+            check_docker_network(path, cfg, &grants)?;
+        }
         file.limits
             .validate()
             .map_err(|m| err(None, format!("[limits]: {m}")))?;
@@ -266,6 +334,34 @@ impl Policy {
             functions,
         })
     }
+}
+
+/// Docker cannot enforce a host allowlist nor add credentials on the host side: a `net` grant
+/// for a container would silently widen to every host. Only the explicit opt-in allows it.
+fn check_docker_network(
+    path: &Path,
+    cfg: &DockerConfig,
+    grants: &Grants,
+) -> Result<(), PolicyError> {
+    let net = &grants.net;
+    if !net.credentials.is_empty() {
+        return Err(PolicyError::new(
+            path,
+            None,
+            "net_credentials cannot be honoured for a docker tool: warden adds credentials on \
+             the host side of wasm tools' HTTP only",
+        ));
+    }
+    if net.hosts.is_empty() || cfg.network.value == crate::docker::DockerNetwork::Unrestricted {
+        return Ok(());
+    }
+    Err(PolicyError::new(
+        path,
+        Some(cfg.network.line),
+        "a docker tool cannot be limited to the hosts in `net`: Docker cannot enforce a host \
+         allowlist. Remove the net grants (no network), or write `network = \"unrestricted\"` \
+         under [executor] to give it every host (the audit flags it)",
+    ))
 }
 
 /// `a/b/../c` → `a/c`, without touching the filesystem, so paths read well in the audit.

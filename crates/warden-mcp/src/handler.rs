@@ -9,9 +9,9 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
-use warden_core::ToolCall;
+use warden_core::{Dispatcher, ToolCall};
 
 const INSTRUCTIONS: &str = "Each tool runs in its own sandbox with only the files and \
     environment its policy grants. A failed call answers isError with the error's kind and a \
@@ -21,6 +21,52 @@ const INSTRUCTIONS: &str = "Each tool runs in its own sandbox with only the file
 #[derive(Clone)]
 pub(crate) struct Handler {
     pub shared: Arc<Shared>,
+    pub session: Arc<Session>,
+}
+
+impl Handler {
+    /// A handler for a new MCP connection: a session of its own.
+    pub fn new(shared: Arc<Shared>) -> Self {
+        Self {
+            shared,
+            session: Arc::default(),
+        }
+    }
+}
+
+/// One MCP connection's session: its calls share per-session sandboxes (the Docker shell).
+/// It ends when the connection does (the last handler is dropped, or [`Session::close`]).
+#[derive(Default)]
+pub(crate) struct Session {
+    current: Mutex<Option<Dispatcher>>,
+}
+
+impl Session {
+    /// This connection's dispatcher over `base`'s toolbox. After a reload the toolbox is new:
+    /// the old session ends and a new one starts.
+    fn dispatcher(&self, base: &Dispatcher) -> Dispatcher {
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        match current.as_ref() {
+            Some(d) if Arc::ptr_eq(d.toolbox(), base.toolbox()) => d.clone(),
+            _ => {
+                let d = base.new_session();
+                *current = Some(d.clone());
+                d
+            }
+        }
+    }
+
+    /// Ends the session now, and waits until its sandboxes are gone.
+    pub async fn close(&self) {
+        let current = self
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(d) = current {
+            d.close().await;
+        }
+    }
 }
 
 impl ServerHandler for Handler {
@@ -56,6 +102,7 @@ impl ServerHandler for Handler {
         let snapshot = self.shared.snapshot();
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let call = ToolCall::new(self.shared.next_call_id(), request.name, &arguments);
+        let dispatcher = self.session.dispatcher(&snapshot.dispatcher);
         let tool = snapshot.dispatcher.toolbox().get(&call.name);
         let _review = tool.filter(|t| t.review_required).map(|_| {
             self.shared
@@ -64,7 +111,7 @@ impl ServerHandler for Handler {
         });
         let start = Instant::now();
         tokio::select! {
-            message = snapshot.dispatcher.call(call.clone()) => {
+            message = dispatcher.call(call.clone()) => {
                 Ok(convert::call_result(&message, tool).into())
             }
             () = context.ct.cancelled() => {

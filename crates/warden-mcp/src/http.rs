@@ -96,11 +96,7 @@ impl HttpServer {
         }
         let shared = server.shared.clone();
         let service = StreamableHttpService::new(
-            move || {
-                Ok(Handler {
-                    shared: shared.clone(),
-                })
-            },
+            move || Ok(Handler::new(shared.clone())),
             Arc::new(LocalSessionManager::default()),
             config,
         );

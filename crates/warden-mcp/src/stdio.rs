@@ -39,9 +39,8 @@ impl Server {
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let watcher = watch::spawn(self.shared.clone());
-        let handler = Handler {
-            shared: self.shared.clone(),
-        };
+        let handler = Handler::new(self.shared.clone());
+        let session = handler.session.clone();
         let served = match rmcp::serve_server(handler, LineTransport::new(read, write)).await {
             Ok(running) => running
                 .waiting()
@@ -53,6 +52,8 @@ impl Server {
         if let Some(w) = watcher {
             w.abort();
         }
+        // The connection is over: so is its session (a Docker shell, say).
+        session.close().await;
         served
     }
 }

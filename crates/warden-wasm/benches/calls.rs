@@ -338,6 +338,7 @@ fn calls(c: &mut Criterion) {
                 call_id: "call-1".into(),
                 arguments: json!({"a": 1, "b": 2}),
                 limits: tool.limits,
+                session: warden_core::SessionId::fresh(),
             };
             black_box(tool.executor.execute(inv).await.expect("add runs"))
         });

@@ -118,8 +118,16 @@ impl Backend for WasmBackend {
     }
 
     fn load(&self, policy: &Arc<Policy>) -> Result<Vec<LoadedTool>, PolicyError> {
-        let ExecutorConfig::Wasm(cfg) = &policy.executor;
         let err = |line: Option<usize>, msg: String| PolicyError::new(&policy.path, line, msg);
+        let ExecutorConfig::Wasm(cfg) = &policy.executor else {
+            return Err(err(
+                None,
+                format!(
+                    "the wasm backend cannot load a `{}` executor",
+                    policy.executor.kind()
+                ),
+            ));
+        };
         let all_limits =
             std::iter::once(&policy.limits).chain(policy.functions.values().map(|f| &f.limits));
         let mut fuel = false;

@@ -1,0 +1,222 @@
+//! One container's life: created, attached before it starts (so no output is missed), read
+//! under a deadline, and always removed — by the call, or by its guard when the call's future
+//! is dropped.
+
+use crate::engine::{Engine, missing_image};
+use crate::output::Capped;
+use bollard::Docker;
+use bollard::container::{AttachContainerResults, LogOutput};
+use bollard::errors::Error as BollardError;
+use bollard::models::ContainerCreateBody;
+use bollard::query_parameters::{
+    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder,
+    WaitContainerOptionsBuilder,
+};
+use futures::StreamExt;
+use tokio::time::Instant;
+use warden_core::ToolError;
+
+/// A container that is removed (killed first if running) when this is dropped.
+pub struct Container {
+    docker: Docker,
+    pub id: String,
+    removed: bool,
+}
+
+impl Container {
+    /// Creates a container; a missing image is named with the command that builds it.
+    pub async fn create(
+        engine: &Engine,
+        docker: &Docker,
+        image: &str,
+        body: ContainerCreateBody,
+    ) -> Result<Container, ToolError> {
+        // Named before it exists, so that a call dropped while the engine creates it still
+        // knows what to remove.
+        let name = format!("warden-{}", crate::session::nonce());
+        let mut container = Container {
+            docker: docker.clone(),
+            id: name.clone(),
+            removed: false,
+        };
+        let options = CreateContainerOptionsBuilder::new().name(&name).build();
+        match docker.create_container(Some(options), body).await {
+            Ok(created) => {
+                container.id = created.id;
+                Ok(container)
+            }
+            Err(e) => {
+                container.removed = true;
+                Err(match e {
+                    BollardError::DockerResponseServerError {
+                        status_code: 404, ..
+                    } => {
+                        engine.forget_image(image);
+                        missing_image(image)
+                    }
+                    e => engine.failure("create a container", &e),
+                })
+            }
+        }
+    }
+
+    /// Attaches to its streams (stdin too when `stdin`), then starts it.
+    pub async fn attach_and_start(
+        &self,
+        engine: &Engine,
+        stdin: bool,
+    ) -> Result<AttachContainerResults, ToolError> {
+        let options = AttachContainerOptionsBuilder::new()
+            .stream(true)
+            .stdin(stdin)
+            .stdout(true)
+            .stderr(true)
+            .logs(false)
+            .build();
+        let attached = self
+            .docker
+            .attach_container(&self.id, Some(options))
+            .await
+            .map_err(|e| engine.failure("attach to a container", &e))?;
+        self.docker
+            .start_container(&self.id, None)
+            .await
+            .map_err(|e| engine.failure("start a container", &e))?;
+        Ok(attached)
+    }
+
+    /// The exit code once it has stopped, and whether the memory limit killed something.
+    pub async fn exit_status(&self, engine: &Engine) -> Result<(i64, bool), ToolError> {
+        let options = WaitContainerOptionsBuilder::new()
+            .condition("not-running")
+            .build();
+        let code = match self
+            .docker
+            .wait_container(&self.id, Some(options))
+            .next()
+            .await
+        {
+            Some(Ok(r)) => r.status_code,
+            Some(Err(BollardError::DockerContainerWaitError { code, .. })) => code,
+            Some(Err(e)) => return Err(engine.failure("wait for a container", &e)),
+            None => -1,
+        };
+        let oom = code == 137 && self.oom_killed().await;
+        Ok((code, oom))
+    }
+
+    /// True when the engine saw the memory limit kill a process of this container.
+    pub async fn oom_killed(&self) -> bool {
+        match self.docker.inspect_container(&self.id, None).await {
+            Ok(c) => c.state.and_then(|s| s.oom_killed).unwrap_or(false),
+            Err(_) => false,
+        }
+    }
+
+    /// Kills and removes it, and waits until the engine has. The removal runs in a task of
+    /// its own, so it completes even if the caller is dropped meanwhile.
+    pub async fn remove(mut self) {
+        self.removed = true;
+        let (docker, id) = (self.docker.clone(), self.id.clone());
+        if let Err(e) = tokio::spawn(async move { remove(&docker, &id).await }).await {
+            tracing::warn!(container = %self.id, "removing a container failed: {e}");
+        }
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        if self.removed {
+            return;
+        }
+        let (docker, id) = (self.docker.clone(), std::mem::take(&mut self.id));
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(async move { remove(&docker, &id).await });
+            }
+            // No runtime to spawn on (it is shutting down): remove it from a thread of its own.
+            Err(_) => {
+                let _ = std::thread::Builder::new()
+                    .name("warden-docker-remove".into())
+                    .spawn(move || {
+                        let rt = tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build();
+                        if let Ok(rt) = rt {
+                            rt.block_on(remove(&docker, &id));
+                        }
+                    })
+                    .map(|t| t.join());
+            }
+        }
+    }
+}
+
+async fn remove(docker: &Docker, id: &str) {
+    let options = RemoveContainerOptionsBuilder::new().force(true).build();
+    match docker.remove_container(id, Some(options)).await {
+        Ok(()) => {}
+        Err(BollardError::DockerResponseServerError {
+            status_code: 404, ..
+        }) => {}
+        Err(e) => tracing::warn!(container = %id, "cannot remove a container: {e}"),
+    }
+}
+
+/// How a one-shot container ended.
+pub enum Ended {
+    Exited {
+        code: i64,
+        oom: bool,
+        stdout: Capped,
+        stderr: Capped,
+    },
+    /// The deadline passed; the container was removed.
+    TimedOut { stdout: Capped, stderr: Capped },
+}
+
+/// Runs one container to its end or its deadline, and removes it.
+pub async fn run_once(
+    engine: &Engine,
+    docker: &Docker,
+    image: &str,
+    body: ContainerCreateBody,
+    output_limit: u64,
+    deadline: Instant,
+) -> Result<Ended, ToolError> {
+    let container = Container::create(engine, docker, image, body).await?;
+    let mut attached = container.attach_and_start(engine, false).await?;
+    let mut stdout = Capped::new(output_limit);
+    let mut stderr = Capped::new(output_limit);
+    loop {
+        match tokio::time::timeout_at(deadline, attached.output.next()).await {
+            Err(_) => {
+                container.remove().await;
+                return Ok(Ended::TimedOut { stdout, stderr });
+            }
+            Ok(None) => break,
+            Ok(Some(Ok(LogOutput::StdErr { message }))) => stderr.push(&message),
+            Ok(Some(Ok(frame))) => stdout.push(&frame.into_bytes()),
+            Ok(Some(Err(e))) => {
+                tracing::warn!(container = %container.id, "reading output failed: {e}");
+                break;
+            }
+        }
+    }
+    let status = tokio::time::timeout_at(deadline, container.exit_status(engine)).await;
+    let ended = match status {
+        Ok(Ok((code, oom))) => Ended::Exited {
+            code,
+            oom,
+            stdout,
+            stderr,
+        },
+        Ok(Err(e)) => {
+            container.remove().await;
+            return Err(e);
+        }
+        Err(_) => Ended::TimedOut { stdout, stderr },
+    };
+    container.remove().await;
+    Ok(ended)
+}

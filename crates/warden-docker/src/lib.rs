@@ -1,0 +1,23 @@
+//! warden's Docker executor: each call (or each session) in a hardened container, driven over
+//! the Engine API with bollard — no `docker` CLI.
+//!
+//! Every container: read-only root with a small tmpfs `/tmp`, every capability dropped,
+//! no-new-privileges, a non-root user, pids/memory/CPU limits, no network unless the policy
+//! opts in, only the granted folders mounted, only the granted env, no log driver (output is
+//! read through attach and capped), the `warden` label, and removal when its call or session
+//! ends — or, after a crash, at the next warden's first contact with the engine.
+
+mod backend;
+mod container;
+mod engine;
+mod image;
+mod output;
+mod plan;
+mod session;
+mod template;
+mod tool;
+
+pub use backend::DockerBackend;
+pub use engine::{Engine, LABEL, OWNER_LABEL, SANDBOX_IMAGE, TOOL_LABEL};
+pub use image::{BUSYBOX, ImageError, build_sandbox_image};
+pub use template::Template;

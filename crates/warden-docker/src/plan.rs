@@ -1,0 +1,228 @@
+//! What every container of one tool looks like: the hardening, the mounts, the user, the
+//! limits. Decided once at load, so the audit and the containers agree.
+
+use bollard::models::{
+    ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountBindOptions,
+    MountBindOptionsPropagationEnum, MountType,
+};
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use warden_core::{Access, DockerConfig, DockerNetwork, Grants};
+
+/// The user of a container when nothing asks for another: nobody.
+pub const NOBODY: (u32, u32) = (65534, 65534);
+
+/// Everything about a tool's containers except the command.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub tool: String,
+    pub image: String,
+    /// `uid:gid`.
+    pub user: String,
+    pub workdir: Option<String>,
+    pub mounts: Vec<Mount>,
+    pub network: DockerNetwork,
+    pub pids: u32,
+    pub nano_cpus: u64,
+    pub tmp: u64,
+}
+
+impl Plan {
+    /// Checks what can only be checked against this machine: that every read-write root is
+    /// writable by the container's user.
+    pub fn new(cfg: &DockerConfig, grants: &Grants) -> Result<Plan, String> {
+        let (uid, gid) = choose_user(cfg, grants)?;
+        let mounts = grants
+            .fs
+            .iter()
+            .map(|g| Mount {
+                target: Some(g.guest.clone()),
+                source: Some(g.host.display().to_string()),
+                typ: Some(MountType::BIND),
+                read_only: Some(g.access == Access::ReadOnly),
+                bind_options: Some(MountBindOptions {
+                    propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
+                    // Mounts below a granted folder are not part of the grant.
+                    non_recursive: Some(true),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .collect();
+        Ok(Plan {
+            tool: cfg.name.clone(),
+            image: cfg.image.value.clone(),
+            user: format!("{uid}:{gid}"),
+            workdir: cfg.workdir.as_ref().map(|w| w.value.clone()),
+            mounts,
+            network: cfg.network.value,
+            pids: cfg.pids,
+            nano_cpus: cfg.nano_cpus,
+            tmp: cfg.tmp,
+        })
+    }
+
+    /// The container for one command (or one session shell when `stdin` is true).
+    pub fn container(
+        &self,
+        cmd: Vec<String>,
+        env: Vec<String>,
+        memory: u64,
+        labels: HashMap<String, String>,
+        stdin: bool,
+    ) -> ContainerCreateBody {
+        let memory = i64::try_from(memory).unwrap_or(i64::MAX);
+        let host = HostConfig {
+            mounts: Some(self.mounts.clone()),
+            network_mode: Some(
+                match self.network {
+                    DockerNetwork::None => "none",
+                    DockerNetwork::Unrestricted => "bridge",
+                }
+                .into(),
+            ),
+            readonly_rootfs: Some(true),
+            tmpfs: Some(HashMap::from([(
+                "/tmp".to_owned(),
+                format!("rw,nosuid,nodev,size={},mode=1777", self.tmp),
+            )])),
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            pids_limit: Some(i64::from(self.pids)),
+            memory: Some(memory),
+            // Equal to memory: no swap, so the memory limit is the limit.
+            memory_swap: Some(memory),
+            nano_cpus: Some(i64::try_from(self.nano_cpus).unwrap_or(i64::MAX)),
+            // Output is read through attach: a log driver would copy a flood to disk.
+            log_config: Some(HostConfigLogConfig {
+                typ: Some("none".into()),
+                config: None,
+            }),
+            // An init as PID 1 reaps orphans, which would otherwise count against pids.
+            init: Some(true),
+            ipc_mode: Some("private".into()),
+            privileged: Some(false),
+            auto_remove: Some(false),
+            ..Default::default()
+        };
+        ContainerCreateBody {
+            image: Some(self.image.clone()),
+            cmd: Some(cmd),
+            // The command is exactly the policy's argv, whatever the image's entrypoint.
+            entrypoint: Some(Vec::new()),
+            env: Some(env),
+            user: Some(self.user.clone()),
+            working_dir: self.workdir.clone(),
+            hostname: Some("sandbox".into()),
+            labels: Some(labels),
+            network_disabled: Some(self.network == DockerNetwork::None),
+            attach_stdin: Some(stdin),
+            open_stdin: Some(stdin),
+            // The shell sees end-of-input when warden detaches, so a crash ends the session.
+            stdin_once: Some(stdin),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            host_config: Some(host),
+            ..Default::default()
+        }
+    }
+}
+
+/// The policy's user; else the owner of the read-write roots (so files written there belong
+/// to whoever owns the folder); else nobody. Never root, and always one that can write every
+/// read-write root, since the engine does not remap owners.
+fn choose_user(cfg: &DockerConfig, grants: &Grants) -> Result<(u32, u32), String> {
+    let writable: Vec<&Path> = grants
+        .fs
+        .iter()
+        .filter(|g| g.access == Access::ReadWrite)
+        .map(|g| g.host.as_path())
+        .collect();
+    let user = match &cfg.user {
+        Some(u) => parse_user(&u.value)?,
+        None => match writable.first() {
+            Some(first) => {
+                let meta = std::fs::metadata(first)
+                    .map_err(|e| format!("cannot read {}: {e}", first.display()))?;
+                if meta.uid() == 0 {
+                    NOBODY
+                } else {
+                    (meta.uid(), meta.gid())
+                }
+            }
+            None => NOBODY,
+        },
+    };
+    for dir in writable {
+        let meta =
+            std::fs::metadata(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+        if !may_write(meta.uid(), meta.gid(), meta.mode(), user) {
+            return Err(format!(
+                "the read-write root {} is owned by {}:{} (mode {:o}), so the container's user \
+                 {}:{} could not write it (Docker does not remap owners, and a docker tool never \
+                 runs as root): give the folder to a user (`chown -R 65534:65534 {}`, or your \
+                 own user), or set `user` in [executor] to one that may write it",
+                dir.display(),
+                meta.uid(),
+                meta.gid(),
+                meta.mode() & 0o7777,
+                user.0,
+                user.1,
+                dir.display()
+            ));
+        }
+    }
+    Ok(user)
+}
+
+fn parse_user(user: &str) -> Result<(u32, u32), String> {
+    let mut parts = user.splitn(2, ':');
+    let uid = parts.next().and_then(|u| u.parse().ok());
+    let gid = match parts.next() {
+        Some(g) => g.parse().ok(),
+        // Docker would pick group 0 (root) for a bare uid the image does not know.
+        None => uid,
+    };
+    match (uid, gid) {
+        (Some(u), Some(g)) if u != 0 => Ok((u, g)),
+        _ => Err(format!(
+            "user `{user}` must be a numeric, non-root uid[:gid]"
+        )),
+    }
+}
+
+/// Whether `user` may create files in a directory with this owner and mode.
+fn may_write(owner: u32, group: u32, mode: u32, (uid, gid): (u32, u32)) -> bool {
+    let need = if owner == uid {
+        0o300
+    } else if group == gid {
+        0o030
+    } else {
+        0o003
+    };
+    mode & need == need
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_permission_follows_the_mode_bits() {
+        assert!(may_write(1000, 1000, 0o755, (1000, 1000)));
+        assert!(!may_write(0, 0, 0o755, NOBODY));
+        assert!(may_write(0, 0, 0o1777, NOBODY));
+        assert!(may_write(0, 65534, 0o775, NOBODY));
+        assert!(!may_write(1000, 1000, 0o555, (1000, 1000)));
+    }
+
+    #[test]
+    fn users_are_numeric_and_never_root() {
+        assert_eq!(parse_user("1000"), Ok((1000, 1000)));
+        assert_eq!(parse_user("1000:50"), Ok((1000, 50)));
+        assert!(parse_user("0:0").is_err());
+        assert!(parse_user("me").is_err());
+    }
+}

@@ -1,0 +1,251 @@
+//! A container per call, attacked for real: network, env, user, capabilities, read-only
+//! mounts and root, fork and memory bombs, endless commands, floods, a batch with a hang.
+
+mod common;
+
+use common::{call, cmd, kind, shell_policy};
+use serde_json::json;
+use std::time::{Duration, Instant};
+use warden_core::{Status, ToolCall};
+
+const SECRET: &str = "warden-marker-secret-7f3a";
+
+#[tokio::test]
+async fn the_container_has_no_network_no_host_env_no_root_no_capabilities() {
+    // SAFETY: nextest runs each test in its own process; no other thread reads the env here.
+    unsafe { std::env::set_var("WARDEN_TEST_MARKER", SECRET) };
+    let h = docker_or_skip!();
+    let d = h.dispatcher("sh", &shell_policy("", "env = { GRANTED = \"yes\" }", ""));
+    let m = call(
+        &d,
+        "sh",
+        cmd(
+            "ls /sys/class/net; id -u; grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status; \
+             env; nc -w 2 1.1.1.1 53 </dev/null && echo CONNECTED; true",
+        ),
+    )
+    .await;
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    let out = &m.content;
+    let interfaces: Vec<&str> = out.lines().take_while(|l| *l != "65534").collect();
+    assert_eq!(interfaces, ["lo"], "only loopback: {out}");
+    assert!(out.contains("\n65534\n"), "runs as nobody: {out}");
+    assert!(out.contains("CapEff:\t0000000000000000"), "{out}");
+    assert!(out.contains("CapBnd:\t0000000000000000"), "{out}");
+    assert!(out.contains("NoNewPrivs:\t1"), "{out}");
+    assert!(out.contains("GRANTED=yes"), "{out}");
+    assert!(!out.contains(SECRET), "warden's env leaked: {out}");
+    assert!(!out.contains("WARDEN_TEST_MARKER"), "{out}");
+    assert!(!out.contains("CONNECTED"), "{out}");
+    h.assert_clean().await;
+}
+
+#[tokio::test]
+async fn read_only_mounts_and_the_root_filesystem_refuse_writes() {
+    let h = docker_or_skip!();
+    let ro = h.folder("ro");
+    let rw = h.folder("rw");
+    std::fs::write(ro.join("keep.txt"), "original").unwrap();
+    let grants = format!(
+        "fs = [{{ host = \"{}\", guest = \"/ro\", access = \"read-only\" }},\n\
+         {{ host = \"{}\", guest = \"/rw\", access = \"read-write\" }}]",
+        ro.display(),
+        rw.display()
+    );
+    let d = h.dispatcher("sh", &shell_policy("", &grants, ""));
+    let m = call(
+        &d,
+        "sh",
+        cmd("cat /ro/keep.txt; echo; \
+             echo x > /ro/keep.txt || echo RO-REFUSED; \
+             touch /ro/new || echo RO-NEW-REFUSED; \
+             touch /etc/evil || echo ROOT-REFUSED; \
+             touch /tmp/scratch && echo TMP-OK; \
+             echo written > /rw/out.txt && echo RW-OK; ls /"),
+    )
+    .await;
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    for expected in [
+        "original",
+        "RO-REFUSED",
+        "RO-NEW-REFUSED",
+        "ROOT-REFUSED",
+        "TMP-OK",
+        "RW-OK",
+    ] {
+        assert!(m.content.contains(expected), "{expected}: {}", m.content);
+    }
+    assert!(m.content.contains("Read-only file system"), "{}", m.content);
+    assert_eq!(
+        std::fs::read_to_string(ro.join("keep.txt")).unwrap(),
+        "original"
+    );
+    assert_eq!(
+        std::fs::read_to_string(rw.join("out.txt")).unwrap(),
+        "written\n"
+    );
+    assert!(!ro.join("new").exists());
+    h.assert_clean().await;
+}
+
+#[tokio::test]
+async fn a_read_write_root_nobody_may_write_is_refused_at_load() {
+    let h = docker_or_skip!();
+    let grants = "fs = [{ host = \"/usr\", guest = \"/usr-rw\", access = \"read-write\" }]";
+    let e = h
+        .toolbox("sh", &shell_policy("", grants, ""))
+        .err()
+        .expect("refused");
+    assert!(e.contains("could not write it"), "{e}");
+    assert!(e.contains("chown"), "{e}");
+}
+
+#[tokio::test]
+async fn a_fork_bomb_is_held_by_the_pids_limit() {
+    let h = docker_or_skip!();
+    let d = h.dispatcher("sh", &shell_policy("pids = 32", "", "timeout = \"20s\""));
+    // Many more children than the limit: the shell cannot fork the rest, and says so.
+    let m = call(
+        &d,
+        "sh",
+        cmd("for i in $(seq 1 100); do sleep 30 & done; echo all-forked"),
+    )
+    .await;
+    assert_eq!(kind(&m), "exit_status", "{}", m.content);
+    assert!(m.content.contains("can't fork"), "{}", m.content);
+    assert!(!m.content.contains("all-forked"), "{}", m.content);
+    // The real thing, stopped by its deadline; the machine stays usable.
+    let start = Instant::now();
+    let m = call(
+        &d,
+        "sh",
+        json!({"command": "b() { b | b & }; b; sleep 100", "timeout": 3}),
+    )
+    .await;
+    // Held: it runs into its deadline, or the shell itself can no longer fork and gives up.
+    match kind(&m).as_str() {
+        "timeout" => {}
+        "exit_status" => assert!(m.content.contains("can't fork"), "{}", m.content),
+        other => panic!("{other}: {}", m.content),
+    }
+    assert!(start.elapsed() < Duration::from_secs(15));
+    let m = call(&d, "sh", cmd("echo alive")).await;
+    assert!(m.content.starts_with("alive"), "{}", m.content);
+    h.assert_clean().await;
+}
+
+#[tokio::test]
+async fn a_memory_bomb_is_killed() {
+    let h = docker_or_skip!();
+    let d = h.dispatcher("sh", &shell_policy("", "", "memory = \"32MiB\""));
+    let m = call(
+        &d,
+        "sh",
+        cmd("x=$(head -c 300000000 /dev/zero | tr '\\0' a); echo survived"),
+    )
+    .await;
+    assert_eq!(kind(&m), "out_of_memory", "{}", m.content);
+    assert!(!m.content.contains("survived"));
+    h.assert_clean().await;
+}
+
+#[tokio::test]
+async fn an_endless_command_times_out_and_the_model_can_only_lower_the_limit() {
+    let h = docker_or_skip!();
+    let d = h.dispatcher("sh", &shell_policy("", "", "timeout = \"2s\""));
+    let start = Instant::now();
+    let m = call(
+        &d,
+        "sh",
+        json!({"command": "echo started; sleep 1000", "timeout": 600}),
+    )
+    .await;
+    let took = start.elapsed();
+    assert_eq!(kind(&m), "timeout", "{}", m.content);
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    let start = Instant::now();
+    let m = call(&d, "sh", json!({"command": "sleep 1000", "timeout": 0.5})).await;
+    assert_eq!(kind(&m), "timeout", "{}", m.content);
+    assert!(start.elapsed() < Duration::from_secs(2) + Duration::from_millis(1500));
+    h.assert_clean().await;
+}
+
+#[tokio::test]
+async fn output_is_capped_with_a_marker_and_exit_codes_are_reported() {
+    let h = docker_or_skip!();
+    let d = h.dispatcher("sh", &shell_policy("", "", "output = \"64KiB\""));
+    let m = call(&d, "sh", cmd("yes | head -c 50000000; echo done >&2")).await;
+    assert_eq!(m.status, Status::Success, "{}", &m.content[..200]);
+    assert!(m.content.contains("[warden: output truncated"), "marker");
+    assert!(m.content.len() < 200_000, "{}", m.content.len());
+    let m = call(&d, "sh", cmd("echo out; echo err >&2; exit 3")).await;
+    assert_eq!(kind(&m), "exit_status");
+    let e = m.error.as_ref().unwrap();
+    assert_eq!(e.details["exit_code"], 3);
+    assert_eq!(e.details["stdout"], "out\n");
+    assert_eq!(e.details["stderr"], "err\n");
+    assert!(
+        m.content.contains("out\n[stderr]\nerr\n[exit code 3]"),
+        "{}",
+        m.content
+    );
+    let m = call(&d, "sh", cmd("echo hi")).await;
+    assert_eq!(m.content, "hi\n[exit code 0]");
+    h.assert_clean().await;
+}
+
+#[tokio::test]
+async fn a_batch_of_ten_with_one_hanging_answers_all_ten() {
+    let h = docker_or_skip!();
+    let d = h.dispatcher("sh", &shell_policy("", "", "timeout = \"20s\""));
+    let calls: Vec<ToolCall> = (0..10)
+        .map(|i| {
+            let args = if i == 4 {
+                json!({"command": "sleep 1000", "timeout": 4})
+            } else {
+                cmd(&format!("echo call {i}"))
+            };
+            ToolCall::new(format!("c{i}"), "sh", &args)
+        })
+        .collect();
+    let messages = d.dispatch(calls).await;
+    assert_eq!(messages.len(), 10);
+    for (i, m) in messages.iter().enumerate() {
+        assert_eq!(m.tool_call_id, format!("c{i}"));
+        if i == 4 {
+            assert_eq!(kind(m), "timeout", "{}", m.content);
+        } else {
+            assert_eq!(m.content, format!("call {i}\n[exit code 0]"));
+        }
+    }
+    h.assert_clean().await;
+}
+
+#[tokio::test]
+async fn a_dropped_call_leaves_no_container() {
+    let h = docker_or_skip!();
+    let d = h.dispatcher("sh", &shell_policy("", "", "timeout = \"60s\""));
+    let call = d.call(ToolCall::new("c1", "sh", &cmd("sleep 1000")));
+    assert!(
+        tokio::time::timeout(Duration::from_secs(3), call)
+            .await
+            .is_err()
+    );
+    h.assert_clean().await;
+}
+
+#[tokio::test]
+async fn a_templated_tool_puts_arguments_in_argv_without_a_shell() {
+    let h = docker_or_skip!();
+    let policy = format!(
+        "[executor]\nkind = \"docker\"\nname = \"echo\"\nimage = \"{}\"\n\
+         argv = [\"/bin/echo\", \"[{{text}}]\"]\nworkdir = \"/tmp\"\n",
+        warden_docker::SANDBOX_IMAGE
+    );
+    let d = h.dispatcher("echo", &policy);
+    let m = call(&d, "echo", json!({"text": "$(id); `reboot`"})).await;
+    assert_eq!(m.content, "[$(id); `reboot`]\n[exit code 0]");
+    let m = call(&d, "echo", json!({"txt": "x"})).await;
+    assert_eq!(kind(&m), "invalid_arguments", "{}", m.content);
+    h.assert_clean().await;
+}

@@ -1,0 +1,165 @@
+//! The shipped shell policy end to end through the `warden` binary: `warden call`, the audit,
+//! `warden sandbox-image`, and the errors when Docker or the image is missing.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A temp toolbox holding the shipped `policies/shell-docker.toml` as it is, beside the
+/// `workspace/` folder it grants.
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("policies")).unwrap();
+        std::fs::create_dir(dir.path().join("workspace")).unwrap();
+        std::fs::write(dir.path().join("workspace/README.txt"), "granted file\n").unwrap();
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/shell-docker.toml");
+        std::fs::copy(shipped, dir.path().join("policies/shell-docker.toml")).unwrap();
+        Self { dir }
+    }
+
+    fn warden(&self, args: &[&str], docker_host: Option<&str>) -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_warden"));
+        cmd.args(args)
+            .env("WARDEN_TOOLBOX", self.dir.path().join("policies"))
+            .env("WARDEN_HOME", self.home());
+        if let Some(host) = docker_host {
+            cmd.env("DOCKER_HOST", host);
+        }
+        cmd.output().expect("warden runs")
+    }
+
+    fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+}
+
+fn message(out: &Output) -> Value {
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(&text).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// Ready to run the shell tool, building the image when it is missing; `None` (skipped) when
+/// no engine answers, unless `CI=true`.
+fn ready(env: &Env) -> Option<()> {
+    let probe = message(&env.warden(&["call", "shell", r#"{"command": "true"}"#], None));
+    let text = probe["content"].as_str().unwrap_or_default().to_owned();
+    if text.contains("not reachable") {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "CI=true and no Docker engine answers: {text}"
+        );
+        eprintln!("SKIPPED: {text}");
+        return None;
+    }
+    if text.contains("is not on this engine") {
+        assert!(text.contains("warden sandbox-image"), "{text}");
+        let built = env.warden(&["sandbox-image"], None);
+        assert!(
+            built.status.success(),
+            "{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+    }
+    Some(())
+}
+
+#[test]
+fn the_shipped_shell_policy_works_with_warden_call() {
+    let env = Env::new();
+    if ready(&env).is_none() {
+        return;
+    }
+    let out = env.warden(
+        &[
+            "call",
+            "shell",
+            r#"{"command": "cat README.txt; pwd; id -u; touch x 2>/dev/null || echo read-only"}"#,
+        ],
+        None,
+    );
+    let m = message(&out);
+    assert!(out.status.success(), "{m}");
+    assert_eq!(m["status"], "success");
+    assert_eq!(
+        m["content"],
+        "granted file\n/workspace\n65534\nread-only\n[exit code 0]"
+    );
+    assert_eq!(m["artifact"]["result"]["exit_code"], 0);
+    // `warden call` is a session of one call: its container is gone when it returns.
+    if let Ok(ps) = Command::new("docker")
+        .args(["ps", "-aq", "--filter", "label=warden.tool=shell"])
+        .output()
+    {
+        assert_eq!(
+            String::from_utf8_lossy(&ps.stdout).trim(),
+            "",
+            "left behind"
+        );
+    }
+    let out = env.warden(
+        &["call", "shell", r#"{"command": "echo no >&2; exit 3"}"#],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let m = message(&out);
+    assert_eq!(m["error"]["kind"], "exit_status");
+    assert_eq!(m["error"]["details"]["exit_code"], 3);
+    assert_eq!(m["error"]["details"]["stderr"], "no\n");
+}
+
+#[test]
+fn an_unreachable_daemon_is_unavailable_and_names_the_socket() {
+    let env = Env::new();
+    let out = env.warden(
+        &["call", "shell", r#"{"command": "true"}"#],
+        Some("unix:///nonexistent/docker.sock"),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let m = message(&out);
+    assert_eq!(m["error"]["kind"], "unavailable");
+    let text = m["error"]["message"].as_str().unwrap();
+    assert!(text.contains("/nonexistent/docker.sock"), "{text}");
+    assert!(text.contains("dockerd"), "how to start it: {text}");
+}
+
+#[test]
+fn the_audit_shows_the_container_and_its_hardening() {
+    let env = Env::new();
+    let out = env.warden(&["audit", "--json"], None);
+    assert!(out.status.success());
+    let audit = message(&out);
+    let p = &audit["policies"][0];
+    assert_eq!(p["executor"]["kind"], "docker");
+    assert_eq!(p["executor"]["image"], "warden-sandbox:latest");
+    assert_eq!(p["executor"]["mode"], "session");
+    assert_eq!(p["network"], "none");
+    let hardening = p["executor"]["hardening"].to_string();
+    assert!(
+        hardening.contains("all capabilities dropped"),
+        "{hardening}"
+    );
+    assert!(p["flags"].to_string().contains("not by digest"), "{p}");
+    assert_eq!(p["tools"][0]["name"], "shell");
+
+    let policy = env.dir.path().join("policies/shell-docker.toml");
+    let text = std::fs::read_to_string(&policy).unwrap();
+    let open = text.replace("# network = \"unrestricted\"", "network = \"unrestricted\"");
+    std::fs::write(&policy, open).unwrap();
+    let audit = message(&env.warden(&["audit", "--json"], None));
+    let p = &audit["policies"][0];
+    assert_eq!(p["network"], "unrestricted");
+    assert!(
+        p["flags"].to_string().contains("unrestricted network"),
+        "{p}"
+    );
+}
