@@ -124,9 +124,10 @@ async fn python_file_tool_stays_in_its_root() {
     assert!(!ws.join("notes").exists());
 }
 
-#[tokio::test]
-async fn python_loops_time_out_and_exceptions_are_traps_with_their_message() {
-    let Some(b) = bench("pyhostile", "[limits]\ntimeout = \"2s\"") else {
+/// An endless loop in the fixture meets a 2 s deadline; its `error_fn("kaboom")` is a trap
+/// whose message holds `expected`.
+async fn misbehaves(fixture: &str, error_fn: &str, expected: &str) {
+    let Some(b) = bench(fixture, "[limits]\ntimeout = \"2s\"") else {
         return;
     };
     let d = b.dispatcher();
@@ -134,9 +135,14 @@ async fn python_loops_time_out_and_exceptions_are_traps_with_their_message() {
     let m = call(&d, "spin", json!({})).await;
     assert_eq!(kind(&m), "timeout", "{m:?}");
     assert!(start.elapsed() < Duration::from_secs(10));
-    let m = call(&d, "raise-error", json!({"message": "kaboom"})).await;
+    let m = call(&d, error_fn, json!({"message": "kaboom"})).await;
     assert_eq!(kind(&m), "trap", "{m:?}");
-    assert!(m.content.contains("ValueError: kaboom"), "{m:?}");
+    assert!(m.content.contains(expected), "{m:?}");
+}
+
+#[tokio::test]
+async fn python_loops_time_out_and_exceptions_are_traps_with_their_message() {
+    misbehaves("pyhostile", "raise-error", "ValueError: kaboom").await;
 }
 
 #[tokio::test]
@@ -197,15 +203,5 @@ async fn javascript_fetch_reaches_only_granted_hosts() {
 
 #[tokio::test]
 async fn javascript_loops_time_out_and_throws_are_traps_with_their_message() {
-    let Some(b) = bench("jshostile", "[limits]\ntimeout = \"2s\"") else {
-        return;
-    };
-    let d = b.dispatcher();
-    let start = Instant::now();
-    let m = call(&d, "spin", json!({})).await;
-    assert_eq!(kind(&m), "timeout", "{m:?}");
-    assert!(start.elapsed() < Duration::from_secs(10));
-    let m = call(&d, "throw-error", json!({"message": "kaboom"})).await;
-    assert_eq!(kind(&m), "trap", "{m:?}");
-    assert!(m.content.contains("kaboom"), "{m:?}");
+    misbehaves("jshostile", "throw-error", "kaboom").await;
 }
