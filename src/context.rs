@@ -12,6 +12,8 @@ pub struct Context {
     pub toolbox: PathBuf,
     pub artifacts: Artifacts,
     pub call_log: PathBuf,
+    /// The agent's run transcripts.
+    pub runs: PathBuf,
     /// How tools' HTTP hosts resolve.
     pub resolver: Resolver,
 }
@@ -30,6 +32,7 @@ impl Context {
         let cache = cache.unwrap_or_else(|| home.join("cache"));
         Ok(Self {
             call_log: call_log.unwrap_or_else(|| home.join("calls.jsonl")),
+            runs: home.join("runs"),
             toolbox,
             artifacts: Artifacts {
                 store: home.join("store"),
@@ -63,6 +66,10 @@ impl Context {
             Protected {
                 what: "the call log",
                 path: self.call_log.clone(),
+            },
+            Protected {
+                what: "the agent's transcripts",
+                path: self.runs.clone(),
             },
         ]
     }

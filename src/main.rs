@@ -2,10 +2,12 @@
 //! work happens in the libraries.
 
 mod add;
+mod agent;
 mod audit;
 mod batch;
 mod context;
 mod demo;
+mod progress;
 mod review;
 mod serve;
 
@@ -105,6 +107,9 @@ enum Command {
     Demo,
     /// Serve the toolbox over MCP: stdio, or streamable HTTP with --http.
     Serve(serve::ServeArgs),
+    /// Run an agent: a model on an OpenAI-compatible endpoint (OPENAI_BASE_URL,
+    /// OPENAI_API_KEY) calls the toolbox's tools until it answers.
+    Agent(Box<agent::AgentArgs>),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -167,6 +172,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Audit { json } => audit::audit(&ctx, json),
         Command::Demo => demo::demo(&ctx),
         Command::Serve(args) => serve::serve(&ctx, args),
+        Command::Agent(args) => agent::agent(&ctx, *args),
     }
 }
 

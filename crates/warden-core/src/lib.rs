@@ -18,7 +18,7 @@ mod units;
 
 pub use admission::{Admission, RunLimits, default_memory_budget};
 pub use calllog::CallLog;
-pub use dispatch::Dispatcher;
+pub use dispatch::{CallObserver, Dispatcher};
 pub use executor::{Backend, BoxFuture, Denial, Denials, Executor, Invocation, LoadedTool, Output};
 pub use grants::{Access, FsGrant, Grants};
 pub use limits::{Limits, LimitsSpec, cap_text, truncation_marker};
