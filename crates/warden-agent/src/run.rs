@@ -133,6 +133,17 @@ impl Run {
         exec: Execution,
         dispatcher: Dispatcher,
     ) -> Result<Outcome, AgentError> {
+        let transcript = self.transcript.clone();
+        let result = self.carry_on(exec, dispatcher).await;
+        transcript.close();
+        result
+    }
+
+    async fn carry_on(
+        self,
+        exec: Execution,
+        dispatcher: Dispatcher,
+    ) -> Result<Outcome, AgentError> {
         let ledger = Ledger::new(self.transcript.clone());
         let tools = crate::client::function_schemas(dispatcher.toolbox().tools().map(|t| &t.spec));
         let client = ChatClient::new(exec.chat.clone())?;

@@ -62,7 +62,6 @@ impl Session {
             let Some(time_left) = self.time_left() else {
                 return Ok((self.out_of_time(), None));
             };
-            self.steps += 1;
             let turn = match self.ask_model(calls_left, time_left).await? {
                 Ok(turn) => turn,
                 Err(stop) => return Ok((stop, None)),
@@ -98,7 +97,8 @@ impl Session {
         calls_left: u32,
         time_left: Duration,
     ) -> Result<Result<crate::client::AssistantTurn, StopReason>, AgentError> {
-        let step = self.steps;
+        // A step is a turn the model gave; a failed request is not one.
+        let step = self.steps + 1;
         let made = Mutex::new(0u32);
         let succeeded: Mutex<Option<Attempt>> = Mutex::new(None);
         let transcript = self.transcript.clone();
@@ -141,6 +141,7 @@ impl Session {
                 usage: turn.usage.clone(),
             })?;
         }
+        self.steps = step;
         // Answers must name their call; a model that sent no id gets one made up.
         for (i, call) in turn.tool_calls.iter_mut().enumerate() {
             if call.id.is_empty() {

@@ -109,10 +109,11 @@ pub enum TranscriptError {
     },
 }
 
-/// An open transcript, locked against a second process for as long as it lives.
+/// An open transcript, locked against a second process until it is closed or dropped.
 pub struct Transcript {
     path: PathBuf,
-    file: Mutex<File>,
+    /// `None` once closed.
+    file: Mutex<Option<File>>,
     sink: Mutex<Option<EventSink>>,
 }
 
@@ -167,7 +168,7 @@ impl Transcript {
         }
         Ok(Self {
             path: path.to_owned(),
-            file: Mutex::new(file),
+            file: Mutex::new(Some(file)),
             sink: Mutex::new(None),
         })
     }
@@ -193,6 +194,11 @@ impl Transcript {
         text.push('\n');
         {
             let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(file) = file.as_mut() else {
+                // A call stopped with its batch may still report; the run is over.
+                tracing::debug!("transcript closed; dropping a late event");
+                return Ok(());
+            };
             file.write_all(text.as_bytes())
                 .map_err(|e| TranscriptError::Io(self.path.clone(), e))?;
         }
@@ -201,6 +207,12 @@ impl Transcript {
             sink(&line);
         }
         Ok(())
+    }
+
+    /// Closes the file and releases the lock, so the run can be resumed at once, even while
+    /// stopped calls still hold this transcript.
+    pub fn close(&self) {
+        self.file.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
     /// Appends an event where a failure cannot be returned: it is logged.

@@ -335,3 +335,43 @@ async fn the_time_budget_stops_a_batch_and_keeps_what_finished() {
     assert_eq!(answer("quick"), "2");
     assert!(answer("slow").contains("time budget"), "{}", answer("slow"));
 }
+
+/// Not a test: the loop's own cost per step (model request over loopback, one `noop` call,
+/// transcript lines). `cargo test -p warden-agent --release --test agent_loop -- --ignored
+/// --nocapture loop_overhead`
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a measurement, not a test"]
+async fn loop_overhead() {
+    let bench = Bench::standard();
+    let steps = 200;
+    let mut script: Vec<_> = (0..steps)
+        .map(|i| calls(&[(&format!("c{i}"), "noop", "")]))
+        .collect();
+    script.push(answer("done"));
+    let server = Scripted::start(script);
+    let limits = Limits {
+        max_steps: steps + 1,
+        ..Limits::default()
+    };
+    // The first run compiles the components; measure the second.
+    let warm = Scripted::start(vec![answer("warm")]);
+    let exec = execution(&warm.base_url(), Limits::default(), ReviewSource::Nobody);
+    run(&bench, "warm up", exec).await;
+    let exec = execution(&server.base_url(), limits, ReviewSource::Nobody);
+    let began = std::time::Instant::now();
+    let (outcome, _) = run(&bench, "loop", exec).await;
+    let took = began.elapsed();
+    assert_eq!(outcome.reason, StopReason::Answered);
+    let r = server.requests();
+    let first: Vec<Duration> = r.windows(2).take(20).map(|w| w[1].at - w[0].at).collect();
+    let last: Vec<Duration> = r.windows(2).skip(180).map(|w| w[1].at - w[0].at).collect();
+    let mean = |d: &[Duration]| d.iter().sum::<Duration>() / d.len().max(1) as u32;
+    println!(
+        "{} steps in {took:?}: {:?} per step overall; steps 1-20: {:?}, steps 181-200: {:?} \
+         (the conversation grows each step)",
+        steps + 1,
+        took / (steps + 1),
+        mean(&first),
+        mean(&last),
+    );
+}

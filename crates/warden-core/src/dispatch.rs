@@ -333,9 +333,20 @@ impl Dispatcher {
         m: &ToolMessage,
         facts: &Facts,
     ) {
+        self.write_log(call, tool, m, facts);
+        // After the log: an observer may end the run as soon as it hears.
         if let Some(o) = &self.observer {
             o.answered(m);
         }
+    }
+
+    fn write_log(
+        &self,
+        call: &ToolCall,
+        tool: Option<(&Tool, &Secrets)>,
+        m: &ToolMessage,
+        facts: &Facts,
+    ) {
         let Some(log) = &self.log else {
             return;
         };
