@@ -64,12 +64,11 @@ pub struct AgentArgs {
 }
 
 pub fn agent(ctx: &Context, args: AgentArgs) -> Result<ExitCode> {
-    let run = match (&args.resume, &args.task) {
-        (Some(which), _) => Run::resume(&transcript_path(ctx, which))?,
-        (None, Some(task)) => Run::create(&ctx.runs, task, args.system.clone())?,
-        (None, None) => bail!("say what the agent should do, or --resume a run"),
+    let resumed = match &args.resume {
+        Some(which) => Some(Run::resume(&transcript_path(ctx, which))?),
+        None => None,
     };
-    let previous = run.previous();
+    let previous = resumed.as_ref().and_then(Run::previous);
     let model = args
         .model
         .clone()
@@ -107,6 +106,12 @@ pub fn agent(ctx: &Context, args: AgentArgs) -> Result<ExitCode> {
         max_calls: limits.max_tool_calls,
         max_calls_per_tool: limits.max_calls_per_tool,
     })?;
+    // Created only once everything else is ready: a failed start leaves no empty run behind.
+    let run = match (resumed, &args.task) {
+        (Some(run), _) => run,
+        (None, Some(task)) => Run::create(&ctx.runs, task, args.system.clone())?,
+        (None, None) => bail!("say what the agent should do, or --resume a run"),
+    };
     progress::announce(&run, args.json);
     run.on_event(progress::sink(args.json));
     let runtime = context::runtime()?;

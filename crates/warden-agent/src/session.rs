@@ -113,7 +113,7 @@ impl Session {
                 step,
                 attempt: a.number,
                 status: a.status,
-                ms: a.took.as_secs_f64() * 1000.0,
+                ms: millis(a.took),
                 error: a.error.clone(),
                 retry_in_ms: a.retry_in.map(|d| d.as_millis() as u64),
                 usage: None,
@@ -135,7 +135,7 @@ impl Session {
                 step,
                 attempt: a.number,
                 status: a.status,
-                ms: a.took.as_secs_f64() * 1000.0,
+                ms: millis(a.took),
                 error: None,
                 retry_in_ms: None,
                 usage: turn.usage.clone(),
@@ -322,6 +322,11 @@ impl Session {
             }
         }
     }
+}
+
+/// Milliseconds to the microsecond, for the transcript.
+fn millis(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
 }
 
 /// The tool message as the model is sent it: what Chat Completions defines, nothing more.

@@ -21,6 +21,7 @@ pub enum Reply {
 /// One request as received.
 #[derive(Debug, Clone)]
 pub struct Request {
+    /// When its head had arrived.
     pub at: Instant,
     pub authorization: Option<String>,
     pub body: Value,
@@ -60,6 +61,8 @@ impl Request {
 struct State {
     replies: VecDeque<Reply>,
     requests: Vec<Request>,
+    /// When each reply was written.
+    replied: Vec<Instant>,
 }
 
 /// The server; it lives as long as the test process.
@@ -74,7 +77,7 @@ impl Scripted {
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(State {
             replies: replies.into(),
-            requests: Vec::new(),
+            ..State::default()
         }));
         let shared = state.clone();
         std::thread::spawn(move || {
@@ -93,6 +96,11 @@ impl Scripted {
 
     pub fn requests(&self) -> Vec<Request> {
         self.state.lock().unwrap().requests.clone()
+    }
+
+    /// When each reply was written, in order.
+    pub fn replied(&self) -> Vec<Instant> {
+        self.state.lock().unwrap().replied.clone()
     }
 
     /// Adds replies at the end of the script.
@@ -132,6 +140,7 @@ fn serve(stream: TcpStream, state: &Mutex<State>) {
             }
         }
     }
+    let at = Instant::now();
     let mut body = vec![0; length];
     if reader.read_exact(&mut body).is_err() {
         return;
@@ -140,7 +149,7 @@ fn serve(stream: TcpStream, state: &Mutex<State>) {
     let reply = {
         let mut s = state.lock().unwrap();
         s.requests.push(Request {
-            at: Instant::now(),
+            at,
             authorization,
             body,
         });
@@ -162,6 +171,7 @@ fn serve(stream: TcpStream, state: &Mutex<State>) {
     };
     let mut stream = reader.into_inner();
     respond(&mut stream, reply);
+    state.lock().unwrap().replied.push(Instant::now());
 }
 
 fn respond(stream: &mut TcpStream, reply: Reply) {
