@@ -42,6 +42,9 @@ pub enum ChatError {
     /// The reply is not a chat completion.
     #[error("the model's reply is not a chat completion: {0}")]
     BadReply(String),
+    /// No request could be made: a base URL that is not one, an HTTP client that cannot start.
+    #[error("cannot send a request to the model: {0}")]
+    Setup(String),
 }
 
 /// One request to the model, as it went: for the transcript and the progress display.
@@ -97,16 +100,18 @@ pub struct ChatClient {
 }
 
 impl ChatClient {
+    /// A client for `config`; nothing is sent yet.
     pub fn new(config: ChatConfig) -> Result<Self, ChatError> {
         let http = reqwest::Client::builder()
             .timeout(config.timeout)
             .user_agent(concat!("warden/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|e| ChatError::BadReply(format!("cannot build the HTTP client: {e}")))?;
+            .map_err(|e| ChatError::Setup(format!("cannot build the HTTP client: {e}")))?;
         let url = format!("{}/chat/completions", config.base_url.trim_end_matches('/'));
         Ok(Self { config, http, url })
     }
 
+    /// The settings it was made with.
     pub fn config(&self) -> &ChatConfig {
         &self.config
     }
@@ -237,7 +242,7 @@ enum Failure {
 
 fn transport(e: reqwest::Error) -> Failure {
     if e.is_builder() {
-        return Failure::Fatal(ChatError::BadReply(format!("cannot send the request: {e}")));
+        return Failure::Fatal(ChatError::Setup(error_chain(&e)));
     }
     let what = if e.is_timeout() {
         "timed out"

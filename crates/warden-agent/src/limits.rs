@@ -30,6 +30,7 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// Model turns when nothing says otherwise.
     pub const DEFAULT_MAX_STEPS: u32 = 50;
 }
 

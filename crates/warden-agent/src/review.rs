@@ -88,6 +88,7 @@ impl Decisions {
         })
     }
 
+    /// Where the decisions were read from.
     pub fn path(&self) -> &Path {
         &self.path
     }

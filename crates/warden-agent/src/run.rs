@@ -94,14 +94,17 @@ impl Run {
         })
     }
 
+    /// The run's id: its transcript's file name.
     pub fn id(&self) -> &str {
         &self.id
     }
 
+    /// The transcript's path.
     pub fn path(&self) -> &Path {
         self.transcript.path()
     }
 
+    /// What the run was asked to do.
     pub fn task(&self) -> &str {
         match &self.start {
             Start::New { task, .. } => task,

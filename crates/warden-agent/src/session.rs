@@ -162,7 +162,7 @@ impl Session {
                 status: Some(status),
                 message: e.to_string(),
             },
-            ChatError::BadReply(_) => StopReason::ProviderError {
+            ChatError::BadReply(_) | ChatError::Setup(_) => StopReason::ProviderError {
                 status: None,
                 message: e.to_string(),
             },

@@ -173,6 +173,7 @@ impl Transcript {
         })
     }
 
+    /// Where the transcript is.
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -250,10 +250,10 @@ async fn rate_limits_and_server_errors_are_retried_honouring_retry_after() {
 async fn a_model_that_times_out_is_retried_a_bounded_number_of_times() {
     use common::scripted::Reply;
     let bench = Bench::standard();
-    let late = || Reply::Late(Duration::from_secs(3), Box::new(answer("too late")));
+    let late = || Reply::Late(Duration::from_secs(5), Box::new(answer("too late")));
     let server = Scripted::start(vec![late(), answer("in time")]);
     let mut exec = execution(&server.base_url(), Limits::default(), ReviewSource::Nobody);
-    exec.chat.timeout = Duration::from_millis(300);
+    exec.chat.timeout = Duration::from_secs(1);
     let (outcome, _) = run(&bench, "t", exec).await;
     assert_eq!(outcome.answer.as_deref(), Some("in time"));
 
@@ -302,6 +302,14 @@ async fn a_provider_error_ends_the_run_with_that_error() {
     let exec = execution(&server.base_url(), Limits::default(), ReviewSource::Nobody);
     let (outcome, _) = run(&bench, "t", exec).await;
     assert!(outcome.reason.to_string().contains("OPENAI_API_KEY"));
+
+    let exec = execution("not-a-url", Limits::default(), ReviewSource::Nobody);
+    let (outcome, _) = run(&bench, "t", exec).await;
+    assert!(
+        outcome.reason.to_string().contains("cannot send a request"),
+        "{}",
+        outcome.reason
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
