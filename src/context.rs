@@ -13,6 +13,8 @@ pub struct Context {
     pub toolbox: PathBuf,
     pub artifacts: Artifacts,
     pub call_log: PathBuf,
+    /// The agent's run transcripts.
+    pub runs: PathBuf,
     /// How tools' HTTP hosts resolve.
     pub resolver: Resolver,
     /// Docker tools share one engine (connected on their first call, never at load).
@@ -33,6 +35,7 @@ impl Context {
         let cache = cache.unwrap_or_else(|| home.join("cache"));
         Ok(Self {
             call_log: call_log.unwrap_or_else(|| home.join("calls.jsonl")),
+            runs: home.join("runs"),
             toolbox,
             docker: DockerBackend::new(Engine::from_env()),
             artifacts: Artifacts {
@@ -67,6 +70,10 @@ impl Context {
             Protected {
                 what: "the call log",
                 path: self.call_log.clone(),
+            },
+            Protected {
+                what: "the agent's transcripts",
+                path: self.runs.clone(),
             },
         ]
     }

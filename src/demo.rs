@@ -78,6 +78,7 @@ pub fn demo(ctx: &Context) -> Result<ExitCode> {
         toolbox: policies.clone(),
         artifacts: ctx.artifacts.clone(),
         call_log: ctx.call_log.clone(),
+        runs: ctx.runs.clone(),
         resolver: Resolver::with_overrides(["docs.example.test:127.0.0.1"])?,
         docker: ctx.docker.clone(),
     };

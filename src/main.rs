@@ -2,10 +2,12 @@
 //! work happens in the libraries.
 
 mod add;
+mod agent;
 mod audit;
 mod batch;
 mod context;
 mod demo;
+mod progress;
 mod review;
 mod serve;
 
@@ -114,6 +116,9 @@ enum Command {
         #[arg(long, default_value = warden_docker::SANDBOX_IMAGE)]
         tag: String,
     },
+    /// Run an agent: a model on an OpenAI-compatible endpoint (OPENAI_BASE_URL,
+    /// OPENAI_API_KEY) calls the toolbox's tools until it answers.
+    Agent(Box<agent::AgentArgs>),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -177,6 +182,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Demo => demo::demo(&ctx),
         Command::Serve(args) => serve::serve(&ctx, args),
         Command::SandboxImage { busybox, tag } => sandbox_image(&ctx, &busybox, &tag),
+        Command::Agent(args) => agent::agent(&ctx, *args),
     }
 }
 

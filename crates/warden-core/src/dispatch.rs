@@ -23,6 +23,15 @@ const MAX_ATTEMPTS: u32 = 3;
 /// The first retry waits this long; each next one twice as long.
 const BACKOFF: Duration = Duration::from_millis(100);
 
+/// Hears of each call as it enters its sandbox and as it is answered, so that a transcript can
+/// tell, after a crash, which calls were running and which had finished.
+pub trait CallObserver: Send + Sync {
+    /// The call passed its checks, review and admission and is about to run (once per attempt).
+    fn started(&self, call: &ToolCall, arguments: &Value);
+    /// The call's final message.
+    fn answered(&self, message: &ToolMessage);
+}
+
 /// Runs batches of tool calls against a toolbox. Every call gets exactly one message.
 ///
 /// A dispatcher is one run: its run limits count calls across all its batches. Clones share
@@ -35,6 +44,7 @@ pub struct Dispatcher {
     session: Arc<Scope>,
     reviewer: Option<Arc<dyn Reviewer>>,
     log: Option<Arc<CallLog>>,
+    observer: Option<Arc<dyn CallObserver>>,
     fail_fast: bool,
 }
 
@@ -50,6 +60,7 @@ impl Dispatcher {
             gate: Arc::new(Gate::new(admission)),
             reviewer: None,
             log: None,
+            observer: None,
             fail_fast: false,
         }
     }
@@ -63,6 +74,12 @@ impl Dispatcher {
     /// Writes every call to `log`.
     pub fn call_log(mut self, log: Arc<CallLog>) -> Self {
         self.log = Some(log);
+        self
+    }
+
+    /// Tells `observer` when each call starts and when it is answered.
+    pub fn observer(mut self, observer: Arc<dyn CallObserver>) -> Self {
+        self.observer = Some(observer);
         self
     }
 
@@ -168,7 +185,11 @@ impl Dispatcher {
                         continue;
                     }
                     tracing::error!(call = %calls[i].id, "the executor panicked: {e}");
-                    (i, ToolMessage::failure(&calls[i], panicked()))
+                    let message = ToolMessage::failure(&calls[i], panicked());
+                    if let Some(o) = &self.observer {
+                        o.answered(&message);
+                    }
+                    (i, message)
                 }
             };
             if message.status == Status::Error && failed.is_none() {
@@ -290,6 +311,9 @@ impl Dispatcher {
         denials: Denials,
     ) -> Result<Output, ToolError> {
         let _permit = self.gate.admit(tool).await?;
+        if let Some(o) = &self.observer {
+            o.started(call, &arguments);
+        }
         let invocation = Invocation {
             call_id: call.id.clone(),
             arguments,
@@ -329,6 +353,20 @@ impl Dispatcher {
     }
 
     fn record(
+        &self,
+        call: &ToolCall,
+        tool: Option<(&Tool, &Secrets)>,
+        m: &ToolMessage,
+        facts: &Facts,
+    ) {
+        self.write_log(call, tool, m, facts);
+        // After the log: an observer may end the run as soon as it hears.
+        if let Some(o) = &self.observer {
+            o.answered(m);
+        }
+    }
+
+    fn write_log(
         &self,
         call: &ToolCall,
         tool: Option<(&Tool, &Secrets)>,

@@ -20,7 +20,7 @@ mod units;
 
 pub use admission::{Admission, RunLimits, default_memory_budget};
 pub use calllog::CallLog;
-pub use dispatch::Dispatcher;
+pub use dispatch::{CallObserver, Dispatcher};
 pub use docker::{DEFAULT_NANO_CPUS, DEFAULT_PIDS, DEFAULT_TMP, DockerConfig, DockerNetwork};
 pub use executor::{
     Backend, BoxFuture, Denial, Denials, Executor, Invocation, LoadedTool, Output, SessionId,

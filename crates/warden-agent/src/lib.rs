@@ -1,0 +1,21 @@
+//! warden's agent loop: a model on any OpenAI-compatible Chat Completions endpoint asks for
+//! tools; each turn's calls go through the dispatcher as one batch and their ToolMessages go
+//! back, until the model answers or a limit stops the run. Every run keeps a JSONL transcript
+//! and can be resumed from it.
+
+mod client;
+mod id;
+mod limits;
+mod replay;
+mod retry;
+mod review;
+mod run;
+mod session;
+mod transcript;
+
+pub use client::{AssistantTurn, Attempt, ChatClient, ChatConfig, ChatError, function_schemas};
+pub use limits::{Limits, StopReason, Totals};
+pub use retry::RetryPolicy;
+pub use review::{Decisions, DecisionsError, ReviewSource};
+pub use run::{AgentError, Execution, Outcome, Previous, Run};
+pub use transcript::{Event, EventSink, Line, Transcript, TranscriptError};

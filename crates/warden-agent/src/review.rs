@@ -1,0 +1,291 @@
+//! Review inside a run: decisions from a person or a file, written to the transcript before
+//! they take effect, and calls without a decision held, unanswered, so the run can pause.
+
+use crate::transcript::{Event, Transcript};
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
+use warden_core::{BoxFuture, CallObserver, Decision, Reviewer, ToolCall, ToolMessage, ToolSpec};
+
+/// Where decisions about calls that need review come from.
+#[derive(Clone)]
+pub enum ReviewSource {
+    /// Ask this reviewer (a prompt on a terminal), call by call.
+    Ask(Arc<dyn Reviewer>),
+    /// A decisions file; a call it has no decision for pauses the run.
+    File(Arc<Decisions>),
+    /// No one to ask: calls that need review are rejected.
+    Nobody,
+}
+
+/// Why a decisions file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DecisionsError {
+    #[error("cannot read the decisions file {0}: {1}")]
+    Io(PathBuf, std::io::Error),
+    #[error("the decisions file {0} is not valid: {1}")]
+    Invalid(PathBuf, String),
+}
+
+/// Decisions keyed by `tool_call_id`: `{"call_1": {"decision": "approve"}, …}`.
+#[derive(Debug, Clone, Default)]
+pub struct Decisions {
+    path: PathBuf,
+    by_id: HashMap<String, Entry>,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    decision: Decision,
+    /// The tool the decision is meant for, when the file says.
+    tool: Option<String>,
+}
+
+const FIELDS: [&str; 6] = ["decision", "arguments", "reason", "content", "tool", "name"];
+
+impl Decisions {
+    /// Reads a decisions file. Unknown fields are errors: a typo must not approve a call.
+    pub fn load(path: &Path) -> Result<Self, DecisionsError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| DecisionsError::Io(path.to_owned(), e))?;
+        Self::parse(path, &text)
+    }
+
+    fn parse(path: &Path, text: &str) -> Result<Self, DecisionsError> {
+        let invalid = |m: String| DecisionsError::Invalid(path.to_owned(), m);
+        let value: Value = serde_json::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        let Value::Object(map) = value else {
+            return Err(invalid(
+                "expected an object keyed by tool_call_id, like {\"call_1\": {\"decision\": \"approve\"}}"
+                    .into(),
+            ));
+        };
+        let mut by_id = HashMap::new();
+        for (id, mut entry) in map {
+            let Value::Object(fields) = &mut entry else {
+                return Err(invalid(format!("the decision for `{id}` is not an object")));
+            };
+            if let Some(bad) = fields.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+                return Err(invalid(format!(
+                    "the decision for `{id}` has an unknown field `{bad}`; the fields are: {}",
+                    FIELDS.join(", ")
+                )));
+            }
+            let tool = match fields.remove("tool").or_else(|| fields.remove("name")) {
+                None => None,
+                Some(Value::String(s)) => Some(s),
+                Some(_) => return Err(invalid(format!("`tool` of `{id}` is not a string"))),
+            };
+            let decision: Decision = serde_json::from_value(entry)
+                .map_err(|e| invalid(format!("the decision for `{id}`: {e}")))?;
+            by_id.insert(id, Entry { decision, tool });
+        }
+        Ok(Self {
+            path: path.to_owned(),
+            by_id,
+        })
+    }
+
+    /// Where the decisions were read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The decision for one call. A decision that names another tool than the call's is a
+    /// rejection: an edit may change the arguments, never the tool.
+    pub fn decide(&self, call: &ToolCall) -> Option<Decision> {
+        let entry = self.by_id.get(&call.id)?;
+        match &entry.tool {
+            Some(tool) if *tool != call.name => Some(Decision::Reject {
+                reason: format!(
+                    "the reviewer's decision names the tool `{tool}`, but this call is for `{}`; \
+                     a review cannot switch a call to another tool",
+                    call.name
+                ),
+            }),
+            _ => Some(entry.decision.clone()),
+        }
+    }
+}
+
+/// What the review gate and the call observer of one run share.
+pub(crate) struct Ledger {
+    pub transcript: Arc<Transcript>,
+    /// Calls held for want of a decision; they did not run and get no answer.
+    pub pending: Mutex<HashSet<String>>,
+    /// Answers of the current batch as they arrive, for a batch cut short.
+    pub answered: Mutex<HashMap<String, ToolMessage>>,
+    /// Told of every answer and every held call.
+    pub changed: Notify,
+}
+
+impl Ledger {
+    pub fn new(transcript: Arc<Transcript>) -> Arc<Self> {
+        Arc::new(Self {
+            transcript,
+            pending: Mutex::default(),
+            answered: Mutex::default(),
+            changed: Notify::new(),
+        })
+    }
+
+    pub fn take_pending(&self) -> Vec<String> {
+        let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        p.drain().collect()
+    }
+
+    pub fn take_answered(&self) -> HashMap<String, ToolMessage> {
+        std::mem::take(&mut *self.answered.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// True when some of `ids` are held for a decision and all the others are answered:
+    /// nothing more will happen until a person decides.
+    pub fn only_held_left(&self, ids: &[String]) -> bool {
+        let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let answered = self.answered.lock().unwrap_or_else(|p| p.into_inner());
+        !pending.is_empty()
+            && ids
+                .iter()
+                .all(|id| pending.contains(id) || answered.contains_key(id))
+    }
+}
+
+/// The full ToolMessage as the transcript keeps it.
+pub(crate) fn full_message(m: &ToolMessage) -> Value {
+    let mut v = m.to_openai();
+    v["status"] = serde_json::to_value(m.status).unwrap_or_default();
+    v
+}
+
+impl CallObserver for Ledger {
+    fn started(&self, call: &ToolCall, arguments: &Value) {
+        self.transcript.record(Event::Started {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            arguments: arguments.clone(),
+        });
+    }
+
+    fn answered(&self, message: &ToolMessage) {
+        self.transcript.record(Event::Answered {
+            message: full_message(message),
+        });
+        self.answered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(message.tool_call_id.clone(), message.clone());
+        self.changed.notify_one();
+    }
+}
+
+/// The dispatcher's reviewer in a run: every decision is written down before it takes effect.
+pub(crate) struct ReviewGate {
+    pub source: ReviewSource,
+    pub ledger: Arc<Ledger>,
+    /// Decisions made before a resume, for calls that had not started.
+    pub earlier: Mutex<HashMap<String, Decision>>,
+}
+
+impl ReviewGate {
+    async fn decide(&self, call: &ToolCall, spec: &ToolSpec) -> Decision {
+        let earlier = self
+            .earlier
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&call.id);
+        if let Some(d) = earlier {
+            self.write(call, &d, "transcript");
+            return d;
+        }
+        let (decision, source) = match &self.source {
+            ReviewSource::Ask(r) => (r.review(call, spec).await, "terminal"),
+            ReviewSource::File(file) => match file.decide(call) {
+                Some(d) => (d, "file"),
+                None => {
+                    self.ledger.transcript.record(Event::Pending {
+                        call_id: call.id.clone(),
+                        tool: call.name.clone(),
+                        arguments: call.arguments.clone(),
+                    });
+                    self.ledger
+                        .pending
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(call.id.clone());
+                    self.ledger.changed.notify_one();
+                    // The call waits, unanswered and unlogged, until the run drops the batch
+                    // to pause; a resume asks again.
+                    return std::future::pending().await;
+                }
+            },
+            ReviewSource::Nobody => (
+                Decision::Reject {
+                    reason: "this tool needs a person to review each call, and no reviewer is \
+                             available (no terminal, no --decisions file); ask the user to run \
+                             it with a reviewer"
+                        .into(),
+                },
+                "none",
+            ),
+        };
+        self.write(call, &decision, source);
+        decision
+    }
+
+    fn write(&self, call: &ToolCall, decision: &Decision, source: &str) {
+        self.ledger.transcript.record(Event::Decision {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            decision: decision.clone(),
+            source: source.into(),
+        });
+    }
+}
+
+impl Reviewer for ReviewGate {
+    fn review<'a>(&'a self, call: &'a ToolCall, spec: &'a ToolSpec) -> BoxFuture<'a, Decision> {
+        Box::pin(self.decide(call, spec))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(v: Value) -> Result<Decisions, DecisionsError> {
+        Decisions::parse(Path::new("d.json"), &v.to_string())
+    }
+
+    #[test]
+    fn reads_decisions_by_call_id() {
+        let d = parse(json!({
+            "b": {"decision": "edit", "arguments": {"a": 1}},
+            "a": {"decision": "approve", "tool": "add"},
+            "c": {"decision": "edit", "tool": "rm", "arguments": {}},
+        }))
+        .unwrap();
+        let call = |id: &str| ToolCall::new(id, "add", &json!({}));
+        assert_eq!(d.decide(&call("a")), Some(Decision::Approve));
+        assert_eq!(
+            d.decide(&call("b")),
+            Some(Decision::Edit {
+                arguments: json!({"a": 1})
+            })
+        );
+        assert!(
+            matches!(d.decide(&call("c")), Some(Decision::Reject { reason }) if reason.contains("another tool"))
+        );
+        assert_eq!(d.decide(&call("z")), None);
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_read_for_sure() {
+        assert!(parse(json!([])).is_err());
+        assert!(parse(json!({"a": {"decision": "approve", "argument": {}}})).is_err());
+        assert!(parse(json!({"a": {"decision": "maybe"}})).is_err());
+        assert!(parse(json!({"a": {"decision": "reject"}})).is_err());
+    }
+}

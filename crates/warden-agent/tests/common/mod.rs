@@ -1,0 +1,138 @@
+//! Shared by the agent's tests: guest components built from source once, a toolbox in a temp
+//! dir, and a run against the scripted server.
+#![allow(dead_code)]
+
+pub mod scripted;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use warden_agent::{ChatConfig, Execution, Limits, Outcome, RetryPolicy, ReviewSource, Run};
+use warden_core::{CallLog, Dispatcher, Protected, Toolbox};
+use warden_wasm::{Artifacts, WasmBackend};
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// A component built from the guest-sdk (built on first use unless scripts/test did).
+pub fn wasm(name: &str) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        if std::env::var_os("WARDEN_GUESTS_BUILT").is_some() {
+            return;
+        }
+        let ok = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["build", "--release", "--quiet"])
+            .current_dir(root().join("guest-sdk"))
+            .status()
+            .expect("cargo runs")
+            .success();
+        assert!(ok, "building guest-sdk failed");
+    });
+    root().join(format!("target/wasm32-wasip2/release/{name}.wasm"))
+}
+
+/// A toolbox, a runs folder and a call log in a temp dir.
+pub struct Bench {
+    pub dir: tempfile::TempDir,
+    pub toolbox: PathBuf,
+}
+
+impl Bench {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let toolbox = dir.path().join("policies");
+        std::fs::create_dir(&toolbox).unwrap();
+        Self { dir, toolbox }
+    }
+
+    /// A policy running `fixture`; `rest` adds tables.
+    pub fn policy(&self, file: &str, fixture: &str, rest: &str) {
+        let text = format!(
+            "[executor]\nkind = \"wasm\"\ncomponent = {:?}\n{rest}\n",
+            wasm(fixture).display().to_string()
+        );
+        std::fs::write(self.toolbox.join(file), text).unwrap();
+    }
+
+    /// `trivial` (add, noop) and `hostile` (fail, sleep, …), nothing granted.
+    pub fn standard() -> Self {
+        let b = Self::new();
+        b.policy("trivial.toml", "trivial", "");
+        b.policy("hostile.toml", "hostile", "[limits]\ntimeout = \"60s\"");
+        b
+    }
+
+    pub fn runs(&self) -> PathBuf {
+        self.dir.path().join("runs")
+    }
+
+    pub fn call_log(&self) -> PathBuf {
+        self.dir.path().join("calls.jsonl")
+    }
+
+    pub fn dispatcher(&self) -> Dispatcher {
+        let backend = WasmBackend::new(Artifacts {
+            store: self.dir.path().join("store"),
+            cache: root().join("target/warden-test-cache"),
+        });
+        let protected = [Protected {
+            what: "the toolbox",
+            path: self.toolbox.clone(),
+        }];
+        let toolbox = Toolbox::load(&self.toolbox, &[&backend], &protected).expect("toolbox");
+        let log = CallLog::open(&self.call_log()).unwrap();
+        Dispatcher::new(Arc::new(toolbox)).call_log(Arc::new(log))
+    }
+
+    /// How many times the call log says `call_id` ran (or was answered).
+    pub fn logged(&self, call_id: &str) -> usize {
+        let text = std::fs::read_to_string(self.call_log()).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["event"] == "call" && v["call_id"] == call_id)
+            .count()
+    }
+}
+
+/// Settings for the scripted server: quick retries, a short request timeout.
+pub fn execution(base_url: &str, limits: Limits, review: ReviewSource) -> Execution {
+    Execution {
+        chat: ChatConfig {
+            base_url: base_url.to_owned(),
+            api_key: Some("sk-test".into()),
+            model: "scripted-model".into(),
+            timeout: Duration::from_secs(20),
+            retry: RetryPolicy {
+                max_retries: 3,
+                initial: Duration::from_millis(20),
+                max_delay: Duration::from_millis(200),
+                max_retry_after: Duration::from_secs(5),
+            },
+        },
+        limits,
+        review,
+    }
+}
+
+/// Starts a run of `task` and drives it to its stop.
+pub async fn run(bench: &Bench, task: &str, exec: Execution) -> (Outcome, PathBuf) {
+    let run = Run::create(&bench.runs(), task, None).unwrap();
+    let path = run.path().to_owned();
+    let outcome = run.execute(exec, bench.dispatcher()).await.unwrap();
+    (outcome, path)
+}
+
+/// The transcript's events, as JSON.
+pub fn transcript(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
