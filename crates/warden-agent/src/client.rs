@@ -125,10 +125,12 @@ impl ChatClient {
         max_attempts: u32,
         on_attempt: &(dyn Fn(&Attempt) + Sync),
     ) -> Result<AssistantTurn, ChatError> {
-        let mut body = json!({"model": self.config.model, "messages": messages});
-        if !tools.is_empty() {
-            body["tools"] = Value::Array(tools.to_vec());
-        }
+        // Borrowed, not copied: the conversation grows with every step.
+        let body = Request {
+            model: &self.config.model,
+            messages,
+            tools,
+        };
         let mut number = 0;
         loop {
             number += 1;
@@ -191,7 +193,7 @@ impl ChatClient {
         }
     }
 
-    async fn send(&self, body: &Value) -> Result<Value, Failure> {
+    async fn send(&self, body: &Request<'_>) -> Result<Value, Failure> {
         let mut request = self.http.post(&self.url).json(body);
         if let Some(key) = &self.config.api_key {
             request = request.bearer_auth(key);
@@ -229,6 +231,15 @@ impl ChatClient {
             .unwrap_or_else(|| Value::String(clip(&text)));
         Err(Failure::Fatal(provider_error(status, &err)))
     }
+}
+
+/// The body of a Chat Completions request.
+#[derive(serde::Serialize)]
+struct Request<'a> {
+    model: &'a str,
+    messages: &'a [Value],
+    #[serde(skip_serializing_if = "<[Value]>::is_empty")]
+    tools: &'a [Value],
 }
 
 enum Failure {
