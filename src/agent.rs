@@ -116,7 +116,11 @@ pub fn agent(ctx: &Context, args: AgentArgs) -> Result<ExitCode> {
     run.on_event(progress::sink(args.json));
     let runtime = context::runtime()?;
     let resume_hint = format!("warden agent --resume {}", run.id());
-    let outcome = runtime.block_on(run.execute(exec, dispatcher))?;
+    // One run is one session: close it so a Docker shell of the run ends with it.
+    let session = dispatcher.clone();
+    let outcome = runtime.block_on(run.execute(exec, dispatcher));
+    runtime.block_on(session.close());
+    let outcome = outcome?;
     if !args.json {
         progress::finish(&outcome, &resume_hint);
     }
