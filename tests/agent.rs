@@ -1,6 +1,10 @@
 //! `warden agent` end to end against a scripted OpenAI-compatible server: killed mid-batch and
 //! resumed without running a finished call twice; provider errors and pauses at the CLI.
 
+mod common;
+
+use common::{root, wasm};
+
 #[path = "../crates/warden-agent/tests/common/scripted.rs"]
 mod scripted;
 
@@ -9,30 +13,8 @@ use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
 use std::sync::mpsc;
 use std::time::Duration;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn wasm(name: &str) -> PathBuf {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        if std::env::var_os("WARDEN_GUESTS_BUILT").is_some() {
-            return;
-        }
-        let ok = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "--release", "--quiet"])
-            .current_dir(root().join("guest-sdk"))
-            .status()
-            .expect("cargo runs")
-            .success();
-        assert!(ok, "building guest-sdk failed");
-    });
-    root().join(format!("target/wasm32-wasip2/release/{name}.wasm"))
-}
 
 /// A toolbox (`trivial`, `hostile`) and a warden home in a temp dir.
 struct Env {

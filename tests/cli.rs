@@ -1,35 +1,16 @@
 //! The `warden` binary end to end: add, pin, tools, call, audit, and the compile cache shared
 //! between processes.
 
+mod common;
+
+use common::{root, wasm};
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
 /// A host value granted by name: the audit may name it, never show it.
 const AUDIT_SECRET: &str = "audit-secret-value-91c2";
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn wasm(name: &str) -> PathBuf {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        // scripts/test builds them first; cargo's lock on target/ would only make us wait.
-        if std::env::var_os("WARDEN_GUESTS_BUILT").is_some() {
-            return;
-        }
-        let ok = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "--release", "--quiet"])
-            .current_dir(root().join("guest-sdk"))
-            .status()
-            .expect("cargo runs")
-            .success();
-        assert!(ok, "building guest-sdk failed");
-    });
-    root().join(format!("target/wasm32-wasip2/release/{name}.wasm"))
-}
 
 /// A temp toolbox and home; every command runs against them.
 struct Env {

@@ -230,13 +230,6 @@ impl NetGrants {
         })
     }
 
-    /// The credentials to add to a request for `host`.
-    pub fn credentials_for<'a>(&'a self, host: &'a str) -> impl Iterator<Item = &'a Credential> {
-        self.credentials
-            .iter()
-            .filter(move |c| c.host.eq_ignore_ascii_case(host.trim_end_matches('.')))
-    }
-
     /// Checks that each credential names a header and a host the policy grants.
     pub(crate) fn check_credential(&self, c: &Credential) -> Result<(), String> {
         let header_ok = !c.header.is_empty()

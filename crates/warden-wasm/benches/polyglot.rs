@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use warden_core::{Dispatcher, Protected, ToolCall, Toolbox};
-use warden_wasm::{Artifacts, WasmBackend, sha256_file};
+use warden_wasm::{Artifacts, WasmBackend};
 use wasmtime::component::{Linker, ResourceTable, Val};
 use wasmtime::{Config, Engine, Store};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -179,7 +179,6 @@ fn main() {
         let start = Instant::now();
         let toolbox = load(artifacts);
         let cached = start.elapsed();
-        let _ = sha256_file(&path);
         let d = Dispatcher::new(Arc::new(toolbox));
         let call = ToolCall::new("b", function, &args);
         let warm = median(
