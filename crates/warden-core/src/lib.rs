@@ -3,6 +3,7 @@
 
 mod admission;
 mod calllog;
+pub mod command;
 mod dispatch;
 mod docker;
 mod executor;
@@ -20,6 +21,7 @@ mod units;
 
 pub use admission::{Admission, RunLimits, default_memory_budget};
 pub use calllog::CallLog;
+pub use command::Capped;
 pub use dispatch::{CallObserver, Dispatcher};
 pub use docker::{DEFAULT_NANO_CPUS, DEFAULT_PIDS, DEFAULT_TMP, DockerConfig, DockerNetwork};
 pub use executor::{

@@ -3,9 +3,9 @@
 
 use crate::engine::Engine;
 use crate::plan::Plan;
-use crate::template::Template;
 use crate::tool::DockerTool;
 use std::sync::Arc;
+use warden_core::command::Template;
 use warden_core::{Backend, ExecutorConfig, LoadedTool, Policy, PolicyError, ToolSpec};
 
 /// Loads `kind = "docker"` policies; every tool shares one engine connection. Clones share it.

@@ -3,7 +3,6 @@
 //! is dropped.
 
 use crate::engine::{Engine, missing_image};
-use crate::output::Capped;
 use bollard::Docker;
 use bollard::container::{AttachContainerResults, LogOutput};
 use bollard::errors::Error as BollardError;
@@ -14,6 +13,7 @@ use bollard::query_parameters::{
 };
 use futures::StreamExt;
 use tokio::time::Instant;
+use warden_core::Capped;
 use warden_core::ToolError;
 
 /// A container that is removed (killed first if running) when this is dropped.

@@ -14,10 +14,8 @@ mod image;
 mod output;
 mod plan;
 mod session;
-mod template;
 mod tool;
 
 pub use backend::DockerBackend;
 pub use engine::{Engine, LABEL, OWNER_LABEL, SANDBOX_IMAGE, TOOL_LABEL};
 pub use image::{BUSYBOX, ImageError, build_sandbox_image};
-pub use template::Template;

@@ -1,52 +1,6 @@
-//! Captured output: the first bytes of a stream up to a cap (the rest counted, not kept, so a
-//! flood costs no memory), and the end-of-command marker of a session shell.
+//! The end-of-command marker of a session shell, found in its captured output.
 
-use warden_core::truncation_marker;
-
-/// The first `limit` bytes of a stream, and how many more there were.
-#[derive(Debug, Clone)]
-pub struct Capped {
-    kept: Vec<u8>,
-    dropped: u64,
-    limit: usize,
-}
-
-impl Capped {
-    pub fn new(limit: u64) -> Self {
-        Self {
-            kept: Vec::new(),
-            dropped: 0,
-            limit: usize::try_from(limit).unwrap_or(usize::MAX),
-        }
-    }
-
-    pub fn push(&mut self, data: &[u8]) {
-        let room = self.limit.saturating_sub(self.kept.len());
-        let take = room.min(data.len());
-        self.kept.extend_from_slice(&data[..take]);
-        self.dropped += (data.len() - take) as u64;
-    }
-
-    /// The text kept, ending with warden's visible marker when something was cut.
-    pub fn text(&self) -> String {
-        let mut kept = self.kept.as_slice();
-        if self.dropped > 0 {
-            // A cut through a multi-byte character would end in a replacement character.
-            let valid = match std::str::from_utf8(kept) {
-                Ok(_) => kept.len(),
-                Err(e) if e.error_len().is_none() => e.valid_up_to(),
-                Err(_) => kept.len(),
-            };
-            kept = &kept[..valid];
-        }
-        let mut text = String::from_utf8_lossy(kept).into_owned();
-        let cut = self.dropped + (self.kept.len() - kept.len()) as u64;
-        if cut > 0 {
-            text.push_str(&truncation_marker(cut));
-        }
-        text
-    }
-}
+use warden_core::Capped;
 
 /// A stream of a session shell, read until the line that ends one command:
 /// `\n<marker><tail>\n`. Bytes before the marker go to a [`Capped`]; the search keeps only
@@ -131,23 +85,6 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn caps_with_a_marker_and_whole_characters() {
-        let mut c = Capped::new(5);
-        c.push(b"hello world");
-        assert_eq!(
-            c.text(),
-            format!("hello{}", truncation_marker(6)),
-            "the cut is counted"
-        );
-        let mut c = Capped::new(3);
-        c.push("aé€".as_bytes());
-        assert!(c.text().starts_with("aé\n"), "{}", c.text());
-        let mut c = Capped::new(10);
-        c.push(b"short");
-        assert_eq!(c.text(), "short");
-    }
 
     #[test]
     fn finds_a_marker_split_across_chunks() {

@@ -12,7 +12,9 @@ use warden_docker::{Engine, LABEL, OWNER_LABEL, SANDBOX_IMAGE};
 #[tokio::test]
 async fn an_unreachable_daemon_is_unavailable_and_says_how_to_start_it() {
     let engine = Engine::with_socket("/nonexistent/docker.sock");
-    let e = engine.client().await.err().expect("no daemon there");
+    let Err(e) = engine.client().await else {
+        panic!("no daemon there, yet a client came back");
+    };
     assert_eq!(e.kind, ErrorKind::Unavailable);
     assert!(
         e.message.contains("unix:///nonexistent/docker.sock"),

@@ -1,13 +1,13 @@
-//! The command line of a docker tool: an argv template whose `{name}` holes the call's string
+//! The command line of a docker or host tool: an argv template whose `{name}` holes the call's string
 //! arguments fill, its JSON Schema, and the checking of one call's arguments.
 //!
 //! Arguments land in argv elements, never in a shell line warden builds itself: a template
 //! without a shell runs no shell.
 
+use crate::message::Violation;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;
-use warden_core::Violation;
 
 /// Names a template may not use: they are the executor's own arguments.
 const RESERVED: [&str; 2] = ["timeout", "restart"];
@@ -166,7 +166,7 @@ fn check_name(name: &str, element: &str) -> Result<(), String> {
     }
     if RESERVED.contains(&name) {
         return Err(format!(
-            "`{{{name}}}` cannot be a hole: `{name}` is an argument of every docker tool"
+            "`{{{name}}}` cannot be a hole: `{name}` is an argument of every command tool"
         ));
     }
     Ok(())
@@ -286,7 +286,7 @@ mod tests {
         assert!(
             t(&["x", "{timeout}"])
                 .unwrap_err()
-                .contains("every docker tool")
+                .contains("every command tool")
         );
         assert!(t(&["x", "a}b"]).unwrap_err().contains("lone"));
     }
