@@ -506,6 +506,7 @@ fn success(call: &ToolCall, tool: &Tool, output: Output) -> ToolMessage {
     if let Some(s) = output.stderr.filter(|s| !s.is_empty()) {
         artifact.insert("stderr".into(), s.into());
     }
+    artifact.extend(output.details);
     let artifact = (!artifact.is_empty()).then_some(Value::Object(artifact));
     ToolMessage::success(call, content, artifact)
 }

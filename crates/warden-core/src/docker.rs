@@ -14,16 +14,18 @@ pub const DEFAULT_NANO_CPUS: u64 = 1_000_000_000;
 /// Size of the writable tmpfs at `/tmp` when the policy writes none.
 pub const DEFAULT_TMP: u64 = 64 << 20;
 
-/// The network a container gets.
+/// The network a container or host process gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DockerNetwork {
-    /// `network_mode: none`: a loopback interface only. The default.
+pub enum NetworkMode {
+    /// No way out: Docker's `network_mode: none`, or a new network namespace for a host
+    /// process. The default.
     None,
-    /// Docker's default bridge, with no allowlist: an explicit opt-in the audit flags.
+    /// Every host, with no allowlist (Docker's default bridge, or the host's own network): an
+    /// explicit opt-in the audit flags.
     Unrestricted,
 }
 
-impl DockerNetwork {
+impl NetworkMode {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::None => "none",
@@ -50,7 +52,7 @@ pub struct DockerConfig {
     /// `uid` or `uid:gid`, never root; `None` picks the owner of the read-write roots, else
     /// nobody (65534).
     pub user: Option<Located<String>>,
-    pub network: Located<DockerNetwork>,
+    pub network: Located<NetworkMode>,
     /// Most processes in the container.
     pub pids: u32,
     /// CPUs in billionths (`cpus = 0.5` is 500_000_000).
@@ -82,20 +84,6 @@ pub(crate) struct DockerSpec {
 }
 
 impl DockerSpec {
-    /// The first docker field written, for refusing it in a policy of another kind.
-    pub(crate) fn first_written(&self) -> Option<(&'static str, std::ops::Range<usize>)> {
-        let s = |name, span: Option<std::ops::Range<usize>>| span.map(|sp| (name, sp));
-        s("image", self.image.as_ref().map(Spanned::span))
-            .or_else(|| s("argv", self.argv.as_ref().map(Spanned::span)))
-            .or_else(|| s("workdir", self.workdir.as_ref().map(Spanned::span)))
-            .or_else(|| s("user", self.user.as_ref().map(Spanned::span)))
-            .or_else(|| s("network", self.network.as_ref().map(Spanned::span)))
-            .or_else(|| s("pids", self.pids.as_ref().map(Spanned::span)))
-            .or_else(|| s("cpus", self.cpus.as_ref().map(Spanned::span)))
-            .or_else(|| s("tmp", self.tmp.as_ref().map(Spanned::span)))
-            .or_else(|| self.session.map(|_| ("session", 0..0)))
-    }
-
     /// Checks the fields; `kind_line` is the line of `kind = "docker"`.
     pub(crate) fn resolve(
         self,
@@ -158,29 +146,7 @@ impl DockerSpec {
             }
             None => None,
         };
-        let network = match self.network {
-            None => Located {
-                value: DockerNetwork::None,
-                line: kind_line,
-            },
-            Some(n) => {
-                let line = at(&n.span());
-                let value = match n.get_ref().as_str() {
-                    "none" => DockerNetwork::None,
-                    "unrestricted" => DockerNetwork::Unrestricted,
-                    other => {
-                        return Err(err(
-                            line,
-                            format!(
-                                "network `{other}` is not known: \"none\" (the default) or \
-                                 \"unrestricted\" (any host: Docker cannot enforce an allowlist)"
-                            ),
-                        ));
-                    }
-                };
-                Located { value, line }
-            }
-        };
+        let network = network_mode(self.network, kind_line, &err, &at)?;
         let pids = match self.pids {
             None => DEFAULT_PIDS,
             Some(p) => u32::try_from(*p.get_ref())
@@ -230,8 +196,38 @@ impl DockerSpec {
     }
 }
 
-/// `uid` or `uid:gid`, numeric (the image's names are not warden's to trust), never root.
-fn check_user(user: &str) -> Result<(), String> {
+/// `network = "none" | "unrestricted"`, `None` when the policy writes none.
+pub(crate) fn network_mode(
+    written: Option<Spanned<String>>,
+    kind_line: usize,
+    err: &dyn Fn(usize, String) -> PolicyError,
+    at: &dyn Fn(&std::ops::Range<usize>) -> usize,
+) -> Result<Located<NetworkMode>, PolicyError> {
+    let Some(n) = written else {
+        return Ok(Located {
+            value: NetworkMode::None,
+            line: kind_line,
+        });
+    };
+    let line = at(&n.span());
+    let value = match n.get_ref().as_str() {
+        "none" => NetworkMode::None,
+        "unrestricted" => NetworkMode::Unrestricted,
+        other => {
+            return Err(err(
+                line,
+                format!(
+                    "network `{other}` is not known: \"none\" (the default) or \"unrestricted\" \
+                     (any host: warden cannot enforce an allowlist for a process)"
+                ),
+            ));
+        }
+    };
+    Ok(Located { value, line })
+}
+
+/// `uid` or `uid:gid`, numeric (names are not warden's to trust), never root.
+pub(crate) fn check_user(user: &str) -> Result<(), String> {
     let mut parts = user.splitn(2, ':');
     let uid = parts.next().unwrap_or_default();
     let ids_ok = std::iter::once(uid)
@@ -243,7 +239,7 @@ fn check_user(user: &str) -> Result<(), String> {
         ));
     }
     if uid.parse::<u32>() == Ok(0) {
-        return Err("user 0 is root: a docker tool never runs as root".into());
+        return Err("user 0 is root: a command tool never runs as root".into());
     }
     Ok(())
 }
@@ -267,7 +263,7 @@ mod tests {
             panic!("not docker");
         };
         assert_eq!(cfg.name, "shell");
-        assert_eq!(cfg.network.value, super::DockerNetwork::None);
+        assert_eq!(cfg.network.value, super::NetworkMode::None);
         assert_eq!(cfg.pids, super::DEFAULT_PIDS);
         assert_eq!(cfg.nano_cpus, super::DEFAULT_NANO_CPUS);
         assert!(cfg.user.is_none() && !cfg.session);
@@ -285,7 +281,7 @@ mod tests {
             panic!("not docker");
         };
         assert!(cfg.session);
-        assert_eq!(cfg.network.value, super::DockerNetwork::Unrestricted);
+        assert_eq!(cfg.network.value, super::NetworkMode::Unrestricted);
         assert_eq!(cfg.network.line, 9);
         assert_eq!(
             (cfg.pids, cfg.nano_cpus, cfg.tmp),

@@ -97,6 +97,8 @@ pub struct Output {
     pub stderr: Option<String>,
     /// Fuel burnt, when the call was metered.
     pub fuel_used: Option<u64>,
+    /// More for people, merged into the message's artifact (a host tool's protections).
+    pub details: serde_json::Map<String, Value>,
 }
 
 /// Runs one tool's calls, each in a fresh sandbox.

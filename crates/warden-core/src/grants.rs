@@ -34,7 +34,8 @@ pub(crate) struct GrantsSpec {
 #[serde(deny_unknown_fields)]
 struct FsGrantSpec {
     host: String,
-    guest: String,
+    /// Where a wasm or docker tool sees it; a host tool sees host paths and writes none.
+    guest: Option<String>,
     access: Access,
 }
 
@@ -76,8 +77,9 @@ pub(crate) struct GrantError {
 }
 
 impl GrantsSpec {
-    /// Checks every grant against this machine; paths are relative to `base`.
-    pub(crate) fn resolve(self, base: &Path) -> Result<Grants, GrantError> {
+    /// Checks every grant against this machine; paths are relative to `base`. With
+    /// `host_paths` (a host tool) each root is seen at its own canonical path.
+    pub(crate) fn resolve(self, base: &Path, host_paths: bool) -> Result<Grants, GrantError> {
         for name in self.env.keys() {
             check_env_name(name).map_err(|message| GrantError {
                 span: None,
@@ -120,10 +122,6 @@ impl GrantsSpec {
                 span: Some(span.clone()),
                 message,
             };
-            let guest = normalise_guest(&spec.guest).map_err(err)?;
-            if fs.iter().any(|g| g.guest == guest) {
-                return Err(err(format!("two fs grants use the guest path `{guest}`")));
-            }
             let joined = base.join(&spec.host);
             let host = joined.canonicalize().map_err(|e| {
                 err(format!(
@@ -137,6 +135,26 @@ impl GrantsSpec {
                     "fs grant host `{}` is not a directory",
                     spec.host
                 )));
+            }
+            let guest = match (&spec.guest, host_paths) {
+                (None, true) => host.to_string_lossy().into_owned(),
+                (Some(_), true) => {
+                    return Err(err(format!(
+                        "a host tool sees host paths: drop `guest` from the grant of `{}`",
+                        spec.host
+                    )));
+                }
+                (Some(g), false) => normalise_guest(g).map_err(err)?,
+                (None, false) => {
+                    return Err(err(format!(
+                        "the fs grant of `{}` needs `guest`, the absolute path the tool sees it \
+                         at",
+                        spec.host
+                    )));
+                }
+            };
+            if fs.iter().any(|g| g.guest == guest) {
+                return Err(err(format!("two fs grants use the guest path `{guest}`")));
             }
             fs.push(FsGrant {
                 host,
@@ -314,7 +332,7 @@ mod tests {
 
     fn parse(text: &str, base: &Path) -> Result<Grants, String> {
         let spec: GrantsSpec = toml::from_str(text).map_err(|e| e.to_string())?;
-        spec.resolve(base).map_err(|e| e.message)
+        spec.resolve(base, false).map_err(|e| e.message)
     }
 
     #[test]

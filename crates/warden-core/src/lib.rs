@@ -8,6 +8,7 @@ mod dispatch;
 mod docker;
 mod executor;
 mod grants;
+mod host;
 mod limits;
 mod message;
 mod net;
@@ -23,11 +24,14 @@ pub use admission::{Admission, RunLimits, default_memory_budget};
 pub use calllog::CallLog;
 pub use command::Capped;
 pub use dispatch::{CallObserver, Dispatcher};
-pub use docker::{DEFAULT_NANO_CPUS, DEFAULT_PIDS, DEFAULT_TMP, DockerConfig, DockerNetwork};
+pub use docker::{DEFAULT_NANO_CPUS, DEFAULT_PIDS, DEFAULT_TMP, DockerConfig, NetworkMode};
 pub use executor::{
     Backend, BoxFuture, Denial, Denials, Executor, Invocation, LoadedTool, Output, SessionId,
 };
 pub use grants::{Access, FsGrant, Grants};
+pub use host::{
+    DEFAULT_FILE_SIZE, DEFAULT_OPEN_FILES, DEFAULT_PROCESSES, HostConfig, Isolation, NOBODY,
+};
 pub use limits::{Limits, LimitsSpec, cap_text, truncation_marker};
 pub use message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage, Violation};
 pub use net::{Credential, HostGrant, HostPattern, NetGrants, is_public};

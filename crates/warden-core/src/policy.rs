@@ -1,7 +1,8 @@
 //! Policy files: one TOML file per tool (or per component), deny by default.
 
-use crate::docker::{DockerConfig, DockerSpec};
+use crate::docker::{DockerConfig, DockerSpec, NetworkMode};
 use crate::grants::{Grants, GrantsSpec};
+use crate::host::{HostConfig, HostSpec};
 use crate::limits::LimitsSpec;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -63,9 +64,49 @@ struct ExecutorSpec {
     pids: Option<Spanned<i64>>,
     cpus: Option<Spanned<crate::docker::Number>>,
     tmp: Option<Spanned<crate::units::ByteSize>>,
+    // kind = "host" (crate::host checks them)
+    processes: Option<Spanned<i64>>,
+    cpu_time: Option<Spanned<crate::units::HumanDuration>>,
+    open_files: Option<Spanned<i64>>,
+    file_size: Option<Spanned<crate::units::ByteSize>>,
+    isolation: Option<Spanned<String>>,
 }
 
 impl ExecutorSpec {
+    /// Each kind-specific field written, with its span and the kinds it belongs to.
+    fn kind_fields(&self) -> Vec<(&'static str, std::ops::Range<usize>, &'static [&'static str])> {
+        const WASM: &[&str] = &["wasm"];
+        const DOCKER: &[&str] = &["docker"];
+        const HOST: &[&str] = &["host"];
+        const COMMAND: &[&str] = &["docker", "host"];
+        fn at<T>(f: &Option<Spanned<T>>) -> Option<std::ops::Range<usize>> {
+            f.as_ref().map(Spanned::span)
+        }
+        let fields = [
+            ("component", at(&self.component), WASM),
+            ("sha256", at(&self.sha256), WASM),
+            ("wit", at(&self.wit), WASM),
+            ("image", at(&self.image), DOCKER),
+            ("argv", at(&self.argv), COMMAND),
+            ("workdir", at(&self.workdir), COMMAND),
+            ("session", self.session.map(|_| 0..0), DOCKER),
+            ("user", at(&self.user), COMMAND),
+            ("network", at(&self.network), COMMAND),
+            ("pids", at(&self.pids), DOCKER),
+            ("cpus", at(&self.cpus), DOCKER),
+            ("tmp", at(&self.tmp), DOCKER),
+            ("processes", at(&self.processes), HOST),
+            ("cpu_time", at(&self.cpu_time), HOST),
+            ("open_files", at(&self.open_files), HOST),
+            ("file_size", at(&self.file_size), HOST),
+            ("isolation", at(&self.isolation), HOST),
+        ];
+        fields
+            .into_iter()
+            .filter_map(|(name, span, kinds)| span.map(|s| (name, s, kinds)))
+            .collect()
+    }
+
     /// Splits off the docker fields.
     fn docker(&mut self) -> DockerSpec {
         DockerSpec {
@@ -78,6 +119,21 @@ impl ExecutorSpec {
             pids: self.pids.take(),
             cpus: self.cpus.take(),
             tmp: self.tmp.take(),
+        }
+    }
+
+    /// Splits off the host fields.
+    fn host(&mut self) -> HostSpec {
+        HostSpec {
+            argv: self.argv.take(),
+            workdir: self.workdir.take(),
+            user: self.user.take(),
+            network: self.network.take(),
+            processes: self.processes.take(),
+            cpu_time: self.cpu_time.take(),
+            open_files: self.open_files.take(),
+            file_size: self.file_size.take(),
+            isolation: self.isolation.take(),
         }
     }
 }
@@ -121,6 +177,7 @@ struct PolicyFile {
 pub enum ExecutorConfig {
     Wasm(WasmConfig),
     Docker(DockerConfig),
+    Host(HostConfig),
 }
 
 impl ExecutorConfig {
@@ -129,6 +186,7 @@ impl ExecutorConfig {
         match self {
             Self::Wasm(_) => "wasm",
             Self::Docker(_) => "docker",
+            Self::Host(_) => "host",
         }
     }
 }
@@ -197,43 +255,35 @@ impl Policy {
         };
 
         let mut ex = file.executor;
-        let docker = ex.docker();
         let kind_line = line_of(ex.kind.span().start);
-        let executor = match ex.kind.get_ref().as_str() {
-            "docker" => {
-                for (field, span) in [
-                    ("component", ex.component.as_ref().map(Spanned::span)),
-                    ("sha256", ex.sha256.as_ref().map(Spanned::span)),
-                    ("wit", ex.wit.as_ref().map(Spanned::span)),
-                ] {
-                    if let Some(span) = span {
-                        return Err(err(
-                            Some(span),
-                            format!("`{field}` belongs to wasm executors, not docker"),
-                        ));
-                    }
-                }
-                ExecutorConfig::Docker(docker.resolve(
+        let kind = ex.kind.get_ref().clone();
+        if ["wasm", "docker", "host"].contains(&kind.as_str()) {
+            let foreign = ex.kind_fields().into_iter().find(|(_, _, k)| !k.contains(&kind.as_str()));
+            if let Some((field, span, kinds)) = foreign {
+                let line = if span.is_empty() { kind_line } else { line_of(span.start) };
+                return Err(PolicyError::new(
                     path,
-                    kind_line,
-                    ex.name,
-                    ex.description,
-                    &line_of,
-                )?)
+                    Some(line),
+                    format!("`{field}` belongs to {} executors, not {kind}", kinds.join(" and ")),
+                ));
             }
+        }
+        let executor = match kind.as_str() {
+            "docker" => ExecutorConfig::Docker(ex.docker().resolve(
+                path,
+                kind_line,
+                ex.name,
+                ex.description,
+                &line_of,
+            )?),
+            "host" => ExecutorConfig::Host(ex.host().resolve(
+                path,
+                kind_line,
+                ex.name,
+                ex.description,
+                &line_of,
+            )?),
             "wasm" => {
-                if let Some((field, span)) = docker.first_written() {
-                    let line = if span.is_empty() {
-                        kind_line
-                    } else {
-                        line_of(span.start)
-                    };
-                    return Err(PolicyError::new(
-                        path,
-                        Some(line),
-                        format!("`{field}` belongs to docker executors, not wasm"),
-                    ));
-                }
                 let component = ex.component.map(located).ok_or_else(|| {
                     err(
                         Some(ex.kind.span()),
@@ -282,17 +332,23 @@ impl Policy {
             other => {
                 return Err(err(
                     Some(ex.kind.span()),
-                    format!("unknown executor kind `{other}`; this warden knows: wasm, docker"),
+                    format!("unknown executor kind `{other}`; this warden knows: wasm, docker, host"),
                 ));
             }
         };
 
+        let host_paths = matches!(executor, ExecutorConfig::Host(_));
         let grants = file
             .grants
-            .resolve(base)
+            .resolve(base, host_paths)
             .map_err(|e| err(e.span, e.message))?;
-        if let ExecutorConfig::Docker(cfg) = &executor {
-            check_docker_network(path, cfg, &grants)?;
+        match &executor {
+            ExecutorConfig::Docker(cfg) => check_network(path, "docker", &&cfg.network, &grants)?,
+            ExecutorConfig::Host(cfg) => {
+                check_network(path, "host", &&cfg.network, &grants)?;
+                cfg.check(path, &grants)?;
+            }
+            ExecutorConfig::Wasm(_) => {}
         }
         file.limits
             .validate()
@@ -336,11 +392,13 @@ impl Policy {
     }
 }
 
-/// Docker cannot enforce a host allowlist nor add credentials on the host side: a `net` grant
-/// for a container would silently widen to every host. Only the explicit opt-in allows it.
-fn check_docker_network(
+/// Neither Docker nor a host process can be held to a host allowlist nor get credentials added
+/// on the host side: a `net` grant would silently widen to every host. Only the explicit opt-in
+/// allows it.
+fn check_network(
     path: &Path,
-    cfg: &DockerConfig,
+    kind: &str,
+    network: &Located<NetworkMode>,
     grants: &Grants,
 ) -> Result<(), PolicyError> {
     let net = &grants.net;
@@ -348,19 +406,24 @@ fn check_docker_network(
         return Err(PolicyError::new(
             path,
             None,
-            "net_credentials cannot be honoured for a docker tool: warden adds credentials on \
-             the host side of wasm tools' HTTP only",
+            format!(
+                "net_credentials cannot be honoured for a {kind} tool: warden adds credentials \
+                 on the host side of wasm tools' HTTP only"
+            ),
         ));
     }
-    if net.hosts.is_empty() || cfg.network.value == crate::docker::DockerNetwork::Unrestricted {
+    if net.hosts.is_empty() || network.value == NetworkMode::Unrestricted {
         return Ok(());
     }
     Err(PolicyError::new(
         path,
-        Some(cfg.network.line),
-        "a docker tool cannot be limited to the hosts in `net`: Docker cannot enforce a host \
-         allowlist. Remove the net grants (no network), or write `network = \"unrestricted\"` \
-         under [executor] to give it every host (the audit flags it)",
+        Some(network.line),
+        format!(
+            "a {kind} tool cannot be limited to the hosts in `net`: warden cannot enforce a host \
+             allowlist for it. Remove the net grants (no network), or write \
+             `network = \"unrestricted\"` under [executor] to give it every host (the audit \
+             flags it)"
+        ),
     ))
 }
 

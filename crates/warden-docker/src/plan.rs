@@ -8,7 +8,7 @@ use bollard::models::{
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use warden_core::{Access, DockerConfig, DockerNetwork, Grants};
+use warden_core::{Access, DockerConfig, NetworkMode, Grants};
 
 /// The user of a container when nothing asks for another: nobody.
 pub const NOBODY: (u32, u32) = (65534, 65534);
@@ -22,7 +22,7 @@ pub struct Plan {
     pub user: String,
     pub workdir: Option<String>,
     pub mounts: Vec<Mount>,
-    pub network: DockerNetwork,
+    pub network: NetworkMode,
     pub pids: u32,
     pub nano_cpus: u64,
     pub tmp: u64,
@@ -77,8 +77,8 @@ impl Plan {
             mounts: Some(self.mounts.clone()),
             network_mode: Some(
                 match self.network {
-                    DockerNetwork::None => "none",
-                    DockerNetwork::Unrestricted => "bridge",
+                    NetworkMode::None => "none",
+                    NetworkMode::Unrestricted => "bridge",
                 }
                 .into(),
             ),
@@ -116,7 +116,7 @@ impl Plan {
             working_dir: self.workdir.clone(),
             hostname: Some("sandbox".into()),
             labels: Some(labels),
-            network_disabled: Some(self.network == DockerNetwork::None),
+            network_disabled: Some(self.network == NetworkMode::None),
             attach_stdin: Some(stdin),
             open_stdin: Some(stdin),
             // The shell sees end-of-input when warden detaches, so a crash ends the session.

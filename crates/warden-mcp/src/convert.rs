@@ -3,7 +3,7 @@
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, MetaObject, ToolAnnotations};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use warden_core::{DockerNetwork, ExecutorConfig, Tool, ToolMessage, ToolSpec};
+use warden_core::{NetworkMode, ExecutorConfig, Tool, ToolMessage, ToolSpec};
 
 /// The `_meta` key under which a failed call carries its error kind and message.
 pub const ERROR_META: &str = "warden/error";
@@ -70,7 +70,7 @@ pub fn tool(tool: &Tool) -> rmcp::model::Tool {
 fn annotations(tool: &Tool) -> ToolAnnotations {
     let grants = &tool.policy.grants;
     let unrestricted = matches!(&tool.policy.executor,
-        ExecutorConfig::Docker(c) if c.network.value == DockerNetwork::Unrestricted);
+        ExecutorConfig::Docker(c) if c.network.value == NetworkMode::Unrestricted);
     let open = unrestricted || !grants.net.is_empty();
     let mut hints = ToolAnnotations::new().open_world(open);
     hints = if grants.writes_nothing() && !open {

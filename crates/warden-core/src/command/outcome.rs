@@ -102,7 +102,7 @@ pub fn answer(
             structured: Some(json!({ "exit_code": 0 })),
             stdout: Some(stdout.to_owned()),
             stderr: Some(stderr.to_owned()),
-            fuel_used: None,
+            ..Output::default()
         });
     }
     let (kind, head) = if oom {

@@ -1,0 +1,23 @@
+//! warden's host executor: each call a confined host process tree, for machines without
+//! Docker and for native tools.
+//!
+//! The confinement is set up by a small single-threaded helper that warden re-executes
+//! ([`helper_main`]): a new PID namespace (everything the command starts dies with it), a new
+//! network namespace unless the policy opts in to the host's network, an unprivileged user
+//! (nobody by default), rlimits on CPU, address space, file size, processes and open files,
+//! no core dumps, no-new-privileges, an empty environment plus the grants, stdin on
+//! `/dev/null`, and a Landlock domain that reaches only the system folders and the granted
+//! roots. What the kernel lacks makes the call `unavailable` unless the policy accepts
+//! `isolation = "best-effort"`; every answer says which protections were in force.
+
+mod backend;
+mod helper;
+mod landlock;
+mod plan;
+mod tool;
+
+pub use backend::HostBackend;
+pub use helper::{SETUP_FAILED, main as helper_main};
+pub use landlock::{REQUIRED_ABI, kernel_abi};
+pub use plan::{Protections, Report};
+pub use tool::{Helper, HostTool};

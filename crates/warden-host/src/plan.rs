@@ -1,0 +1,135 @@
+//! What warden tells the helper (the plan, on the helper's stdin) and what the helper tells
+//! warden back (reports, one JSON line each, on file descriptor 3).
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The file descriptor the helper reports on.
+pub const REPORT_FD: i32 = 3;
+
+/// Everything the helper needs to start one command, confined.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Plan {
+    /// The command line; `argv[0]` is a path, or a name looked up in the granted `PATH`.
+    pub argv: Vec<String>,
+    /// The whole environment of the command: the grants, nothing else.
+    pub env: Vec<(String, String)>,
+    /// The working directory, inside a granted root (or `/`).
+    pub cwd: PathBuf,
+    pub uid: u32,
+    pub gid: u32,
+    /// Keep the host's network (`network = "unrestricted"`); else a new, empty namespace.
+    pub host_network: bool,
+    /// The granted roots; everything else but the system folders is out of reach.
+    pub roots: Vec<Root>,
+    pub rlimits: Rlimits,
+    /// Seconds after which the helper kills the command on its own, should warden be gone.
+    pub deadline_secs: u64,
+    /// Run with what the kernel offers instead of refusing.
+    pub best_effort: bool,
+}
+
+/// One granted folder.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Root {
+    pub path: PathBuf,
+    pub writable: bool,
+}
+
+/// The resource limits of every process of the command.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Rlimits {
+    /// Seconds of CPU time (`RLIMIT_CPU`): SIGXCPU at the limit, SIGKILL a second later.
+    pub cpu_secs: u64,
+    /// Bytes of address space (`RLIMIT_AS`).
+    pub address_space: u64,
+    /// Bytes of the largest file written (`RLIMIT_FSIZE`).
+    pub file_size: u64,
+    /// Processes of the command's user (`RLIMIT_NPROC`).
+    pub processes: u64,
+    /// Open files per process (`RLIMIT_NOFILE`).
+    pub open_files: u64,
+}
+
+/// One line on the report descriptor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Report {
+    /// The confinement is in place; the command is being executed.
+    Ready(Protections),
+    /// The helper could not confine or start the command; nothing ran.
+    Failed {
+        /// `unavailable` when this machine lacks a protection, `setup` otherwise.
+        unavailable: bool,
+        message: String,
+    },
+    /// The command ended: its exit code, or the signal that killed it.
+    Exited {
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
+}
+
+/// The protections that were in force for one command, as the helper set them up.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Protections {
+    /// `uid:gid` the command ran as.
+    pub user: String,
+    /// A user namespace mapped warden's own user (when warden is not root).
+    pub user_namespace: bool,
+    /// A new PID namespace: the command sees (and can signal) only its own processes, and
+    /// they all die with it.
+    pub pid_namespace: bool,
+    /// A new network namespace with no interface up: no network at all.
+    pub network_namespace: bool,
+    /// The Landlock ABI in force, 0 when none.
+    pub landlock_abi: u32,
+    /// Landlock scopes signals and abstract unix sockets to the sandbox (ABI 6).
+    pub landlock_scoped: bool,
+    /// Landlock also denies TCP bind and connect (ABI 4, when there is no network grant).
+    pub landlock_tcp_denied: bool,
+    /// Rlimits, no-new-privileges, empty environment, closed stdin, own session.
+    pub rlimits: bool,
+    /// What was missing and accepted because the policy says `isolation = "best-effort"`.
+    pub missing: Vec<String>,
+}
+
+impl Protections {
+    /// One line per protection, for the audit and messages.
+    pub fn describe(&self) -> Vec<String> {
+        let mut out = vec![format!("runs as {}", self.user)];
+        if self.user_namespace {
+            out.push("user namespace".into());
+        }
+        if self.pid_namespace {
+            out.push("PID namespace (sees and signals only its own processes)".into());
+        }
+        if self.network_namespace {
+            out.push("network namespace (no network)".into());
+        }
+        if self.landlock_abi > 0 {
+            let mut l = format!(
+                "landlock ABI {}: files only in the granted roots and system folders",
+                self.landlock_abi
+            );
+            if self.landlock_scoped {
+                l.push_str("; signals and abstract sockets scoped");
+            }
+            if self.landlock_tcp_denied {
+                l.push_str("; TCP denied");
+            }
+            out.push(l);
+        }
+        if self.rlimits {
+            out.push(
+                "rlimits (CPU, address space, file size, processes, open files, no core), \
+                 no-new-privileges, own session"
+                    .into(),
+            );
+        }
+        for m in &self.missing {
+            out.push(format!("MISSING: {m}"));
+        }
+        out
+    }
+}

@@ -1,0 +1,319 @@
+//! The executor of a host tool: one confined process tree per call, started through the
+//! helper, read with caps, and killed whole on timeout or cancel.
+
+use crate::plan::{Plan, Protections, REPORT_FD, Report, Rlimits, Root};
+use serde_json::Value;
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
+use warden_core::command::{Request, Template, answer, effective_timeout, timed_out};
+use warden_core::{
+    Access, BoxFuture, Capped, ErrorKind, Executor, Grants, HostConfig, Invocation, Isolation,
+    Limits, NetworkMode, Output, ToolError,
+};
+
+/// How warden starts its helper: a program and the arguments that make it one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Helper {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+}
+
+impl Helper {
+    /// This very program, re-executed with `args`: its `main` must call
+    /// [`crate::helper_main`] first thing when it sees them.
+    pub fn this_program(args: &[&str]) -> Self {
+        Self {
+            program: PathBuf::from("/proc/self/exe"),
+            args: args.iter().map(OsString::from).collect(),
+        }
+    }
+}
+
+/// One host tool.
+pub struct HostTool {
+    helper: Helper,
+    config: HostConfig,
+    template: Template,
+    grants: Grants,
+}
+
+/// How the command's process tree ended.
+struct Ended {
+    stdout: Capped,
+    stderr: Capped,
+    reports: Vec<Report>,
+    timed_out: bool,
+}
+
+impl HostTool {
+    pub fn new(helper: Helper, config: HostConfig, template: Template, grants: Grants) -> Self {
+        Self {
+            helper,
+            config,
+            template,
+            grants,
+        }
+    }
+
+    /// The plan of one call.
+    fn plan(&self, argv: Vec<String>, limits: &Limits, timeout: Duration) -> Result<Plan, ToolError> {
+        let cfg = &self.config;
+        let cpu = cfg.cpu_time.unwrap_or(limits.timeout);
+        Ok(Plan {
+            argv,
+            env: self.grants.resolve_env()?,
+            cwd: cfg.start_dir(&self.grants).to_owned(),
+            uid: cfg.uid,
+            gid: cfg.gid,
+            host_network: cfg.network.value == NetworkMode::Unrestricted,
+            roots: self
+                .grants
+                .fs
+                .iter()
+                .map(|g| Root {
+                    path: g.host.clone(),
+                    writable: g.access == Access::ReadWrite,
+                })
+                .collect(),
+            rlimits: Rlimits {
+                cpu_secs: cpu.as_secs_f64().ceil().max(1.0) as u64,
+                address_space: limits.memory,
+                file_size: cfg.file_size,
+                processes: u64::from(cfg.processes),
+                open_files: u64::from(cfg.open_files),
+            },
+            deadline_secs: timeout.as_secs() + 2,
+            best_effort: cfg.isolation.value == Isolation::BestEffort,
+        })
+    }
+
+    /// Runs `true` as this tool would run a call, and answers what was in force: the audit's
+    /// view of this machine, measured rather than guessed.
+    pub async fn probe(&self) -> Result<Protections, ToolError> {
+        let limits = Limits::default();
+        let plan = self.plan(vec!["true".into()], &limits, limits.timeout)?;
+        let ended = self.spawn(&plan, 1024, Instant::now() + limits.timeout).await?;
+        ended
+            .reports
+            .into_iter()
+            .find_map(|r| match r {
+                Report::Ready(p) => Some(Ok(p)),
+                Report::Failed { message, .. } => Some(Err(unavailable(&message))),
+                Report::Exited { .. } => None,
+            })
+            .unwrap_or_else(|| Err(unavailable("the helper ended without a report")))
+    }
+
+    async fn run(&self, inv: Invocation) -> Result<Output, ToolError> {
+        let request = Request::parse(&inv.arguments, &self.template, false)
+            .map_err(ToolError::invalid_arguments)?;
+        let limit = request
+            .timeout
+            .map_or(inv.limits.timeout, |t| t.min(inv.limits.timeout));
+        let timeout = effective_timeout(request.timeout, inv.limits.timeout);
+        let plan = self.plan(self.template.render(&request.values), &inv.limits, timeout)?;
+        let ended = self
+            .spawn(&plan, inv.limits.output, Instant::now() + timeout)
+            .await?;
+        let (stdout, stderr) = (ended.stdout.text(), ended.stderr.text());
+        let mut protections = None;
+        let mut exit = None;
+        for report in ended.reports {
+            match report {
+                Report::Ready(p) => protections = Some(p),
+                Report::Failed { message, .. } => return Err(unavailable(&message)),
+                Report::Exited { code, signal } => exit = Some((code, signal)),
+            }
+        }
+        let isolation = protections
+            .as_ref()
+            .and_then(|p| serde_json::to_value(p).ok())
+            .unwrap_or(Value::Null);
+        if ended.timed_out {
+            return Err(timed_out(
+                limit,
+                &stdout,
+                &stderr,
+                "every process it started was killed",
+            )
+            .with_detail("isolation", isolation));
+        }
+        let result = match exit {
+            Some((Some(code), _)) => answer(code.into(), false, &stdout, &stderr, &inv.limits, None),
+            Some((None, Some(signal))) => Err(killed(signal, &self.config, &inv.limits, &stdout, &stderr)),
+            _ => Err(ToolError::new(
+                ErrorKind::Internal,
+                "the host sandbox ended without saying how the command ended",
+            )),
+        };
+        match result {
+            Ok(mut output) => {
+                output.details.insert("isolation".into(), isolation);
+                Ok(output)
+            }
+            Err(e) => Err(e.with_detail("isolation", isolation)),
+        }
+    }
+
+    /// Starts the helper with `plan` and reads everything until the tree ends or `deadline`.
+    async fn spawn(&self, plan: &Plan, cap: u64, deadline: Instant) -> Result<Ended, ToolError> {
+        let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| internal(format!("a pipe for the helper's reports: {e}")))?;
+        let mut command = tokio::process::Command::new(&self.helper.program);
+        command
+            .args(&self.helper.args)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let raw = report_write.as_raw_fd();
+        // SAFETY: between fork and exec only dup2 and fcntl run, both async-signal-safe.
+        unsafe {
+            command.pre_exec(move || {
+                if raw == REPORT_FD {
+                    let flags = nix::libc::fcntl(raw, nix::libc::F_GETFD);
+                    nix::libc::fcntl(raw, nix::libc::F_SETFD, flags & !nix::libc::FD_CLOEXEC);
+                } else if nix::libc::dup2(raw, REPORT_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = command.spawn().map_err(|e| {
+            unavailable(&format!(
+                "cannot start the sandbox helper {}: {e}",
+                self.helper.program.display()
+            ))
+        })?;
+        drop(report_write);
+        let plan_json = serde_json::to_vec(plan).map_err(|e| internal(e.to_string()))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            // A helper that died early shows up below as a missing report.
+            let _ = stdin.write_all(&plan_json).await;
+        }
+        let reports = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(report_read))
+            .map_err(|e| internal(format!("the helper's report pipe: {e}")))?;
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err(internal("the helper's output pipes are missing".into()));
+        };
+        let ended = drain(stdout, stderr, reports, cap, deadline).await;
+        if ended.timed_out {
+            let _ = child.start_kill();
+        }
+        // The tree is gone (or being killed): the helper exits at once.
+        let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+        Ok(ended)
+    }
+}
+
+/// Reads stdout, stderr (capped) and the reports until all three end, or the deadline.
+async fn drain(
+    mut stdout: impl AsyncRead + Unpin,
+    mut stderr: impl AsyncRead + Unpin,
+    mut reports: impl AsyncRead + Unpin,
+    cap: u64,
+    deadline: Instant,
+) -> Ended {
+    let mut out = Capped::new(cap);
+    let mut err = Capped::new(cap);
+    let mut report_bytes = Vec::new();
+    let (mut bo, mut be, mut br) = ([0u8; 8192], [0u8; 8192], [0u8; 1024]);
+    let (mut o_open, mut e_open, mut r_open) = (true, true, true);
+    let sleep = tokio::time::sleep_until(deadline);
+    tokio::pin!(sleep);
+    let mut timed_out = false;
+    while o_open || e_open || r_open {
+        tokio::select! {
+            n = stdout.read(&mut bo), if o_open => match n {
+                Ok(n) if n > 0 => out.push(&bo[..n]),
+                _ => o_open = false,
+            },
+            n = stderr.read(&mut be), if e_open => match n {
+                Ok(n) if n > 0 => err.push(&be[..n]),
+                _ => e_open = false,
+            },
+            n = reports.read(&mut br), if r_open => match n {
+                // Reports are a few lines; a runaway helper cannot make this grow far.
+                Ok(n) if n > 0 && report_bytes.len() < 1 << 20 => report_bytes.extend_from_slice(&br[..n]),
+                Ok(n) if n > 0 => {}
+                _ => r_open = false,
+            },
+            () = &mut sleep => {
+                timed_out = true;
+                break;
+            }
+        }
+    }
+    let reports = report_bytes
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| serde_json::from_slice(l).ok())
+        .collect();
+    Ended {
+        stdout: out,
+        stderr: err,
+        reports,
+        timed_out,
+    }
+}
+
+/// The command itself was killed by a signal: a limit, or something it did.
+fn killed(signal: i32, cfg: &HostConfig, limits: &Limits, stdout: &str, stderr: &str) -> ToolError {
+    let (kind, message) = match signal {
+        nix::libc::SIGXCPU => (
+            ErrorKind::LimitExceeded,
+            format!(
+                "the command used its CPU time limit of {}s and was killed; try a quicker \
+                 command or a smaller input",
+                cfg.cpu_time.unwrap_or(limits.timeout).as_secs_f64().ceil()
+            ),
+        ),
+        nix::libc::SIGXFSZ => (
+            ErrorKind::LimitExceeded,
+            format!(
+                "the command wrote a file larger than its limit of {} and was killed",
+                warden_core::ByteSize(cfg.file_size)
+            ),
+        ),
+        other => (
+            ErrorKind::ExitStatus,
+            format!(
+                "the command was killed by signal {other} ({})",
+                nix::sys::signal::Signal::try_from(other).map_or("unknown", |s| s.as_str())
+            ),
+        ),
+    };
+    let mut text = message;
+    for (name, out) in [("stdout", stdout), ("stderr", stderr)] {
+        if !out.is_empty() {
+            text.push_str(&format!("\n[{name}]\n{out}"));
+        }
+    }
+    ToolError::new(kind, text)
+        .with_detail("signal", signal)
+        .with_detail("stdout", stdout)
+        .with_detail("stderr", stderr)
+}
+
+fn unavailable(message: &str) -> ToolError {
+    ToolError::new(
+        ErrorKind::Unavailable,
+        format!("the host sandbox could not run the command: {message}"),
+    )
+}
+
+fn internal(message: String) -> ToolError {
+    ToolError::new(ErrorKind::Internal, message)
+}
+
+impl Executor for HostTool {
+    fn execute(&self, invocation: Invocation) -> BoxFuture<'_, Result<Output, ToolError>> {
+        Box::pin(self.run(invocation))
+    }
+}

@@ -1,0 +1,88 @@
+//! A host tool built from policy text, run through the real helper.
+
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use warden_core::{
+    Backend, Denials, Executor, Invocation, Limits, Policy, SessionId, ToolError, Output,
+};
+use warden_host::{Helper, HostBackend};
+
+pub fn backend() -> HostBackend {
+    HostBackend::new(Helper {
+        program: PathBuf::from(env!("CARGO_BIN_EXE_warden-host-helper")),
+        args: Vec::new(),
+    })
+}
+
+/// A folder for one test: the policy goes in it; `open` makes it reachable by nobody.
+pub struct Place {
+    pub dir: tempfile::TempDir,
+}
+
+impl Place {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        chmod(dir.path(), 0o755);
+        Self { dir }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// A subfolder with `mode`, owned by `uid` when given.
+    pub fn folder(&self, rel: &str, mode: u32, uid: Option<u32>) -> PathBuf {
+        let p = self.path(rel);
+        std::fs::create_dir_all(&p).expect("mkdir");
+        chmod(&p, mode);
+        if let Some(uid) = uid {
+            std::os::unix::fs::chown(&p, Some(uid), Some(uid)).expect("chown");
+        }
+        p
+    }
+
+    /// Loads the policy text as `tool.toml` in this place.
+    pub fn tool(&self, text: &str) -> (Arc<dyn Executor>, Limits) {
+        let path = self.path("tool.toml");
+        std::fs::write(&path, text).expect("write policy");
+        let policy = Arc::new(Policy::load(&path).unwrap_or_else(|e| panic!("{e}")));
+        let limits = policy.limits.resolve();
+        let mut tools = backend().load(&policy).unwrap_or_else(|e| panic!("{e}"));
+        (tools.remove(0).executor, limits)
+    }
+}
+
+pub fn chmod(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+pub async fn call(tool: &Arc<dyn Executor>, limits: &Limits, args: Value) -> Result<Output, ToolError> {
+    tool.execute(Invocation {
+        call_id: "call-1".into(),
+        arguments: args,
+        limits: limits.clone(),
+        denials: Denials::default(),
+        session: SessionId::fresh(),
+    })
+    .await
+}
+
+/// A shell tool policy with `extra` lines under [executor] and `grants` under [grants].
+pub fn shell(extra: &str, grants: &str, limits: &str) -> String {
+    format!(
+        "[executor]\nkind = \"host\"\nname = \"shell\"\nargv = [\"/bin/sh\", \"-c\", \"{{command}}\"]\n{extra}\n\
+         [grants]\nenv = {{ PATH = \"/usr/bin:/bin\" }}\n{grants}\n[limits]\ntimeout = \"20s\"\n{limits}\n"
+    )
+}
+
+/// The text the model reads, success or not.
+pub fn text(r: &Result<Output, ToolError>) -> String {
+    match r {
+        Ok(o) => o.content.clone(),
+        Err(e) => format!("{}: {}", e.kind, e.message),
+    }
+}
