@@ -4,12 +4,40 @@ use crate::context::Context;
 use anyhow::Result;
 use serde_json::{Value, json};
 use std::process::ExitCode;
-use warden_core::{Access, ByteSize, DockerNetwork, ExecutorConfig, HostPattern, Policy, Toolbox};
+use warden_core::{
+    Access, ByteSize, ExecutorConfig, Grants, HostPattern, HumanDuration, Isolation, NetworkMode,
+    Policy, Toolbox,
+};
+use warden_host::Protections;
+
+/// What the host sandbox put in force on this machine, measured by running `true` as the
+/// tool would run a call; the error says why calls are refused.
+type Probe = Result<Protections, String>;
 
 /// One thing a reviewer should look at.
-fn flags(policy: &Policy) -> Vec<String> {
+fn flags(policy: &Policy, probe: Option<&Probe>) -> Vec<String> {
     let mut out = Vec::new();
     match &policy.executor {
+        ExecutorConfig::Host(cfg) => {
+            if cfg.network.value == NetworkMode::Unrestricted {
+                out.push(
+                    "unrestricted network: the process shares the host's network (no \
+                     allowlist)"
+                        .into(),
+                );
+            }
+            if cfg.isolation.value == Isolation::BestEffort {
+                out.push(
+                    "isolation = \"best-effort\": runs even where this machine cannot confine it"
+                        .into(),
+                );
+            }
+            match probe {
+                Some(Ok(p)) => out.extend(p.missing.iter().map(|m| format!("missing here: {m}"))),
+                Some(Err(e)) => out.push(format!("calls are refused on this machine: {e}")),
+                None => {}
+            }
+        }
         ExecutorConfig::Wasm(cfg) => {
             if cfg.sha256.is_none() {
                 out.push(
@@ -18,9 +46,10 @@ fn flags(policy: &Policy) -> Vec<String> {
             }
         }
         ExecutorConfig::Docker(cfg) => {
-            if cfg.network.value == DockerNetwork::Unrestricted {
+            if cfg.network.value == NetworkMode::Unrestricted {
                 out.push(
-                    "unrestricted network: the container may reach any host (Docker cannot                      enforce an allowlist)"
+                    "unrestricted network: the container may reach any host (Docker cannot \
+                     enforce an allowlist)"
                         .into(),
                 );
             }
@@ -64,11 +93,12 @@ fn flags(policy: &Policy) -> Vec<String> {
     out
 }
 
-fn describe(toolbox: &Toolbox) -> Value {
+fn describe(toolbox: &Toolbox, probes: &[Option<Probe>]) -> Value {
     let policies: Vec<Value> = toolbox
         .policies()
         .iter()
-        .map(|p| {
+        .zip(probes)
+        .map(|(p, probe)| {
             let tools: Vec<Value> = toolbox
                 .tools()
                 .filter(|t| std::sync::Arc::ptr_eq(&t.policy, p))
@@ -82,23 +112,40 @@ fn describe(toolbox: &Toolbox) -> Value {
                 .collect();
             json!({
                 "policy": p.path.display().to_string(),
-                "executor": executor(&p.executor),
+                "executor": executor(&p.executor, &p.grants, probe.as_ref()),
                 "grants": p.grants.describe(),
                 // Wasm tools reach what `grants.net` names; a docker tool has none or all.
                 "network": match &p.executor {
                     ExecutorConfig::Docker(cfg) => cfg.network.value.as_str(),
+                    ExecutorConfig::Host(cfg) => cfg.network.value.as_str(),
                     ExecutorConfig::Wasm(_) => "grants",
                 },
                 "tools": tools,
-                "flags": flags(p),
+                "flags": flags(p, probe.as_ref()),
             })
         })
         .collect();
     json!({ "policies": policies })
 }
 
-fn executor(config: &ExecutorConfig) -> Value {
+fn executor(config: &ExecutorConfig, grants: &Grants, probe: Option<&Probe>) -> Value {
     match config {
+        ExecutorConfig::Host(cfg) => json!({
+            "kind": "host",
+            "argv": cfg.argv.value,
+            "workdir": cfg.start_dir(grants).display().to_string(),
+            "user": format!("{}:{}", cfg.uid, cfg.gid),
+            "processes": cfg.processes,
+            "cpu_time": cfg.cpu_time.map_or("the timeout".to_owned(), |c| HumanDuration(c).to_string()),
+            "open_files": cfg.open_files,
+            "file_size": ByteSize(cfg.file_size).to_string(),
+            "isolation": cfg.isolation.value.as_str(),
+            "in_force_here": match probe {
+                Some(Ok(p)) => json!(p.describe()),
+                Some(Err(e)) => json!(format!("refused: {e}")),
+                None => Value::Null,
+            },
+        }),
         ExecutorConfig::Wasm(cfg) => json!({
             "kind": "wasm",
             "component": cfg.component.value.display().to_string(),
@@ -126,9 +173,26 @@ fn executor(config: &ExecutorConfig) -> Value {
     }
 }
 
+/// Probes each host policy's sandbox on this machine.
+fn probes(ctx: &Context, toolbox: &Toolbox) -> Result<Vec<Option<Probe>>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    Ok(toolbox
+        .policies()
+        .iter()
+        .map(|p| {
+            matches!(p.executor, ExecutorConfig::Host(_)).then(|| {
+                let tool = ctx.host.tool(p).map_err(|e| e.to_string())?;
+                runtime.block_on(tool.probe()).map_err(|e| e.message)
+            })
+        })
+        .collect())
+}
+
 pub fn audit(ctx: &Context, json: bool) -> Result<ExitCode> {
     let toolbox = ctx.load()?;
-    let report = describe(&toolbox);
+    let report = describe(&toolbox, &probes(ctx, &toolbox)?);
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
@@ -144,7 +208,36 @@ pub fn audit(ctx: &Context, json: bool) -> Result<ExitCode> {
     for p in report["policies"].as_array().into_iter().flatten() {
         println!("{}", p["policy"].as_str().unwrap_or_default());
         let ex = &p["executor"];
-        if ex["kind"] == "docker" {
+        if ex["kind"] == "host" {
+            println!(
+                "  executor  host {} as {} in {} (isolation {})",
+                ex["argv"],
+                ex["user"].as_str().unwrap_or_default(),
+                ex["workdir"].as_str().unwrap_or_default(),
+                ex["isolation"].as_str().unwrap_or_default()
+            );
+            println!(
+                "  rlimits   processes {}, cpu {}, open files {}, file size {}",
+                ex["processes"],
+                ex["cpu_time"].as_str().unwrap_or_default(),
+                ex["open_files"],
+                ex["file_size"].as_str().unwrap_or_default()
+            );
+            match &ex["in_force_here"] {
+                Value::Array(lines) => {
+                    for l in lines.iter().filter_map(Value::as_str) {
+                        let l = if l.starts_with("MISSING") {
+                            red(l)
+                        } else {
+                            l.to_owned()
+                        };
+                        println!("  in force  {l}");
+                    }
+                }
+                Value::String(e) => println!("  in force  {}", red(e)),
+                _ => {}
+            }
+        } else if ex["kind"] == "docker" {
             println!(
                 "  executor  docker {} {} (a container per {})",
                 ex["image"].as_str().unwrap_or_default(),

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use warden_core::{Admission, Backend, CallLog, Dispatcher, Protected, RunLimits, Toolbox};
 use warden_docker::{DockerBackend, Engine};
+use warden_host::{Helper, HostBackend};
 use warden_wasm::{Artifacts, Resolver, WasmBackend};
 
 /// The folders a command works with.
@@ -19,6 +20,8 @@ pub struct Context {
     pub resolver: Resolver,
     /// Docker tools share one engine (connected on their first call, never at load).
     pub docker: DockerBackend,
+    /// Host tools start their calls through this program, re-executed as the helper.
+    pub host: HostBackend,
 }
 
 impl Context {
@@ -38,6 +41,7 @@ impl Context {
             runs: home.join("runs"),
             toolbox,
             docker: DockerBackend::new(Engine::from_env()),
+            host: HostBackend::new(Helper::this_program(&[crate::HOST_HELPER_ARG])),
             artifacts: Artifacts {
                 store: home.join("store"),
                 cache,
@@ -95,7 +99,7 @@ impl Context {
     /// Loads the toolbox; any policy that cannot be honoured is an error.
     pub fn load(&self) -> Result<Toolbox> {
         let wasm = self.backend();
-        let backends: [&dyn Backend; 2] = [&wasm, &self.docker];
+        let backends: [&dyn Backend; 3] = [&wasm, &self.docker, &self.host];
         Toolbox::load(&self.toolbox, &backends, &self.protected())
             .with_context(|| format!("loading the toolbox {}", self.toolbox.display()))
     }

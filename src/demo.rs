@@ -81,6 +81,7 @@ pub fn demo(ctx: &Context) -> Result<ExitCode> {
         runs: ctx.runs.clone(),
         resolver: Resolver::with_overrides(["docs.example.test:127.0.0.1"])?,
         docker: ctx.docker.clone(),
+        host: ctx.host.clone(),
     };
     let mut toolbox: Toolbox = ctx.load()?;
     let backend = ctx.backend();

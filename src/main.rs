@@ -136,7 +136,17 @@ impl Format {
     }
 }
 
+/// The first argument that makes this program the host executor's helper.
+pub const HOST_HELPER_ARG: &str = "__warden-host-helper";
+
 fn main() -> ExitCode {
+    // Before anything else, while this process has one thread: the helper forks.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == HOST_HELPER_ARG)
+    {
+        warden_host::helper_main();
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -128,7 +128,10 @@ impl HostSpec {
             None => (NOBODY, NOBODY),
             Some(u) => {
                 check_user(u.get_ref()).map_err(|m| err(at(&u.span()), m))?;
-                let mut ids = u.get_ref().split(':').map(|p| p.parse::<u32>().unwrap_or(NOBODY));
+                let mut ids = u
+                    .get_ref()
+                    .split(':')
+                    .map(|p| p.parse::<u32>().unwrap_or(NOBODY));
                 let uid = ids.next().unwrap_or(NOBODY);
                 (uid, ids.next().unwrap_or(uid))
             }
@@ -288,9 +291,17 @@ mod tests {
             (format!("{SHELL}processes = 0\n"), 5, "processes"),
             (format!("{SHELL}cpu_time = \"10ms\"\n"), 5, "cpu_time"),
             (format!("{SHELL}isolation = \"none\"\n"), 5, "best-effort"),
-            (format!("{SHELL}workdir = \"/\"\n"), 5, "outside every granted root"),
+            (
+                format!("{SHELL}workdir = \"/\"\n"),
+                5,
+                "outside every granted root",
+            ),
             (format!("{SHELL}image = \"x\"\n"), 5, "belongs to docker"),
-            (format!("{SHELL}component = \"x.wasm\"\n"), 5, "belongs to wasm"),
+            (
+                format!("{SHELL}component = \"x.wasm\"\n"),
+                5,
+                "belongs to wasm",
+            ),
             (
                 "[executor]\nkind = \"docker\"\nname = \"s\"\nimage = \"i\"\nargv = [\"x\"]\n\
                  isolation = \"best-effort\"\n"

@@ -74,7 +74,13 @@ struct ExecutorSpec {
 
 impl ExecutorSpec {
     /// Each kind-specific field written, with its span and the kinds it belongs to.
-    fn kind_fields(&self) -> Vec<(&'static str, std::ops::Range<usize>, &'static [&'static str])> {
+    fn kind_fields(
+        &self,
+    ) -> Vec<(
+        &'static str,
+        std::ops::Range<usize>,
+        &'static [&'static str],
+    )> {
         const WASM: &[&str] = &["wasm"];
         const DOCKER: &[&str] = &["docker"];
         const HOST: &[&str] = &["host"];
@@ -258,13 +264,23 @@ impl Policy {
         let kind_line = line_of(ex.kind.span().start);
         let kind = ex.kind.get_ref().clone();
         if ["wasm", "docker", "host"].contains(&kind.as_str()) {
-            let foreign = ex.kind_fields().into_iter().find(|(_, _, k)| !k.contains(&kind.as_str()));
+            let foreign = ex
+                .kind_fields()
+                .into_iter()
+                .find(|(_, _, k)| !k.contains(&kind.as_str()));
             if let Some((field, span, kinds)) = foreign {
-                let line = if span.is_empty() { kind_line } else { line_of(span.start) };
+                let line = if span.is_empty() {
+                    kind_line
+                } else {
+                    line_of(span.start)
+                };
                 return Err(PolicyError::new(
                     path,
                     Some(line),
-                    format!("`{field}` belongs to {} executors, not {kind}", kinds.join(" and ")),
+                    format!(
+                        "`{field}` belongs to {} executors, not {kind}",
+                        kinds.join(" and ")
+                    ),
                 ));
             }
         }
@@ -332,7 +348,9 @@ impl Policy {
             other => {
                 return Err(err(
                     Some(ex.kind.span()),
-                    format!("unknown executor kind `{other}`; this warden knows: wasm, docker, host"),
+                    format!(
+                        "unknown executor kind `{other}`; this warden knows: wasm, docker, host"
+                    ),
                 ));
             }
         };

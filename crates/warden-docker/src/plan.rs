@@ -8,7 +8,7 @@ use bollard::models::{
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use warden_core::{Access, DockerConfig, NetworkMode, Grants};
+use warden_core::{Access, DockerConfig, Grants, NetworkMode};
 
 /// The user of a container when nothing asks for another: nobody.
 pub const NOBODY: (u32, u32) = (65534, 65534);

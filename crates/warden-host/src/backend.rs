@@ -38,8 +38,7 @@ impl HostBackend {
                     .into(),
             ));
         }
-        let template =
-            Template::parse(&cfg.argv.value).map_err(|m| err(Some(cfg.argv.line), m))?;
+        let template = Template::parse(&cfg.argv.value).map_err(|m| err(Some(cfg.argv.line), m))?;
         Ok(HostTool::new(
             self.helper.clone(),
             cfg.clone(),

@@ -323,7 +323,11 @@ fn command(
     restrict(ruleset, &mut protections)?;
     protections.rlimits = true;
     let argv = cstrings(plan.argv.iter().map(|a| a.as_bytes()))?;
-    let env = cstrings(plan.env.iter().map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat()))?;
+    let env = cstrings(
+        plan.env
+            .iter()
+            .map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat()),
+    )?;
     let path = CString::new(program.as_os_str().as_bytes())
         .map_err(|_| setup("the program's path has a NUL byte"))?;
     nix::fcntl::fcntl(
@@ -350,7 +354,10 @@ where
 
 /// `argv[0]` as a path, or looked up in the granted `PATH` (a shell's default when none).
 fn find_program(plan: &Plan) -> Result<PathBuf, Failure> {
-    let name = plan.argv.first().ok_or_else(|| setup("an empty command line"))?;
+    let name = plan
+        .argv
+        .first()
+        .ok_or_else(|| setup("an empty command line"))?;
     if name.contains('/') {
         return Ok(PathBuf::from(name));
     }

@@ -79,9 +79,9 @@ pub(crate) fn ruleset(
                  \"best-effort\" in the policy to run without it"
             )));
         }
-        protections
-            .missing
-            .push(format!("{lack}: every file the user can reach is reachable"));
+        protections.missing.push(format!(
+            "{lack}: every file the user can reach is reachable"
+        ));
         if kernel == 0 {
             return Ok(None);
         }
@@ -115,7 +115,8 @@ pub(crate) fn ruleset(
         ))
         .map_err(|e| failed("devices", e))?;
     for root in &plan.roots {
-        let fd = PathFd::new(&root.path).map_err(|e| failed(&root.path.display().to_string(), e))?;
+        let fd =
+            PathFd::new(&root.path).map_err(|e| failed(&root.path.display().to_string(), e))?;
         let access = if root.writable {
             AccessFs::from_all(abi)
         } else {

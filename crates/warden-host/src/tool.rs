@@ -61,7 +61,12 @@ impl HostTool {
     }
 
     /// The plan of one call.
-    fn plan(&self, argv: Vec<String>, limits: &Limits, timeout: Duration) -> Result<Plan, ToolError> {
+    fn plan(
+        &self,
+        argv: Vec<String>,
+        limits: &Limits,
+        timeout: Duration,
+    ) -> Result<Plan, ToolError> {
         let cfg = &self.config;
         let cpu = cfg.cpu_time.unwrap_or(limits.timeout);
         Ok(Plan {
@@ -97,7 +102,9 @@ impl HostTool {
     pub async fn probe(&self) -> Result<Protections, ToolError> {
         let limits = Limits::default();
         let plan = self.plan(vec!["true".into()], &limits, limits.timeout)?;
-        let ended = self.spawn(&plan, 1024, Instant::now() + limits.timeout).await?;
+        let ended = self
+            .spawn(&plan, 1024, Instant::now() + limits.timeout)
+            .await?;
         ended
             .reports
             .into_iter()
@@ -144,8 +151,12 @@ impl HostTool {
             .with_detail("isolation", isolation));
         }
         let result = match exit {
-            Some((Some(code), _)) => answer(code.into(), false, &stdout, &stderr, &inv.limits, None),
-            Some((None, Some(signal))) => Err(killed(signal, &self.config, &inv.limits, &stdout, &stderr)),
+            Some((Some(code), _)) => {
+                answer(code.into(), false, &stdout, &stderr, &inv.limits, None)
+            }
+            Some((None, Some(signal))) => {
+                Err(killed(signal, &self.config, &inv.limits, &stdout, &stderr))
+            }
             _ => Err(ToolError::new(
                 ErrorKind::Internal,
                 "the host sandbox ended without saying how the command ended",

@@ -3,7 +3,7 @@
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, MetaObject, ToolAnnotations};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use warden_core::{NetworkMode, ExecutorConfig, Tool, ToolMessage, ToolSpec};
+use warden_core::{ExecutorConfig, NetworkMode, Tool, ToolMessage, ToolSpec};
 
 /// The `_meta` key under which a failed call carries its error kind and message.
 pub const ERROR_META: &str = "warden/error";
@@ -65,12 +65,15 @@ pub fn tool(tool: &Tool) -> rmcp::model::Tool {
 }
 
 /// Hints from the grants: a tool with no network and no writable root can change nothing
-/// outside its own sandbox; a tool with network (granted hosts, or a docker tool's opt-in to
-/// unrestricted network) reaches an open world.
+/// outside its own sandbox; a tool with network (granted hosts, or a docker or host tool's
+/// opt-in to unrestricted network) reaches an open world.
 fn annotations(tool: &Tool) -> ToolAnnotations {
     let grants = &tool.policy.grants;
-    let unrestricted = matches!(&tool.policy.executor,
-        ExecutorConfig::Docker(c) if c.network.value == NetworkMode::Unrestricted);
+    let unrestricted = match &tool.policy.executor {
+        ExecutorConfig::Docker(c) => c.network.value == NetworkMode::Unrestricted,
+        ExecutorConfig::Host(c) => c.network.value == NetworkMode::Unrestricted,
+        ExecutorConfig::Wasm(_) => false,
+    };
     let open = unrestricted || !grants.net.is_empty();
     let mut hints = ToolAnnotations::new().open_world(open);
     hints = if grants.writes_nothing() && !open {

@@ -6,7 +6,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use warden_core::{
-    Backend, Denials, Executor, Invocation, Limits, Policy, SessionId, ToolError, Output,
+    Backend, Denials, Executor, Invocation, Limits, Output, Policy, SessionId, ToolError,
 };
 use warden_host::{Helper, HostBackend};
 
@@ -60,7 +60,11 @@ pub fn chmod(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
 }
 
-pub async fn call(tool: &Arc<dyn Executor>, limits: &Limits, args: Value) -> Result<Output, ToolError> {
+pub async fn call(
+    tool: &Arc<dyn Executor>,
+    limits: &Limits,
+    args: Value,
+) -> Result<Output, ToolError> {
     tool.execute(Invocation {
         call_id: "call-1".into(),
         arguments: args,
@@ -72,10 +76,16 @@ pub async fn call(tool: &Arc<dyn Executor>, limits: &Limits, args: Value) -> Res
 }
 
 /// A shell tool policy with `extra` lines under [executor] and `grants` under [grants].
+/// The timeout is 20s unless `limits` writes one.
 pub fn shell(extra: &str, grants: &str, limits: &str) -> String {
+    let timeout = if limits.contains("timeout") {
+        ""
+    } else {
+        "timeout = \"20s\""
+    };
     format!(
         "[executor]\nkind = \"host\"\nname = \"shell\"\nargv = [\"/bin/sh\", \"-c\", \"{{command}}\"]\n{extra}\n\
-         [grants]\nenv = {{ PATH = \"/usr/bin:/bin\" }}\n{grants}\n[limits]\ntimeout = \"20s\"\n{limits}\n"
+         [grants]\nenv = {{ PATH = \"/usr/bin:/bin\" }}\n{grants}\n[limits]\n{timeout}\n{limits}\n"
     )
 }
 
