@@ -361,9 +361,9 @@ impl Policy {
             .resolve(base, host_paths)
             .map_err(|e| err(e.span, e.message))?;
         match &executor {
-            ExecutorConfig::Docker(cfg) => check_network(path, "docker", &&cfg.network, &grants)?,
+            ExecutorConfig::Docker(cfg) => check_network(path, "docker", &cfg.network, &grants)?,
             ExecutorConfig::Host(cfg) => {
-                check_network(path, "host", &&cfg.network, &grants)?;
+                check_network(path, "host", &cfg.network, &grants)?;
                 cfg.check(path, &grants)?;
             }
             ExecutorConfig::Wasm(_) => {}

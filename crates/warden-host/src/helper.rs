@@ -30,8 +30,8 @@ pub const SETUP_FAILED: i32 = 125;
 
 /// A setup step that failed: `unavailable` when this machine lacks the protection.
 pub(crate) struct Failure {
-    unavailable: bool,
-    message: String,
+    pub(crate) unavailable: bool,
+    pub(crate) message: String,
 }
 
 impl Failure {

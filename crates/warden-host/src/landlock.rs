@@ -57,22 +57,18 @@ pub fn kernel_abi() -> u32 {
     u32::try_from(v).unwrap_or(0)
 }
 
-fn failed(what: &str, e: impl std::fmt::Display) -> Failure {
-    Failure::setup(format!("landlock {what}: {e}"))
-}
-
-/// Builds the ruleset (opening the roots while still privileged); `None` when the kernel has
-/// no usable Landlock and the policy accepts that.
-pub(crate) fn ruleset(
-    plan: &Plan,
+/// The ABI to confine with, given the kernel's: refused below [`REQUIRED_ABI`] unless the
+/// policy accepts best effort (then noted as missing); `None` when there is none at all.
+fn usable_abi(
+    kernel: u32,
+    best_effort: bool,
     protections: &mut Protections,
-) -> Result<Option<RulesetCreated>, Failure> {
-    let kernel = kernel_abi();
+) -> Result<Option<ABI>, Failure> {
     if kernel < REQUIRED_ABI {
         let lack = format!(
             "Landlock (this kernel's ABI is {kernel}; warden needs {REQUIRED_ABI}, Linux 6.2)"
         );
-        if !plan.best_effort {
+        if !best_effort {
             return Err(Failure::unavailable(format!(
                 "{lack}: files outside the granted roots cannot be kept out of reach. Use a \
                  newer kernel with landlock in its lsm= list, or write isolation = \
@@ -86,7 +82,22 @@ pub(crate) fn ruleset(
             return Ok(None);
         }
     }
-    let abi = ABI::from(kernel as i32).min(TESTED_ABI);
+    Ok(Some(ABI::from(kernel as i32).min(TESTED_ABI)))
+}
+
+fn failed(what: &str, e: impl std::fmt::Display) -> Failure {
+    Failure::setup(format!("landlock {what}: {e}"))
+}
+
+/// Builds the ruleset (opening the roots while still privileged); `None` when the kernel has
+/// no usable Landlock and the policy accepts that.
+pub(crate) fn ruleset(
+    plan: &Plan,
+    protections: &mut Protections,
+) -> Result<Option<RulesetCreated>, Failure> {
+    let Some(abi) = usable_abi(kernel_abi(), plan.best_effort, protections)? else {
+        return Ok(None);
+    };
     let mut rules = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(abi))
@@ -147,4 +158,36 @@ pub(crate) fn restrict(
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_old_kernel_is_refused_unless_the_policy_accepts_less() {
+        for kernel in [0, 1, 2] {
+            let mut p = Protections::default();
+            let e = usable_abi(kernel, false, &mut p).err().expect("refused");
+            assert!(e.unavailable, "{}", e.message);
+            assert!(e.message.contains("best-effort"), "{}", e.message);
+        }
+        let mut p = Protections::default();
+        assert_eq!(usable_abi(2, true, &mut p).ok().flatten(), Some(ABI::V2));
+        assert!(p.missing[0].contains("ABI is 2"), "{:?}", p.missing);
+        let mut p = Protections::default();
+        assert_eq!(usable_abi(0, true, &mut p).ok().flatten(), None);
+        assert_eq!(p.missing.len(), 1);
+    }
+
+    #[test]
+    fn a_newer_kernel_is_used_at_the_tested_level() {
+        let mut p = Protections::default();
+        assert_eq!(usable_abi(3, false, &mut p).ok().flatten(), Some(ABI::V3));
+        assert_eq!(
+            usable_abi(42, false, &mut p).ok().flatten(),
+            Some(TESTED_ABI)
+        );
+        assert!(p.missing.is_empty());
+    }
 }

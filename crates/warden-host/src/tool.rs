@@ -4,7 +4,7 @@
 use crate::plan::{Plan, Protections, REPORT_FD, Report, Rlimits, Root};
 use serde_json::Value;
 use std::ffi::OsString;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
@@ -208,7 +208,7 @@ impl HostTool {
             // A helper that died early shows up below as a missing report.
             let _ = stdin.write_all(&plan_json).await;
         }
-        let reports = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(report_read))
+        let reports = tokio::net::unix::pipe::Receiver::from_owned_fd(report_read)
             .map_err(|e| internal(format!("the helper's report pipe: {e}")))?;
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             return Err(internal("the helper's output pipes are missing".into()));

@@ -1,0 +1,120 @@
+//! `true` per call: a plain spawn, the same spawn with piped output read to the end (what
+//! the executor does around the helper), and a call through the host policy, fully confined.
+//! Not a test and not in CI: `cargo bench -p warden-host --bench latency` (scripts/bench-host).
+//! Prints one markdown table; the difference of the last two rows is the confinement's cost.
+
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use warden_core::{Dispatcher, Policy, Status, ToolCall, Toolbox};
+use warden_host::{Helper, HostBackend};
+
+const RUNS: usize = 200;
+
+fn dispatcher(dir: &std::path::Path) -> Dispatcher {
+    let path = dir.join("true.toml");
+    std::fs::write(
+        &path,
+        "[executor]\nkind = \"host\"\nname = \"true\"\nargv = [\"/bin/true\"]\n",
+    )
+    .expect("write the policy");
+    let policy = Policy::load(&path).expect("the policy loads");
+    let backend = HostBackend::new(Helper {
+        program: PathBuf::from(env!("CARGO_BIN_EXE_warden-host-helper")),
+        args: Vec::new(),
+    });
+    let mut toolbox = Toolbox::default();
+    toolbox
+        .add_policy(Arc::new(policy), &[&backend])
+        .expect("the tool loads");
+    Dispatcher::new(Arc::new(toolbox))
+}
+
+fn plain() -> Vec<Duration> {
+    (0..RUNS)
+        .map(|_| {
+            let start = Instant::now();
+            let status = std::process::Command::new("/bin/true")
+                .status()
+                .expect("true runs");
+            assert!(status.success());
+            start.elapsed()
+        })
+        .collect()
+}
+
+async fn piped() -> Vec<Duration> {
+    let mut times = Vec::new();
+    for _ in 0..RUNS {
+        let start = Instant::now();
+        let out = tokio::process::Command::new("/bin/true")
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .await
+            .expect("true runs");
+        assert!(out.status.success());
+        times.push(start.elapsed());
+    }
+    times
+}
+
+async fn confined(d: &Dispatcher) -> Vec<Duration> {
+    let mut times = Vec::new();
+    for i in 0..=RUNS {
+        let call = ToolCall::new(format!("c{i}"), "true", &json!({}));
+        let start = Instant::now();
+        let m = d.call(call).await;
+        times.push(start.elapsed());
+        assert_eq!(m.status, Status::Success, "{}", m.content);
+    }
+    times.remove(0);
+    times
+}
+
+fn stats(times: &mut [Duration]) -> (f64, f64, f64) {
+    times.sort();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let p90 = times[(times.len() * 9).div_ceil(10).saturating_sub(1)];
+    (us(times[0]), us(times[times.len() / 2]), us(p90))
+}
+
+fn main() {
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let d = dispatcher(dir.path());
+    let mut plain = plain();
+    let (mut piped, mut confined) = rt.block_on(async { (piped().await, confined(&d).await) });
+    println!("\n| `true`, {RUNS} runs | min | median | p90 |");
+    println!("|---|---:|---:|---:|");
+    let mut medians = Vec::new();
+    for (name, times) in [
+        ("plain spawn (`std::process::Command::status`)", &mut plain),
+        (
+            "spawn with piped output read to the end (tokio)",
+            &mut piped,
+        ),
+        (
+            "warden host policy: helper, namespaces, rlimits, landlock",
+            &mut confined,
+        ),
+    ] {
+        let (min, median, p90) = stats(times);
+        medians.push(median);
+        println!("| {name} | {min:.0} µs | {median:.0} µs | {p90:.0} µs |");
+    }
+    println!(
+        "\nThe confinement costs {:.0} µs per call (median, host policy minus piped spawn). \
+         Load average {} on {} cores.",
+        medians[2] - medians[1],
+        std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+            .unwrap_or_default(),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+}
