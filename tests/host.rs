@@ -120,3 +120,46 @@ fn the_audit_says_what_is_in_force_here() {
         "{ex}"
     );
 }
+
+#[test]
+fn a_user_other_than_root_is_confined_in_a_user_namespace() {
+    use std::os::unix::process::CommandExt;
+    if !nix_is_root() {
+        eprintln!("SKIPPED: only root can start warden as another user here");
+        return;
+    }
+    const USER: u32 = 64_021;
+    let env = Env::new();
+    // A copy of warden that user can run, and a home it owns.
+    let warden = env.dir.path().join("warden");
+    std::fs::copy(env!("CARGO_BIN_EXE_warden"), &warden).unwrap();
+    std::fs::create_dir(env.home()).unwrap();
+    std::os::unix::fs::chown(env.home(), Some(USER), Some(USER)).unwrap();
+    let out = Command::new(&warden)
+        .args([
+            "call",
+            "host-shell",
+            r#"{"command": "id -u; cat README.txt; cat ../secret.txt"}"#,
+        ])
+        .env_clear()
+        .env("WARDEN_TOOLBOX", env.dir.path().join("policies"))
+        .env("WARDEN_HOME", env.home())
+        .uid(USER)
+        .gid(USER)
+        .output()
+        .expect("warden runs");
+    let m: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let details = &m["error"]["details"];
+    assert_eq!(details["stdout"], format!("{USER}\ngranted file\n"), "{m}");
+    assert!(!m.to_string().contains("MARKER-host-9c1"), "{m}");
+    let isolation = m["error"]["details"]["isolation"].clone();
+    assert_eq!(isolation["user_namespace"], true, "{m}");
+    assert_eq!(isolation["pid_namespace"], true, "{m}");
+}
+
+fn nix_is_root() -> bool {
+    std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false)
+}

@@ -98,6 +98,8 @@ fn run(plan: &Plan, reports: &mut File) -> Result<i32, Failure> {
     nix::unistd::alarm::set(plan.deadline_secs.clamp(1, u32::MAX as u64) as u32);
     let mut protections = Protections::default();
     let root = Uid::effective().is_root();
+    // Read before unsharing: inside a new user namespace, until it is mapped, we are nobody.
+    let (uid, gid) = (Uid::current(), Gid::current());
     let mut flags = CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWIPC;
     if !plan.host_network {
         flags |= CloneFlags::CLONE_NEWNET;
@@ -111,7 +113,7 @@ fn run(plan: &Plan, reports: &mut File) -> Result<i32, Failure> {
             protections.network_namespace = !plan.host_network;
             protections.user_namespace = !root;
             if !root {
-                map_own_user()?;
+                map_own_user(uid, gid)?;
             }
         }
         Err(e) if plan.best_effort => {
@@ -159,8 +161,7 @@ fn null_file() -> File {
 }
 
 /// When not root: map warden's own user and group into the new user namespace, unchanged.
-fn map_own_user() -> Result<(), Failure> {
-    let (uid, gid) = (Uid::current(), Gid::current());
+fn map_own_user(uid: Uid, gid: Gid) -> Result<(), Failure> {
     let write = |file: &str, text: String| {
         std::fs::write(format!("/proc/self/{file}"), text)
             .map_err(|e| setup(format!("writing /proc/self/{file}: {e}")))

@@ -149,6 +149,29 @@ async fn a_timeout_kills_the_tree_and_spares_the_caller() {
 }
 
 #[tokio::test]
+async fn a_cancelled_call_leaves_nothing_running() {
+    let place = Place::new();
+    let (tool, limits) = place.tool(&shell("", "", ""));
+    // The caller gives up (a dropped future, as when an agent is interrupted).
+    let r = tokio::time::timeout(
+        Duration::from_millis(500),
+        call(
+            &tool,
+            &limits,
+            json!({"command": "sleep 5191 & sleep 5192"}),
+        ),
+    )
+    .await;
+    assert!(r.is_err(), "the call should still be running: {r:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        processes_with("sleep 519").is_empty(),
+        "{:?}",
+        processes_with("sleep 519")
+    );
+}
+
+#[tokio::test]
 async fn kill_minus_one_reaches_nothing_outside() {
     // A bystander running as the same user as the command, outside its sandbox.
     let mut bystander = std::process::Command::new("sleep");
