@@ -4,7 +4,7 @@ use anyhow::{Context as _, Result};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use warden_core::{Admission, Backend, CallLog, Dispatcher, Protected, RunLimits, Toolbox};
+use warden_core::{Admission, CallLog, Dispatcher, Protected, RunLimits, Toolbox, ToolboxError};
 use warden_docker::{DockerBackend, Engine};
 use warden_host::{Helper, HostBackend};
 use warden_wasm::{Artifacts, Resolver, WasmBackend};
@@ -22,6 +22,20 @@ pub struct Context {
     pub docker: DockerBackend,
     /// Host tools start their calls through this program, re-executed as the helper.
     pub host: HostBackend,
+}
+
+/// The backends of every executor kind.
+pub struct Backends {
+    wasm: WasmBackend,
+    docker: DockerBackend,
+    host: HostBackend,
+}
+
+impl Backends {
+    /// Loads the toolbox in `dir` with every backend.
+    pub fn load(&self, dir: &Path, protected: &[Protected]) -> Result<Toolbox, ToolboxError> {
+        Toolbox::load(dir, &[&self.wasm, &self.docker, &self.host], protected)
+    }
 }
 
 impl Context {
@@ -96,11 +110,19 @@ impl Context {
             .resolver(self.resolver.clone())
     }
 
+    /// Every backend this build has, for loading (and reloading) a toolbox.
+    pub fn backends(&self) -> Backends {
+        Backends {
+            wasm: self.backend(),
+            docker: self.docker.clone(),
+            host: self.host.clone(),
+        }
+    }
+
     /// Loads the toolbox; any policy that cannot be honoured is an error.
     pub fn load(&self) -> Result<Toolbox> {
-        let wasm = self.backend();
-        let backends: [&dyn Backend; 3] = [&wasm, &self.docker, &self.host];
-        Toolbox::load(&self.toolbox, &backends, &self.protected())
+        self.backends()
+            .load(&self.toolbox, &self.protected())
             .with_context(|| format!("loading the toolbox {}", self.toolbox.display()))
     }
 

@@ -6,7 +6,7 @@ use clap::Args;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
-use warden_core::{Admission, CallLog, Toolbox};
+use warden_core::{Admission, CallLog};
 use warden_mcp::{HttpOptions, HttpServer, Loader, Options, Server};
 
 #[derive(Args)]
@@ -29,10 +29,10 @@ pub struct ServeArgs {
 pub fn serve(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
     // The dispatcher is built here rather than by `Context::dispatcher`: over stdio a terminal
     // reviewer would read the MCP channel, and a reload needs a dispatcher per toolbox.
-    let (wasm, docker) = (ctx.backend(), ctx.docker.clone());
+    let backends = ctx.backends();
     let protected = ctx.protected();
     let dir = ctx.toolbox.clone();
-    let loader: Loader = Arc::new(move || Toolbox::load(&dir, &[&wasm, &docker], &protected));
+    let loader: Loader = Arc::new(move || backends.load(&dir, &protected));
     let log = CallLog::open(&ctx.call_log)
         .with_context(|| format!("opening the call log {}", ctx.call_log.display()))?;
     let options = Options {
