@@ -95,12 +95,7 @@ impl DockerSpec {
     ) -> Result<DockerConfig, PolicyError> {
         let err = |line: usize, m: String| PolicyError::new(path, Some(line), m);
         let at = |s: &std::ops::Range<usize>| line_of(s.start);
-        let name = name.ok_or_else(|| {
-            err(
-                kind_line,
-                "a docker executor needs `name = \"...\"`, the tool's name".into(),
-            )
-        })?;
+        let name = tool_name("docker", name, kind_line, &err)?;
         let image = self.image.ok_or_else(|| {
             err(
                 kind_line,
@@ -112,17 +107,7 @@ impl DockerSpec {
         if image.get_ref().trim().is_empty() {
             return Err(err(at(&image.span()), "`image` is empty".into()));
         }
-        let argv = self.argv.ok_or_else(|| {
-            err(
-                kind_line,
-                "a docker executor needs `argv`, the command line (for a shell tool: \
-                 argv = [\"/bin/sh\", \"-c\", \"{command}\"])"
-                    .into(),
-            )
-        })?;
-        if argv.get_ref().is_empty() || argv.get_ref()[0].is_empty() {
-            return Err(err(at(&argv.span()), "`argv` needs a program".into()));
-        }
+        let argv = command_line("docker", self.argv, kind_line, &err, &at)?;
         let workdir = match self.workdir {
             Some(w) if !w.get_ref().starts_with('/') => {
                 return Err(err(
@@ -181,10 +166,7 @@ impl DockerSpec {
                 line: at(&image.span()),
                 value: image.into_inner(),
             },
-            argv: Located {
-                line: at(&argv.span()),
-                value: argv.into_inner(),
-            },
+            argv,
             workdir,
             session: self.session.unwrap_or(false),
             user,
@@ -194,6 +176,46 @@ impl DockerSpec {
             tmp,
         })
     }
+}
+
+/// The `name` a command executor (docker, host) needs: its one tool's name.
+pub(crate) fn tool_name(
+    kind: &str,
+    name: Option<String>,
+    kind_line: usize,
+    err: &dyn Fn(usize, String) -> PolicyError,
+) -> Result<String, PolicyError> {
+    name.ok_or_else(|| {
+        err(
+            kind_line,
+            format!("a {kind} executor needs `name = \"...\"`, the tool's name"),
+        )
+    })
+}
+
+/// The `argv` a command executor needs, with a program.
+pub(crate) fn command_line(
+    kind: &str,
+    argv: Option<Spanned<Vec<String>>>,
+    kind_line: usize,
+    err: &dyn Fn(usize, String) -> PolicyError,
+    at: &dyn Fn(&std::ops::Range<usize>) -> usize,
+) -> Result<Located<Vec<String>>, PolicyError> {
+    let argv = argv.ok_or_else(|| {
+        err(
+            kind_line,
+            format!(
+                "a {kind} executor needs `argv`, the command line (for a shell tool: \
+                 argv = [\"/bin/sh\", \"-c\", \"{{command}}\"])"
+            ),
+        )
+    })?;
+    let line = at(&argv.span());
+    let value = argv.into_inner();
+    if value.first().is_none_or(String::is_empty) {
+        return Err(err(line, "`argv` needs a program".into()));
+    }
+    Ok(Located { value, line })
 }
 
 /// `network = "none" | "unrestricted"`, `None` when the policy writes none.

@@ -2,7 +2,7 @@
 //! line and the knobs that are the executor's own (timeout, memory and output stay in
 //! `[limits]`).
 
-use crate::docker::{NetworkMode, check_user, network_mode};
+use crate::docker::{NetworkMode, check_user, command_line, network_mode, tool_name};
 use crate::grants::Grants;
 use crate::policy::{Located, PolicyError};
 use crate::units::{ByteSize, HumanDuration};
@@ -89,23 +89,8 @@ impl HostSpec {
     ) -> Result<HostConfig, PolicyError> {
         let err = |line: usize, m: String| PolicyError::new(path, Some(line), m);
         let at = |s: &std::ops::Range<usize>| line_of(s.start);
-        let name = name.ok_or_else(|| {
-            err(
-                kind_line,
-                "a host executor needs `name = \"...\"`, the tool's name".into(),
-            )
-        })?;
-        let argv = self.argv.ok_or_else(|| {
-            err(
-                kind_line,
-                "a host executor needs `argv`, the command line (for a shell tool: \
-                 argv = [\"/bin/sh\", \"-c\", \"{command}\"])"
-                    .into(),
-            )
-        })?;
-        if argv.get_ref().is_empty() || argv.get_ref()[0].is_empty() {
-            return Err(err(at(&argv.span()), "`argv` needs a program".into()));
-        }
+        let name = tool_name("host", name, kind_line, &err)?;
+        let argv = command_line("host", self.argv, kind_line, &err, &at)?;
         let base = path.parent().unwrap_or(Path::new("."));
         let workdir = match self.workdir {
             Some(w) => {
@@ -187,10 +172,7 @@ impl HostSpec {
         Ok(HostConfig {
             name,
             description,
-            argv: Located {
-                line: at(&argv.span()),
-                value: argv.into_inner(),
-            },
+            argv,
             workdir,
             uid,
             gid,
