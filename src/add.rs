@@ -64,13 +64,13 @@ pub fn add(ctx: &Context, args: AddArgs) -> Result<ExitCode> {
         .with_context(|| format!("checking {}", args.component.display()))?;
     std::fs::write(&policy_path, text)
         .with_context(|| format!("writing {}", policy_path.display()))?;
-    println!("stored {} as {sha}", args.component.display());
-    println!(
+    outln!("stored {} as {sha}", args.component.display());
+    outln!(
         "wrote {} (nothing granted; widen it on purpose)",
         policy_path.display()
     );
     for tool in tools {
-        println!(
+        outln!(
             "  tool {}: {}",
             tool.spec.name,
             tool.spec.description.lines().next().unwrap_or_default()
@@ -150,7 +150,7 @@ pub fn pin(ctx: &Context, targets: &[String]) -> Result<ExitCode> {
         let policy = Policy::load(&file)?;
         let ExecutorConfig::Wasm(cfg) = &policy.executor else {
             if !targets.is_empty() {
-                println!(
+                outln!(
                     "{}: a {} tool has no component to pin",
                     file.display(),
                     policy.executor.kind()
@@ -168,8 +168,8 @@ pub fn pin(ctx: &Context, targets: &[String]) -> Result<ExitCode> {
         std::fs::write(&file, doc.to_string())
             .with_context(|| format!("writing {}", file.display()))?;
         match old {
-            Some(o) if o == sha => println!("{}: already pinned to {sha}", file.display()),
-            _ => println!("{}: pinned to {sha}", file.display()),
+            Some(o) if o == sha => outln!("{}: already pinned to {sha}", file.display()),
+            _ => outln!("{}: pinned to {sha}", file.display()),
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -194,7 +194,7 @@ pub fn audit(ctx: &Context, json: bool) -> Result<ExitCode> {
     let toolbox = ctx.load()?;
     let report = describe(&toolbox, &probes(ctx, &toolbox)?);
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
     let color = std::io::IsTerminal::is_terminal(&std::io::stdout());
@@ -206,17 +206,17 @@ pub fn audit(ctx: &Context, json: bool) -> Result<ExitCode> {
         }
     };
     for p in report["policies"].as_array().into_iter().flatten() {
-        println!("{}", p["policy"].as_str().unwrap_or_default());
+        outln!("{}", p["policy"].as_str().unwrap_or_default());
         let ex = &p["executor"];
         if ex["kind"] == "host" {
-            println!(
+            outln!(
                 "  executor  host {} as {} in {} (isolation {})",
                 ex["argv"],
                 ex["user"].as_str().unwrap_or_default(),
                 ex["workdir"].as_str().unwrap_or_default(),
                 ex["isolation"].as_str().unwrap_or_default()
             );
-            println!(
+            outln!(
                 "  rlimits   processes {}, cpu {}, open files {}, file size {}",
                 ex["processes"],
                 ex["cpu_time"].as_str().unwrap_or_default(),
@@ -231,20 +231,20 @@ pub fn audit(ctx: &Context, json: bool) -> Result<ExitCode> {
                         } else {
                             l.to_owned()
                         };
-                        println!("  in force  {l}");
+                        outln!("  in force  {l}");
                     }
                 }
-                Value::String(e) => println!("  in force  {}", red(e)),
+                Value::String(e) => outln!("  in force  {}", red(e)),
                 _ => {}
             }
         } else if ex["kind"] == "docker" {
-            println!(
+            outln!(
                 "  executor  docker {} {} (a container per {})",
                 ex["image"].as_str().unwrap_or_default(),
                 ex["argv"],
                 ex["mode"].as_str().unwrap_or_default()
             );
-            println!(
+            outln!(
                 "  container user {}, pids {}, cpus {}, /tmp {}; {}",
                 ex["user"].as_str().unwrap_or_default(),
                 ex["pids"],
@@ -257,14 +257,14 @@ pub fn audit(ctx: &Context, json: bool) -> Result<ExitCode> {
                 || red("UNPINNED"),
                 |s| format!("sha256 {}…", &s[..12.min(s.len())]),
             );
-            println!(
+            outln!(
                 "  executor  {} {} ({pin})",
                 ex["kind"].as_str().unwrap_or_default(),
                 ex["component"].as_str().unwrap_or_default()
             );
         }
         let g = &p["grants"];
-        println!(
+        outln!(
             "  env       {}",
             list_or_none(&g["env"], |v| v
                 .as_object()
@@ -274,8 +274,8 @@ pub fn audit(ctx: &Context, json: bool) -> Result<ExitCode> {
                     .collect())
                 .unwrap_or_default())
         );
-        println!("  env host  {}", list_or_none(&g["env_from_host"], strings));
-        println!(
+        outln!("  env host  {}", list_or_none(&g["env_from_host"], strings));
+        outln!(
             "  fs        {}",
             list_or_none(&g["fs"], |v| v
                 .as_array()
@@ -291,13 +291,13 @@ pub fn audit(ctx: &Context, json: bool) -> Result<ExitCode> {
                 .unwrap_or_default())
         );
         match p["network"].as_str().unwrap_or("none") {
-            "grants" => println!("  network   {}", network_line(&g["net"])),
-            "none" => println!("  network   none"),
-            other => println!("  network   {}", red(other)),
+            "grants" => outln!("  network   {}", network_line(&g["net"])),
+            "none" => outln!("  network   none"),
+            other => outln!("  network   {}", red(other)),
         }
         for t in p["tools"].as_array().into_iter().flatten() {
             let l = &t["limits"];
-            println!(
+            outln!(
                 "  tool {:<20} timeout {} memory {} fuel {} output {} concurrency {}{}",
                 t["name"].as_str().unwrap_or_default(),
                 l["timeout"].as_str().unwrap_or_default(),
@@ -313,9 +313,9 @@ pub fn audit(ctx: &Context, json: bool) -> Result<ExitCode> {
             );
         }
         for f in p["flags"].as_array().into_iter().flatten() {
-            println!("  {} {}", red("!"), f.as_str().unwrap_or_default());
+            outln!("  {} {}", red("!"), f.as_str().unwrap_or_default());
         }
-        println!();
+        outln!();
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -169,12 +169,12 @@ pub fn demo(ctx: &Context) -> Result<ExitCode> {
         .map(|(i, (_, tool, args))| ToolCall::new(format!("call-{}", i + 1), *tool, args))
         .collect();
     for ((title, _, _), call) in steps.iter().zip(calls) {
-        println!("== {title}");
-        println!("-> {}({})", call.name, call.arguments);
+        outln!("== {title}");
+        outln!("-> {}({})", call.name, call.arguments);
         let message = runtime.block_on(dispatcher.call(call));
         show(&message);
     }
-    println!("== The audit: what each tool may touch\n");
+    outln!("== The audit: what each tool may touch\n");
     crate::audit::audit(&ctx, false)
 }
 
@@ -204,5 +204,5 @@ fn show(message: &ToolMessage) {
         warden_core::Status::Error => "error",
     };
     let content: String = message.content.chars().take(400).collect();
-    println!("<- [{status}] {}\n", content.trim_end());
+    outln!("<- [{status}] {}\n", content.trim_end());
 }

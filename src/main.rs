@@ -1,6 +1,15 @@
 //! `warden`: runs the tool calls of AI agents in sandboxes. The CLI parses and prints; the
 //! work happens in the libraries.
 
+/// `println!` for output that may go to a pipe closed early (`warden audit | head`): a
+/// closed reader is not an error of warden's, so the rest is dropped and the work goes on.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 mod add;
 mod agent;
 mod audit;
@@ -200,12 +209,12 @@ fn tools(ctx: &Context, json: bool) -> Result<ExitCode> {
     let toolbox = ctx.load()?;
     if json {
         let specs: Vec<_> = toolbox.tools().map(|t| &t.spec).collect();
-        println!("{}", serde_json::to_string_pretty(&specs)?);
+        outln!("{}", serde_json::to_string_pretty(&specs)?);
     } else {
         for tool in toolbox.tools() {
             let first = tool.spec.description.lines().next().unwrap_or_default();
-            println!("{:<24} {first}", tool.spec.name);
-            println!("{:<24} {}", "", tool.spec.input_schema);
+            outln!("{:<24} {first}", tool.spec.name);
+            outln!("{:<24} {}", "", tool.spec.input_schema);
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -226,7 +235,7 @@ fn call(ctx: &Context, tool: String, arguments: String, format: Format) -> Resul
         message
     });
     let text = serde_json::to_string_pretty(&format.render(&message)).context("printing")?;
-    println!("{text}");
+    outln!("{text}");
     Ok(match message.status {
         Status::Success => ExitCode::SUCCESS,
         Status::Error => ExitCode::from(1),
@@ -257,7 +266,7 @@ fn run_batch(
         messages
     });
     let out: Vec<serde_json::Value> = messages.iter().map(|m| format.render(m)).collect();
-    println!("{}", serde_json::to_string_pretty(&out)?);
+    outln!("{}", serde_json::to_string_pretty(&out)?);
     let all_ok = messages.iter().all(|m| m.status == Status::Success);
     Ok(if all_ok {
         ExitCode::SUCCESS
@@ -270,7 +279,7 @@ fn sandbox_image(ctx: &Context, busybox: &std::path::Path, tag: &str) -> Result<
     let runtime = context::runtime()?;
     let engine = ctx.docker.engine().clone();
     let id = runtime.block_on(warden_docker::build_sandbox_image(&engine, busybox, tag))?;
-    println!("built {tag} ({id}) from {}", busybox.display());
+    outln!("built {tag} ({id}) from {}", busybox.display());
     Ok(ExitCode::SUCCESS)
 }
 

@@ -14,7 +14,7 @@ pub fn announce(run: &Run, json: bool) {
             "run_id": run.id(),
             "path": run.path().display().to_string(),
         });
-        println!("{line}");
+        outln!("{line}");
     } else {
         eprintln!("run {}  (transcript {})", run.id(), run.path().display());
     }
@@ -146,7 +146,7 @@ pub fn finish(outcome: &Outcome, resume: &str) {
         _ => eprintln!("to carry on: {resume} (raise the limit that stopped it)"),
     }
     if let Some(answer) = &outcome.answer {
-        println!("{answer}");
+        outln!("{answer}");
     }
 }
 

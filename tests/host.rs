@@ -163,3 +163,25 @@ fn nix_is_root() -> bool {
         .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
         .unwrap_or(false)
 }
+
+#[test]
+fn a_reader_that_stops_early_is_not_a_crash() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let env = Env::new();
+    // More than a pipe holds: warden is still writing when the reader goes away.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["call", "host-shell", r#"{"command": "seq 1 100000"}"#])
+        .env("WARDEN_TOOLBOX", env.dir.path().join("policies"))
+        .env("WARDEN_HOME", env.home())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("warden runs");
+    let mut first = [0u8; 16];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+}
