@@ -338,6 +338,12 @@ fn command(
     .map_err(|e| setup(format!("report descriptor: {e}")))?;
     send(reports, &Report::Ready(protections));
     match nix::unistd::execve(&path, &argv, &env) {
+        // Linux checks RLIMIT_NPROC at execve, against every process of the user.
+        Err(nix::errno::Errno::EAGAIN) => Err(setup(format!(
+            "user {} already has {} processes (the policy's `processes`), counting other \
+             calls' and the machine's: give this tool a `user` of its own or raise `processes`",
+            plan.uid, limits.processes
+        ))),
         Err(e) => Err(setup(format!("cannot execute {}: {e}", program.display()))),
         Ok(never) => match never {},
     }

@@ -62,6 +62,8 @@ async fn a_fork_bomb_is_contained_and_cleaned_up() {
         "{:?}",
         started.elapsed()
     );
+    // The process limit held: the shell was refused forks.
+    assert!(e.message.contains("Cannot fork"), "{}", e.message);
     // Every process of the bomb died with the call.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(processes_of(65533), 0, "bomb processes survived the call");
