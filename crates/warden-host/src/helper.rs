@@ -322,6 +322,7 @@ fn command(
     protections.user = format!("{}:{}", Uid::current(), Gid::current());
     prctl::set_no_new_privs().map_err(|e| setup(format!("no-new-privileges: {e}")))?;
     restrict(ruleset, &mut protections)?;
+    crate::seccomp::apply(plan.best_effort, &mut protections)?;
     protections.rlimits = true;
     let argv = cstrings(plan.argv.iter().map(|a| a.as_bytes()))?;
     let env = cstrings(

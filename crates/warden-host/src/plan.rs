@@ -88,6 +88,8 @@ pub struct Protections {
     pub landlock_scoped: bool,
     /// Landlock also denies TCP bind and connect (ABI 4, when there is no network grant).
     pub landlock_tcp_denied: bool,
+    /// A seccomp filter refuses unix sockets and io_uring.
+    pub seccomp: bool,
     /// Rlimits, no-new-privileges, empty environment, closed stdin, own session.
     pub rlimits: bool,
     /// What was missing and accepted because the policy says `isolation = "best-effort"`.
@@ -119,6 +121,9 @@ impl Protections {
                 l.push_str("; TCP denied");
             }
             out.push(l);
+        }
+        if self.seccomp {
+            out.push("seccomp: no unix sockets (socketpair stays), no io_uring".into());
         }
         if self.rlimits {
             out.push(

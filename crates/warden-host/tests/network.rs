@@ -47,3 +47,33 @@ async fn a_loopback_server_is_unreachable_without_a_grant() {
     assert!(text(&r).contains("CONNECTED"), "{}", text(&r));
     assert!(accepted(&listener));
 }
+
+#[tokio::test]
+async fn a_world_writable_unix_socket_is_unreachable() {
+    use std::os::unix::net::UnixListener;
+    let place = Place::new();
+    // A socket anyone may connect to, in a folder anyone may enter: only the sandbox stops it.
+    let dir = place.folder("run", 0o777, None);
+    let path = dir.join("service.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    chmod(&path, 0o777);
+    listener.set_nonblocking(true).unwrap();
+    let (tool, limits) = place.tool(
+        "[executor]\nkind = \"host\"\nname = \"py\"\nargv = [\"/usr/bin/python3\", \"-c\", \"{code}\"]\n\
+         [limits]\ntimeout = \"10s\"\nmemory = \"1GiB\"\n",
+    );
+    let code = format!(
+        "import socket\n\
+         a, b = socket.socketpair(); a.send(b'x'); print('pair', b.recv(1))\n\
+         s = socket.socket(socket.AF_UNIX); s.connect('{}'); s.send(b'hi'); print('CONNECTED')",
+        path.display()
+    );
+    let r = call(&tool, &limits, json!({ "code": code })).await;
+    let t = text(&r);
+    // socketpair, a program's private pipe, still works; the socket does not.
+    assert!(t.contains("pair b'x'"), "{t}");
+    assert!(!t.contains("CONNECTED"), "{t}");
+    assert!(t.contains("PermissionError"), "{t}");
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(listener.accept().is_err(), "the socket was reached");
+}
