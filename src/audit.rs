@@ -139,6 +139,7 @@ fn executor(config: &ExecutorConfig, grants: &Grants, probe: Option<&Probe>) -> 
             "cpu_time": cfg.cpu_time.map_or("the timeout".to_owned(), |c| HumanDuration(c).to_string()),
             "open_files": cfg.open_files,
             "file_size": ByteSize(cfg.file_size).to_string(),
+            "tmp": ByteSize(cfg.tmp).to_string(),
             "isolation": cfg.isolation.value.as_str(),
             "in_force_here": match probe {
                 Some(Ok(p)) => json!(p.describe()),
@@ -217,11 +218,12 @@ pub fn audit(ctx: &Context, json: bool) -> Result<ExitCode> {
                 ex["isolation"].as_str().unwrap_or_default()
             );
             outln!(
-                "  rlimits   processes {}, cpu {}, open files {}, file size {}",
+                "  rlimits   processes {}, cpu {}, open files {}, file size {}; /tmp {}",
                 ex["processes"],
                 ex["cpu_time"].as_str().unwrap_or_default(),
                 ex["open_files"],
-                ex["file_size"].as_str().unwrap_or_default()
+                ex["file_size"].as_str().unwrap_or_default(),
+                ex["tmp"].as_str().unwrap_or_default()
             );
             match &ex["in_force_here"] {
                 Value::Array(lines) => {

@@ -152,13 +152,7 @@ impl DockerSpec {
                 (v * 1e9) as u64
             }
         };
-        let tmp = match self.tmp {
-            None => DEFAULT_TMP,
-            Some(t) if t.get_ref().0 < (1 << 20) => {
-                return Err(err(at(&t.span()), "tmp must be at least 1MiB".into()));
-            }
-            Some(t) => t.get_ref().0,
-        };
+        let tmp = tmp_size(self.tmp, &err, &at)?;
         Ok(DockerConfig {
             name,
             description,
@@ -216,6 +210,21 @@ pub(crate) fn command_line(
         return Err(err(line, "`argv` needs a program".into()));
     }
     Ok(Located { value, line })
+}
+
+/// The size of the private tmpfs at `/tmp` (docker and host).
+pub(crate) fn tmp_size(
+    tmp: Option<Spanned<ByteSize>>,
+    err: &dyn Fn(usize, String) -> PolicyError,
+    at: &dyn Fn(&std::ops::Range<usize>) -> usize,
+) -> Result<u64, PolicyError> {
+    match tmp {
+        None => Ok(DEFAULT_TMP),
+        Some(t) if t.get_ref().0 < (1 << 20) => {
+            Err(err(at(&t.span()), "tmp must be at least 1MiB".into()))
+        }
+        Some(t) => Ok(t.get_ref().0),
+    }
 }
 
 /// `network = "none" | "unrestricted"`, `None` when the policy writes none.

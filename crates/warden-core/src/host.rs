@@ -2,7 +2,7 @@
 //! line and the knobs that are the executor's own (timeout, memory and output stay in
 //! `[limits]`).
 
-use crate::docker::{NetworkMode, check_user, command_line, network_mode, tool_name};
+use crate::docker::{NetworkMode, check_user, command_line, network_mode, tmp_size, tool_name};
 use crate::grants::Grants;
 use crate::policy::{Located, PolicyError};
 use crate::units::{ByteSize, HumanDuration};
@@ -51,6 +51,8 @@ pub struct HostConfig {
     pub uid: u32,
     pub gid: u32,
     pub network: Located<NetworkMode>,
+    /// Bytes of the call's own tmpfs at `/tmp` (in a mount namespace of its own).
+    pub tmp: u64,
     /// Most processes of the command's user (`RLIMIT_NPROC`).
     pub processes: u32,
     /// CPU time of each process (`RLIMIT_CPU`); `None`: the call's timeout, rounded up.
@@ -62,14 +64,15 @@ pub struct HostConfig {
     pub isolation: Located<Isolation>,
 }
 
-/// The host fields of an `[executor]` table as written (`argv`, `workdir`, `user` and
-/// `network` are shared with docker).
+/// The host fields of an `[executor]` table as written (`argv`, `workdir`, `user`,
+/// `network` and `tmp` are shared with docker).
 #[derive(Debug, Default)]
 pub(crate) struct HostSpec {
     pub argv: Option<Spanned<Vec<String>>>,
     pub workdir: Option<Spanned<String>>,
     pub user: Option<Spanned<String>>,
     pub network: Option<Spanned<String>>,
+    pub tmp: Option<Spanned<ByteSize>>,
     pub processes: Option<Spanned<i64>>,
     pub cpu_time: Option<Spanned<HumanDuration>>,
     pub open_files: Option<Spanned<i64>>,
@@ -122,6 +125,7 @@ impl HostSpec {
             }
         };
         let network = network_mode(self.network, kind_line, &err, &at)?;
+        let tmp = tmp_size(self.tmp, &err, &at)?;
         let count = |v: Option<Spanned<i64>>, default: u32, what: &str| match v {
             None => Ok(default),
             Some(n) => u32::try_from(*n.get_ref())
@@ -177,6 +181,7 @@ impl HostSpec {
             uid,
             gid,
             network,
+            tmp,
             processes,
             cpu_time,
             open_files,
@@ -272,6 +277,11 @@ mod tests {
             (format!("{SHELL}user = \"0:0\"\n"), 5, "root"),
             (format!("{SHELL}processes = 0\n"), 5, "processes"),
             (format!("{SHELL}cpu_time = \"10ms\"\n"), 5, "cpu_time"),
+            (
+                format!("{SHELL}tmp = \"10KiB\"\n"),
+                5,
+                "tmp must be at least 1MiB",
+            ),
             (format!("{SHELL}isolation = \"none\"\n"), 5, "best-effort"),
             (
                 format!("{SHELL}workdir = \"/\"\n"),

@@ -100,7 +100,7 @@ fn run(plan: &Plan, reports: &mut File) -> Result<i32, Failure> {
     let root = Uid::effective().is_root();
     // Read before unsharing: inside a new user namespace, until it is mapped, we are nobody.
     let (uid, gid) = (Uid::current(), Gid::current());
-    let mut flags = CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWIPC;
+    let mut flags = CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWIPC | CloneFlags::CLONE_NEWNS;
     if !plan.host_network {
         flags |= CloneFlags::CLONE_NEWNET;
     }
@@ -114,6 +114,10 @@ fn run(plan: &Plan, reports: &mut File) -> Result<i32, Failure> {
             protections.user_namespace = !root;
             if !root {
                 map_own_user(uid, gid)?;
+            }
+            if plan.tmp > 0 {
+                private_tmp(plan.tmp)?;
+                protections.private_tmp = true;
             }
         }
         Err(e) if plan.best_effort => {
@@ -158,6 +162,27 @@ fn run(plan: &Plan, reports: &mut File) -> Result<i32, Failure> {
 fn null_file() -> File {
     // The descriptor was handed on; a placeholder keeps `reports` valid to drop.
     File::open("/dev/null").unwrap_or_else(|_| std::process::exit(SETUP_FAILED))
+}
+
+/// Mounts of this namespace stay in it; `/tmp` becomes the call's own tmpfs.
+fn private_tmp(size: u64) -> Result<(), Failure> {
+    use nix::mount::{MsFlags, mount};
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(|e| setup(format!("making the mounts private: {e}")))?;
+    mount(
+        Some("tmpfs"),
+        "/tmp",
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(format!("size={size},mode=1777").as_str()),
+    )
+    .map_err(|e| setup(format!("mounting a tmpfs at /tmp: {e}")))
 }
 
 /// When not root: map warden's own user and group into the new user namespace, unchanged.

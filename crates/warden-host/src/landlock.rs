@@ -125,6 +125,13 @@ pub(crate) fn ruleset(
             read | AccessFs::from_write(abi),
         ))
         .map_err(|e| failed("devices", e))?;
+    if protections.private_tmp {
+        // The call's own tmpfs, not the host's /tmp (which stays out of reach otherwise).
+        let fd = PathFd::new("/tmp").map_err(|e| failed("/tmp", e))?;
+        created = created
+            .add_rule(PathBeneath::new(fd, AccessFs::from_all(abi)))
+            .map_err(|e| failed("/tmp", e))?;
+    }
     for root in &plan.roots {
         let fd =
             PathFd::new(&root.path).map_err(|e| failed(&root.path.display().to_string(), e))?;

@@ -22,6 +22,8 @@ pub struct Plan {
     pub host_network: bool,
     /// The granted roots; everything else but the system folders is out of reach.
     pub roots: Vec<Root>,
+    /// Bytes of the call's own tmpfs at `/tmp`; 0 for none (then /tmp is out of reach).
+    pub tmp: u64,
     pub rlimits: Rlimits,
     /// Seconds after which the helper kills the command on its own, should warden be gone.
     pub deadline_secs: u64,
@@ -82,6 +84,8 @@ pub struct Protections {
     pub pid_namespace: bool,
     /// A new network namespace with no interface up: no network at all.
     pub network_namespace: bool,
+    /// A mount namespace with the call's own tmpfs at `/tmp`, gone with the call.
+    pub private_tmp: bool,
     /// The Landlock ABI in force, 0 when none.
     pub landlock_abi: u32,
     /// Landlock scopes signals and abstract unix sockets to the sandbox (ABI 6).
@@ -108,6 +112,9 @@ impl Protections {
         }
         if self.network_namespace {
             out.push("network namespace (no network)".into());
+        }
+        if self.private_tmp {
+            out.push("mount namespace with a private /tmp".into());
         }
         if self.landlock_abi > 0 {
             let mut l = format!(

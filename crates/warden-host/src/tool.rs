@@ -69,6 +69,14 @@ impl HostTool {
     ) -> Result<Plan, ToolError> {
         let cfg = &self.config;
         let cpu = cfg.cpu_time.unwrap_or(limits.timeout);
+        // A tmpfs over /tmp would hide a root below it, and its read-write rule would reach
+        // into a read-only one: such a policy gets no /tmp at all.
+        let host_tmp = std::fs::canonicalize("/tmp").unwrap_or_else(|_| "/tmp".into());
+        let tmp = if self.grants.fs.iter().any(|g| g.host.starts_with(&host_tmp)) {
+            0
+        } else {
+            cfg.tmp
+        };
         Ok(Plan {
             argv,
             env: self.grants.resolve_env()?,
@@ -85,6 +93,7 @@ impl HostTool {
                     writable: g.access == Access::ReadWrite,
                 })
                 .collect(),
+            tmp,
             rlimits: Rlimits {
                 cpu_secs: cpu.as_secs_f64().ceil().max(1.0) as u64,
                 address_space: limits.memory,

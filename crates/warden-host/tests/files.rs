@@ -1,5 +1,5 @@
 //! The filesystem boundary of a host command: the granted roots with their access, the
-//! system folders to start programs, nothing else. Targets outside the roots are made
+//! system folders to start programs, a private /tmp, nothing else. Targets outside the roots are made
 //! world-readable and world-writable, so only the sandbox can be what stops the command.
 
 mod common;
@@ -20,6 +20,9 @@ async fn writing_outside_the_granted_roots_fails() {
     ));
     for target in [
         outside.join("planted"),
+        "/var/tmp/warden-host-escape".into(),
+        // The root is below /tmp here, so the call has no /tmp of its own: the host's is out
+        // of reach like the rest.
         "/tmp/warden-host-escape".into(),
         "/dev/shm/warden-host-escape".into(),
     ] {
@@ -139,4 +142,35 @@ async fn a_read_only_root_refuses_every_kind_of_write() {
     assert_eq!(names, ["data.txt"]);
     let r = call(&tool, &limits, json!({"command": "cat data.txt"})).await;
     assert!(text(&r).contains("original"), "{}", text(&r));
+}
+
+#[tokio::test]
+async fn tmp_is_the_calls_own() {
+    let place = Place::new();
+    let (tool, limits) = place.tool(&shell("tmp = \"4MiB\"", "", ""));
+    let marker = format!("warden-private-tmp-{}", std::process::id());
+    let r = call(
+        &tool,
+        &limits,
+        json!({"command": format!("echo kept > /tmp/{marker} && cat /tmp/{marker}")}),
+    )
+    .await;
+    assert!(text(&r).contains("kept"), "{}", text(&r));
+    // Not on the host's /tmp, and gone for the next call.
+    assert!(!std::path::Path::new("/tmp").join(&marker).exists());
+    let r = call(
+        &tool,
+        &limits,
+        json!({"command": format!("cat /tmp/{marker}")}),
+    )
+    .await;
+    assert!(r.is_err(), "the next call saw the file: {}", text(&r));
+    // Its size is the policy's.
+    let r = call(
+        &tool,
+        &limits,
+        json!({"command": "head -c 8000000 /dev/zero > /tmp/big; echo status $?"}),
+    )
+    .await;
+    assert!(text(&r).contains("No space left"), "{}", text(&r));
 }
