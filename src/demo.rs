@@ -150,15 +150,15 @@ pub fn demo(ctx: &Context) -> Result<ExitCode> {
             json!({"url": "http://169.254.169.254/latest/meta-data/"}),
         ),
         (
-            "A shell command as a confined host process: nobody, no network, one root",
+            "A shell command as a confined host process: nobody, no network, one root, its own /tmp",
             "host-shell",
-            json!({"command": "id -un; ls; cat README.txt | head -2"}),
+            json!({"command": "id -un; ls; head -1 README.txt; echo scratch > /tmp/own && ls /tmp"}),
         ),
         (
             "Outside its root the host shell reads and writes nothing, and reaches no one",
             "host-shell",
             json!({"command": format!(
-                "cat /etc/hostname; echo x > /tmp/planted; \
+                "cat /etc/hostname; echo x > /var/tmp/planted; \
                  bash -c 'echo > /dev/tcp/127.0.0.1/{port}' || echo the demo server is out of reach"
             )}),
         ),
