@@ -349,3 +349,32 @@ fn a_tool_needing_review_is_rejected_without_a_terminal() {
     let m = json(&String::from_utf8_lossy(&out.stdout));
     assert_eq!(m["error"]["kind"], "rejected");
 }
+
+/// The README's first command: the tour runs end to end on the example tools, each step
+/// answering as it says.
+#[test]
+fn the_demo_takes_its_tour() {
+    let env = Env::new();
+    let out = env.warden(&["demo"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for words in [
+        "<- [ok] 8.04672",                                   // the unit converter
+        "written by warden demo",                            // read back from the root
+        "Error (timeout)",                                   // the endless loop
+        "Hello from a host the policy grants.",              // the granted fetch
+        "<- [ok] nobody",                                    // the host shell
+        "cannot create /var/tmp/planted: Permission denied", // outside its root
+        "the demo server is out of reach",
+        "== The audit: what each tool may touch",
+    ] {
+        assert!(
+            text.contains(words),
+            "`{words}` missing from the demo:\n{text}"
+        );
+    }
+}
