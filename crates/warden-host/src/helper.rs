@@ -26,7 +26,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// Exit code of the helper when it could not start the command (the report says why).
-pub const SETUP_FAILED: i32 = 125;
+pub(crate) const SETUP_FAILED: i32 = 125;
 
 /// A setup step that failed: `unavailable` when this machine lacks the protection.
 pub(crate) struct Failure {

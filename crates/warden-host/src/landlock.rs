@@ -43,7 +43,7 @@ const SYSTEM: &[&str] = &[
 const DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
 
 /// The highest Landlock ABI of the running kernel, 0 when it has none.
-pub fn kernel_abi() -> u32 {
+pub(crate) fn kernel_abi() -> u32 {
     const LANDLOCK_CREATE_RULESET_VERSION: nix::libc::c_uint = 1;
     // SAFETY: with a null attribute, size 0 and the VERSION flag the call only returns a number.
     let v = unsafe {

@@ -18,7 +18,7 @@ mod seccomp;
 mod tool;
 
 pub use backend::HostBackend;
-pub use helper::{SETUP_FAILED, main as helper_main};
-pub use landlock::{REQUIRED_ABI, kernel_abi};
-pub use plan::{Protections, Report};
+pub use helper::main as helper_main;
+pub use landlock::REQUIRED_ABI;
+pub use plan::Protections;
 pub use tool::{Helper, HostTool};
