@@ -12,7 +12,7 @@
 
 use crate::landlock::restrict;
 use crate::plan::{Plan, Protections, REPORT_FD, Report};
-use nix::sched::{CloneFlags, unshare};
+use nix::sched::CloneFlags;
 use nix::sys::prctl;
 use nix::sys::resource::{Resource, setrlimit};
 use nix::sys::signal::{Signal, kill};
@@ -91,72 +91,114 @@ fn send(reports: &mut File, report: &Report) {
     }
 }
 
-/// Leaves warden's namespaces, forks `init` and waits for it; the helper's exit code is the
-/// command's (128 + signal when killed).
+/// Starts `init` in new namespaces and waits for it; the helper's exit code is the command's
+/// (128 + signal when killed).
 fn run(plan: &Plan, reports: &mut File) -> Result<i32, Failure> {
     // Should warden die without killing us, the command still ends.
     nix::unistd::alarm::set(plan.deadline_secs.clamp(1, u32::MAX as u64) as u32);
-    let mut protections = Protections::default();
     let root = Uid::effective().is_root();
-    // Read before unsharing: inside a new user namespace, until it is mapped, we are nobody.
-    let (uid, gid) = (Uid::current(), Gid::current());
-    let mut flags = CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWIPC | CloneFlags::CLONE_NEWNS;
+    let mut protections = Protections::default();
+    // A user namespace of its own even as root: the kernel counts RLIMIT_NPROC per namespace,
+    // so a fork bomb in one call cannot use up the processes of another call of the same user.
+    let mut flags = CloneFlags::CLONE_NEWUSER
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWNS;
     if !plan.host_network {
         flags |= CloneFlags::CLONE_NEWNET;
     }
-    if !root {
-        flags |= CloneFlags::CLONE_NEWUSER;
-    }
-    match unshare(flags) {
-        Ok(()) => {
-            protections.pid_namespace = true;
-            protections.network_namespace = !plan.host_network;
-            protections.user_namespace = !root;
-            if !root {
-                map_own_user(uid, gid)?;
+    let (go_read, go_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| setup(format!("pipe: {e}")))?;
+    protections.user_namespace = true;
+    protections.pid_namespace = true;
+    protections.network_namespace = !plan.host_network;
+    let mut stack = vec![0u8; 1 << 20];
+    let child = {
+        let (protections, go_read) = (protections.clone(), &go_read);
+        let reports = &mut *reports;
+        let init_in_namespaces = Box::new(move || {
+            // Wait until the parent has mapped our user: until then we are nobody here.
+            let mut go = [0u8; 1];
+            if nix::unistd::read(go_read, &mut go) != Ok(1) {
+                std::process::exit(SETUP_FAILED);
             }
+            let mut protections = protections.clone();
             if plan.tmp > 0 {
-                private_tmp(plan.tmp)?;
+                if let Err(f) = private_tmp(plan.tmp) {
+                    fail(reports, f);
+                    std::process::exit(SETUP_FAILED);
+                }
                 protections.private_tmp = true;
             }
+            std::process::exit(init(plan, reports, protections, root))
+        });
+        // SAFETY: this process has a single thread; the child runs on its own copy of memory.
+        unsafe {
+            nix::sched::clone(
+                init_in_namespaces,
+                &mut stack,
+                flags,
+                Some(Signal::SIGCHLD as i32),
+            )
+        }
+    };
+    let child = match child {
+        Ok(pid) => {
+            let mapped = if root {
+                map_user(pid, Uid::from_raw(plan.uid), Gid::from_raw(plan.gid), false)
+            } else {
+                map_user(pid, Uid::current(), Gid::current(), true)
+            };
+            if let Err(f) = mapped {
+                let _ = kill(pid, Signal::SIGKILL);
+                let _ = waitpid(pid, None);
+                return Err(f);
+            }
+            nix::unistd::write(&go_write, b"g").map_err(|e| setup(format!("pipe: {e}")))?;
+            pid
         }
         Err(e) if plan.best_effort => {
+            protections = Protections::default();
             protections
                 .missing
-                .push(format!("namespaces (unshare failed: {e})"));
+                .push(format!("namespaces (the kernel refused them: {e})"));
             if !plan.host_network {
                 protections
                     .missing
                     .push("network isolation: the host's network is reachable".into());
             }
+            // SAFETY: this process has a single thread.
+            match unsafe { fork() }.map_err(|e| setup(format!("fork: {e}")))? {
+                ForkResult::Child => std::process::exit(init(plan, reports, protections, root)),
+                ForkResult::Parent { child } => child,
+            }
         }
         Err(e) => {
-            return Err(Failure {
-                unavailable: true,
-                message: format!(
-                    "this machine does not let warden create namespaces ({e}): {}",
-                    if root {
-                        "run warden where it may unshare (outside a restricted container)"
-                    } else {
-                        "unprivileged user namespaces are disabled; run warden as root or \
-                         enable them (sysctl kernel.unprivileged_userns_clone=1)"
-                    }
-                ),
-            });
+            return Err(Failure::unavailable(format!(
+                "this machine does not let warden create namespaces ({e}): {}",
+                if root {
+                    "run warden where it may unshare (outside a restricted container)"
+                } else {
+                    "unprivileged user namespaces are disabled; run warden as root or enable \
+                     them (sysctl kernel.unprivileged_userns_clone=1)"
+                }
+            )));
         }
-    }
-    // SAFETY: this process has a single thread.
-    match unsafe { fork() }.map_err(|e| setup(format!("fork: {e}")))? {
-        ForkResult::Child => {
-            let code = init(plan, reports, protections);
-            std::process::exit(code)
-        }
-        ForkResult::Parent { child } => {
-            // Only init and the command report from here on.
-            let _ = nix::unistd::close(std::mem::replace(reports, null_file()));
-            Ok(wait_code(child))
-        }
-    }
+    };
+    drop((go_read, go_write));
+    // Only init and the command report from here on.
+    let _ = nix::unistd::close(std::mem::replace(reports, null_file()));
+    Ok(wait_code(child))
+}
+
+fn fail(reports: &mut File, f: Failure) {
+    send(
+        reports,
+        &Report::Failed {
+            unavailable: f.unavailable,
+            message: f.message,
+        },
+    );
 }
 
 fn null_file() -> File {
@@ -185,20 +227,24 @@ fn private_tmp(size: u64) -> Result<(), Failure> {
     .map_err(|e| setup(format!("mounting a tmpfs at /tmp: {e}")))
 }
 
-/// When not root: map warden's own user and group into the new user namespace, unchanged.
-fn map_own_user(uid: Uid, gid: Gid) -> Result<(), Failure> {
+/// Maps `uid` and `gid` into the user namespace of `child` as themselves: the command's user
+/// when warden is root, else warden's own (which then may not call setgroups). Only a process
+/// outside the namespace may map ids other than its own.
+fn map_user(child: Pid, uid: Uid, gid: Gid, deny_setgroups: bool) -> Result<(), Failure> {
     let write = |file: &str, text: String| {
-        std::fs::write(format!("/proc/self/{file}"), text)
-            .map_err(|e| setup(format!("writing /proc/self/{file}: {e}")))
+        std::fs::write(format!("/proc/{child}/{file}"), text)
+            .map_err(|e| setup(format!("writing /proc/{child}/{file}: {e}")))
     };
-    write("setgroups", "deny".into())?;
+    if deny_setgroups {
+        write("setgroups", "deny".into())?;
+    }
     write("uid_map", format!("{uid} {uid} 1"))?;
     write("gid_map", format!("{gid} {gid} 1"))
 }
 
 /// PID 1 of the namespace: starts the command, reaps every orphan, reports how the command
 /// ended and exits, which kills every process left in the namespace.
-fn init(plan: &Plan, reports: &mut File, protections: Protections) -> i32 {
+fn init(plan: &Plan, reports: &mut File, protections: Protections, root: bool) -> i32 {
     if let Err(e) = prctl::set_pdeathsig(Signal::SIGKILL) {
         send(
             reports,
@@ -222,7 +268,7 @@ fn init(plan: &Plan, reports: &mut File, protections: Protections) -> i32 {
             return SETUP_FAILED;
         }
         Ok(ForkResult::Child) => {
-            let failure = match command(plan, reports, protections) {
+            let failure = match command(plan, reports, protections, root) {
                 Err(f) => f,
                 Ok(never) => match never {},
             };
@@ -287,10 +333,12 @@ fn wait_code(child: Pid) -> i32 {
 }
 
 /// The command's own process: confine, then exec. Returns only on failure.
+/// `root`: warden ran as root, so the command's user is switched to the policy's.
 fn command(
     plan: &Plan,
     reports: &mut File,
     mut protections: Protections,
+    root: bool,
 ) -> Result<std::convert::Infallible, Failure> {
     let _ = prctl::set_pdeathsig(Signal::SIGKILL);
     nix::unistd::setsid().map_err(|e| setup(format!("setsid: {e}")))?;
@@ -338,7 +386,7 @@ fn command(
     close_other_fds();
     // Landlock opens the roots while still privileged, then the user is dropped.
     let ruleset = crate::landlock::ruleset(plan, &mut protections)?;
-    if Uid::effective().is_root() {
+    if root {
         let (uid, gid) = (Uid::from_raw(plan.uid), Gid::from_raw(plan.gid));
         nix::unistd::setgroups(&[]).map_err(|e| setup(format!("setgroups: {e}")))?;
         nix::unistd::setresgid(gid, gid, gid).map_err(|e| setup(format!("setgid: {e}")))?;

@@ -74,6 +74,42 @@ async fn a_fork_bomb_is_contained_and_cleaned_up() {
 }
 
 #[tokio::test]
+async fn a_call_at_its_process_limit_leaves_a_concurrent_call_of_the_same_user_alone() {
+    let place = Place::new();
+    let (tool, limits) = place.tool(&shell(
+        "processes = 16\nuser = \"65532:65532\"",
+        "",
+        "timeout = \"4s\"",
+    ));
+    // Holds every process it may have until its deadline.
+    let hog = "python3 -c 'import os, time\n\
+               for i in range(100):\n    \
+                   try:\n        \
+                       if os.fork() == 0: time.sleep(30); os._exit(0)\n    \
+                   except OSError: pass\n\
+               time.sleep(30)'";
+    let bomb = call(&tool, &limits, json!({ "command": hog }));
+    let neighbour = async {
+        // Start once the hog holds its processes.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        call(
+            &tool,
+            &limits,
+            json!({"command": "for i in 1 2 3 4 5 6 7 8 9 10; do sleep 0.2 & done; wait; echo all forked"}),
+        )
+        .await
+    };
+    let (bomb, neighbour) = tokio::join!(bomb, neighbour);
+    assert!(bomb.is_err(), "{}", text(&bomb));
+    // The kernel counts processes per user namespace: each call has its own.
+    assert!(
+        text(&neighbour).contains("all forked"),
+        "{}",
+        text(&neighbour)
+    );
+}
+
+#[tokio::test]
 async fn a_cpu_loop_is_killed_at_its_cpu_limit() {
     let place = Place::new();
     let (tool, limits) = place.tool(&shell("cpu_time = \"1s\"", "", "timeout = \"30s\""));
