@@ -3,27 +3,23 @@
 //! calls, so warden itself never forks; this process has one thread and may do as it likes.
 //!
 //! Three processes, from outside in:
-//! - the helper (started by warden) reads the plan, leaves warden's namespaces and forks;
+//! - the helper (started by warden) reads the plan, clones `init` into new namespaces and
+//!   maps its user from outside;
 //! - `init`, PID 1 of the new PID namespace, dies with the helper (parent-death signal) and
 //!   reaps orphans; when the command ends, it reports and exits, and the kernel kills whatever
 //!   the command left behind;
-//! - the command: its own session, rlimits, an unprivileged user, no-new-privileges, a
-//!   Landlock domain, stdin on `/dev/null`, the granted environment only.
+//! - the command ([`crate::exec`]): confined, then executed.
 
-use crate::landlock::restrict;
+use crate::exec::command;
 use crate::plan::{Plan, Protections, REPORT_FD, Report};
 use nix::sched::CloneFlags;
 use nix::sys::prctl;
-use nix::sys::resource::{Resource, setrlimit};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Gid, Pid, Uid, fork};
-use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
 
 /// Exit code of the helper when it could not start the command (the report says why).
 pub(crate) const SETUP_FAILED: i32 = 125;
@@ -50,7 +46,7 @@ impl Failure {
     }
 }
 
-fn setup(message: impl Into<String>) -> Failure {
+pub(crate) fn setup(message: impl Into<String>) -> Failure {
     Failure::setup(message)
 }
 
@@ -63,13 +59,7 @@ pub fn main() -> ! {
     let code = match read_plan().and_then(|plan| run(&plan, &mut reports)) {
         Ok(code) => code,
         Err(f) => {
-            send(
-                &mut reports,
-                &Report::Failed {
-                    unavailable: f.unavailable,
-                    message: f.message,
-                },
-            );
+            fail(&mut reports, f);
             SETUP_FAILED
         }
     };
@@ -84,7 +74,7 @@ fn read_plan() -> Result<Plan, Failure> {
     serde_json::from_slice(&text).map_err(|e| setup(format!("a malformed plan: {e}")))
 }
 
-fn send(reports: &mut File, report: &Report) {
+pub(crate) fn send(reports: &mut File, report: &Report) {
     if let Ok(mut line) = serde_json::to_vec(report) {
         line.push(b'\n');
         let _ = reports.write_all(&line);
@@ -246,39 +236,20 @@ fn map_user(child: Pid, uid: Uid, gid: Gid, deny_setgroups: bool) -> Result<(), 
 /// ended and exits, which kills every process left in the namespace.
 fn init(plan: &Plan, reports: &mut File, protections: Protections, root: bool) -> i32 {
     if let Err(e) = prctl::set_pdeathsig(Signal::SIGKILL) {
-        send(
-            reports,
-            &Report::Failed {
-                unavailable: false,
-                message: format!("parent-death signal: {e}"),
-            },
-        );
+        fail(reports, setup(format!("parent-death signal: {e}")));
         return SETUP_FAILED;
     }
     // SAFETY: this process has a single thread.
     let command = match unsafe { fork() } {
         Err(e) => {
-            send(
-                reports,
-                &Report::Failed {
-                    unavailable: false,
-                    message: format!("fork: {e}"),
-                },
-            );
+            fail(reports, setup(format!("fork: {e}")));
             return SETUP_FAILED;
         }
         Ok(ForkResult::Child) => {
-            let failure = match command(plan, reports, protections, root) {
-                Err(f) => f,
+            match command(plan, reports, protections, root) {
+                Err(f) => fail(reports, f),
                 Ok(never) => match never {},
-            };
-            send(
-                reports,
-                &Report::Failed {
-                    unavailable: failure.unavailable,
-                    message: failure.message,
-                },
-            );
+            }
             std::process::exit(SETUP_FAILED)
         }
         Ok(ForkResult::Parent { child }) => child,
@@ -329,141 +300,5 @@ fn wait_code(child: Pid) -> i32 {
             Err(nix::errno::Errno::EINTR) | Ok(_) => {}
             Err(_) => return SETUP_FAILED,
         }
-    }
-}
-
-/// The command's own process: confine, then exec. Returns only on failure.
-/// `root`: warden ran as root, so the command's user is switched to the policy's.
-fn command(
-    plan: &Plan,
-    reports: &mut File,
-    mut protections: Protections,
-    root: bool,
-) -> Result<std::convert::Infallible, Failure> {
-    let _ = prctl::set_pdeathsig(Signal::SIGKILL);
-    nix::unistd::setsid().map_err(|e| setup(format!("setsid: {e}")))?;
-    let program = find_program(plan)?;
-    let limits = plan.rlimits;
-    let set = |r: Resource, soft: u64, hard: u64, name: &str| {
-        setrlimit(r, soft, hard).map_err(|e| setup(format!("setting {name}: {e}")))
-    };
-    set(
-        Resource::RLIMIT_CPU,
-        limits.cpu_secs,
-        limits.cpu_secs + 1,
-        "RLIMIT_CPU",
-    )?;
-    set(
-        Resource::RLIMIT_AS,
-        limits.address_space,
-        limits.address_space,
-        "RLIMIT_AS",
-    )?;
-    set(
-        Resource::RLIMIT_FSIZE,
-        limits.file_size,
-        limits.file_size,
-        "RLIMIT_FSIZE",
-    )?;
-    set(
-        Resource::RLIMIT_NOFILE,
-        limits.open_files,
-        limits.open_files,
-        "RLIMIT_NOFILE",
-    )?;
-    set(Resource::RLIMIT_CORE, 0, 0, "RLIMIT_CORE")?;
-    set(
-        Resource::RLIMIT_NPROC,
-        limits.processes,
-        limits.processes,
-        "RLIMIT_NPROC",
-    )?;
-    std::env::set_current_dir(&plan.cwd)
-        .map_err(|e| setup(format!("entering {}: {e}", plan.cwd.display())))?;
-    let devnull = File::open("/dev/null").map_err(|e| setup(format!("/dev/null: {e}")))?;
-    nix::unistd::dup2_stdin(&devnull).map_err(|e| setup(format!("stdin: {e}")))?;
-    drop(devnull);
-    close_other_fds();
-    // Landlock opens the roots while still privileged, then the user is dropped.
-    let ruleset = crate::landlock::ruleset(plan, &mut protections)?;
-    if root {
-        let (uid, gid) = (Uid::from_raw(plan.uid), Gid::from_raw(plan.gid));
-        nix::unistd::setgroups(&[]).map_err(|e| setup(format!("setgroups: {e}")))?;
-        nix::unistd::setresgid(gid, gid, gid).map_err(|e| setup(format!("setgid: {e}")))?;
-        nix::unistd::setresuid(uid, uid, uid).map_err(|e| setup(format!("setuid: {e}")))?;
-    }
-    protections.user = format!("{}:{}", Uid::current(), Gid::current());
-    prctl::set_no_new_privs().map_err(|e| setup(format!("no-new-privileges: {e}")))?;
-    restrict(ruleset, &mut protections)?;
-    crate::seccomp::apply(plan.best_effort, &mut protections)?;
-    protections.rlimits = true;
-    let argv = cstrings(plan.argv.iter().map(|a| a.as_bytes()))?;
-    let env = cstrings(
-        plan.env
-            .iter()
-            .map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat()),
-    )?;
-    let path = CString::new(program.as_os_str().as_bytes())
-        .map_err(|_| setup("the program's path has a NUL byte"))?;
-    nix::fcntl::fcntl(
-        &*reports,
-        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
-    )
-    .map_err(|e| setup(format!("report descriptor: {e}")))?;
-    send(reports, &Report::Ready(protections));
-    match nix::unistd::execve(&path, &argv, &env) {
-        // Linux checks RLIMIT_NPROC at execve, against every process of the user.
-        Err(nix::errno::Errno::EAGAIN) => Err(setup(format!(
-            "user {} already has {} processes (the policy's `processes`), counting other \
-             calls' and the machine's: give this tool a `user` of its own or raise `processes`",
-            plan.uid, limits.processes
-        ))),
-        Err(e) => Err(setup(format!("cannot execute {}: {e}", program.display()))),
-        Ok(never) => match never {},
-    }
-}
-
-fn cstrings<I, B>(items: I) -> Result<Vec<CString>, Failure>
-where
-    I: Iterator<Item = B>,
-    B: Into<Vec<u8>>,
-{
-    items
-        .map(|b| CString::new(b).map_err(|_| setup("an argument has a NUL byte")))
-        .collect()
-}
-
-/// `argv[0]` as a path, or looked up in the granted `PATH` (a shell's default when none).
-fn find_program(plan: &Plan) -> Result<PathBuf, Failure> {
-    let name = plan
-        .argv
-        .first()
-        .ok_or_else(|| setup("an empty command line"))?;
-    if name.contains('/') {
-        return Ok(PathBuf::from(name));
-    }
-    let path = plan
-        .env
-        .iter()
-        .find(|(k, _)| k == "PATH")
-        .map_or("/usr/local/bin:/usr/bin:/bin", |(_, v)| v.as_str());
-    path.split(':')
-        .filter(|dir| !dir.is_empty())
-        .map(|dir| Path::new(dir).join(name))
-        .find(|p| p.is_file())
-        .ok_or_else(|| setup(format!("`{name}` is not found in PATH={path}")))
-}
-
-/// Every descriptor above the report pipe closes before the command starts: warden's
-/// descriptors are not the command's to inherit.
-fn close_other_fds() {
-    // SAFETY: no live Rust object in this process owns a descriptor above REPORT_FD.
-    unsafe {
-        nix::libc::syscall(
-            nix::libc::SYS_close_range,
-            (REPORT_FD + 1) as nix::libc::c_uint,
-            nix::libc::c_uint::MAX,
-            0 as nix::libc::c_uint,
-        );
     }
 }

@@ -11,6 +11,7 @@
 //! `isolation = "best-effort"`; every answer says which protections were in force.
 
 mod backend;
+mod exec;
 mod helper;
 mod landlock;
 mod plan;
