@@ -252,3 +252,54 @@ async fn the_environment_is_the_grants_and_nothing_else() {
     lines.sort();
     assert_eq!(lines, ["CARGO_PKG_NAME=warden-host", "GREETING=hello"]);
 }
+
+#[tokio::test]
+async fn a_stdout_flood_is_capped_and_the_call_ends() {
+    let place = Place::new();
+    let (tool, limits) = place.tool(&shell("", "", "output = \"64KiB\"\ntimeout = \"20s\""));
+    let started = Instant::now();
+    let r = call(
+        &tool,
+        &limits,
+        json!({"command": "head -c 50000000 /dev/zero | tr '\\\\0' y; echo done >&2"}),
+    )
+    .await;
+    let out = r.expect("the flood itself succeeds");
+    let stdout = out.stdout.unwrap_or_default();
+    assert!(stdout.len() < 70_000, "{} bytes kept", stdout.len());
+    assert!(
+        stdout.contains("output truncated"),
+        "no marker: {}",
+        &stdout[..100]
+    );
+    assert_eq!(out.stderr.as_deref(), Some("done\n"));
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_memory_bomb_meets_its_address_space_limit() {
+    let place = Place::new();
+    let (tool, limits) = place.tool(&shell("", "", "memory = \"128MiB\""));
+    let r = call(
+        &tool,
+        &limits,
+        json!({"command": "python3 -c 'b = bytearray(1 << 30); print(len(b))'"}),
+    )
+    .await;
+    let e = r.expect_err("1 GiB does not fit in 128 MiB");
+    assert_eq!(e.kind, ErrorKind::ExitStatus, "{}", e.message);
+    assert!(e.message.contains("MemoryError"), "{}", e.message);
+    // The same command with room succeeds: the limit, not python, refused it.
+    let (roomy, limits) = place.tool(&shell("", "", "memory = \"2GiB\""));
+    let r = call(
+        &roomy,
+        &limits,
+        json!({"command": "python3 -c 'b = bytearray(1 << 30); print(len(b))'"}),
+    )
+    .await;
+    assert!(text(&r).contains("1073741824"), "{}", text(&r));
+}
