@@ -2,40 +2,18 @@
 //! dir, and a run against the scripted server.
 #![allow(dead_code)]
 
+#[path = "../../../../tests/support/guests.rs"]
+mod guests;
 pub mod scripted;
 
+pub use guests::{root, wasm};
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 use warden_agent::{ChatConfig, Execution, Limits, Outcome, RetryPolicy, ReviewSource, Run};
 use warden_core::{CallLog, Dispatcher, Protected, Toolbox};
 use warden_wasm::{Artifacts, WasmBackend};
-
-pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
-/// A component built from the guest-sdk (built on first use unless scripts/test did).
-pub fn wasm(name: &str) -> PathBuf {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        if std::env::var_os("WARDEN_GUESTS_BUILT").is_some() {
-            return;
-        }
-        let ok = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "--release", "--quiet"])
-            .current_dir(root().join("guest-sdk"))
-            .status()
-            .expect("cargo runs")
-            .success();
-        assert!(ok, "building guest-sdk failed");
-    });
-    root().join(format!("target/wasm32-wasip2/release/{name}.wasm"))
-}
 
 /// A toolbox, a runs folder and a call log in a temp dir.
 pub struct Bench {

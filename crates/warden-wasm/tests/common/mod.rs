@@ -7,39 +7,10 @@ use std::sync::{Arc, OnceLock};
 use warden_core::{Dispatcher, Protected, ToolCall, ToolMessage, Toolbox, ToolboxError};
 use warden_wasm::{Artifacts, Resolver, WasmBackend};
 
-/// The repository root.
-pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
+#[path = "../../../../tests/support/guests.rs"]
+mod guests;
 
-/// The folder of the built guest components, building them on first use.
-pub fn wasm_dir() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let root = root();
-            // scripts/test builds them first; cargo's lock on target/ would only make us wait.
-            if std::env::var_os("WARDEN_GUESTS_BUILT").is_some() {
-                return root.join("target/wasm32-wasip2/release");
-            }
-            let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-                .args(["build", "--release", "--quiet"])
-                .current_dir(root.join("guest-sdk"))
-                .status()
-                .expect("cargo runs");
-            assert!(status.success(), "building guest-sdk failed");
-            root.join("target/wasm32-wasip2/release")
-        })
-        .clone()
-}
-
-/// A component built from the guest-sdk.
-pub fn wasm(name: &str) -> PathBuf {
-    wasm_dir().join(format!("{name}.wasm"))
-}
+pub use guests::{root, wasm};
 
 /// A Python or JavaScript component from `scripts/build-polyglot`, built on first use; `None`
 /// (the test skips) when the toolchains are not installed, except under `CI=true`.
