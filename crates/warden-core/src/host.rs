@@ -271,6 +271,18 @@ mod tests {
     }
 
     #[test]
+    fn fuel_is_refused_for_command_tools() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = parse_in(dir.path(), &format!("{SHELL}[limits]\nfuel = 1000\n")).unwrap_err();
+        assert!(e.message.contains("host tool cannot have it"), "{e}");
+        assert!(e.message.contains("cpu_time"), "{e}");
+        let docker = "[executor]\nkind = \"docker\"\nname = \"s\"\nimage = \"i\"\nargv = [\"x\"]\n\
+                      [functions.s]\nlimits = { fuel = 5 }\n";
+        let e = parse_in(dir.path(), docker).unwrap_err();
+        assert!(e.message.contains("docker tool cannot have it"), "{e}");
+    }
+
+    #[test]
     fn mistakes_name_their_line() {
         let dir = tempfile::tempdir().unwrap();
         let cases = [

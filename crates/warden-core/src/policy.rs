@@ -389,6 +389,23 @@ impl Policy {
                 },
             );
         }
+        let cpu_bound = match &executor {
+            ExecutorConfig::Wasm(_) => None,
+            ExecutorConfig::Docker(_) => Some("`cpus` and the timeout"),
+            ExecutorConfig::Host(_) => Some("`cpu_time` and the timeout"),
+        };
+        if let Some(bound) = cpu_bound
+            && (file.limits.fuel.is_some() || functions.values().any(|f| f.limits.fuel.is_some()))
+        {
+            return Err(err(
+                None,
+                format!(
+                    "fuel counts WebAssembly instructions: a {} tool cannot have it (its CPU is \
+                     bounded by {bound})",
+                    executor.kind()
+                ),
+            ));
+        }
         if !file.prefix.is_empty() && !crate::spec::is_valid_tool_name(&file.prefix) {
             return Err(err(
                 None,

@@ -42,16 +42,6 @@ impl Backend for DockerBackend {
                 ),
             ));
         };
-        if policy.limits.fuel.is_some()
-            || policy.functions.values().any(|f| f.limits.fuel.is_some())
-        {
-            return Err(err(
-                None,
-                "fuel counts WebAssembly instructions: a docker tool cannot have it (its CPU is \
-                 bounded by `cpus` and the timeout)"
-                    .into(),
-            ));
-        }
         let template = Template::parse(&cfg.argv.value).map_err(|m| err(Some(cfg.argv.line), m))?;
         let shell = match (cfg.session, template.shell()) {
             (false, _) => None,

@@ -3,7 +3,7 @@
 use crate::tool::{Helper, HostTool};
 use std::sync::Arc;
 use warden_core::command::Template;
-use warden_core::{Backend, ExecutorConfig, HostConfig, LoadedTool, Policy, PolicyError, ToolSpec};
+use warden_core::{Backend, ExecutorConfig, LoadedTool, Policy, PolicyError, ToolSpec};
 
 /// Loads `kind = "host"` policies; every tool starts its calls through `helper`.
 #[derive(Debug, Clone)]
@@ -16,9 +16,19 @@ impl HostBackend {
         Self { helper }
     }
 
-    /// The tool of one host policy, for the audit's probe.
+    /// The tool of one host policy (the audit probes it too).
     pub fn tool(&self, policy: &Policy) -> Result<HostTool, PolicyError> {
-        let (cfg, template) = parts(policy)?;
+        let err = |line: Option<usize>, msg: String| PolicyError::new(&policy.path, line, msg);
+        let ExecutorConfig::Host(cfg) = &policy.executor else {
+            return Err(err(
+                None,
+                format!(
+                    "the host backend cannot load a `{}` executor",
+                    policy.executor.kind()
+                ),
+            ));
+        };
+        let template = Template::parse(&cfg.argv.value).map_err(|m| err(Some(cfg.argv.line), m))?;
         Ok(HostTool::new(
             self.helper.clone(),
             cfg.clone(),
@@ -28,37 +38,14 @@ impl HostBackend {
     }
 }
 
-/// The host config of `policy` and its parsed argv template.
-fn parts(policy: &Policy) -> Result<(&HostConfig, Template), PolicyError> {
-    let err = |line: Option<usize>, msg: String| PolicyError::new(&policy.path, line, msg);
-    let ExecutorConfig::Host(cfg) = &policy.executor else {
-        return Err(err(
-            None,
-            format!(
-                "the host backend cannot load a `{}` executor",
-                policy.executor.kind()
-            ),
-        ));
-    };
-    if policy.limits.fuel.is_some() || policy.functions.values().any(|f| f.limits.fuel.is_some()) {
-        return Err(err(
-            None,
-            "fuel counts WebAssembly instructions: a host tool cannot have it (its CPU is \
-             bounded by `cpu_time` and the timeout)"
-                .into(),
-        ));
-    }
-    let template = Template::parse(&cfg.argv.value).map_err(|m| err(Some(cfg.argv.line), m))?;
-    Ok((cfg, template))
-}
-
 impl Backend for HostBackend {
     fn kind(&self) -> &'static str {
         "host"
     }
 
     fn load(&self, policy: &Arc<Policy>) -> Result<Vec<LoadedTool>, PolicyError> {
-        let (cfg, template) = parts(policy)?;
+        let tool = self.tool(policy)?;
+        let (cfg, template) = (tool.config(), tool.template());
         let limits = match policy.functions.get(&cfg.name) {
             Some(f) => policy.limits.overlay(&f.limits).resolve(),
             None => policy.limits.resolve(),
@@ -96,12 +83,6 @@ impl Backend for HostBackend {
             input_schema: template.schema(limits.timeout, false),
             output_schema: None,
         };
-        let tool = HostTool::new(
-            self.helper.clone(),
-            cfg.clone(),
-            template,
-            policy.grants.clone(),
-        );
         Ok(vec![LoadedTool {
             function: cfg.name.clone(),
             spec,

@@ -40,6 +40,10 @@ pub struct HostTool {
     config: HostConfig,
     template: Template,
     grants: Grants,
+    /// The granted roots as the helper takes them, made once at load.
+    roots: Vec<Root>,
+    /// Bytes of the private /tmp, 0 for none; decided once at load.
+    tmp: u64,
 }
 
 /// How the command's process tree ended.
@@ -52,12 +56,38 @@ struct Ended {
 
 impl HostTool {
     pub fn new(helper: Helper, config: HostConfig, template: Template, grants: Grants) -> Self {
+        let roots = grants
+            .fs
+            .iter()
+            .map(|g| Root {
+                path: g.host.clone(),
+                writable: g.access == Access::ReadWrite,
+            })
+            .collect();
+        // A tmpfs over /tmp would hide a root below it, and its read-write rule would reach
+        // into a read-only one: such a policy gets no /tmp at all.
+        let host_tmp = std::fs::canonicalize("/tmp").unwrap_or_else(|_| "/tmp".into());
+        let tmp = if grants.fs.iter().any(|g| g.host.starts_with(&host_tmp)) {
+            0
+        } else {
+            config.tmp
+        };
         Self {
             helper,
             config,
             template,
             grants,
+            roots,
+            tmp,
         }
+    }
+
+    pub(crate) fn config(&self) -> &HostConfig {
+        &self.config
+    }
+
+    pub(crate) fn template(&self) -> &Template {
+        &self.template
     }
 
     /// The plan of one call.
@@ -69,14 +99,6 @@ impl HostTool {
     ) -> Result<Plan, ToolError> {
         let cfg = &self.config;
         let cpu = cfg.cpu_time.unwrap_or(limits.timeout);
-        // A tmpfs over /tmp would hide a root below it, and its read-write rule would reach
-        // into a read-only one: such a policy gets no /tmp at all.
-        let host_tmp = std::fs::canonicalize("/tmp").unwrap_or_else(|_| "/tmp".into());
-        let tmp = if self.grants.fs.iter().any(|g| g.host.starts_with(&host_tmp)) {
-            0
-        } else {
-            cfg.tmp
-        };
         Ok(Plan {
             argv,
             env: self.grants.resolve_env()?,
@@ -84,16 +106,8 @@ impl HostTool {
             uid: cfg.uid,
             gid: cfg.gid,
             host_network: cfg.network.value == NetworkMode::Unrestricted,
-            roots: self
-                .grants
-                .fs
-                .iter()
-                .map(|g| Root {
-                    path: g.host.clone(),
-                    writable: g.access == Access::ReadWrite,
-                })
-                .collect(),
-            tmp,
+            roots: self.roots.clone(),
+            tmp: self.tmp,
             rlimits: Rlimits {
                 cpu_secs: cpu.as_secs_f64().ceil().max(1.0) as u64,
                 address_space: limits.memory,
