@@ -5,7 +5,8 @@ use anyhow::{Context as _, Result, bail};
 use std::path::{Component, Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use warden_core::{Backend, ExecutorConfig, Policy};
+use warden_core::{Backend, Policy};
+use warden_wasm::WasmConfig;
 
 #[derive(clap::Args)]
 pub struct AddArgs {
@@ -56,10 +57,11 @@ pub fn add(ctx: &Context, args: AddArgs) -> Result<ExitCode> {
         None => None,
     };
     let text = policy_text(&name, &component, &sha, wit.as_deref(), args.name.is_some());
-    let policy = Policy::parse(&policy_path, &text)?;
-    let tools = ctx
-        .backend()
+    let backend = ctx.backend();
+    let policy = Policy::parse(&policy_path, &text, &[&backend])?;
+    let tools = backend
         .load(&Arc::new(policy))
+        .map(|loaded| loaded.tools)
         .map_err(|e| anyhow::anyhow!("{}", e.message))
         .with_context(|| format!("checking {}", args.component.display()))?;
     std::fs::write(&policy_path, text)
@@ -146,18 +148,20 @@ pub fn pin(ctx: &Context, targets: &[String]) -> Result<ExitCode> {
             );
         }
     }
+    let backends = ctx.backends();
     for file in files {
-        let policy = Policy::load(&file)?;
-        let ExecutorConfig::Wasm(cfg) = &policy.executor else {
+        let policy = Policy::load(&file, &backends.list())?;
+        if policy.kind.value != ctx.backend().kind() {
             if !targets.is_empty() {
                 outln!(
                     "{}: a {} tool has no component to pin",
                     file.display(),
-                    policy.executor.kind()
+                    policy.kind.value
                 );
             }
             continue;
-        };
+        }
+        let cfg = WasmConfig::from_policy(&policy)?;
         let sha = ctx.artifacts.put(&cfg.component.value)?;
         let text = std::fs::read_to_string(&file)?;
         let mut doc: toml_edit::DocumentMut = text

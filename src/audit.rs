@@ -1,65 +1,63 @@
-//! `warden audit`: what every tool may touch, and what deserves a look.
+//! `warden audit`: what every tool may touch, and what deserves a look. Each backend reports
+//! what it enforces; this prints it beside the grants, limits and flags, as text or JSON.
 
 use crate::context::Context;
 use anyhow::Result;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
 use std::process::ExitCode;
 use warden_core::{
-    Access, ByteSize, ExecutorConfig, Grants, HostPattern, HumanDuration, Isolation, NetworkMode,
-    Policy, Toolbox,
+    Access, ByteSize, Capabilities, Grants, HostPattern, HumanDuration, Limits, Policy, Probe,
+    Reach, Report, Toolbox,
 };
-use warden_host::Protections;
 
-/// What the host sandbox put in force on this machine, measured by running `true` as the
-/// tool would run a call; the error says why calls are refused.
-type Probe = Result<Protections, String>;
+/// The whole audit, as `--json` prints it.
+#[derive(Serialize)]
+struct Audit {
+    policies: Vec<PolicyAudit>,
+}
 
-/// One thing a reviewer should look at.
-fn flags(policy: &Policy, probe: Option<&Probe>) -> Vec<String> {
-    let mut out = Vec::new();
-    match &policy.executor {
-        ExecutorConfig::Host(cfg) => {
-            if cfg.network.value == NetworkMode::Unrestricted {
-                out.push(
-                    "unrestricted network: the process shares the host's network (no \
-                     allowlist)"
-                        .into(),
-                );
-            }
-            if cfg.isolation.value == Isolation::BestEffort {
-                out.push(
-                    "isolation = \"best-effort\": runs even where this machine cannot confine it"
-                        .into(),
-                );
-            }
-            match probe {
-                Some(Ok(p)) => out.extend(p.missing.iter().map(|m| format!("missing here: {m}"))),
-                Some(Err(e)) => out.push(format!("calls are refused on this machine: {e}")),
-                None => {}
-            }
-        }
-        ExecutorConfig::Wasm(cfg) => {
-            if cfg.sha256.is_none() {
-                out.push(
-                    "unpinned: any rebuild of the component runs unreviewed (`warden pin`)".into(),
-                );
-            }
-        }
-        ExecutorConfig::Docker(cfg) => {
-            if cfg.network.value == NetworkMode::Unrestricted {
-                out.push(
-                    "unrestricted network: the container may reach any host (Docker cannot \
-                     enforce an allowlist)"
-                        .into(),
-                );
-            }
-            if !cfg.image.value.contains("@sha256:") {
-                out.push(format!(
-                    "image by tag ({}), not by digest: whatever is tagged so runs",
-                    cfg.image.value
-                ));
-            }
-        }
+#[derive(Serialize)]
+struct PolicyAudit {
+    policy: String,
+    executor: ExecutorAudit,
+    grants: Value,
+    /// `grants` (what `net` names), `none` or `unrestricted`.
+    network: Reach,
+    /// What the executor kind can honour at all.
+    capabilities: Capabilities,
+    tools: Vec<ToolAudit>,
+    flags: Vec<String>,
+    #[serde(skip)]
+    lines: Vec<(&'static str, String)>,
+}
+
+#[derive(Serialize)]
+struct ExecutorAudit {
+    kind: String,
+    #[serde(flatten)]
+    settings: Map<String, Value>,
+    /// What a probe found in force on this machine: its lines, or why calls are refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    in_force_here: Option<Value>,
+}
+
+#[derive(Serialize)]
+struct ToolAudit {
+    name: String,
+    limits: Value,
+    review_required: bool,
+    #[serde(skip)]
+    in_force: Limits,
+}
+
+/// What a reviewer should look at in any policy, whatever its executor.
+fn flags(policy: &Policy, report: &Report, probe: Option<&Result<Probe, String>>) -> Vec<String> {
+    let mut out = report.flags.clone();
+    match probe {
+        Some(Ok(p)) => out.extend(p.missing.iter().map(|m| format!("missing here: {m}"))),
+        Some(Err(e)) => out.push(format!("calls are refused on this machine: {e}")),
+        None => {}
     }
     for g in &policy.grants.fs {
         if g.access == Access::ReadWrite {
@@ -93,109 +91,79 @@ fn flags(policy: &Policy, probe: Option<&Probe>) -> Vec<String> {
     out
 }
 
-fn describe(toolbox: &Toolbox, probes: &[Option<Probe>]) -> Value {
-    let policies: Vec<Value> = toolbox
+fn describe(toolbox: &Toolbox, probes: Vec<Option<Result<Probe, String>>>) -> Audit {
+    let policies = toolbox
         .policies()
         .iter()
         .zip(probes)
-        .map(|(p, probe)| {
-            let tools: Vec<Value> = toolbox
+        .map(|(loaded, probe)| {
+            let (p, report) = (&loaded.policy, &loaded.report);
+            let tools = toolbox
                 .tools()
                 .filter(|t| std::sync::Arc::ptr_eq(&t.policy, p))
-                .map(|t| {
-                    json!({
-                        "name": t.spec.name,
-                        "limits": t.limits.describe(),
-                        "review_required": t.review_required,
-                    })
+                .map(|t| ToolAudit {
+                    name: t.spec.name.clone(),
+                    limits: t.limits.describe(),
+                    review_required: t.review_required,
+                    in_force: t.limits,
                 })
                 .collect();
-            json!({
-                "policy": p.path.display().to_string(),
-                "executor": executor(&p.executor, &p.grants, probe.as_ref()),
-                "grants": p.grants.describe(),
-                // Wasm tools reach what `grants.net` names; a docker tool has none or all.
-                "network": match &p.executor {
-                    ExecutorConfig::Docker(cfg) => cfg.network.value.as_str(),
-                    ExecutorConfig::Host(cfg) => cfg.network.value.as_str(),
-                    ExecutorConfig::Wasm(_) => "grants",
+            let mut lines: Vec<(&'static str, String)> = report
+                .lines
+                .iter()
+                .map(|l| (l.label, l.text.clone()))
+                .collect();
+            let in_force_here = probe.as_ref().map(|probe| match probe {
+                Ok(found) => {
+                    lines.extend(found.in_force.iter().map(|l| ("in force", l.clone())));
+                    json!(found.in_force)
+                }
+                Err(e) => {
+                    lines.push(("in force", format!("refused: {e}")));
+                    json!(format!("refused: {e}"))
+                }
+            });
+            PolicyAudit {
+                policy: p.path.display().to_string(),
+                executor: ExecutorAudit {
+                    kind: p.kind.value.clone(),
+                    settings: report.settings.clone(),
+                    in_force_here,
                 },
-                "tools": tools,
-                "flags": flags(p, probe.as_ref()),
-            })
+                grants: p.grants.describe(),
+                network: report.network,
+                capabilities: loaded.capabilities,
+                tools,
+                flags: flags(p, report, probe.as_ref()),
+                lines,
+            }
         })
         .collect();
-    json!({ "policies": policies })
+    Audit { policies }
 }
 
-fn executor(config: &ExecutorConfig, grants: &Grants, probe: Option<&Probe>) -> Value {
-    match config {
-        ExecutorConfig::Host(cfg) => json!({
-            "kind": "host",
-            "argv": cfg.argv.value,
-            "workdir": cfg.start_dir(grants).display().to_string(),
-            "user": format!("{}:{}", cfg.uid, cfg.gid),
-            "processes": cfg.processes,
-            "cpu_time": cfg.cpu_time.map_or("the timeout".to_owned(), |c| HumanDuration(c).to_string()),
-            "open_files": cfg.open_files,
-            "file_size": ByteSize(cfg.file_size).to_string(),
-            "tmp": ByteSize(cfg.tmp).to_string(),
-            "isolation": cfg.isolation.value.as_str(),
-            "in_force_here": match probe {
-                Some(Ok(p)) => json!(p.describe()),
-                Some(Err(e)) => json!(format!("refused: {e}")),
-                None => Value::Null,
-            },
-        }),
-        ExecutorConfig::Wasm(cfg) => json!({
-            "kind": "wasm",
-            "component": cfg.component.value.display().to_string(),
-            "sha256": cfg.sha256.as_ref().map(|s| s.value.clone()),
-        }),
-        ExecutorConfig::Docker(cfg) => json!({
-            "kind": "docker",
-            "image": cfg.image.value,
-            "argv": cfg.argv.value,
-            "workdir": cfg.workdir.as_ref().map(|w| w.value.clone()),
-            "mode": if cfg.session { "session" } else { "call" },
-            "user": cfg.user.as_ref().map_or(
-                "the owner of the read-write roots, else 65534 (never root)".to_owned(),
-                |u| u.value.clone(),
-            ),
-            "pids": cfg.pids,
-            "cpus": cfg.nano_cpus as f64 / 1e9,
-            "tmp": ByteSize(cfg.tmp).to_string(),
-            "hardening": [
-                "read-only root filesystem", "all capabilities dropped", "no-new-privileges",
-                "non-root user", "no log driver", "init reaps orphans",
-                "only granted folders mounted", "only granted env",
-            ],
-        }),
-    }
-}
-
-/// Probes each host policy's sandbox on this machine.
-fn probes(ctx: &Context, toolbox: &Toolbox) -> Result<Vec<Option<Probe>>> {
+/// Probes each policy's sandbox on this machine, where its backend has something to probe.
+fn probes(ctx: &Context, toolbox: &Toolbox) -> Result<Vec<Option<Result<Probe, String>>>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let backends = ctx.backends();
+    let list = backends.list();
     Ok(toolbox
         .policies()
         .iter()
-        .map(|p| {
-            matches!(p.executor, ExecutorConfig::Host(_)).then(|| {
-                let tool = ctx.host.tool(p).map_err(|e| e.to_string())?;
-                runtime.block_on(tool.probe()).map_err(|e| e.message)
-            })
+        .map(|loaded| {
+            let backend = list.iter().find(|b| b.kind() == loaded.policy.kind.value)?;
+            runtime.block_on(backend.probe(&loaded.policy))
         })
         .collect())
 }
 
 pub fn audit(ctx: &Context, json: bool) -> Result<ExitCode> {
     let toolbox = ctx.load()?;
-    let report = describe(&toolbox, &probes(ctx, &toolbox)?);
+    let audit = describe(&toolbox, probes(ctx, &toolbox)?);
     if json {
-        outln!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&audit)?);
         return Ok(ExitCode::SUCCESS);
     }
     let color = std::io::IsTerminal::is_terminal(&std::io::stdout());
@@ -206,155 +174,102 @@ pub fn audit(ctx: &Context, json: bool) -> Result<ExitCode> {
             s.to_owned()
         }
     };
-    for p in report["policies"].as_array().into_iter().flatten() {
-        outln!("{}", p["policy"].as_str().unwrap_or_default());
-        let ex = &p["executor"];
-        if ex["kind"] == "host" {
-            outln!(
-                "  executor  host {} as {} in {} (isolation {})",
-                ex["argv"],
-                ex["user"].as_str().unwrap_or_default(),
-                ex["workdir"].as_str().unwrap_or_default(),
-                ex["isolation"].as_str().unwrap_or_default()
-            );
-            outln!(
-                "  rlimits   processes {}, cpu {}, open files {}, file size {}; /tmp {}",
-                ex["processes"],
-                ex["cpu_time"].as_str().unwrap_or_default(),
-                ex["open_files"],
-                ex["file_size"].as_str().unwrap_or_default(),
-                ex["tmp"].as_str().unwrap_or_default()
-            );
-            match &ex["in_force_here"] {
-                Value::Array(lines) => {
-                    for l in lines.iter().filter_map(Value::as_str) {
-                        let l = if l.starts_with("MISSING") {
-                            red(l)
-                        } else {
-                            l.to_owned()
-                        };
-                        outln!("  in force  {l}");
-                    }
-                }
-                Value::String(e) => outln!("  in force  {}", red(e)),
-                _ => {}
-            }
-        } else if ex["kind"] == "docker" {
-            outln!(
-                "  executor  docker {} {} (a container per {})",
-                ex["image"].as_str().unwrap_or_default(),
-                ex["argv"],
-                ex["mode"].as_str().unwrap_or_default()
-            );
-            outln!(
-                "  container user {}, pids {}, cpus {}, /tmp {}; {}",
-                ex["user"].as_str().unwrap_or_default(),
-                ex["pids"],
-                ex["cpus"],
-                ex["tmp"].as_str().unwrap_or_default(),
-                strings(&ex["hardening"]).join(", ")
-            );
-        } else {
-            let pin = ex["sha256"].as_str().map_or_else(
-                || red("UNPINNED"),
-                |s| format!("sha256 {}…", &s[..12.min(s.len())]),
-            );
-            outln!(
-                "  executor  {} {} ({pin})",
-                ex["kind"].as_str().unwrap_or_default(),
-                ex["component"].as_str().unwrap_or_default()
-            );
+    for (p, loaded) in audit.policies.iter().zip(toolbox.policies()) {
+        outln!("{}", p.policy);
+        for (label, text) in &p.lines {
+            let text = if text.starts_with("MISSING") || text.starts_with("refused") {
+                red(text)
+            } else {
+                text.clone()
+            };
+            outln!("  {label:<9} {text}");
         }
-        let g = &p["grants"];
-        outln!(
-            "  env       {}",
-            list_or_none(&g["env"], |v| v
-                .as_object()
-                .map(|m| m
-                    .iter()
-                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                    .collect())
-                .unwrap_or_default())
-        );
-        outln!("  env host  {}", list_or_none(&g["env_from_host"], strings));
+        let grants = &loaded.policy.grants;
+        outln!("  env       {}", env_line(grants));
+        outln!("  env host  {}", list_or_none(grants.env_from_host.clone()));
         outln!(
             "  fs        {}",
-            list_or_none(&g["fs"], |v| v
-                .as_array()
-                .map(|a| a
+            list_or_none(
+                grants
+                    .fs
                     .iter()
                     .map(|f| format!(
                         "{} -> {} ({})",
-                        f["host"].as_str().unwrap_or_default(),
-                        f["guest"].as_str().unwrap_or_default(),
-                        f["access"].as_str().unwrap_or_default()
+                        f.host.display(),
+                        f.guest,
+                        match f.access {
+                            Access::ReadOnly => "read-only",
+                            Access::ReadWrite => "read-write",
+                        }
                     ))
-                    .collect())
-                .unwrap_or_default())
+                    .collect()
+            )
         );
-        match p["network"].as_str().unwrap_or("none") {
-            "grants" => outln!("  network   {}", network_line(&g["net"])),
-            "none" => outln!("  network   none"),
-            other => outln!("  network   {}", red(other)),
+        match p.network {
+            Reach::Grants => outln!("  network   {}", network_line(grants)),
+            Reach::None => outln!("  network   none"),
+            Reach::Unrestricted => outln!("  network   {}", red("unrestricted")),
         }
-        for t in p["tools"].as_array().into_iter().flatten() {
-            let l = &t["limits"];
+        for t in &p.tools {
+            let l = &t.in_force;
             outln!(
                 "  tool {:<20} timeout {} memory {} fuel {} output {} concurrency {}{}",
-                t["name"].as_str().unwrap_or_default(),
-                l["timeout"].as_str().unwrap_or_default(),
-                l["memory"].as_str().unwrap_or_default(),
-                l["fuel"].as_u64().map_or("off".into(), |f| f.to_string()),
-                l["output"].as_str().unwrap_or_default(),
-                l["concurrency"],
-                if t["review_required"] == true {
+                t.name,
+                HumanDuration(l.timeout),
+                ByteSize(l.memory),
+                l.fuel.map_or("off".into(), |f| f.to_string()),
+                ByteSize(l.output),
+                l.concurrency,
+                if t.review_required {
                     ", review required"
                 } else {
                     ""
                 },
             );
         }
-        for f in p["flags"].as_array().into_iter().flatten() {
-            outln!("  {} {}", red("!"), f.as_str().unwrap_or_default());
+        for f in &p.flags {
+            outln!("  {} {f}", red("!"));
         }
         outln!();
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// Literal env as `KEY=value`, secret values hidden.
+fn env_line(grants: &Grants) -> String {
+    list_or_none(
+        grants
+            .env
+            .iter()
+            .map(|(k, v)| {
+                let shown = if grants.secret_env.contains(k) {
+                    "[secret]"
+                } else {
+                    v.as_str()
+                };
+                format!("{k}={shown}")
+            })
+            .collect(),
+    )
+}
+
 /// Hosts, the DNS switch, and injected credentials by name (values never).
-fn network_line(net: &Value) -> String {
-    let mut parts = strings(&net["hosts"]);
-    if net["dns"] == true {
+fn network_line(grants: &Grants) -> String {
+    let net = &grants.net;
+    let mut parts: Vec<String> = net.hosts.iter().map(ToString::to_string).collect();
+    if net.dns {
         parts.push("guest DNS lookups".into());
     }
-    for c in net["credentials"].as_array().into_iter().flatten() {
+    for c in &net.credentials {
         parts.push(format!(
             "{} header for {} from ${}",
-            c["header"].as_str().unwrap_or_default(),
-            c["host"].as_str().unwrap_or_default(),
-            c["from_host"].as_str().unwrap_or_default()
+            c.header, c.host, c.from_host
         ));
     }
-    if parts.is_empty() {
-        "none".into()
-    } else {
-        parts.join(", ")
-    }
+    list_or_none(parts)
 }
 
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn list_or_none(v: &Value, f: impl Fn(&Value) -> Vec<String>) -> String {
-    let items = f(v);
+fn list_or_none(items: Vec<String>) -> String {
     if items.is_empty() {
         "none".into()
     } else {

@@ -4,7 +4,9 @@ use anyhow::{Context as _, Result};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use warden_core::{Admission, CallLog, Dispatcher, Protected, RunLimits, Toolbox, ToolboxError};
+use warden_core::{
+    Admission, Backend, CallLog, Dispatcher, Protected, RunLimits, Toolbox, ToolboxError,
+};
 use warden_docker::{DockerBackend, Engine};
 use warden_host::{Helper, HostBackend};
 use warden_wasm::{Artifacts, Resolver, WasmBackend};
@@ -24,7 +26,7 @@ pub struct Context {
     pub host: HostBackend,
 }
 
-/// The backends of every executor kind.
+/// The backends of every executor kind this build has: a new kind is one more field here.
 pub struct Backends {
     wasm: WasmBackend,
     docker: DockerBackend,
@@ -32,9 +34,14 @@ pub struct Backends {
 }
 
 impl Backends {
+    /// Every backend, for loading policies.
+    pub fn list(&self) -> [&dyn Backend; 3] {
+        [&self.wasm, &self.docker, &self.host]
+    }
+
     /// Loads the toolbox in `dir` with every backend.
     pub fn load(&self, dir: &Path, protected: &[Protected]) -> Result<Toolbox, ToolboxError> {
-        Toolbox::load(dir, &[&self.wasm, &self.docker, &self.host], protected)
+        Toolbox::load(dir, &self.list(), protected)
     }
 }
 

@@ -85,9 +85,13 @@ pub fn demo(ctx: &Context) -> Result<ExitCode> {
     };
     let mut toolbox: Toolbox = ctx.load()?;
     let backend = ctx.backend();
-    let hostile = Policy::parse(&policies.join("demo-hostile.toml"), HOSTILE)?;
+    let hostile = Policy::parse(&policies.join("demo-hostile.toml"), HOSTILE, &[&backend])?;
     toolbox.add_policy(Arc::new(hostile), &[&backend])?;
-    let fetch = Policy::parse(&policies.join("demo-fetch.toml"), &local_fetch(port))?;
+    let fetch = Policy::parse(
+        &policies.join("demo-fetch.toml"),
+        &local_fetch(port),
+        &[&backend],
+    )?;
     toolbox.add_policy(Arc::new(fetch), &[&backend])?;
     let dispatcher = Dispatcher::new(Arc::new(toolbox));
     let runtime = context::runtime()?;

@@ -5,16 +5,13 @@ mod common;
 
 use common::{root, wasm};
 
-#[path = "../crates/warden-agent/tests/common/scripted.rs"]
-mod scripted;
-
-use scripted::{Scripted, answer, calls, error};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
+use warden_test_support::scripted::{Scripted, answer, calls, error};
 
 /// A toolbox (`trivial`, `hostile`) and a warden home in a temp dir.
 struct Env {

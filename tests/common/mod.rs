@@ -2,7 +2,4 @@
 //! built from source on first use.
 #![allow(dead_code)]
 
-#[path = "../support/guests.rs"]
-mod guests;
-
-pub use guests::{root, wasm};
+pub use warden_test_support::guests::{root, wasm};

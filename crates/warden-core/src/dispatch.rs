@@ -403,7 +403,7 @@ impl Dispatcher {
             entry["denied"] = facts.denied_count.into();
         }
         if let Some((tool, secrets)) = tool {
-            entry["executor"] = tool.policy.executor.kind().into();
+            entry["executor"] = tool.policy.kind.value.clone().into();
             entry["policy"] = tool.policy.path.display().to_string().into();
             entry["grants"] = tool.policy.grants.describe();
             entry["limits"] = tool.limits.describe();

@@ -2,8 +2,6 @@
 
 use crate::limits::Limits;
 use crate::message::ToolError;
-use crate::policy::Policy;
-use crate::spec::ToolSpec;
 use serde_json::Value;
 use std::future::Future;
 use std::pin::Pin;
@@ -114,21 +112,4 @@ pub trait Executor: Send + Sync {
         let _ = session;
         Box::pin(async {})
     }
-}
-
-/// One tool that a backend found in a policy.
-pub struct LoadedTool {
-    /// The function's name inside its sandbox (the key of `[functions.NAME]`).
-    pub function: String,
-    /// The spec, named without the policy's prefix.
-    pub spec: ToolSpec,
-    pub executor: Arc<dyn Executor>,
-}
-
-/// Turns policies of one executor kind into tools.
-pub trait Backend: Send + Sync {
-    /// The `kind` this backend serves (`"wasm"`).
-    fn kind(&self) -> &'static str;
-    /// Prepares every tool of one policy; an error names what cannot be honoured.
-    fn load(&self, policy: &Arc<Policy>) -> Result<Vec<LoadedTool>, crate::PolicyError>;
 }

@@ -1,6 +1,7 @@
 //! Grants: the env, filesystem roots and network a tool may use. Each kind is parsed,
 //! validated, resolved and described here, so the audit shows exactly what executors enforce.
 
+use crate::capability::Paths;
 use crate::message::{ErrorKind, ToolError};
 use crate::net::{Credential, HostGrant, NetGrants};
 use serde::{Deserialize, Serialize};
@@ -12,27 +13,25 @@ use toml::Spanned;
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct GrantsSpec {
+    pub(crate) env: Option<Spanned<BTreeMap<String, String>>>,
     #[serde(default)]
-    env: BTreeMap<String, String>,
-    #[serde(default)]
-    env_from_host: Vec<Spanned<String>>,
+    pub(crate) env_from_host: Vec<Spanned<String>>,
     /// Names of `env` entries whose values are secret (redacted like host values).
     #[serde(default)]
-    secret_env: Vec<Spanned<String>>,
+    pub(crate) secret_env: Vec<Spanned<String>>,
     #[serde(default)]
-    fs: Vec<Spanned<FsGrantSpec>>,
+    pub(crate) fs: Vec<Spanned<FsGrantSpec>>,
     #[serde(default)]
-    net: Vec<Spanned<String>>,
+    pub(crate) net: Vec<Spanned<String>>,
     /// Guest DNS lookups; off unless asked.
+    pub(crate) dns: Option<Spanned<bool>>,
     #[serde(default)]
-    dns: bool,
-    #[serde(default)]
-    net_credentials: Vec<Spanned<Credential>>,
+    pub(crate) net_credentials: Vec<Spanned<Credential>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct FsGrantSpec {
+pub(crate) struct FsGrantSpec {
     host: String,
     /// Where a wasm or docker tool sees it; a host tool sees host paths and writes none.
     guest: Option<String>,
@@ -78,9 +77,10 @@ pub(crate) struct GrantError {
 
 impl GrantsSpec {
     /// Checks every grant against this machine; paths are relative to `base`. With
-    /// `host_paths` (a host tool) each root is seen at its own canonical path.
-    pub(crate) fn resolve(self, base: &Path, host_paths: bool) -> Result<Grants, GrantError> {
-        for name in self.env.keys() {
+    /// [`Paths::Host`] each root is seen at its own canonical path.
+    pub(crate) fn resolve(self, base: &Path, paths: Paths) -> Result<Grants, GrantError> {
+        let env = self.env.map(Spanned::into_inner).unwrap_or_default();
+        for name in env.keys() {
             check_env_name(name).map_err(|message| GrantError {
                 span: None,
                 message,
@@ -94,7 +94,7 @@ impl GrantsSpec {
                 span: Some(span.clone()),
                 message,
             })?;
-            if self.env.contains_key(&name) {
+            if env.contains_key(&name) {
                 return Err(GrantError {
                     span: Some(span),
                     message: format!("`{name}` is granted both in env and in env_from_host"),
@@ -106,7 +106,7 @@ impl GrantsSpec {
         for name in self.secret_env {
             let span = name.span();
             let name = name.into_inner();
-            if !self.env.contains_key(&name) {
+            if !env.contains_key(&name) {
                 return Err(GrantError {
                     span: Some(span),
                     message: format!("secret_env names `{name}`, which is not in env"),
@@ -136,16 +136,16 @@ impl GrantsSpec {
                     spec.host
                 )));
             }
-            let guest = match (&spec.guest, host_paths) {
-                (None, true) => host.to_string_lossy().into_owned(),
-                (Some(_), true) => {
+            let guest = match (&spec.guest, paths) {
+                (None, Paths::Host) => host.to_string_lossy().into_owned(),
+                (Some(_), Paths::Host) => {
                     return Err(err(format!(
                         "a host tool sees host paths: drop `guest` from the grant of `{}`",
                         spec.host
                     )));
                 }
-                (Some(g), false) => normalise_guest(g).map_err(err)?,
-                (None, false) => {
+                (Some(g), Paths::Guest) => normalise_guest(g).map_err(err)?,
+                (None, Paths::Guest) => {
                     return Err(err(format!(
                         "the fs grant of `{}` needs `guest`, the absolute path the tool sees it \
                          at",
@@ -163,7 +163,7 @@ impl GrantsSpec {
             });
         }
         let mut net = NetGrants {
-            dns: self.dns,
+            dns: self.dns.is_some_and(|d| d.into_inner()),
             ..NetGrants::default()
         };
         for text in self.net {
@@ -185,7 +185,7 @@ impl GrantsSpec {
             net.credentials.push(c);
         }
         Ok(Grants {
-            env: self.env,
+            env,
             env_from_host,
             secret_env,
             fs,
@@ -332,7 +332,7 @@ mod tests {
 
     fn parse(text: &str, base: &Path) -> Result<Grants, String> {
         let spec: GrantsSpec = toml::from_str(text).map_err(|e| e.to_string())?;
-        spec.resolve(base, false).map_err(|e| e.message)
+        spec.resolve(base, Paths::Guest).map_err(|e| e.message)
     }
 
     #[test]

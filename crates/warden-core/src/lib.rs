@@ -1,14 +1,14 @@
 //! The heart of warden: tool calls and tool messages, policies and the toolbox, the `Executor`
-//! trait and the dispatcher. No sandbox technology lives here.
+//! and `Backend` traits, the capability check and the dispatcher. No sandbox technology lives
+//! here: each executor kind's `[executor]` table is its backend's to parse.
 
 mod admission;
+mod backend;
 mod calllog;
-pub mod command;
+mod capability;
 mod dispatch;
-mod docker;
 mod executor;
 mod grants;
-mod host;
 mod limits;
 mod message;
 mod net;
@@ -17,27 +17,24 @@ mod redact;
 mod review;
 mod session;
 mod spec;
+mod table;
 mod toolbox;
 mod units;
 
 pub use admission::{Admission, RunLimits, default_memory_budget};
+pub use backend::{Backend, Loaded, LoadedTool, Probe, Reach, Report, ReportLine};
 pub use calllog::CallLog;
-pub use command::Capped;
+pub use capability::{Capabilities, NetHosts, Paths, Support};
 pub use dispatch::{CallObserver, Dispatcher};
-pub use docker::{DEFAULT_NANO_CPUS, DEFAULT_PIDS, DEFAULT_TMP, DockerConfig, NetworkMode};
-pub use executor::{
-    Backend, BoxFuture, Denial, Denials, Executor, Invocation, LoadedTool, Output, SessionId,
-};
+pub use executor::{BoxFuture, Denial, Denials, Executor, Invocation, Output, SessionId};
 pub use grants::{Access, FsGrant, Grants};
-pub use host::{
-    DEFAULT_FILE_SIZE, DEFAULT_OPEN_FILES, DEFAULT_PROCESSES, HostConfig, Isolation, NOBODY,
-};
-pub use limits::{Limits, LimitsSpec, cap_text, truncation_marker};
+pub use limits::{Capped, Limits, LimitsSpec, cap_text, truncation_marker};
 pub use message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage, Violation};
 pub use net::{Credential, HostGrant, HostPattern, NetGrants, is_public};
-pub use policy::{ExecutorConfig, FunctionOverride, Located, Policy, PolicyError, WasmConfig};
+pub use policy::{FunctionOverride, Located, Policy, PolicyError};
 pub use redact::Secrets;
 pub use review::{Decision, Reviewer};
 pub use spec::{ToolSpec, is_valid_tool_name};
-pub use toolbox::{Protected, Tool, Toolbox, ToolboxError};
+pub use table::ExecutorTable;
+pub use toolbox::{LoadedPolicy, Protected, Tool, Toolbox, ToolboxError};
 pub use units::{ByteSize, HumanDuration};

@@ -3,6 +3,7 @@
 use crate::units::{ByteSize, HumanDuration};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
+use toml::Spanned;
 
 /// Wall-clock time of one call when the policy writes none.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -15,9 +16,8 @@ pub const DEFAULT_RESPONSE: u64 = 16 << 20;
 /// Calls of one tool in flight at once when the policy writes none.
 pub const DEFAULT_CONCURRENCY: u32 = 16;
 
-/// Limits as a policy file writes them: every field optional.
+/// Limits as a policy writes them: every field optional.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct LimitsSpec {
     pub timeout: Option<HumanDuration>,
     pub memory: Option<ByteSize>,
@@ -53,24 +53,55 @@ impl LimitsSpec {
             concurrency: self.concurrency.unwrap_or(DEFAULT_CONCURRENCY),
         }
     }
+}
 
-    /// Rejects limits that cannot be honoured.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.timeout.is_some_and(|t| t.0.is_zero()) {
-            return Err("limits.timeout must be more than zero".into());
+/// Limits as written in a policy file, with where each was written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LimitsFile {
+    pub timeout: Option<Spanned<HumanDuration>>,
+    pub memory: Option<Spanned<ByteSize>>,
+    pub fuel: Option<Spanned<u64>>,
+    pub output: Option<Spanned<ByteSize>>,
+    pub response: Option<Spanned<ByteSize>>,
+    pub concurrency: Option<Spanned<u32>>,
+}
+
+impl LimitsFile {
+    /// Rejects limits no executor can honour; the error carries the offending span.
+    pub fn check(self) -> Result<LimitsSpec, (std::ops::Range<usize>, String)> {
+        let bad = |span: std::ops::Range<usize>, m: &str| Err((span, m.to_owned()));
+        if let Some(t) = &self.timeout
+            && t.get_ref().0.is_zero()
+        {
+            return bad(t.span(), "timeout must be more than zero");
         }
-        if self.memory.is_some_and(|m| m.0 < (1 << 20)) {
-            return Err("limits.memory must be at least 1MiB".into());
+        if let Some(m) = &self.memory
+            && m.get_ref().0 < (1 << 20)
+        {
+            return bad(m.span(), "memory must be at least 1MiB");
         }
-        if self.concurrency == Some(0) {
-            return Err("limits.concurrency must be at least 1".into());
+        if let Some(c) = &self.concurrency
+            && *c.get_ref() == 0
+        {
+            return bad(c.span(), "concurrency must be at least 1");
         }
-        if self.fuel == Some(0) {
-            return Err(
-                "limits.fuel must be more than zero (leave it out for no fuel limit)".into(),
+        if let Some(f) = &self.fuel
+            && *f.get_ref() == 0
+        {
+            return bad(
+                f.span(),
+                "fuel must be more than zero (leave it out for no fuel limit)",
             );
         }
-        Ok(())
+        Ok(LimitsSpec {
+            timeout: self.timeout.map(Spanned::into_inner),
+            memory: self.memory.map(Spanned::into_inner),
+            fuel: self.fuel.map(Spanned::into_inner),
+            output: self.output.map(Spanned::into_inner),
+            response: self.response.map(Spanned::into_inner),
+            concurrency: self.concurrency.map(Spanned::into_inner),
+        })
     }
 }
 
@@ -110,22 +141,62 @@ impl Limits {
 
 /// Keeps at most `limit` bytes of `text` (on a character boundary) and says how much was cut.
 pub fn cap_text(text: &str, limit: u64) -> String {
-    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    if text.len() <= limit {
+    if text.len() as u64 <= limit {
         return text.to_owned();
     }
-    let mut end = limit;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut out = text[..end].to_owned();
-    out.push_str(&truncation_marker((text.len() - end) as u64));
-    out
+    let mut capped = Capped::new(limit);
+    capped.push(text.as_bytes());
+    capped.text()
 }
 
 /// The visible marker that ends truncated output.
 pub fn truncation_marker(dropped: u64) -> String {
     format!("\n[warden: output truncated, {dropped} more bytes not shown]")
+}
+
+/// The first `limit` bytes of a stream, and how many more there were.
+#[derive(Debug, Clone)]
+pub struct Capped {
+    kept: Vec<u8>,
+    dropped: u64,
+    limit: usize,
+}
+
+impl Capped {
+    pub fn new(limit: u64) -> Self {
+        Self {
+            kept: Vec::new(),
+            dropped: 0,
+            limit: usize::try_from(limit).unwrap_or(usize::MAX),
+        }
+    }
+
+    pub fn push(&mut self, data: &[u8]) {
+        let room = self.limit.saturating_sub(self.kept.len());
+        let take = room.min(data.len());
+        self.kept.extend_from_slice(&data[..take]);
+        self.dropped += (data.len() - take) as u64;
+    }
+
+    /// The text kept, ending with warden's visible marker when something was cut.
+    pub fn text(&self) -> String {
+        let mut kept = self.kept.as_slice();
+        if self.dropped > 0 {
+            // A cut through a multi-byte character would end in a replacement character.
+            let valid = match std::str::from_utf8(kept) {
+                Ok(_) => kept.len(),
+                Err(e) if e.error_len().is_none() => e.valid_up_to(),
+                Err(_) => kept.len(),
+            };
+            kept = &kept[..valid];
+        }
+        let mut text = String::from_utf8_lossy(kept).into_owned();
+        let cut = self.dropped + (self.kept.len() - kept.len()) as u64;
+        if cut > 0 {
+            text.push_str(&truncation_marker(cut));
+        }
+        text
+    }
 }
 
 #[cfg(test)]
@@ -156,5 +227,22 @@ mod tests {
         let capped = cap_text("ééééé", 3);
         assert!(capped.starts_with('é'));
         assert!(capped.contains("output truncated, 8 more bytes"));
+    }
+
+    #[test]
+    fn caps_with_a_marker_and_whole_characters() {
+        let mut c = Capped::new(5);
+        c.push(b"hello world");
+        assert_eq!(
+            c.text(),
+            format!("hello{}", truncation_marker(6)),
+            "the cut is counted"
+        );
+        let mut c = Capped::new(3);
+        c.push("aé€".as_bytes());
+        assert!(c.text().starts_with("aé\n"), "{}", c.text());
+        let mut c = Capped::new(10);
+        c.push(b"short");
+        assert_eq!(c.text(), "short");
     }
 }

@@ -1,6 +1,8 @@
 //! The toolbox: a folder of policy files, and the tools they define.
 
-use crate::executor::{Backend, Executor};
+use crate::backend::{Backend, Report};
+use crate::capability::Capabilities;
+use crate::executor::Executor;
 use crate::limits::Limits;
 use crate::policy::{Policy, PolicyError};
 use crate::spec::{ToolSpec, is_valid_tool_name};
@@ -50,6 +52,8 @@ pub struct Tool {
     /// Transient failures may be retried.
     pub idempotent: bool,
     pub executor: Arc<dyn Executor>,
+    /// What its backend enforces (shared by the tools of one policy).
+    pub report: Arc<Report>,
     /// Admission for `limits.concurrency`.
     pub(crate) permits: Arc<Semaphore>,
 }
@@ -58,7 +62,14 @@ pub struct Tool {
 #[derive(Default)]
 pub struct Toolbox {
     tools: BTreeMap<String, Tool>,
-    policies: Vec<Arc<Policy>>,
+    policies: Vec<LoadedPolicy>,
+}
+
+/// One policy of a toolbox, with what its backend enforces and can honour.
+pub struct LoadedPolicy {
+    pub policy: Arc<Policy>,
+    pub report: Arc<Report>,
+    pub capabilities: Capabilities,
 }
 
 impl Toolbox {
@@ -80,7 +91,7 @@ impl Toolbox {
         files.sort();
         let mut toolbox = Toolbox::default();
         for file in files {
-            let policy = Arc::new(Policy::load(&file)?);
+            let policy = Arc::new(Policy::load(&file, backends)?);
             check_protected(&policy, protected)?;
             toolbox.add_policy(policy, backends)?;
         }
@@ -93,15 +104,25 @@ impl Toolbox {
         policy: Arc<Policy>,
         backends: &[&dyn Backend],
     ) -> Result<(), ToolboxError> {
-        let kind = policy.executor.kind();
-        let backend = backends.iter().find(|b| b.kind() == kind).ok_or_else(|| {
-            PolicyError::new(
-                &policy.path,
-                None,
-                format!("executor kind `{kind}` is not available in this build"),
-            )
-        })?;
-        let loaded = backend.load(&policy)?;
+        let kind = &policy.kind;
+        let backend = backends
+            .iter()
+            .find(|b| b.kind() == kind.value)
+            .ok_or_else(|| {
+                PolicyError::new(
+                    &policy.path,
+                    Some(kind.line),
+                    format!(
+                        "executor kind `{}` is not available in this build",
+                        kind.value
+                    ),
+                )
+            })?;
+        let crate::backend::Loaded {
+            tools: loaded,
+            report,
+        } = backend.load(&policy)?;
+        let report = Arc::new(report);
         for (name, f) in &policy.functions {
             if !loaded.iter().any(|t| &t.function == name) {
                 let known: Vec<&str> = loaded.iter().map(|t| t.function.as_str()).collect();
@@ -138,10 +159,7 @@ impl Toolbox {
                 });
             }
             let over = policy.functions.get(&tool.function);
-            let limits = match over {
-                Some(o) => policy.limits.overlay(&o.limits).resolve(),
-                None => policy.limits.resolve(),
-            };
+            let limits = policy.limits_for(&tool.function);
             let review_required = over
                 .and_then(|o| o.review_required)
                 .unwrap_or(policy.review_required);
@@ -157,11 +175,16 @@ impl Toolbox {
                     review_required,
                     idempotent,
                     executor: tool.executor,
+                    report: report.clone(),
                     permits,
                 },
             );
         }
-        self.policies.push(policy);
+        self.policies.push(LoadedPolicy {
+            policy,
+            report,
+            capabilities: backend.capabilities(),
+        });
         Ok(())
     }
 
@@ -175,8 +198,8 @@ impl Toolbox {
         self.tools.values()
     }
 
-    /// Every policy, in load order.
-    pub fn policies(&self) -> &[Arc<Policy>] {
+    /// Every policy, in load order, with what its backend enforces.
+    pub fn policies(&self) -> &[LoadedPolicy] {
         &self.policies
     }
 

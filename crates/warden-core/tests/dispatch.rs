@@ -2,10 +2,8 @@
 
 use serde_json::{Value, json};
 use std::sync::Arc;
-use warden_core::{
-    Backend, BoxFuture, Executor, Invocation, LoadedTool, Output, Policy, PolicyError, ToolCall,
-    ToolError, ToolSpec, Toolbox,
-};
+use warden_core::{BoxFuture, Executor, Invocation, Output, ToolCall, ToolError};
+use warden_test_support::TestBackend;
 
 /// Answers `{"n": N}` with N, and panics when N is 13.
 struct Superstitious;
@@ -23,38 +21,12 @@ impl Executor for Superstitious {
     }
 }
 
-struct TestBackend;
-
-impl Backend for TestBackend {
-    fn kind(&self) -> &'static str {
-        "wasm"
-    }
-
-    fn load(&self, _: &Arc<Policy>) -> Result<Vec<LoadedTool>, PolicyError> {
-        Ok(vec![LoadedTool {
-            function: "count".into(),
-            spec: ToolSpec {
-                name: "count".into(),
-                description: "Counts.".into(),
-                input_schema: json!({"type": "object"}),
-                output_schema: None,
-            },
-            executor: Arc::new(Superstitious),
-        }])
-    }
-}
-
 #[tokio::test]
 async fn a_panicking_executor_fails_only_its_own_call() {
     let dir = tempfile::tempdir().unwrap();
-    let policy = Policy::parse(
-        &dir.path().join("count.toml"),
-        "[executor]\nkind = \"wasm\"\ncomponent = \"x.wasm\"\n",
-    )
-    .unwrap();
-    let mut toolbox = Toolbox::default();
-    toolbox
-        .add_policy(Arc::new(policy), &[&TestBackend])
+    let toolbox = TestBackend::new()
+        .tool("count", Arc::new(Superstitious))
+        .toolbox(dir.path(), "")
         .unwrap();
     let d = warden_core::Dispatcher::new(Arc::new(toolbox));
     let calls: Vec<ToolCall> = [12, 13, 14]

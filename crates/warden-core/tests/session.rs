@@ -6,9 +6,9 @@ use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use warden_core::{
-    Backend, BoxFuture, Dispatcher, Executor, Invocation, LoadedTool, Output, Policy, PolicyError,
-    SessionId, ToolCall, ToolError, ToolSpec, Toolbox,
+    BoxFuture, Dispatcher, Executor, Invocation, Output, SessionId, ToolCall, ToolError,
 };
+use warden_test_support::TestBackend;
 
 /// Answers its call's session id; records the sessions that ended.
 #[derive(Default)]
@@ -32,37 +32,11 @@ impl Executor for WhoAmI {
     }
 }
 
-struct OneTool(Arc<WhoAmI>);
-
-impl Backend for OneTool {
-    fn kind(&self) -> &'static str {
-        "wasm"
-    }
-
-    fn load(&self, _: &Arc<Policy>) -> Result<Vec<LoadedTool>, PolicyError> {
-        Ok(vec![LoadedTool {
-            function: "whoami".into(),
-            spec: ToolSpec {
-                name: "whoami".into(),
-                description: "Says its session.".into(),
-                input_schema: json!({"type": "object"}),
-                output_schema: None,
-            },
-            executor: self.0.clone(),
-        }])
-    }
-}
-
 fn dispatcher(executor: &Arc<WhoAmI>) -> Dispatcher {
     let dir = tempfile::tempdir().unwrap();
-    let policy = Policy::parse(
-        &dir.path().join("whoami.toml"),
-        "[executor]\nkind = \"wasm\"\ncomponent = \"x.wasm\"\n",
-    )
-    .unwrap();
-    let mut toolbox = Toolbox::default();
-    toolbox
-        .add_policy(Arc::new(policy), &[&OneTool(executor.clone())])
+    let toolbox = TestBackend::new()
+        .tool("whoami", executor.clone())
+        .toolbox(dir.path(), "")
         .unwrap();
     Dispatcher::new(Arc::new(toolbox))
 }

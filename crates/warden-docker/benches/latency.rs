@@ -18,8 +18,8 @@ fn policy(dir: &Path, session: bool) -> Dispatcher {
     );
     let path = dir.join(format!("sh-{session}.toml"));
     std::fs::write(&path, text).expect("write the policy");
-    let policy = Policy::load(&path).expect("the policy loads");
     let backend = DockerBackend::new(Engine::from_env().label("warden.bench", "1"));
+    let policy = Policy::load(&path, &[&backend]).expect("the policy loads");
     let mut toolbox = Toolbox::default();
     toolbox
         .add_policy(Arc::new(policy), &[&backend])

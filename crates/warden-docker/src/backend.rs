@@ -1,12 +1,17 @@
 //! The docker backend: turns a `kind = "docker"` policy into its one tool. Loading never
 //! talks to the engine, so a toolbox loads (and its other tools run) with Docker down.
 
+use crate::config::DockerConfig;
 use crate::engine::Engine;
 use crate::plan::Plan;
 use crate::tool::DockerTool;
+use serde_json::json;
 use std::sync::Arc;
-use warden_core::command::Template;
-use warden_core::{Backend, ExecutorConfig, LoadedTool, Policy, PolicyError, ToolSpec};
+use warden_command::{NetworkMode, Template};
+use warden_core::{
+    Backend, ByteSize, Capabilities, Loaded, LoadedTool, NetHosts, Paths, Policy, PolicyError,
+    Reach, Report, ReportLine, Support, ToolSpec,
+};
 
 /// Loads `kind = "docker"` policies; every tool shares one engine connection. Clones share it.
 #[derive(Clone)]
@@ -31,17 +36,34 @@ impl Backend for DockerBackend {
         "docker"
     }
 
-    fn load(&self, policy: &Arc<Policy>) -> Result<Vec<LoadedTool>, PolicyError> {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            paths: Paths::Guest,
+            env: Support::Honoured,
+            net: NetHosts::AllOrNothing,
+            dns: Support::Refused(
+                "the switch is for wasm tools' own lookups; a container resolves names through \
+                 its network, which `network` decides",
+            ),
+            credentials: Support::Refused(
+                "warden adds credentials on the host side of wasm tools' HTTP only",
+            ),
+            fuel: Support::Refused(
+                "fuel counts WebAssembly instructions; a container's CPU is bounded by `cpus` \
+                 and the timeout",
+            ),
+            response: Support::Refused(
+                "the cap is on wasm tools' HTTP responses; a container reads its network \
+                 directly (what it answers is capped by `output`)",
+            ),
+            memory_ceiling: None,
+            sessions: true,
+        }
+    }
+
+    fn load(&self, policy: &Arc<Policy>) -> Result<Loaded, PolicyError> {
         let err = |line: Option<usize>, msg: String| PolicyError::new(&policy.path, line, msg);
-        let ExecutorConfig::Docker(cfg) = &policy.executor else {
-            return Err(err(
-                None,
-                format!(
-                    "the docker backend cannot load a `{}` executor",
-                    policy.executor.kind()
-                ),
-            ));
-        };
+        let cfg = &DockerConfig::from_policy(policy)?;
         let template = Template::parse(&cfg.argv.value).map_err(|m| err(Some(cfg.argv.line), m))?;
         let shell = match (cfg.session, template.shell()) {
             (false, _) => None,
@@ -56,10 +78,7 @@ impl Backend for DockerBackend {
             }
         };
         let plan = Plan::new(cfg, &policy.grants).map_err(|m| err(Some(cfg.argv.line), m))?;
-        let limits = match policy.functions.get(&cfg.name) {
-            Some(f) => policy.limits.overlay(&f.limits).resolve(),
-            None => policy.limits.resolve(),
-        };
+        let limits = policy.limits_for(&cfg.name);
         let spec = ToolSpec {
             name: cfg.name.clone(),
             description: cfg
@@ -69,6 +88,7 @@ impl Backend for DockerBackend {
             input_schema: template.schema(limits.timeout, shell.is_some()),
             output_schema: None,
         };
+        let report = report(cfg, &plan);
         let tool = DockerTool::new(
             self.engine.clone(),
             plan,
@@ -76,11 +96,83 @@ impl Backend for DockerBackend {
             policy.grants.clone(),
             shell,
         );
-        Ok(vec![LoadedTool {
-            function: cfg.name.clone(),
-            spec,
-            executor: Arc::new(tool),
-        }])
+        Ok(Loaded {
+            tools: vec![LoadedTool {
+                function: cfg.name.clone(),
+                spec,
+                executor: Arc::new(tool),
+            }],
+            report,
+        })
+    }
+}
+
+/// What every container of the tool gets, for the audit.
+fn report(cfg: &DockerConfig, plan: &Plan) -> Report {
+    const HARDENING: [&str; 8] = [
+        "read-only root filesystem",
+        "all capabilities dropped",
+        "no-new-privileges",
+        "non-root user",
+        "no log driver",
+        "init reaps orphans",
+        "only granted folders mounted",
+        "only granted env",
+    ];
+    let mode = if cfg.session { "session" } else { "call" };
+    let cpus = cfg.nano_cpus as f64 / 1e9;
+    let tmp = ByteSize(cfg.tmp).to_string();
+    let mut flags = Vec::new();
+    let network = match cfg.network.value {
+        NetworkMode::None => Reach::None,
+        NetworkMode::Unrestricted => {
+            flags.push(
+                "unrestricted network: the container may reach any host (Docker cannot enforce \
+                 an allowlist)"
+                    .into(),
+            );
+            Reach::Unrestricted
+        }
+    };
+    if !cfg.image.value.contains("@sha256:") {
+        flags.push(format!(
+            "image by tag ({}), not by digest: whatever is tagged so runs",
+            cfg.image.value
+        ));
+    }
+    let settings = json!({
+        "image": cfg.image.value,
+        "argv": cfg.argv.value,
+        "workdir": cfg.workdir.as_ref().map(|w| w.value.clone()),
+        "mode": mode,
+        "user": plan.user.to_string(),
+        "pids": cfg.pids,
+        "cpus": cpus,
+        "tmp": tmp,
+        "hardening": HARDENING,
+    });
+    Report {
+        settings: settings.as_object().cloned().unwrap_or_default(),
+        lines: vec![
+            ReportLine {
+                label: "executor",
+                text: format!(
+                    "docker {} {:?} (a container per {mode})",
+                    cfg.image.value, cfg.argv.value
+                ),
+            },
+            ReportLine {
+                label: "container",
+                text: format!(
+                    "user {}, pids {}, cpus {cpus}, /tmp {tmp}; {}",
+                    plan.user,
+                    cfg.pids,
+                    HARDENING.join(", ")
+                ),
+            },
+        ],
+        network,
+        flags,
     }
 }
 

@@ -8,6 +8,7 @@
 //! ends — or, after a crash, at the next warden's first contact with the engine.
 
 mod backend;
+mod config;
 mod container;
 mod engine;
 mod image;
@@ -17,5 +18,6 @@ mod session;
 mod tool;
 
 pub use backend::DockerBackend;
+pub use config::{DEFAULT_NANO_CPUS, DEFAULT_PIDS, DockerConfig};
 pub use engine::{Engine, LABEL, OWNER_LABEL, SANDBOX_IMAGE, TOOL_LABEL};
 pub use image::{BUSYBOX, ImageError, build_sandbox_image};

@@ -1,6 +1,7 @@
 //! What every container of one tool looks like: the hardening, the mounts, the user, the
 //! limits. Decided once at load, so the audit and the containers agree.
 
+use crate::config::DockerConfig;
 use bollard::models::{
     ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountBindOptions,
     MountBindOptionsPropagationEnum, MountType,
@@ -8,18 +9,15 @@ use bollard::models::{
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use warden_core::{Access, DockerConfig, Grants, NetworkMode};
-
-/// The user of a container when nothing asks for another: nobody.
-pub const NOBODY: (u32, u32) = (65534, 65534);
+use warden_command::{NetworkMode, User};
+use warden_core::{Access, Grants};
 
 /// Everything about a tool's containers except the command.
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub tool: String,
     pub image: String,
-    /// `uid:gid`.
-    pub user: String,
+    pub user: User,
     pub workdir: Option<String>,
     pub mounts: Vec<Mount>,
     pub network: NetworkMode,
@@ -32,7 +30,7 @@ impl Plan {
     /// Checks what can only be checked against this machine: that every read-write root is
     /// writable by the container's user.
     pub fn new(cfg: &DockerConfig, grants: &Grants) -> Result<Plan, String> {
-        let (uid, gid) = choose_user(cfg, grants)?;
+        let user = choose_user(cfg, grants)?;
         let mounts = grants
             .fs
             .iter()
@@ -53,7 +51,7 @@ impl Plan {
         Ok(Plan {
             tool: cfg.name.clone(),
             image: cfg.image.value.clone(),
-            user: format!("{uid}:{gid}"),
+            user,
             workdir: cfg.workdir.as_ref().map(|w| w.value.clone()),
             mounts,
             network: cfg.network.value,
@@ -112,7 +110,7 @@ impl Plan {
             // The command is exactly the policy's argv, whatever the image's entrypoint.
             entrypoint: Some(Vec::new()),
             env: Some(env),
-            user: Some(self.user.clone()),
+            user: Some(self.user.to_string()),
             working_dir: self.workdir.clone(),
             hostname: Some("sandbox".into()),
             labels: Some(labels),
@@ -133,7 +131,7 @@ impl Plan {
 /// The policy's user; else the owner of the read-write roots (so files written there belong
 /// to whoever owns the folder); else nobody. Never root, and always one that can write every
 /// read-write root, since the engine does not remap owners.
-fn choose_user(cfg: &DockerConfig, grants: &Grants) -> Result<(u32, u32), String> {
+fn choose_user(cfg: &DockerConfig, grants: &Grants) -> Result<User, String> {
     let writable: Vec<&Path> = grants
         .fs
         .iter()
@@ -141,18 +139,21 @@ fn choose_user(cfg: &DockerConfig, grants: &Grants) -> Result<(u32, u32), String
         .map(|g| g.host.as_path())
         .collect();
     let user = match &cfg.user {
-        Some(u) => parse_user(&u.value)?,
+        Some(u) => u.value,
         None => match writable.first() {
             Some(first) => {
                 let meta = std::fs::metadata(first)
                     .map_err(|e| format!("cannot read {}: {e}", first.display()))?;
                 if meta.uid() == 0 {
-                    NOBODY
+                    User::NOBODY
                 } else {
-                    (meta.uid(), meta.gid())
+                    User {
+                        uid: meta.uid(),
+                        gid: meta.gid(),
+                    }
                 }
             }
-            None => NOBODY,
+            None => User::NOBODY,
         },
     };
     for dir in writable {
@@ -161,15 +162,14 @@ fn choose_user(cfg: &DockerConfig, grants: &Grants) -> Result<(u32, u32), String
         if !may_write(meta.uid(), meta.gid(), meta.mode(), user) {
             return Err(format!(
                 "the read-write root {} is owned by {}:{} (mode {:o}), so the container's user \
-                 {}:{} could not write it (Docker does not remap owners, and a docker tool never \
+                 {} could not write it (Docker does not remap owners, and a docker tool never \
                  runs as root): give the folder to a user (`chown -R 65534:65534 {}`, or your \
                  own user), or set `user` in [executor] to one that may write it",
                 dir.display(),
                 meta.uid(),
                 meta.gid(),
                 meta.mode() & 0o7777,
-                user.0,
-                user.1,
+                user,
                 dir.display()
             ));
         }
@@ -177,24 +177,8 @@ fn choose_user(cfg: &DockerConfig, grants: &Grants) -> Result<(u32, u32), String
     Ok(user)
 }
 
-fn parse_user(user: &str) -> Result<(u32, u32), String> {
-    let mut parts = user.splitn(2, ':');
-    let uid = parts.next().and_then(|u| u.parse().ok());
-    let gid = match parts.next() {
-        Some(g) => g.parse().ok(),
-        // Docker would pick group 0 (root) for a bare uid the image does not know.
-        None => uid,
-    };
-    match (uid, gid) {
-        (Some(u), Some(g)) if u != 0 => Ok((u, g)),
-        _ => Err(format!(
-            "user `{user}` must be a numeric, non-root uid[:gid]"
-        )),
-    }
-}
-
 /// Whether `user` may create files in a directory with this owner and mode.
-fn may_write(owner: u32, group: u32, mode: u32, (uid, gid): (u32, u32)) -> bool {
+fn may_write(owner: u32, group: u32, mode: u32, User { uid, gid }: User) -> bool {
     let need = if owner == uid {
         0o300
     } else if group == gid {
@@ -211,18 +195,26 @@ mod tests {
 
     #[test]
     fn write_permission_follows_the_mode_bits() {
-        assert!(may_write(1000, 1000, 0o755, (1000, 1000)));
-        assert!(!may_write(0, 0, 0o755, NOBODY));
-        assert!(may_write(0, 0, 0o1777, NOBODY));
-        assert!(may_write(0, 65534, 0o775, NOBODY));
-        assert!(!may_write(1000, 1000, 0o555, (1000, 1000)));
-    }
-
-    #[test]
-    fn users_are_numeric_and_never_root() {
-        assert_eq!(parse_user("1000"), Ok((1000, 1000)));
-        assert_eq!(parse_user("1000:50"), Ok((1000, 50)));
-        assert!(parse_user("0:0").is_err());
-        assert!(parse_user("me").is_err());
+        assert!(may_write(
+            1000,
+            1000,
+            0o755,
+            User {
+                uid: 1000,
+                gid: 1000
+            }
+        ));
+        assert!(!may_write(0, 0, 0o755, User::NOBODY));
+        assert!(may_write(0, 0, 0o1777, User::NOBODY));
+        assert!(may_write(0, 65534, 0o775, User::NOBODY));
+        assert!(!may_write(
+            1000,
+            1000,
+            0o555,
+            User {
+                uid: 1000,
+                gid: 1000
+            }
+        ));
     }
 }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
-use warden_core::command::{Request, Template, answer, effective_timeout, timed_out};
+use warden_command::{Request, Template, answer, effective_timeout, timed_out};
 use warden_core::{BoxFuture, Executor, Grants, Invocation, Limits, Output, SessionId, ToolError};
 
 /// A session's shell, or none until its first command (or after it ended).

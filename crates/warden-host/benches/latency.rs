@@ -20,11 +20,11 @@ fn dispatcher(dir: &std::path::Path) -> Dispatcher {
         "[executor]\nkind = \"host\"\nname = \"true\"\nargv = [\"/bin/true\"]\n",
     )
     .expect("write the policy");
-    let policy = Policy::load(&path).expect("the policy loads");
     let backend = HostBackend::new(Helper {
         program: PathBuf::from(env!("CARGO_BIN_EXE_warden-host-helper")),
         args: Vec::new(),
     });
+    let policy = Policy::load(&path, &[&backend]).expect("the policy loads");
     let mut toolbox = Toolbox::default();
     toolbox
         .add_policy(Arc::new(policy), &[&backend])

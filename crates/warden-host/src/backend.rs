@@ -1,9 +1,14 @@
 //! The host backend: turns a `kind = "host"` policy into its one tool.
 
+use crate::config::{HostConfig, Isolation};
 use crate::tool::{Helper, HostTool};
+use serde_json::json;
 use std::sync::Arc;
-use warden_core::command::Template;
-use warden_core::{Backend, ExecutorConfig, LoadedTool, Policy, PolicyError, ToolSpec};
+use warden_command::{NetworkMode, Template};
+use warden_core::{
+    Backend, BoxFuture, ByteSize, Capabilities, HumanDuration, Loaded, LoadedTool, NetHosts, Paths,
+    Policy, PolicyError, Probe, Reach, Report, ReportLine, Support, ToolSpec,
+};
 
 /// Loads `kind = "host"` policies; every tool starts its calls through `helper`.
 #[derive(Debug, Clone)]
@@ -18,20 +23,12 @@ impl HostBackend {
 
     /// The tool of one host policy (the audit probes it too).
     pub fn tool(&self, policy: &Policy) -> Result<HostTool, PolicyError> {
-        let err = |line: Option<usize>, msg: String| PolicyError::new(&policy.path, line, msg);
-        let ExecutorConfig::Host(cfg) = &policy.executor else {
-            return Err(err(
-                None,
-                format!(
-                    "the host backend cannot load a `{}` executor",
-                    policy.executor.kind()
-                ),
-            ));
-        };
-        let template = Template::parse(&cfg.argv.value).map_err(|m| err(Some(cfg.argv.line), m))?;
+        let cfg = HostConfig::from_policy(policy)?;
+        let template = Template::parse(&cfg.argv.value)
+            .map_err(|m| PolicyError::new(&policy.path, Some(cfg.argv.line), m))?;
         Ok(HostTool::new(
             self.helper.clone(),
-            cfg.clone(),
+            cfg,
             template,
             policy.grants.clone(),
         ))
@@ -43,13 +40,54 @@ impl Backend for HostBackend {
         "host"
     }
 
-    fn load(&self, policy: &Arc<Policy>) -> Result<Vec<LoadedTool>, PolicyError> {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            paths: Paths::Host,
+            env: Support::Honoured,
+            net: NetHosts::AllOrNothing,
+            dns: Support::Refused(
+                "the switch is for wasm tools' own lookups; a process resolves names through \
+                 its network, which `network` decides",
+            ),
+            credentials: Support::Refused(
+                "warden adds credentials on the host side of wasm tools' HTTP only",
+            ),
+            fuel: Support::Refused(
+                "fuel counts WebAssembly instructions; a process's CPU is bounded by `cpu_time` \
+                 and the timeout",
+            ),
+            response: Support::Refused(
+                "the cap is on wasm tools' HTTP responses; a process reads its network directly \
+                 (what it answers is capped by `output`)",
+            ),
+            memory_ceiling: None,
+            sessions: false,
+        }
+    }
+
+    fn probe(&self, policy: &Arc<Policy>) -> BoxFuture<'_, Option<Result<Probe, String>>> {
+        let tool = self.tool(policy);
+        Box::pin(async move {
+            let tool = match tool {
+                Ok(t) => t,
+                Err(e) => return Some(Err(e.to_string())),
+            };
+            Some(
+                tool.probe()
+                    .await
+                    .map(|p| Probe {
+                        in_force: p.describe(),
+                        missing: p.missing,
+                    })
+                    .map_err(|e| e.message),
+            )
+        })
+    }
+
+    fn load(&self, policy: &Arc<Policy>) -> Result<Loaded, PolicyError> {
         let tool = self.tool(policy)?;
         let (cfg, template) = (tool.config(), tool.template());
-        let limits = match policy.functions.get(&cfg.name) {
-            Some(f) => policy.limits.overlay(&f.limits).resolve(),
-            None => policy.limits.resolve(),
-        };
+        let limits = policy.limits_for(&cfg.name);
         let roots: Vec<String> = policy
             .grants
             .fs
@@ -83,11 +121,73 @@ impl Backend for HostBackend {
             input_schema: template.schema(limits.timeout, false),
             output_schema: None,
         };
-        Ok(vec![LoadedTool {
-            function: cfg.name.clone(),
-            spec,
-            executor: Arc::new(tool),
-        }])
+        let report = report(cfg, policy);
+        Ok(Loaded {
+            tools: vec![LoadedTool {
+                function: cfg.name.clone(),
+                spec,
+                executor: Arc::new(tool),
+            }],
+            report,
+        })
+    }
+}
+
+/// What every call's process tree gets, for the audit.
+fn report(cfg: &HostConfig, policy: &Policy) -> Report {
+    let workdir = cfg.start_dir(&policy.grants).display().to_string();
+    let cpu_time = cfg
+        .cpu_time
+        .map_or("the timeout".to_owned(), |c| HumanDuration(c).to_string());
+    let (file_size, tmp) = (ByteSize(cfg.file_size), ByteSize(cfg.tmp));
+    let isolation = cfg.isolation.value.as_str();
+    let mut flags = Vec::new();
+    let network = match cfg.network.value {
+        NetworkMode::None => Reach::None,
+        NetworkMode::Unrestricted => {
+            flags.push(
+                "unrestricted network: the process shares the host's network (no allowlist)".into(),
+            );
+            Reach::Unrestricted
+        }
+    };
+    if cfg.isolation.value == Isolation::BestEffort {
+        flags.push(
+            "isolation = \"best-effort\": runs even where this machine cannot confine it".into(),
+        );
+    }
+    let settings = json!({
+        "argv": cfg.argv.value,
+        "workdir": workdir,
+        "user": cfg.user.to_string(),
+        "processes": cfg.processes,
+        "cpu_time": cpu_time,
+        "open_files": cfg.open_files,
+        "file_size": file_size.to_string(),
+        "tmp": tmp.to_string(),
+        "isolation": isolation,
+    });
+    Report {
+        settings: settings.as_object().cloned().unwrap_or_default(),
+        lines: vec![
+            ReportLine {
+                label: "executor",
+                text: format!(
+                    "host {:?} as {} in {workdir} (isolation {isolation})",
+                    cfg.argv.value, cfg.user
+                ),
+            },
+            ReportLine {
+                label: "rlimits",
+                text: format!(
+                    "processes {}, cpu {cpu_time}, open files {}, file size {file_size}; /tmp \
+                     {tmp}",
+                    cfg.processes, cfg.open_files
+                ),
+            },
+        ],
+        network,
+        flags,
     }
 }
 

@@ -11,6 +11,7 @@
 //! `isolation = "best-effort"`; every answer says which protections were in force.
 
 mod backend;
+mod config;
 mod exec;
 mod helper;
 mod landlock;
@@ -19,6 +20,7 @@ mod seccomp;
 mod tool;
 
 pub use backend::HostBackend;
+pub use config::{DEFAULT_FILE_SIZE, DEFAULT_OPEN_FILES, DEFAULT_PROCESSES, HostConfig, Isolation};
 pub use helper::main as helper_main;
 pub use landlock::REQUIRED_ABI;
 pub use plan::Protections;

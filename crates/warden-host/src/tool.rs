@@ -1,6 +1,7 @@
 //! The executor of a host tool: one confined process tree per call, started through the
 //! helper, read with caps, and killed whole on timeout or cancel.
 
+use crate::config::{HostConfig, Isolation};
 use crate::plan::{Plan, Protections, REPORT_FD, Report, Rlimits, Root};
 use serde_json::Value;
 use std::ffi::OsString;
@@ -10,10 +11,9 @@ use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
-use warden_core::command::{Request, Template, answer, effective_timeout, timed_out};
+use warden_command::{NetworkMode, Request, Template, answer, effective_timeout, timed_out};
 use warden_core::{
-    Access, BoxFuture, Capped, ErrorKind, Executor, Grants, HostConfig, Invocation, Isolation,
-    Limits, NetworkMode, Output, ToolError,
+    Access, BoxFuture, Capped, ErrorKind, Executor, Grants, Invocation, Limits, Output, ToolError,
 };
 
 /// How warden starts its helper: a program and the arguments that make it one.
@@ -103,8 +103,8 @@ impl HostTool {
             argv,
             env: self.grants.resolve_env()?,
             cwd: cfg.start_dir(&self.grants).to_owned(),
-            uid: cfg.uid,
-            gid: cfg.gid,
+            uid: cfg.user.uid,
+            gid: cfg.user.gid,
             host_network: cfg.network.value == NetworkMode::Unrestricted,
             roots: self.roots.clone(),
             tmp: self.tmp,

@@ -3,7 +3,7 @@
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, MetaObject, ToolAnnotations};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use warden_core::{ExecutorConfig, NetworkMode, Tool, ToolMessage, ToolSpec};
+use warden_core::{Tool, ToolMessage, ToolSpec};
 
 /// The `_meta` key under which a failed call carries its error kind and message.
 pub const ERROR_META: &str = "warden/error";
@@ -69,12 +69,7 @@ pub fn tool(tool: &Tool) -> rmcp::model::Tool {
 /// opt-in to unrestricted network) reaches an open world.
 fn annotations(tool: &Tool) -> ToolAnnotations {
     let grants = &tool.policy.grants;
-    let unrestricted = match &tool.policy.executor {
-        ExecutorConfig::Docker(c) => c.network.value == NetworkMode::Unrestricted,
-        ExecutorConfig::Host(c) => c.network.value == NetworkMode::Unrestricted,
-        ExecutorConfig::Wasm(_) => false,
-    };
-    let open = unrestricted || !grants.net.is_empty();
+    let open = tool.report.network.is_open(grants);
     let mut hints = ToolAnnotations::new().open_world(open);
     hints = if grants.writes_nothing() && !open {
         hints.read_only(true).destructive(false)

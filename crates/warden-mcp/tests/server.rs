@@ -1,4 +1,4 @@
-//! The server end to end over an in-memory pipe, with a fake backend (no WebAssembly): result
+//! The server end to end over an in-memory pipe, with the test backend (no sandbox): result
 //! shapes (objects, wrapped scalars, results cut by the output limit), and a cancelled call's
 //! sandbox being dropped.
 
@@ -8,11 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines, WriteHalf};
-use warden_core::{
-    Backend, BoxFuture, Executor, Invocation, LoadedTool, Output, Policy, PolicyError, Protected,
-    ToolError, ToolSpec, Toolbox,
-};
+use warden_core::{BoxFuture, Executor, Invocation, Output, Protected, ToolError, Toolbox};
 use warden_mcp::{Loader, Options, Server};
+use warden_test_support::TestBackend;
+use warden_test_support::backend::policy_text;
 
 /// Set when a `nap` call's future is dropped, as a sandbox is freed.
 static NAP_DROPPED: AtomicBool = AtomicBool::new(false);
@@ -51,53 +50,28 @@ impl Executor for Nap {
     }
 }
 
-struct Fake;
-
-fn loaded(name: &str, output: Option<Value>, executor: Arc<dyn Executor>) -> LoadedTool {
-    LoadedTool {
-        function: name.into(),
-        spec: ToolSpec {
-            name: name.into(),
-            description: format!("the fake {name}"),
-            input_schema: json!({"type": "object", "properties": {}}),
-            output_schema: output,
-        },
-        executor,
-    }
-}
-
-impl Backend for Fake {
-    fn kind(&self) -> &'static str {
-        "wasm"
-    }
-
-    fn load(&self, _: &Arc<Policy>) -> Result<Vec<LoadedTool>, PolicyError> {
-        let point = json!({"type": "object", "properties": {"x": {"type": "integer"}}});
-        Ok(vec![
-            loaded("point", Some(point), Arc::new(Answer(json!({"x": 1})))),
-            loaded(
-                "count",
-                Some(json!({"type": "integer"})),
-                Arc::new(Answer(json!(7))),
-            ),
-            loaded("nap", None, Arc::new(Nap)),
-            loaded(
-                "big",
-                Some(json!({"type": "string"})),
-                Arc::new(Answer(json!("y".repeat(200)))),
-            ),
-        ])
-    }
-}
-
 fn server(dir: &Path) -> Server {
     std::fs::write(
         dir.join("fake.toml"),
-        "[executor]\nkind = \"wasm\"\ncomponent = \"fake.wasm\"\n[limits]\noutput = \"100B\"\n",
+        policy_text("[limits]\noutput = \"100B\"\n"),
     )
     .unwrap();
+    let point = json!({"type": "object", "properties": {"x": {"type": "integer"}}});
+    let backend = TestBackend::new()
+        .tool_with("point", Some(point), Arc::new(Answer(json!({"x": 1}))))
+        .tool_with(
+            "count",
+            Some(json!({"type": "integer"})),
+            Arc::new(Answer(json!(7))),
+        )
+        .tool("nap", Arc::new(Nap))
+        .tool_with(
+            "big",
+            Some(json!({"type": "string"})),
+            Arc::new(Answer(json!("y".repeat(200)))),
+        );
     let dir = dir.to_owned();
-    let loader: Loader = Arc::new(move || Toolbox::load(&dir, &[&Fake], &[] as &[Protected]));
+    let loader: Loader = Arc::new(move || Toolbox::load(&dir, &[&backend], &[] as &[Protected]));
     Server::new(loader, Options::default()).unwrap()
 }
 

@@ -7,10 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines, WriteHalf};
 use warden_core::{
-    Backend, BoxFuture, Executor, Invocation, LoadedTool, Output, Policy, PolicyError, Protected,
-    SessionId, ToolError, ToolSpec, Toolbox,
+    BoxFuture, Executor, Invocation, Output, Protected, SessionId, ToolError, Toolbox,
 };
 use warden_mcp::{Loader, Options, Server};
+use warden_test_support::TestBackend;
+use warden_test_support::backend::policy_text;
 
 /// The sessions that ended, in order.
 static ENDED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
@@ -34,35 +35,11 @@ impl Executor for WhoAmI {
     }
 }
 
-struct Fake;
-
-impl Backend for Fake {
-    fn kind(&self) -> &'static str {
-        "wasm"
-    }
-
-    fn load(&self, _: &Arc<Policy>) -> Result<Vec<LoadedTool>, PolicyError> {
-        Ok(vec![LoadedTool {
-            function: "whoami".into(),
-            spec: ToolSpec {
-                name: "whoami".into(),
-                description: "Says its session.".into(),
-                input_schema: json!({"type": "object", "properties": {}}),
-                output_schema: None,
-            },
-            executor: Arc::new(WhoAmI),
-        }])
-    }
-}
-
 fn server(dir: &Path) -> Server {
-    std::fs::write(
-        dir.join("fake.toml"),
-        "[executor]\nkind = \"wasm\"\ncomponent = \"fake.wasm\"\n",
-    )
-    .unwrap();
+    std::fs::write(dir.join("fake.toml"), policy_text("")).unwrap();
+    let backend = TestBackend::new().tool("whoami", Arc::new(WhoAmI));
     let dir = dir.to_owned();
-    let loader: Loader = Arc::new(move || Toolbox::load(&dir, &[&Fake], &[] as &[Protected]));
+    let loader: Loader = Arc::new(move || Toolbox::load(&dir, &[&backend], &[] as &[Protected]));
     Server::new(loader, Options::default()).unwrap()
 }
 

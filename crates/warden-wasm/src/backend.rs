@@ -1,6 +1,7 @@
 //! The wasm backend: turns a policy into tools, one per exported function.
 
 use crate::artifacts::{ArtifactError, Artifacts, sha256_file};
+use crate::config::WasmConfig;
 use crate::docs::WitDocs;
 use crate::engine::{self, Flavor, MAX_MEMORY};
 use crate::exports::{Export, exports};
@@ -8,10 +9,12 @@ use crate::resolver::Resolver;
 use crate::sandbox::CallState;
 use crate::schema::{params_schema, type_schema};
 use crate::tool::{CommandTool, FunctionTool, Shared};
+use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
 use warden_core::{
-    Backend, ByteSize, ExecutorConfig, LoadedTool, Policy, PolicyError, ToolSpec, WasmConfig,
+    Backend, Capabilities, Loaded, LoadedTool, NetHosts, Paths, Policy, PolicyError, Reach, Report,
+    ReportLine, Support, ToolSpec,
 };
 use wasmtime::component::Linker;
 
@@ -117,35 +120,26 @@ impl Backend for WasmBackend {
         "wasm"
     }
 
-    fn load(&self, policy: &Arc<Policy>) -> Result<Vec<LoadedTool>, PolicyError> {
-        let err = |line: Option<usize>, msg: String| PolicyError::new(&policy.path, line, msg);
-        let ExecutorConfig::Wasm(cfg) = &policy.executor else {
-            return Err(err(
-                None,
-                format!(
-                    "the wasm backend cannot load a `{}` executor",
-                    policy.executor.kind()
-                ),
-            ));
-        };
-        let all_limits =
-            std::iter::once(&policy.limits).chain(policy.functions.values().map(|f| &f.limits));
-        let mut fuel = false;
-        for l in all_limits {
-            fuel |= l.fuel.is_some();
-            if let Some(m) = l.memory
-                && m.0 > MAX_MEMORY
-            {
-                return Err(err(
-                    None,
-                    format!(
-                        "a memory limit of {m} cannot be honoured: a WebAssembly tool can have \
-                         at most {}",
-                        ByteSize(MAX_MEMORY)
-                    ),
-                ));
-            }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            paths: Paths::Guest,
+            env: Support::Honoured,
+            net: NetHosts::Enforced,
+            dns: Support::Honoured,
+            credentials: Support::Honoured,
+            fuel: Support::Honoured,
+            response: Support::Honoured,
+            memory_ceiling: Some(MAX_MEMORY),
+            sessions: false,
         }
+    }
+
+    fn load(&self, policy: &Arc<Policy>) -> Result<Loaded, PolicyError> {
+        let err = |line: Option<usize>, msg: String| PolicyError::new(&policy.path, line, msg);
+        let cfg = &WasmConfig::from_policy(policy)?;
+        let fuel = std::iter::once(&policy.limits)
+            .chain(policy.functions.values().map(|f| &f.limits))
+            .any(|l| l.fuel.is_some());
         let flavor = if fuel { Flavor::Fuel } else { Flavor::Plain };
         let engine = engine::engine(flavor).map_err(|e| err(None, e.to_string()))?;
         let (wasm, sha) = self.resolve(policy, cfg)?;
@@ -234,7 +228,36 @@ impl Backend for WasmBackend {
                 "the component exports no function warden can call".into(),
             ));
         }
-        Ok(tools)
+        Ok(Loaded {
+            tools,
+            report: report(cfg, &sha),
+        })
+    }
+}
+
+/// The component that runs, for the audit.
+fn report(cfg: &WasmConfig, sha: &str) -> Report {
+    let component = cfg.component.value.display().to_string();
+    let pin = match &cfg.sha256 {
+        Some(pin) => format!("sha256 {}…", &pin.value[..12]),
+        None => format!("UNPINNED, now sha256 {}…", &sha[..12.min(sha.len())]),
+    };
+    let mut flags = Vec::new();
+    if cfg.sha256.is_none() {
+        flags.push("unpinned: any rebuild of the component runs unreviewed (`warden pin`)".into());
+    }
+    let settings = json!({
+        "component": component,
+        "sha256": cfg.sha256.as_ref().map(|s| s.value.clone()),
+    });
+    Report {
+        settings: settings.as_object().cloned().unwrap_or_default(),
+        lines: vec![ReportLine {
+            label: "executor",
+            text: format!("wasm {component} ({pin})"),
+        }],
+        network: Reach::Grants,
+        flags,
     }
 }
 

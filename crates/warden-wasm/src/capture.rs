@@ -6,55 +6,39 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use tokio::io::AsyncWrite;
+use warden_core::Capped;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
 /// How much a guest may write per permit; small enough to keep copies cheap.
 const PERMIT: usize = 64 * 1024;
 
-#[derive(Default)]
-struct Buffer {
-    kept: Vec<u8>,
-    dropped: u64,
-}
-
 /// One captured stream. WASI asks for the stream more than once per call, so every handle
 /// shares one buffer.
 #[derive(Clone)]
 pub struct CappedPipe {
-    cap: usize,
-    buf: Arc<Mutex<Buffer>>,
+    buf: Arc<Mutex<Capped>>,
 }
 
 impl CappedPipe {
     pub fn new(cap: u64) -> Self {
         Self {
-            cap: usize::try_from(cap).unwrap_or(usize::MAX),
-            buf: Arc::default(),
+            buf: Arc::new(Mutex::new(Capped::new(cap))),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Buffer> {
+    fn lock(&self) -> MutexGuard<'_, Capped> {
         // A poisoned buffer still holds valid bytes: keep using it.
         self.buf.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn push(&self, bytes: &[u8]) {
-        let mut b = self.lock();
-        let room = self.cap.saturating_sub(b.kept.len());
-        let take = room.min(bytes.len());
-        b.kept.extend_from_slice(&bytes[..take]);
-        b.dropped += (bytes.len() - take) as u64;
+        self.lock().push(bytes);
     }
 
     /// What was written, as text, ending with the truncation marker if anything was cut.
     pub fn contents(&self) -> String {
-        let b = self.lock();
-        let mut text = String::from_utf8_lossy(&b.kept).into_owned();
-        if b.dropped > 0 {
-            text.push_str(&warden_core::truncation_marker(b.dropped));
-        }
-        text
+        self.lock().text()
     }
 }
 

@@ -4,6 +4,7 @@
 mod artifacts;
 mod backend;
 mod capture;
+mod config;
 pub mod docs;
 mod engine;
 mod exports;
@@ -17,5 +18,6 @@ pub mod value;
 
 pub use artifacts::{ArtifactError, Artifacts, sha256_file};
 pub use backend::{CompileHook, WasmBackend};
+pub use config::WasmConfig;
 pub use engine::{EPOCH_TICK, MAX_MEMORY};
 pub use resolver::{OverrideError, Resolver};

@@ -2,11 +2,8 @@
 //! dir, and a run against the scripted server.
 #![allow(dead_code)]
 
-#[path = "../../../../tests/support/guests.rs"]
-mod guests;
-pub mod scripted;
-
-pub use guests::{root, wasm};
+pub use warden_test_support::guests::{root, wasm};
+pub use warden_test_support::scripted;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

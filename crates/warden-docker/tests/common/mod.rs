@@ -90,7 +90,7 @@ impl Harness {
     pub fn toolbox(&self, name: &str, policy: &str) -> Result<Toolbox, String> {
         let path = self.dir.path().join(format!("{name}.toml"));
         std::fs::write(&path, policy).expect("write the policy");
-        let policy = Policy::load(&path).map_err(|e| e.to_string())?;
+        let policy = Policy::load(&path, &[&self.backend]).map_err(|e| e.to_string())?;
         let mut toolbox = Toolbox::default();
         toolbox
             .add_policy(Arc::new(policy), &[&self.backend])

@@ -48,10 +48,11 @@ impl Place {
     pub fn tool(&self, text: &str) -> (Arc<dyn Executor>, Limits) {
         let path = self.path("tool.toml");
         std::fs::write(&path, text).expect("write policy");
-        let policy = Arc::new(Policy::load(&path).unwrap_or_else(|e| panic!("{e}")));
+        let backend = backend();
+        let policy = Arc::new(Policy::load(&path, &[&backend]).unwrap_or_else(|e| panic!("{e}")));
         let limits = policy.limits.resolve();
-        let mut tools = backend().load(&policy).unwrap_or_else(|e| panic!("{e}"));
-        (tools.remove(0).executor, limits)
+        let mut loaded = backend.load(&policy).unwrap_or_else(|e| panic!("{e}"));
+        (loaded.tools.remove(0).executor, limits)
     }
 }
 

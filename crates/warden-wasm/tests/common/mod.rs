@@ -7,10 +7,7 @@ use std::sync::{Arc, OnceLock};
 use warden_core::{Dispatcher, Protected, ToolCall, ToolMessage, Toolbox, ToolboxError};
 use warden_wasm::{Artifacts, Resolver, WasmBackend};
 
-#[path = "../../../../tests/support/guests.rs"]
-mod guests;
-
-pub use guests::{root, wasm};
+pub use warden_test_support::guests::{root, wasm};
 
 /// A Python or JavaScript component from `scripts/build-polyglot`, built on first use; `None`
 /// (the test skips) when the toolchains are not installed, except under `CI=true`.

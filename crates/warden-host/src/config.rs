@@ -1,17 +1,14 @@
 //! The `[executor]` of `kind = "host"`: a command run as a confined host process. The command
 //! line and the knobs that are the executor's own (timeout, memory and output stay in
-//! `[limits]`).
+//! `[limits]`). Every default is here.
 
-use crate::docker::{NetworkMode, check_user, command_line, network_mode, tmp_size, tool_name};
-use crate::grants::Grants;
-use crate::policy::{Located, PolicyError};
-use crate::units::{ByteSize, HumanDuration};
+use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toml::Spanned;
+use warden_command::{NetworkMode, User, command_line, count, tmp_size, tool_name};
+use warden_core::{ByteSize, ExecutorTable, Grants, HumanDuration, Located, Policy, PolicyError};
 
-/// The unprivileged user a host command runs as when the policy names none: nobody.
-pub const NOBODY: u32 = 65534;
 /// Processes of the command's user when the policy writes none.
 pub const DEFAULT_PROCESSES: u32 = 64;
 /// Open files of one process when the policy writes none.
@@ -48,8 +45,7 @@ pub struct HostConfig {
     /// The working directory, canonical and inside a granted root; `None`: the first granted
     /// root, else `/` (where the command can read nothing).
     pub workdir: Option<Located<PathBuf>>,
-    pub uid: u32,
-    pub gid: u32,
+    pub user: User,
     pub network: Located<NetworkMode>,
     /// Bytes of the call's own tmpfs at `/tmp` (in a mount namespace of its own).
     pub tmp: u64,
@@ -64,42 +60,36 @@ pub struct HostConfig {
     pub isolation: Located<Isolation>,
 }
 
-/// The host fields of an `[executor]` table as written (`argv`, `workdir`, `user`,
-/// `network` and `tmp` are shared with docker).
-#[derive(Debug, Default)]
-pub(crate) struct HostSpec {
-    pub argv: Option<Spanned<Vec<String>>>,
-    pub workdir: Option<Spanned<String>>,
-    pub user: Option<Spanned<String>>,
-    pub network: Option<Spanned<String>>,
-    pub tmp: Option<Spanned<ByteSize>>,
-    pub processes: Option<Spanned<i64>>,
-    pub cpu_time: Option<Spanned<HumanDuration>>,
-    pub open_files: Option<Spanned<i64>>,
-    pub file_size: Option<Spanned<ByteSize>>,
-    pub isolation: Option<Spanned<String>>,
+/// The `[executor]` table as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HostSpec {
+    name: Option<String>,
+    description: Option<String>,
+    argv: Option<Spanned<Vec<String>>>,
+    workdir: Option<Spanned<String>>,
+    user: Option<Spanned<String>>,
+    network: Option<Spanned<String>>,
+    tmp: Option<Spanned<ByteSize>>,
+    processes: Option<Spanned<i64>>,
+    cpu_time: Option<Spanned<HumanDuration>>,
+    open_files: Option<Spanned<i64>>,
+    file_size: Option<Spanned<ByteSize>>,
+    isolation: Option<Spanned<String>>,
 }
 
-impl HostSpec {
-    /// Checks the fields; `kind_line` is the line of `kind = "host"`.
-    pub(crate) fn resolve(
-        self,
-        path: &Path,
-        kind_line: usize,
-        name: Option<String>,
-        description: Option<String>,
-        line_of: &dyn Fn(usize) -> usize,
-    ) -> Result<HostConfig, PolicyError> {
-        let err = |line: usize, m: String| PolicyError::new(path, Some(line), m);
-        let at = |s: &std::ops::Range<usize>| line_of(s.start);
-        let name = tool_name("host", name, kind_line, &err)?;
-        let argv = command_line("host", self.argv, kind_line, &err, &at)?;
-        let base = path.parent().unwrap_or(Path::new("."));
-        let workdir = match self.workdir {
+impl HostConfig {
+    /// Parses and checks the policy's `[executor]` table.
+    pub fn from_policy(policy: &Policy) -> Result<HostConfig, PolicyError> {
+        let table = &policy.executor;
+        let spec: HostSpec = table.parse()?;
+        let name = tool_name(table, "host", spec.name)?;
+        let argv = command_line(table, "host", spec.argv)?;
+        let workdir = match spec.workdir {
             Some(w) => {
-                let line = at(&w.span());
-                let value = base.join(w.get_ref()).canonicalize().map_err(|e| {
-                    err(
+                let line = table.line(&w.span());
+                let value = table.base().join(w.get_ref()).canonicalize().map_err(|e| {
+                    table.error(
                         line,
                         format!(
                             "workdir `{}` cannot be used ({e}); it must be a folder inside a \
@@ -112,55 +102,34 @@ impl HostSpec {
             }
             None => None,
         };
-        let (uid, gid) = match self.user {
-            None => (NOBODY, NOBODY),
-            Some(u) => {
-                check_user(u.get_ref()).map_err(|m| err(at(&u.span()), m))?;
-                let mut ids = u
-                    .get_ref()
-                    .split(':')
-                    .map(|p| p.parse::<u32>().unwrap_or(NOBODY));
-                let uid = ids.next().unwrap_or(NOBODY);
-                (uid, ids.next().unwrap_or(uid))
-            }
-        };
-        let network = network_mode(self.network, kind_line, &err, &at)?;
-        let tmp = tmp_size(self.tmp, &err, &at)?;
-        let count = |v: Option<Spanned<i64>>, default: u32, what: &str| match v {
-            None => Ok(default),
-            Some(n) => u32::try_from(*n.get_ref())
-                .ok()
-                .filter(|n| *n >= 1)
-                .ok_or_else(|| err(at(&n.span()), format!("{what} must be at least 1"))),
-        };
-        let processes = count(self.processes, DEFAULT_PROCESSES, "processes")?;
-        let open_files = count(self.open_files, DEFAULT_OPEN_FILES, "open_files")?;
-        let cpu_time = match self.cpu_time {
+        let user = User::written(table, spec.user)?.map_or(User::NOBODY, |u| u.value);
+        let network = NetworkMode::written(table, "host", spec.network, &policy.grants)?;
+        let tmp = tmp_size(table, spec.tmp)?;
+        let processes = count(table, "processes", spec.processes, DEFAULT_PROCESSES)?;
+        let open_files = count(table, "open_files", spec.open_files, DEFAULT_OPEN_FILES)?;
+        let cpu_time = match spec.cpu_time {
             Some(c) if c.get_ref().0 < Duration::from_secs(1) => {
-                return Err(err(
-                    at(&c.span()),
-                    "cpu_time must be at least 1s (the kernel counts whole seconds)".into(),
+                return Err(table.error(
+                    table.line(&c.span()),
+                    "cpu_time must be at least 1s (the kernel counts whole seconds)",
                 ));
             }
             Some(c) => Some(c.get_ref().0),
             None => None,
         };
-        let file_size = match self.file_size {
-            None => DEFAULT_FILE_SIZE,
-            Some(f) => f.get_ref().0,
-        };
-        let isolation = match self.isolation {
+        let file_size = spec.file_size.map_or(DEFAULT_FILE_SIZE, |f| f.get_ref().0);
+        let isolation = match spec.isolation {
             None => Located {
                 value: Isolation::Required,
-                line: kind_line,
+                line: table.kind_line(),
             },
             Some(i) => {
-                let line = at(&i.span());
+                let line = table.line(&i.span());
                 let value = match i.get_ref().as_str() {
                     "required" => Isolation::Required,
                     "best-effort" => Isolation::BestEffort,
                     other => {
-                        return Err(err(
+                        return Err(table.error(
                             line,
                             format!(
                                 "isolation `{other}` is not known: \"required\" (the default: \
@@ -173,13 +142,12 @@ impl HostSpec {
                 Located { value, line }
             }
         };
-        Ok(HostConfig {
+        let config = HostConfig {
             name,
-            description,
+            description: spec.description,
             argv,
             workdir,
-            uid,
-            gid,
+            user,
             network,
             tmp,
             processes,
@@ -187,7 +155,9 @@ impl HostSpec {
             open_files,
             file_size,
             isolation,
-        })
+        };
+        config.check(table, &policy.grants)?;
+        Ok(config)
     }
 }
 
@@ -201,13 +171,12 @@ impl HostConfig {
     }
 
     /// A workdir outside every granted root would be a folder the command cannot use.
-    pub(crate) fn check(&self, path: &Path, grants: &Grants) -> Result<(), PolicyError> {
+    fn check(&self, table: &ExecutorTable, grants: &Grants) -> Result<(), PolicyError> {
         if let Some(w) = &self.workdir
             && !grants.fs.iter().any(|g| w.value.starts_with(&g.host))
         {
-            return Err(PolicyError::new(
-                path,
-                Some(w.line),
+            return Err(table.error(
+                w.line,
                 format!(
                     "workdir {} is outside every granted root: grant it in [grants] fs, or \
                      leave workdir out (the first granted root is the default)",
@@ -221,10 +190,18 @@ impl HostConfig {
 
 #[cfg(test)]
 mod tests {
-    use crate::policy::{ExecutorConfig, Policy, PolicyError};
+    use super::*;
+    use crate::{Helper, HostBackend};
+    use warden_core::Backend;
 
-    fn parse_in(dir: &std::path::Path, text: &str) -> Result<Policy, PolicyError> {
-        Policy::parse(&dir.join("shell.toml"), text)
+    fn parse_in(dir: &Path, text: &str) -> Result<(Policy, HostConfig), PolicyError> {
+        let backend = HostBackend::new(Helper {
+            program: PathBuf::from("/nonexistent"),
+            args: Vec::new(),
+        });
+        let policy = Policy::parse(&dir.join("shell.toml"), text, &[&backend as &dyn Backend])?;
+        let cfg = HostConfig::from_policy(&policy)?;
+        Ok((policy, cfg))
     }
 
     const SHELL: &str = "[executor]\nkind = \"host\"\nname = \"shell\"\n\
@@ -233,30 +210,23 @@ mod tests {
     #[test]
     fn a_minimal_host_policy_is_confined_by_default() {
         let dir = tempfile::tempdir().unwrap();
-        let p = parse_in(dir.path(), SHELL).unwrap();
-        let ExecutorConfig::Host(cfg) = &p.executor else {
-            panic!("not host");
-        };
-        assert_eq!((cfg.uid, cfg.gid), (super::NOBODY, super::NOBODY));
-        assert_eq!(cfg.network.value, super::NetworkMode::None);
-        assert_eq!(cfg.isolation.value, super::Isolation::Required);
-        assert_eq!(cfg.processes, super::DEFAULT_PROCESSES);
-        assert_eq!(cfg.start_dir(&p.grants), std::path::Path::new("/"));
-        assert_eq!(p.executor.kind(), "host");
+        let (p, cfg) = parse_in(dir.path(), SHELL).unwrap();
+        assert_eq!(cfg.user, User::NOBODY);
+        assert_eq!(cfg.network.value, NetworkMode::None);
+        assert_eq!(cfg.isolation.value, Isolation::Required);
+        assert_eq!(cfg.processes, DEFAULT_PROCESSES);
+        assert_eq!(cfg.start_dir(&p.grants), Path::new("/"));
     }
 
     #[test]
     fn roots_are_host_paths_and_the_first_is_the_start() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("w")).unwrap();
-        let p = parse_in(
+        let (p, cfg) = parse_in(
             dir.path(),
             &format!("{SHELL}[grants]\nfs = [{{ host = \"w\", access = \"read-only\" }}]\n"),
         )
         .unwrap();
-        let ExecutorConfig::Host(cfg) = &p.executor else {
-            panic!("not host");
-        };
         let w = dir.path().join("w").canonicalize().unwrap();
         assert_eq!(p.grants.fs[0].guest, w.to_string_lossy());
         assert_eq!(cfg.start_dir(&p.grants), w);
@@ -268,18 +238,38 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.message.contains("host paths"), "{e}");
+        assert_eq!(e.line, Some(6), "{e}");
     }
 
     #[test]
-    fn fuel_is_refused_for_command_tools() {
+    fn what_a_process_cannot_honour_is_refused_with_its_line() {
         let dir = tempfile::tempdir().unwrap();
-        let e = parse_in(dir.path(), &format!("{SHELL}[limits]\nfuel = 1000\n")).unwrap_err();
-        assert!(e.message.contains("host tool cannot have it"), "{e}");
-        assert!(e.message.contains("cpu_time"), "{e}");
-        let docker = "[executor]\nkind = \"docker\"\nname = \"s\"\nimage = \"i\"\nargv = [\"x\"]\n\
-                      [functions.s]\nlimits = { fuel = 5 }\n";
-        let e = parse_in(dir.path(), docker).unwrap_err();
-        assert!(e.message.contains("docker tool cannot have it"), "{e}");
+        let cases = [
+            (
+                format!("{SHELL}[limits]\nfuel = 1000\n"),
+                6,
+                "fuel cannot be honoured for a host tool",
+            ),
+            (
+                format!("{SHELL}[limits]\nresponse = \"1MiB\"\n"),
+                6,
+                "[limits] response cannot be honoured for a host tool",
+            ),
+            (format!("{SHELL}[grants]\ndns = true\n"), 6, "dns = true"),
+            (
+                format!(
+                    "{SHELL}network = \"unrestricted\"\n[grants]\nnet = [\"a.org\"]\n\
+                     net_credentials = [{{ host = \"a.org\", header = \"X-Key\", from_host = \"K\" }}]\n"
+                ),
+                8,
+                "net_credentials",
+            ),
+        ];
+        for (text, line, words) in cases {
+            let e = parse_in(dir.path(), &text).unwrap_err();
+            assert_eq!(e.line, Some(line), "{text}: {e}");
+            assert!(e.message.contains(words), "{words}: {e}");
+        }
     }
 
     #[test]
@@ -300,18 +290,10 @@ mod tests {
                 5,
                 "outside every granted root",
             ),
-            (format!("{SHELL}image = \"x\"\n"), 5, "belongs to docker"),
             (
-                format!("{SHELL}component = \"x.wasm\"\n"),
+                format!("{SHELL}image = \"x\"\n"),
                 5,
-                "belongs to wasm",
-            ),
-            (
-                "[executor]\nkind = \"docker\"\nname = \"s\"\nimage = \"i\"\nargv = [\"x\"]\n\
-                 isolation = \"best-effort\"\n"
-                    .into(),
-                6,
-                "belongs to host",
+                "unknown field `image`",
             ),
             (
                 format!("{SHELL}[grants]\nnet = [\"example.org\"]\n"),

@@ -1,12 +1,12 @@
 //! The guest components every crate's tests call, built from source once per test process
 //! (or not at all when scripts/test built them first: cargo's lock on target/ would only make
-//! us wait). Included by path into each crate's tests/common.
+//! us wait).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// The repository root: the nearest folder above the including crate that holds guest-sdk/.
+/// The repository root: the nearest folder above this crate that holds guest-sdk/.
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()

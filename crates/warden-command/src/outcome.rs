@@ -2,57 +2,9 @@
 //! kept, so a flood costs no memory), the exit code, and the timeout message. Shared by every
 //! executor that runs a command line (docker, host).
 
-use crate::executor::Output;
-use crate::limits::{Limits, truncation_marker};
-use crate::message::{ErrorKind, ToolError};
-use crate::units::ByteSize;
 use serde_json::json;
 use std::time::Duration;
-
-/// The first `limit` bytes of a stream, and how many more there were.
-#[derive(Debug, Clone)]
-pub struct Capped {
-    kept: Vec<u8>,
-    dropped: u64,
-    limit: usize,
-}
-
-impl Capped {
-    pub fn new(limit: u64) -> Self {
-        Self {
-            kept: Vec::new(),
-            dropped: 0,
-            limit: usize::try_from(limit).unwrap_or(usize::MAX),
-        }
-    }
-
-    pub fn push(&mut self, data: &[u8]) {
-        let room = self.limit.saturating_sub(self.kept.len());
-        let take = room.min(data.len());
-        self.kept.extend_from_slice(&data[..take]);
-        self.dropped += (data.len() - take) as u64;
-    }
-
-    /// The text kept, ending with warden's visible marker when something was cut.
-    pub fn text(&self) -> String {
-        let mut kept = self.kept.as_slice();
-        if self.dropped > 0 {
-            // A cut through a multi-byte character would end in a replacement character.
-            let valid = match std::str::from_utf8(kept) {
-                Ok(_) => kept.len(),
-                Err(e) if e.error_len().is_none() => e.valid_up_to(),
-                Err(_) => kept.len(),
-            };
-            kept = &kept[..valid];
-        }
-        let mut text = String::from_utf8_lossy(kept).into_owned();
-        let cut = self.dropped + (self.kept.len() - kept.len()) as u64;
-        if cut > 0 {
-            text.push_str(&truncation_marker(cut));
-        }
-        text
-    }
-}
+use warden_core::{ByteSize, ErrorKind, Limits, Output, ToolError};
 
 /// The model's timeout lowers the policy's, never raises it. The dispatcher's deadline for
 /// the policy's timeout started a little earlier than ours: stop just before it, so that the
@@ -148,23 +100,6 @@ pub fn timed_out(timeout: Duration, stdout: &str, stderr: &str, what: &str) -> T
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn caps_with_a_marker_and_whole_characters() {
-        let mut c = Capped::new(5);
-        c.push(b"hello world");
-        assert_eq!(
-            c.text(),
-            format!("hello{}", truncation_marker(6)),
-            "the cut is counted"
-        );
-        let mut c = Capped::new(3);
-        c.push("aé€".as_bytes());
-        assert!(c.text().starts_with("aé\n"), "{}", c.text());
-        let mut c = Capped::new(10);
-        c.push(b"short");
-        assert_eq!(c.text(), "short");
-    }
 
     #[test]
     fn the_model_can_only_lower_the_timeout() {

@@ -1,7 +1,6 @@
 //! A scripted OpenAI-compatible Chat Completions server on 127.0.0.1: one canned reply per
-//! request, in order, and a record of every request it received. Shared with the binary's
-//! tests (`#[path]`), so it needs nothing but std and serde_json.
-#![allow(dead_code)]
+//! request, in order, and a record of every request it received: the one test double, for the
+//! model provider that cannot run here.
 
 use serde_json::{Value, json};
 use std::collections::VecDeque;

@@ -4,10 +4,10 @@
 //! Arguments land in argv elements, never in a shell line warden builds itself: a template
 //! without a shell runs no shell.
 
-use crate::message::Violation;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;
+use warden_core::Violation;
 
 /// Names a template may not use: they are the executor's own arguments.
 const RESERVED: [&str; 2] = ["timeout", "restart"];

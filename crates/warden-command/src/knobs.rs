@@ -1,0 +1,221 @@
+//! The `[executor]` knobs that both command executors (docker, host) take, each parsed and
+//! checked once: the tool's name, its command line, the user, the network and `/tmp`.
+
+use std::fmt;
+use toml::Spanned;
+use warden_core::{ExecutorTable, Grants, Located, PolicyError};
+
+/// Size of the private tmpfs at `/tmp` when the policy writes none.
+pub const DEFAULT_TMP: u64 = 64 << 20;
+
+/// A numeric user and group; never root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct User {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl User {
+    /// The unprivileged user a command runs as when nothing else is chosen.
+    pub const NOBODY: User = User {
+        uid: 65534,
+        gid: 65534,
+    };
+
+    /// `uid` or `uid:gid`, numeric (names are not warden's to trust), never root. A bare uid
+    /// gets the group of the same number (Docker would pick group 0, root's, for a uid the
+    /// image does not know).
+    pub fn parse(written: &str) -> Result<User, String> {
+        let mut parts = written.splitn(2, ':');
+        let uid = parts.next().and_then(|u| u.parse::<u32>().ok());
+        let gid = match parts.next() {
+            Some(g) => g.parse::<u32>().ok(),
+            None => uid,
+        };
+        match (uid, gid) {
+            (Some(0), Some(_)) => Err("user 0 is root: a command tool never runs as root".into()),
+            (Some(uid), Some(gid)) => Ok(User { uid, gid }),
+            _ => Err(format!(
+                "user `{written}` must be numeric: \"uid\" or \"uid:gid\", such as \
+                 \"65534:65534\""
+            )),
+        }
+    }
+
+    /// The policy's `user`, checked, with its line.
+    pub fn written(
+        table: &ExecutorTable,
+        user: Option<Spanned<String>>,
+    ) -> Result<Option<Located<User>>, PolicyError> {
+        user.map(|u| {
+            let line = table.line(&u.span());
+            User::parse(u.get_ref())
+                .map(|value| Located { value, line })
+                .map_err(|m| table.error(line, m))
+        })
+        .transpose()
+    }
+}
+
+impl fmt::Display for User {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.uid, self.gid)
+    }
+}
+
+/// The network a container or host process gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkMode {
+    /// No way out: Docker's `network_mode: none`, or a new network namespace for a host
+    /// process. The default.
+    None,
+    /// Every host, with no allowlist (Docker's default bridge, or the host's own network): an
+    /// explicit opt-in the audit flags.
+    Unrestricted,
+}
+
+impl NetworkMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Unrestricted => "unrestricted",
+        }
+    }
+
+    /// `network = "none" | "unrestricted"`, checked against the policy's `net` grants: a
+    /// command executor cannot hold a process to a host allowlist, so host grants would
+    /// silently widen to every host; only the explicit opt-in allows them.
+    pub fn written(
+        table: &ExecutorTable,
+        kind: &str,
+        network: Option<Spanned<String>>,
+        grants: &Grants,
+    ) -> Result<Located<NetworkMode>, PolicyError> {
+        let mode = match network {
+            None => Located {
+                value: NetworkMode::None,
+                line: table.kind_line(),
+            },
+            Some(n) => {
+                let line = table.line(&n.span());
+                let value = match n.get_ref().as_str() {
+                    "none" => NetworkMode::None,
+                    "unrestricted" => NetworkMode::Unrestricted,
+                    other => {
+                        return Err(table.error(
+                            line,
+                            format!(
+                                "network `{other}` is not known: \"none\" (the default) or \
+                                 \"unrestricted\" (any host: warden cannot enforce an allowlist \
+                                 for a process)"
+                            ),
+                        ));
+                    }
+                };
+                Located { value, line }
+            }
+        };
+        if !grants.net.hosts.is_empty() && mode.value != NetworkMode::Unrestricted {
+            return Err(table.error(
+                mode.line,
+                format!(
+                    "a {kind} tool cannot be limited to the hosts in `net`: warden cannot \
+                     enforce a host allowlist for it. Remove the net grants (no network), or \
+                     write `network = \"unrestricted\"` under [executor] to give it every host \
+                     (the audit flags it)"
+                ),
+            ));
+        }
+        Ok(mode)
+    }
+}
+
+/// The `name` a command executor needs: its one tool's name.
+pub fn tool_name(
+    table: &ExecutorTable,
+    kind: &str,
+    name: Option<String>,
+) -> Result<String, PolicyError> {
+    name.ok_or_else(|| {
+        table.error(
+            table.kind_line(),
+            format!("a {kind} executor needs `name = \"...\"`, the tool's name"),
+        )
+    })
+}
+
+/// The `argv` a command executor needs, with a program.
+pub fn command_line(
+    table: &ExecutorTable,
+    kind: &str,
+    argv: Option<Spanned<Vec<String>>>,
+) -> Result<Located<Vec<String>>, PolicyError> {
+    let argv = argv.ok_or_else(|| {
+        table.error(
+            table.kind_line(),
+            format!(
+                "a {kind} executor needs `argv`, the command line (for a shell tool: \
+                 argv = [\"/bin/sh\", \"-c\", \"{{command}}\"])"
+            ),
+        )
+    })?;
+    let argv = table.located(argv);
+    if argv.value.first().is_none_or(String::is_empty) {
+        return Err(table.error(argv.line, "`argv` needs a program"));
+    }
+    Ok(argv)
+}
+
+/// The size of the private tmpfs at `/tmp`.
+pub fn tmp_size(
+    table: &ExecutorTable,
+    tmp: Option<Spanned<warden_core::ByteSize>>,
+) -> Result<u64, PolicyError> {
+    match tmp {
+        None => Ok(DEFAULT_TMP),
+        Some(t) if t.get_ref().0 < (1 << 20) => {
+            Err(table.error(table.line(&t.span()), "tmp must be at least 1MiB"))
+        }
+        Some(t) => Ok(t.get_ref().0),
+    }
+}
+
+/// A count written as an integer of at least 1 (`pids`, `processes`, `open_files`).
+pub fn count(
+    table: &ExecutorTable,
+    what: &str,
+    written: Option<Spanned<i64>>,
+    default: u32,
+) -> Result<u32, PolicyError> {
+    match written {
+        None => Ok(default),
+        Some(n) => u32::try_from(*n.get_ref())
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| {
+                table.error(table.line(&n.span()), format!("{what} must be at least 1"))
+            }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn users_are_numeric_and_never_root() {
+        assert_eq!(
+            User::parse("1000"),
+            Ok(User {
+                uid: 1000,
+                gid: 1000
+            })
+        );
+        assert_eq!(User::parse("1000:50"), Ok(User { uid: 1000, gid: 50 }));
+        assert!(User::parse("0").unwrap_err().contains("root"));
+        assert!(User::parse("0:0").unwrap_err().contains("root"));
+        assert!(User::parse("root").unwrap_err().contains("numeric"));
+        assert!(User::parse("1000:").unwrap_err().contains("numeric"));
+        assert_eq!(User::NOBODY.to_string(), "65534:65534");
+    }
+}

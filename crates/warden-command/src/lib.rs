@@ -1,0 +1,10 @@
+//! What warden's command executors (docker, host) share: the argv template that a call's
+//! arguments fill, the outcome the model reads, and the `[executor]` knobs both take.
+
+mod knobs;
+mod outcome;
+mod template;
+
+pub use knobs::{DEFAULT_TMP, NetworkMode, User, command_line, count, tmp_size, tool_name};
+pub use outcome::{answer, effective_timeout, render, timed_out};
+pub use template::{Request, Template};

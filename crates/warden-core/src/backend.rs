@@ -1,0 +1,100 @@
+//! The seam between the toolbox and each executor kind: a [`Backend`] states what it can
+//! honour, turns a policy of its kind into tools, and reports what it enforces.
+
+use crate::capability::Capabilities;
+use crate::executor::{BoxFuture, Executor};
+use crate::policy::{Policy, PolicyError};
+use crate::spec::ToolSpec;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::sync::Arc;
+
+/// Turns policies of one executor kind into tools. A new kind is a crate implementing this,
+/// and one line adding it to the list the binary loads toolboxes with.
+pub trait Backend: Send + Sync {
+    /// The `kind` this backend serves (`"wasm"`).
+    fn kind(&self) -> &'static str;
+
+    /// What its tools can be granted and held to; the toolbox refuses every other grant or
+    /// limit at load, naming file and line.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Parses the policy's `[executor]` table and prepares every tool of the policy; an error
+    /// names what cannot be honoured.
+    fn load(&self, policy: &Arc<Policy>) -> Result<Loaded, PolicyError>;
+
+    /// Runs a harmless call as the policy's tools would, to tell what this machine puts in
+    /// force; `None` when nothing depends on the machine.
+    fn probe(&self, policy: &Arc<Policy>) -> BoxFuture<'_, Option<Result<Probe, String>>> {
+        let _ = policy;
+        Box::pin(async { None })
+    }
+}
+
+/// What a backend made of one policy.
+pub struct Loaded {
+    pub tools: Vec<LoadedTool>,
+    pub report: Report,
+}
+
+/// One tool that a backend found in a policy.
+pub struct LoadedTool {
+    /// The function's name inside its sandbox (the key of `[functions.NAME]`).
+    pub function: String,
+    /// The spec, named without the policy's prefix.
+    pub spec: ToolSpec,
+    pub executor: Arc<dyn Executor>,
+}
+
+/// What a backend enforces for one policy, in its own words: the audit prints it and MCP
+/// annotations read it, so no front end matches on executor kinds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The executor's settings with their defaults filled in, as the audit's JSON shows them.
+    pub settings: Map<String, Value>,
+    /// The same for people: one labelled line each.
+    pub lines: Vec<ReportLine>,
+    /// What the tools can reach on the network.
+    pub network: Reach,
+    /// What a reviewer should look at (an unpinned component, an image by tag…).
+    pub flags: Vec<String>,
+}
+
+/// One line of a report: `executor  docker warden-sandbox:latest …`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReportLine {
+    pub label: &'static str,
+    pub text: String,
+}
+
+/// What a tool can reach on the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reach {
+    /// Only what `net` grants (nothing when it grants nothing).
+    Grants,
+    /// Nothing at all.
+    None,
+    /// Every host: an explicit opt-in the audit flags.
+    Unrestricted,
+}
+
+impl Reach {
+    /// True when the tool can talk to the world beyond its sandbox.
+    pub fn is_open(self, grants: &crate::Grants) -> bool {
+        match self {
+            Self::Grants => !grants.net.is_empty(),
+            Self::None => false,
+            Self::Unrestricted => true,
+        }
+    }
+}
+
+/// What a probe found in force on this machine.
+#[derive(Debug, Clone, Serialize)]
+pub struct Probe {
+    /// One line per protection, the missing ones included.
+    pub in_force: Vec<String>,
+    /// The protections this machine could not give.
+    pub missing: Vec<String>,
+}

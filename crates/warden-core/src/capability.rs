@@ -1,0 +1,150 @@
+//! What each executor kind can honour, and the one check of every policy against it.
+//!
+//! A backend states its [`Capabilities`] as a struct literal, so a new field here does not
+//! compile until every backend has decided about it; the check destructures every grant and
+//! limit without `..`, so a new grant or limit does not compile until it is decided here.
+
+use crate::grants::GrantsSpec;
+use crate::limits::LimitsFile;
+use crate::policy::PolicyError;
+use crate::table::line_of;
+use crate::units::ByteSize;
+use serde::Serialize;
+use std::path::Path;
+use toml::Spanned;
+
+/// Whether an executor honours a grant form or limit; when it does not, why, and what bounds
+/// the tool instead (said in the load error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Support {
+    Honoured,
+    Refused(&'static str),
+}
+
+/// How an executor's tools see their filesystem roots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Paths {
+    /// At the `guest` path each grant names (wasm preopens, container mounts).
+    Guest,
+    /// At their own host paths; a grant writes no `guest`.
+    Host,
+}
+
+/// How an executor holds a tool to the hosts in `net`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetHosts {
+    /// Every connection is checked against the grants.
+    Enforced,
+    /// The sandbox has no network or all of it: host grants need the executor's own opt-in
+    /// to every host, which its backend checks.
+    AllOrNothing,
+}
+
+/// What one executor kind honours. Everything else a policy writes is refused at load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Capabilities {
+    /// Filesystem roots and the paths the tool sees them at.
+    pub paths: Paths,
+    /// `env`, `env_from_host` and `secret_env`.
+    pub env: Support,
+    /// `net` host grants.
+    pub net: NetHosts,
+    /// `dns = true`: the tool's own name lookups.
+    pub dns: Support,
+    /// `net_credentials`: headers added on the host side.
+    pub credentials: Support,
+    /// `limits.fuel`.
+    pub fuel: Support,
+    /// `limits.response`: a cap on each HTTP response body.
+    pub response: Support,
+    /// The largest `limits.memory` the executor can give, when it has a ceiling.
+    pub memory_ceiling: Option<u64>,
+    /// State kept per session (a long-lived shell), freed at `Executor::end_session`.
+    pub sessions: bool,
+}
+
+/// Where the check reports: the file, its text and the executor kind.
+pub(crate) struct Checked<'a> {
+    pub file: &'a Path,
+    pub text: &'a str,
+    pub kind: &'a str,
+}
+
+impl Checked<'_> {
+    fn refuse(&self, span: std::ops::Range<usize>, what: &str, why: &str) -> PolicyError {
+        PolicyError::new(
+            self.file,
+            Some(line_of(self.text, span.start)),
+            format!("{what} cannot be honoured for a {} tool: {why}", self.kind),
+        )
+    }
+
+    /// Refuses every grant the executor cannot honour.
+    pub fn grants(&self, caps: &Capabilities, grants: &GrantsSpec) -> Result<(), PolicyError> {
+        let GrantsSpec {
+            env,
+            env_from_host,
+            secret_env,
+            fs: _,  // seen at guest or host paths: resolved by `Capabilities::paths`
+            net: _, // the form of each host grant is the executor's: see `NetHosts`
+            dns,
+            net_credentials,
+        } = grants;
+        if let Support::Refused(why) = caps.env {
+            let first = env
+                .as_ref()
+                .filter(|e| !e.get_ref().is_empty())
+                .map(Spanned::span)
+                .or_else(|| env_from_host.first().map(|n| n.span()))
+                .or_else(|| secret_env.first().map(|n| n.span()));
+            if let Some(span) = first {
+                return Err(self.refuse(span, "an env grant", why));
+            }
+        }
+        if let (Support::Refused(why), Some(on)) = (caps.dns, dns)
+            && *on.get_ref()
+        {
+            return Err(self.refuse(on.span(), "dns = true", why));
+        }
+        if let (Support::Refused(why), Some(first)) = (caps.credentials, net_credentials.first()) {
+            return Err(self.refuse(first.span(), "net_credentials", why));
+        }
+        Ok(())
+    }
+
+    /// Refuses every limit the executor cannot honour; `table` names where it was written.
+    pub fn limits(
+        &self,
+        caps: &Capabilities,
+        table: &str,
+        limits: &LimitsFile,
+    ) -> Result<(), PolicyError> {
+        let LimitsFile {
+            timeout: _,
+            memory,
+            fuel,
+            output: _,
+            response,
+            concurrency: _,
+        } = limits;
+        if let (Support::Refused(why), Some(f)) = (caps.fuel, fuel) {
+            return Err(self.refuse(f.span(), &format!("{table} fuel"), why));
+        }
+        if let (Support::Refused(why), Some(r)) = (caps.response, response) {
+            return Err(self.refuse(r.span(), &format!("{table} response"), why));
+        }
+        if let (Some(ceiling), Some(m)) = (caps.memory_ceiling, memory)
+            && m.get_ref().0 > ceiling
+        {
+            return Err(self.refuse(
+                m.span(),
+                &format!("{table} memory = \"{}\"", m.get_ref()),
+                &format!("it can have at most {}", ByteSize(ceiling)),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,260 @@
+//! The `[executor]` of `kind = "docker"`: the image, the command line, and the container knobs
+//! that are the executor's own (timeout, memory and output stay in `[limits]`). Every default
+//! is here.
+
+use serde::Deserialize;
+use toml::Spanned;
+use warden_command::{NetworkMode, User, command_line, count, tmp_size, tool_name};
+use warden_core::{ByteSize, Located, Policy, PolicyError};
+
+/// Processes (threads included) in one container when the policy writes none.
+pub const DEFAULT_PIDS: u32 = 128;
+/// CPUs of one container, in billionths, when the policy writes none: one CPU.
+pub const DEFAULT_NANO_CPUS: u64 = 1_000_000_000;
+
+/// A tool run in a Docker container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DockerConfig {
+    /// The tool's name (a container runs one tool).
+    pub name: String,
+    pub description: Option<String>,
+    /// The image to run, as the engine names it (`warden-sandbox:latest`).
+    pub image: Located<String>,
+    /// The command line; `{name}` is replaced by the string argument `name`, `{{`/`}}` are
+    /// literal braces.
+    pub argv: Located<Vec<String>>,
+    /// Absolute working directory inside the container.
+    pub workdir: Option<Located<String>>,
+    /// One container and one long-lived shell per session instead of one container per call.
+    pub session: bool,
+    /// `None` picks the owner of the read-write roots, else nobody.
+    pub user: Option<Located<User>>,
+    pub network: Located<NetworkMode>,
+    /// Most processes in the container.
+    pub pids: u32,
+    /// CPUs in billionths (`cpus = 0.5` is 500_000_000).
+    pub nano_cpus: u64,
+    /// Bytes of the tmpfs at `/tmp`.
+    pub tmp: u64,
+}
+
+/// A number that may be written as an integer or a float.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Number {
+    Int(i64),
+    Float(f64),
+}
+
+/// The `[executor]` table as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DockerSpec {
+    name: Option<String>,
+    description: Option<String>,
+    image: Option<Spanned<String>>,
+    argv: Option<Spanned<Vec<String>>>,
+    workdir: Option<Spanned<String>>,
+    session: Option<bool>,
+    user: Option<Spanned<String>>,
+    network: Option<Spanned<String>>,
+    pids: Option<Spanned<i64>>,
+    cpus: Option<Spanned<Number>>,
+    tmp: Option<Spanned<ByteSize>>,
+}
+
+impl DockerConfig {
+    /// Parses and checks the policy's `[executor]` table.
+    pub fn from_policy(policy: &Policy) -> Result<DockerConfig, PolicyError> {
+        let table = &policy.executor;
+        let spec: DockerSpec = table.parse()?;
+        let name = tool_name(table, "docker", spec.name)?;
+        let image = spec.image.ok_or_else(|| {
+            table.error(
+                table.kind_line(),
+                "a docker executor needs `image = \"...\"` (warden's own: `warden sandbox-image` \
+                 builds warden-sandbox:latest)",
+            )
+        })?;
+        let image = table.located(image);
+        if image.value.trim().is_empty() {
+            return Err(table.error(image.line, "`image` is empty"));
+        }
+        let argv = command_line(table, "docker", spec.argv)?;
+        let workdir = spec.workdir.map(|w| table.located(w));
+        if let Some(w) = &workdir
+            && !w.value.starts_with('/')
+        {
+            return Err(table.error(
+                w.line,
+                format!("workdir `{}` must be an absolute path", w.value),
+            ));
+        }
+        let user = User::written(table, spec.user)?;
+        let network = NetworkMode::written(table, "docker", spec.network, &policy.grants)?;
+        let pids = count(table, "pids", spec.pids, DEFAULT_PIDS)?;
+        let nano_cpus = match spec.cpus {
+            None => DEFAULT_NANO_CPUS,
+            Some(c) => {
+                let v = match c.get_ref() {
+                    Number::Int(i) => *i as f64,
+                    Number::Float(f) => *f,
+                };
+                if !(v.is_finite() && v >= 0.01) {
+                    return Err(table.error(table.line(&c.span()), "cpus must be at least 0.01"));
+                }
+                (v * 1e9) as u64
+            }
+        };
+        let tmp = tmp_size(table, spec.tmp)?;
+        Ok(DockerConfig {
+            name,
+            description: spec.description,
+            image,
+            argv,
+            workdir,
+            session: spec.session.unwrap_or(false),
+            user,
+            network,
+            pids,
+            nano_cpus,
+            tmp,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DockerBackend;
+    use warden_core::Backend;
+
+    fn parse(text: &str) -> Result<DockerConfig, PolicyError> {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = DockerBackend::new(crate::Engine::from_env());
+        let policy = Policy::parse(
+            &dir.path().join("shell.toml"),
+            text,
+            &[&backend as &dyn Backend],
+        )?;
+        DockerConfig::from_policy(&policy)
+    }
+
+    const SHELL: &str = "[executor]\nkind = \"docker\"\nname = \"shell\"\n\
+        image = \"warden-sandbox:latest\"\nargv = [\"/bin/sh\", \"-c\", \"{command}\"]\n";
+
+    #[test]
+    fn a_minimal_docker_policy_is_hardened_by_default() {
+        let cfg = parse(SHELL).unwrap();
+        assert_eq!(cfg.name, "shell");
+        assert_eq!(cfg.network.value, NetworkMode::None);
+        assert_eq!(cfg.pids, DEFAULT_PIDS);
+        assert_eq!(cfg.nano_cpus, DEFAULT_NANO_CPUS);
+        assert!(cfg.user.is_none() && !cfg.session);
+    }
+
+    #[test]
+    fn knobs_are_read() {
+        let cfg = parse(&format!(
+            "{SHELL}session = true\nworkdir = \"/w\"\nuser = \"1000:1000\"\n\
+             network = \"unrestricted\"\npids = 16\ncpus = 0.5\ntmp = \"8MiB\"\n"
+        ))
+        .unwrap();
+        assert!(cfg.session);
+        assert_eq!(cfg.network.value, NetworkMode::Unrestricted);
+        assert_eq!(cfg.network.line, 9);
+        assert_eq!(
+            cfg.user.map(|u| u.value),
+            Some(User {
+                uid: 1000,
+                gid: 1000
+            })
+        );
+        assert_eq!(
+            (cfg.pids, cfg.nano_cpus, cfg.tmp),
+            (16, 500_000_000, 8 << 20)
+        );
+    }
+
+    #[test]
+    fn net_grants_need_the_unrestricted_opt_in() {
+        let e = parse(&format!("{SHELL}[grants]\nnet = [\"api.example.org\"]\n")).unwrap_err();
+        assert!(e.message.contains("cannot enforce a host allowlist"), "{e}");
+        let p = parse(&format!(
+            "{SHELL}network = \"unrestricted\"\n[grants]\nnet = [\"api.example.org\"]\n"
+        ));
+        assert!(p.is_ok(), "{p:?}");
+    }
+
+    #[test]
+    fn what_a_container_cannot_honour_is_refused_with_its_line() {
+        let cases = [
+            (
+                format!(
+                    "{SHELL}network = \"unrestricted\"\n[grants]\nnet = [\"a.org\"]\n\
+                     net_credentials = [{{ host = \"a.org\", header = \"X-Key\", from_host = \"K\" }}]\n"
+                ),
+                9,
+                "net_credentials cannot be honoured for a docker tool",
+            ),
+            (
+                format!("{SHELL}[grants]\ndns = true\n"),
+                7,
+                "dns = true cannot be honoured",
+            ),
+            (
+                format!("{SHELL}[limits]\nresponse = \"1MiB\"\n"),
+                7,
+                "[limits] response cannot be honoured for a docker tool",
+            ),
+            (
+                format!("{SHELL}[limits]\nfuel = 1000\n"),
+                7,
+                "fuel cannot be honoured for a docker tool",
+            ),
+            (
+                format!("{SHELL}[functions.shell]\nlimits = {{ fuel = 5 }}\n"),
+                7,
+                "[functions.shell] fuel",
+            ),
+        ];
+        for (text, line, words) in cases {
+            let e = parse(&text).unwrap_err();
+            assert_eq!(e.line, Some(line), "{text}: {e}");
+            assert!(e.message.contains(words), "{words}: {e}");
+        }
+    }
+
+    #[test]
+    fn mistakes_name_their_line() {
+        let cases = [
+            (format!("{SHELL}user = \"0\"\n"), 6, "root"),
+            (format!("{SHELL}user = \"root\"\n"), 6, "numeric"),
+            (format!("{SHELL}network = \"host\"\n"), 6, "not known"),
+            (format!("{SHELL}workdir = \"w\"\n"), 6, "absolute"),
+            (format!("{SHELL}pids = 0\n"), 6, "pids"),
+            (format!("{SHELL}cpus = 0\n"), 6, "cpus"),
+            (
+                format!("{SHELL}component = \"x.wasm\"\n"),
+                6,
+                "unknown field `component`",
+            ),
+            (format!("{SHELL}privileged = true\n"), 6, "unknown field"),
+            (
+                "[executor]\nkind = \"docker\"\nname = \"x\"\n".into(),
+                2,
+                "image",
+            ),
+            (
+                "[executor]\nkind = \"docker\"\nimage = \"i\"\nargv = [\"x\"]\n".into(),
+                2,
+                "needs `name",
+            ),
+        ];
+        for (text, line, words) in cases {
+            let e = parse(&text).unwrap_err();
+            assert_eq!(e.line, Some(line), "{text}: {e}");
+            assert!(e.message.contains(words), "{words}: {e}");
+        }
+    }
+}

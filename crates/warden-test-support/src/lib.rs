@@ -1,0 +1,9 @@
+//! What warden's tests share (not published): the guest components built from source, the
+//! scripted OpenAI-compatible server that stands in for a model provider, and a backend of
+//! its own executor kind whose tools are executors a test hands it.
+
+pub mod backend;
+pub mod guests;
+pub mod scripted;
+
+pub use backend::TestBackend;
