@@ -1,10 +1,10 @@
 //! `warden add` and `warden pin`: components into the store, pins into policies.
 
-use crate::context::Context;
 use anyhow::{Context as _, Result, bail};
 use std::path::{Component, Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use warden::Warden;
 use warden_core::{Backend, Policy};
 use warden_wasm::WasmConfig;
 
@@ -23,7 +23,7 @@ pub struct AddArgs {
     force: bool,
 }
 
-pub fn add(ctx: &Context, args: AddArgs) -> Result<ExitCode> {
+pub fn add(ctx: &Warden, args: AddArgs) -> Result<ExitCode> {
     if !args.component.is_file() {
         bail!("{} is not a file", args.component.display());
     }
@@ -57,7 +57,7 @@ pub fn add(ctx: &Context, args: AddArgs) -> Result<ExitCode> {
         None => None,
     };
     let text = policy_text(&name, &component, &sha, wit.as_deref(), args.name.is_some());
-    let backend = ctx.backend();
+    let backend = ctx.wasm();
     let policy = Policy::parse(&policy_path, &text, &[&backend])?;
     let tools = backend
         .load(&Arc::new(policy))
@@ -125,7 +125,7 @@ fn relative_to(base: &Path, target: &Path) -> PathBuf {
     out
 }
 
-pub fn pin(ctx: &Context, targets: &[String]) -> Result<ExitCode> {
+pub fn pin(ctx: &Warden, targets: &[String]) -> Result<ExitCode> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(&ctx.toolbox)
         .with_context(|| format!("reading the toolbox {}", ctx.toolbox.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -151,7 +151,7 @@ pub fn pin(ctx: &Context, targets: &[String]) -> Result<ExitCode> {
     let backends = ctx.backends();
     for file in files {
         let policy = Policy::load(&file, &backends.list())?;
-        if policy.kind.value != ctx.backend().kind() {
+        if policy.kind.value != ctx.wasm().kind() {
             if !targets.is_empty() {
                 outln!(
                     "{}: a {} tool has no component to pin",

@@ -1,6 +1,6 @@
 //! `warden agent`: runs a model against the toolbox until it answers, or resumes a run.
 
-use crate::context::{self, Context};
+use crate::context;
 use crate::progress;
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
+use warden::Warden;
 use warden_agent::{
     ChatConfig, Decisions, Execution, Limits, RetryPolicy, ReviewSource, Run, StopReason,
 };
@@ -63,7 +64,7 @@ pub struct AgentArgs {
     json: bool,
 }
 
-pub fn agent(ctx: &Context, args: AgentArgs) -> Result<ExitCode> {
+pub fn agent(ctx: &Warden, args: AgentArgs) -> Result<ExitCode> {
     let resumed = match &args.resume {
         Some(which) => Some(Run::resume(&transcript_path(ctx, which))?),
         None => None,
@@ -102,10 +103,13 @@ pub fn agent(ctx: &Context, args: AgentArgs) -> Result<ExitCode> {
         limits: limits.clone(),
         review,
     };
-    let dispatcher = ctx.dispatcher(RunLimits {
-        max_calls: limits.max_tool_calls,
-        max_calls_per_tool: limits.max_calls_per_tool,
-    })?;
+    let dispatcher = context::dispatcher(
+        ctx,
+        RunLimits {
+            max_calls: limits.max_tool_calls,
+            max_calls_per_tool: limits.max_calls_per_tool,
+        },
+    )?;
     // Created only once everything else is ready: a failed start leaves no empty run behind.
     let run = match (resumed, &args.task) {
         (Some(run), _) => run,
@@ -148,7 +152,7 @@ fn limits(args: &AgentArgs, before: Limits) -> Limits {
 }
 
 /// A run id names a transcript in HOME/runs; a path names any.
-fn transcript_path(ctx: &Context, which: &str) -> PathBuf {
+fn transcript_path(ctx: &Warden, which: &str) -> PathBuf {
     if which.contains('/') || which.ends_with(".jsonl") {
         PathBuf::from(which)
     } else {

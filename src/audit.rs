@@ -1,11 +1,11 @@
 //! `warden audit`: what every tool may touch, and what deserves a look. Each backend reports
 //! what it enforces; this prints it beside the grants, limits and flags, as text or JSON.
 
-use crate::context::Context;
 use anyhow::Result;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::process::ExitCode;
+use warden::Warden;
 use warden_core::{
     Access, ByteSize, Capabilities, Grants, HostPattern, HumanDuration, Limits, Policy, Probe,
     Reach, Report, Toolbox,
@@ -143,7 +143,7 @@ fn describe(toolbox: &Toolbox, probes: Vec<Option<Result<Probe, String>>>) -> Au
 }
 
 /// Probes each policy's sandbox on this machine, where its backend has something to probe.
-fn probes(ctx: &Context, toolbox: &Toolbox) -> Result<Vec<Option<Result<Probe, String>>>> {
+fn probes(ctx: &Warden, toolbox: &Toolbox) -> Result<Vec<Option<Result<Probe, String>>>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -159,7 +159,7 @@ fn probes(ctx: &Context, toolbox: &Toolbox) -> Result<Vec<Option<Result<Probe, S
         .collect())
 }
 
-pub fn audit(ctx: &Context, json: bool) -> Result<ExitCode> {
+pub fn audit(ctx: &Warden, json: bool) -> Result<ExitCode> {
     let toolbox = ctx.load()?;
     let audit = describe(&toolbox, probes(ctx, &toolbox)?);
     if json {

@@ -1,6 +1,6 @@
 //! `warden demo`: builds the example tools from source and takes a short scripted tour.
 
-use crate::context::{self, Context};
+use crate::context;
 use anyhow::{Context as _, Result, bail};
 use serde_json::json;
 use std::io::{Read, Write};
@@ -8,6 +8,7 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::Arc;
+use warden::Warden;
 use warden_core::{Dispatcher, Policy, ToolCall, ToolMessage, Toolbox};
 use warden_wasm::Resolver;
 
@@ -69,22 +70,23 @@ pub fn build_examples(root: &Path) -> Result<()> {
     Ok(())
 }
 
-pub fn demo(ctx: &Context) -> Result<ExitCode> {
+pub fn demo(ctx: &Warden) -> Result<ExitCode> {
     let root = PathBuf::from(ROOT);
     build_examples(&root)?;
     let policies = root.join("policies");
     let port = serve_page()?;
-    let ctx = Context {
+    let ctx = Warden {
         toolbox: policies.clone(),
+        resolver: Resolver::with_overrides(["docs.example.test:127.0.0.1"])?,
         artifacts: ctx.artifacts.clone(),
         call_log: ctx.call_log.clone(),
         runs: ctx.runs.clone(),
-        resolver: Resolver::with_overrides(["docs.example.test:127.0.0.1"])?,
         docker: ctx.docker.clone(),
         host: ctx.host.clone(),
+        on_compile: ctx.on_compile.clone(),
     };
     let mut toolbox: Toolbox = ctx.load()?;
-    let backend = ctx.backend();
+    let backend = ctx.wasm();
     let hostile = Policy::parse(&policies.join("demo-hostile.toml"), HOSTILE, &[&backend])?;
     toolbox.add_policy(Arc::new(hostile), &[&backend])?;
     let fetch = Policy::parse(

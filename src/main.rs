@@ -22,10 +22,10 @@ mod serve;
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use context::Context;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use warden::Warden;
 use warden_core::{RunLimits, Status, ToolCall, ToolMessage};
 
 #[derive(Parser)]
@@ -145,17 +145,9 @@ impl Format {
     }
 }
 
-/// The first argument that makes this program the host executor's helper.
-pub const HOST_HELPER_ARG: &str = "__warden-host-helper";
-
 fn main() -> ExitCode {
     // Before anything else, while this process has one thread: the helper forks.
-    if std::env::args_os()
-        .nth(1)
-        .is_some_and(|a| a == HOST_HELPER_ARG)
-    {
-        warden_host::helper_main();
-    }
+    warden::run_host_helper_if_asked();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -174,7 +166,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     let resolver = warden_wasm::Resolver::with_overrides(&cli.resolve)?;
-    let ctx = Context::new(cli.toolbox, cli.home, cli.cache, cli.call_log)?.resolver(resolver);
+    let ctx = context::warden(cli.toolbox, cli.home, cli.cache, cli.call_log, resolver)?;
     match cli.command {
         Command::Add(args) => add::add(&ctx, args),
         Command::Pin { targets } => add::pin(&ctx, &targets),
@@ -205,7 +197,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-fn tools(ctx: &Context, json: bool) -> Result<ExitCode> {
+fn tools(ctx: &Warden, json: bool) -> Result<ExitCode> {
     let toolbox = ctx.load()?;
     if json {
         let specs: Vec<_> = toolbox.tools().map(|t| &t.spec).collect();
@@ -220,8 +212,8 @@ fn tools(ctx: &Context, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn call(ctx: &Context, tool: String, arguments: String, format: Format) -> Result<ExitCode> {
-    let dispatcher = ctx.dispatcher(RunLimits::default())?;
+fn call(ctx: &Warden, tool: String, arguments: String, format: Format) -> Result<ExitCode> {
+    let dispatcher = context::dispatcher(ctx, RunLimits::default())?;
     let runtime = context::runtime()?;
     let call = ToolCall {
         id: "call-1".into(),
@@ -243,7 +235,7 @@ fn call(ctx: &Context, tool: String, arguments: String, format: Format) -> Resul
 }
 
 fn run_batch(
-    ctx: &Context,
+    ctx: &Warden,
     batch: Option<PathBuf>,
     format: Format,
     fail_fast: bool,
@@ -257,7 +249,7 @@ fn run_batch(
         }
     };
     let calls = batch::parse(&text)?;
-    let dispatcher = ctx.dispatcher(limits)?.fail_fast(fail_fast);
+    let dispatcher = context::dispatcher(ctx, limits)?.fail_fast(fail_fast);
     let runtime = context::runtime()?;
     // One batch file is one session.
     let messages = runtime.block_on(async {
@@ -275,7 +267,7 @@ fn run_batch(
     })
 }
 
-fn sandbox_image(ctx: &Context, busybox: &std::path::Path, tag: &str) -> Result<ExitCode> {
+fn sandbox_image(ctx: &Warden, busybox: &std::path::Path, tag: &str) -> Result<ExitCode> {
     let runtime = context::runtime()?;
     let engine = ctx.docker.engine().clone();
     let id = runtime.block_on(warden_docker::build_sandbox_image(&engine, busybox, tag))?;

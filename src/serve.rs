@@ -1,11 +1,12 @@
 //! `warden serve`: the toolbox as an MCP server, over stdio or streamable HTTP.
 
-use crate::context::{self, Context};
+use crate::context;
 use anyhow::{Context as _, Result};
 use clap::Args;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
+use warden::Warden;
 use warden_core::{Admission, CallLog};
 use warden_mcp::{HttpOptions, HttpServer, Loader, Options, Server};
 
@@ -26,7 +27,7 @@ pub struct ServeArgs {
     allow_remote: bool,
 }
 
-pub fn serve(ctx: &Context, args: ServeArgs) -> Result<ExitCode> {
+pub fn serve(ctx: &Warden, args: ServeArgs) -> Result<ExitCode> {
     // The dispatcher is built here rather than by `Context::dispatcher`: over stdio a terminal
     // reviewer would read the MCP channel, and a reload needs a dispatcher per toolbox.
     let backends = ctx.backends();

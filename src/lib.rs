@@ -1,0 +1,251 @@
+//! warden in-process: a Rust agent loads a toolbox with every executor kind this build has, gets
+//! a dispatcher, runs its model's tool calls as batches and closes the session — the same path
+//! (validation, limits, review, redaction, call log) as `warden call`, `warden serve` and
+//! `warden agent`.
+//!
+//! ```
+//! use serde_json::json;
+//! use warden::{RunLimits, ToolCall, Warden};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let home = tempfile::tempdir()?;
+//! # let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+//! # if !root.join("target/wasm32-wasip2/release/units.wasm").is_file() {
+//! #     return Ok(()); // the example tools are built by scripts/test and `warden demo`
+//! # }
+//! # let policies = root.join("policies");
+//! let warden = Warden::builder(policies).home(home.path()).build()?;
+//! let runtime = tokio::runtime::Runtime::new()?;
+//! runtime.block_on(async {
+//!     // One dispatcher is one session: a Docker or host shell keeps its state between calls.
+//!     let session = warden.dispatcher(RunLimits::default())?;
+//!     let answers = session
+//!         .dispatch(vec![
+//!             ToolCall::new("c1", "convert", &json!({
+//!                 "quantity": {"value": 5, "unit": "mile"}, "to": "kilometer"
+//!             })),
+//!             ToolCall::new("c2", "no-such-tool", &json!({})),
+//!         ])
+//!         .await;
+//!     session.close().await;
+//!     // Exactly one message per call, in order, whatever happened to each.
+//!     assert!(answers[0].content.starts_with("8.04"));
+//!     assert_eq!(answers[1].error.as_ref().map(|e| e.kind.as_str()), Some("unknown_tool"));
+//!     Ok::<_, warden::Error>(())
+//! })?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A program that runs host tools (`kind = "host"`) must let warden re-execute it as the
+//! sandbox helper: call [`run_host_helper_if_asked`] first thing in `main`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use warden_core::{Admission, Backend, CallLog, Protected, Toolbox, ToolboxError};
+use warden_docker::{DockerBackend, Engine};
+use warden_host::{Helper, HostBackend};
+use warden_wasm::{Artifacts, CompileHook, Resolver, WasmBackend};
+
+pub use warden_core::{
+    Decision, Dispatcher, ErrorKind, Reviewer, RunLimits, Status, ToolCall, ToolError, ToolMessage,
+    ToolSpec,
+};
+
+/// The first argument that makes a program warden's host helper.
+pub const HOST_HELPER_ARG: &str = "__warden-host-helper";
+
+/// Becomes the host executor's sandbox helper, and never returns, when this process was
+/// started as one. Call it first thing in `main`, while the process has one thread.
+pub fn run_host_helper_if_asked() {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == HOST_HELPER_ARG)
+    {
+        warden_host::helper_main();
+    }
+}
+
+/// What embedding warden can fail at.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot tell where to keep warden's files: set WARDEN_HOME or HOME, or name a home")]
+    NoHome,
+    #[error("loading the toolbox {0}: {1}")]
+    Toolbox(PathBuf, #[source] ToolboxError),
+    #[error("opening the call log {0}: {1}")]
+    CallLog(PathBuf, #[source] std::io::Error),
+}
+
+/// warden's places and backends: where the toolbox, the component store, the compile cache,
+/// the call log and the agent's transcripts are, and every executor kind that loads tools.
+pub struct Warden {
+    /// The folder of policy files.
+    pub toolbox: PathBuf,
+    pub artifacts: Artifacts,
+    pub call_log: PathBuf,
+    /// The agent's run transcripts.
+    pub runs: PathBuf,
+    /// How tools' HTTP hosts resolve.
+    pub resolver: Resolver,
+    /// Docker tools share one engine (connected on their first call, never at load).
+    pub docker: DockerBackend,
+    /// Host tools start their calls through this program, re-executed as the helper.
+    pub host: HostBackend,
+    /// Called before a component is compiled.
+    pub on_compile: CompileHook,
+}
+
+/// Chooses warden's places; [`Builder::build`] fills in the defaults.
+pub struct Builder {
+    toolbox: PathBuf,
+    home: Option<PathBuf>,
+    cache: Option<PathBuf>,
+    call_log: Option<PathBuf>,
+    resolver: Resolver,
+    on_compile: CompileHook,
+}
+
+impl Builder {
+    /// warden's own files [default: `$XDG_DATA_HOME/warden` or `~/.local/share/warden`].
+    pub fn home(mut self, home: impl Into<PathBuf>) -> Self {
+        self.home = Some(home.into());
+        self
+    }
+
+    /// The compile cache [default: HOME/cache].
+    pub fn cache(mut self, cache: Option<PathBuf>) -> Self {
+        self.cache = cache;
+        self
+    }
+
+    /// The call log, one JSON line per call [default: HOME/calls.jsonl].
+    pub fn call_log(mut self, call_log: Option<PathBuf>) -> Self {
+        self.call_log = call_log;
+        self
+    }
+
+    /// How tools' HTTP hosts resolve [default: the system's resolver].
+    pub fn resolver(mut self, resolver: Resolver) -> Self {
+        self.resolver = resolver;
+        self
+    }
+
+    /// Called before a component is compiled (a slow step worth telling a person about).
+    pub fn on_compile(mut self, hook: CompileHook) -> Self {
+        self.on_compile = hook;
+        self
+    }
+
+    pub fn build(self) -> Result<Warden, Error> {
+        let home = match self.home {
+            Some(h) => h,
+            None => default_home().ok_or(Error::NoHome)?,
+        };
+        Ok(Warden {
+            artifacts: Artifacts {
+                store: home.join("store"),
+                cache: self.cache.unwrap_or_else(|| home.join("cache")),
+            },
+            call_log: self.call_log.unwrap_or_else(|| home.join("calls.jsonl")),
+            runs: home.join("runs"),
+            toolbox: self.toolbox,
+            resolver: self.resolver,
+            docker: DockerBackend::new(Engine::from_env()),
+            host: HostBackend::new(Helper::this_program(&[HOST_HELPER_ARG])),
+            on_compile: self.on_compile,
+        })
+    }
+}
+
+impl Warden {
+    /// warden over the policies in `toolbox`, its own files in the default home.
+    pub fn builder(toolbox: impl Into<PathBuf>) -> Builder {
+        Builder {
+            toolbox: toolbox.into(),
+            home: None,
+            cache: None,
+            call_log: None,
+            resolver: Resolver::default(),
+            on_compile: Arc::new(|_| {}),
+        }
+    }
+
+    /// warden's own places, which no grant may reach.
+    pub fn protected(&self) -> Vec<Protected> {
+        let place = |what, path: &Path| Protected {
+            what,
+            path: path.to_owned(),
+        };
+        vec![
+            place("the toolbox", &self.toolbox),
+            place("the component store", &self.artifacts.store),
+            place("the compile cache", &self.artifacts.cache),
+            place("the call log", &self.call_log),
+            place("the agent's transcripts", &self.runs),
+        ]
+    }
+
+    /// The wasm backend.
+    pub fn wasm(&self) -> WasmBackend {
+        WasmBackend::new(self.artifacts.clone())
+            .on_compile(self.on_compile.clone())
+            .resolver(self.resolver.clone())
+    }
+
+    /// Every backend this build has: a new executor kind is one more entry here.
+    pub fn backends(&self) -> Backends {
+        Backends {
+            wasm: self.wasm(),
+            docker: self.docker.clone(),
+            host: self.host.clone(),
+        }
+    }
+
+    /// Loads the toolbox; any policy that cannot be honoured is an error naming file and line.
+    pub fn load(&self) -> Result<Toolbox, Error> {
+        self.backends()
+            .load(&self.toolbox, &self.protected())
+            .map_err(|e| Error::Toolbox(self.toolbox.clone(), e))
+    }
+
+    /// A dispatcher over the toolbox in a session of its own, logging every call. Close it
+    /// ([`Dispatcher::close`]) when the agent's run ends, to free its shells.
+    pub fn dispatcher(&self, run: RunLimits) -> Result<Dispatcher, Error> {
+        let toolbox = Arc::new(self.load()?);
+        let log =
+            CallLog::open(&self.call_log).map_err(|e| Error::CallLog(self.call_log.clone(), e))?;
+        let admission = Admission {
+            run,
+            ..Admission::default()
+        };
+        Ok(Dispatcher::with_admission(toolbox, admission).call_log(Arc::new(log)))
+    }
+}
+
+/// The backends of every executor kind, for loading policies.
+pub struct Backends {
+    wasm: WasmBackend,
+    docker: DockerBackend,
+    host: HostBackend,
+}
+
+impl Backends {
+    /// Every backend, as `Toolbox::load` and `Policy::load` take them.
+    pub fn list(&self) -> [&dyn Backend; 3] {
+        [&self.wasm, &self.docker, &self.host]
+    }
+
+    /// Loads the toolbox in `dir` with every backend, refusing grants that reach `protected`.
+    pub fn load(&self, dir: &Path, protected: &[Protected]) -> Result<Toolbox, ToolboxError> {
+        Toolbox::load(dir, &self.list(), protected)
+    }
+}
+
+fn default_home() -> Option<PathBuf> {
+    if let Some(data) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(data).join("warden"));
+    }
+    let home = std::env::var_os("HOME").filter(|v| !v.is_empty())?;
+    Some(PathBuf::from(home).join(".local/share/warden"))
+}
