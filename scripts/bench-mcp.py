@@ -9,8 +9,8 @@
    of --starts starts, the bare client writing initialize, initialized and tools/call at once.
 
 Usage (from the repository root, after `cargo build --release` and building guest-sdk):
-    pip install -r tests/python/requirements.txt
-    python3 scripts/bench-mcp.py [--calls 1000] [--starts 20]
+    "$(scripts/py-venv)/bin/python" scripts/bench-mcp.py [--calls 1000] [--starts 20]
+(scripts/py-venv makes or reuses target/py-venv, which has the MCP SDK.)
 WARDEN_BIN names the binary (default target/release/warden).
 """
 

@@ -1,7 +1,12 @@
 //! `warden demo`: builds the example tools from source and takes a short scripted tour.
+//!
+//! The tour needs a checkout of warden's source (the tools' sources in `guest-sdk/`, their
+//! policies in `policies/`), found at run time: `--root DIR` / `WARDEN_ROOT`, or the current
+//! folder or the nearest one above it. An installed binary carries no path of the tree it was
+//! built from.
 
 use crate::context;
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result, anyhow, bail};
 use serde_json::json;
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -12,8 +17,41 @@ use warden::Warden;
 use warden_core::{Dispatcher, Policy, ToolCall, ToolMessage, Toolbox};
 use warden_wasm::Resolver;
 
-/// The source tree this binary was built from: the demo builds its examples there.
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+/// What the demo needs of a checkout: the example tools' sources and their policies.
+const NEEDS: [&str; 2] = ["guest-sdk/Cargo.toml", "policies"];
+
+fn is_checkout(dir: &Path) -> bool {
+    NEEDS.iter().all(|p| dir.join(p).exists())
+}
+
+/// The checkout of warden the demo builds and runs: `given` (`--root`), or the current folder
+/// or the nearest one above it that holds the demo's files. An absolute path (the guest build
+/// runs in a folder of its own).
+pub fn find_root(given: Option<&Path>) -> Result<PathBuf> {
+    const NEED: &str = "warden demo needs a checkout of warden's source: it builds the example \
+                        tools in its guest-sdk/ and runs them under its policies/";
+    if let Some(dir) = given {
+        if let Some(missing) = NEEDS.iter().find(|p| !dir.join(p).exists()) {
+            bail!(
+                "{NEED}, and {} is not one (it has no {missing}): pass --root (or WARDEN_ROOT) \
+                 the folder of a checkout",
+                dir.display()
+            );
+        }
+        return std::fs::canonicalize(dir).with_context(|| format!("reading {}", dir.display()));
+    }
+    let cwd = std::env::current_dir().context("reading the current folder")?;
+    cwd.ancestors()
+        .find(|dir| is_checkout(dir))
+        .map(Path::to_path_buf)
+        .ok_or_else(|| {
+            anyhow!(
+                "{NEED}. There is none in {} or above it: run `warden demo` from inside a \
+                 checkout, or pass --root DIR (or set WARDEN_ROOT=DIR)",
+                cwd.display()
+            )
+        })
+}
 
 /// The fetch tool again, granted the demo's own server on loopback (which the shipped policy
 /// does not grant), under a name that `--resolve`-style overrides pin to it.
@@ -57,9 +95,15 @@ pub fn build_examples(root: &Path) -> Result<()> {
             bail!("`rustup target add wasm32-wasip2` failed");
         }
     }
-    eprintln!("building the example tools (guest-sdk)…");
+    eprintln!(
+        "building the example tools ({})…",
+        root.join("guest-sdk").display()
+    );
+    // Into the checkout's own target/ whatever CARGO_TARGET_DIR says: the policies name the
+    // components there (../target/wasm32-wasip2/release).
     let ok = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--release", "--quiet"])
+        .args(["build", "--release", "--quiet", "--target-dir"])
+        .arg(root.join("target"))
         .current_dir(root.join("guest-sdk"))
         .status()
         .context("running cargo")?
@@ -70,8 +114,8 @@ pub fn build_examples(root: &Path) -> Result<()> {
     Ok(())
 }
 
-pub fn demo(ctx: &Warden) -> Result<ExitCode> {
-    let root = PathBuf::from(ROOT);
+pub fn demo(ctx: &Warden, root: Option<&Path>) -> Result<ExitCode> {
+    let root = find_root(root)?;
     build_examples(&root)?;
     let policies = root.join("policies");
     let port = serve_page()?;

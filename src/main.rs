@@ -112,8 +112,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Build the example tools and take a short tour.
-    Demo,
+    /// Build the example tools and take a short tour (needs a checkout of warden's source).
+    Demo {
+        /// The checkout of warden whose example tools to build and run
+        /// [default: the current folder or the nearest one above it holding guest-sdk/ and
+        /// policies/].
+        #[arg(long, env = "WARDEN_ROOT", value_name = "DIR")]
+        root: Option<PathBuf>,
+    },
     /// Serve the toolbox over MCP: stdio, or streamable HTTP with --http.
     Serve(serve::ServeArgs),
     /// Build warden's Docker sandbox image offline, from a static busybox.
@@ -190,7 +196,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             run_batch(&ctx, batch, format, fail_fast, limits)
         }
         Command::Audit { json } => audit::audit(&ctx, json),
-        Command::Demo => demo::demo(&ctx),
+        Command::Demo { root } => demo::demo(&ctx, root.as_deref()),
         Command::Serve(args) => serve::serve(&ctx, args),
         Command::SandboxImage { busybox, tag } => sandbox_image(&ctx, &busybox, &tag),
         Command::Agent(args) => agent::agent(&ctx, *args),

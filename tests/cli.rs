@@ -378,3 +378,49 @@ fn the_demo_takes_its_tour() {
         );
     }
 }
+
+/// An installed binary run outside a checkout: the demo says what it needs (a checkout, or
+/// --root naming one) instead of building nothing or guessing a path.
+#[test]
+fn the_demo_outside_a_checkout_says_what_it_needs() {
+    let env = Env::new();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let demo = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_warden"))
+            .arg("demo")
+            .args(args)
+            .current_dir(elsewhere.path())
+            .env("WARDEN_HOME", env.dir.path().join("home"))
+            .env_remove("WARDEN_ROOT")
+            .output()
+            .expect("warden runs");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            out.stdout.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(
+            stderr.contains("warden demo needs a checkout of warden's source"),
+            "{stderr}"
+        );
+        stderr
+    };
+    let stderr = demo(&[]);
+    let here = elsewhere.path().display().to_string();
+    for words in [
+        here.as_str(),
+        "run `warden demo` from inside a checkout",
+        "--root DIR",
+    ] {
+        assert!(stderr.contains(words), "`{words}` missing: {stderr}");
+    }
+    let stderr = demo(&["--root", path_str(elsewhere.path())]);
+    assert!(
+        stderr.contains(&format!(
+            "{here} is not one (it has no guest-sdk/Cargo.toml)"
+        )),
+        "{stderr}"
+    );
+}
