@@ -17,14 +17,14 @@ pub struct CallLog {
     file: Mutex<File>,
 }
 
-/// One line of the call log; `event` says which.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One line of the call log; its `event` says which.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
-pub enum Record {
+pub enum Record<'a> {
     /// A call and how it ended: exactly one per call.
-    Call(CallRecord),
+    Call(&'a CallRecord),
     /// A destination the sandbox refused a call, written before that call's own record.
-    Denied(DenialRecord),
+    Denied(&'a DenialRecord),
 }
 
 /// A call and how it ended.
@@ -125,7 +125,7 @@ impl CallLog {
 
     /// Appends `record` as one line, every string in it with `secrets` redacted. A failure to
     /// write is logged, never fatal to the call.
-    pub fn write(&self, record: &Record, secrets: &Secrets) {
+    pub fn write(&self, record: Record<'_>, secrets: &Secrets) {
         let mut value = match serde_json::to_value(record) {
             Ok(v) => v,
             Err(e) => {
@@ -156,8 +156,8 @@ mod tests {
     use super::*;
     use crate::message::{ToolCall, ToolError};
 
-    fn call_record(message: &ToolMessage, policy: Option<PolicyFacts>) -> Record {
-        Record::Call(CallRecord {
+    fn call_record(message: &ToolMessage, policy: Option<PolicyFacts>) -> CallRecord {
+        CallRecord {
             ts_ms: 1,
             tool: message.name.clone(),
             call_id: message.tool_call_id.clone(),
@@ -168,7 +168,7 @@ mod tests {
             denied: None,
             policy,
             message: message.error.as_ref().map(|e| e.message.clone()),
-        })
+        }
     }
 
     fn lines(log: &CallLog) -> Vec<Value> {
@@ -195,17 +195,17 @@ mod tests {
             grants: serde_json::json!({"env": {"KEY": "sk-123"}}),
             limits: serde_json::json!({}),
         };
-        log.write(&call_record(&failed, Some(facts)), &secrets);
+        log.write(Record::Call(&call_record(&failed, Some(facts))), &secrets);
         let ok = ToolMessage::success(&call, "fine".into(), None);
-        log.write(&call_record(&ok, None), &Secrets::default());
-        let denied = Record::Denied(DenialRecord {
+        log.write(Record::Call(&call_record(&ok, None)), &Secrets::default());
+        let denied = DenialRecord {
             ts_ms: 1,
             tool: "fetch".into(),
             call_id: "c1".into(),
             destination: "http://x.test/?key=sk-123".into(),
             reason: "not granted".into(),
-        });
-        log.write(&denied, &secrets);
+        };
+        log.write(Record::Denied(&denied), &secrets);
 
         let v = lines(&log);
         assert_eq!(v[0]["event"], "call");

@@ -177,7 +177,12 @@ impl Dispatcher {
                 // Logged but not told to the observer: it knows calls by id, and this id is
                 // the earlier call's, which may still be running.
                 let tool = self.toolbox.get(&call.name);
-                answers[i] = Some(self.log_early(call, tool, reused_id(call), start.elapsed()));
+                answers[i] = Some(self.log_early(
+                    call,
+                    tool,
+                    ToolError::reused_id(&call.id),
+                    start.elapsed(),
+                ));
                 continue;
             }
             let arguments = match self.check(call) {
@@ -470,7 +475,7 @@ impl Dispatcher {
                 destination: d.destination.clone(),
                 reason: d.reason.clone(),
             };
-            log.write(&Record::Denied(denial), secrets);
+            log.write(Record::Denied(&denial), secrets);
         }
         let record = CallRecord {
             ts_ms,
@@ -489,7 +494,7 @@ impl Dispatcher {
             }),
             message: m.error.as_ref().map(|e| e.message.clone()),
         };
-        log.write(&Record::Call(record), secrets);
+        log.write(Record::Call(&record), secrets);
     }
 }
 
@@ -545,17 +550,6 @@ fn attach_denials(m: &mut ToolMessage, denied: &[Denial], count: u64) {
 /// The secret values a call of `tool` may see, to keep out of its message and its record.
 fn secrets_of(tool: &Tool) -> Secrets {
     Secrets::new(tool.policy.grants.secrets())
-}
-
-fn reused_id(call: &ToolCall) -> ToolError {
-    ToolError::new(
-        ErrorKind::InvalidArguments,
-        format!(
-            "tool_call_id `{}` is used by an earlier call of this batch; each call needs its own \
-             id, so this one was not run",
-            call.id
-        ),
-    )
 }
 
 fn panicked() -> ToolError {
