@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines, WriteHalf};
 use warden_core::{
-    Backend, BoxFuture, Executor, Invocation, LoadedTool, Output, Policy, PolicyError, Protected,
-    ToolError, ToolSpec, Toolbox,
+    Backend, BoxFuture, CallLog, ErrorKind, Executor, Invocation, LoadedTool, Output, Policy,
+    PolicyError, Protected, ToolError, ToolSpec, Toolbox,
 };
 use warden_mcp::{Loader, Options, Server};
 
@@ -96,9 +96,22 @@ fn server(dir: &Path) -> Server {
         "[executor]\nkind = \"wasm\"\ncomponent = \"fake.wasm\"\n[limits]\noutput = \"100B\"\n",
     )
     .unwrap();
+    let options = Options {
+        call_log: Some(Arc::new(CallLog::open(&dir.join("calls.jsonl")).unwrap())),
+        ..Options::default()
+    };
     let dir = dir.to_owned();
     let loader: Loader = Arc::new(move || Toolbox::load(&dir, &[&Fake], &[] as &[Protected]));
-    Server::new(loader, Options::default()).unwrap()
+    Server::new(loader, options).unwrap()
+}
+
+/// The call log's records, as JSON.
+fn records(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("calls.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 struct Client {
@@ -214,4 +227,23 @@ async fn a_cancelled_call_drops_its_sandbox() {
         .request(10, "tools/call", json!({"name": "count"}))
         .await;
     assert_eq!(after["result"]["structuredContent"], json!({"result": 7}));
+
+    // The cancelled call has its record, like every other call.
+    let records = records(dir.path());
+    let naps: Vec<&Value> = records.iter().filter(|r| r["tool"] == "nap").collect();
+    assert_eq!(naps.len(), 1, "{records:#?}");
+    let nap = naps[0];
+    assert_eq!(nap["event"], "call", "{nap}");
+    let outcome: ErrorKind = serde_json::from_value(nap["outcome"].clone()).expect("an error kind");
+    assert_eq!(outcome, ErrorKind::Unavailable, "{nap}");
+    assert!(
+        nap["message"].as_str().unwrap().contains("cancelled"),
+        "{nap}"
+    );
+    assert!(
+        nap["call_id"].as_str().unwrap().starts_with("mcp-"),
+        "{nap}"
+    );
+    assert_eq!(nap["executor"], "wasm", "{nap}");
+    assert!(nap["duration_ms"].as_f64().unwrap() >= 300.0, "{nap}");
 }
