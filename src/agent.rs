@@ -103,13 +103,9 @@ pub fn agent(ctx: &Warden, args: AgentArgs) -> Result<ExitCode> {
         limits: limits.clone(),
         review,
     };
-    let dispatcher = context::dispatcher(
-        ctx,
-        RunLimits {
-            max_calls: limits.max_tool_calls,
-            max_calls_per_tool: limits.max_calls_per_tool,
-        },
-    )?;
+    // No run limits here: the run holds its dispatcher to `limits`, counting the calls an
+    // earlier process of the run made.
+    let dispatcher = context::dispatcher(ctx, RunLimits::default())?;
     // Created only once everything else is ready: a failed start leaves no empty run behind.
     let run = match (resumed, &args.task) {
         (Some(run), _) => run,

@@ -1,5 +1,6 @@
 """tools/list and tools/call through a real MCP client, over stdio and over streamable HTTP."""
 
+import json
 import time
 
 import anyio
@@ -167,4 +168,9 @@ async def test_a_cancelled_call_stops_and_frees_its_sandbox(toolbox):
         took = time.monotonic() - start
     assert after.isError is False
     assert took < 10, f"the cancelled call still held the tool's only slot ({took:.1f}s)"
-    assert '"outcome":"cancelled"' in toolbox.call_log()
+    records = [json.loads(line) for line in toolbox.call_log().splitlines()]
+    cancelled = [r for r in records if "cancelled" in r.get("message", "")]
+    assert len(cancelled) == 1, records
+    assert cancelled[0]["event"] == "call"
+    assert cancelled[0]["tool"] == "slow_sleep"
+    assert cancelled[0]["outcome"] == "unavailable", "an error kind like any other"

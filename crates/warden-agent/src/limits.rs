@@ -1,9 +1,9 @@
-//! What ends a run: the model's answer, or a limit; and the counts the limits are held to.
+//! What ends a run: the model's answer, or a limit. The dispatcher counts the tool calls.
 
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
+use warden_core::{RunLimitHit, RunLimits};
 
 /// The limits of one run. A resumed run counts what it did before.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,6 +32,14 @@ pub struct Limits {
 impl Limits {
     /// Model turns when nothing says otherwise.
     pub const DEFAULT_MAX_STEPS: u32 = 50;
+
+    /// The limits on tool calls, which the dispatcher holds the run to.
+    pub(crate) fn tool_calls(&self) -> RunLimits {
+        RunLimits {
+            max_calls: self.max_tool_calls,
+            max_calls_per_tool: self.max_calls_per_tool,
+        }
+    }
 }
 
 impl Default for Limits {
@@ -149,67 +157,18 @@ pub struct Totals {
     pub elapsed_ms: u64,
 }
 
-/// Tool calls counted against the limits, by tool.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct CallCounts {
-    pub total: u32,
-    pub per_tool: HashMap<String, u32>,
-}
-
-impl CallCounts {
-    /// Counts a call if the limits allow it; otherwise says which limit it hits.
-    pub fn admit(&mut self, tool: &str, limits: &Limits) -> Result<(), StopReason> {
-        if let Some(limit) = limits.max_tool_calls
-            && self.total >= limit
-        {
-            return Err(StopReason::MaxToolCalls { limit });
+impl From<RunLimitHit> for StopReason {
+    fn from(hit: RunLimitHit) -> Self {
+        match hit {
+            RunLimitHit::MaxCalls { limit } => Self::MaxToolCalls { limit },
+            RunLimitHit::MaxCallsPerTool { tool, limit } => Self::MaxCallsPerTool { tool, limit },
         }
-        let used = self.per_tool.get(tool).copied().unwrap_or(0);
-        if let Some(limit) = limits.max_calls_per_tool
-            && used >= limit
-        {
-            return Err(StopReason::MaxCallsPerTool {
-                tool: tool.to_owned(),
-                limit,
-            });
-        }
-        self.count(tool);
-        Ok(())
-    }
-
-    pub fn count(&mut self, tool: &str) {
-        self.total += 1;
-        *self.per_tool.entry(tool.to_owned()).or_default() += 1;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn counts_per_run_and_per_tool() {
-        let limits = Limits {
-            max_tool_calls: Some(3),
-            max_calls_per_tool: Some(2),
-            ..Limits::default()
-        };
-        let mut c = CallCounts::default();
-        assert!(c.admit("a", &limits).is_ok());
-        assert!(c.admit("a", &limits).is_ok());
-        assert_eq!(
-            c.admit("a", &limits),
-            Err(StopReason::MaxCallsPerTool {
-                tool: "a".into(),
-                limit: 2
-            })
-        );
-        assert!(c.admit("b", &limits).is_ok());
-        assert_eq!(
-            c.admit("c", &limits),
-            Err(StopReason::MaxToolCalls { limit: 3 })
-        );
-    }
 
     #[test]
     fn limits_round_trip() {

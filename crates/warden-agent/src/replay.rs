@@ -1,11 +1,11 @@
-//! Reading a transcript back: the conversation so far, the counts, and the turn whose calls
-//! were not all answered when the last process stopped.
+//! Reading a transcript back: the conversation so far, the calls counted, and the turn whose
+//! calls were not all answered when the last process stopped.
 
-use crate::limits::{CallCounts, Limits, StopReason};
+use crate::limits::{Limits, StopReason};
 use crate::transcript::{Event, Line};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
-use warden_core::{Decision, ToolCall};
+use warden_core::{Decision, RunLimitHit, ToolCall, ToolError};
 
 /// A run as its transcript tells it.
 #[derive(Debug, Clone)]
@@ -18,7 +18,9 @@ pub(crate) struct Replay {
     pub messages: Vec<Value>,
     pub steps: u32,
     pub model_calls: u32,
-    pub counts: CallCounts,
+    /// The tool of each call the dispatcher counted against the run's limits, to count them
+    /// again in the process that carries the run on.
+    pub counted: Vec<String>,
     /// The last assistant turn, when some of its calls have no answer in the conversation.
     pub open: Option<OpenTurn>,
     /// The reason of the last stop, when nothing happened after it.
@@ -62,7 +64,7 @@ impl Replay {
             messages: Vec::new(),
             steps: 0,
             model_calls: 0,
-            counts: CallCounts::default(),
+            counted: Vec::new(),
             open: None,
             stopped: None,
         };
@@ -134,20 +136,24 @@ impl Replay {
         Some(r)
     }
 
-    /// Counts a turn's calls as the live run did: each first use of an id, unless a limit
-    /// refused it.
+    /// The calls of a turn the dispatcher counted: each first use of an id, unless a run limit
+    /// refused it. A call of the open turn that neither started nor has an answer is left out:
+    /// it runs when the run is carried on, and counts then.
     fn count(&mut self, turn: &OpenTurn) {
         let mut seen = HashSet::new();
         for call in &turn.calls {
             if !seen.insert(call.id.as_str()) {
                 continue;
             }
-            let refused = turn
-                .answered
-                .get(&call.id)
-                .is_some_and(|m| m["error"]["kind"] == "limit_exceeded");
-            if !refused {
-                self.counts.count(&call.name);
+            let answer = turn.answered.get(&call.id);
+            let refused = answer
+                .and_then(|m| serde_json::from_value::<ToolError>(m["error"].clone()).ok())
+                .is_some_and(|e| RunLimitHit::of(&e).is_some());
+            let runs_again = answer.is_none()
+                && !turn.started.contains(&call.id)
+                && !turn.in_conversation.contains(&call.id);
+            if !refused && !runs_again {
+                self.counted.push(call.name.clone());
             }
         }
     }
@@ -187,20 +193,27 @@ mod tests {
         line(Event::Message { message: v })
     }
 
+    fn header() -> Line {
+        line(Event::Run {
+            run_id: "r".into(),
+            task: "t".into(),
+            system: None,
+            model: "m".into(),
+            base_url: "u".into(),
+            tools: vec![],
+            limits: Limits::default(),
+            warden: "0".into(),
+        })
+    }
+
+    fn call(id: &str) -> Value {
+        json!({"id": id, "type": "function", "function": {"name": "add", "arguments": "{}"}})
+    }
+
     #[test]
     fn finds_the_turn_that_was_cut_short() {
-        let call = |id: &str| json!({"id": id, "type": "function", "function": {"name": "add", "arguments": "{}"}});
         let lines = vec![
-            line(Event::Run {
-                run_id: "r".into(),
-                task: "t".into(),
-                system: None,
-                model: "m".into(),
-                base_url: "u".into(),
-                tools: vec![],
-                limits: Limits::default(),
-                warden: "0".into(),
-            }),
+            header(),
             message(json!({"role": "user", "content": "t"})),
             line(Event::ModelCall {
                 step: 1,
@@ -231,7 +244,8 @@ mod tests {
             }),
         ];
         let r = Replay::read(&lines).unwrap();
-        assert_eq!((r.steps, r.model_calls, r.counts.total), (2, 1, 4));
+        // `d` neither started nor was answered: it runs on resume, and is counted then.
+        assert_eq!((r.steps, r.model_calls, r.counted.len()), (2, 1, 3));
         assert_eq!(r.messages.len(), 4);
         let open = r.open.unwrap();
         assert_eq!(open.calls.len(), 3);
@@ -239,5 +253,30 @@ mod tests {
         assert!(open.started.contains("c") && !open.answered.contains_key("c"));
         assert!(!open.started.contains("d"));
         assert!(Replay::read(&lines[1..]).is_none());
+    }
+
+    #[test]
+    fn counts_the_calls_the_dispatcher_counted() {
+        let refusal = json!({"role": "tool", "tool_call_id": "c", "content": "…",
+            "error": {"kind": "limit_exceeded", "message": "…",
+                      "details": {"run_limit": "max_calls", "limit": 2}}});
+        let lines = vec![
+            header(),
+            message(
+                json!({"role": "assistant", "content": null, "tool_calls": [call("a"), call("a"), call("b"), call("c")]}),
+            ),
+            line(Event::Answered { message: refusal }),
+            message(json!({"role": "tool", "tool_call_id": "a", "content": "1"})),
+            message(json!({"role": "tool", "tool_call_id": "a", "content": "reused"})),
+            message(json!({"role": "tool", "tool_call_id": "b", "content": "2"})),
+            message(json!({"role": "tool", "tool_call_id": "c", "content": "refused"})),
+        ];
+        let r = Replay::read(&lines).unwrap();
+        assert!(r.open.is_none());
+        assert_eq!(
+            r.counted,
+            ["add", "add"],
+            "`a` once and `b`; not the reused id, not the refused call"
+        );
     }
 }

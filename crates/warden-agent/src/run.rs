@@ -1,7 +1,7 @@
 //! A run: created or resumed from its transcript, then driven by the loop.
 
 use crate::client::{ChatClient, ChatConfig, ChatError};
-use crate::limits::{CallCounts, Limits, StopReason, Totals};
+use crate::limits::{Limits, StopReason, Totals};
 use crate::replay::Replay;
 use crate::review::{Ledger, ReviewGate, ReviewSource};
 use crate::transcript::{Event, EventSink, Transcript, TranscriptError};
@@ -130,7 +130,9 @@ impl Run {
     }
 
     /// Runs the loop until the model answers or a limit stops it. Every tool call goes
-    /// through `dispatcher`, whose reviewer and observer the run sets.
+    /// through `dispatcher`, in a run of its own: the run sets its reviewer, its observer and
+    /// its limits on tool calls (those of `exec`), and counts the calls an earlier process of
+    /// the run made.
     pub async fn execute(
         self,
         exec: Execution,
@@ -193,7 +195,7 @@ impl Run {
                     messages: r.messages,
                     steps: r.steps,
                     model_calls: r.model_calls,
-                    counts: r.counts,
+                    counted: r.counted,
                 };
                 (progress, r.open)
             }
@@ -207,7 +209,11 @@ impl Run {
             ledger: ledger.clone(),
             earlier: Mutex::new(earlier),
         });
-        let dispatcher = dispatcher.reviewer(gate).observer(ledger.clone());
+        let dispatcher = dispatcher
+            .new_run(exec.limits.tool_calls())
+            .reviewer(gate)
+            .observer(ledger.clone());
+        dispatcher.seed_counts(done.counted.iter().map(String::as_str));
         let mut session = crate::session::Session {
             transcript: self.transcript.clone(),
             client,
@@ -219,7 +225,6 @@ impl Run {
             messages: done.messages,
             steps: done.steps,
             model_calls: done.model_calls,
-            counts: done.counts,
         };
         let (reason, answer) = session.drive(open).await?;
         let totals = session.totals();
@@ -243,5 +248,6 @@ struct Progress {
     messages: Vec<Value>,
     steps: u32,
     model_calls: u32,
-    counts: CallCounts,
+    /// The tool of each call counted against the run's limits.
+    counted: Vec<String>,
 }

@@ -2,7 +2,7 @@
 //! answers or a limit stops it.
 
 use crate::client::{Attempt, ChatClient, ChatError};
-use crate::limits::{CallCounts, Limits, StopReason, Totals};
+use crate::limits::{Limits, StopReason, Totals};
 use crate::replay::OpenTurn;
 use crate::review::{Ledger, full_message};
 use crate::run::AgentError;
@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use warden_core::{Dispatcher, ErrorKind, ToolCall, ToolError, ToolMessage};
+use warden_core::{Dispatcher, ErrorKind, RunLimitHit, ToolCall, ToolError, ToolMessage};
 
 /// The state of one process's part of a run.
 pub(crate) struct Session {
@@ -25,7 +25,6 @@ pub(crate) struct Session {
     pub messages: Vec<Value>,
     pub steps: u32,
     pub model_calls: u32,
-    pub counts: CallCounts,
 }
 
 type Stop = (StopReason, Option<String>);
@@ -35,7 +34,7 @@ impl Session {
         Totals {
             steps: self.steps,
             model_calls: self.model_calls,
-            tool_calls: self.counts.total,
+            tool_calls: self.dispatcher.calls_counted(),
             elapsed_ms: self.started.elapsed().as_millis() as u64,
         }
     }
@@ -175,27 +174,10 @@ impl Session {
         }
     }
 
-    /// A new turn's calls: the limits first, then one batch through the dispatcher.
+    /// A new turn's calls, as one batch through the dispatcher.
     async fn run_turn(&mut self, calls: Vec<ToolCall>) -> Result<Option<StopReason>, AgentError> {
-        let mut answers: Vec<Option<ToolMessage>> = vec![None; calls.len()];
-        let mut limit_hit = None;
-        let mut seen = HashSet::new();
-        for (i, call) in calls.iter().enumerate() {
-            if !seen.insert(call.id.as_str()) {
-                answers[i] = Some(duplicate(call));
-                continue;
-            }
-            if let Err(stop) = self.counts.admit(&call.name, &self.limits) {
-                let m = ToolMessage::failure(call, over_limit(&stop));
-                self.transcript.write(Event::Answered {
-                    message: full_message(&m),
-                })?;
-                answers[i] = Some(m);
-                limit_hit.get_or_insert(stop);
-            }
-        }
-        let stop = self.finish_turn(&calls, answers, &HashSet::new()).await?;
-        Ok(stop.or(limit_hit))
+        let answers = vec![None; calls.len()];
+        self.finish_turn(&calls, answers, &HashSet::new()).await
     }
 
     /// The calls of a turn an earlier process left: answered ones keep their answer, running
@@ -205,7 +187,8 @@ impl Session {
         let mut seen = HashSet::new();
         for (i, call) in open.calls.iter().enumerate() {
             if !seen.insert(call.id.as_str()) {
-                answers[i] = Some(duplicate(call));
+                // The dispatcher refused it when the turn first ran; it gets the same answer.
+                answers[i] = Some(ToolMessage::failure(call, ToolError::reused_id(&call.id)));
             } else if open.in_conversation.contains(&call.id) {
                 // Sent already; only held so that the call is not run again.
                 answers[i] = Some(ToolMessage::success(call, String::new(), None));
@@ -225,7 +208,8 @@ impl Session {
 
     /// Runs the calls without an answer as one batch, then sends every answer back in the
     /// model's order, but those in `skip` (the conversation holds them already). Pauses instead
-    /// when a call awaits a decision.
+    /// when a call awaits a decision; stops when the budget ran out or a run limit refused a
+    /// call of the batch.
     async fn finish_turn(
         &mut self,
         calls: &[ToolCall],
@@ -237,6 +221,7 @@ impl Session {
         if !todo.is_empty() {
             let ids: Vec<String> = todo.iter().map(|&i| calls[i].id.clone()).collect();
             let batch = todo.iter().map(|&i| calls[i].clone()).collect();
+            let began = Instant::now();
             let (messages, out_of_time) = self.await_batch(batch, &ids).await;
             match messages {
                 Some(messages) => {
@@ -252,15 +237,19 @@ impl Session {
                     }
                 }
             }
+            // The first refusal in the model's order says which limit stops the run.
+            stop = todo
+                .iter()
+                .filter_map(|&i| answers[i].as_ref()?.error.as_ref())
+                .find_map(RunLimitHit::of)
+                .map(StopReason::from);
             if out_of_time {
                 // Held calls never ran; the budget, not a person, ends them now.
                 self.ledger.take_pending();
+                let took = began.elapsed();
                 for (call, answer) in calls.iter().zip(answers.iter_mut()) {
                     if answer.is_none() {
-                        let m = ToolMessage::failure(call, budget_spent());
-                        self.transcript.write(Event::Answered {
-                            message: full_message(&m),
-                        })?;
+                        let m = self.dispatcher.answer_cancelled(call, budget_spent(), took);
                         *answer = Some(m);
                     }
                 }
@@ -345,27 +334,6 @@ fn from_transcript(call: &ToolCall, v: &Value) -> ToolMessage {
         }
         Err(_) => ToolMessage::success(call, content, v.get("artifact").cloned()),
     }
-}
-
-fn duplicate(call: &ToolCall) -> ToolMessage {
-    ToolMessage::failure(
-        call,
-        ToolError::new(
-            ErrorKind::InvalidArguments,
-            format!(
-                "tool_call_id `{}` is used by an earlier call of this batch; each call needs its \
-                 own id, so this one was not run",
-                call.id
-            ),
-        ),
-    )
-}
-
-fn over_limit(stop: &StopReason) -> ToolError {
-    ToolError::new(
-        ErrorKind::LimitExceeded,
-        format!("not run: {stop}, so the run stops here"),
-    )
 }
 
 fn interrupted() -> ToolError {

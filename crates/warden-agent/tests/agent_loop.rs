@@ -7,7 +7,7 @@ use common::scripted::{Scripted, answer, calls, error};
 use common::{Bench, execution, run, transcript};
 use serde_json::Value;
 use std::time::Duration;
-use warden_agent::{Limits, ReviewSource, StopReason};
+use warden_agent::{Limits, ReviewSource, Run, StopReason};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn multi_step_task_with_parallel_calls_one_failing() {
@@ -138,7 +138,13 @@ async fn malformed_arguments_unknown_tools_and_duplicate_ids_are_answered() {
         "3",
         "the model corrected itself"
     );
-    assert_eq!(bench.logged("x"), 1, "the duplicate did not run");
+    assert_eq!(
+        bench.outcomes("x"),
+        ["invalid_arguments", "success"],
+        "the first `x` ran; the second was refused, not run"
+    );
+    assert_eq!(bench.outcomes("m"), ["malformed_arguments"]);
+    assert_eq!(bench.outcomes("u"), ["unknown_tool"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -177,7 +183,11 @@ async fn tool_call_limits_stop_the_run_per_run_and_per_tool() {
     assert_eq!(outcome.totals.tool_calls, 3);
     assert_eq!(server.requests().len(), 2, "the model is not asked again");
     assert_eq!(bench.logged("c"), 1);
-    assert_eq!(bench.logged("d"), 0, "the call over the limit did not run");
+    assert_eq!(
+        bench.outcomes("d"),
+        ["limit_exceeded"],
+        "the call over the limit did not run"
+    );
     let events = transcript(&path);
     let refused = events
         .iter()
@@ -207,6 +217,50 @@ async fn tool_call_limits_stop_the_run_per_run_and_per_tool() {
             tool: "noop".into(),
             limit: 1
         }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resumed_run_keeps_counting_its_tool_calls() {
+    let bench = Bench::standard();
+    let server = Scripted::start(vec![
+        calls(&[("a", "noop", ""), ("b", "noop", "")]),
+        calls(&[("c", "noop", "")]),
+    ]);
+    let limits = |max| Limits {
+        max_tool_calls: Some(max),
+        ..Limits::default()
+    };
+    let exec = execution(&server.base_url(), limits(2), ReviewSource::Nobody);
+    let (outcome, path) = run(&bench, "t", exec).await;
+    assert_eq!(outcome.reason, StopReason::MaxToolCalls { limit: 2 });
+    assert_eq!(bench.outcomes("c"), ["limit_exceeded"]);
+
+    // Carried on with room for one more call: the two made before still count.
+    server.push(vec![calls(&[("d", "noop", ""), ("e", "noop", "")])]);
+    let exec = execution(&server.base_url(), limits(3), ReviewSource::Nobody);
+    let resumed = Run::resume(&path).unwrap();
+    let outcome = resumed.execute(exec, bench.dispatcher()).await.unwrap();
+    assert_eq!(outcome.reason, StopReason::MaxToolCalls { limit: 3 });
+    assert_eq!(outcome.totals.tool_calls, 3);
+    assert_eq!(server.requests().len(), 3, "the model is not asked again");
+    assert_eq!(bench.outcomes("d"), ["success"]);
+    assert_eq!(bench.outcomes("e"), ["limit_exceeded"]);
+    let sent = server.requests()[2].tool_messages();
+    assert_eq!(
+        sent.len(),
+        3,
+        "a, b and c went back before the resume: {sent:?}"
+    );
+    let events = transcript(&path);
+    let refused = events
+        .iter()
+        .rev()
+        .find(|v| v["type"] == "answered" && v["message"]["tool_call_id"] == "e")
+        .expect("the refusal is in the transcript");
+    assert_eq!(
+        refused["message"]["error"]["details"]["run_limit"],
+        "max_calls"
     );
 }
 

@@ -1,20 +1,11 @@
-//! Admission: how many calls run at once (globally and per tool), how much memory they may
-//! claim together, and how many calls one run may make.
+//! Admission: how many calls run at once (globally and per tool) and how much memory they may
+//! claim together; with the run's limits ([`RunLimits`]), what a dispatcher admits.
 
 use crate::message::{ErrorKind, ToolError};
+use crate::run::RunLimits;
 use crate::toolbox::Tool;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-
-/// Limits over a whole run (an agent's session, a `warden run` batch), across batches.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RunLimits {
-    /// Tool calls in the whole run.
-    pub max_calls: Option<u32>,
-    /// Tool calls of any one tool in the whole run.
-    pub max_calls_per_tool: Option<u32>,
-}
 
 /// What a dispatcher admits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,20 +39,12 @@ pub fn default_memory_budget() -> u64 {
     total.map_or(4 << 30, |t| t / 2)
 }
 
-/// The shared state behind admission.
+/// The shared state behind admission: the slots and the memory that calls in flight hold.
 pub(crate) struct Gate {
     global: Arc<Semaphore>,
     /// One permit per MiB of budget.
     memory: Arc<Semaphore>,
     memory_mib: u32,
-    run: RunLimits,
-    counts: Mutex<RunCounts>,
-}
-
-#[derive(Default)]
-struct RunCounts {
-    total: u32,
-    per_tool: HashMap<String, u32>,
 }
 
 /// Held while a call runs; dropping it frees its place.
@@ -72,7 +55,7 @@ pub(crate) struct Permit {
 }
 
 impl Gate {
-    pub(crate) fn new(a: Admission) -> Self {
+    pub(crate) fn new(a: &Admission) -> Self {
         let memory_mib = u32::try_from(a.memory_budget >> 20)
             .unwrap_or(u32::MAX)
             .clamp(1, Semaphore::MAX_PERMITS as u32);
@@ -80,38 +63,7 @@ impl Gate {
             global: Arc::new(Semaphore::new(a.global_concurrency.max(1))),
             memory: Arc::new(Semaphore::new(memory_mib as usize)),
             memory_mib,
-            run: a.run,
-            counts: Mutex::default(),
         }
-    }
-
-    /// Counts one call against the run's limits; over a limit, the call must not run.
-    pub(crate) fn count(&self, tool: &str) -> Result<(), ToolError> {
-        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(max) = self.run.max_calls
-            && c.total >= max
-        {
-            return Err(ToolError::new(
-                ErrorKind::LimitExceeded,
-                format!(
-                    "this run may make at most {max} tool calls, and has made them; finish with what you have"
-                ),
-            ));
-        }
-        let used = c.per_tool.get(tool).copied().unwrap_or(0);
-        if let Some(max) = self.run.max_calls_per_tool
-            && used >= max
-        {
-            return Err(ToolError::new(
-                ErrorKind::LimitExceeded,
-                format!(
-                    "this run may call `{tool}` at most {max} times, and has; use what you have or another tool"
-                ),
-            ));
-        }
-        c.total += 1;
-        c.per_tool.insert(tool.to_owned(), used + 1);
-        Ok(())
     }
 
     /// Waits for room: the tool's own slot first (so a saturated tool never holds global

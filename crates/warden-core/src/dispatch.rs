@@ -1,13 +1,16 @@
-//! The one path every call takes: resolve, parse, review, admit, run under a deadline (with
-//! retries where the tool is idempotent), redact, log, answer.
+//! The one path every call takes: check (the tool exists, the run's limits allow the call, the
+//! arguments parse), review, admit, run under a deadline (with retries where the tool is
+//! idempotent), redact, log, answer. A call answered without its executor's answer (refused by
+//! a check, panicked, cancelled) takes the early path: the same message, record and observer.
 
 use crate::admission::{Admission, Gate};
-use crate::calllog::CallLog;
+use crate::calllog::{CallLog, CallOutcome, CallRecord, DenialRecord, PolicyFacts, Record, now_ms};
 use crate::executor::{Denial, Denials, Invocation, Output};
 use crate::limits::cap_text;
 use crate::message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage};
 use crate::redact::Secrets;
 use crate::review::{Decision, Reviewer};
+use crate::run::{RunCounter, RunLimits};
 use crate::session::Scope;
 use crate::toolbox::{Tool, Toolbox};
 use futures::FutureExt;
@@ -15,7 +18,7 @@ use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 
 /// Attempts of an idempotent call that keeps failing transiently.
@@ -28,7 +31,9 @@ const BACKOFF: Duration = Duration::from_millis(100);
 pub trait CallObserver: Send + Sync {
     /// The call passed its checks, review and admission and is about to run (once per attempt).
     fn started(&self, call: &ToolCall, arguments: &Value);
-    /// The call's final message.
+    /// The call's final message, however it came about: the executor's answer, a refusal, a
+    /// panic, a cancellation. A call whose id an earlier call of its batch already has is not
+    /// reported: the id, and so the call the observer knows by it, is the earlier one's.
     fn answered(&self, message: &ToolMessage);
 }
 
@@ -36,11 +41,13 @@ pub trait CallObserver: Send + Sync {
 ///
 /// A dispatcher is one run: its run limits count calls across all its batches. Clones share
 /// the run and its session; [`Dispatcher::new_session`] starts another session in the same
-/// run. A session ends at [`Dispatcher::close`], or when its last clone is dropped.
+/// run, [`Dispatcher::new_run`] another run in the same session. A session ends at
+/// [`Dispatcher::close`], or when its last clone is dropped.
 #[derive(Clone)]
 pub struct Dispatcher {
     toolbox: Arc<Toolbox>,
     gate: Arc<Gate>,
+    run: Arc<RunCounter>,
     session: Arc<Scope>,
     reviewer: Option<Arc<dyn Reviewer>>,
     log: Option<Arc<CallLog>>,
@@ -57,7 +64,8 @@ impl Dispatcher {
         Self {
             session: Arc::new(Scope::new(toolbox.clone())),
             toolbox,
-            gate: Arc::new(Gate::new(admission)),
+            gate: Arc::new(Gate::new(&admission)),
+            run: Arc::new(RunCounter::new(admission.run)),
             reviewer: None,
             log: None,
             observer: None,
@@ -102,6 +110,29 @@ impl Dispatcher {
         }
     }
 
+    /// The same toolbox, admission, session, reviewer, log and observer in a run of its own:
+    /// held to `limits`, and counting from zero (see [`Dispatcher::seed_counts`]).
+    pub fn new_run(&self, limits: RunLimits) -> Dispatcher {
+        Dispatcher {
+            run: Arc::new(RunCounter::new(limits)),
+            ..self.clone()
+        }
+    }
+
+    /// Counts calls that an earlier process of this run made, one tool name per call, as if
+    /// this dispatcher had made them: a resumed run stays held to its limits. Calls of tools
+    /// this toolbox lacks are left out, as they are when made.
+    pub fn seed_counts<'a>(&self, tools: impl IntoIterator<Item = &'a str>) {
+        let known = tools.into_iter().filter(|t| self.toolbox.get(t).is_some());
+        self.run.seed(known);
+    }
+
+    /// The calls counted against this run's limits so far: neither a call of an unknown tool,
+    /// nor a reused id, nor a call a limit refused counts.
+    pub fn calls_counted(&self) -> u32 {
+        self.run.total()
+    }
+
     /// The session this dispatcher's calls run in.
     pub fn session(&self) -> crate::SessionId {
         self.session.id
@@ -116,18 +147,19 @@ impl Dispatcher {
     /// Runs one call, in the caller's task: handing a lone call to another worker thread and
     /// back costs more than the sandbox itself. A panic is still caught and answered.
     pub async fn call(&self, call: ToolCall) -> ToolMessage {
-        if self.toolbox.get(&call.name).is_some()
-            && let Err(e) = self.gate.count(&call.name)
+        let start = Instant::now();
+        let (tool, arguments) = match self.check(&call) {
+            Ok(checked) => checked,
+            Err((tool, error)) => return self.answer_early(&call, tool, error, start.elapsed()),
+        };
+        match AssertUnwindSafe(self.run(&call, tool, arguments))
+            .catch_unwind()
+            .await
         {
-            let message = ToolMessage::failure(&call, e);
-            self.record(&call, None, &message, &Facts::default());
-            return message;
-        }
-        match AssertUnwindSafe(self.run(&call)).catch_unwind().await {
             Ok(message) => message,
             Err(_) => {
                 tracing::error!(call = %call.id, "the executor panicked");
-                ToolMessage::failure(&call, panicked())
+                self.answer_early(&call, Some(tool), panicked(), start.elapsed())
             }
         }
     }
@@ -135,34 +167,40 @@ impl Dispatcher {
     /// Runs a batch concurrently and answers in the order of `calls`, whatever happens to each.
     /// Dropping the future cancels every call still running and frees its sandbox.
     pub async fn dispatch(&self, calls: Vec<ToolCall>) -> Vec<ToolMessage> {
+        let start = Instant::now();
         let mut answers: Vec<Option<ToolMessage>> = vec![None; calls.len()];
         let mut seen = HashSet::new();
         let mut set = JoinSet::new();
         let mut index_of = HashMap::new();
         for (i, call) in calls.iter().enumerate() {
-            let early = if !seen.insert(call.id.as_str()) {
-                Some(ToolError::new(
-                    ErrorKind::InvalidArguments,
-                    format!(
-                        "tool_call_id `{}` is used by an earlier call of this batch; each call \
-                         needs its own id, so this one was not run",
-                        call.id
-                    ),
-                ))
-            } else if self.toolbox.get(&call.name).is_some() {
-                self.gate.count(&call.name).err()
-            } else {
-                None
-            };
-            if let Some(err) = early {
-                let message = ToolMessage::failure(call, err);
-                self.record(call, None, &message, &Facts::default());
-                answers[i] = Some(message);
+            if !seen.insert(call.id.as_str()) {
+                // Logged but not told to the observer: it knows calls by id, and this id is
+                // the earlier call's, which may still be running.
+                let tool = self.toolbox.get(&call.name);
+                answers[i] = Some(self.log_early(
+                    call,
+                    tool,
+                    ToolError::reused_id(&call.id),
+                    start.elapsed(),
+                ));
                 continue;
             }
+            let arguments = match self.check(call) {
+                Ok((_, arguments)) => arguments,
+                Err((tool, error)) => {
+                    answers[i] = Some(self.answer_early(call, tool, error, start.elapsed()));
+                    continue;
+                }
+            };
             let this = self.clone();
             let call = call.clone();
-            let handle = set.spawn(async move { this.run(&call).await });
+            let handle = set.spawn(async move {
+                match this.tool_for(&call) {
+                    Ok(tool) => this.run(&call, tool, arguments).await,
+                    // Not reached: `check` found the tool in this same toolbox.
+                    Err(error) => this.answer_early(&call, None, error, Duration::ZERO),
+                }
+            });
             index_of.insert(handle.id(), i);
         }
         let mut failed: Option<usize> = answers
@@ -182,14 +220,16 @@ impl Dispatcher {
                         continue;
                     };
                     if e.is_cancelled() {
+                        // Aborted by fail_fast; answered below.
                         continue;
                     }
-                    tracing::error!(call = %calls[i].id, "the executor panicked: {e}");
-                    let message = ToolMessage::failure(&calls[i], panicked());
-                    if let Some(o) = &self.observer {
-                        o.answered(&message);
-                    }
-                    (i, message)
+                    let call = &calls[i];
+                    tracing::error!(call = %call.id, "the executor panicked: {e}");
+                    let tool = self.toolbox.get(&call.name);
+                    (
+                        i,
+                        self.answer_early(call, tool, panicked(), start.elapsed()),
+                    )
                 }
             };
             if message.status == Status::Error && failed.is_none() {
@@ -200,37 +240,95 @@ impl Dispatcher {
             }
             answers[i] = Some(message);
         }
+        let took = start.elapsed();
         answers
             .into_iter()
             .zip(&calls)
             .map(|(answer, call)| {
-                answer.unwrap_or_else(|| match failed {
-                    Some(f) if self.fail_fast => ToolMessage::failure(
-                        call,
-                        ToolError::new(
+                answer.unwrap_or_else(|| {
+                    let error = match failed {
+                        Some(f) if self.fail_fast => ToolError::new(
                             ErrorKind::Unavailable,
                             format!(
                                 "not run: call `{}` of this batch failed first, and fail_fast is on",
                                 calls[f].id
                             ),
                         ),
-                    ),
-                    _ => internal_message(call),
+                        _ => ToolError::new(ErrorKind::Internal, "no answer was produced"),
+                    };
+                    self.answer_early(call, self.toolbox.get(&call.name), error, took)
                 })
             })
             .collect()
     }
 
-    async fn run(&self, call: &ToolCall) -> ToolMessage {
-        let Some(tool) = self.toolbox.get(&call.name) else {
-            let message = ToolMessage::failure(call, self.unknown_tool(&call.name));
-            self.record(call, None, &message, &Facts::default());
-            return message;
+    /// Answers a call whose `call` or `dispatch` future was dropped before it answered (an MCP
+    /// client cancelled it, an agent's time budget ran out); `error` says why. Dropping the
+    /// future stopped the call and freed its sandbox; this answer is logged and told to the
+    /// observer like any other.
+    pub fn answer_cancelled(
+        &self,
+        call: &ToolCall,
+        error: ToolError,
+        took: Duration,
+    ) -> ToolMessage {
+        self.answer_early(call, self.toolbox.get(&call.name), error, took)
+    }
+
+    /// The checks before a call may run, in this order: its tool exists, the run's limits
+    /// allow one more call (only then is it counted), its arguments are JSON.
+    fn check(&self, call: &ToolCall) -> Result<(&Tool, Value), Refusal<'_>> {
+        let tool = self.tool_for(call).map_err(|e| (None, e))?;
+        self.run.count(&call.name).map_err(|e| (Some(tool), e))?;
+        let arguments = parse_arguments(&call.arguments).map_err(|e| (Some(tool), e))?;
+        Ok((tool, arguments))
+    }
+
+    fn tool_for(&self, call: &ToolCall) -> Result<&Tool, ToolError> {
+        self.toolbox
+            .get(&call.name)
+            .ok_or_else(|| self.unknown_tool(&call.name))
+    }
+
+    /// The early path, for a call answered without its executor's answer: refused by a check,
+    /// panicked, cancelled. Logged and told to the observer like any other answer.
+    fn answer_early(
+        &self,
+        call: &ToolCall,
+        tool: Option<&Tool>,
+        error: ToolError,
+        took: Duration,
+    ) -> ToolMessage {
+        let message = self.log_early(call, tool, error, took);
+        self.tell_answered(&message);
+        message
+    }
+
+    /// The early path's message, redacted and logged (the observer is not told).
+    fn log_early(
+        &self,
+        call: &ToolCall,
+        tool: Option<&Tool>,
+        error: ToolError,
+        took: Duration,
+    ) -> ToolMessage {
+        let secrets = tool.map(secrets_of).unwrap_or_default();
+        let mut message = ToolMessage::failure(call, error);
+        redact_message(&secrets, &mut message);
+        let facts = Facts {
+            took,
+            ..Facts::default()
         };
-        let secrets = Secrets::new(tool.policy.grants.secrets());
+        self.write_log(call, tool, &secrets, &message, &facts);
+        message
+    }
+
+    /// The normal path: review, admission, the executor under its deadline, retries.
+    async fn run(&self, call: &ToolCall, tool: &Tool, arguments: Value) -> ToolMessage {
+        let secrets = secrets_of(tool);
         let start = Instant::now();
         let denials = Denials::default();
-        let (mut message, fuel, attempts) = self.answer(tool, call, &denials).await;
+        let (mut message, fuel, attempts) = self.answer(tool, call, arguments, &denials).await;
         let (denied, denied_count) = denials.snapshot();
         attach_denials(&mut message, &denied, denied_count);
         redact_message(&secrets, &mut message);
@@ -241,7 +339,8 @@ impl Dispatcher {
             denied,
             denied_count,
         };
-        self.record(call, Some((tool, &secrets)), &message, &facts);
+        self.write_log(call, Some(tool), &secrets, &message, &facts);
+        self.tell_answered(&message);
         message
     }
 
@@ -250,12 +349,9 @@ impl Dispatcher {
         &self,
         tool: &Tool,
         call: &ToolCall,
+        mut arguments: Value,
         denials: &Denials,
     ) -> (ToolMessage, Option<u64>, u32) {
-        let mut arguments = match parse_arguments(&call.arguments) {
-            Ok(v) => v,
-            Err(e) => return (ToolMessage::failure(call, e), None, 0),
-        };
         if tool.review_required {
             match self.review(tool, call).await {
                 Decision::Approve => {}
@@ -352,69 +448,58 @@ impl Dispatcher {
         .with_detail("valid_names", names)
     }
 
-    fn record(
-        &self,
-        call: &ToolCall,
-        tool: Option<(&Tool, &Secrets)>,
-        m: &ToolMessage,
-        facts: &Facts,
-    ) {
-        self.write_log(call, tool, m, facts);
-        // After the log: an observer may end the run as soon as it hears.
+    /// Called after the log is written: an observer may end the run as soon as it hears.
+    fn tell_answered(&self, message: &ToolMessage) {
         if let Some(o) = &self.observer {
-            o.answered(m);
+            o.answered(message);
         }
     }
 
     fn write_log(
         &self,
         call: &ToolCall,
-        tool: Option<(&Tool, &Secrets)>,
+        tool: Option<&Tool>,
+        secrets: &Secrets,
         m: &ToolMessage,
         facts: &Facts,
     ) {
         let Some(log) = &self.log else {
             return;
         };
-        let ts = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let ts_ms = now_ms();
         for d in &facts.denied {
-            log.record(&json!({
-                "ts_ms": ts,
-                "event": "denied",
-                "tool": call.name,
-                "call_id": call.id,
-                "destination": d.destination,
-                "reason": d.reason,
-            }));
+            let denial = DenialRecord {
+                ts_ms,
+                tool: call.name.clone(),
+                call_id: call.id.clone(),
+                destination: d.destination.clone(),
+                reason: d.reason.clone(),
+            };
+            log.write(Record::Denied(&denial), secrets);
         }
-        let mut entry = json!({
-            "ts_ms": ts,
-            "event": "call",
-            "tool": call.name,
-            "call_id": call.id,
-            "outcome": m.error.as_ref().map_or("success", |e| e.kind.as_str()),
-            "duration_ms": facts.took.as_secs_f64() * 1000.0,
-            "attempts": facts.attempts,
-            "fuel": facts.fuel,
-        });
-        if facts.denied_count > 0 {
-            entry["denied"] = facts.denied_count.into();
-        }
-        if let Some((tool, secrets)) = tool {
-            entry["executor"] = tool.policy.kind.value.clone().into();
-            entry["policy"] = tool.policy.path.display().to_string().into();
-            entry["grants"] = tool.policy.grants.describe();
-            entry["limits"] = tool.limits.describe();
-            if let Some(e) = &m.error {
-                entry["message"] = e.message.clone().into();
-            }
-            secrets.redact_value(&mut entry);
-        }
-        log.record(&entry);
+        let record = CallRecord {
+            ts_ms,
+            tool: call.name.clone(),
+            call_id: call.id.clone(),
+            outcome: CallOutcome::of(m),
+            duration_ms: facts.took.as_secs_f64() * 1000.0,
+            attempts: facts.attempts,
+            fuel: facts.fuel,
+            denied: (facts.denied_count > 0).then_some(facts.denied_count),
+            policy: tool.map(|t| PolicyFacts {
+                executor: t.policy.kind.value.clone(),
+                policy: t.policy.path.display().to_string(),
+                grants: t.policy.grants.describe(),
+                limits: t.limits.describe(),
+            }),
+            message: m.error.as_ref().map(|e| e.message.clone()),
+        };
+        log.write(Record::Call(&record), secrets);
     }
 }
+
+/// A call refused before it ran: the error, and the tool when there is one.
+type Refusal<'a> = (Option<&'a Tool>, ToolError);
 
 /// What the log says of one call besides its message.
 #[derive(Default)]
@@ -460,6 +545,11 @@ fn attach_denials(m: &mut ToolMessage, denied: &[Denial], count: u64) {
             }
         }
     }
+}
+
+/// The secret values a call of `tool` may see, to keep out of its message and its record.
+fn secrets_of(tool: &Tool) -> Secrets {
+    Secrets::new(tool.policy.grants.secrets())
 }
 
 fn panicked() -> ToolError {
@@ -523,11 +613,4 @@ fn redact_message(secrets: &Secrets, m: &mut ToolMessage) {
     if let Some(a) = &mut m.artifact {
         secrets.redact_value(a);
     }
-}
-
-fn internal_message(call: &ToolCall) -> ToolMessage {
-    ToolMessage::failure(
-        call,
-        ToolError::new(ErrorKind::Internal, "no answer was produced"),
-    )
 }

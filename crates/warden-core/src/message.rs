@@ -135,6 +135,18 @@ impl ToolError {
         self
     }
 
+    /// The refusal of a call whose `tool_call_id` an earlier call of its batch has: it is not
+    /// run, since its answer could not be told from the earlier call's.
+    pub fn reused_id(id: &str) -> Self {
+        Self::new(
+            ErrorKind::InvalidArguments,
+            format!(
+                "tool_call_id `{id}` is used by an earlier call of this batch; each call needs \
+                 its own id, so this one was not run"
+            ),
+        )
+    }
+
     /// Arguments that do not fit the tool's schema; every violation is listed.
     pub fn invalid_arguments(violations: Vec<Violation>) -> Self {
         let list: Vec<String> = violations.iter().map(ToString::to_string).collect();

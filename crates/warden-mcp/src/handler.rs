@@ -11,7 +11,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-use warden_core::{Dispatcher, ToolCall};
+use warden_core::{Dispatcher, ErrorKind, ToolCall, ToolError};
 
 const INSTRUCTIONS: &str = "Each tool runs in its own sandbox with only the files and \
     environment its policy grants. A failed call answers isError with the error's kind and a \
@@ -115,8 +115,9 @@ impl ServerHandler for Handler {
                 Ok(convert::call_result(&message, tool).into())
             }
             () = context.ct.cancelled() => {
-                // Dropping the dispatcher's future above stopped the call and freed its sandbox.
-                self.shared.log_cancelled(&call, start.elapsed());
+                // Dropping the dispatcher's future above stopped the call and freed its sandbox;
+                // the answer goes nowhere but the log.
+                dispatcher.answer_cancelled(&call, cancelled(), start.elapsed());
                 Err(ErrorData::internal_error("the call was cancelled", None))
             }
         }
@@ -125,4 +126,14 @@ impl ServerHandler for Handler {
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         self.shared.add_peer(context.peer);
     }
+}
+
+/// A call the client cancelled. `unavailable`, as for the calls of a batch that fail_fast
+/// stopped: the call did not finish, through no fault of its own, and may be made again.
+fn cancelled() -> ToolError {
+    ToolError::new(
+        ErrorKind::Unavailable,
+        "cancelled: the MCP client cancelled the call or went away; its sandbox was stopped",
+    )
+    .with_detail("cancelled", true)
 }

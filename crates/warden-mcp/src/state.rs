@@ -7,8 +7,8 @@ use rmcp::{Peer, RoleServer};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use warden_core::{Admission, CallLog, Dispatcher, ToolCall, Toolbox, ToolboxError};
+use std::time::Duration;
+use warden_core::{Admission, CallLog, Dispatcher, Toolbox, ToolboxError};
 
 /// Loads the toolbox afresh: once before serving, and again whenever its policies change.
 pub type Loader = Arc<dyn Fn() -> Result<Toolbox, ToolboxError> + Send + Sync>;
@@ -155,24 +155,5 @@ impl Shared {
                 tracing::debug!("cannot tell a client that the tools changed: {e}");
             }
         }
-    }
-
-    /// A call dropped before it answered (the client cancelled it or went away) never reaches
-    /// the dispatcher's log; record it here.
-    pub fn log_cancelled(&self, call: &ToolCall, took: Duration) {
-        let Some(log) = &self.options.call_log else {
-            return;
-        };
-        let ts = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        log.record(&serde_json::json!({
-            "ts_ms": ts,
-            "tool": call.name,
-            "call_id": call.id,
-            "outcome": "cancelled",
-            "duration_ms": took.as_secs_f64() * 1000.0,
-            "message": "cancelled: the MCP client cancelled the call or went away; its sandbox was stopped",
-        }));
     }
 }

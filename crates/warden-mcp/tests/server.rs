@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines, WriteHalf};
-use warden_core::{BoxFuture, Executor, Invocation, Output, Protected, ToolError, Toolbox};
+use warden_core::{
+    BoxFuture, CallLog, ErrorKind, Executor, Invocation, Output, Protected, ToolError, Toolbox,
+};
 use warden_mcp::{Loader, Options, Server};
 use warden_test_support::TestBackend;
 use warden_test_support::backend::policy_text;
@@ -70,9 +72,22 @@ fn server(dir: &Path) -> Server {
             Some(json!({"type": "string"})),
             Arc::new(Answer(json!("y".repeat(200)))),
         );
+    let options = Options {
+        call_log: Some(Arc::new(CallLog::open(&dir.join("calls.jsonl")).unwrap())),
+        ..Options::default()
+    };
     let dir = dir.to_owned();
     let loader: Loader = Arc::new(move || Toolbox::load(&dir, &[&backend], &[] as &[Protected]));
-    Server::new(loader, Options::default()).unwrap()
+    Server::new(loader, options).unwrap()
+}
+
+/// The call log's records, as JSON.
+fn records(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("calls.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 struct Client {
@@ -188,4 +203,23 @@ async fn a_cancelled_call_drops_its_sandbox() {
         .request(10, "tools/call", json!({"name": "count"}))
         .await;
     assert_eq!(after["result"]["structuredContent"], json!({"result": 7}));
+
+    // The cancelled call has its record, like every other call.
+    let records = records(dir.path());
+    let naps: Vec<&Value> = records.iter().filter(|r| r["tool"] == "nap").collect();
+    assert_eq!(naps.len(), 1, "{records:#?}");
+    let nap = naps[0];
+    assert_eq!(nap["event"], "call", "{nap}");
+    let outcome: ErrorKind = serde_json::from_value(nap["outcome"].clone()).expect("an error kind");
+    assert_eq!(outcome, ErrorKind::Unavailable, "{nap}");
+    assert!(
+        nap["message"].as_str().unwrap().contains("cancelled"),
+        "{nap}"
+    );
+    assert!(
+        nap["call_id"].as_str().unwrap().starts_with("mcp-"),
+        "{nap}"
+    );
+    assert_eq!(nap["executor"], "wasm", "{nap}");
+    assert!(nap["duration_ms"].as_f64().unwrap() >= 300.0, "{nap}");
 }

@@ -67,11 +67,20 @@ impl Bench {
 
     /// How many times the call log says `call_id` ran (or was answered).
     pub fn logged(&self, call_id: &str) -> usize {
+        self.outcomes(call_id).len()
+    }
+
+    /// The outcomes the call log has for `call_id`, sorted.
+    pub fn outcomes(&self, call_id: &str) -> Vec<String> {
         let text = std::fs::read_to_string(self.call_log()).unwrap_or_default();
-        text.lines()
+        let mut outcomes: Vec<String> = text
+            .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .filter(|v| v["event"] == "call" && v["call_id"] == call_id)
-            .count()
+            .map(|v| v["outcome"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        outcomes.sort();
+        outcomes
     }
 }
 
