@@ -139,7 +139,7 @@ async fn a_panicking_executor_fails_only_its_own_call_and_is_logged_and_heard() 
         let r = b.record(id);
         assert_eq!(r["outcome"], "internal", "{r}");
         assert_eq!(r["tool"], "count", "{r}");
-        assert_eq!(r["executor"], "wasm", "the tool is known: {r}");
+        assert_eq!(r["executor"], "test", "the tool is known: {r}");
         assert!(r["message"].as_str().unwrap().contains("panicked"), "{r}");
     }
     let mut heard = b.heard.ids();
@@ -184,7 +184,7 @@ async fn unknown_tools_and_malformed_arguments_are_logged_and_heard_alone_and_in
     for id in ["m", "bm"] {
         let r = b.record(id);
         assert_eq!(r["outcome"], "malformed_arguments", "{r}");
-        assert_eq!(r["executor"], "wasm", "{r}");
+        assert_eq!(r["executor"], "test", "{r}");
         assert_eq!(r["attempts"], 0, "never ran: {r}");
     }
     let mut heard = b.heard.ids();
@@ -299,7 +299,7 @@ async fn cancelled_calls_are_answered_logged_and_heard() {
     let r = b.record("gone");
     assert_eq!(r["outcome"], "unavailable");
     assert_eq!(r["message"], "cancelled: the client went away");
-    assert_eq!(r["executor"], "wasm");
+    assert_eq!(r["executor"], "test");
     let mut heard = b.heard.ids();
     heard.sort();
     assert_eq!(heard, ["bad", "gone", "slow"]);

@@ -220,6 +220,6 @@ async fn a_cancelled_call_drops_its_sandbox() {
         nap["call_id"].as_str().unwrap().starts_with("mcp-"),
         "{nap}"
     );
-    assert_eq!(nap["executor"], "wasm", "{nap}");
+    assert_eq!(nap["executor"], "test", "{nap}");
     assert!(nap["duration_ms"].as_f64().unwrap() >= 300.0, "{nap}");
 }
