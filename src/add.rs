@@ -9,7 +9,7 @@ use warden_core::{Backend, Policy};
 use warden_wasm::WasmConfig;
 
 #[derive(clap::Args)]
-pub struct AddArgs {
+pub(crate) struct AddArgs {
     /// The component (`.wasm`, built for wasm32-wasip2).
     component: PathBuf,
     /// A folder of WIT files whose doc comments describe the tools.
@@ -23,7 +23,7 @@ pub struct AddArgs {
     force: bool,
 }
 
-pub fn add(ctx: &Warden, args: AddArgs) -> Result<ExitCode> {
+pub(crate) fn add(ctx: &Warden, args: AddArgs) -> Result<ExitCode> {
     if !args.component.is_file() {
         bail!("{} is not a file", args.component.display());
     }
@@ -125,7 +125,7 @@ fn relative_to(base: &Path, target: &Path) -> PathBuf {
     out
 }
 
-pub fn pin(ctx: &Warden, targets: &[String]) -> Result<ExitCode> {
+pub(crate) fn pin(ctx: &Warden, targets: &[String]) -> Result<ExitCode> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(&ctx.toolbox)
         .with_context(|| format!("reading the toolbox {}", ctx.toolbox.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))

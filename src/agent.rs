@@ -15,7 +15,7 @@ use warden_agent::{
 use warden_core::{HumanDuration, RunLimits};
 
 #[derive(Args)]
-pub struct AgentArgs {
+pub(crate) struct AgentArgs {
     /// What the agent should do (not with --resume).
     #[arg(required_unless_present = "resume", conflicts_with = "resume")]
     task: Option<String>,
@@ -64,7 +64,7 @@ pub struct AgentArgs {
     json: bool,
 }
 
-pub fn agent(ctx: &Warden, args: AgentArgs) -> Result<ExitCode> {
+pub(crate) fn agent(ctx: &Warden, args: AgentArgs) -> Result<ExitCode> {
     let resumed = match &args.resume {
         Some(which) => Some(Run::resume(&transcript_path(ctx, which))?),
         None => None,

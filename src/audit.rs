@@ -159,7 +159,7 @@ fn probes(ctx: &Warden, toolbox: &Toolbox) -> Result<Vec<Option<Result<Probe, St
         .collect())
 }
 
-pub fn audit(ctx: &Warden, json: bool) -> Result<ExitCode> {
+pub(crate) fn audit(ctx: &Warden, json: bool) -> Result<ExitCode> {
     let toolbox = ctx.load()?;
     let audit = describe(&toolbox, probes(ctx, &toolbox)?);
     if json {

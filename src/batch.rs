@@ -5,7 +5,7 @@ use serde_json::Value;
 use warden_core::ToolCall;
 
 /// The tool calls of one model turn, in the model's order.
-pub fn parse(text: &str) -> Result<Vec<ToolCall>> {
+pub(crate) fn parse(text: &str) -> Result<Vec<ToolCall>> {
     let value: Value = serde_json::from_str(text).context("the batch is not valid JSON")?;
     let list = match &value {
         Value::Array(items) => items,

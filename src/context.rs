@@ -9,7 +9,7 @@ use warden_wasm::Resolver;
 
 /// warden's places from the command line's flags, telling a person on a terminal about
 /// compiles.
-pub fn warden(
+pub(crate) fn warden(
     toolbox: PathBuf,
     home: Option<PathBuf>,
     cache: Option<PathBuf>,
@@ -36,7 +36,7 @@ pub fn warden(
 }
 
 /// A dispatcher over the toolbox that logs every call and asks a person on a terminal.
-pub fn dispatcher(ctx: &Warden, run: RunLimits) -> Result<Dispatcher> {
+pub(crate) fn dispatcher(ctx: &Warden, run: RunLimits) -> Result<Dispatcher> {
     let mut d = ctx.dispatcher(run)?;
     if let Some(r) = crate::review::TerminalReviewer::if_terminal() {
         d = d.reviewer(r);
@@ -45,7 +45,7 @@ pub fn dispatcher(ctx: &Warden, run: RunLimits) -> Result<Dispatcher> {
 }
 
 /// The async runtime the commands use.
-pub fn runtime() -> Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -27,7 +27,7 @@ fn is_checkout(dir: &Path) -> bool {
 /// The checkout of warden the demo builds and runs: `given` (`--root`), or the current folder
 /// or the nearest one above it that holds the demo's files. An absolute path (the guest build
 /// runs in a folder of its own).
-pub fn find_root(given: Option<&Path>) -> Result<PathBuf> {
+pub(crate) fn find_root(given: Option<&Path>) -> Result<PathBuf> {
     const NEED: &str = "warden demo needs a checkout of warden's source: it builds the example \
                         tools in its guest-sdk/ and runs them under its policies/";
     if let Some(dir) = given {
@@ -80,7 +80,7 @@ timeout = "1s"
 memory = "64MiB"
 "#;
 
-pub fn build_examples(root: &Path) -> Result<()> {
+pub(crate) fn build_examples(root: &Path) -> Result<()> {
     let installed = Command::new("rustup")
         .args(["target", "list", "--installed"])
         .output()
@@ -114,7 +114,7 @@ pub fn build_examples(root: &Path) -> Result<()> {
     Ok(())
 }
 
-pub fn demo(ctx: &Warden, root: Option<&Path>) -> Result<ExitCode> {
+pub(crate) fn demo(ctx: &Warden, root: Option<&Path>) -> Result<ExitCode> {
     let root = find_root(root)?;
     build_examples(&root)?;
     let policies = root.join("policies");

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use warden_agent::{Event, EventSink, Line, Outcome, Run, StopReason};
 
 /// Names the run and its transcript before anything else happens.
-pub fn announce(run: &Run, json: bool) {
+pub(crate) fn announce(run: &Run, json: bool) {
     if json {
         let line = serde_json::json!({
             "type": "transcript",
@@ -21,7 +21,7 @@ pub fn announce(run: &Run, json: bool) {
 }
 
 /// Where the run's events go as they are written.
-pub fn sink(json: bool) -> EventSink {
+pub(crate) fn sink(json: bool) -> EventSink {
     if json {
         return Arc::new(|line: &Line| {
             if let Ok(text) = serde_json::to_string(line) {
@@ -125,7 +125,7 @@ fn describe(event: &Event, step: &AtomicU32) -> Option<String> {
 }
 
 /// The stop, on stderr, and the model's answer on stdout.
-pub fn finish(outcome: &Outcome, resume: &str) {
+pub(crate) fn finish(outcome: &Outcome, resume: &str) {
     let t = &outcome.totals;
     eprintln!(
         "stopped: {} ({} steps, {} model calls, {} tool calls, {:.1} s)",

@@ -5,14 +5,14 @@ use std::sync::{Arc, Mutex};
 use warden_core::{BoxFuture, Decision, Reviewer, ToolCall, ToolSpec};
 
 /// Asks on the terminal, one call at a time.
-pub struct TerminalReviewer {
+pub(crate) struct TerminalReviewer {
     lock: Arc<Mutex<()>>,
 }
 
 impl TerminalReviewer {
     /// A reviewer when stdin and stderr are a terminal; none otherwise (calls needing review
     /// are then rejected).
-    pub fn if_terminal() -> Option<Arc<dyn Reviewer>> {
+    pub(crate) fn if_terminal() -> Option<Arc<dyn Reviewer>> {
         (std::io::stdin().is_terminal() && std::io::stderr().is_terminal()).then(|| {
             Arc::new(TerminalReviewer {
                 lock: Arc::default(),

@@ -11,7 +11,7 @@ use warden_core::{Admission, CallLog};
 use warden_mcp::{HttpOptions, HttpServer, Loader, Options, Server};
 
 #[derive(Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Serve streamable HTTP on this address (for example 127.0.0.1:8080; port 0 picks a free
     /// one) instead of stdio. The endpoint is /mcp.
     #[arg(long, value_name = "ADDR")]
@@ -27,7 +27,7 @@ pub struct ServeArgs {
     allow_remote: bool,
 }
 
-pub fn serve(ctx: &Warden, args: ServeArgs) -> Result<ExitCode> {
+pub(crate) fn serve(ctx: &Warden, args: ServeArgs) -> Result<ExitCode> {
     // The dispatcher is built here rather than by `Context::dispatcher`: over stdio a terminal
     // reviewer would read the MCP channel, and a reload needs a dispatcher per toolbox.
     let backends = ctx.backends();

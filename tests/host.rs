@@ -1,5 +1,10 @@
 //! The shipped host shell policy end to end through the `warden` binary, which re-executes
 //! itself as the sandbox helper: usable as it is, confined, and honest in the audit.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,10 @@
 //! The shipped shell policy end to end through the `warden` binary: `warden call`, the audit,
 //! `warden sandbox-image`, and the errors when Docker or the image is missing.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

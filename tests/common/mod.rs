@@ -2,4 +2,4 @@
 //! built from source on first use.
 #![allow(dead_code)]
 
-pub use warden_test_support::guests::{root, wasm};
+pub(crate) use warden_test_support::guests::{root, wasm};

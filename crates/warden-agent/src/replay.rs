@@ -43,7 +43,7 @@ pub(crate) struct OpenTurn {
 
 impl Replay {
     /// Rebuilds a run; `None` when the lines do not start with a run header.
-    pub fn read(lines: &[Line]) -> Option<Replay> {
+    pub(crate) fn read(lines: &[Line]) -> Option<Replay> {
         let Some(Event::Run {
             run_id,
             task,

@@ -54,7 +54,7 @@ impl RetryPolicy {
 
 /// The wait a response asks for: `retry-after-ms` (OpenAI's), else `Retry-After` in seconds
 /// or as an HTTP date.
-pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     if let Some(ms) = text("retry-after-ms").and_then(|t| t.trim().parse::<f64>().ok())
         && ms.is_finite()

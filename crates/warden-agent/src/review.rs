@@ -122,7 +122,7 @@ pub(crate) struct Ledger {
 }
 
 impl Ledger {
-    pub fn new(transcript: Arc<Transcript>) -> Arc<Self> {
+    pub(crate) fn new(transcript: Arc<Transcript>) -> Arc<Self> {
         Arc::new(Self {
             transcript,
             pending: Mutex::default(),
@@ -131,18 +131,18 @@ impl Ledger {
         })
     }
 
-    pub fn take_pending(&self) -> Vec<String> {
+    pub(crate) fn take_pending(&self) -> Vec<String> {
         let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         p.drain().collect()
     }
 
-    pub fn take_answered(&self) -> HashMap<String, ToolMessage> {
+    pub(crate) fn take_answered(&self) -> HashMap<String, ToolMessage> {
         std::mem::take(&mut *self.answered.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// True when some of `ids` are held for a decision and all the others are answered:
     /// nothing more will happen until a person decides.
-    pub fn only_held_left(&self, ids: &[String]) -> bool {
+    pub(crate) fn only_held_left(&self, ids: &[String]) -> bool {
         let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         let answered = self.answered.lock().unwrap_or_else(|p| p.into_inner());
         !pending.is_empty()

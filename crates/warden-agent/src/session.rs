@@ -30,7 +30,7 @@ pub(crate) struct Session {
 type Stop = (StopReason, Option<String>);
 
 impl Session {
-    pub fn totals(&self) -> Totals {
+    pub(crate) fn totals(&self) -> Totals {
         Totals {
             steps: self.steps,
             model_calls: self.model_calls,
@@ -40,7 +40,7 @@ impl Session {
     }
 
     /// Runs until a stop; `open` is a turn a previous process left unanswered.
-    pub async fn drive(&mut self, open: Option<OpenTurn>) -> Result<Stop, AgentError> {
+    pub(crate) async fn drive(&mut self, open: Option<OpenTurn>) -> Result<Stop, AgentError> {
         if let Some(open) = open
             && let Some(stop) = self.finish_open_turn(open).await?
         {

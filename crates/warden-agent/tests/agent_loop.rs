@@ -1,5 +1,10 @@
 //! The loop against a scripted OpenAI-compatible server: batches, errors the model can correct,
 //! limits, retries and provider errors.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
 
 mod common;
 

@@ -1,5 +1,10 @@
 //! Review in a run: decisions from a file, keyed by tool_call_id; a run pauses for calls the
 //! file has no decision for, and resumes once it has.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
 
 mod common;
 

@@ -83,7 +83,11 @@ impl Checked<'_> {
     }
 
     /// Refuses every grant the executor cannot honour.
-    pub fn grants(&self, caps: &Capabilities, grants: &GrantsSpec) -> Result<(), PolicyError> {
+    pub(crate) fn grants(
+        &self,
+        caps: &Capabilities,
+        grants: &GrantsSpec,
+    ) -> Result<(), PolicyError> {
         let GrantsSpec {
             env,
             env_from_host,
@@ -116,7 +120,7 @@ impl Checked<'_> {
     }
 
     /// Refuses every limit the executor cannot honour; `table` names where it was written.
-    pub fn limits(
+    pub(crate) fn limits(
         &self,
         caps: &Capabilities,
         table: &str,

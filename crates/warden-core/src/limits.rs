@@ -6,15 +6,15 @@ use std::time::Duration;
 use toml::Spanned;
 
 /// Wall-clock time of one call when the policy writes none.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Memory of one call's sandbox when the policy writes none.
-pub const DEFAULT_MEMORY: u64 = 256 << 20;
+pub(crate) const DEFAULT_MEMORY: u64 = 256 << 20;
 /// Bytes of content and of each captured stream when the policy writes none.
-pub const DEFAULT_OUTPUT: u64 = 1 << 20;
+pub(crate) const DEFAULT_OUTPUT: u64 = 1 << 20;
 /// Bytes of one HTTP response body when the policy writes none.
-pub const DEFAULT_RESPONSE: u64 = 16 << 20;
+pub(crate) const DEFAULT_RESPONSE: u64 = 16 << 20;
 /// Calls of one tool in flight at once when the policy writes none.
-pub const DEFAULT_CONCURRENCY: u32 = 16;
+pub(crate) const DEFAULT_CONCURRENCY: u32 = 16;
 
 /// Limits as a policy writes them: every field optional.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -69,7 +69,7 @@ pub(crate) struct LimitsFile {
 
 impl LimitsFile {
     /// Rejects limits no executor can honour; the error carries the offending span.
-    pub fn check(self) -> Result<LimitsSpec, (std::ops::Range<usize>, String)> {
+    pub(crate) fn check(self) -> Result<LimitsSpec, (std::ops::Range<usize>, String)> {
         let bad = |span: std::ops::Range<usize>, m: &str| Err((span, m.to_owned()));
         if let Some(t) = &self.timeout
             && t.get_ref().0.is_zero()

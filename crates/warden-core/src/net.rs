@@ -155,7 +155,7 @@ pub struct NetGrants {
 }
 
 /// Why a destination was refused: the text goes to the call log and the tool's message.
-pub type Refusal = String;
+pub(crate) type Refusal = String;
 
 impl NetGrants {
     /// True when the tool can reach no network at all.

@@ -226,10 +226,16 @@ impl Policy {
     }
 }
 
-/// Takes `[executor]` out of a parsed policy: its written `kind`, and the rest of it.
+/// A mistake in the policy text: where (when known), and what.
+type Mistake = (Option<std::ops::Range<usize>>, String);
+
+/// `[executor]` as written: its `kind`, and the rest of the table.
+type WrittenExecutor<'i> = (Spanned<String>, Spanned<DeValue<'i>>);
+
+/// Takes `[executor]` out of a parsed policy.
 pub(crate) fn take_executor<'i>(
     doc: &mut Spanned<DeTable<'i>>,
-) -> Result<(Spanned<String>, Spanned<DeValue<'i>>), (Option<std::ops::Range<usize>>, String)> {
+) -> Result<WrittenExecutor<'i>, Mistake> {
     let executor = doc.get_mut().remove("executor").ok_or_else(|| {
         (
             None,

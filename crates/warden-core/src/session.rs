@@ -16,7 +16,7 @@ pub(crate) struct Scope {
 }
 
 impl Scope {
-    pub fn new(toolbox: Arc<Toolbox>) -> Self {
+    pub(crate) fn new(toolbox: Arc<Toolbox>) -> Self {
         Self {
             id: SessionId::fresh(),
             toolbox,
@@ -25,7 +25,7 @@ impl Scope {
     }
 
     /// Notes that a call is about to run in the session.
-    pub fn touch(&self) {
+    pub(crate) fn touch(&self) {
         self.used.store(true, Ordering::Release);
     }
 
@@ -40,7 +40,7 @@ impl Scope {
     }
 
     /// Ends the session now and waits until every executor has freed it.
-    pub async fn close(&self) {
+    pub(crate) async fn close(&self) {
         if !self.used.swap(false, Ordering::AcqRel) {
             return;
         }

@@ -1,6 +1,11 @@
 //! `echo hi` per call: a container per call, a session's shell, and `docker run --rm` from
 //! the CLI. Not a test and not in CI: `cargo bench -p warden-docker --bench latency`
 //! (scripts/bench-docker). Prints one markdown table.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a bench panics on what it cannot go on without"
+)]
 
 use serde_json::json;
 use std::path::Path;

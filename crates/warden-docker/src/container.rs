@@ -17,7 +17,7 @@ use warden_core::Capped;
 use warden_core::ToolError;
 
 /// A container that is removed (killed first if running) when this is dropped.
-pub struct Container {
+pub(crate) struct Container {
     docker: Docker,
     pub id: String,
     removed: bool,
@@ -25,7 +25,7 @@ pub struct Container {
 
 impl Container {
     /// Creates a container; a missing image is named with the command that builds it.
-    pub async fn create(
+    pub(crate) async fn create(
         engine: &Engine,
         docker: &Docker,
         image: &str,
@@ -61,7 +61,7 @@ impl Container {
     }
 
     /// Attaches to its streams (stdin too when `stdin`), then starts it.
-    pub async fn attach_and_start(
+    pub(crate) async fn attach_and_start(
         &self,
         engine: &Engine,
         stdin: bool,
@@ -86,7 +86,7 @@ impl Container {
     }
 
     /// The exit code once it has stopped, and whether the memory limit killed something.
-    pub async fn exit_status(&self, engine: &Engine) -> Result<(i64, bool), ToolError> {
+    pub(crate) async fn exit_status(&self, engine: &Engine) -> Result<(i64, bool), ToolError> {
         let options = WaitContainerOptionsBuilder::new()
             .condition("not-running")
             .build();
@@ -106,7 +106,7 @@ impl Container {
     }
 
     /// True when the engine saw the memory limit kill a process of this container.
-    pub async fn oom_killed(&self) -> bool {
+    pub(crate) async fn oom_killed(&self) -> bool {
         match self.docker.inspect_container(&self.id, None).await {
             Ok(c) => c.state.and_then(|s| s.oom_killed).unwrap_or(false),
             Err(_) => false,
@@ -115,7 +115,7 @@ impl Container {
 
     /// Kills and removes it, and waits until the engine has. The removal runs in a task of
     /// its own, so it completes even if the caller is dropped meanwhile.
-    pub async fn remove(mut self) {
+    pub(crate) async fn remove(mut self) {
         self.removed = true;
         let (docker, id) = (self.docker.clone(), self.id.clone());
         if let Err(e) = tokio::spawn(async move { remove(&docker, &id).await }).await {
@@ -164,7 +164,7 @@ async fn remove(docker: &Docker, id: &str) {
 }
 
 /// How a one-shot container ended.
-pub enum Ended {
+pub(crate) enum Ended {
     Exited {
         code: i64,
         oom: bool,
@@ -176,7 +176,7 @@ pub enum Ended {
 }
 
 /// Runs one container to its end or its deadline, and removes it.
-pub async fn run_once(
+pub(crate) async fn run_once(
     engine: &Engine,
     docker: &Docker,
     image: &str,

@@ -6,7 +6,7 @@ use warden_core::Capped;
 /// `\n<marker><tail>\n`. Bytes before the marker go to a [`Capped`]; the search keeps only
 /// as many bytes as the marker is long.
 #[derive(Debug)]
-pub struct UntilMarker {
+pub(crate) struct UntilMarker {
     marker: Vec<u8>,
     pending: Vec<u8>,
     pub out: Capped,
@@ -16,7 +16,7 @@ pub struct UntilMarker {
 
 impl UntilMarker {
     /// `marker` must start with `\n`, so that it is only found at the start of a line.
-    pub fn new(marker: &str, limit: u64) -> Self {
+    pub(crate) fn new(marker: &str, limit: u64) -> Self {
         Self {
             marker: marker.as_bytes().to_vec(),
             pending: Vec::new(),
@@ -26,7 +26,7 @@ impl UntilMarker {
     }
 
     /// Takes more of the stream; true once the marker line has been seen.
-    pub fn push(&mut self, data: &[u8]) -> bool {
+    pub(crate) fn push(&mut self, data: &[u8]) -> bool {
         if self.tail.is_some() {
             // Output of a background job after the marker: it belongs to no command.
             return true;
@@ -57,16 +57,16 @@ impl UntilMarker {
         }
     }
 
-    pub fn done(&self) -> bool {
+    pub(crate) fn done(&self) -> bool {
         self.tail.is_some()
     }
 
-    pub fn tail(&self) -> Option<&str> {
+    pub(crate) fn tail(&self) -> Option<&str> {
         self.tail.as_deref()
     }
 
     /// What came before the marker (or everything, when it never came).
-    pub fn text(&mut self) -> String {
+    pub(crate) fn text(&mut self) -> String {
         if self.tail.is_none() && !self.pending.is_empty() {
             let rest = std::mem::take(&mut self.pending);
             self.out.push(&rest);

@@ -14,7 +14,7 @@ use warden_core::{Access, Grants};
 
 /// Everything about a tool's containers except the command.
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub tool: String,
     pub image: String,
     pub user: User,
@@ -29,7 +29,7 @@ pub struct Plan {
 impl Plan {
     /// Checks what can only be checked against this machine: that every read-write root is
     /// writable by the container's user.
-    pub fn new(cfg: &DockerConfig, grants: &Grants) -> Result<Plan, String> {
+    pub(crate) fn new(cfg: &DockerConfig, grants: &Grants) -> Result<Plan, String> {
         let user = choose_user(cfg, grants)?;
         let mounts = grants
             .fs
@@ -62,7 +62,7 @@ impl Plan {
     }
 
     /// The container for one command (or one session shell when `stdin` is true).
-    pub fn container(
+    pub(crate) fn container(
         &self,
         cmd: Vec<String>,
         env: Vec<String>,

@@ -23,7 +23,7 @@ const STDERR_GRACE: Duration = Duration::from_secs(2);
 type Frames = Pin<Box<dyn Stream<Item = Result<LogOutput, BollardError>> + Send>>;
 
 /// One live shell in one container.
-pub struct Session {
+pub(crate) struct Session {
     container: Container,
     input: Pin<Box<dyn AsyncWrite + Send>>,
     output: Frames,
@@ -32,7 +32,7 @@ pub struct Session {
 }
 
 /// How one command of a session ended.
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// It finished; the shell lives on.
     Finished {
         code: i64,
@@ -53,7 +53,7 @@ pub enum Outcome {
 
 impl Session {
     /// Starts a container whose only process (under an init) is `shell`, reading stdin.
-    pub async fn start(
+    pub(crate) async fn start(
         engine: &Engine,
         docker: &Docker,
         image: &str,
@@ -70,7 +70,7 @@ impl Session {
     }
 
     /// Runs one command under `deadline`; output beyond `limit` bytes per stream is cut.
-    pub async fn run(
+    pub(crate) async fn run(
         &mut self,
         engine: &Engine,
         command: &str,
@@ -168,7 +168,7 @@ impl Session {
     }
 
     /// Kills the shell and removes its container.
-    pub async fn close(self) {
+    pub(crate) async fn close(self) {
         self.container.remove().await;
     }
 }

@@ -15,7 +15,7 @@ use warden_core::{BoxFuture, Executor, Grants, Invocation, Limits, Output, Sessi
 type Slot = Arc<tokio::sync::Mutex<Option<Session>>>;
 
 /// One docker tool.
-pub struct DockerTool {
+pub(crate) struct DockerTool {
     engine: Arc<Engine>,
     plan: Plan,
     template: Template,
@@ -26,7 +26,7 @@ pub struct DockerTool {
 }
 
 impl DockerTool {
-    pub fn new(
+    pub(crate) fn new(
         engine: Arc<Engine>,
         plan: Plan,
         template: Template,

@@ -1,5 +1,10 @@
 //! A container per call, attacked for real: network, env, user, capabilities, read-only
 //! mounts and root, fork and memory bombs, endless commands, floods, a batch with a hang.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
 
 mod common;
 

@@ -1,4 +1,9 @@
 //! The engine's edges: no daemon, no image, and containers left by a warden that died.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
 
 mod common;
 

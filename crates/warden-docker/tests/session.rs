@@ -1,5 +1,10 @@
 //! Session mode: one container and one long-lived shell per session, each command under its
 //! own deadline; sessions end with their dispatcher.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
 
 mod common;
 

@@ -2,6 +2,11 @@
 //! the executor does around the helper), and a call through the host policy, fully confined.
 //! Not a test and not in CI: `cargo bench -p warden-host --bench latency` (scripts/bench-host).
 //! Prints one markdown table; the difference of the last two rows is the confinement's cost.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a bench panics on what it cannot go on without"
+)]
 
 use serde_json::json;
 use std::path::PathBuf;

@@ -175,7 +175,7 @@ mod tests {
     fn an_old_kernel_is_refused_unless_the_policy_accepts_less() {
         for kernel in [0, 1, 2] {
             let mut p = Protections::default();
-            let e = usable_abi(kernel, false, &mut p).err().expect("refused");
+            let e = usable_abi(kernel, false, &mut p).expect_err("refused");
             assert!(e.unavailable, "{}", e.message);
             assert!(e.message.contains("best-effort"), "{}", e.message);
         }

@@ -5,11 +5,11 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 /// The file descriptor the helper reports on.
-pub const REPORT_FD: i32 = 3;
+pub(crate) const REPORT_FD: i32 = 3;
 
 /// Everything the helper needs to start one command, confined.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// The command line; `argv[0]` is a path, or a name looked up in the granted `PATH`.
     pub argv: Vec<String>,
     /// The whole environment of the command: the grants, nothing else.
@@ -33,14 +33,14 @@ pub struct Plan {
 
 /// One granted folder.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Root {
+pub(crate) struct Root {
     pub path: PathBuf,
     pub writable: bool,
 }
 
 /// The resource limits of every process of the command.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub struct Rlimits {
+pub(crate) struct Rlimits {
     /// Seconds of CPU time (`RLIMIT_CPU`): SIGXCPU at the limit, SIGKILL a second later.
     pub cpu_secs: u64,
     /// Bytes of address space (`RLIMIT_AS`).
@@ -56,7 +56,7 @@ pub struct Rlimits {
 /// One line on the report descriptor.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Report {
+pub(crate) enum Report {
     /// The confinement is in place; the command is being executed.
     Ready(Protections),
     /// The helper could not confine or start the command; nothing ran.

@@ -1,5 +1,10 @@
 //! No network without a grant: a server on the test's loopback is out of reach, and the same
 //! connection works once the policy opts in to the host's network.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
 
 mod common;
 

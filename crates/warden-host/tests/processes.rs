@@ -1,4 +1,9 @@
 //! Limits and process containment: fork bombs, CPU loops, leftovers, signals, timeouts.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
 
 mod common;
 

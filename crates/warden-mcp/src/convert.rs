@@ -6,17 +6,17 @@ use std::sync::Arc;
 use warden_core::{Tool, ToolMessage, ToolSpec};
 
 /// The `_meta` key under which a failed call carries its error kind and message.
-pub const ERROR_META: &str = "warden/error";
+pub(crate) const ERROR_META: &str = "warden/error";
 
 /// A tool's `outputSchema` as MCP requires it: always an object schema.
-pub struct OutputSchema {
+pub(crate) struct OutputSchema {
     pub schema: JsonObject,
     /// The result schema was not an object, so results travel as `{"result": value}`.
     pub wrapped: bool,
 }
 
 /// The output schema to advertise, when the tool's result type is known.
-pub fn output_schema(spec: &ToolSpec) -> Option<OutputSchema> {
+pub(crate) fn output_schema(spec: &ToolSpec) -> Option<OutputSchema> {
     let schema = spec.output_schema.as_ref()?;
     match schema {
         Value::Object(map) if map.get("type").and_then(Value::as_str) == Some("object") => {
@@ -43,7 +43,7 @@ pub fn output_schema(spec: &ToolSpec) -> Option<OutputSchema> {
 }
 
 /// A tool as `tools/list` shows it.
-pub fn tool(tool: &Tool) -> rmcp::model::Tool {
+pub(crate) fn tool(tool: &Tool) -> rmcp::model::Tool {
     let input = match &tool.spec.input_schema {
         Value::Object(map) => map.clone(),
         _ => {
@@ -90,7 +90,7 @@ fn annotations(tool: &Tool) -> ToolAnnotations {
 /// output schema (clients such as the TypeScript SDK check any `structuredContent` against
 /// the output schema, even on errors, so a tool with one gets none on failure). A structured
 /// result cut by the output limit is a `limit_exceeded` failure carrying the cut text.
-pub fn call_result(message: &ToolMessage, tool: Option<&Tool>) -> CallToolResult {
+pub(crate) fn call_result(message: &ToolMessage, tool: Option<&Tool>) -> CallToolResult {
     let output = tool.and_then(|t| output_schema(&t.spec));
     let text = vec![ContentBlock::text(message.content.clone())];
     let Some(error) = &message.error else {

@@ -26,7 +26,7 @@ pub(crate) struct Handler {
 
 impl Handler {
     /// A handler for a new MCP connection: a session of its own.
-    pub fn new(shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
         Self {
             shared,
             session: Arc::default(),
@@ -57,7 +57,7 @@ impl Session {
     }
 
     /// Ends the session now, and waits until its sandboxes are gone.
-    pub async fn close(&self) {
+    pub(crate) async fn close(&self) {
         let current = self
             .current
             .lock()

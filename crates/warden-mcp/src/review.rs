@@ -10,13 +10,13 @@ use warden_core::{BoxFuture, Decision, Reviewer, ToolCall, ToolSpec};
 
 /// Asks the client that sent each call, when it declared the elicitation capability.
 #[derive(Default)]
-pub struct ElicitationReviewer {
+pub(crate) struct ElicitationReviewer {
     /// The client of each call in flight that needs review, by `tool_call_id`.
     asking: Mutex<HashMap<String, Peer<RoleServer>>>,
 }
 
 /// While alive, reviews of the call go to its client.
-pub struct Registration {
+pub(crate) struct Registration {
     reviewer: Arc<ElicitationReviewer>,
     id: String,
 }
@@ -34,7 +34,7 @@ impl ElicitationReviewer {
     }
 
     /// Routes the review of call `id` to `peer` until the registration is dropped.
-    pub fn register(self: &Arc<Self>, id: &str, peer: Peer<RoleServer>) -> Registration {
+    pub(crate) fn register(self: &Arc<Self>, id: &str, peer: Peer<RoleServer>) -> Registration {
         self.lock().insert(id.to_owned(), peer);
         Registration {
             reviewer: self.clone(),

@@ -94,7 +94,7 @@ fn snapshot(toolbox: Toolbox, options: &Options, reviewer: &Arc<ElicitationRevie
 }
 
 impl Shared {
-    pub fn snapshot(&self) -> Arc<Snapshot> {
+    pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
         self.current
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -102,12 +102,12 @@ impl Shared {
     }
 
     /// A `tool_call_id` unique in this process (JSON-RPC ids repeat across sessions).
-    pub fn next_call_id(&self) -> String {
+    pub(crate) fn next_call_id(&self) -> String {
         format!("mcp-{}", self.next_call.fetch_add(1, Ordering::Relaxed))
     }
 
     /// Remembers a client to tell when the tool list changes.
-    pub fn add_peer(&self, peer: Peer<RoleServer>) {
+    pub(crate) fn add_peer(&self, peer: Peer<RoleServer>) {
         let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
         peers.retain(|p| !p.is_transport_closed());
         peers.push(peer);
@@ -116,7 +116,7 @@ impl Shared {
     /// Loads the toolbox again; on success it replaces the one in force (calls already running
     /// finish on the old one) and clients hear of it when the list changed. On failure the old
     /// toolbox stays.
-    pub async fn reload(&self) {
+    pub(crate) async fn reload(&self) {
         let loader = self.loader.clone();
         let toolbox = match tokio::task::spawn_blocking(move || loader()).await {
             Ok(Ok(toolbox)) => toolbox,

@@ -67,7 +67,7 @@ pub(crate) struct LineTransport<R, W> {
 }
 
 impl<R: AsyncRead, W> LineTransport<R, W> {
-    pub fn new(read: R, write: W) -> Self {
+    pub(crate) fn new(read: R, write: W) -> Self {
         let codec = AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), MAX_LINE);
         Self {
             lines: FramedRead::new(read, codec),

@@ -2,6 +2,12 @@
 //! scripted OpenAI-compatible server that stands in for a model provider, and a backend of
 //! its own executor kind whose tools are executors a test hands it.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test support: a failure here is the failing test's, and should panic it"
+)]
+
 pub mod backend;
 pub mod guests;
 pub mod scripted;

@@ -19,6 +19,11 @@
 //! - `warden_batch_1000`: one `Dispatcher::dispatch` of 1,000 calls (throughput in calls/s).
 //!
 //! Compiled code is cached in `target/warden-bench-cache`, so no compile is measured.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a bench panics on what it cannot go on without"
+)]
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
 use serde_json::json;

@@ -4,6 +4,11 @@
 //!
 //! Run with `cargo bench -p warden-wasm --bench compile` (or `scripts/bench`, which builds the
 //! guest components first). It also writes the figures to `target/warden-bench/compile.json`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a bench panics on what it cannot go on without"
+)]
 
 use serde_json::json;
 use std::path::{Path, PathBuf};

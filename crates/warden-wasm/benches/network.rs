@@ -9,6 +9,11 @@
 //!   check, resolving and vetting, a fresh connection, hyper, the capped body.
 //! - `tool_get_denied`: the same tool asking for a port it is not granted: the cost of a
 //!   refusal, recorded as a denial.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a bench panics on what it cannot go on without"
+)]
 
 use criterion::{Criterion, criterion_group};
 use serde_json::json;

@@ -4,6 +4,11 @@
 //!
 //! Run with `cargo bench -p warden-wasm --bench polyglot` after `scripts/build-polyglot`
 //! (scripts/bench does both when the toolchains are installed).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a bench panics on what it cannot go on without"
+)]
 
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};

@@ -16,12 +16,12 @@ const PERMIT: usize = 64 * 1024;
 /// One captured stream. WASI asks for the stream more than once per call, so every handle
 /// shares one buffer.
 #[derive(Clone)]
-pub struct CappedPipe {
+pub(crate) struct CappedPipe {
     buf: Arc<Mutex<Capped>>,
 }
 
 impl CappedPipe {
-    pub fn new(cap: u64) -> Self {
+    pub(crate) fn new(cap: u64) -> Self {
         Self {
             buf: Arc::new(Mutex::new(Capped::new(cap))),
         }
@@ -37,7 +37,7 @@ impl CappedPipe {
     }
 
     /// What was written, as text, ending with the truncation marker if anything was cut.
-    pub fn contents(&self) -> String {
+    pub(crate) fn contents(&self) -> String {
         self.lock().text()
     }
 }

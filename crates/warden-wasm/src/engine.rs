@@ -11,14 +11,14 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// Instances alive at once across the pool. A Python component uses 14 core instances, so
 /// this also bounds how many of those run together; the dispatcher's global limit stays below.
-pub const POOL_CORE_INSTANCES: u32 = 1000;
+pub(crate) const POOL_CORE_INSTANCES: u32 = 1000;
 
 /// The largest linear memory a pool slot holds; a policy may not ask for more.
 pub const MAX_MEMORY: u64 = 4 << 30;
 
 /// Which engine a tool runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Flavor {
+pub(crate) enum Flavor {
     Plain,
     Fuel,
 }
@@ -26,7 +26,7 @@ pub enum Flavor {
 /// Why an engine could not be made.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot start the WebAssembly engine: {0}")]
-pub struct EngineError(String);
+pub(crate) struct EngineError(String);
 
 fn config(flavor: Flavor) -> Config {
     let mut pool = PoolingAllocationConfig::new();
@@ -46,7 +46,7 @@ fn config(flavor: Flavor) -> Config {
 }
 
 /// The engine of a flavor, made once per process.
-pub fn engine(flavor: Flavor) -> Result<&'static Engine, EngineError> {
+pub(crate) fn engine(flavor: Flavor) -> Result<&'static Engine, EngineError> {
     static PLAIN: OnceLock<Result<Engine, String>> = OnceLock::new();
     static FUEL: OnceLock<Result<Engine, String>> = OnceLock::new();
     let cell = match flavor {
@@ -64,7 +64,7 @@ pub fn engine(flavor: Flavor) -> Result<&'static Engine, EngineError> {
 
 /// A short stable name for what compiled code depends on: code compiled by one engine setting
 /// is never loaded by another.
-pub fn compatibility_key(engine: &Engine) -> String {
+pub(crate) fn compatibility_key(engine: &Engine) -> String {
     let mut h = DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut h);
     format!("{:016x}", h.finish())

@@ -7,7 +7,7 @@ use wasmtime::component::{Component, ComponentExportIndex, Type};
 
 /// One exported function.
 #[derive(Clone)]
-pub struct Export {
+pub(crate) struct Export {
     /// The short name of the exported interface (`types` for `warden:kitchen/types@0.1.0`).
     pub interface: Option<String>,
     /// The WIT function name.
@@ -19,7 +19,7 @@ pub struct Export {
 
 impl Export {
     /// The tool name before any prefix: `function`, or `interface-function`.
-    pub fn tool_name(&self) -> String {
+    pub(crate) fn tool_name(&self) -> String {
         match &self.interface {
             Some(i) => format!("{i}-{}", self.function),
             None => self.function.clone(),
@@ -28,7 +28,7 @@ impl Export {
 }
 
 /// What a component offers.
-pub struct Exports {
+pub(crate) struct Exports {
     pub functions: Vec<Export>,
     /// The `run` function of `wasi:cli/run`, when the component is a command.
     pub command: Option<ComponentExportIndex>,
@@ -56,7 +56,7 @@ fn signature(f: &ComponentFunc) -> (Vec<(String, Type)>, Option<Type>) {
 }
 
 /// Lists the exports of `component`.
-pub fn exports(engine: &Engine, component: &Component) -> Exports {
+pub(crate) fn exports(engine: &Engine, component: &Component) -> Exports {
     let ty = component.component_type();
     let mut functions = Vec::new();
     let mut command = None;

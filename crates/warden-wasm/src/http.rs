@@ -22,7 +22,7 @@ type SendFuture =
     Box<dyn Future<Output = Result<(http::Response<WasiBody>, IoFuture), Error>> + Send>;
 
 /// The wasi-http hooks of one call.
-pub struct Hooks {
+pub(crate) struct Hooks {
     pub gate: NetGate,
 }
 

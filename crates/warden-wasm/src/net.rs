@@ -11,7 +11,7 @@ use wasmtime_wasi::sockets::SocketAddrUse;
 
 /// One call's network gate; cheap to clone into the hooks and checks that need it.
 #[derive(Clone)]
-pub struct NetGate(Arc<GateInner>);
+pub(crate) struct NetGate(Arc<GateInner>);
 
 struct GateInner {
     grants: Arc<NetGrants>,
@@ -23,7 +23,7 @@ struct GateInner {
 }
 
 impl NetGate {
-    pub fn new(
+    pub(crate) fn new(
         grants: Arc<NetGrants>,
         resolver: Resolver,
         denials: Denials,
@@ -41,26 +41,26 @@ impl NetGate {
         }))
     }
 
-    pub fn grants(&self) -> &NetGrants {
+    pub(crate) fn grants(&self) -> &NetGrants {
         &self.0.grants
     }
 
-    pub fn resolver(&self) -> &Resolver {
+    pub(crate) fn resolver(&self) -> &Resolver {
         &self.0.resolver
     }
 
     /// Bytes of a response body the guest may read.
-    pub fn response_cap(&self) -> u64 {
+    pub(crate) fn response_cap(&self) -> u64 {
         self.0.response_cap
     }
 
     /// When the call ends; network waits never outlast it.
-    pub fn deadline(&self) -> Instant {
+    pub(crate) fn deadline(&self) -> Instant {
         self.0.deadline
     }
 
     /// The header values to add to a request for `host`.
-    pub fn credentials_for<'a>(
+    pub(crate) fn credentials_for<'a>(
         &'a self,
         host: &'a str,
     ) -> impl Iterator<Item = (&'a str, &'a str)> {
@@ -72,7 +72,7 @@ impl NetGate {
             .map(|(c, v)| (c.header.as_str(), v.as_str()))
     }
 
-    pub fn deny(&self, destination: String, reason: String) {
+    pub(crate) fn deny(&self, destination: String, reason: String) {
         self.0.denials.push(Denial {
             destination,
             reason,
@@ -81,7 +81,7 @@ impl NetGate {
 
     /// Applies the socket grants to a WASI context: TCP and UDP only to granted addresses,
     /// name lookups only when the policy turns them on.
-    pub fn configure_sockets(&self, b: &mut WasiCtxBuilder) {
+    pub(crate) fn configure_sockets(&self, b: &mut WasiCtxBuilder) {
         b.allow_ip_name_lookup(self.0.grants.dns)
             .allow_tcp(true)
             .allow_udp(true);
@@ -135,7 +135,11 @@ fn use_name(used: SocketAddrUse) -> &'static str {
 }
 
 /// The addresses of an HTTP request's host that the grants let warden dial, or why none.
-pub async fn vetted_addrs(gate: &NetGate, host: &str, port: u16) -> Result<Vec<IpAddr>, Vetting> {
+pub(crate) async fn vetted_addrs(
+    gate: &NetGate,
+    host: &str,
+    port: u16,
+) -> Result<Vec<IpAddr>, Vetting> {
     let grants = gate.grants();
     if let Err(reason) = grants.allows_http(host, port) {
         return Err(Vetting::Denied(reason));
@@ -169,7 +173,7 @@ pub async fn vetted_addrs(gate: &NetGate, host: &str, port: u16) -> Result<Vec<I
 }
 
 /// Why a request has no address to go to.
-pub enum Vetting {
+pub(crate) enum Vetting {
     /// The policy forbids it: a denial.
     Denied(String),
     /// The name did not resolve: an ordinary network failure.
@@ -178,7 +182,7 @@ pub enum Vetting {
 
 /// Answers guest name lookups with a failure, and records each as a denial. Linked over
 /// wasmtime's own lookup when a policy leaves `dns` off, which otherwise refuses silently.
-pub fn refuse_lookups(
+pub(crate) fn refuse_lookups(
     linker: &mut wasmtime::component::Linker<crate::sandbox::CallState>,
 ) -> wasmtime::Result<()> {
     use wasmtime::component::Resource;

@@ -16,7 +16,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 const STDERR_TAIL: usize = 2048;
 
 /// Per-call state: the WASI context, the HTTP gate and the memory accounting.
-pub struct CallState {
+pub(crate) struct CallState {
     wasi: WasiCtx,
     http: WasiHttpCtx,
     hooks: Hooks,
@@ -26,7 +26,7 @@ pub struct CallState {
 
 impl CallState {
     /// The call's network gate.
-    pub fn net(&self) -> &NetGate {
+    pub(crate) fn net(&self) -> &NetGate {
         &self.hooks.gate
     }
 }
@@ -86,13 +86,13 @@ impl ResourceLimiter for Limiter {
 }
 
 /// What a call gets besides its grants.
-pub struct CallIo<'a> {
+pub(crate) struct CallIo<'a> {
     pub args: &'a [String],
     pub stdin: Option<&'a str>,
 }
 
 /// A store ready to instantiate into, and the pipes that capture its output.
-pub struct Sandbox {
+pub(crate) struct Sandbox {
     pub store: Store<CallState>,
     pub stdout: CappedPipe,
     pub stderr: CappedPipe,
@@ -101,7 +101,7 @@ pub struct Sandbox {
 impl Sandbox {
     /// Builds the store for one call: env, preopens and network exactly as granted, nothing
     /// else.
-    pub fn new(
+    pub(crate) fn new(
         engine: &Engine,
         grants: &Grants,
         env: &[(String, String)],
@@ -175,7 +175,7 @@ impl Sandbox {
     }
 
     /// Fuel burnt so far, when the call is metered.
-    pub fn fuel_used(&self, limits: &Limits) -> Option<u64> {
+    pub(crate) fn fuel_used(&self, limits: &Limits) -> Option<u64> {
         // Asking an unmetered store builds an error (and a backtrace): check the limit first.
         let fuel = limits.fuel?;
         let left = self.store.get_fuel().ok()?;
@@ -183,7 +183,7 @@ impl Sandbox {
     }
 
     /// Explains why the guest stopped, for the model first and for people in the details.
-    pub fn failure(&self, err: wasmtime::Error, limits: &Limits) -> ToolError {
+    pub(crate) fn failure(&self, err: wasmtime::Error, limits: &Limits) -> ToolError {
         let stderr = self.stderr.contents();
         let tail = tail(&stderr, STDERR_TAIL);
         let trap = err.downcast_ref::<Trap>().copied();
@@ -239,7 +239,7 @@ impl Sandbox {
 }
 
 /// The exit code, if the guest called `exit`.
-pub fn exit_code(err: &wasmtime::Error) -> Option<i32> {
+pub(crate) fn exit_code(err: &wasmtime::Error) -> Option<i32> {
     err.downcast_ref::<I32Exit>().map(|e| e.0)
 }
 

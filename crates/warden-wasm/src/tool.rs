@@ -16,7 +16,7 @@ use wasmtime::Engine;
 use wasmtime::component::{ComponentExportIndex, InstancePre, Val};
 
 /// What every tool of one component shares.
-pub struct Shared {
+pub(crate) struct Shared {
     pub engine: Engine,
     pub pre: InstancePre<CallState>,
     pub grants: Grants,
@@ -57,13 +57,13 @@ impl Shared {
 }
 
 /// One exported function as a tool.
-pub struct FunctionTool {
+pub(crate) struct FunctionTool {
     shared: Arc<Shared>,
     export: Export,
 }
 
 impl FunctionTool {
-    pub fn new(shared: Arc<Shared>, export: Export) -> Self {
+    pub(crate) fn new(shared: Arc<Shared>, export: Export) -> Self {
         Self { shared, export }
     }
 
@@ -123,19 +123,19 @@ impl Executor for FunctionTool {
 }
 
 /// A `wasi:cli/run` command as a tool: `{"args": [...], "stdin": "..."}` → stdout.
-pub struct CommandTool {
+pub(crate) struct CommandTool {
     shared: Arc<Shared>,
     run: ComponentExportIndex,
     name: String,
 }
 
 impl CommandTool {
-    pub fn new(shared: Arc<Shared>, run: ComponentExportIndex, name: String) -> Self {
+    pub(crate) fn new(shared: Arc<Shared>, run: ComponentExportIndex, name: String) -> Self {
         Self { shared, run, name }
     }
 
     /// The arguments every command tool takes.
-    pub fn schema() -> Value {
+    pub(crate) fn schema() -> Value {
         json!({
             "type": "object",
             "properties": {

@@ -1,5 +1,10 @@
 //! Batches through the dispatcher with real components: N calls in, N messages out, in order,
 //! failures isolated; limits, retries, review, redaction and the call log.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
 
 mod common;
 

@@ -1,6 +1,11 @@
 //! Network grants hold: only the granted hosts, addresses and ports, no way into loopback by
 //! name, credentials the tool never sees, capped bodies, and every refusal logged. Against
 //! real HTTP, TCP and UDP servers on 127.0.0.1 and the netprobe fixture built from source.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
 
 mod common;
 

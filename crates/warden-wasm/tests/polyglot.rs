@@ -1,6 +1,11 @@
 //! Tools written in Python (componentize-py) and JavaScript (componentize-js) get the same
 //! schemas, grants and limits as Rust ones: the examples of guest-sdk/python and guest-sdk/js
 //! and their hostile fixtures, built from source by scripts/build-polyglot.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
 
 mod common;
 

@@ -1,5 +1,10 @@
 //! The sandbox holds: default deny, filesystem boundaries, and every limit, attacked for real
 //! by components built from source (guest-sdk/fixtures/hostile).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
 
 mod common;
 

@@ -1,5 +1,10 @@
 //! Tools as a model sees them: names, schemas and descriptions from real components, argument
 //! errors with paths, results and errors, commands, and bad components and policies.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
 
 mod common;
 

@@ -2,8 +2,8 @@
 //! dir, and a run against the scripted server.
 #![allow(dead_code)]
 
-pub use warden_test_support::guests::{root, wasm};
-pub use warden_test_support::scripted;
+pub(crate) use warden_test_support::guests::{root, wasm};
+pub(crate) use warden_test_support::scripted;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,13 +13,13 @@ use warden_core::{CallLog, Dispatcher, Protected, Toolbox};
 use warden_wasm::{Artifacts, WasmBackend};
 
 /// A toolbox, a runs folder and a call log in a temp dir.
-pub struct Bench {
+pub(crate) struct Bench {
     pub dir: tempfile::TempDir,
     pub toolbox: PathBuf,
 }
 
 impl Bench {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let toolbox = dir.path().join("policies");
         std::fs::create_dir(&toolbox).unwrap();
@@ -27,7 +27,7 @@ impl Bench {
     }
 
     /// A policy running `fixture`; `rest` adds tables.
-    pub fn policy(&self, file: &str, fixture: &str, rest: &str) {
+    pub(crate) fn policy(&self, file: &str, fixture: &str, rest: &str) {
         let text = format!(
             "[executor]\nkind = \"wasm\"\ncomponent = {:?}\n{rest}\n",
             wasm(fixture).display().to_string()
@@ -36,22 +36,22 @@ impl Bench {
     }
 
     /// `trivial` (add, noop) and `hostile` (fail, sleep, …), nothing granted.
-    pub fn standard() -> Self {
+    pub(crate) fn standard() -> Self {
         let b = Self::new();
         b.policy("trivial.toml", "trivial", "");
         b.policy("hostile.toml", "hostile", "[limits]\ntimeout = \"60s\"");
         b
     }
 
-    pub fn runs(&self) -> PathBuf {
+    pub(crate) fn runs(&self) -> PathBuf {
         self.dir.path().join("runs")
     }
 
-    pub fn call_log(&self) -> PathBuf {
+    pub(crate) fn call_log(&self) -> PathBuf {
         self.dir.path().join("calls.jsonl")
     }
 
-    pub fn dispatcher(&self) -> Dispatcher {
+    pub(crate) fn dispatcher(&self) -> Dispatcher {
         let backend = WasmBackend::new(Artifacts {
             store: self.dir.path().join("store"),
             cache: root().join("target/warden-test-cache"),
@@ -66,12 +66,12 @@ impl Bench {
     }
 
     /// How many times the call log says `call_id` ran (or was answered).
-    pub fn logged(&self, call_id: &str) -> usize {
+    pub(crate) fn logged(&self, call_id: &str) -> usize {
         self.outcomes(call_id).len()
     }
 
     /// The outcomes the call log has for `call_id`, sorted.
-    pub fn outcomes(&self, call_id: &str) -> Vec<String> {
+    pub(crate) fn outcomes(&self, call_id: &str) -> Vec<String> {
         let text = std::fs::read_to_string(self.call_log()).unwrap_or_default();
         let mut outcomes: Vec<String> = text
             .lines()
@@ -85,7 +85,7 @@ impl Bench {
 }
 
 /// Settings for the scripted server: quick retries, a short request timeout.
-pub fn execution(base_url: &str, limits: Limits, review: ReviewSource) -> Execution {
+pub(crate) fn execution(base_url: &str, limits: Limits, review: ReviewSource) -> Execution {
     Execution {
         chat: ChatConfig {
             base_url: base_url.to_owned(),
@@ -105,7 +105,7 @@ pub fn execution(base_url: &str, limits: Limits, review: ReviewSource) -> Execut
 }
 
 /// Starts a run of `task` and drives it to its stop.
-pub async fn run(bench: &Bench, task: &str, exec: Execution) -> (Outcome, PathBuf) {
+pub(crate) async fn run(bench: &Bench, task: &str, exec: Execution) -> (Outcome, PathBuf) {
     let run = Run::create(&bench.runs(), task, None).unwrap();
     let path = run.path().to_owned();
     let outcome = run.execute(exec, bench.dispatcher()).await.unwrap();
@@ -113,7 +113,7 @@ pub async fn run(bench: &Bench, task: &str, exec: Execution) -> (Outcome, PathBu
 }
 
 /// The transcript's events, as JSON.
-pub fn transcript(path: &Path) -> Vec<serde_json::Value> {
+pub(crate) fn transcript(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
         .unwrap()
         .lines()

@@ -13,16 +13,16 @@ use warden_docker::{BUSYBOX, DockerBackend, Engine, OWNER_LABEL, SANDBOX_IMAGE};
 
 /// Every test container carries it, so a check after the suite finds any left behind; its
 /// value tells one test's containers from another's.
-pub const TEST_LABEL: &str = "warden.test";
+pub(crate) const TEST_LABEL: &str = "warden.test";
 
-pub struct Harness {
+pub(crate) struct Harness {
     pub dir: tempfile::TempDir,
     backend: DockerBackend,
     id: String,
 }
 
 /// The harness, or `None` (after saying why) when no engine answers outside CI.
-pub async fn harness() -> Option<Harness> {
+pub(crate) async fn harness() -> Option<Harness> {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let id = format!(
         "{}-{}",
@@ -65,12 +65,12 @@ macro_rules! docker_or_skip {
 }
 
 impl Harness {
-    pub fn engine(&self) -> &Arc<Engine> {
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
         self.backend.engine()
     }
 
     /// A folder in the temp dir, writable by the container user the plan will pick.
-    pub fn folder(&self, name: &str) -> std::path::PathBuf {
+    pub(crate) fn folder(&self, name: &str) -> std::path::PathBuf {
         let path = self.dir.path().join(name);
         std::fs::create_dir_all(&path).expect("create a folder");
         // As root the folder would be root's, which no container user may write.
@@ -81,13 +81,13 @@ impl Harness {
     }
 
     /// A dispatcher over one policy written into the temp dir.
-    pub fn dispatcher(&self, name: &str, policy: &str) -> Dispatcher {
+    pub(crate) fn dispatcher(&self, name: &str, policy: &str) -> Dispatcher {
         Dispatcher::new(Arc::new(
             self.toolbox(name, policy).expect("the policy loads"),
         ))
     }
 
-    pub fn toolbox(&self, name: &str, policy: &str) -> Result<Toolbox, String> {
+    pub(crate) fn toolbox(&self, name: &str, policy: &str) -> Result<Toolbox, String> {
         let path = self.dir.path().join(format!("{name}.toml"));
         std::fs::write(&path, policy).expect("write the policy");
         let policy = Policy::load(&path, &[&self.backend]).map_err(|e| e.to_string())?;
@@ -99,7 +99,7 @@ impl Harness {
     }
 
     /// The containers of this harness still on the engine.
-    pub async fn containers(&self) -> Vec<String> {
+    pub(crate) async fn containers(&self) -> Vec<String> {
         let docker = self.engine().client().await.expect("engine");
         let owner = format!("{OWNER_LABEL}={}", self.engine().owner());
         let mine = format!("{TEST_LABEL}={}", self.id);
@@ -120,7 +120,7 @@ impl Harness {
 
     /// Fails when a container of this process outlived its call or session. Removal after a
     /// dropped call happens in a spawned task: give it a moment.
-    pub async fn assert_clean(&self) {
+    pub(crate) async fn assert_clean(&self) {
         for _ in 0..50 {
             if self.containers().await.is_empty() {
                 return;
@@ -131,24 +131,24 @@ impl Harness {
     }
 }
 
-pub fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     std::fs::metadata("/proc/self")
         .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
         .unwrap_or(false)
 }
 
 /// One call through the dispatcher.
-pub async fn call(d: &Dispatcher, tool: &str, args: Value) -> ToolMessage {
+pub(crate) async fn call(d: &Dispatcher, tool: &str, args: Value) -> ToolMessage {
     d.call(ToolCall::new("c1", tool, &args)).await
 }
 
 /// `{"command": …}`.
-pub fn cmd(command: &str) -> Value {
+pub(crate) fn cmd(command: &str) -> Value {
     json!({ "command": command })
 }
 
 /// The shell policy used by most tests, with extra `[executor]` lines and a `[limits]` body.
-pub fn shell_policy(executor_extra: &str, grants: &str, limits: &str) -> String {
+pub(crate) fn shell_policy(executor_extra: &str, grants: &str, limits: &str) -> String {
     format!(
         "[executor]\nkind = \"docker\"\nname = \"sh\"\nimage = \"{SANDBOX_IMAGE}\"\n\
          argv = [\"/bin/sh\", \"-c\", \"{{command}}\"]\n{executor_extra}\n\
@@ -157,7 +157,7 @@ pub fn shell_policy(executor_extra: &str, grants: &str, limits: &str) -> String 
 }
 
 /// The error kind of a message, or "success".
-pub fn kind(m: &ToolMessage) -> String {
+pub(crate) fn kind(m: &ToolMessage) -> String {
     m.error
         .as_ref()
         .map_or("success".into(), |e| e.kind.as_str().to_owned())

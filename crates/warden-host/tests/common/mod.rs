@@ -10,7 +10,7 @@ use warden_core::{
 };
 use warden_host::{Helper, HostBackend};
 
-pub fn backend() -> HostBackend {
+pub(crate) fn backend() -> HostBackend {
     HostBackend::new(Helper {
         program: PathBuf::from(env!("CARGO_BIN_EXE_warden-host-helper")),
         args: Vec::new(),
@@ -18,23 +18,23 @@ pub fn backend() -> HostBackend {
 }
 
 /// A folder for one test: the policy goes in it; `open` makes it reachable by nobody.
-pub struct Place {
+pub(crate) struct Place {
     pub dir: tempfile::TempDir,
 }
 
 impl Place {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         chmod(dir.path(), 0o755);
         Self { dir }
     }
 
-    pub fn path(&self, rel: &str) -> PathBuf {
+    pub(crate) fn path(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
     }
 
     /// A subfolder with `mode`, owned by `uid` when given.
-    pub fn folder(&self, rel: &str, mode: u32, uid: Option<u32>) -> PathBuf {
+    pub(crate) fn folder(&self, rel: &str, mode: u32, uid: Option<u32>) -> PathBuf {
         let p = self.path(rel);
         std::fs::create_dir_all(&p).expect("mkdir");
         chmod(&p, mode);
@@ -45,7 +45,7 @@ impl Place {
     }
 
     /// Loads the policy text as `tool.toml` in this place.
-    pub fn tool(&self, text: &str) -> (Arc<dyn Executor>, Limits) {
+    pub(crate) fn tool(&self, text: &str) -> (Arc<dyn Executor>, Limits) {
         let path = self.path("tool.toml");
         std::fs::write(&path, text).expect("write policy");
         let backend = backend();
@@ -56,12 +56,12 @@ impl Place {
     }
 }
 
-pub fn chmod(path: &Path, mode: u32) {
+pub(crate) fn chmod(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
 }
 
-pub async fn call(
+pub(crate) async fn call(
     tool: &Arc<dyn Executor>,
     limits: &Limits,
     args: Value,
@@ -69,7 +69,7 @@ pub async fn call(
     tool.execute(Invocation {
         call_id: "call-1".into(),
         arguments: args,
-        limits: limits.clone(),
+        limits: *limits,
         denials: Denials::default(),
         session: SessionId::fresh(),
     })
@@ -78,7 +78,7 @@ pub async fn call(
 
 /// A shell tool policy with `extra` lines under [executor] and `grants` under [grants].
 /// The timeout is 20s unless `limits` writes one.
-pub fn shell(extra: &str, grants: &str, limits: &str) -> String {
+pub(crate) fn shell(extra: &str, grants: &str, limits: &str) -> String {
     let timeout = if limits.contains("timeout") {
         ""
     } else {
@@ -91,7 +91,7 @@ pub fn shell(extra: &str, grants: &str, limits: &str) -> String {
 }
 
 /// The text the model reads, success or not.
-pub fn text(r: &Result<Output, ToolError>) -> String {
+pub(crate) fn text(r: &Result<Output, ToolError>) -> String {
     match r {
         Ok(o) => o.content.clone(),
         Err(e) => format!("{}: {}", e.kind, e.message),

@@ -7,11 +7,11 @@ use std::sync::{Arc, OnceLock};
 use warden_core::{Dispatcher, Protected, ToolCall, ToolMessage, Toolbox, ToolboxError};
 use warden_wasm::{Artifacts, Resolver, WasmBackend};
 
-pub use warden_test_support::guests::{root, wasm};
+pub(crate) use warden_test_support::guests::{root, wasm};
 
 /// A Python or JavaScript component from `scripts/build-polyglot`, built on first use; `None`
 /// (the test skips) when the toolchains are not installed, except under `CI=true`.
-pub fn polyglot(name: &str) -> Option<PathBuf> {
+pub(crate) fn polyglot(name: &str) -> Option<PathBuf> {
     static BUILT: OnceLock<bool> = OnceLock::new();
     let built = *BUILT.get_or_init(|| {
         if std::env::var_os("WARDEN_POLYGLOT_BUILT").is_some() {
@@ -36,7 +36,7 @@ pub fn polyglot(name: &str) -> Option<PathBuf> {
 
 /// A toolbox in a temp dir. The compile cache is shared by all tests of a run, so each
 /// fixture compiles once.
-pub struct Bench {
+pub(crate) struct Bench {
     pub dir: tempfile::TempDir,
     pub toolbox: PathBuf,
     pub artifacts: Artifacts,
@@ -45,7 +45,7 @@ pub struct Bench {
 }
 
 impl Bench {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let toolbox = dir.path().join("policies");
         std::fs::create_dir(&toolbox).unwrap();
@@ -62,7 +62,7 @@ impl Bench {
     }
 
     /// Writes a policy whose `[executor]` runs the named fixture; `rest` adds tables.
-    pub fn policy(&self, file: &str, fixture: &str, rest: &str) -> PathBuf {
+    pub(crate) fn policy(&self, file: &str, fixture: &str, rest: &str) -> PathBuf {
         let path = self.toolbox.join(file);
         let text = format!(
             "[executor]\nkind = \"wasm\"\ncomponent = {:?}\n{rest}\n",
@@ -73,7 +73,7 @@ impl Bench {
     }
 
     /// Writes a policy running the component at `path`; `rest` adds tables.
-    pub fn policy_at(&self, file: &str, path: &Path, rest: &str) -> PathBuf {
+    pub(crate) fn policy_at(&self, file: &str, path: &Path, rest: &str) -> PathBuf {
         let policy = self.toolbox.join(file);
         let text = format!(
             "[executor]\nkind = \"wasm\"\ncomponent = {:?}\n{rest}\n",
@@ -84,13 +84,13 @@ impl Bench {
     }
 
     /// A folder inside the bench, created.
-    pub fn folder(&self, name: &str) -> PathBuf {
+    pub(crate) fn folder(&self, name: &str) -> PathBuf {
         let p = self.dir.path().join(name);
         std::fs::create_dir_all(&p).unwrap();
         p
     }
 
-    pub fn load(&self) -> Result<Toolbox, ToolboxError> {
+    pub(crate) fn load(&self) -> Result<Toolbox, ToolboxError> {
         let backend = WasmBackend::new(self.artifacts.clone()).resolver(self.resolver.clone());
         let protected = [
             Protected {
@@ -105,17 +105,17 @@ impl Bench {
         Toolbox::load(&self.toolbox, &[&backend], &protected)
     }
 
-    pub fn dispatcher(&self) -> Dispatcher {
+    pub(crate) fn dispatcher(&self) -> Dispatcher {
         Dispatcher::new(Arc::new(self.load().expect("toolbox loads")))
     }
 }
 
 /// Runs one call on a fresh runtime.
-pub async fn call(d: &Dispatcher, tool: &str, args: serde_json::Value) -> ToolMessage {
+pub(crate) async fn call(d: &Dispatcher, tool: &str, args: serde_json::Value) -> ToolMessage {
     d.call(ToolCall::new("t1", tool, &args)).await
 }
 
 /// The error kind of a message, as its stable name ("ok" for a success).
-pub fn kind(m: &ToolMessage) -> &'static str {
+pub(crate) fn kind(m: &ToolMessage) -> &'static str {
     m.error.as_ref().map_or("ok", |e| e.kind.as_str())
 }
