@@ -193,13 +193,13 @@ impl Warden {
             .resolver(self.resolver.clone())
     }
 
-    /// Every backend this build has: a new executor kind is one more entry here.
+    /// Every backend this build has: a new executor kind is one more line here.
     pub fn backends(&self) -> Backends {
-        Backends {
-            wasm: self.wasm(),
-            docker: self.docker.clone(),
-            host: self.host.clone(),
-        }
+        Backends(vec![
+            Box::new(self.wasm()),
+            Box::new(self.docker.clone()),
+            Box::new(self.host.clone()),
+        ])
     }
 
     /// Loads the toolbox; any policy that cannot be honoured is an error naming file and line.
@@ -224,16 +224,12 @@ impl Warden {
 }
 
 /// The backends of every executor kind, for loading policies.
-pub struct Backends {
-    wasm: WasmBackend,
-    docker: DockerBackend,
-    host: HostBackend,
-}
+pub struct Backends(Vec<Box<dyn Backend>>);
 
 impl Backends {
     /// Every backend, as `Toolbox::load` and `Policy::load` take them.
-    pub fn list(&self) -> [&dyn Backend; 3] {
-        [&self.wasm, &self.docker, &self.host]
+    pub fn list(&self) -> Vec<&dyn Backend> {
+        self.0.iter().map(|b| &**b).collect()
     }
 
     /// Loads the toolbox in `dir` with every backend, refusing grants that reach `protected`.

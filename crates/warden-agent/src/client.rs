@@ -386,7 +386,7 @@ fn tool_call(v: &Value) -> ToolCall {
 }
 
 /// The `tools` parameter: each tool as a function schema.
-pub fn function_schemas<'a>(specs: impl IntoIterator<Item = &'a ToolSpec>) -> Vec<Value> {
+pub(crate) fn function_schemas<'a>(specs: impl IntoIterator<Item = &'a ToolSpec>) -> Vec<Value> {
     specs
         .into_iter()
         .map(|s| {

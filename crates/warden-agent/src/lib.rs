@@ -13,7 +13,7 @@ mod run;
 mod session;
 mod transcript;
 
-pub use client::{AssistantTurn, Attempt, ChatClient, ChatConfig, ChatError, function_schemas};
+pub use client::{AssistantTurn, Attempt, ChatClient, ChatConfig, ChatError};
 pub use limits::{Limits, StopReason, Totals};
 pub use retry::RetryPolicy;
 pub use review::{Decisions, DecisionsError, ReviewSource};

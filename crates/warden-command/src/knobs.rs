@@ -6,7 +6,7 @@ use toml::Spanned;
 use warden_core::{ExecutorTable, Grants, Located, PolicyError};
 
 /// Size of the private tmpfs at `/tmp` when the policy writes none.
-pub const DEFAULT_TMP: u64 = 64 << 20;
+const DEFAULT_TMP: u64 = 64 << 20;
 
 /// A numeric user and group; never root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

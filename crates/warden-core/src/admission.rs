@@ -28,7 +28,7 @@ impl Default for Admission {
 }
 
 /// Half of the machine's memory (4 GiB when it cannot be read).
-pub fn default_memory_budget() -> u64 {
+fn default_memory_budget() -> u64 {
     let total = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|text| {

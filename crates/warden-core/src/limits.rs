@@ -140,7 +140,7 @@ impl Limits {
 }
 
 /// Keeps at most `limit` bytes of `text` (on a character boundary) and says how much was cut.
-pub fn cap_text(text: &str, limit: u64) -> String {
+pub(crate) fn cap_text(text: &str, limit: u64) -> String {
     if text.len() as u64 <= limit {
         return text.to_owned();
     }
@@ -150,7 +150,7 @@ pub fn cap_text(text: &str, limit: u64) -> String {
 }
 
 /// The visible marker that ends truncated output.
-pub fn truncation_marker(dropped: u64) -> String {
+fn truncation_marker(dropped: u64) -> String {
     format!("\n[warden: output truncated, {dropped} more bytes not shown]")
 }
 

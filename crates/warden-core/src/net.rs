@@ -310,7 +310,7 @@ fn canonical(ip: IpAddr) -> IpAddr {
 
 /// False for loopback, private, link-local, shared, reserved, multicast and unspecified
 /// addresses: the ones a name must never lead to without an explicit address grant.
-pub fn is_public(ip: IpAddr) -> bool {
+pub(crate) fn is_public(ip: IpAddr) -> bool {
     match canonical(ip) {
         IpAddr::V4(a) => public_v4(a),
         IpAddr::V6(a) => public_v6(a),

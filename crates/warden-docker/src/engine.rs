@@ -14,7 +14,7 @@ pub const LABEL: &str = "warden";
 /// The process that owns a container: `boot-id:pid:start-time`.
 pub const OWNER_LABEL: &str = "warden.owner";
 /// The tool a container runs.
-pub const TOOL_LABEL: &str = "warden.tool";
+pub(crate) const TOOL_LABEL: &str = "warden.tool";
 
 /// warden's own sandbox image, built offline by `warden sandbox-image`.
 pub const SANDBOX_IMAGE: &str = "warden-sandbox:latest";

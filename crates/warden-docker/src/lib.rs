@@ -19,5 +19,5 @@ mod tool;
 
 pub use backend::DockerBackend;
 pub use config::{DEFAULT_NANO_CPUS, DEFAULT_PIDS, DockerConfig};
-pub use engine::{Engine, LABEL, OWNER_LABEL, SANDBOX_IMAGE, TOOL_LABEL};
+pub use engine::{Engine, LABEL, OWNER_LABEL, SANDBOX_IMAGE};
 pub use image::{BUSYBOX, ImageError, build_sandbox_image};

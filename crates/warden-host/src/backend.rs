@@ -22,7 +22,7 @@ impl HostBackend {
     }
 
     /// The tool of one host policy (the audit probes it too).
-    pub fn tool(&self, policy: &Policy) -> Result<HostTool, PolicyError> {
+    fn tool(&self, policy: &Policy) -> Result<HostTool, PolicyError> {
         let cfg = HostConfig::from_policy(policy)?;
         let template = Template::parse(&cfg.argv.value)
             .map_err(|m| PolicyError::new(&policy.path, Some(cfg.argv.line), m))?;

@@ -12,7 +12,7 @@ use landlock::{
 
 /// The oldest ABI warden confines with: 3 (Linux 6.2) is the first that controls truncation,
 /// without which a read-only root could still be emptied by `truncate(2)`.
-pub const REQUIRED_ABI: u32 = 3;
+pub(crate) const REQUIRED_ABI: u32 = 3;
 
 /// The newest ABI this code was tested on; a newer kernel is used at this level.
 const TESTED_ABI: ABI = ABI::V7;

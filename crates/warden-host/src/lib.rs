@@ -22,6 +22,4 @@ mod tool;
 pub use backend::HostBackend;
 pub use config::{DEFAULT_FILE_SIZE, DEFAULT_OPEN_FILES, DEFAULT_PROCESSES, HostConfig, Isolation};
 pub use helper::main as helper_main;
-pub use landlock::REQUIRED_ABI;
-pub use plan::Protections;
-pub use tool::{Helper, HostTool};
+pub use tool::Helper;

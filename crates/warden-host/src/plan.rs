@@ -74,7 +74,7 @@ pub(crate) enum Report {
 
 /// The protections that were in force for one command, as the helper set them up.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Protections {
+pub(crate) struct Protections {
     /// `uid:gid` the command ran as.
     pub user: String,
     /// A user namespace mapped warden's own user (when warden is not root).
@@ -102,7 +102,7 @@ pub struct Protections {
 
 impl Protections {
     /// One line per protection, for the audit and messages.
-    pub fn describe(&self) -> Vec<String> {
+    pub(crate) fn describe(&self) -> Vec<String> {
         let mut out = vec![format!("runs as {}", self.user)];
         if self.user_namespace {
             out.push("user namespace".into());

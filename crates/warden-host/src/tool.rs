@@ -35,7 +35,7 @@ impl Helper {
 }
 
 /// One host tool.
-pub struct HostTool {
+pub(crate) struct HostTool {
     helper: Helper,
     config: HostConfig,
     template: Template,
@@ -55,7 +55,12 @@ struct Ended {
 }
 
 impl HostTool {
-    pub fn new(helper: Helper, config: HostConfig, template: Template, grants: Grants) -> Self {
+    pub(crate) fn new(
+        helper: Helper,
+        config: HostConfig,
+        template: Template,
+        grants: Grants,
+    ) -> Self {
         let roots = grants
             .fs
             .iter()
@@ -122,7 +127,7 @@ impl HostTool {
 
     /// Runs `true` as this tool would run a call, and answers what was in force: the audit's
     /// view of this machine, measured rather than guessed.
-    pub async fn probe(&self) -> Result<Protections, ToolError> {
+    pub(crate) async fn probe(&self) -> Result<Protections, ToolError> {
         let limits = Limits::default();
         let plan = self.plan(vec!["true".into()], &limits, limits.timeout)?;
         let ended = self
