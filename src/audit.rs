@@ -239,16 +239,8 @@ pub(crate) fn audit(ctx: &Warden, json: bool) -> Result<ExitCode> {
 fn env_line(grants: &Grants) -> String {
     list_or_none(
         grants
-            .env
-            .iter()
-            .map(|(k, v)| {
-                let shown = if grants.secret_env.contains(k) {
-                    "[secret]"
-                } else {
-                    v.as_str()
-                };
-                format!("{k}={shown}")
-            })
+            .shown_env()
+            .map(|(k, v)| format!("{k}={v}"))
             .collect(),
     )
 }

@@ -3,7 +3,37 @@
 
 use std::fmt;
 use toml::Spanned;
-use warden_core::{ExecutorTable, Grants, Located, PolicyError};
+use warden_core::{
+    Capabilities, ExecutorTable, Grants, Located, NetHosts, Paths, PolicyError, Support,
+};
+
+/// What a command executor honours: env and roots (seen at `paths`), hosts all or nothing
+/// (`network`); not the DNS switch, credentials, fuel or the response cap, which belong to
+/// wasm tools' host-side HTTP and instructions.
+pub fn capabilities(paths: Paths, sessions: bool) -> Capabilities {
+    Capabilities {
+        paths,
+        env: Support::Honoured,
+        net: NetHosts::AllOrNothing,
+        dns: Support::Refused(
+            "the switch is for wasm tools' own lookups; a command resolves names through its \
+             network, which `network` decides",
+        ),
+        credentials: Support::Refused(
+            "warden adds credentials on the host side of wasm tools' HTTP only",
+        ),
+        fuel: Support::Refused(
+            "fuel counts WebAssembly instructions; a command's CPU is bounded by its executor's \
+             own knobs (`cpus`, `cpu_time`) and the timeout",
+        ),
+        response: Support::Refused(
+            "the cap is on wasm tools' HTTP responses; a command reads its network directly \
+             (what it answers is capped by `output`)",
+        ),
+        memory_ceiling: None,
+        sessions,
+    }
+}
 
 /// Size of the private tmpfs at `/tmp` when the policy writes none.
 const DEFAULT_TMP: u64 = 64 << 20;

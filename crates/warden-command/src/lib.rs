@@ -5,6 +5,6 @@ mod knobs;
 mod outcome;
 mod template;
 
-pub use knobs::{NetworkMode, User, command_line, count, tmp_size, tool_name};
+pub use knobs::{NetworkMode, User, capabilities, command_line, count, tmp_size, tool_name};
 pub use outcome::{answer, effective_timeout, render, timed_out};
 pub use template::{Request, Template};

@@ -258,21 +258,22 @@ impl Grants {
         host.chain(literal).chain(credentials).collect()
     }
 
+    /// The literal env as a reviewer may see it: values marked secret are `[secret]`.
+    pub fn shown_env(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.env.iter().map(|(k, v)| {
+            let shown = if self.secret_env.contains(k) {
+                "[secret]"
+            } else {
+                v.as_str()
+            };
+            (k.as_str(), shown)
+        })
+    }
+
     /// The grants as JSON, for the audit. Literal env values are shown unless marked secret;
     /// host values never are.
     pub fn describe(&self) -> serde_json::Value {
-        let env: BTreeMap<&String, &str> = self
-            .env
-            .iter()
-            .map(|(k, v)| {
-                let shown = if self.secret_env.contains(k) {
-                    "[secret]"
-                } else {
-                    v.as_str()
-                };
-                (k, shown)
-            })
-            .collect();
+        let env: BTreeMap<&str, &str> = self.shown_env().collect();
         serde_json::json!({
             "env": env,
             "env_from_host": self.env_from_host,

@@ -9,8 +9,8 @@ use serde_json::json;
 use std::sync::Arc;
 use warden_command::{NetworkMode, Template};
 use warden_core::{
-    Backend, ByteSize, Capabilities, Loaded, LoadedTool, NetHosts, Paths, Policy, PolicyError,
-    Reach, Report, ReportLine, Support, ToolSpec,
+    Backend, ByteSize, Capabilities, Loaded, LoadedTool, Paths, Policy, PolicyError, Reach, Report,
+    ReportLine, ToolSpec,
 };
 
 /// Loads `kind = "docker"` policies; every tool shares one engine connection. Clones share it.
@@ -37,28 +37,7 @@ impl Backend for DockerBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            paths: Paths::Guest,
-            env: Support::Honoured,
-            net: NetHosts::AllOrNothing,
-            dns: Support::Refused(
-                "the switch is for wasm tools' own lookups; a container resolves names through \
-                 its network, which `network` decides",
-            ),
-            credentials: Support::Refused(
-                "warden adds credentials on the host side of wasm tools' HTTP only",
-            ),
-            fuel: Support::Refused(
-                "fuel counts WebAssembly instructions; a container's CPU is bounded by `cpus` \
-                 and the timeout",
-            ),
-            response: Support::Refused(
-                "the cap is on wasm tools' HTTP responses; a container reads its network \
-                 directly (what it answers is capped by `output`)",
-            ),
-            memory_ceiling: None,
-            sessions: true,
-        }
+        warden_command::capabilities(Paths::Guest, true)
     }
 
     fn load(&self, policy: &Arc<Policy>) -> Result<Loaded, PolicyError> {

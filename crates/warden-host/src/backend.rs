@@ -6,8 +6,8 @@ use serde_json::json;
 use std::sync::Arc;
 use warden_command::{NetworkMode, Template};
 use warden_core::{
-    Backend, BoxFuture, ByteSize, Capabilities, HumanDuration, Loaded, LoadedTool, NetHosts, Paths,
-    Policy, PolicyError, Probe, Reach, Report, ReportLine, Support, ToolSpec,
+    Backend, BoxFuture, ByteSize, Capabilities, HumanDuration, Loaded, LoadedTool, Paths, Policy,
+    PolicyError, Probe, Reach, Report, ReportLine, ToolSpec,
 };
 
 /// Loads `kind = "host"` policies; every tool starts its calls through `helper`.
@@ -41,28 +41,7 @@ impl Backend for HostBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            paths: Paths::Host,
-            env: Support::Honoured,
-            net: NetHosts::AllOrNothing,
-            dns: Support::Refused(
-                "the switch is for wasm tools' own lookups; a process resolves names through \
-                 its network, which `network` decides",
-            ),
-            credentials: Support::Refused(
-                "warden adds credentials on the host side of wasm tools' HTTP only",
-            ),
-            fuel: Support::Refused(
-                "fuel counts WebAssembly instructions; a process's CPU is bounded by `cpu_time` \
-                 and the timeout",
-            ),
-            response: Support::Refused(
-                "the cap is on wasm tools' HTTP responses; a process reads its network directly \
-                 (what it answers is capped by `output`)",
-            ),
-            memory_ceiling: None,
-            sessions: false,
-        }
+        warden_command::capabilities(Paths::Host, false)
     }
 
     fn probe(&self, policy: &Arc<Policy>) -> BoxFuture<'_, Option<Result<Probe, String>>> {
