@@ -4,11 +4,12 @@
 //! The confinement is set up by a small single-threaded helper that warden re-executes
 //! ([`helper_main`]): a new PID namespace (everything the command starts dies with it), a new
 //! network namespace unless the policy opts in to the host's network, an unprivileged user
-//! (nobody by default), rlimits on CPU, address space, file size, processes and open files,
-//! no core dumps, no-new-privileges, a seccomp filter against unix sockets and io_uring, an
-//! empty environment plus the grants, stdin on `/dev/null`, and a Landlock domain that reaches
-//! only the system folders and the granted roots. What the kernel lacks makes the call `unavailable` unless the policy accepts
-//! `isolation = "best-effort"`; every answer says which protections were in force.
+//! (nobody by default), rlimits on CPU, address space, file size, processes and open files, no
+//! core dumps, no-new-privileges, a seccomp filter against unix sockets, io_uring and new
+//! namespaces, an empty environment plus the grants, stdin on `/dev/null`, and a Landlock
+//! domain that reaches only the system folders and the granted roots. What the kernel lacks
+//! makes the call `unavailable` unless the policy accepts `isolation = "best-effort"`; every
+//! answer says which protections were in force.
 
 mod backend;
 mod config;

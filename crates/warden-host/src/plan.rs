@@ -94,6 +94,9 @@ pub(crate) struct Protections {
     pub landlock_tcp_denied: bool,
     /// A seccomp filter refuses unix sockets and io_uring.
     pub seccomp: bool,
+    /// The seccomp filter also refuses new namespaces (`unshare`, `clone` with a namespace
+    /// flag, `clone3`) and `setns`; threads and `fork` stay.
+    pub new_namespaces_denied: bool,
     /// Rlimits, no-new-privileges, empty environment, closed stdin, own session.
     pub rlimits: bool,
     /// What was missing and accepted because the policy says `isolation = "best-effort"`.
@@ -130,7 +133,11 @@ impl Protections {
             out.push(l);
         }
         if self.seccomp {
-            out.push("seccomp: no unix sockets (socketpair stays), no io_uring".into());
+            let mut s = String::from("seccomp: no unix sockets (socketpair stays), no io_uring");
+            if self.new_namespaces_denied {
+                s.push_str(", no new namespaces or setns (threads and fork stay)");
+            }
+            out.push(s);
         }
         if self.rlimits {
             out.push(
@@ -143,5 +150,28 @@ impl Protections {
             out.push(format!("MISSING: {m}"));
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Protections;
+
+    #[test]
+    fn the_seccomp_line_names_what_the_filter_refuses() {
+        let p = Protections {
+            seccomp: true,
+            new_namespaces_denied: true,
+            ..Protections::default()
+        };
+        assert!(
+            p.describe().contains(
+                &"seccomp: no unix sockets (socketpair stays), no io_uring, no new namespaces \
+                  or setns (threads and fork stay)"
+                    .to_owned()
+            ),
+            "{:?}",
+            p.describe()
+        );
     }
 }
