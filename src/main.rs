@@ -323,7 +323,7 @@ fn debian_image(ctx: &Warden, repository: &str, rebuild: bool) -> Result<ExitCod
             eprintln!("  [{:>3}s] {line}", started.elapsed().as_secs());
         }
         Progress::Import { sent, total } => {
-            // On a terminal one line, rewritten; elsewhere a line per quarter.
+            // On a terminal one line, rewritten; elsewhere a line at most per quarter.
             let percent = (sent * 100).checked_div(total).unwrap_or(100);
             let step = if terminal { percent } else { percent / 25 * 25 };
             if shown.swap(step, std::sync::atomic::Ordering::Relaxed) == step {
