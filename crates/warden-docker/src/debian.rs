@@ -209,7 +209,7 @@ pub async fn build_debian_image(
     let tag = format!("{repository}:{digest}");
     let latest = format!("{repository}:latest");
     let previous = docker.inspect_image(&tag).await.ok().and_then(|i| i.id);
-    if let (Some(_), false) = (&previous, rebuild) {
+    if previous.is_some() && !rebuild {
         point_latest(&docker, &tag, repository).await?;
         engine.forget_image(&latest);
         return described(&docker, tag, latest, None).await;
