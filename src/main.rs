@@ -122,14 +122,24 @@ enum Command {
     },
     /// Serve the toolbox over MCP: stdio, or streamable HTTP with --http.
     Serve(serve::ServeArgs),
-    /// Build warden's Docker sandbox image offline, from a static busybox.
+    /// Build warden's Docker sandbox image offline: a static busybox (small, the default), or
+    /// with --debian a Debian image with bash, python3 and pip, curl, wget and git, from this
+    /// machine's apt sources.
     SandboxImage {
         /// A statically linked busybox (Debian: `apt-get install busybox-static`).
-        #[arg(long, default_value = warden_docker::BUSYBOX)]
+        #[arg(long, default_value = warden_docker::BUSYBOX, conflicts_with = "debian")]
         busybox: PathBuf,
-        /// The image's name.
-        #[arg(long, default_value = warden_docker::SANDBOX_IMAGE)]
-        tag: String,
+        /// Build the Debian image with mmdebstrap (`apt-get install mmdebstrap`), tagged
+        /// NAME:<recipe digest> and NAME:latest; skipped when that digest is already built.
+        #[arg(long)]
+        debian: bool,
+        /// With --debian: build even when the recipe's tag is on the engine (newer packages).
+        #[arg(long, requires = "debian")]
+        rebuild: bool,
+        /// The image's name [default: warden-sandbox:latest; with --debian the repository,
+        /// warden-sandbox-debian].
+        #[arg(long)]
+        tag: Option<String>,
     },
     /// Run an agent: a model on an OpenAI-compatible endpoint (OPENAI_BASE_URL,
     /// OPENAI_API_KEY) calls the toolbox's tools until it answers.
@@ -198,7 +208,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Audit { json } => audit::audit(&ctx, json),
         Command::Demo { root } => demo::demo(&ctx, root.as_deref()),
         Command::Serve(args) => serve::serve(&ctx, args),
-        Command::SandboxImage { busybox, tag } => sandbox_image(&ctx, &busybox, &tag),
+        Command::SandboxImage {
+            busybox,
+            debian: false,
+            tag,
+            ..
+        } => {
+            let tag = tag.as_deref().unwrap_or(warden_docker::SANDBOX_IMAGE);
+            sandbox_image(&ctx, &busybox, tag)
+        }
+        Command::SandboxImage {
+            debian: true,
+            rebuild,
+            tag,
+            ..
+        } => {
+            let repository = tag.as_deref().unwrap_or(warden_docker::DEBIAN_REPOSITORY);
+            debian_image(&ctx, repository, rebuild)
+        }
         Command::Agent(args) => agent::agent(&ctx, *args),
     }
 }
@@ -278,6 +305,67 @@ fn sandbox_image(ctx: &Warden, busybox: &std::path::Path, tag: &str) -> Result<E
     let engine = ctx.docker.engine().clone();
     let id = runtime.block_on(warden_docker::build_sandbox_image(&engine, busybox, tag))?;
     outln!("built {tag} ({id}) from {}", busybox.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn debian_image(ctx: &Warden, repository: &str, rebuild: bool) -> Result<ExitCode> {
+    use std::io::{IsTerminal, Write};
+    use warden_docker::Progress;
+    let runtime = context::runtime()?;
+    let engine = ctx.docker.engine().clone();
+    let recipe = warden_docker::DebianRecipe::from_machine()?;
+    let terminal = std::io::stderr().is_terminal();
+    let started = std::time::Instant::now();
+    let shown = std::sync::atomic::AtomicU64::new(u64::MAX);
+    let progress = |p: Progress<'_>| match p {
+        Progress::Step(line) => eprintln!("{line}"),
+        Progress::Bootstrap(line) => {
+            eprintln!("  [{:>3}s] {line}", started.elapsed().as_secs());
+        }
+        Progress::Import { sent, total } => {
+            // On a terminal one line, rewritten; elsewhere a line at most per quarter.
+            let percent = (sent * 100).checked_div(total).unwrap_or(100);
+            let step = if terminal { percent } else { percent / 25 * 25 };
+            if shown.swap(step, std::sync::atomic::Ordering::Relaxed) == step {
+                return;
+            }
+            let mb = sent / 1_000_000;
+            if terminal {
+                let end = if sent >= total { "\n" } else { "" };
+                eprint!("\r  {mb} MB sent ({percent}%){end}");
+                let _ = std::io::stderr().flush();
+            } else {
+                eprintln!("  {mb} MB sent ({step}%)");
+            }
+        }
+    };
+    let image = runtime.block_on(warden_docker::build_debian_image(
+        &engine, &recipe, repository, rebuild, &progress,
+    ))?;
+    let mb = |bytes: u64| bytes / 1_000_000;
+    match image.built {
+        Some(times) => outln!(
+            "built {} (also {}; {}, {} MB) in {:.0} s: root filesystem {:.0} s ({} MB tar), \
+             import {:.0} s",
+            image.tag,
+            image.latest,
+            image.id,
+            mb(image.size),
+            (times.bootstrap + times.import).as_secs_f64(),
+            times.bootstrap.as_secs_f64(),
+            mb(times.tar_bytes),
+            times.import.as_secs_f64(),
+        ),
+        None => outln!(
+            "{} is already on the engine ({}, {} MB, built {}): not rebuilt (--rebuild builds \
+             it afresh); {} names it",
+            image.tag,
+            image.id,
+            mb(image.size),
+            image.created,
+            image.latest,
+        ),
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,5 +1,6 @@
-//! The shipped shell policy end to end through the `warden` binary: `warden call`, the audit,
-//! `warden sandbox-image`, and the errors when Docker or the image is missing.
+//! The shipped shell policy end to end through the `warden` binary: `warden call` in the busybox
+//! and the Debian image, the audit, `warden sandbox-image` (`--debian`), and the errors when
+//! Docker or the image is missing.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -120,6 +121,72 @@ fn the_shipped_shell_policy_works_with_warden_call() {
     assert_eq!(m["error"]["kind"], "exit_status");
     assert_eq!(m["error"]["details"]["exit_code"], 3);
     assert_eq!(m["error"]["details"]["stderr"], "no\n");
+}
+
+fn mmdebstrap_installed() -> bool {
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|d| d.join(warden_docker::BOOTSTRAP_TOOL).is_file())
+    })
+}
+
+/// The same policy with the Debian image named in `image =`; `warden sandbox-image --debian`
+/// builds it when missing, and a second run says it is there.
+#[test]
+fn the_shipped_shell_policy_works_with_the_debian_image() {
+    let env = Env::new();
+    if ready(&env).is_none() {
+        return;
+    }
+    let policy = env.dir.path().join("policies/shell-docker.toml");
+    let text = std::fs::read_to_string(&policy).unwrap();
+    let debian = text.replacen(
+        "\"warden-sandbox:latest\"",
+        &format!("\"{}\"", warden_docker::DEBIAN_IMAGE),
+        1,
+    );
+    assert_ne!(text, debian, "the shipped policy names the busybox image");
+    std::fs::write(&policy, debian).unwrap();
+    if mmdebstrap_installed() {
+        // Built here, or found built (by .ci/run, say).
+        let built = env.warden(&["sandbox-image", "--debian"], None);
+        assert!(
+            built.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&built.stdout),
+            String::from_utf8_lossy(&built.stderr)
+        );
+        // A second run finds the first's image.
+        let again = env.warden(&["sandbox-image", "--debian"], None);
+        let stdout = String::from_utf8_lossy(&again.stdout);
+        assert!(stdout.contains("is already on the engine"), "{stdout}");
+        assert!(stdout.contains("not rebuilt"), "{stdout}");
+    } else {
+        let probe = message(&env.warden(&["call", "shell", r#"{"command": "true"}"#], None));
+        let text = probe["content"].as_str().unwrap_or_default().to_owned();
+        if text.contains("is not on this engine") {
+            assert!(text.contains("warden sandbox-image --debian"), "{text}");
+            assert!(
+                !std::env::var("CI").is_ok_and(|v| v == "true"),
+                "CI=true and neither the Debian image nor mmdebstrap is here: {text}"
+            );
+            eprintln!("SKIPPED: {text}");
+            return;
+        }
+    }
+    let out = env.warden(
+        &[
+            "call",
+            "shell",
+            r#"{"command": "cat README.txt; pwd; id -u; python3 -c 'print(6 * 7)'; git --version | cut -c1-11; touch x 2>/dev/null || echo read-only"}"#,
+        ],
+        None,
+    );
+    let m = message(&out);
+    assert!(out.status.success(), "{m}");
+    assert_eq!(
+        m["content"],
+        "granted file\n/workspace\n65534\n42\ngit version\nread-only\n[exit code 0]"
+    );
 }
 
 #[test]

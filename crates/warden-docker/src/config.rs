@@ -73,7 +73,8 @@ impl DockerConfig {
             table.error(
                 table.kind_line(),
                 "a docker executor needs `image = \"...\"` (warden's own: `warden sandbox-image` \
-                 builds warden-sandbox:latest)",
+                 builds warden-sandbox:latest, `warden sandbox-image --debian` \
+                 warden-sandbox-debian:latest)",
             )
         })?;
         let image = table.located(image);

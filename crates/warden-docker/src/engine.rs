@@ -201,8 +201,15 @@ fn chain(e: &dyn std::error::Error) -> String {
 
 /// The image is not on the engine: name it and the command that makes it.
 pub(crate) fn missing_image(image: &str) -> ToolError {
+    let debian = image
+        .strip_prefix(crate::debian::DEBIAN_REPOSITORY)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(':'));
     let how = if image == SANDBOX_IMAGE {
         "build it with `warden sandbox-image` (offline, from Debian's busybox-static)".to_owned()
+    } else if debian {
+        "build it with `warden sandbox-image --debian` (from this machine's apt sources with \
+         mmdebstrap; a minute or more)"
+            .to_owned()
     } else {
         format!(
             "build or pull it (`docker pull {image}`); warden's own sandbox image is built by \
@@ -284,6 +291,19 @@ pub(crate) fn owner_alive(owner: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_image_names_the_command_that_builds_it() {
+        let busybox = missing_image(SANDBOX_IMAGE).message;
+        assert!(busybox.contains("`warden sandbox-image`"), "{busybox}");
+        let debian = missing_image(crate::debian::DEBIAN_IMAGE).message;
+        assert!(
+            debian.contains("`warden sandbox-image --debian`"),
+            "{debian}"
+        );
+        let other = missing_image("python:3.12-slim").message;
+        assert!(other.contains("docker pull python:3.12-slim"), "{other}");
+    }
 
     #[test]
     fn this_process_is_alive_and_a_stranger_is_not() {

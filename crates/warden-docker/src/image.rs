@@ -1,5 +1,6 @@
 //! warden's sandbox image, built offline: a static busybox, its applets as links, a non-root
 //! user, and the folders a tool expects. `docker import` of a tar made here; no registry.
+//! (`crate::debian` builds the larger Debian image.)
 
 use crate::engine::Engine;
 use bollard::query_parameters::CreateImageOptionsBuilder;
@@ -8,6 +9,11 @@ use std::path::{Path, PathBuf};
 
 /// Where Debian's `busybox-static` puts its binary.
 pub const BUSYBOX: &str = "/bin/busybox";
+
+/// Every image warden builds carries this label, valued `busybox` or `debian`
+/// (`docker images --filter label=warden.image`). Not `warden` itself: a container inherits its
+/// image's labels, and a container labelled `warden` without an owner would be reaped.
+pub const IMAGE_LABEL: &str = "warden.image";
 
 /// Why the image could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +34,50 @@ pub enum ImageError {
     Engine(String),
     #[error("the Docker engine did not import the image: {0}")]
     Import(String),
+    #[error(
+        "`{0}` is not installed, and the Debian image is built with it: install it \
+         (`apt-get install {0}`), then run `warden sandbox-image --debian` again"
+    )]
+    MissingTool(&'static str),
+    #[error(
+        "cannot tell which Debian release to build: {} has no VERSION_CODENAME", .0.display()
+    )]
+    NoRelease(PathBuf),
+    #[error(
+        "none of this machine's apt sources names Debian {suite} (read: {}), and the Debian \
+         image is built from them: add a `deb` entry for {suite} (sources.list(5)), check that \
+         `apt-get update` works, then try again",
+        .read.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    NoAptSource { suite: String, read: Vec<PathBuf> },
+    #[error(
+        "mmdebstrap could not fetch the packages through this machine's apt sources ({sources}): \
+         check that `apt-get update` works here (network, proxy, mirror), then run `warden \
+         sandbox-image --debian` again; its last lines:\n{tail}"
+    )]
+    Fetch { sources: String, tail: String },
+    #[error(
+        "this machine's apt sources ({sources}) lack a package the Debian image needs \
+         ({packages}): add the release's main component to them, check that `apt-get update` \
+         works, then try again; mmdebstrap's last lines:\n{tail}"
+    )]
+    MissingPackage {
+        sources: String,
+        packages: String,
+        tail: String,
+    },
+    #[error("mmdebstrap failed ({status}){hint}; its last lines:\n{tail}")]
+    Bootstrap {
+        status: String,
+        tail: String,
+        hint: &'static str,
+    },
+    #[error(
+        "the image name {0} has a version: name the repository alone (it gets :<digest> and :latest)"
+    )]
+    Tagged(String),
+    #[error("cannot {0}: {1}")]
+    Io(String, std::io::Error),
 }
 
 /// Builds `tag` (`warden-sandbox:latest`) from the static busybox at `busybox`; answers the
@@ -58,6 +108,7 @@ pub async fn build_sandbox_image(
             "USER 65534:65534".into(),
             "WORKDIR /".into(),
             "CMD [\"/bin/sh\"]".into(),
+            format!("LABEL {IMAGE_LABEL}=busybox"),
         ])
         .build();
     let mut progress =
@@ -79,7 +130,7 @@ pub async fn build_sandbox_image(
     Ok(id)
 }
 
-fn split_tag(tag: &str) -> (&str, &str) {
+pub(crate) fn split_tag(tag: &str) -> (&str, &str) {
     match tag.rsplit_once(':') {
         Some((repo, version)) if !version.contains('/') => (repo, version),
         _ => (tag, "latest"),

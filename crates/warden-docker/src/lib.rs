@@ -10,6 +10,7 @@
 mod backend;
 mod config;
 mod container;
+mod debian;
 mod engine;
 mod image;
 mod output;
@@ -19,5 +20,9 @@ mod tool;
 
 pub use backend::DockerBackend;
 pub use config::{DEFAULT_NANO_CPUS, DEFAULT_PIDS, DockerConfig};
+pub use debian::{
+    BOOTSTRAP_TOOL, BuildTimes, DEBIAN_IMAGE, DEBIAN_PACKAGES, DEBIAN_REPOSITORY, DebianImage,
+    DebianRecipe, Progress, build_debian_image,
+};
 pub use engine::{Engine, LABEL, OWNER_LABEL, SANDBOX_IMAGE};
-pub use image::{BUSYBOX, ImageError, build_sandbox_image};
+pub use image::{BUSYBOX, IMAGE_LABEL, ImageError, build_sandbox_image};

@@ -1,5 +1,7 @@
 //! A container per call, attacked for real: network, env, user, capabilities, read-only
-//! mounts and root, fork and memory bombs, endless commands, floods, a batch with a hang.
+//! mounts and root, fork and memory bombs, endless commands, floods, a batch with a hang —
+//! each in both of warden's images, the static busybox and the Debian one (`busybox::…` and
+//! `debian::…`). Reaching a server, with and without the network, is in `debian.rs`.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -8,25 +10,63 @@
 
 mod common;
 
-use common::{call, cmd, kind, shell_policy};
+use common::{Image, call, cmd, kind, shell_policy};
 use serde_json::json;
 use std::time::{Duration, Instant};
 use warden_core::{Status, ToolCall};
 
 const SECRET: &str = "warden-marker-secret-7f3a";
 
-#[tokio::test]
-async fn the_container_has_no_network_no_host_env_no_root_no_capabilities() {
+/// Each check named runs once in each image.
+macro_rules! in_both_images {
+    ($($check:ident),* $(,)?) => {
+        mod busybox {
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    super::$check(super::Image::Busybox).await;
+                }
+            )*
+        }
+        mod debian {
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    super::$check(super::Image::Debian).await;
+                }
+            )*
+        }
+    };
+}
+
+in_both_images!(
+    the_container_has_no_network_no_host_env_no_root_no_capabilities,
+    read_only_mounts_and_the_root_filesystem_refuse_writes,
+    a_fork_bomb_is_held_by_the_pids_limit,
+    a_memory_bomb_is_killed,
+    an_endless_command_times_out_and_the_model_can_only_lower_the_limit,
+    output_is_capped_with_a_marker_and_exit_codes_are_reported,
+    a_batch_of_ten_with_one_hanging_answers_all_ten,
+    a_dropped_call_leaves_no_container,
+    a_templated_tool_puts_arguments_in_argv_without_a_shell,
+);
+
+/// What the image's `/bin/sh` says when it cannot fork: busybox ash, or Debian's dash.
+fn cannot_fork(output: &str) -> bool {
+    output.contains("can't fork") || output.contains("Cannot fork")
+}
+
+async fn the_container_has_no_network_no_host_env_no_root_no_capabilities(image: Image) {
     // SAFETY: nextest runs each test in its own process; no other thread reads the env here.
     unsafe { std::env::set_var("WARDEN_TEST_MARKER", SECRET) };
-    let h = docker_or_skip!();
-    let d = h.dispatcher("sh", &shell_policy("", "env = { GRANTED = \"yes\" }", ""));
+    let h = docker_or_skip!(image);
+    let d = h.dispatcher("sh", &h.shell_policy("", "env = { GRANTED = \"yes\" }", ""));
     let m = call(
         &d,
         "sh",
         cmd(
             "ls /sys/class/net; id -u; grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status; \
-             env; nc -w 2 1.1.1.1 53 </dev/null && echo CONNECTED; true",
+             env",
         ),
     )
     .await;
@@ -41,13 +81,11 @@ async fn the_container_has_no_network_no_host_env_no_root_no_capabilities() {
     assert!(out.contains("GRANTED=yes"), "{out}");
     assert!(!out.contains(SECRET), "warden's env leaked: {out}");
     assert!(!out.contains("WARDEN_TEST_MARKER"), "{out}");
-    assert!(!out.contains("CONNECTED"), "{out}");
     h.assert_clean().await;
 }
 
-#[tokio::test]
-async fn read_only_mounts_and_the_root_filesystem_refuse_writes() {
-    let h = docker_or_skip!();
+async fn read_only_mounts_and_the_root_filesystem_refuse_writes(image: Image) {
+    let h = docker_or_skip!(image);
     let ro = h.folder("ro");
     let rw = h.folder("rw");
     std::fs::write(ro.join("keep.txt"), "original").unwrap();
@@ -57,7 +95,7 @@ async fn read_only_mounts_and_the_root_filesystem_refuse_writes() {
         ro.display(),
         rw.display()
     );
-    let d = h.dispatcher("sh", &shell_policy("", &grants, ""));
+    let d = h.dispatcher("sh", &h.shell_policy("", &grants, ""));
     let m = call(
         &d,
         "sh",
@@ -105,10 +143,9 @@ async fn a_read_write_root_nobody_may_write_is_refused_at_load() {
     assert!(e.contains("chown"), "{e}");
 }
 
-#[tokio::test]
-async fn a_fork_bomb_is_held_by_the_pids_limit() {
-    let h = docker_or_skip!();
-    let d = h.dispatcher("sh", &shell_policy("pids = 32", "", "timeout = \"20s\""));
+async fn a_fork_bomb_is_held_by_the_pids_limit(image: Image) {
+    let h = docker_or_skip!(image);
+    let d = h.dispatcher("sh", &h.shell_policy("pids = 32", "", "timeout = \"20s\""));
     // Many more children than the limit: the shell cannot fork the rest, and says so.
     let m = call(
         &d,
@@ -117,7 +154,7 @@ async fn a_fork_bomb_is_held_by_the_pids_limit() {
     )
     .await;
     assert_eq!(kind(&m), "exit_status", "{}", m.content);
-    assert!(m.content.contains("can't fork"), "{}", m.content);
+    assert!(cannot_fork(&m.content), "{}", m.content);
     assert!(!m.content.contains("all-forked"), "{}", m.content);
     // The real thing, stopped by its deadline; the machine stays usable.
     let start = Instant::now();
@@ -130,7 +167,7 @@ async fn a_fork_bomb_is_held_by_the_pids_limit() {
     // Held: it runs into its deadline, or the shell itself can no longer fork and gives up.
     match kind(&m).as_str() {
         "timeout" => {}
-        "exit_status" => assert!(m.content.contains("can't fork"), "{}", m.content),
+        "exit_status" => assert!(cannot_fork(&m.content), "{}", m.content),
         other => panic!("{other}: {}", m.content),
     }
     assert!(start.elapsed() < Duration::from_secs(15));
@@ -139,10 +176,9 @@ async fn a_fork_bomb_is_held_by_the_pids_limit() {
     h.assert_clean().await;
 }
 
-#[tokio::test]
-async fn a_memory_bomb_is_killed() {
-    let h = docker_or_skip!();
-    let d = h.dispatcher("sh", &shell_policy("", "", "memory = \"32MiB\""));
+async fn a_memory_bomb_is_killed(image: Image) {
+    let h = docker_or_skip!(image);
+    let d = h.dispatcher("sh", &h.shell_policy("", "", "memory = \"32MiB\""));
     let m = call(
         &d,
         "sh",
@@ -154,10 +190,9 @@ async fn a_memory_bomb_is_killed() {
     h.assert_clean().await;
 }
 
-#[tokio::test]
-async fn an_endless_command_times_out_and_the_model_can_only_lower_the_limit() {
-    let h = docker_or_skip!();
-    let d = h.dispatcher("sh", &shell_policy("", "", "timeout = \"2s\""));
+async fn an_endless_command_times_out_and_the_model_can_only_lower_the_limit(image: Image) {
+    let h = docker_or_skip!(image);
+    let d = h.dispatcher("sh", &h.shell_policy("", "", "timeout = \"2s\""));
     let start = Instant::now();
     let m = call(
         &d,
@@ -175,10 +210,9 @@ async fn an_endless_command_times_out_and_the_model_can_only_lower_the_limit() {
     h.assert_clean().await;
 }
 
-#[tokio::test]
-async fn output_is_capped_with_a_marker_and_exit_codes_are_reported() {
-    let h = docker_or_skip!();
-    let d = h.dispatcher("sh", &shell_policy("", "", "output = \"64KiB\""));
+async fn output_is_capped_with_a_marker_and_exit_codes_are_reported(image: Image) {
+    let h = docker_or_skip!(image);
+    let d = h.dispatcher("sh", &h.shell_policy("", "", "output = \"64KiB\""));
     let m = call(&d, "sh", cmd("yes | head -c 50000000; echo done >&2")).await;
     assert_eq!(m.status, Status::Success, "{}", &m.content[..200]);
     assert!(m.content.contains("[warden: output truncated"), "marker");
@@ -199,10 +233,9 @@ async fn output_is_capped_with_a_marker_and_exit_codes_are_reported() {
     h.assert_clean().await;
 }
 
-#[tokio::test]
-async fn a_batch_of_ten_with_one_hanging_answers_all_ten() {
-    let h = docker_or_skip!();
-    let d = h.dispatcher("sh", &shell_policy("", "", "timeout = \"20s\""));
+async fn a_batch_of_ten_with_one_hanging_answers_all_ten(image: Image) {
+    let h = docker_or_skip!(image);
+    let d = h.dispatcher("sh", &h.shell_policy("", "", "timeout = \"20s\""));
     let calls: Vec<ToolCall> = (0..10)
         .map(|i| {
             let args = if i == 4 {
@@ -226,10 +259,9 @@ async fn a_batch_of_ten_with_one_hanging_answers_all_ten() {
     h.assert_clean().await;
 }
 
-#[tokio::test]
-async fn a_dropped_call_leaves_no_container() {
-    let h = docker_or_skip!();
-    let d = h.dispatcher("sh", &shell_policy("", "", "timeout = \"60s\""));
+async fn a_dropped_call_leaves_no_container(image: Image) {
+    let h = docker_or_skip!(image);
+    let d = h.dispatcher("sh", &h.shell_policy("", "", "timeout = \"60s\""));
     let call = d.call(ToolCall::new("c1", "sh", &cmd("sleep 1000")));
     assert!(
         tokio::time::timeout(Duration::from_secs(3), call)
@@ -239,13 +271,12 @@ async fn a_dropped_call_leaves_no_container() {
     h.assert_clean().await;
 }
 
-#[tokio::test]
-async fn a_templated_tool_puts_arguments_in_argv_without_a_shell() {
-    let h = docker_or_skip!();
+async fn a_templated_tool_puts_arguments_in_argv_without_a_shell(image: Image) {
+    let h = docker_or_skip!(image);
     let policy = format!(
         "[executor]\nkind = \"docker\"\nname = \"echo\"\nimage = \"{}\"\n\
          argv = [\"/bin/echo\", \"[{{text}}]\"]\nworkdir = \"/tmp\"\n",
-        warden_docker::SANDBOX_IMAGE
+        image.tag()
     );
     let d = h.dispatcher("echo", &policy);
     let m = call(&d, "echo", json!({"text": "$(id); `reboot`"})).await;

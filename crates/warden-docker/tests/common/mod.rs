@@ -9,20 +9,50 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use warden_core::{Dispatcher, Policy, ToolCall, ToolMessage, Toolbox};
-use warden_docker::{BUSYBOX, DockerBackend, Engine, OWNER_LABEL, SANDBOX_IMAGE};
+use warden_docker::{
+    BOOTSTRAP_TOOL, BUSYBOX, DEBIAN_IMAGE, DEBIAN_REPOSITORY, DebianRecipe, DockerBackend, Engine,
+    OWNER_LABEL, Progress, SANDBOX_IMAGE,
+};
 
 /// Every test container carries it, so a check after the suite finds any left behind; its
 /// value tells one test's containers from another's.
 pub(crate) const TEST_LABEL: &str = "warden.test";
 
+/// The sandbox image a test runs in: warden's busybox, or its Debian image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Image {
+    Busybox,
+    Debian,
+}
+
+impl Image {
+    pub(crate) fn tag(self) -> &'static str {
+        match self {
+            Image::Busybox => SANDBOX_IMAGE,
+            Image::Debian => DEBIAN_IMAGE,
+        }
+    }
+}
+
 pub(crate) struct Harness {
     pub dir: tempfile::TempDir,
     backend: DockerBackend,
     id: String,
+    image: Image,
+}
+
+fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
 /// The harness, or `None` (after saying why) when no engine answers outside CI.
 pub(crate) async fn harness() -> Option<Harness> {
+    harness_in(Image::Busybox).await
+}
+
+/// The harness for tests in `image`; `None` (after saying why) when no engine answers, or when
+/// the Debian image is missing and cannot be built here, outside CI.
+pub(crate) async fn harness_in(image: Image) -> Option<Harness> {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let id = format!(
         "{}-{}",
@@ -33,7 +63,7 @@ pub(crate) async fn harness() -> Option<Harness> {
     let docker = match engine.client().await {
         Ok(d) => d,
         Err(e) => {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
+            if under_ci() {
                 panic!("CI=true and no Docker engine answers: {}", e.message);
             }
             eprintln!("SKIPPED: no Docker engine answers ({})", e.message);
@@ -46,18 +76,65 @@ pub(crate) async fn harness() -> Option<Harness> {
             .await
             .expect("the sandbox image builds (apt-get install busybox-static)");
     }
+    if image == Image::Debian && !debian_image(&engine, &docker).await {
+        return None;
+    }
     Some(Harness {
         dir: tempfile::tempdir().expect("a temp dir"),
         backend: DockerBackend::new(engine),
         id,
+        image,
     })
 }
 
-/// Skips the test (returns) when there is no engine.
+/// True when the Debian image is on the engine, after building it if it was not (minutes;
+/// `.ci/run` builds it before the tests). Without mmdebstrap: skipped, or a failure under CI.
+async fn debian_image(engine: &Engine, docker: &bollard::Docker) -> bool {
+    if docker.inspect_image(DEBIAN_IMAGE).await.is_ok() {
+        return true;
+    }
+    if !mmdebstrap_installed() {
+        let why = format!(
+            "the Debian image {DEBIAN_IMAGE} is not built and {BOOTSTRAP_TOOL} is not \
+             installed (`apt-get install {BOOTSTRAP_TOOL}`, then `warden sandbox-image --debian`)"
+        );
+        assert!(!under_ci(), "CI=true and {why}");
+        eprintln!("SKIPPED: {why}");
+        return false;
+    }
+    eprintln!("building {DEBIAN_IMAGE} (warden sandbox-image --debian: a minute or more)");
+    let recipe = DebianRecipe::from_machine().expect("this machine's apt sources");
+    warden_docker::build_debian_image(engine, &recipe, DEBIAN_REPOSITORY, false, &show)
+        .await
+        .expect("the Debian image builds");
+    true
+}
+
+/// A build's progress, on the test's stderr.
+pub(crate) fn show(p: Progress<'_>) {
+    match p {
+        Progress::Step(line) | Progress::Bootstrap(line) => eprintln!("{line}"),
+        Progress::Import { .. } => {}
+    }
+}
+
+pub(crate) fn mmdebstrap_installed() -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(BOOTSTRAP_TOOL).is_file()))
+}
+
+/// Skips the test (returns) when there is no engine (or, given `Image::Debian`, no Debian
+/// image and no way to build it).
 #[macro_export]
 macro_rules! docker_or_skip {
     () => {
         match common::harness().await {
+            Some(h) => h,
+            None => return,
+        }
+    };
+    ($image:expr) => {
+        match common::harness_in($image).await {
             Some(h) => h,
             None => return,
         }
@@ -67,6 +144,47 @@ macro_rules! docker_or_skip {
 impl Harness {
     pub(crate) fn engine(&self) -> &Arc<Engine> {
         self.backend.engine()
+    }
+
+    /// The image this harness's tests run in.
+    pub(crate) fn image(&self) -> Image {
+        self.image
+    }
+
+    /// [`shell_policy`] in this harness's image.
+    pub(crate) fn shell_policy(&self, executor_extra: &str, grants: &str, limits: &str) -> String {
+        shell_policy_in(self.image, executor_extra, grants, limits)
+    }
+
+    /// An HTTP server on this machine where a container on Docker's default bridge would reach
+    /// it: on the bridge's gateway address (a container's 127.0.0.1 is its own).
+    pub(crate) async fn host_server(&self) -> HostServer {
+        let docker = self.engine().client().await.expect("engine");
+        let bridge = docker
+            .inspect_network("bridge", None)
+            .await
+            .expect("Docker's default bridge network");
+        let config = bridge
+            .ipam
+            .and_then(|i| i.config)
+            .and_then(|c| c.into_iter().next())
+            .expect("the bridge's address configuration");
+        let gateway = config
+            .gateway
+            .filter(|g| !g.is_empty())
+            .map(|g| g.parse().expect("a gateway address"))
+            .unwrap_or_else(|| {
+                // Docker gives the bridge the first address of its subnet.
+                let subnet = config.subnet.expect("the bridge's subnet");
+                let base: std::net::Ipv4Addr = subnet
+                    .split('/')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .expect("an IPv4 subnet");
+                std::net::Ipv4Addr::from(u32::from(base) + 1)
+            });
+        HostServer::start(gateway)
     }
 
     /// A folder in the temp dir, writable by the container user the plan will pick.
@@ -149,11 +267,74 @@ pub(crate) fn cmd(command: &str) -> Value {
 
 /// The shell policy used by most tests, with extra `[executor]` lines and a `[limits]` body.
 pub(crate) fn shell_policy(executor_extra: &str, grants: &str, limits: &str) -> String {
+    shell_policy_in(Image::Busybox, executor_extra, grants, limits)
+}
+
+/// The same in `image`.
+pub(crate) fn shell_policy_in(
+    image: Image,
+    executor_extra: &str,
+    grants: &str,
+    limits: &str,
+) -> String {
     format!(
-        "[executor]\nkind = \"docker\"\nname = \"sh\"\nimage = \"{SANDBOX_IMAGE}\"\n\
+        "[executor]\nkind = \"docker\"\nname = \"sh\"\nimage = \"{}\"\n\
          argv = [\"/bin/sh\", \"-c\", \"{{command}}\"]\n{executor_extra}\n\
-         [grants]\n{grants}\n[limits]\n{limits}\n"
+         [grants]\n{grants}\n[limits]\n{limits}\n",
+        image.tag()
     )
+}
+
+/// A small HTTP server answering every request with its marker, counting them.
+pub(crate) struct HostServer {
+    pub url: String,
+    pub marker: String,
+    hits: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl HostServer {
+    /// Listens on `address` (on every address when this machine does not hold it: an engine
+    /// in a VM, say), on a port of the kernel's choosing.
+    fn start(address: std::net::Ipv4Addr) -> Self {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind((address, 0))
+            .or_else(|_| std::net::TcpListener::bind(("0.0.0.0", 0)))
+            .expect("a listening socket");
+        let port = listener.local_addr().expect("its address").port();
+        let marker = format!("warden-reached-{}-{port}", std::process::id());
+        let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (answer, count) = (marker.clone(), Arc::clone(&hits));
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _ = write!(
+                    stream,
+                    "HTTP/1.0 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                    answer.len()
+                );
+            }
+        });
+        Self {
+            url: format!("http://{address}:{port}/"),
+            marker,
+            hits,
+        }
+    }
+
+    /// The requests it answered so far.
+    pub(crate) fn hits(&self) -> usize {
+        self.hits.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 /// The error kind of a message, or "success".
