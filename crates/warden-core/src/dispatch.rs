@@ -148,7 +148,11 @@ impl Dispatcher {
     /// back costs more than the sandbox itself. A panic is still caught and answered.
     pub async fn call(&self, call: ToolCall) -> ToolMessage {
         let start = Instant::now();
-        let (tool, arguments) = match self.check(&call) {
+        let (tool, arguments) = match self.admit_call(&call).and_then(|tool| {
+            parse_arguments(&call.arguments)
+                .map(|a| (tool, a))
+                .map_err(|e| (Some(tool), e))
+        }) {
             Ok(checked) => checked,
             Err((tool, error)) => return self.answer_early(&call, tool, error, start.elapsed()),
         };
@@ -185,20 +189,26 @@ impl Dispatcher {
                 ));
                 continue;
             }
-            let arguments = match self.check(call) {
-                Ok((_, arguments)) => arguments,
-                Err((tool, error)) => {
-                    answers[i] = Some(self.answer_early(call, tool, error, start.elapsed()));
-                    continue;
-                }
-            };
+            if let Err((tool, error)) = self.admit_call(call) {
+                answers[i] = Some(self.answer_early(call, tool, error, start.elapsed()));
+                continue;
+            }
             let this = self.clone();
             let call = call.clone();
+            // Arguments are parsed in the call's own task, so a batch's parsing spreads over
+            // the runtime's threads like the rest of its work.
             let handle = set.spawn(async move {
-                match this.tool_for(&call) {
-                    Ok(tool) => this.run(&call, tool, arguments).await,
-                    // Not reached: `check` found the tool in this same toolbox.
-                    Err(error) => this.answer_early(&call, None, error, Duration::ZERO),
+                let checked = this
+                    .tool_for(&call)
+                    .map_err(|e| (None, e))
+                    .and_then(|tool| {
+                        parse_arguments(&call.arguments)
+                            .map(|a| (tool, a))
+                            .map_err(|e| (Some(tool), e))
+                    });
+                match checked {
+                    Ok((tool, arguments)) => this.run(&call, tool, arguments).await,
+                    Err((tool, error)) => this.answer_early(&call, tool, error, start.elapsed()),
                 }
             });
             index_of.insert(handle.id(), i);
@@ -275,13 +285,12 @@ impl Dispatcher {
         self.answer_early(call, self.toolbox.get(&call.name), error, took)
     }
 
-    /// The checks before a call may run, in this order: its tool exists, the run's limits
-    /// allow one more call (only then is it counted), its arguments are JSON.
-    fn check(&self, call: &ToolCall) -> Result<(&Tool, Value), Refusal<'_>> {
+    /// The checks before a call may run, in this order: its tool exists, and the run's
+    /// limits allow one more call (only then is it counted). Its arguments are parsed next.
+    fn admit_call(&self, call: &ToolCall) -> Result<&Tool, Refusal<'_>> {
         let tool = self.tool_for(call).map_err(|e| (None, e))?;
         self.run.count(&call.name).map_err(|e| (Some(tool), e))?;
-        let arguments = parse_arguments(&call.arguments).map_err(|e| (Some(tool), e))?;
-        Ok((tool, arguments))
+        Ok(tool)
     }
 
     fn tool_for(&self, call: &ToolCall) -> Result<&Tool, ToolError> {
