@@ -12,7 +12,6 @@ mod config;
 mod container;
 mod engine;
 mod image;
-mod output;
 mod plan;
 mod session;
 mod tool;
