@@ -344,6 +344,24 @@ async fn a_timeout_takes_the_shell_down_and_the_next_command_starts_afresh() {
     );
     assert_eq!(h.run("echo \"Z=$Z\"").await, "Z=\n[exit code 0]");
     assert_eq!(h.launches(), 2);
+    // A flood that never pauses still meets its deadline, and is capped.
+    let start = Instant::now();
+    let e = h
+        .run_in(h.id, json!({"command": "yes", "timeout": 1}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Timeout);
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(
+        e.message.contains("output truncated"),
+        "{}",
+        &e.message[..200]
+    );
+    assert_eq!(h.run("echo after").await, "after\n[exit code 0]");
     h.sessions.end(h.id).await;
 }
 
