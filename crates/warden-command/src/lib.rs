@@ -1,8 +1,10 @@
 //! What warden's command executors (docker, host) share: the argv template that a call's
-//! arguments fill, the outcome the model reads, and the `[executor]` knobs both take.
+//! arguments fill, the outcome the model reads, the `[executor]` knobs both take, and the
+//! session driver with its contract ([`session`]).
 
 mod knobs;
 mod outcome;
+pub mod session;
 mod template;
 
 pub use knobs::{NetworkMode, User, capabilities, command_line, count, tmp_size, tool_name};

@@ -9,7 +9,7 @@ use bollard::errors::Error as BollardError;
 use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder,
-    WaitContainerOptionsBuilder,
+    StatsOptionsBuilder, WaitContainerOptionsBuilder,
 };
 use futures::StreamExt;
 use tokio::time::Instant;
@@ -33,7 +33,7 @@ impl Container {
     ) -> Result<Container, ToolError> {
         // Named before it exists, so that a call dropped while the engine creates it still
         // knows what to remove.
-        let name = format!("warden-{}", crate::session::nonce());
+        let name = format!("warden-{}", &warden_command::session::nonce()[..16]);
         let mut container = Container {
             docker: docker.clone(),
             id: name.clone(),
@@ -110,6 +110,18 @@ impl Container {
         match self.docker.inspect_container(&self.id, None).await {
             Ok(c) => c.state.and_then(|s| s.oom_killed).unwrap_or(false),
             Err(_) => false,
+        }
+    }
+
+    /// How many processes it holds, as the engine counts them (its pids cgroup).
+    pub(crate) async fn processes(&self) -> Option<u64> {
+        let options = StatsOptionsBuilder::new()
+            .stream(false)
+            .one_shot(true)
+            .build();
+        match self.docker.stats(&self.id, Some(options)).next().await {
+            Some(Ok(stats)) => stats.pids_stats.and_then(|p| p.current),
+            _ => None,
         }
     }
 

@@ -13,7 +13,6 @@ mod container;
 mod debian;
 mod engine;
 mod image;
-mod output;
 mod plan;
 mod session;
 mod tool;

@@ -68,7 +68,7 @@ async fn each_command_has_its_own_deadline_and_a_timeout_restarts_the_shell() {
         start.elapsed()
     );
     assert!(m.content.contains("partial"), "{}", m.content);
-    assert!(m.content.contains("fresh one"), "{}", m.content);
+    assert!(m.content.contains("fresh shell"), "{}", m.content);
     let m = call(&d, "sh", cmd("pwd")).await;
     assert_eq!(m.content, "/\n[exit code 0]", "a fresh shell");
     d.close().await;
@@ -168,6 +168,223 @@ async fn a_batch_in_one_session_runs_in_order_of_the_shell() {
             assert_eq!(m.content, format!("call {i}\n[exit code 0]"));
         }
     }
+    d.close().await;
+    h.assert_clean().await;
+}
+
+/// The fork bomb of the issue, as a new user would try it.
+const BOMB: &str = "b(){ b|b& }; b";
+
+/// The prefix of every line of the protocol between warden and the session shell.
+const PROTOCOL: &str = "__WARDEN_";
+
+/// Nothing of the session's protocol shows: no marker, no nonce, no framing.
+fn assert_no_protocol(m: &warden_core::ToolMessage) {
+    let everything = format!("{}{}", m.content, m.artifact.clone().unwrap_or_default());
+    assert!(!everything.contains(PROTOCOL), "{}", m.content);
+    assert!(!everything.contains("__w_"), "{}", m.content);
+}
+
+/// A command that needs a fork (`/bin/echo`), in a shell whose state shows (`$((…))`).
+const PROBE: &str = "echo $((6*7)); /bin/echo forked";
+
+#[tokio::test]
+async fn a_fork_bomb_in_a_session_is_contained_and_the_next_command_answers_soon() {
+    let h = docker_or_skip!();
+    let d = h.dispatcher("sh", &session_policy(&h, "timeout = \"20s\""));
+    let start = Instant::now();
+    let m = call(&d, "sh", cmd(BOMB)).await;
+    eprintln!("the bomb answered in {:?}: {}", start.elapsed(), m.content);
+    assert_no_protocol(&m);
+    for n in 0..3 {
+        let start = Instant::now();
+        let m = call(&d, "sh", cmd(PROBE)).await;
+        let took = start.elapsed();
+        eprintln!(
+            "command {n} after the bomb answered in {took:?}: {}",
+            m.content
+        );
+        assert_eq!(m.status, Status::Success, "{}", m.content);
+        assert!(m.content.starts_with("42\nforked\n"), "{}", m.content);
+        assert_no_protocol(&m);
+        assert!(took < Duration::from_secs(3), "{took:?}");
+    }
+    d.close().await;
+    h.assert_clean().await;
+}
+
+#[tokio::test]
+async fn ten_sessions_survive_ten_fork_bombs_at_once() {
+    let h = docker_or_skip!();
+    // Bounded for a small machine: 64 processes and half a CPU per session.
+    let policy = shell_policy(
+        "session = true\nworkdir = \"/\"\npids = 64\ncpus = 0.5",
+        "",
+        "timeout = \"20s\"",
+    );
+    let first = h.dispatcher("sh", &policy);
+    let sessions: Vec<_> = (0..10).map(|_| first.new_session()).collect();
+    // Each session up, so what is measured below is the bomb, not ten container starts.
+    let up = futures::future::join_all(sessions.iter().map(|d| call(d, "sh", cmd("V=kept")))).await;
+    for m in &up {
+        assert_eq!(m.status, Status::Success, "{}", m.content);
+    }
+    let start = Instant::now();
+    let bombs = futures::future::join_all(sessions.iter().map(|d| call(d, "sh", cmd(BOMB)))).await;
+    eprintln!("ten bombs answered in {:?}", start.elapsed());
+    for m in &bombs {
+        assert_no_protocol(m);
+    }
+    let start = Instant::now();
+    let next = futures::future::join_all(sessions.iter().map(|d| async {
+        let m = call(d, "sh", cmd(PROBE)).await;
+        (m, start.elapsed())
+    }))
+    .await;
+    for (m, took) in &next {
+        eprintln!("answered in {took:?}: {}", m.content);
+    }
+    for (m, took) in &next {
+        assert_eq!(m.status, Status::Success, "{}", m.content);
+        assert!(m.content.starts_with("42\nforked\n"), "{}", m.content);
+        assert_no_protocol(m);
+        assert!(*took < Duration::from_secs(8), "{took:?}");
+    }
+    for d in &sessions {
+        d.close().await;
+    }
+    first.close().await;
+    h.assert_clean().await;
+}
+
+#[tokio::test]
+async fn a_session_left_without_processes_is_reset_and_says_so() {
+    let h = docker_or_skip!();
+    let d = h.dispatcher("sh", &session_policy(&h, "timeout = \"20s\""));
+    call(&d, "sh", cmd("cd /workspace; V=kept")).await;
+    // Background sleepers until the pids limit refuses a fork: nothing left for later commands.
+    let m = call(&d, "sh", cmd("while :; do sleep 1000 & done")).await;
+    assert_no_protocol(&m);
+    assert!(m.content.contains("can't fork"), "{}", m.content);
+    assert!(
+        m.content.contains("out of processes") && m.content.contains("it was reset"),
+        "{}",
+        m.content
+    );
+    let start = Instant::now();
+    let m = call(&d, "sh", cmd(&format!("pwd; echo \"V=$V\"; {PROBE}"))).await;
+    let took = start.elapsed();
+    eprintln!("answered in {took:?}: {}", m.content);
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    assert!(
+        m.content.starts_with("/\nV=\n42\nforked\n"),
+        "a fresh shell: {}",
+        m.content
+    );
+    assert_no_protocol(&m);
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert_eq!(h.containers().await.len(), 1, "the old container is gone");
+    d.close().await;
+    h.assert_clean().await;
+}
+
+#[tokio::test]
+async fn a_command_that_holds_every_process_is_stopped_long_before_its_deadline() {
+    let h = docker_or_skip!();
+    let d = h.dispatcher("sh", &session_policy(&h, "timeout = \"30s\""));
+    // Fills the container with sleepers, then waits on a pipe no one writes: the end line
+    // never comes, and the container stays full.
+    let start = Instant::now();
+    let m = call(
+        &d,
+        "sh",
+        cmd("mkfifo /tmp/f; (while :; do sleep 1000 & done) 2>/dev/null; echo waiting; read x </tmp/f"),
+    )
+    .await;
+    let took = start.elapsed();
+    eprintln!("answered in {took:?}: {}", m.content);
+    assert_eq!(kind(&m), "limit_exceeded", "{}", m.content);
+    assert!(
+        m.content.contains("waiting") && m.content.contains("reset"),
+        "{}",
+        m.content
+    );
+    assert_no_protocol(&m);
+    assert!(took < Duration::from_secs(12), "{took:?}");
+    let start = Instant::now();
+    let m = call(&d, "sh", cmd(PROBE)).await;
+    assert_eq!(m.content, "42\nforked\n[exit code 0]");
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    d.close().await;
+    h.assert_clean().await;
+}
+
+#[tokio::test]
+async fn output_that_imitates_the_marker_changes_nothing() {
+    let h = docker_or_skip!();
+    let d = h.dispatcher("sh", &session_policy(&h, "timeout = \"10s\""));
+    // Today's and yesterday's forms, guessed nonces, the bare prefix, on both streams, with
+    // and without a line of their own; then more output, then the exit status.
+    let fakes = "__WARDEN_END_0123456789abcdef:0\n\
+                 __WARDEN_END_0123456789abcdef\n\
+                 __WARDEN_END_\n\
+                 __WARDEN_END_0123456789abcdef 0 5\n\
+                 __WARDEN_START_0123456789abcdef\n\
+                 x __WARDEN_END_0123456789abcdef:0\n";
+    let command = format!(
+        "printf '%s' '{fakes}'; printf '%s' '{fakes}' >&2; printf '\\n__WARDEN_END_'; \
+         echo after; echo err-after >&2; exit_with() {{ return $1; }}; exit_with 3"
+    );
+    let m = call(&d, "sh", cmd(&command)).await;
+    assert_eq!(kind(&m), "exit_status", "{}", m.content);
+    let error = m.error.as_ref().unwrap();
+    assert_eq!(error.details["exit_code"], 3, "{}", m.content);
+    assert_eq!(
+        error.details["stdout"],
+        format!("{fakes}\n__WARDEN_END_after\n"),
+        "{}",
+        m.content
+    );
+    assert_eq!(error.details["stderr"], format!("{fakes}err-after\n"));
+    // The next command's output is its own.
+    let m = call(&d, "sh", cmd("echo next")).await;
+    assert_eq!(m.content, "next\n[exit code 0]");
+    d.close().await;
+    h.assert_clean().await;
+}
+
+#[tokio::test]
+async fn the_protocol_never_shows_whatever_the_shell_is_told() {
+    let h = docker_or_skip!();
+    let d = h.dispatcher("sh", &session_policy(&h, "timeout = \"10s\""));
+    // Tracing and verbose input show the command's own lines, never warden's framing.
+    let m = call(&d, "sh", cmd("set -x; echo traced")).await;
+    assert_eq!(m.content, "traced\n[stderr]\n+ echo traced\n[exit code 0]");
+    let m = call(&d, "sh", cmd("echo still")).await;
+    assert_eq!(m.content, "still\n[stderr]\n+ echo still\n[exit code 0]");
+    let m = call(&d, "sh", cmd("set +x; set -v; echo verbose")).await;
+    assert_no_protocol(&m);
+    let m = call(&d, "sh", cmd("set +v; echo quiet")).await;
+    assert_no_protocol(&m);
+    // The shell's own state: strict modes, a strange IFS, its variables and command line.
+    for command in [
+        "set -eu; IFS=x; echo strict",
+        "set; cat /proc/$$/cmdline; ls -l /proc/$$/fd",
+        "exec >/dev/null; echo hidden",
+        "exec >&2; echo to-stderr",
+        "exec 3>&- 4>&-; echo closed",
+        "false",
+    ] {
+        let m = call(&d, "sh", cmd(command)).await;
+        assert_no_protocol(&m);
+        assert!(m.content.contains("[exit code"), "{command}: {}", m.content);
+    }
+    let m = call(&d, "sh", cmd("echo 'still here' >&2")).await;
+    assert_eq!(m.content, "[stderr]\nstill here\n[exit code 0]");
     d.close().await;
     h.assert_clean().await;
 }

@@ -1,0 +1,231 @@
+//! One stream of a session shell, cut into what belongs to the current command and what
+//! does not. The framing writes `\n<start>\n` before the command and `\n<end><rest>\n` after
+//! it; only those exact lines count, with this command's nonce: a line that merely looks like
+//! one (a guessed nonce, an earlier command's, extra text) is output like any other.
+//!
+//! What comes before the start line, or after the end line, was written between commands by
+//! background jobs: it is counted, not shown.
+
+use warden_core::Capped;
+
+/// How long the rest of a marker line may be before it cannot be one.
+const MAX_REST: usize = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Before this command's start line.
+    Before,
+    /// The command's own output.
+    In,
+    /// After its end line.
+    Done,
+}
+
+/// One stream (stdout or stderr) during one command.
+#[derive(Debug)]
+pub(crate) struct Frames {
+    start: Vec<u8>,
+    end: Vec<u8>,
+    /// Whether the end line carries more than the marker (stdout's does).
+    end_rest: fn(&[u8]) -> bool,
+    phase: Phase,
+    /// Bytes not yet known to be output: a marker may begin in them.
+    pending: Vec<u8>,
+    out: Capped,
+    /// Bytes written before the start line: by background jobs, between commands.
+    pub before: u64,
+    /// Bytes written after the end line: by background jobs, told with the next command.
+    pub after: u64,
+    /// The rest of the end line, once it was seen.
+    rest: Option<Vec<u8>>,
+}
+
+impl Frames {
+    /// `start` and `end` begin with `\n`; `end_rest` says whether what follows the end marker
+    /// on its line is what the framing writes there.
+    pub(crate) fn new(start: &str, end: &str, end_rest: fn(&[u8]) -> bool, limit: u64) -> Self {
+        Self {
+            start: start.as_bytes().to_vec(),
+            end: end.as_bytes().to_vec(),
+            end_rest,
+            phase: Phase::Before,
+            pending: Vec::new(),
+            out: Capped::new(limit),
+            before: 0,
+            after: 0,
+            rest: None,
+        }
+    }
+
+    /// Takes more of the stream.
+    pub(crate) fn push(&mut self, data: &[u8]) {
+        if self.phase == Phase::Done {
+            self.after += data.len() as u64;
+            return;
+        }
+        self.pending.extend_from_slice(data);
+        loop {
+            let marker = match self.phase {
+                Phase::Before => &self.start,
+                _ => &self.end,
+            };
+            let len = marker.len();
+            let Some(at) = find(&self.pending, marker) else {
+                // A marker may have begun in the last bytes: keep them.
+                let keep = (len - 1).min(self.pending.len());
+                self.flush(self.pending.len() - keep);
+                return;
+            };
+            self.flush(at);
+            let Some(nl) = self.pending[len..].iter().position(|&b| b == b'\n') else {
+                if self.pending.len() - len > MAX_REST {
+                    // Too long a line to be a marker's: output, and look further.
+                    self.flush(1);
+                    continue;
+                }
+                return;
+            };
+            let rest = &self.pending[len..len + nl];
+            let exact = match self.phase {
+                Phase::Before => rest.is_empty(),
+                _ => (self.end_rest)(rest),
+            };
+            if !exact {
+                self.flush(1);
+                continue;
+            }
+            let rest = rest.to_vec();
+            self.pending.drain(..len + nl + 1);
+            match self.phase {
+                Phase::Before => self.phase = Phase::In,
+                _ => {
+                    self.phase = Phase::Done;
+                    self.rest = Some(rest);
+                    self.after += self.pending.len() as u64;
+                    self.pending.clear();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Moves `n` bytes of `pending` to where they belong.
+    fn flush(&mut self, n: usize) {
+        match self.phase {
+            Phase::Before => self.before += n as u64,
+            _ => self.out.push(&self.pending[..n]),
+        }
+        self.pending.drain(..n);
+    }
+
+    /// True once the end line has been seen.
+    pub(crate) fn done(&self) -> bool {
+        self.phase == Phase::Done
+    }
+
+    /// The rest of the end line.
+    pub(crate) fn rest(&self) -> Option<&[u8]> {
+        self.rest.as_deref()
+    }
+
+    /// The command's output (all of it so far, when the end never came).
+    pub(crate) fn text(&mut self) -> String {
+        let n = self.pending.len();
+        self.flush(n);
+        self.out.text()
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() || haystack.len() < needle.len() {
+        return None;
+    }
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn digits(rest: &[u8]) -> bool {
+        rest.len() > 1 && rest[0] == b':' && rest[1..].iter().all(u8::is_ascii_digit)
+    }
+
+    fn frames() -> Frames {
+        Frames::new("\n__S", "\n__E", digits, 1 << 20)
+    }
+
+    #[test]
+    fn markers_split_across_chunks_are_found() {
+        let mut f = frames();
+        for chunk in [
+            &b"bg before\n"[..],
+            b"\n_",
+            b"_S\nline one\nline tw",
+            b"o\n",
+            b"\n__",
+            b"E:4",
+            b"2\nbg after",
+        ] {
+            f.push(chunk);
+        }
+        assert!(f.done());
+        assert_eq!(f.rest(), Some(&b":42"[..]));
+        assert_eq!(f.text(), "line one\nline two\n");
+        assert_eq!((f.before, f.after), (10, 8));
+        f.push(b"more");
+        assert_eq!(f.after, 12);
+    }
+
+    #[test]
+    fn only_an_exact_line_is_a_marker() {
+        let mut f = frames();
+        f.push(b"\n__S\n");
+        let fakes = "\n__E\n__E:1x\n__Ex:1\n__E:\n__S\n x __E:1\n__E:99";
+        f.push(fakes.as_bytes());
+        assert!(!f.done());
+        f.push(b"9 and more\nend\n__E:0\n");
+        assert!(f.done());
+        assert_eq!(f.rest(), Some(&b":0"[..]));
+        assert_eq!(f.text(), format!("{fakes}9 and more\nend"));
+        // A start line that is not exact starts nothing.
+        let mut f = frames();
+        f.push(b"\n__S \n\n__S\nok\n__E:0\n");
+        assert_eq!(f.text(), "ok");
+        assert_eq!(f.before, 6);
+    }
+
+    #[test]
+    fn a_long_line_after_a_marker_is_output() {
+        let mut f = frames();
+        f.push(b"\n__S\n\n__E:");
+        f.push(&[b'1'; 100]);
+        assert!(!f.done());
+        f.push(b"\n\n__E:0\n");
+        assert!(f.done());
+        assert_eq!(f.text(), format!("\n__E:{}\n", "1".repeat(100)));
+    }
+
+    #[test]
+    fn a_flood_is_capped_not_kept() {
+        let mut f = Frames::new("\n__S", "\n__E", digits, 4);
+        f.push(b"\n__S\n");
+        for _ in 0..1000 {
+            f.push(&[b'y'; 1000]);
+        }
+        assert!(f.pending.len() < 8);
+        f.push(b"\n__E:0\n");
+        assert!(f.done());
+        assert!(
+            f.text()
+                .starts_with("yyyy\n[warden: output truncated, 999996")
+        );
+    }
+
+    #[test]
+    fn without_an_end_everything_is_output() {
+        let mut f = frames();
+        f.push(b"\n__S\npartial\n__");
+        assert_eq!(f.text(), "partial\n__");
+    }
+}

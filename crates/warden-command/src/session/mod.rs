@@ -1,0 +1,408 @@
+//! Session mode for command executors: one long-lived shell per session, driven over its
+//! stdin, stdout and stderr. The driver knows nothing of containers or namespaces: an executor
+//! gives it a [`Launcher`] (how to start a shell in a fresh sandbox) and the driver does the
+//! rest — framing each command, reading its output up to its end, the deadline, resets,
+//! the answer the model reads.
+//!
+//! # The session contract
+//!
+//! - **One shell per session.** A session is one `warden call`, one `warden run` batch, one
+//!   MCP connection (or streamable-HTTP session), one agent run, one `Dispatcher` session.
+//!   Its first command starts the shell; the session's end kills it with everything it
+//!   started, and leaves nothing behind.
+//! - **What persists** from one command to the next: the working directory, variables and
+//!   functions, shell options, files in `/tmp` (and anywhere else the sandbox may write), and
+//!   background jobs (`cmd &`), which keep running between commands.
+//! - **Each command** reads `/dev/null` on its stdin (never the commands that follow) and has
+//!   its own deadline, which starts when the command gets the shell, not while it waits.
+//! - **Ordering.** A session runs one command at a time; concurrent commands of one session
+//!   wait their turn and run in the order they arrived. Sessions never wait for each other.
+//! - **A timeout** takes the shell down: the command's sandbox is killed with everything in
+//!   it (background jobs too), the answer is a `timeout` with the output so far and says so,
+//!   and the next command starts a fresh shell.
+//! - **The shell's end** (`exit`, `exec`, a failing command under `set -e`, the memory limit
+//!   killing the shell itself) ends the session the same way: the answer says so, the next
+//!   command starts a fresh shell. A memory kill of a command's own process is an
+//!   `out_of_memory` answer and the shell lives on.
+//! - **Out of processes.** When the sandbox holds (nearly) as many processes as its limit
+//!   allows — a fork bomb, or background jobs that fill it — the session is reset rather than
+//!   left to fail: found before a command, the sandbox is replaced and the command runs in the
+//!   fresh one; found after a command, the sandbox is replaced at once; found twice in a row
+//!   while a command runs (counted from outside every 2 s), the command is stopped with
+//!   `limit_exceeded`. Each time, the answer says that the session was reset.
+//! - **Output of background jobs** written while a command runs is part of that command's
+//!   output, interleaved with its own. Output written between commands — after one command's
+//!   end and before the next one's start — is not shown: the next command's answer says how
+//!   much there was. A background job whose output matters writes to a file
+//!   (`cmd >/tmp/log 2>&1 &`).
+//! - **`restart: true`** kills the shell: the next command (or the same call's) starts fresh.
+//! - **The protocol never shows.** Each command is framed by lines that carry a nonce made
+//!   for it alone, printed by shell builtins (so framing needs no fork) on copies of the
+//!   shell's stdout and stderr that the command does not hold; only an exact line with the
+//!   current nonce counts. Output imitating a marker is output like any other: it cannot end
+//!   a command early or move output to another command. Traces (`set -x`) and echoes
+//!   (`set -v`) show the command's own lines only.
+//!
+//! The shell is any POSIX shell (`sh`, `dash`, `bash`, busybox `ash`) reading commands on its
+//! stdin. The framing uses the builtins `command`, `eval`, `printf`, `read`, `[`, `set` and
+//! `unset`, and `/proc/self/stat` to tell the shell from its subshells: a command that
+//! redefines those builtins as functions or aliases breaks the framing, and runs into its
+//! deadline (which resets the session).
+
+mod frames;
+mod script;
+mod shell;
+
+pub use script::nonce;
+
+use script::Check;
+use shell::{Live, Ran};
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::time::Instant;
+use warden_core::{ByteSize, ErrorKind, Limits, Output, SessionId, ToolError};
+
+use crate::{Request, answer, timed_out};
+
+/// A piece of a shell's output, from one of its two streams.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Chunk {
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+}
+
+/// A shell's stdin.
+pub type Input = Pin<Box<dyn AsyncWrite + Send>>;
+
+/// A shell's stdout and stderr, as chunks in the order they were read; it ends when the
+/// shell's output closes.
+pub type Chunks = Pin<Box<dyn futures::Stream<Item = io::Result<Chunk>> + Send>>;
+
+/// Two pipes (a child's stdout and stderr) as one [`Chunks`].
+pub fn chunks<O, E>(stdout: O, stderr: E) -> Chunks
+where
+    O: AsyncRead + Send + 'static,
+    E: AsyncRead + Send + 'static,
+{
+    fn read<R: AsyncRead + Send + 'static>(
+        reader: R,
+        wrap: fn(Vec<u8>) -> Chunk,
+    ) -> impl futures::Stream<Item = io::Result<Chunk>> + Send {
+        futures::stream::unfold(Some(Box::pin(reader)), move |reader| async move {
+            let mut reader = reader?;
+            let mut buf = vec![0; 16 << 10];
+            match reader.read(&mut buf).await {
+                Ok(0) => None,
+                Ok(n) => {
+                    buf.truncate(n);
+                    Some((Ok(wrap(buf)), Some(reader)))
+                }
+                Err(e) => Some((Err(e), None)),
+            }
+        })
+    }
+    Box::pin(futures::stream::select(
+        read(stdout, Chunk::Stdout),
+        read(stderr, Chunk::Stderr),
+    ))
+}
+
+/// A shell just started in a fresh sandbox.
+pub struct Launched<S> {
+    pub sandbox: S,
+    pub input: Input,
+    pub output: Chunks,
+}
+
+/// The process limit of a shell's sandbox, and where the shell reads how it stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Processes {
+    pub limit: u64,
+    /// Directories inside the sandbox where its pids cgroup shows (`pids.current`,
+    /// `pids.events`), the first readable one used. None readable: the sandbox is only
+    /// counted from outside, while a command runs.
+    pub cgroups: Vec<String>,
+}
+
+impl Processes {
+    /// From this many on the sandbox counts as out of processes: a command needs a few.
+    fn full_at(&self) -> u64 {
+        self.limit.saturating_sub((self.limit / 8).max(2)).max(1)
+    }
+}
+
+/// How an executor starts a session's shell.
+pub trait Launcher: Send + Sync + 'static {
+    type Sandbox: Sandbox;
+
+    /// What a reset gives, for messages: "a fresh shell in a new container".
+    const FRESH: &'static str;
+
+    /// The limit on processes each sandbox has, if any.
+    fn processes(&self) -> Option<Processes>;
+
+    /// Starts a shell reading commands on its stdin, in a fresh sandbox with `env` and held
+    /// to `limits`.
+    fn launch(
+        &self,
+        env: &[(String, String)],
+        limits: &Limits,
+    ) -> impl Future<Output = Result<Launched<Self::Sandbox>, ToolError>> + Send;
+}
+
+/// What holds one shell: a container, a set of namespaces. Dropped without [`Sandbox::close`]
+/// (a call's future dropped mid-command), it must still be released, in the background.
+pub trait Sandbox: Send + 'static {
+    /// After the shell's output closed: its exit status, and whether the memory limit
+    /// killed it.
+    fn exit_status(&mut self) -> impl Future<Output = Result<(i64, bool), ToolError>> + Send;
+
+    /// Whether the memory limit killed a process since this was last asked.
+    fn memory_killed(&mut self) -> impl Future<Output = bool> + Send;
+
+    /// How many processes it holds, counted from outside; `None` when unknown.
+    fn processes(&mut self) -> impl Future<Output = Option<u64>> + Send;
+
+    /// Kills everything in it and releases it; returns once it is gone.
+    fn close(self) -> impl Future<Output = ()> + Send;
+}
+
+/// A session's shell, or none until its first command (or after a reset).
+type Slot<S> = Arc<tokio::sync::Mutex<Option<Live<S>>>>;
+
+/// The sessions of one tool, each with its shell.
+pub struct Sessions<L: Launcher> {
+    launcher: L,
+    slots: Mutex<HashMap<SessionId, Slot<L::Sandbox>>>,
+}
+
+impl<L: Launcher> Sessions<L> {
+    pub fn new(launcher: L) -> Self {
+        Sessions {
+            launcher,
+            slots: Mutex::default(),
+        }
+    }
+
+    /// Runs one call of session `id`: `restart` first if asked, then `command` if given.
+    /// `timeout` is when the command is stopped, `limit` the timeout its message names.
+    pub async fn run(
+        &self,
+        id: SessionId,
+        request: &Request,
+        env: &[(String, String)],
+        limits: &Limits,
+        (timeout, limit): (Duration, Duration),
+    ) -> Result<Output, ToolError> {
+        let slot = self.slot(id);
+        // Commands of one session queue here, first come first served (tokio's mutex is fair).
+        let mut guard = slot.lock().await;
+        let deadline = Instant::now() + timeout;
+        if request.restart
+            && let Some(old) = guard.take()
+        {
+            old.sandbox.close().await;
+        }
+        let Some(command) = request.values.get("command") else {
+            return Ok(Output {
+                content: "the session was restarted: the next command runs in a fresh shell".into(),
+                ..Output::default()
+            });
+        };
+        let processes = self.launcher.processes();
+        let check = processes.as_ref().map(|p| Check {
+            dirs: p.cgroups.clone(),
+            full_at: p.full_at(),
+            refused: None,
+        });
+        let limit_of = processes.as_ref().map_or(0, |p| p.limit);
+        let mut notes: Vec<String> = Vec::new();
+        // Taken out while the command runs: if this call's future is dropped, the shell is
+        // dropped with it and its sandbox released, rather than kept mid-command.
+        let mut live = match guard.take() {
+            Some(live) => live,
+            None => self.launch(env, limits, deadline, limit).await?,
+        };
+        let mut fresh = false;
+        let ran = loop {
+            let ran = live
+                .run(command, limits.output, deadline, check.as_ref())
+                .await;
+            match ran {
+                // Out of processes before it ran: once, in a fresh sandbox.
+                Ran::NotRun { processes, refused } if !fresh => {
+                    live.sandbox.close().await;
+                    notes.push(format!(
+                        "the session ran out of processes after the last command ({}), most \
+                         likely through background jobs it left: it was reset before this \
+                         command, which ran in {}; the working directory, variables, \
+                         background jobs and files outside the granted folders of before are \
+                         gone",
+                        state(processes, refused, limit_of),
+                        L::FRESH
+                    ));
+                    live = self.launch(env, limits, deadline, limit).await?;
+                    fresh = true;
+                }
+                ran => break ran,
+            }
+        };
+        let lost = "working directory, variables, background jobs and files outside the granted \
+                    folders are lost";
+        match ran {
+            Ran::Finished {
+                status,
+                processes,
+                stdout,
+                stderr,
+                between,
+            } => {
+                let oom = status == 137 && live.sandbox.memory_killed().await;
+                if between > 0 {
+                    notes.push(format!(
+                        "background jobs wrote {} between commands, not shown: to read what a \
+                         background job writes, send it to a file (`cmd >/tmp/log 2>&1 &`)",
+                        ByteSize(between)
+                    ));
+                }
+                match (processes, &check) {
+                    (Some(n), Some(c)) if n >= c.full_at => {
+                        live.sandbox.close().await;
+                        notes.push(format!(
+                            "the session is out of processes ({n} of {limit_of} in use, by \
+                             what this command left running): it was reset, and the next \
+                             command starts in {} ({lost})",
+                            L::FRESH
+                        ));
+                    }
+                    _ => *guard = Some(live),
+                }
+                // `answer` puts the note in brackets: one bracketed line per note.
+                let note = notes.join("]\n[");
+                answer(
+                    status,
+                    oom,
+                    &stdout,
+                    &stderr,
+                    limits,
+                    Some(&note).filter(|n| !n.is_empty()).map(String::as_str),
+                )
+            }
+            Ran::ShellEnded { stdout, stderr } => {
+                let status = live.sandbox.exit_status().await;
+                live.sandbox.close().await;
+                let (code, oom) = status?;
+                notes.push(format!(
+                    "the shell ended, and with it the session: the next command starts in {}",
+                    L::FRESH
+                ));
+                answer(
+                    code,
+                    oom,
+                    &stdout,
+                    &stderr,
+                    limits,
+                    Some(&notes.join("]\n[")),
+                )
+            }
+            Ran::TimedOut { stdout, stderr } => {
+                live.sandbox.close().await;
+                Err(timed_out(
+                    limit,
+                    &stdout,
+                    &stderr,
+                    &format!(
+                        "the session's shell was killed; the next command starts in {} ({lost})",
+                        L::FRESH
+                    ),
+                ))
+            }
+            Ran::OutOfProcesses {
+                stdout,
+                stderr,
+                processes,
+            } => {
+                live.sandbox.close().await;
+                let mut message = format!(
+                    "the command filled the session with processes ({processes} of {limit_of} \
+                     in use) and was stopped; the session was reset, and the next command \
+                     starts in {} ({lost})",
+                    L::FRESH
+                );
+                for (name, text) in [("stdout", &stdout), ("stderr", &stderr)] {
+                    if !text.is_empty() {
+                        message.push_str(&format!("\n[{name} so far]\n{text}"));
+                    }
+                }
+                Err(ToolError::new(ErrorKind::LimitExceeded, message)
+                    .with_detail("processes", processes)
+                    .with_detail("stdout", stdout)
+                    .with_detail("stderr", stderr))
+            }
+            // Not reached: the loop above runs again on it, once.
+            Ran::NotRun { processes, refused } => {
+                live.sandbox.close().await;
+                Err(ToolError::new(
+                    ErrorKind::LimitExceeded,
+                    format!(
+                        "a fresh shell found its sandbox out of processes ({}) and could not \
+                         run the command",
+                        state(processes, refused, limit_of)
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Starts a shell for a session, by `deadline`.
+    async fn launch(
+        &self,
+        env: &[(String, String)],
+        limits: &Limits,
+        deadline: Instant,
+        limit: Duration,
+    ) -> Result<Live<L::Sandbox>, ToolError> {
+        match tokio::time::timeout_at(deadline, self.launcher.launch(env, limits)).await {
+            Ok(launched) => {
+                let l = launched?;
+                Ok(Live::new(l.sandbox, l.input, l.output))
+            }
+            Err(_) => Err(timed_out(limit, "", "", "the shell did not start")),
+        }
+    }
+
+    fn slot(&self, id: SessionId) -> Slot<L::Sandbox> {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots.entry(id).or_default().clone()
+    }
+
+    /// Ends session `id`: its shell and sandbox are gone when this returns.
+    pub async fn end(&self, id: SessionId) {
+        let slot = {
+            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            slots.remove(&id)
+        };
+        if let Some(slot) = slot
+            && let Some(live) = slot.lock().await.take()
+        {
+            live.sandbox.close().await;
+        }
+    }
+}
+
+/// "120 of 128 in use, 37 forks refused".
+fn state(processes: Option<u64>, refused: u64, limit: u64) -> String {
+    let mut text = match processes {
+        Some(n) => format!("{n} of {limit} in use"),
+        None => format!("a limit of {limit}"),
+    };
+    if refused > 0 {
+        text.push_str(&format!(", {refused} forks refused"));
+    }
+    text
+}
