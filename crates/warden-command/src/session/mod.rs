@@ -125,7 +125,9 @@ pub struct Processes {
     pub limit: u64,
     /// Directories inside the sandbox where its pids cgroup shows (`pids.current`,
     /// `pids.events`), the first readable one used. None readable: the sandbox is only
-    /// counted from outside, while a command runs.
+    /// counted from outside, while a command runs. None given (a sandbox without a cgroup of
+    /// its own): it is counted from outside ([`Sandbox::processes`]) before and after each
+    /// command too.
     pub cgroups: Vec<String>,
 }
 
@@ -224,11 +226,30 @@ impl<L: Launcher> Sessions<L> {
         let mut notes: Vec<String> = Vec::new();
         // Taken out while the command runs: if this call's future is dropped, the shell is
         // dropped with it and its sandbox released, rather than kept mid-command.
-        let mut live = match guard.take() {
-            Some(live) => live,
-            None => self.launch(env, limits, deadline, limit).await?,
+        let (mut live, launched) = match guard.take() {
+            Some(live) => (live, false),
+            None => (self.launch(env, limits, deadline, limit).await?, true),
         };
+        // Without a cgroup the shell can read, the sandbox is counted from outside, before
+        // the command and after it.
+        let outside = processes.as_ref().is_some_and(|p| p.cgroups.is_empty());
         let mut fresh = false;
+        if let (true, false, Some(c)) = (outside, launched, &check)
+            && let Some(n) = live.sandbox.processes().await
+            && n >= c.full_at
+        {
+            live.sandbox.close().await;
+            notes.push(format!(
+                "the session ran out of processes after the last command ({}), most likely \
+                 through background jobs it left: it was reset before this command, which ran \
+                 in {}; the working directory, variables, background jobs and files outside \
+                 the granted folders of before are gone",
+                state(Some(n), 0, limit_of),
+                L::FRESH
+            ));
+            live = self.launch(env, limits, deadline, limit).await?;
+            fresh = true;
+        }
         let ran = loop {
             let ran = live
                 .run(command, limits.output, deadline, check.as_ref())
@@ -263,6 +284,10 @@ impl<L: Launcher> Sessions<L> {
                 between,
             } => {
                 let oom = status == 137 && live.sandbox.memory_killed().await;
+                let processes = match processes {
+                    None if outside => live.sandbox.processes().await,
+                    counted => counted,
+                };
                 if between > 0 {
                     notes.push(format!(
                         "background jobs wrote {} between commands, not shown: to read what a \
