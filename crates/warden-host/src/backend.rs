@@ -24,13 +24,25 @@ impl HostBackend {
     /// The tool of one host policy (the audit probes it too).
     fn tool(&self, policy: &Policy) -> Result<HostTool, PolicyError> {
         let cfg = HostConfig::from_policy(policy)?;
-        let template = Template::parse(&cfg.argv.value)
-            .map_err(|m| PolicyError::new(&policy.path, Some(cfg.argv.line), m))?;
+        let err = |m: String| PolicyError::new(&policy.path, Some(cfg.argv.line), m);
+        let template = Template::parse(&cfg.argv.value).map_err(err)?;
+        let shell = match (cfg.session, template.shell()) {
+            (false, _) => None,
+            (true, Some(sh)) => Some(sh.to_owned()),
+            (true, None) => {
+                return Err(err(
+                    "session = true keeps one long-lived shell, so argv must be a shell running \
+                     the command: [\"/bin/sh\", \"-c\", \"{command}\"] (any shell's path)"
+                        .into(),
+                ));
+            }
+        };
         Ok(HostTool::new(
             self.helper.clone(),
             cfg,
             template,
             policy.grants.clone(),
+            shell,
         ))
     }
 }
@@ -41,7 +53,7 @@ impl Backend for HostBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        warden_command::capabilities(Paths::Host, false)
+        warden_command::capabilities(Paths::Host, true)
     }
 
     fn probe(&self, policy: &Arc<Policy>) -> BoxFuture<'_, Option<Result<Probe, String>>> {
@@ -74,7 +86,11 @@ impl Backend for HostBackend {
             .map(|g| format!("{} ({})", g.host.display(), access_word(g.access)))
             .collect();
         let description = cfg.description.clone().unwrap_or_else(|| {
-            let what = if template.shell().is_some() {
+            let what = if cfg.session {
+                "Runs a shell command in this conversation's own long-lived shell (cd, \
+                 variables and /tmp persist between calls; `restart: true` starts afresh)"
+                    .to_owned()
+            } else if template.shell().is_some() {
                 "Runs a shell command".to_owned()
             } else {
                 format!(
@@ -97,7 +113,7 @@ impl Backend for HostBackend {
         let spec = ToolSpec {
             name: cfg.name.clone(),
             description,
-            input_schema: template.schema(limits.timeout, false),
+            input_schema: template.schema(limits.timeout, cfg.session),
             output_schema: None,
         };
         let report = report(cfg, policy);
@@ -145,6 +161,7 @@ fn report(cfg: &HostConfig, policy: &Policy) -> Report {
         "file_size": file_size.to_string(),
         "tmp": tmp.to_string(),
         "isolation": isolation,
+        "session": cfg.session,
     });
     Report {
         settings: settings.as_object().cloned().unwrap_or_default(),
@@ -152,8 +169,14 @@ fn report(cfg: &HostConfig, policy: &Policy) -> Report {
             ReportLine {
                 label: "executor",
                 text: format!(
-                    "host {:?} as {} in {workdir} (isolation {isolation})",
-                    cfg.argv.value, cfg.user
+                    "host {:?} as {} in {workdir} (isolation {isolation}; {})",
+                    cfg.argv.value,
+                    cfg.user,
+                    if cfg.session {
+                        "one shell per session"
+                    } else {
+                        "one process tree per call"
+                    }
                 ),
             },
             ReportLine {

@@ -58,6 +58,8 @@ pub struct HostConfig {
     /// Largest file the command may write (`RLIMIT_FSIZE`).
     pub file_size: u64,
     pub isolation: Located<Isolation>,
+    /// One confined shell per session instead of one confined process tree per call.
+    pub session: bool,
 }
 
 /// The `[executor]` table as written.
@@ -76,6 +78,7 @@ struct HostSpec {
     open_files: Option<Spanned<i64>>,
     file_size: Option<Spanned<ByteSize>>,
     isolation: Option<Spanned<String>>,
+    session: Option<bool>,
 }
 
 impl HostConfig {
@@ -155,6 +158,7 @@ impl HostConfig {
             open_files,
             file_size,
             isolation,
+            session: spec.session.unwrap_or(false),
         };
         config.check(table, &policy.grants)?;
         Ok(config)
@@ -216,6 +220,28 @@ mod tests {
         assert_eq!(cfg.isolation.value, Isolation::Required);
         assert_eq!(cfg.processes, DEFAULT_PROCESSES);
         assert_eq!(cfg.start_dir(&p.grants), Path::new("/"));
+        assert!(!cfg.session);
+    }
+
+    #[test]
+    fn session_mode_needs_a_shell_running_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, cfg) = parse_in(dir.path(), &format!("{SHELL}session = true\n")).unwrap();
+        assert!(cfg.session);
+        let (policy, cfg) = parse_in(
+            dir.path(),
+            "[executor]\nkind = \"host\"\nname = \"ls\"\nargv = [\"/bin/ls\", \"{path}\"]\n\
+             session = true\n",
+        )
+        .unwrap();
+        assert!(cfg.session);
+        let backend = HostBackend::new(Helper {
+            program: PathBuf::from("/nonexistent"),
+            args: Vec::new(),
+        });
+        let e = backend.load(&std::sync::Arc::new(policy)).err().unwrap();
+        assert_eq!(e.line, Some(4), "{e}");
+        assert!(e.message.contains("session = true"), "{e}");
     }
 
     #[test]

@@ -61,9 +61,11 @@ pub(crate) fn command(
     )?;
     std::env::set_current_dir(&plan.cwd)
         .map_err(|e| setup(format!("entering {}: {e}", plan.cwd.display())))?;
-    let devnull = File::open("/dev/null").map_err(|e| setup(format!("/dev/null: {e}")))?;
-    nix::unistd::dup2_stdin(&devnull).map_err(|e| setup(format!("stdin: {e}")))?;
-    drop(devnull);
+    // A session's shell reads its commands on the helper's stdin; anything else reads nothing.
+    if !plan.session {
+        let devnull = File::open("/dev/null").map_err(|e| setup(format!("/dev/null: {e}")))?;
+        nix::unistd::dup2_stdin(&devnull).map_err(|e| setup(format!("stdin: {e}")))?;
+    }
     close_other_fds();
     // Landlock opens the roots while still privileged, then the user is dropped.
     let ruleset = crate::landlock::ruleset(plan, &mut protections)?;

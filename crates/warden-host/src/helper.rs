@@ -66,13 +66,28 @@ pub fn main() -> ! {
     std::process::exit(code)
 }
 
+/// The plan: its length, then its JSON, read unbuffered from stdin so that nothing after it
+/// (a session's commands) is taken from the shell.
 fn read_plan() -> Result<Plan, Failure> {
-    let mut text = Vec::new();
-    std::io::stdin()
-        .read_to_end(&mut text)
+    // SAFETY: fd 0 stays open; ManuallyDrop keeps this File from closing it.
+    let mut stdin = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(0) });
+    let mut len = [0u8; 4];
+    stdin
+        .read_exact(&mut len)
+        .map_err(|e| setup(format!("reading the plan: {e}")))?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_PLAN {
+        return Err(setup(format!("a plan of {len} bytes is too large")));
+    }
+    let mut text = vec![0u8; len];
+    stdin
+        .read_exact(&mut text)
         .map_err(|e| setup(format!("reading the plan: {e}")))?;
     serde_json::from_slice(&text).map_err(|e| setup(format!("a malformed plan: {e}")))
 }
+
+/// The largest plan the helper reads.
+const MAX_PLAN: usize = 16 << 20;
 
 pub(crate) fn send(reports: &mut File, report: &Report) {
     if let Ok(mut line) = serde_json::to_vec(report) {
@@ -84,8 +99,19 @@ pub(crate) fn send(reports: &mut File, report: &Report) {
 /// Starts `init` in new namespaces and waits for it; the helper's exit code is the command's
 /// (128 + signal when killed).
 fn run(plan: &Plan, reports: &mut File) -> Result<i32, Failure> {
-    // Should warden die without killing us, the command still ends.
-    nix::unistd::alarm::set(plan.deadline_secs.clamp(1, u32::MAX as u64) as u32);
+    if plan.session {
+        // A session's shell lives as long as warden wants it, and no longer: should the
+        // warden thread that started the helper end, the helper is killed, and `init` with
+        // it (its own parent-death signal), which ends everything in the namespace.
+        prctl::set_pdeathsig(Signal::SIGKILL)
+            .map_err(|e| setup(format!("parent-death signal: {e}")))?;
+        if nix::unistd::getppid() == Pid::from_raw(1) {
+            return Err(setup("warden ended before the session's shell started"));
+        }
+    } else {
+        // Should warden die without killing us, the command still ends.
+        nix::unistd::alarm::set(plan.deadline_secs.clamp(1, u32::MAX as u64) as u32);
+    }
     let root = Uid::effective().is_root();
     let mut protections = Protections::default();
     // A user namespace of its own even as root: the kernel counts RLIMIT_NPROC per namespace,
@@ -145,6 +171,7 @@ fn run(plan: &Plan, reports: &mut File) -> Result<i32, Failure> {
                 return Err(f);
             }
             nix::unistd::write(&go_write, b"g").map_err(|e| setup(format!("pipe: {e}")))?;
+            send(reports, &Report::Init { pid: pid.as_raw() });
             pid
         }
         Err(e) if plan.best_effort => {
@@ -160,7 +187,15 @@ fn run(plan: &Plan, reports: &mut File) -> Result<i32, Failure> {
             // SAFETY: this process has a single thread.
             match unsafe { fork() }.map_err(|e| setup(format!("fork: {e}")))? {
                 ForkResult::Child => std::process::exit(init(plan, reports, protections, root)),
-                ForkResult::Parent { child } => child,
+                ForkResult::Parent { child } => {
+                    send(
+                        reports,
+                        &Report::Init {
+                            pid: child.as_raw(),
+                        },
+                    );
+                    child
+                }
             }
         }
         Err(e) => {

@@ -18,6 +18,7 @@ mod helper;
 mod landlock;
 mod plan;
 mod seccomp;
+mod session;
 mod tool;
 
 pub use backend::HostBackend;

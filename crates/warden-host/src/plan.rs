@@ -26,7 +26,12 @@ pub(crate) struct Plan {
     pub tmp: u64,
     pub rlimits: Rlimits,
     /// Seconds after which the helper kills the command on its own, should warden be gone.
+    /// Not used for a session's shell, which has no overall deadline.
     pub deadline_secs: u64,
+    /// A session's long-lived shell: its stdin is the helper's (warden writes commands to
+    /// it) rather than `/dev/null`, there is no overall deadline, and the helper dies with
+    /// the warden thread that started it.
+    pub session: bool,
     /// Run with what the kernel offers instead of refusing.
     pub best_effort: bool,
 }
@@ -57,6 +62,8 @@ pub(crate) struct Rlimits {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Report {
+    /// The helper started `init` in the new namespaces: its pid, as warden sees it.
+    Init { pid: i32 },
     /// The confinement is in place; the command is being executed.
     Ready(Protections),
     /// The helper could not confine or start the command; nothing ran.

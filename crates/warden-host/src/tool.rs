@@ -1,19 +1,24 @@
 //! The executor of a host tool: one confined process tree per call, started through the
-//! helper, read with caps, and killed whole on timeout or cancel.
+//! helper, read with caps, and killed whole on timeout or cancel; or, in session mode, one
+//! confined shell per session (see [`crate::session`]).
 
 use crate::config::{HostConfig, Isolation};
 use crate::plan::{Plan, Protections, REPORT_FD, Report, Rlimits, Root};
+use crate::session::HostShells;
 use serde_json::Value;
 use std::ffi::OsString;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
+use warden_command::session::Sessions;
 use warden_command::{NetworkMode, Request, Template, answer, effective_timeout, timed_out};
 use warden_core::{
-    Access, BoxFuture, Capped, ErrorKind, Executor, Grants, Invocation, Limits, Output, ToolError,
+    Access, BoxFuture, Capped, ErrorKind, Executor, Grants, Invocation, Limits, Output, SessionId,
+    ToolError,
 };
 
 /// How warden starts its helper: a program and the arguments that make it one.
@@ -36,14 +41,27 @@ impl Helper {
 
 /// One host tool.
 pub(crate) struct HostTool {
+    starter: Arc<Starter>,
+    template: Template,
+    /// `Some` in session mode: the shells of its sessions.
+    sessions: Option<Sessions<HostShells>>,
+}
+
+/// What starts the helper with a plan: shared by a tool's calls and its session shells.
+pub(crate) struct Starter {
     helper: Helper,
     config: HostConfig,
-    template: Template,
     grants: Grants,
     /// The granted roots as the helper takes them, made once at load.
     roots: Vec<Root>,
     /// Bytes of the private /tmp, 0 for none; decided once at load.
     tmp: u64,
+}
+
+/// A helper just started: its process, and the read end of its report pipe.
+pub(crate) struct Started {
+    pub child: tokio::process::Child,
+    pub reports: tokio::net::unix::pipe::Receiver,
 }
 
 /// How the command's process tree ended.
@@ -55,11 +73,13 @@ struct Ended {
 }
 
 impl HostTool {
+    /// `shell` is `Some` in session mode: the shell that drives every session.
     pub(crate) fn new(
         helper: Helper,
         config: HostConfig,
         template: Template,
         grants: Grants,
+        shell: Option<String>,
     ) -> Self {
         let roots = grants
             .fs
@@ -77,60 +97,46 @@ impl HostTool {
         } else {
             config.tmp
         };
-        Self {
+        let starter = Arc::new(Starter {
             helper,
             config,
-            template,
             grants,
             roots,
             tmp,
+        });
+        let sessions = shell.map(|shell| {
+            Sessions::new(HostShells {
+                starter: starter.clone(),
+                shell,
+            })
+        });
+        Self {
+            starter,
+            template,
+            sessions,
         }
     }
 
     pub(crate) fn config(&self) -> &HostConfig {
-        &self.config
+        &self.starter.config
     }
 
     pub(crate) fn template(&self) -> &Template {
         &self.template
     }
 
-    /// The plan of one call.
-    fn plan(
-        &self,
-        argv: Vec<String>,
-        limits: &Limits,
-        timeout: Duration,
-    ) -> Result<Plan, ToolError> {
-        let cfg = &self.config;
-        let cpu = cfg.cpu_time.unwrap_or(limits.timeout);
-        Ok(Plan {
-            argv,
-            env: self.grants.resolve_env()?,
-            cwd: cfg.start_dir(&self.grants).to_owned(),
-            uid: cfg.user.uid,
-            gid: cfg.user.gid,
-            host_network: cfg.network.value == NetworkMode::Unrestricted,
-            roots: self.roots.clone(),
-            tmp: self.tmp,
-            rlimits: Rlimits {
-                cpu_secs: cpu.as_secs_f64().ceil().max(1.0) as u64,
-                address_space: limits.memory,
-                file_size: cfg.file_size,
-                processes: u64::from(cfg.processes),
-                open_files: u64::from(cfg.open_files),
-            },
-            deadline_secs: timeout.as_secs() + 2,
-            best_effort: cfg.isolation.value == Isolation::BestEffort,
-        })
-    }
-
     /// Runs `true` as this tool would run a call, and answers what was in force: the audit's
     /// view of this machine, measured rather than guessed.
     pub(crate) async fn probe(&self) -> Result<Protections, ToolError> {
         let limits = Limits::default();
-        let plan = self.plan(vec!["true".into()], &limits, limits.timeout)?;
+        let plan = self.starter.plan(
+            vec!["true".into()],
+            self.starter.grants.resolve_env()?,
+            &limits,
+            limits.timeout,
+        );
         let ended = self
+            .starter
             .spawn(&plan, 1024, Instant::now() + limits.timeout)
             .await?;
         ended
@@ -139,20 +145,33 @@ impl HostTool {
             .find_map(|r| match r {
                 Report::Ready(p) => Some(Ok(p)),
                 Report::Failed { message, .. } => Some(Err(unavailable(&message))),
-                Report::Exited { .. } => None,
+                Report::Exited { .. } | Report::Init { .. } => None,
             })
             .unwrap_or_else(|| Err(unavailable("the helper ended without a report")))
     }
 
     async fn run(&self, inv: Invocation) -> Result<Output, ToolError> {
-        let request = Request::parse(&inv.arguments, &self.template, false)
+        let request = Request::parse(&inv.arguments, &self.template, self.sessions.is_some())
             .map_err(ToolError::invalid_arguments)?;
+        // `limit` is what messages name; `timeout` is when this executor stops.
         let limit = request
             .timeout
             .map_or(inv.limits.timeout, |t| t.min(inv.limits.timeout));
         let timeout = effective_timeout(request.timeout, inv.limits.timeout);
-        let plan = self.plan(self.template.render(&request.values), &inv.limits, timeout)?;
+        let env = self.starter.grants.resolve_env()?;
+        if let Some(sessions) = &self.sessions {
+            return sessions
+                .run(inv.session, &request, &env, &inv.limits, (timeout, limit))
+                .await;
+        }
+        let plan = self.starter.plan(
+            self.template.render(&request.values),
+            env,
+            &inv.limits,
+            timeout,
+        );
         let ended = self
+            .starter
             .spawn(&plan, inv.limits.output, Instant::now() + timeout)
             .await?;
         let (stdout, stderr) = (ended.stdout.text(), ended.stderr.text());
@@ -163,6 +182,7 @@ impl HostTool {
                 Report::Ready(p) => protections = Some(p),
                 Report::Failed { message, .. } => return Err(unavailable(&message)),
                 Report::Exited { code, signal } => exit = Some((code, signal)),
+                Report::Init { .. } => {}
             }
         }
         let isolation = protections
@@ -183,7 +203,7 @@ impl HostTool {
                 answer(code.into(), false, &stdout, &stderr, &inv.limits, None)
             }
             Some((None, Some(signal))) => {
-                Err(killed(signal, &self.config, &inv.limits, &stdout, &stderr))
+                Err(killed(signal, self.config(), &inv.limits, &stdout, &stderr))
             }
             _ => Err(ToolError::new(
                 ErrorKind::Internal,
@@ -199,8 +219,89 @@ impl HostTool {
         }
     }
 
+    async fn end(&self, id: SessionId) {
+        if let Some(sessions) = &self.sessions {
+            sessions.end(id).await;
+        }
+    }
+}
+
+impl Starter {
+    pub(crate) fn config(&self) -> &HostConfig {
+        &self.config
+    }
+
+    /// The plan of one call, or (`timeout` none) of a session's shell.
+    pub(crate) fn plan(
+        &self,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        limits: &Limits,
+        timeout: Duration,
+    ) -> Plan {
+        self.plan_for(argv, env, limits, Some(timeout))
+    }
+
+    /// The plan of a session's shell: no overall deadline, commands on its stdin.
+    pub(crate) fn session_plan(
+        &self,
+        shell: String,
+        env: Vec<(String, String)>,
+        limits: &Limits,
+    ) -> Plan {
+        self.plan_for(vec![shell], env, limits, None)
+    }
+
+    fn plan_for(
+        &self,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        limits: &Limits,
+        timeout: Option<Duration>,
+    ) -> Plan {
+        let cfg = &self.config;
+        let cpu = cfg.cpu_time.unwrap_or(limits.timeout);
+        Plan {
+            argv,
+            env,
+            cwd: cfg.start_dir(&self.grants).to_owned(),
+            uid: cfg.user.uid,
+            gid: cfg.user.gid,
+            host_network: cfg.network.value == NetworkMode::Unrestricted,
+            roots: self.roots.clone(),
+            tmp: self.tmp,
+            rlimits: Rlimits {
+                cpu_secs: cpu.as_secs_f64().ceil().max(1.0) as u64,
+                address_space: limits.memory,
+                file_size: cfg.file_size,
+                processes: u64::from(cfg.processes),
+                open_files: u64::from(cfg.open_files),
+            },
+            deadline_secs: timeout.map_or(0, |t| t.as_secs() + 2),
+            session: timeout.is_none(),
+            best_effort: cfg.isolation.value == Isolation::BestEffort,
+        }
+    }
+
     /// Starts the helper with `plan` and reads everything until the tree ends or `deadline`.
     async fn spawn(&self, plan: &Plan, cap: u64, deadline: Instant) -> Result<Ended, ToolError> {
+        let Started { mut child, reports } = self.start(plan).await?;
+        // The command reads /dev/null; the helper needs nothing more.
+        drop(child.stdin.take());
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err(internal("the helper's output pipes are missing".into()));
+        };
+        let ended = drain(stdout, stderr, reports, cap, deadline).await;
+        if ended.timed_out {
+            let _ = child.start_kill();
+        }
+        // The tree is gone (or being killed): the helper exits at once.
+        let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+        Ok(ended)
+    }
+
+    /// Starts the helper and hands it `plan`; its stdin stays open, for a session's commands.
+    pub(crate) async fn start(&self, plan: &Plan) -> Result<Started, ToolError> {
         let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .map_err(|e| internal(format!("a pipe for the helper's reports: {e}")))?;
         let mut command = tokio::process::Command::new(&self.helper.program);
@@ -232,22 +333,18 @@ impl HostTool {
         })?;
         drop(report_write);
         let plan_json = serde_json::to_vec(plan).map_err(|e| internal(e.to_string()))?;
-        if let Some(mut stdin) = child.stdin.take() {
-            // A helper that died early shows up below as a missing report.
-            let _ = stdin.write_all(&plan_json).await;
+        let len = u32::try_from(plan_json.len())
+            .map_err(|_| internal("the helper's plan is too large".into()))?;
+        let mut framed = len.to_le_bytes().to_vec();
+        framed.extend_from_slice(&plan_json);
+        if let Some(stdin) = child.stdin.as_mut() {
+            // A helper that died early shows up as a missing report.
+            let _ = stdin.write_all(&framed).await;
+            let _ = stdin.flush().await;
         }
         let reports = tokio::net::unix::pipe::Receiver::from_owned_fd(report_read)
             .map_err(|e| internal(format!("the helper's report pipe: {e}")))?;
-        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-            return Err(internal("the helper's output pipes are missing".into()));
-        };
-        let ended = drain(stdout, stderr, reports, cap, deadline).await;
-        if ended.timed_out {
-            let _ = child.start_kill();
-        }
-        // The tree is gone (or being killed): the helper exits at once.
-        let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
-        Ok(ended)
+        Ok(Started { child, reports })
     }
 }
 
@@ -340,19 +437,23 @@ fn killed(signal: i32, cfg: &HostConfig, limits: &Limits, stdout: &str, stderr: 
         .with_detail("stderr", stderr)
 }
 
-fn unavailable(message: &str) -> ToolError {
+pub(crate) fn unavailable(message: &str) -> ToolError {
     ToolError::new(
         ErrorKind::Unavailable,
         format!("the host sandbox could not run the command: {message}"),
     )
 }
 
-fn internal(message: String) -> ToolError {
+pub(crate) fn internal(message: String) -> ToolError {
     ToolError::new(ErrorKind::Internal, message)
 }
 
 impl Executor for HostTool {
     fn execute(&self, invocation: Invocation) -> BoxFuture<'_, Result<Output, ToolError>> {
         Box::pin(self.run(invocation))
+    }
+
+    fn end_session(&self, session: SessionId) -> BoxFuture<'_, ()> {
+        Box::pin(self.end(session))
     }
 }

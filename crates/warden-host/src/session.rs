@@ -1,0 +1,220 @@
+//! Session mode's host side: a session's shell is the command of one helper, in namespaces
+//! of its own (user, PID, mount with its private /tmp, network), under the tool's rlimits,
+//! Landlock and seccomp, for as long as the session lasts. It reads its commands on the
+//! helper's stdin, and the shared session driver (`warden_command::session`) frames them,
+//! keeps deadlines and resets. Killing `init`, PID 1 of the namespace, kills everything the
+//! session started.
+
+use crate::plan::Report;
+use crate::tool::{Started, Starter, internal, unavailable};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::unix::pipe::Receiver;
+use tokio::process::Child;
+use warden_command::session::{Launched, Launcher, Processes, Sandbox, chunks};
+use warden_core::{Limits, ToolError};
+
+/// How many more times a busy namespace is counted, and how far apart.
+const RECOUNTS: usize = 20;
+const RECOUNT_EVERY: Duration = Duration::from_millis(5);
+
+/// How long closing waits for the helper to exit once its namespace is killed.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// Starts a tool's session shells, each through the helper, in namespaces of its own.
+pub(crate) struct HostShells {
+    pub starter: Arc<Starter>,
+    /// The shell of the tool's template (`/bin/sh`).
+    pub shell: String,
+}
+
+impl Launcher for HostShells {
+    type Sandbox = ShellNamespace;
+    const FRESH: &'static str = "a fresh shell in new namespaces";
+
+    fn processes(&self) -> Option<Processes> {
+        // No cgroup of its own: the driver counts the namespace from outside.
+        Some(Processes {
+            limit: u64::from(self.starter.config().processes),
+            cgroups: Vec::new(),
+        })
+    }
+
+    async fn launch(
+        &self,
+        env: &[(String, String)],
+        limits: &Limits,
+    ) -> Result<Launched<ShellNamespace>, ToolError> {
+        let plan = self
+            .starter
+            .session_plan(self.shell.clone(), env.to_vec(), limits);
+        let Started { mut child, reports } = self.starter.start(&plan).await?;
+        let (Some(input), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(internal("the helper's pipes are missing".into()));
+        };
+        let mut sandbox = ShellNamespace {
+            limit: u64::from(self.starter.config().processes),
+            child,
+            init: None,
+            namespace: None,
+            reports: BufReader::new(reports),
+        };
+        // Until the shell is confined and executed: `init`'s pid, then `ready` or a failure.
+        loop {
+            match sandbox.report().await {
+                Some(Report::Init { pid }) => sandbox.init = Some(pid),
+                Some(Report::Ready(_)) => break,
+                Some(Report::Failed { message, .. }) => {
+                    sandbox.close().await;
+                    return Err(unavailable(&message));
+                }
+                Some(Report::Exited { .. }) | None => {
+                    sandbox.close().await;
+                    return Err(unavailable("the session's shell ended before it started"));
+                }
+            }
+        }
+        sandbox.namespace = sandbox
+            .init
+            .and_then(|pid| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok());
+        Ok(Launched {
+            sandbox,
+            input: Box::pin(input),
+            output: chunks(stdout, stderr),
+        })
+    }
+}
+
+/// The namespaces of one session shell: the helper, and `init` inside. Dropped without
+/// [`Sandbox::close`], both are killed (the helper on drop, `init` here).
+pub(crate) struct ShellNamespace {
+    /// The tool's process limit (`RLIMIT_NPROC`, counted in the session's user namespace).
+    limit: u64,
+    child: Child,
+    /// `init`'s pid, as warden sees it; `None` once it is known gone.
+    init: Option<i32>,
+    /// `init`'s PID namespace (`pid:[…]`), to count its processes from outside.
+    namespace: Option<std::path::PathBuf>,
+    reports: BufReader<Receiver>,
+}
+
+impl ShellNamespace {
+    /// The next report, `None` at the end of the pipe.
+    async fn report(&mut self) -> Option<Report> {
+        loop {
+            let mut line = String::new();
+            match self.reports.read_line(&mut line).await {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {
+                    if let Ok(report) = serde_json::from_str(line.trim_end()) {
+                        return Some(report);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Kills `init`, and with it the namespace, while the helper (its parent, which has not
+    /// reaped it) still runs: the pid cannot have been reused.
+    fn kill_init(&mut self) {
+        if let Some(pid) = self.init.take()
+            && matches!(self.child.try_wait(), Ok(None))
+        {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
+
+impl Sandbox for ShellNamespace {
+    async fn exit_status(&mut self) -> Result<(i64, bool), ToolError> {
+        let read = async {
+            while let Some(report) = self.report().await {
+                if let Report::Exited { code, signal } = report {
+                    return Some(match (code, signal) {
+                        (Some(code), _) => i64::from(code),
+                        (None, Some(signal)) => 128 + i64::from(signal),
+                        (None, None) => 1,
+                    });
+                }
+            }
+            None
+        };
+        match tokio::time::timeout(CLOSE_WAIT, read).await {
+            Ok(Some(code)) => Ok((code, false)),
+            _ => Err(internal(
+                "the session's shell ended without saying how".into(),
+            )),
+        }
+    }
+
+    /// No memory killer here: the address-space limit makes allocations fail instead.
+    async fn memory_killed(&mut self) -> bool {
+        false
+    }
+
+    /// A fork bomb held at the limit churns: its processes die on refused forks and others
+    /// take their place, so one count can fall short of the limit. A count past half of it
+    /// is taken again, for up to [`RECOUNTS`] times, until it reaches what the driver counts
+    /// as full, and the highest is answered.
+    async fn processes(&mut self) -> Option<u64> {
+        let namespace = self.namespace.clone()?;
+        let half = self.limit / 2;
+        // As the session driver reckons it: a command needs a few.
+        let full = self.limit.saturating_sub((self.limit / 8).max(2)).max(1);
+        tokio::task::spawn_blocking(move || {
+            let mut most = count_in(&namespace)?;
+            if most >= half {
+                for _ in 0..RECOUNTS {
+                    if most >= full {
+                        break;
+                    }
+                    std::thread::sleep(RECOUNT_EVERY);
+                    most = most.max(count_in(&namespace)?);
+                }
+            }
+            Some(most)
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+
+    async fn close(mut self) {
+        self.kill_init();
+        // The helper exits once `init` and everything in its namespace are gone.
+        if tokio::time::timeout(CLOSE_WAIT, self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.start_kill();
+            let _ = tokio::time::timeout(CLOSE_WAIT, self.child.wait()).await;
+        }
+    }
+}
+
+impl Drop for ShellNamespace {
+    fn drop(&mut self) {
+        // The helper is killed on drop too (`kill_on_drop`), and `init` dies with it.
+        self.kill_init();
+    }
+}
+
+/// Processes in the PID namespace `namespace` but its `init`.
+fn count_in(namespace: &std::path::Path) -> Option<u64> {
+    let mut n: u64 = 0;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name();
+        if !name.as_encoded_bytes().iter().all(u8::is_ascii_digit) {
+            continue;
+        }
+        if std::fs::read_link(entry.path().join("ns/pid")).is_ok_and(|l| l == namespace) {
+            n += 1;
+        }
+    }
+    Some(n.saturating_sub(1))
+}

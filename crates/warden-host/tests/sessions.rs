@@ -1,0 +1,219 @@
+//! Session mode: one confined shell per session, kept between commands, reset on timeouts
+//! and fork bombs, and gone with its session.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use warden_core::{Denials, ErrorKind, Executor, Invocation, Limits, Output, SessionId, ToolError};
+
+async fn run(
+    tool: &Arc<dyn Executor>,
+    limits: &Limits,
+    session: SessionId,
+    args: Value,
+) -> Result<Output, ToolError> {
+    tool.execute(Invocation {
+        call_id: "call-1".into(),
+        arguments: args,
+        limits: *limits,
+        denials: Denials::default(),
+        session,
+    })
+    .await
+}
+
+/// Processes owned by `uid`.
+fn processes_of(uid: u32) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|e| e.metadata().is_ok_and(|m| m.uid() == uid))
+        .count()
+}
+
+/// What a command printed, without the exit-code line of a success.
+fn body(r: &Result<Output, ToolError>) -> String {
+    match r {
+        Ok(o) => o
+            .content
+            .trim_end_matches("[exit code 0]")
+            .trim()
+            .to_owned(),
+        Err(e) => format!("{}: {}", e.kind, e.message),
+    }
+}
+
+/// A session shell tool run as `uid`, with a folder holding `sub` granted read-write. The
+/// folder is outside /tmp, so that the session has a /tmp of its own.
+fn session_tool(
+    place: &Place,
+    uid: u32,
+    extra: &str,
+    limits: &str,
+) -> (Arc<dyn Executor>, Limits, tempfile::TempDir) {
+    let w = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::create_dir(w.path().join("sub")).unwrap();
+    for p in [w.path().to_owned(), w.path().join("sub")] {
+        chmod(&p, 0o777);
+    }
+    let (tool, limits) = place.tool(&shell(
+        &format!("session = true\nuser = \"{uid}:{uid}\"\n{extra}"),
+        &format!(
+            "fs = [{{ host = \"{}\", access = \"read-write\" }}]",
+            w.path().canonicalize().unwrap().display()
+        ),
+        limits,
+    ));
+    (tool, limits, w)
+}
+
+#[tokio::test]
+async fn the_working_directory_variables_and_tmp_persist_in_a_session() {
+    let place = Place::new();
+    let (tool, limits, w) = session_tool(&place, 65529, "", "");
+    let id = SessionId::fresh();
+    let r = run(
+        &tool,
+        &limits,
+        id,
+        json!({"command": "cd sub && X=1 && echo kept >/tmp/f"}),
+    )
+    .await;
+    assert!(r.is_ok(), "{}", text(&r));
+    let r = run(
+        &tool,
+        &limits,
+        id,
+        json!({"command": "pwd; echo $X; cat /tmp/f"}),
+    )
+    .await;
+    let sub = w.path().join("sub").canonicalize().unwrap();
+    assert_eq!(body(&r), format!("{}\n1\nkept", sub.display()));
+    // A restart forgets it all.
+    let r = run(&tool, &limits, id, json!({"restart": true})).await;
+    assert!(r.is_ok(), "{}", text(&r));
+    let r = run(
+        &tool,
+        &limits,
+        id,
+        json!({"command": "echo ${X:-unset}; cat /tmp/f"}),
+    )
+    .await;
+    assert!(text(&r).contains("unset"), "{}", text(&r));
+    assert!(!text(&r).contains("kept"), "{}", text(&r));
+    tool.end_session(id).await;
+}
+
+#[tokio::test]
+async fn two_sessions_do_not_share_a_shell() {
+    let place = Place::new();
+    let (tool, limits, _w) = session_tool(&place, 65528, "", "");
+    let (a, b) = (SessionId::fresh(), SessionId::fresh());
+    let r = run(
+        &tool,
+        &limits,
+        a,
+        json!({"command": "A=mine; echo a >/tmp/a; echo $$"}),
+    )
+    .await;
+    assert!(r.is_ok(), "{}", text(&r));
+    let r = run(
+        &tool,
+        &limits,
+        b,
+        json!({"command": "echo ${A:-none}; ls -A /tmp"}),
+    )
+    .await;
+    assert_eq!(body(&r), "none");
+    let r = run(&tool, &limits, a, json!({"command": "echo $A; ls -A /tmp"})).await;
+    assert_eq!(body(&r), "mine\na");
+    tool.end_session(a).await;
+    tool.end_session(b).await;
+}
+
+#[tokio::test]
+async fn a_timeout_takes_the_shell_down_and_the_next_command_starts_afresh() {
+    let place = Place::new();
+    let (tool, limits, _w) = session_tool(&place, 65527, "", "timeout = \"2s\"");
+    let id = SessionId::fresh();
+    let started = Instant::now();
+    let e = run(
+        &tool,
+        &limits,
+        id,
+        json!({"command": "X=5; echo before; sleep 30"}),
+    )
+    .await
+    .expect_err("past its deadline");
+    assert_eq!(e.kind, ErrorKind::Timeout, "{}", e.message);
+    assert!(e.message.contains("before"), "{}", e.message);
+    assert!(e.message.contains("a fresh shell"), "{}", e.message);
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    let r = run(&tool, &limits, id, json!({"command": "echo ${X:-unset}"})).await;
+    assert_eq!(body(&r), "unset");
+    tool.end_session(id).await;
+}
+
+#[tokio::test]
+async fn ending_a_session_leaves_no_process_of_its_user() {
+    let place = Place::new();
+    let uid = 65526;
+    let (tool, limits, _w) = session_tool(&place, uid, "", "");
+    let id = SessionId::fresh();
+    let r = run(
+        &tool,
+        &limits,
+        id,
+        json!({"command": "sleep 300 >/dev/null 2>&1 & (sleep 301 &) ; echo started"}),
+    )
+    .await;
+    assert!(text(&r).contains("started"), "{}", text(&r));
+    assert!(processes_of(uid) >= 3, "the shell and its jobs run");
+    tool.end_session(id).await;
+    assert_eq!(processes_of(uid), 0, "nothing of the session is left");
+}
+
+#[tokio::test]
+async fn a_fork_bomb_in_a_session_is_contained_and_the_next_command_answers() {
+    let place = Place::new();
+    let (tool, limits, _w) = session_tool(&place, 65525, "processes = 32", "timeout = \"5s\"");
+    let id = SessionId::fresh();
+    let r = run(&tool, &limits, id, json!({"command": "b() { b | b & }; b"})).await;
+    // Whatever the bomb's own answer, it is an answer.
+    eprintln!("the bomb: {}", text(&r));
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    let r = run(
+        &tool,
+        &limits,
+        id,
+        json!({"command": "ls -d / && echo answered"}),
+    )
+    .await;
+    let took = started.elapsed();
+    let content = r.as_ref().map(|o| o.content.clone()).unwrap_or_default();
+    eprintln!("after the bomb, in {took:?}: {content}");
+    assert!(content.contains("/\nanswered"), "{}", text(&r));
+    assert!(took < Duration::from_secs(3), "took {took:?}: {}", text(&r));
+    // Found still full of the bomb, the session was reset (and the answer says so), or the
+    // bomb had died down: either way the command ran in full, and so does the next.
+    assert!(!content.to_lowercase().contains("fork"), "{content}");
+    let r = run(&tool, &limits, id, json!({"command": "echo $((6 * 7))"})).await;
+    assert_eq!(body(&r), "42");
+    tool.end_session(id).await;
+    assert_eq!(processes_of(65525), 0);
+}
