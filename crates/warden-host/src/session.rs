@@ -17,8 +17,10 @@ use tokio::process::Child;
 use warden_command::session::{Launched, Launcher, Processes, Sandbox, chunks};
 use warden_core::{Limits, ToolError};
 
-/// How many more times a busy namespace is counted, and how far apart.
-const RECOUNTS: usize = 20;
+/// How many more times a busy namespace is counted, how far apart, and how many equal counts
+/// in a row show it holding still.
+const RECOUNTS: usize = 60;
+const STEADY: usize = 3;
 const RECOUNT_EVERY: Duration = Duration::from_millis(5);
 
 /// How long closing waits for the helper to exit once its namespace is killed.
@@ -157,24 +159,29 @@ impl Sandbox for ShellNamespace {
         false
     }
 
-    /// A fork bomb held at the limit churns: its processes die on refused forks and others
-    /// take their place, so one count can fall short of the limit. A count past half of it
-    /// is taken again, for up to [`RECOUNTS`] times, until it reaches what the driver counts
-    /// as full, and the highest is answered.
+    /// A fork bomb churns: while it grows, and once at the limit, its processes die on
+    /// refused forks and others take their place, so one count can fall far short of the
+    /// limit. A namespace with background processes is therefore counted again, 5 ms apart,
+    /// until it reaches what the driver counts as full, holds still for [`STEADY`] counts in
+    /// a row (background jobs, not a bomb), or [`RECOUNTS`] counts are made; the highest is
+    /// answered.
     async fn processes(&mut self) -> Option<u64> {
         let namespace = self.namespace.clone()?;
-        let half = self.limit / 2;
         // As the session driver reckons it: a command needs a few.
         let full = self.limit.saturating_sub((self.limit / 8).max(2)).max(1);
         tokio::task::spawn_blocking(move || {
-            let mut most = count_in(&namespace)?;
-            if most >= half {
+            let mut last = count_in(&namespace)?;
+            let (mut most, mut same) = (last, 1);
+            // The shell alone is 1; a job it left running makes 2.
+            if last >= 3 {
                 for _ in 0..RECOUNTS {
-                    if most >= full {
+                    if most >= full || same >= STEADY {
                         break;
                     }
                     std::thread::sleep(RECOUNT_EVERY);
-                    most = most.max(count_in(&namespace)?);
+                    let now = count_in(&namespace)?;
+                    same = if now == last { same + 1 } else { 1 };
+                    (last, most) = (now, most.max(now));
                 }
             }
             Some(most)

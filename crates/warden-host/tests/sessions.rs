@@ -217,3 +217,86 @@ async fn a_fork_bomb_in_a_session_is_contained_and_the_next_command_answers() {
     tool.end_session(id).await;
     assert_eq!(processes_of(65525), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_sessions_bombed_at_once_answer_their_next_commands() {
+    let place = Place::new();
+    let uid = 65524;
+    let (tool, limits, _w) = session_tool(&place, uid, "processes = 32", "timeout = \"10s\"");
+    let ids: Vec<SessionId> = (0..10).map(|_| SessionId::fresh()).collect();
+    let bombs = ids.iter().map(|&id| {
+        let (tool, limits) = (tool.clone(), limits);
+        async move { run(&tool, &limits, id, json!({"command": "b() { b | b & }; b"})).await }
+    });
+    futures_join(bombs).await;
+    let started = Instant::now();
+    let next = ids.iter().enumerate().map(|(i, &id)| {
+        let (tool, limits) = (tool.clone(), limits);
+        async move {
+            let r = run(
+                &tool,
+                &limits,
+                id,
+                json!({"command": format!("ls -d / && echo {i}")}),
+            )
+            .await;
+            (i, started.elapsed(), r)
+        }
+    });
+    for (i, took, r) in futures_join(next).await {
+        eprintln!("session {i} answered after the bombs in {took:?}");
+        let content = r.as_ref().map(|o| o.content.clone()).unwrap_or_default();
+        assert!(content.starts_with(&format!("/\n{i}\n")), "{}", text(&r));
+        assert!(!content.to_lowercase().contains("fork"), "{content}");
+        assert!(took < Duration::from_secs(5), "took {took:?}");
+    }
+    for id in ids {
+        tool.end_session(id).await;
+    }
+    assert_eq!(processes_of(uid), 0);
+}
+
+#[tokio::test]
+async fn a_session_dropped_mid_command_leaves_no_process() {
+    let place = Place::new();
+    let uid = 65523;
+    let (tool, limits, _w) = session_tool(&place, uid, "", "");
+    let id = SessionId::fresh();
+    let call = run(
+        &tool,
+        &limits,
+        id,
+        json!({"command": "sleep 60 & sleep 60"}),
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), call)
+            .await
+            .is_err(),
+        "still running"
+    );
+    // The call's future, and with it the shell, is gone: so is everything it started.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while processes_of(uid) > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(processes_of(uid), 0);
+    // The session goes on, in a fresh shell.
+    let r = run(&tool, &limits, id, json!({"command": "echo again"})).await;
+    assert_eq!(body(&r), "again");
+    tool.end_session(id).await;
+}
+
+/// Runs the futures concurrently and returns their outputs in order.
+async fn futures_join<F: std::future::Future + Send + 'static>(
+    futures: impl Iterator<Item = F>,
+) -> Vec<F::Output>
+where
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
