@@ -160,6 +160,25 @@ impl NetworkMode {
     }
 }
 
+/// The shell a `session = true` tool keeps alive, from its argv template: a session is one
+/// long-lived shell, so the template must be a shell running the command.
+pub fn session_shell(
+    table: &ExecutorTable,
+    argv: &Located<Vec<String>>,
+    template: &crate::Template,
+    session: bool,
+) -> Result<Option<String>, PolicyError> {
+    match (session, template.shell()) {
+        (false, _) => Ok(None),
+        (true, Some(sh)) => Ok(Some(sh.to_owned())),
+        (true, None) => Err(table.error(
+            argv.line,
+            "session = true keeps one long-lived shell, so argv must be a shell running the \
+             command: [\"/bin/sh\", \"-c\", \"{command}\"] (any shell's path)",
+        )),
+    }
+}
+
 /// The `name` a command executor needs: its one tool's name.
 pub fn tool_name(
     table: &ExecutorTable,

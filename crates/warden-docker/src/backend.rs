@@ -7,7 +7,7 @@ use crate::plan::Plan;
 use crate::tool::DockerTool;
 use serde_json::json;
 use std::sync::Arc;
-use warden_command::{NetworkMode, Template};
+use warden_command::{NetworkMode, Template, session_shell};
 use warden_core::{
     Backend, ByteSize, Capabilities, Loaded, LoadedTool, Paths, Policy, PolicyError, Reach, Report,
     ReportLine, ToolSpec,
@@ -44,18 +44,7 @@ impl Backend for DockerBackend {
         let err = |line: Option<usize>, msg: String| PolicyError::new(&policy.path, line, msg);
         let cfg = &DockerConfig::from_policy(policy)?;
         let template = Template::parse(&cfg.argv.value).map_err(|m| err(Some(cfg.argv.line), m))?;
-        let shell = match (cfg.session, template.shell()) {
-            (false, _) => None,
-            (true, Some(sh)) => Some(sh.to_owned()),
-            (true, None) => {
-                return Err(err(
-                    Some(cfg.argv.line),
-                    "session = true keeps one long-lived shell, so argv must be a shell running \
-                     the command: [\"/bin/sh\", \"-c\", \"{command}\"] (any shell's path)"
-                        .into(),
-                ));
-            }
-        };
+        let shell = session_shell(&policy.executor, &cfg.argv, &template, cfg.session)?;
         let plan = Plan::new(cfg, &policy.grants).map_err(|m| err(Some(cfg.argv.line), m))?;
         let limits = policy.limits_for(&cfg.name);
         let spec = ToolSpec {

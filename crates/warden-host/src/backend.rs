@@ -4,7 +4,7 @@ use crate::config::{HostConfig, Isolation};
 use crate::tool::{Helper, HostTool};
 use serde_json::json;
 use std::sync::Arc;
-use warden_command::{NetworkMode, Template};
+use warden_command::{NetworkMode, Template, session_shell};
 use warden_core::{
     Backend, BoxFuture, ByteSize, Capabilities, HumanDuration, Loaded, LoadedTool, Paths, Policy,
     PolicyError, Probe, Reach, Report, ReportLine, ToolSpec,
@@ -26,17 +26,7 @@ impl HostBackend {
         let cfg = HostConfig::from_policy(policy)?;
         let err = |m: String| PolicyError::new(&policy.path, Some(cfg.argv.line), m);
         let template = Template::parse(&cfg.argv.value).map_err(err)?;
-        let shell = match (cfg.session, template.shell()) {
-            (false, _) => None,
-            (true, Some(sh)) => Some(sh.to_owned()),
-            (true, None) => {
-                return Err(err(
-                    "session = true keeps one long-lived shell, so argv must be a shell running \
-                     the command: [\"/bin/sh\", \"-c\", \"{command}\"] (any shell's path)"
-                        .into(),
-                ));
-            }
-        };
+        let shell = session_shell(&policy.executor, &cfg.argv, &template, cfg.session)?;
         Ok(HostTool::new(
             self.helper.clone(),
             cfg,
@@ -197,5 +187,30 @@ fn access_word(access: warden_core::Access) -> &'static str {
     match access {
         warden_core::Access::ReadOnly => "read-only",
         warden_core::Access::ReadWrite => "read-write",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn a_session_needs_a_shell_running_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = HostBackend::new(Helper {
+            program: PathBuf::from("/nonexistent"),
+            args: Vec::new(),
+        });
+        let head = "[executor]\nkind = \"host\"\nname = \"t\"\nsession = true\n";
+        let load = |argv: &str| {
+            let text = format!("{head}argv = {argv}\n");
+            let policy = Policy::parse(&dir.path().join("t.toml"), &text, &[&backend])?;
+            backend.load(&Arc::new(policy)).map(|_| ())
+        };
+        let e = load("[\"/bin/echo\", \"{text}\"]").unwrap_err();
+        assert_eq!(e.line, Some(5), "{e}");
+        assert!(e.message.contains("argv must be a shell"), "{e}");
+        assert!(load("[\"/bin/sh\", \"-c\", \"{command}\"]").is_ok());
     }
 }
