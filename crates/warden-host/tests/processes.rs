@@ -29,17 +29,6 @@ fn processes_with(needle: &str) -> Vec<String> {
     found
 }
 
-/// Processes owned by `uid`.
-fn processes_of(uid: u32) -> usize {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-        .filter(|e| e.metadata().is_ok_and(|m| m.uid() == uid))
-        .count()
-}
-
 #[tokio::test]
 async fn a_fork_bomb_is_contained_and_cleaned_up() {
     let place = Place::new();

@@ -9,37 +9,10 @@
 mod common;
 
 use common::*;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use warden_core::{Denials, ErrorKind, Executor, Invocation, Limits, Output, SessionId, ToolError};
-
-async fn run(
-    tool: &Arc<dyn Executor>,
-    limits: &Limits,
-    session: SessionId,
-    args: Value,
-) -> Result<Output, ToolError> {
-    tool.execute(Invocation {
-        call_id: "call-1".into(),
-        arguments: args,
-        limits: *limits,
-        denials: Denials::default(),
-        session,
-    })
-    .await
-}
-
-/// Processes owned by `uid`.
-fn processes_of(uid: u32) -> usize {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-        .filter(|e| e.metadata().is_ok_and(|m| m.uid() == uid))
-        .count()
-}
+use warden_core::{ErrorKind, Executor, Limits, Output, SessionId, ToolError};
 
 /// What a command printed, without the exit-code line of a success.
 fn body(r: &Result<Output, ToolError>) -> String {
@@ -82,7 +55,7 @@ async fn the_working_directory_variables_and_tmp_persist_in_a_session() {
     let place = Place::new();
     let (tool, limits, w) = session_tool(&place, 65529, "", "");
     let id = SessionId::fresh();
-    let r = run(
+    let r = call_in(
         &tool,
         &limits,
         id,
@@ -90,7 +63,7 @@ async fn the_working_directory_variables_and_tmp_persist_in_a_session() {
     )
     .await;
     assert!(r.is_ok(), "{}", text(&r));
-    let r = run(
+    let r = call_in(
         &tool,
         &limits,
         id,
@@ -100,9 +73,9 @@ async fn the_working_directory_variables_and_tmp_persist_in_a_session() {
     let sub = w.path().join("sub").canonicalize().unwrap();
     assert_eq!(body(&r), format!("{}\n1\nkept", sub.display()));
     // A restart forgets it all.
-    let r = run(&tool, &limits, id, json!({"restart": true})).await;
+    let r = call_in(&tool, &limits, id, json!({"restart": true})).await;
     assert!(r.is_ok(), "{}", text(&r));
-    let r = run(
+    let r = call_in(
         &tool,
         &limits,
         id,
@@ -119,7 +92,7 @@ async fn two_sessions_do_not_share_a_shell() {
     let place = Place::new();
     let (tool, limits, _w) = session_tool(&place, 65528, "", "");
     let (a, b) = (SessionId::fresh(), SessionId::fresh());
-    let r = run(
+    let r = call_in(
         &tool,
         &limits,
         a,
@@ -127,7 +100,7 @@ async fn two_sessions_do_not_share_a_shell() {
     )
     .await;
     assert!(r.is_ok(), "{}", text(&r));
-    let r = run(
+    let r = call_in(
         &tool,
         &limits,
         b,
@@ -135,7 +108,7 @@ async fn two_sessions_do_not_share_a_shell() {
     )
     .await;
     assert_eq!(body(&r), "none");
-    let r = run(&tool, &limits, a, json!({"command": "echo $A; ls -A /tmp"})).await;
+    let r = call_in(&tool, &limits, a, json!({"command": "echo $A; ls -A /tmp"})).await;
     assert_eq!(body(&r), "mine\na");
     tool.end_session(a).await;
     tool.end_session(b).await;
@@ -147,7 +120,7 @@ async fn a_timeout_takes_the_shell_down_and_the_next_command_starts_afresh() {
     let (tool, limits, _w) = session_tool(&place, 65527, "", "timeout = \"2s\"");
     let id = SessionId::fresh();
     let started = Instant::now();
-    let e = run(
+    let e = call_in(
         &tool,
         &limits,
         id,
@@ -163,7 +136,7 @@ async fn a_timeout_takes_the_shell_down_and_the_next_command_starts_afresh() {
         "{:?}",
         started.elapsed()
     );
-    let r = run(&tool, &limits, id, json!({"command": "echo ${X:-unset}"})).await;
+    let r = call_in(&tool, &limits, id, json!({"command": "echo ${X:-unset}"})).await;
     assert_eq!(body(&r), "unset");
     tool.end_session(id).await;
 }
@@ -174,7 +147,7 @@ async fn ending_a_session_leaves_no_process_of_its_user() {
     let uid = 65526;
     let (tool, limits, _w) = session_tool(&place, uid, "", "");
     let id = SessionId::fresh();
-    let r = run(
+    let r = call_in(
         &tool,
         &limits,
         id,
@@ -192,12 +165,12 @@ async fn a_fork_bomb_in_a_session_is_contained_and_the_next_command_answers() {
     let place = Place::new();
     let (tool, limits, _w) = session_tool(&place, 65525, "processes = 32", "timeout = \"5s\"");
     let id = SessionId::fresh();
-    let r = run(&tool, &limits, id, json!({"command": "b() { b | b & }; b"})).await;
+    let r = call_in(&tool, &limits, id, json!({"command": "b() { b | b & }; b"})).await;
     // Whatever the bomb's own answer, it is an answer.
     eprintln!("the bomb: {}", text(&r));
     std::thread::sleep(Duration::from_millis(300));
     let started = Instant::now();
-    let r = run(
+    let r = call_in(
         &tool,
         &limits,
         id,
@@ -212,7 +185,7 @@ async fn a_fork_bomb_in_a_session_is_contained_and_the_next_command_answers() {
     // Found still full of the bomb, the session was reset (and the answer says so), or the
     // bomb had died down: either way the command ran in full, and so does the next.
     assert!(!content.to_lowercase().contains("fork"), "{content}");
-    let r = run(&tool, &limits, id, json!({"command": "echo $((6 * 7))"})).await;
+    let r = call_in(&tool, &limits, id, json!({"command": "echo $((6 * 7))"})).await;
     assert_eq!(body(&r), "42");
     tool.end_session(id).await;
     assert_eq!(processes_of(65525), 0);
@@ -226,14 +199,14 @@ async fn ten_sessions_bombed_at_once_answer_their_next_commands() {
     let ids: Vec<SessionId> = (0..10).map(|_| SessionId::fresh()).collect();
     let bombs = ids.iter().map(|&id| {
         let (tool, limits) = (tool.clone(), limits);
-        async move { run(&tool, &limits, id, json!({"command": "b() { b | b & }; b"})).await }
+        async move { call_in(&tool, &limits, id, json!({"command": "b() { b | b & }; b"})).await }
     });
     futures_join(bombs).await;
     let started = Instant::now();
     let next = ids.iter().enumerate().map(|(i, &id)| {
         let (tool, limits) = (tool.clone(), limits);
         async move {
-            let r = run(
+            let r = call_in(
                 &tool,
                 &limits,
                 id,
@@ -262,7 +235,7 @@ async fn a_session_dropped_mid_command_leaves_no_process() {
     let uid = 65523;
     let (tool, limits, _w) = session_tool(&place, uid, "", "");
     let id = SessionId::fresh();
-    let call = run(
+    let call = call_in(
         &tool,
         &limits,
         id,
@@ -281,7 +254,7 @@ async fn a_session_dropped_mid_command_leaves_no_process() {
     }
     assert_eq!(processes_of(uid), 0);
     // The session goes on, in a fresh shell.
-    let r = run(&tool, &limits, id, json!({"command": "echo again"})).await;
+    let r = call_in(&tool, &limits, id, json!({"command": "echo again"})).await;
     assert_eq!(body(&r), "again");
     tool.end_session(id).await;
 }

@@ -66,14 +66,35 @@ pub(crate) async fn call(
     limits: &Limits,
     args: Value,
 ) -> Result<Output, ToolError> {
+    call_in(tool, limits, SessionId::fresh(), args).await
+}
+
+/// One call in `session`.
+pub(crate) async fn call_in(
+    tool: &Arc<dyn Executor>,
+    limits: &Limits,
+    session: SessionId,
+    args: Value,
+) -> Result<Output, ToolError> {
     tool.execute(Invocation {
         call_id: "call-1".into(),
         arguments: args,
         limits: *limits,
         denials: Denials::default(),
-        session: SessionId::fresh(),
+        session,
     })
     .await
+}
+
+/// Processes owned by `uid`.
+pub(crate) fn processes_of(uid: u32) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|e| e.metadata().is_ok_and(|m| m.uid() == uid))
+        .count()
 }
 
 /// A shell tool policy with `extra` lines under [executor] and `grants` under [grants].
