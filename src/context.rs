@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use warden::{Dispatcher, RunLimits, Warden};
-use warden_wasm::Resolver;
+use warden_net::Resolver;
 
 /// warden's places from the command line's flags, telling a person on a terminal about
 /// compiles.

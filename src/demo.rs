@@ -15,7 +15,7 @@ use std::process::{Command, ExitCode};
 use std::sync::Arc;
 use warden::Warden;
 use warden_core::{Dispatcher, Policy, ToolCall, ToolMessage, Toolbox};
-use warden_wasm::Resolver;
+use warden_net::Resolver;
 
 /// What the demo needs of a checkout: the example tools' sources and their policies.
 const NEEDS: [&str; 2] = ["guest-sdk/Cargo.toml", "policies"];

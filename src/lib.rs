@@ -45,7 +45,8 @@ use std::sync::Arc;
 use warden_core::{Admission, Backend, CallLog, Protected, Toolbox, ToolboxError};
 use warden_docker::{DockerBackend, Engine};
 use warden_host::{Helper, HostBackend};
-use warden_wasm::{Artifacts, CompileHook, Resolver, WasmBackend};
+use warden_net::Resolver;
+use warden_wasm::{Artifacts, CompileHook, WasmBackend};
 
 pub use warden_core::{
     Decision, Dispatcher, ErrorKind, Reviewer, RunLimits, Status, ToolCall, ToolError, ToolMessage,

@@ -181,7 +181,7 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
-    let resolver = warden_wasm::Resolver::with_overrides(&cli.resolve)?;
+    let resolver = warden_net::Resolver::with_overrides(&cli.resolve)?;
     let ctx = context::warden(cli.toolbox, cli.home, cli.cache, cli.call_log, resolver)?;
     match cli.command {
         Command::Add(args) => add::add(&ctx, args),

@@ -5,7 +5,6 @@ use crate::config::WasmConfig;
 use crate::docs::WitDocs;
 use crate::engine::{self, Flavor, MAX_MEMORY};
 use crate::exports::{Export, exports};
-use crate::resolver::Resolver;
 use crate::sandbox::CallState;
 use crate::schema::{params_schema, type_schema};
 use crate::tool::{CommandTool, FunctionTool, Shared};
@@ -16,6 +15,7 @@ use warden_core::{
     Backend, Capabilities, Loaded, LoadedTool, NetHosts, Paths, Policy, PolicyError, Reach, Report,
     ReportLine, Support, ToolSpec,
 };
+use warden_net::Resolver;
 use wasmtime::component::Linker;
 
 /// Called before a component is compiled (a slow step worth telling a person about).

@@ -2,18 +2,19 @@
 //! warden, dialled to the vetted address (never re-resolved), with credentials added by the
 //! host and response bodies capped.
 
-use crate::net::{NetGate, Vetting, vetted_addrs};
+use crate::net::NetGate;
 use bytes::Bytes;
 use http::uri::Scheme;
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
+use warden_net::{DialError, Vetting};
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
@@ -52,7 +53,7 @@ async fn send(
     let host = uri.host().ok_or(Error::HttpRequestUriInvalid)?.to_owned();
     let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
     let destination = format!("{}://{host}:{port}", if tls { "https" } else { "http" });
-    let addrs = match vetted_addrs(&gate, &host, port).await {
+    let addrs = match gate.gate().vet(&host, port, gate.deadline()).await {
         Ok(addrs) => addrs,
         Err(Vetting::Denied(reason)) => {
             gate.deny(destination, reason);
@@ -78,7 +79,12 @@ async fn send(
     }
     let deadline = gate.deadline();
     let connect_wait = bounded(options.and_then(|o| o.connect_timeout), deadline);
-    let stream = connect(&addrs, port, connect_wait).await?;
+    let stream = warden_net::connect(&addrs, port, connect_wait)
+        .await
+        .map_err(|e| match e {
+            DialError::TimedOut => Error::ConnectionTimeout,
+            DialError::Io(e) => Error::Connect(e),
+        })?;
     let io: Box<dyn Stream> = if tls {
         Box::new(tls_connect(&host, stream, connect_wait).await?)
     } else {
@@ -126,22 +132,6 @@ async fn send(
 fn bounded(asked: Option<Duration>, deadline: Instant) -> Duration {
     let left = deadline.saturating_duration_since(Instant::now());
     asked.map_or(left, |a| a.min(left))
-}
-
-async fn connect(addrs: &[IpAddr], port: u16, wait: Duration) -> Result<TcpStream, Error> {
-    let attempt = async {
-        let mut last = None;
-        for ip in addrs {
-            match TcpStream::connect(SocketAddr::new(*ip, port)).await {
-                Ok(s) => return Ok(s),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.map_or(Error::DestinationNotFound, Error::Connect))
-    };
-    tokio::time::timeout(wait, attempt)
-        .await
-        .map_err(|_| Error::ConnectionTimeout)?
 }
 
 trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}

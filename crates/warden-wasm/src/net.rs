@@ -1,11 +1,11 @@
 //! The network side of one call: every HTTP request and socket address the guest uses is
 //! checked against the policy's net grants here, and every refusal is reported.
 
-use crate::resolver::Resolver;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 use warden_core::{Credential, Denial, Denials, NetGrants};
+use warden_net::{Gate, Resolver};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::sockets::SocketAddrUse;
 
@@ -14,8 +14,7 @@ use wasmtime_wasi::sockets::SocketAddrUse;
 pub(crate) struct NetGate(Arc<GateInner>);
 
 struct GateInner {
-    grants: Arc<NetGrants>,
-    resolver: Resolver,
+    gate: Gate,
     denials: Denials,
     credentials: Vec<(Credential, String)>,
     response_cap: u64,
@@ -32,8 +31,7 @@ impl NetGate {
         deadline: Instant,
     ) -> NetGate {
         NetGate(Arc::new(GateInner {
-            grants,
-            resolver,
+            gate: Gate::new(grants, resolver),
             denials,
             credentials,
             response_cap,
@@ -41,12 +39,9 @@ impl NetGate {
         }))
     }
 
-    pub(crate) fn grants(&self) -> &NetGrants {
-        &self.0.grants
-    }
-
-    pub(crate) fn resolver(&self) -> &Resolver {
-        &self.0.resolver
+    /// The shared rule: grants, resolution and vetting.
+    pub(crate) fn gate(&self) -> &Gate {
+        &self.0.gate
     }
 
     /// Bytes of a response body the guest may read.
@@ -82,7 +77,7 @@ impl NetGate {
     /// Applies the socket grants to a WASI context: TCP and UDP only to granted addresses,
     /// name lookups only when the policy turns them on.
     pub(crate) fn configure_sockets(&self, b: &mut WasiCtxBuilder) {
-        b.allow_ip_name_lookup(self.0.grants.dns)
+        b.allow_ip_name_lookup(self.0.gate.grants().dns)
             .allow_tcp(true)
             .allow_udp(true);
         let gate = self.clone();
@@ -106,9 +101,12 @@ impl NetGate {
             SocketAddrUse::TcpListen | SocketAddrUse::TcpAccept => {
                 Some("a tool may not accept connections".to_owned())
             }
-            SocketAddrUse::TcpConnect | SocketAddrUse::UdpSend | SocketAddrUse::UdpReceive => {
-                self.0.grants.allows_socket(addr.ip(), addr.port()).err()
-            }
+            SocketAddrUse::TcpConnect | SocketAddrUse::UdpSend | SocketAddrUse::UdpReceive => self
+                .0
+                .gate
+                .grants()
+                .allows_socket(addr.ip(), addr.port())
+                .err(),
         };
         match refused {
             None => true,
@@ -132,52 +130,6 @@ fn use_name(used: SocketAddrUse) -> &'static str {
         SocketAddrUse::UdpBind => "udp bind",
         SocketAddrUse::UdpSend | SocketAddrUse::UdpReceive => "udp",
     }
-}
-
-/// The addresses of an HTTP request's host that the grants let warden dial, or why none.
-pub(crate) async fn vetted_addrs(
-    gate: &NetGate,
-    host: &str,
-    port: u16,
-) -> Result<Vec<IpAddr>, Vetting> {
-    let grants = gate.grants();
-    if let Err(reason) = grants.allows_http(host, port) {
-        return Err(Vetting::Denied(reason));
-    }
-    let literal = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
-    if let Ok(ip) = literal.parse::<IpAddr>() {
-        return Ok(vec![ip]); // `allows_http` checked the address itself
-    }
-    let wait = gate.deadline().saturating_duration_since(Instant::now());
-    let found = match tokio::time::timeout(wait, gate.resolver().resolve(host, port)).await {
-        Ok(Ok(found)) if !found.is_empty() => found,
-        Ok(Ok(_)) => return Err(Vetting::Unresolved(format!("{host} has no address"))),
-        Ok(Err(e)) => return Err(Vetting::Unresolved(format!("{host}: {e}"))),
-        Err(_) => return Err(Vetting::Unresolved(format!("{host}: lookup timed out"))),
-    };
-    let mut ok = Vec::new();
-    let mut refusals = Vec::new();
-    for ip in found {
-        match grants.vets_resolved(host, ip, port) {
-            Ok(()) => ok.push(ip),
-            Err(reason) => refusals.push(reason),
-        }
-    }
-    if ok.is_empty() {
-        return Err(Vetting::Denied(refusals.join("; ")));
-    }
-    Ok(ok)
-}
-
-/// Why a request has no address to go to.
-pub(crate) enum Vetting {
-    /// The policy forbids it: a denial.
-    Denied(String),
-    /// The name did not resolve: an ordinary network failure.
-    Unresolved(String),
 }
 
 /// Answers guest name lookups with a failure, and records each as a denial. Linked over

@@ -3,7 +3,6 @@
 
 use crate::exports::Export;
 use crate::net::NetGate;
-use crate::resolver::Resolver;
 use crate::sandbox::{CallIo, CallState, Sandbox, exit_code};
 use crate::value::{args_to_vals, val_to_json};
 use serde_json::{Value, json};
@@ -12,6 +11,7 @@ use std::time::Instant;
 use warden_core::{
     BoxFuture, ErrorKind, Executor, Grants, Invocation, NetGrants, Output, ToolError, Violation,
 };
+use warden_net::Resolver;
 use wasmtime::Engine;
 use wasmtime::component::{ComponentExportIndex, InstancePre, Val};
 

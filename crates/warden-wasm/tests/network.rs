@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use warden_core::{CallLog, Dispatcher, ToolCall, ToolMessage};
-use warden_wasm::Resolver;
+use warden_net::Resolver;
 
 const TOKEN: &str = "warden-test-token-5d1e9b";
 

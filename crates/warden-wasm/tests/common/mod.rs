@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use warden_core::{Dispatcher, Protected, ToolCall, ToolMessage, Toolbox, ToolboxError};
-use warden_wasm::{Artifacts, Resolver, WasmBackend};
+use warden_net::Resolver;
+use warden_wasm::{Artifacts, WasmBackend};
 
 pub(crate) use warden_test_support::guests::{root, wasm};
 

@@ -1,0 +1,531 @@
+//! The gate as an HTTP proxy, for sandboxes that run programs rather than wasm: the sandbox
+//! has a network namespace of its own with nothing in it but a listener on
+//! `127.0.0.1:GATE_PORT`, handed to warden, and every connection to it is served here, in
+//! warden's own namespace. Two request forms are taken: an absolute-form HTTP request
+//! (`GET http://host/path`), forwarded with `Connection: close`, and `CONNECT host:port`, a
+//! tunnel for HTTPS or any TCP protocol. Either way the destination is vetted by [`Gate`]
+//! before anything is dialled, and a refusal is a `403` and a denial of the running command.
+//!
+//! A gate serves one sandbox. Connections belong to the command running when they were
+//! accepted: they end at its deadline or when it ends ([`Proxy::end`]), and between commands
+//! (a session's background jobs) nothing gets through. At most [`MAX_CONNECTIONS`] are open at
+//! once, and a request head must arrive within [`HEAD_WAIT`], so a sandbox cannot pin warden.
+
+use crate::gate::{DialError, Gate, Vetting, connect};
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::{JoinHandle, JoinSet};
+use warden_core::{Denial, Denials};
+
+/// The port the gate listens on, on the loopback of the sandbox's own network namespace.
+pub const GATE_PORT: u16 = 3128;
+
+/// Connections one sandbox may have open through its gate at once.
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// How long a connection may take to send its request head.
+pub const HEAD_WAIT: Duration = Duration::from_secs(10);
+
+/// The largest request head the gate reads.
+const MAX_HEAD: usize = 16 << 10;
+
+/// The variables that point programs inside the sandbox at the gate: curl, wget, pip, git,
+/// Python's urllib and requests read them. `no_proxy` is empty, so nothing goes around it.
+pub fn proxy_env() -> Vec<(String, String)> {
+    let url = format!("http://127.0.0.1:{GATE_PORT}");
+    let mut env: Vec<(String, String)> = [
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+    ]
+    .into_iter()
+    .map(|name| (name.to_owned(), url.clone()))
+    .collect();
+    env.extend(["no_proxy", "NO_PROXY"].map(|n| (n.to_owned(), String::new())));
+    env
+}
+
+/// The command a gate's connections are attributed to.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    /// Where refusals go: the call's (or the session command's) denials.
+    pub denials: Denials,
+    /// When the command ends; no connection outlives it.
+    pub deadline: Instant,
+}
+
+/// What went through a gate for one command.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Connections accepted while the command ran.
+    pub connections: u64,
+    /// Bytes from the sandbox to its destinations (request heads as forwarded).
+    pub bytes_up: u64,
+    /// Bytes from the destinations to the sandbox.
+    pub bytes_down: u64,
+}
+
+/// One sandbox's gate, serving until dropped; dropping it closes every connection.
+pub struct Proxy {
+    shared: Arc<Shared>,
+    accept: JoinHandle<()>,
+}
+
+struct Shared {
+    gate: Gate,
+    slots: Arc<Semaphore>,
+    active: Mutex<Option<Active>>,
+}
+
+/// The running command: its scope, its connections and their counts.
+struct Active {
+    scope: Scope,
+    connections: JoinSet<()>,
+    counts: Arc<Counts>,
+}
+
+#[derive(Default)]
+struct Counts {
+    connections: AtomicU64,
+    up: AtomicU64,
+    down: AtomicU64,
+}
+
+impl Proxy {
+    /// Serves `listener` (a socket bound in the sandbox's namespace) on the current tokio
+    /// runtime. Nothing is let through until [`Proxy::begin`].
+    pub fn start(listener: std::net::TcpListener, gate: Gate) -> io::Result<Proxy> {
+        listener.set_nonblocking(true)?;
+        let listener = TcpListener::from_std(listener)?;
+        let shared = Arc::new(Shared {
+            gate,
+            slots: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
+            active: Mutex::new(None),
+        });
+        let accept = tokio::spawn(accept_loop(listener, shared.clone()));
+        Ok(Proxy { shared, accept })
+    }
+
+    /// A command starts: connections from now on are its own, until [`Proxy::end`].
+    pub fn begin(&self, scope: Scope) {
+        let mut active = self.shared.lock();
+        *active = Some(Active {
+            scope,
+            connections: JoinSet::new(),
+            counts: Arc::default(),
+        });
+    }
+
+    /// The command ended: its connections are closed, and what went through is returned.
+    pub fn end(&self) -> Traffic {
+        let ended = self.shared.lock().take();
+        // Dropping the set aborts every connection still open.
+        ended.map_or_else(Traffic::default, |a| a.counts.traffic())
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        drop(self.shared.lock().take());
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Active>> {
+        self.active.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Counts {
+    fn traffic(&self) -> Traffic {
+        Traffic {
+            connections: self.connections.load(Ordering::Relaxed),
+            bytes_up: self.up.load(Ordering::Relaxed),
+            bytes_down: self.down.load(Ordering::Relaxed),
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors, most likely: let connections close before the next.
+                tracing::warn!("the gate could not accept a connection: {e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = shared.slots.clone().try_acquire_owned() else {
+            refuse_now(
+                &stream,
+                "503 Service Unavailable",
+                &format!("warden's gate allows {MAX_CONNECTIONS} connections at once"),
+            );
+            continue;
+        };
+        let mut active = shared.lock();
+        let Some(active) = active.as_mut() else {
+            refuse_now(
+                &stream,
+                "503 Service Unavailable",
+                "no command is running in this sandbox: connections between commands are refused",
+            );
+            continue;
+        };
+        // Finished connections leave their results in the set until collected.
+        while active.connections.try_join_next().is_some() {}
+        active.counts.connections.fetch_add(1, Ordering::Relaxed);
+        let connection = Connection {
+            gate: shared.gate.clone(),
+            scope: active.scope.clone(),
+            counts: active.counts.clone(),
+            _permit: permit,
+        };
+        active.connections.spawn(connection.serve(stream));
+    }
+}
+
+/// Answers without waiting: a sandbox that does not read cannot hold the accept loop.
+fn refuse_now(stream: &TcpStream, status: &str, why: &str) {
+    let _ = stream.try_write(response(status, why).as_bytes());
+}
+
+fn response(status: &str, body: &str) -> String {
+    format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}\n",
+        body.len() + 1
+    )
+}
+
+/// One accepted connection and what it is accounted to.
+struct Connection {
+    gate: Gate,
+    scope: Scope,
+    counts: Arc<Counts>,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// A request head, parsed: what the sandbox asked for.
+enum Ask {
+    /// `CONNECT host:port`.
+    Tunnel { host: String, port: u16 },
+    /// An absolute-form HTTP request, rewritten to go to the origin.
+    Forward {
+        host: String,
+        port: u16,
+        head: Vec<u8>,
+    },
+}
+
+impl Connection {
+    async fn serve(self, mut stream: TcpStream) {
+        let deadline = tokio::time::Instant::from_std(self.scope.deadline);
+        let _ = tokio::time::timeout_at(deadline, self.serve_until_deadline(&mut stream)).await;
+    }
+
+    async fn serve_until_deadline(&self, stream: &mut TcpStream) {
+        let head_by = (Instant::now() + HEAD_WAIT).min(self.scope.deadline);
+        let (ask, rest) = match read_head(stream, head_by).await {
+            Ok((buf, len)) => match parse(&buf[..len]) {
+                Ok(ask) => (ask, buf[len..].to_vec()),
+                Err((status, why)) => return reply(stream, status, &why).await,
+            },
+            Err(HeadError::Closed) => return,
+            Err(HeadError::TooLarge) => {
+                let why = format!("the request head is larger than {MAX_HEAD} bytes");
+                return reply(stream, "431 Request Header Fields Too Large", &why).await;
+            }
+            Err(HeadError::TimedOut) => {
+                return reply(stream, "408 Request Timeout", "no request head arrived").await;
+            }
+        };
+        let (host, port, destination) = match &ask {
+            Ask::Tunnel { host, port } => (host, *port, format!("connect {host}:{port}")),
+            Ask::Forward { host, port, .. } => (host, *port, format!("http://{host}:{port}")),
+        };
+        let addrs = match self.gate.vet(host, port, self.scope.deadline).await {
+            Ok(addrs) => addrs,
+            Err(Vetting::Denied(reason)) => {
+                let why = format!("warden denied {destination}: {reason}");
+                self.scope.denials.push(Denial {
+                    destination,
+                    reason,
+                });
+                return reply(stream, "403 Forbidden", &why).await;
+            }
+            Err(Vetting::Unresolved(why)) => return reply(stream, "502 Bad Gateway", &why).await,
+        };
+        let wait = self
+            .scope
+            .deadline
+            .saturating_duration_since(Instant::now());
+        let mut upstream = match connect(&addrs, port, wait).await {
+            Ok(upstream) => upstream,
+            Err(DialError::TimedOut) => {
+                let why = format!("connecting to {host}:{port} timed out");
+                return reply(stream, "504 Gateway Timeout", &why).await;
+            }
+            Err(DialError::Io(e)) => {
+                let why = format!("connecting to {host}:{port}: {e}");
+                return reply(stream, "502 Bad Gateway", &why).await;
+            }
+        };
+        let opened = match &ask {
+            Ask::Tunnel { .. } => {
+                let ok = b"HTTP/1.1 200 Connection established\r\n\r\n";
+                stream.write_all(ok).await
+            }
+            Ask::Forward { head, .. } => {
+                self.counts
+                    .up
+                    .fetch_add(head.len() as u64, Ordering::Relaxed);
+                upstream.write_all(head).await
+            }
+        };
+        // Bytes the sandbox sent after its head: a body's start, or a tunnel's first bytes.
+        if opened.is_err() || upstream.write_all(&rest).await.is_err() {
+            return;
+        }
+        self.counts
+            .up
+            .fetch_add(rest.len() as u64, Ordering::Relaxed);
+        let (from_sandbox, to_sandbox) = stream.split();
+        let (from_upstream, to_upstream) = upstream.split();
+        let _ = tokio::join!(
+            pump(from_sandbox, to_upstream, &self.counts.up),
+            pump(from_upstream, to_sandbox, &self.counts.down),
+        );
+    }
+}
+
+async fn reply(stream: &mut TcpStream, status: &str, why: &str) {
+    let _ = stream.write_all(response(status, why).as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+/// Copies until the reader ends, then ends the writer's direction too.
+async fn pump(
+    mut from: impl AsyncRead + Unpin,
+    mut to: impl AsyncWrite + Unpin,
+    count: &AtomicU64,
+) -> io::Result<()> {
+    let mut buf = vec![0u8; 16 << 10];
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            return to.shutdown().await;
+        }
+        to.write_all(&buf[..n]).await?;
+        count.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+enum HeadError {
+    Closed,
+    TooLarge,
+    TimedOut,
+}
+
+/// Reads until the end of the request head; returns the bytes read and the head's length.
+async fn read_head(stream: &mut TcpStream, by: Instant) -> Result<(Vec<u8>, usize), HeadError> {
+    let by = tokio::time::Instant::from_std(by);
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = match tokio::time::timeout_at(by, stream.read(&mut chunk)).await {
+            Err(_) => return Err(HeadError::TimedOut),
+            Ok(Err(_) | Ok(0)) => return Err(HeadError::Closed),
+            Ok(Ok(n)) => n,
+        };
+        // Only the new bytes (and three before them) can complete the blank line.
+        let from = buf.len().saturating_sub(3);
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(at) = buf[from..].windows(4).position(|w| w == b"\r\n\r\n") {
+            return Ok((buf, from + at + 4));
+        }
+        if buf.len() > MAX_HEAD {
+            return Err(HeadError::TooLarge);
+        }
+    }
+}
+
+/// Headers that belong to one hop: the gate's, not the origin's.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+/// What the head asks for, or the status and reason to refuse it with.
+fn parse(head: &[u8]) -> Result<Ask, (&'static str, String)> {
+    let bad = |why: String| ("400 Bad Request", why);
+    let mut headers = [httparse::EMPTY_HEADER; 100];
+    let mut request = httparse::Request::new(&mut headers);
+    match request.parse(head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err(bad("the request head is incomplete".into())),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err((
+                "431 Request Header Fields Too Large",
+                "the request has more than 100 headers".into(),
+            ));
+        }
+        Err(e) => return Err(bad(format!("a malformed request: {e}"))),
+    }
+    let (Some(method), Some(target)) = (request.method, request.path) else {
+        return Err(bad("a malformed request line".into()));
+    };
+    if method == "CONNECT" {
+        let authority: http::uri::Authority = target
+            .parse()
+            .map_err(|_| bad(format!("CONNECT needs host:port, not `{target}`")))?;
+        let port = authority
+            .port_u16()
+            .ok_or_else(|| bad(format!("CONNECT needs host:port, not `{target}`")))?;
+        return Ok(Ask::Tunnel {
+            host: authority.host().to_owned(),
+            port,
+        });
+    }
+    let uri: http::Uri = target
+        .parse()
+        .map_err(|_| bad(format!("`{target}` is not a URL")))?;
+    let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+        return Err(bad(format!(
+            "this is warden's egress gate, a proxy: ask for an absolute URL \
+             (`{method} http://host/path`) or `CONNECT host:port`, not `{target}`"
+        )));
+    };
+    if scheme != "http" {
+        return Err(bad(format!(
+            "the gate forwards http:// URLs; for {scheme}:// open a tunnel with CONNECT"
+        )));
+    }
+    let host = authority.host().to_owned();
+    let port = authority.port_u16().unwrap_or(80);
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let version = if request.version == Some(0) {
+        "1.0"
+    } else {
+        "1.1"
+    };
+    let mut out = format!("{method} {path} HTTP/{version}\r\n").into_bytes();
+    let mut has_host = false;
+    for h in request.headers.iter() {
+        let name = h.name.to_ascii_lowercase();
+        if HOP_BY_HOP.contains(&name.as_str()) {
+            continue;
+        }
+        has_host |= name == "host";
+        out.extend_from_slice(h.name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(h.value);
+        out.extend_from_slice(b"\r\n");
+    }
+    if !has_host {
+        out.extend_from_slice(format!("Host: {authority}\r\n").as_bytes());
+    }
+    // One request per connection: a second one on it could name another host.
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    Ok(Ask::Forward {
+        host,
+        port,
+        head: out,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forward(head: &str) -> (String, u16, String) {
+        match parse(head.as_bytes()) {
+            Ok(Ask::Forward { host, port, head }) => {
+                (host, port, String::from_utf8(head).unwrap_or_default())
+            }
+            Ok(Ask::Tunnel { .. }) => panic!("a tunnel"),
+            Err((status, why)) => panic!("{status}: {why}"),
+        }
+    }
+
+    #[test]
+    fn an_absolute_request_goes_to_its_origin_with_one_hop_headers_dropped() {
+        let (host, port, head) = forward(
+            "GET http://api.test:8080/a?b=1 HTTP/1.1\r\nHost: api.test:8080\r\n\
+             Proxy-Authorization: x\r\nProxy-Connection: keep-alive\r\nAccept: */*\r\n\r\n",
+        );
+        assert_eq!((host.as_str(), port), ("api.test", 8080));
+        assert_eq!(
+            head,
+            "GET /a?b=1 HTTP/1.1\r\nHost: api.test:8080\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        );
+        let (_, port, head) = forward("GET http://b.test/ HTTP/1.0\r\n\r\n");
+        assert_eq!(port, 80);
+        assert!(
+            head.starts_with("GET / HTTP/1.0\r\nHost: b.test\r\n"),
+            "{head}"
+        );
+    }
+
+    #[test]
+    fn connect_names_host_and_port() {
+        for (text, want) in [
+            ("CONNECT api.test:443 HTTP/1.1\r\n\r\n", ("api.test", 443)),
+            ("CONNECT [::1]:8443 HTTP/1.1\r\n\r\n", ("[::1]", 8443)),
+        ] {
+            match parse(text.as_bytes()) {
+                Ok(Ask::Tunnel { host, port }) => assert_eq!((host.as_str(), port), want),
+                _ => panic!("{text}"),
+            }
+        }
+    }
+
+    #[test]
+    fn what_is_not_a_proxy_request_is_a_400_saying_why() {
+        for (text, says) in [
+            ("CONNECT api.test HTTP/1.1\r\n\r\n", "host:port"),
+            ("GET / HTTP/1.1\r\nHost: x\r\n\r\n", "absolute URL"),
+            ("GET https://a.test/ HTTP/1.1\r\n\r\n", "CONNECT"),
+            ("GET ftp://a.test/ HTTP/1.1\r\n\r\n", "CONNECT"),
+            ("\x16\x03\x01\x02\x00\r\n\r\n", "malformed"),
+            (
+                "GET http://a.test/ HTTP/1.1\r\nBad Header\r\n\r\n",
+                "malformed",
+            ),
+        ] {
+            match parse(text.as_bytes()) {
+                Err((status, why)) => {
+                    assert!(status.starts_with("400"), "{text:?}: {status}");
+                    assert!(why.contains(says), "{text:?}: {why}");
+                }
+                Ok(_) => panic!("accepted {text:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_environment_points_every_client_at_the_gate() {
+        let env = proxy_env();
+        let get = |n: &str| env.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
+        assert_eq!(get("https_proxy"), Some("http://127.0.0.1:3128"));
+        assert_eq!(get("HTTP_PROXY"), Some("http://127.0.0.1:3128"));
+        assert_eq!(get("no_proxy"), Some(""));
+    }
+}
