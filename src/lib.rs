@@ -199,7 +199,7 @@ impl Warden {
         Backends(vec![
             Box::new(self.wasm()),
             Box::new(self.docker.clone()),
-            Box::new(self.host.clone()),
+            Box::new(self.host.clone().resolver(self.resolver.clone())),
         ])
     }
 

@@ -7,17 +7,17 @@ use warden_core::{
     Capabilities, ExecutorTable, Grants, Located, NetHosts, Paths, PolicyError, Support,
 };
 
-/// What a command executor honours: env and roots (seen at `paths`), hosts all or nothing
-/// (`network`); not the DNS switch, credentials, fuel or the response cap, which belong to
-/// wasm tools' host-side HTTP and instructions.
-pub fn capabilities(paths: Paths, sessions: bool) -> Capabilities {
+/// What a command executor honours: env and roots (seen at `paths`), hosts as `net` says
+/// (through warden's gate when [`NetHosts::Enforced`]); not the DNS switch, credentials,
+/// fuel or the response cap, which belong to wasm tools' host-side HTTP and instructions.
+pub fn capabilities(paths: Paths, sessions: bool, net: NetHosts) -> Capabilities {
     Capabilities {
         paths,
         env: Support::Honoured,
-        net: NetHosts::AllOrNothing,
+        net,
         dns: Support::Refused(
-            "the switch is for wasm tools' own lookups; a command resolves names through its \
-             network, which `network` decides",
+            "the switch is for wasm tools' own lookups; a command's names are resolved by \
+             warden's gate (a resolver inside the sandbox would be a way out)",
         ),
         credentials: Support::Refused(
             "warden adds credentials on the host side of wasm tools' HTTP only",
@@ -112,14 +112,16 @@ impl NetworkMode {
         }
     }
 
-    /// `network = "none" | "unrestricted"`, checked against the policy's `net` grants: a
-    /// command executor cannot hold a process to a host allowlist, so host grants would
-    /// silently widen to every host; only the explicit opt-in allows them.
+    /// `network = "none" | "unrestricted"`, checked against the policy's `net` grants. With
+    /// `gated` (the executor puts warden's gate in the sandbox) net grants are kept under
+    /// `none` and contradict `unrestricted`; without it a process cannot be held to a host
+    /// allowlist, so only the explicit opt-in to every host allows them.
     pub fn written(
         table: &ExecutorTable,
         kind: &str,
         network: Option<Spanned<String>>,
         grants: &Grants,
+        gated: bool,
     ) -> Result<Located<NetworkMode>, PolicyError> {
         let mode = match network {
             None => Located {
@@ -135,9 +137,9 @@ impl NetworkMode {
                         return Err(table.error(
                             line,
                             format!(
-                                "network `{other}` is not known: \"none\" (the default) or \
-                                 \"unrestricted\" (any host: warden cannot enforce an allowlist \
-                                 for a process)"
+                                "network `{other}` is not known: \"none\" (the default: the \
+                                 hosts in `net`, or nothing) or \"unrestricted\" (every host, \
+                                 no allowlist)"
                             ),
                         ));
                     }
@@ -145,8 +147,17 @@ impl NetworkMode {
                 Located { value, line }
             }
         };
-        if !grants.net.hosts.is_empty() && mode.value != NetworkMode::Unrestricted {
-            return Err(table.error(
+        let has_hosts = !grants.net.hosts.is_empty();
+        match (has_hosts, mode.value, gated) {
+            (true, NetworkMode::Unrestricted, true) => Err(table.error(
+                mode.line,
+                format!(
+                    "network = \"unrestricted\" gives a {kind} tool every host, so its net \
+                     grants would hold nothing back: keep the net grants (warden's gate lets \
+                     only them through) or remove them"
+                ),
+            )),
+            (true, NetworkMode::None, false) => Err(table.error(
                 mode.line,
                 format!(
                     "a {kind} tool cannot be limited to the hosts in `net`: warden cannot \
@@ -154,9 +165,9 @@ impl NetworkMode {
                      write `network = \"unrestricted\"` under [executor] to give it every host \
                      (the audit flags it)"
                 ),
-            ));
+            )),
+            _ => Ok(mode),
         }
-        Ok(mode)
     }
 }
 

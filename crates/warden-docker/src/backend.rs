@@ -9,8 +9,8 @@ use serde_json::json;
 use std::sync::Arc;
 use warden_command::{NetworkMode, Template, session_shell};
 use warden_core::{
-    Backend, ByteSize, Capabilities, Loaded, LoadedTool, Paths, Policy, PolicyError, Reach, Report,
-    ReportLine, ToolSpec,
+    Backend, ByteSize, Capabilities, Loaded, LoadedTool, NetHosts, Paths, Policy, PolicyError,
+    Reach, Report, ReportLine, ToolSpec,
 };
 
 /// Loads `kind = "docker"` policies; every tool shares one engine connection. Clones share it.
@@ -37,7 +37,7 @@ impl Backend for DockerBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        warden_command::capabilities(Paths::Guest, true)
+        warden_command::capabilities(Paths::Guest, true, NetHosts::AllOrNothing)
     }
 
     fn load(&self, policy: &Arc<Policy>) -> Result<Loaded, PolicyError> {

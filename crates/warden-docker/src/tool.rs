@@ -57,7 +57,14 @@ impl DockerTool {
         let env = self.grants.resolve_env()?;
         if let Some(sessions) = &self.sessions {
             return sessions
-                .run(inv.session, &request, &env, &inv.limits, (timeout, limit))
+                .run(
+                    inv.session,
+                    &request,
+                    &env,
+                    &inv.limits,
+                    (timeout, limit),
+                    &inv.denials,
+                )
                 .await;
         }
         let env = env.into_iter().map(|(k, v)| format!("{k}={v}")).collect();

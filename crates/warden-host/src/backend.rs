@@ -6,19 +6,31 @@ use serde_json::json;
 use std::sync::Arc;
 use warden_command::{NetworkMode, Template, session_shell};
 use warden_core::{
-    Backend, BoxFuture, ByteSize, Capabilities, HumanDuration, Loaded, LoadedTool, Paths, Policy,
-    PolicyError, Probe, Reach, Report, ReportLine, ToolSpec,
+    Backend, BoxFuture, ByteSize, Capabilities, HumanDuration, Loaded, LoadedTool, NetHosts, Paths,
+    Policy, PolicyError, Probe, Reach, Report, ReportLine, ToolSpec,
 };
+use warden_net::{Gate, Resolver};
 
 /// Loads `kind = "host"` policies; every tool starts its calls through `helper`.
 #[derive(Debug, Clone)]
 pub struct HostBackend {
     helper: Helper,
+    resolver: Resolver,
 }
 
 impl HostBackend {
     pub fn new(helper: Helper) -> Self {
-        Self { helper }
+        Self {
+            helper,
+            resolver: Resolver::default(),
+        }
+    }
+
+    /// Resolves the hosts that tools' gates dial with `resolver` (the system's, unless
+    /// overridden).
+    pub fn resolver(mut self, resolver: Resolver) -> Self {
+        self.resolver = resolver;
+        self
     }
 
     /// The tool of one host policy (the audit probes it too).
@@ -27,12 +39,16 @@ impl HostBackend {
         let err = |m: String| PolicyError::new(&policy.path, Some(cfg.argv.line), m);
         let template = Template::parse(&cfg.argv.value).map_err(err)?;
         let shell = session_shell(&policy.executor, &cfg.argv, &template, cfg.session)?;
+        // With net grants and no opt-in to every host, the namespace gets warden's gate.
+        let gate = (cfg.network.value == NetworkMode::None && !policy.grants.net.hosts.is_empty())
+            .then(|| Gate::new(Arc::new(policy.grants.net.clone()), self.resolver.clone()));
         Ok(HostTool::new(
             self.helper.clone(),
             cfg,
             template,
             policy.grants.clone(),
             shell,
+            gate,
         ))
     }
 }
@@ -43,7 +59,7 @@ impl Backend for HostBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        warden_command::capabilities(Paths::Host, true)
+        warden_command::capabilities(Paths::Host, true, NetHosts::Enforced)
     }
 
     fn probe(&self, policy: &Arc<Policy>) -> BoxFuture<'_, Option<Result<Probe, String>>> {
@@ -128,7 +144,7 @@ fn report(cfg: &HostConfig, policy: &Policy) -> Report {
     let isolation = cfg.isolation.value.as_str();
     let mut flags = Vec::new();
     let network = match cfg.network.value {
-        NetworkMode::None => Reach::None,
+        NetworkMode::None => Reach::Grants,
         NetworkMode::Unrestricted => {
             flags.push(
                 "unrestricted network: the process shares the host's network (no allowlist)".into(),

@@ -106,7 +106,7 @@ impl HostConfig {
             None => None,
         };
         let user = User::written(table, spec.user)?.map_or(User::NOBODY, |u| u.value);
-        let network = NetworkMode::written(table, "host", spec.network, &policy.grants)?;
+        let network = NetworkMode::written(table, "host", spec.network, &policy.grants, true)?;
         let tmp = tmp_size(table, spec.tmp)?;
         let processes = count(table, "processes", spec.processes, DEFAULT_PROCESSES)?;
         let open_files = count(table, "open_files", spec.open_files, DEFAULT_OPEN_FILES)?;
@@ -284,10 +284,10 @@ mod tests {
             (format!("{SHELL}[grants]\ndns = true\n"), 6, "dns = true"),
             (
                 format!(
-                    "{SHELL}network = \"unrestricted\"\n[grants]\nnet = [\"a.org\"]\n\
+                    "{SHELL}[grants]\nnet = [\"a.org\"]\n\
                      net_credentials = [{{ host = \"a.org\", header = \"X-Key\", from_host = \"K\" }}]\n"
                 ),
-                8,
+                7,
                 "net_credentials",
             ),
         ];
@@ -322,9 +322,9 @@ mod tests {
                 "unknown field `image`",
             ),
             (
-                format!("{SHELL}[grants]\nnet = [\"example.org\"]\n"),
-                2,
-                "unrestricted",
+                format!("{SHELL}network = \"unrestricted\"\n[grants]\nnet = [\"example.org\"]\n"),
+                5,
+                "would hold nothing back",
             ),
         ];
         for (text, line, words) in cases {

@@ -146,6 +146,13 @@ fn run(plan: &Plan, reports: &mut File) -> Result<i32, Failure> {
                 }
                 protections.private_tmp = true;
             }
+            if plan.gate {
+                if let Err(f) = crate::gate::open_in_namespace() {
+                    fail(reports, f);
+                    std::process::exit(SETUP_FAILED);
+                }
+                protections.gate = true;
+            }
             std::process::exit(init(plan, reports, protections, root))
         });
         // SAFETY: this process has a single thread; the child runs on its own copy of memory.
@@ -174,7 +181,9 @@ fn run(plan: &Plan, reports: &mut File) -> Result<i32, Failure> {
             send(reports, &Report::Init { pid: pid.as_raw() });
             pid
         }
-        Err(e) if plan.best_effort => {
+        // Net grants are kept by the namespace's gate: without one they would be the host's
+        // whole network, so no best effort here.
+        Err(e) if plan.best_effort && !plan.gate => {
             protections = Protections::default();
             protections
                 .missing
@@ -211,6 +220,10 @@ fn run(plan: &Plan, reports: &mut File) -> Result<i32, Failure> {
         }
     };
     drop((go_read, go_write));
+    if plan.gate {
+        // `init` holds its own copy; warden must see the socket close if `init` dies early.
+        let _ = nix::unistd::close(crate::plan::GATE_FD);
+    }
     // Only init and the command report from here on.
     let _ = nix::unistd::close(std::mem::replace(reports, null_file()));
     Ok(wait_code(child))

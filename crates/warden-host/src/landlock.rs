@@ -5,8 +5,8 @@
 use crate::helper::Failure;
 use crate::plan::{Plan, Protections};
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, make_bitflags,
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, make_bitflags,
     path_beneath_rules,
 };
 
@@ -143,6 +143,12 @@ pub(crate) fn ruleset(
         created = created
             .add_rule(PathBeneath::new(fd, access))
             .map_err(|e| failed(&root.path.display().to_string(), e))?;
+    }
+    if protections.landlock_tcp_denied && plan.gate {
+        // Connects to the gate's port: in the sandbox's own namespace only the gate listens.
+        created = created
+            .add_rule(NetPort::new(warden_net::GATE_PORT, AccessNet::ConnectTcp))
+            .map_err(|e| failed("the gate's port", e))?;
     }
     protections.landlock_abi = abi as u32;
     Ok(Some(created))

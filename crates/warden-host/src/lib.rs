@@ -14,6 +14,7 @@
 mod backend;
 mod config;
 mod exec;
+mod gate;
 mod helper;
 mod landlock;
 mod plan;

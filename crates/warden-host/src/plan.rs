@@ -7,6 +7,9 @@ use std::path::PathBuf;
 /// The file descriptor the helper reports on.
 pub(crate) const REPORT_FD: i32 = 3;
 
+/// The unix socket the helper hands the gate's listener to warden on, when the plan has one.
+pub(crate) const GATE_FD: i32 = 4;
+
 /// Everything the helper needs to start one command, confined.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Plan {
@@ -20,6 +23,9 @@ pub(crate) struct Plan {
     pub gid: u32,
     /// Keep the host's network (`network = "unrestricted"`); else a new, empty namespace.
     pub host_network: bool,
+    /// The policy grants hosts: in the new namespace, loopback is brought up and a listener
+    /// bound at `127.0.0.1:GATE_PORT` is handed to warden on [`GATE_FD`], warden's gate.
+    pub gate: bool,
     /// The granted roots; everything else but the system folders is out of reach.
     pub roots: Vec<Root>,
     /// Bytes of the call's own tmpfs at `/tmp`; 0 for none (then /tmp is out of reach).
@@ -89,8 +95,11 @@ pub(crate) struct Protections {
     /// A new PID namespace: the command sees (and can signal) only its own processes, and
     /// they all die with it.
     pub pid_namespace: bool,
-    /// A new network namespace with no interface up: no network at all.
+    /// A new network namespace: nothing in it but loopback and, with net grants, warden's
+    /// gate; no route out.
     pub network_namespace: bool,
+    /// The only way out is warden's gate at `127.0.0.1:3128`, which allows the granted hosts.
+    pub gate: bool,
     /// A mount namespace with the call's own tmpfs at `/tmp`, gone with the call.
     pub private_tmp: bool,
     /// The Landlock ABI in force, 0 when none.
@@ -120,7 +129,11 @@ impl Protections {
         if self.pid_namespace {
             out.push("PID namespace (sees and signals only its own processes)".into());
         }
-        if self.network_namespace {
+        if self.gate {
+            out.push(
+                "network namespace whose only way out is warden's gate (the granted hosts)".into(),
+            );
+        } else if self.network_namespace {
             out.push("network namespace (no network)".into());
         }
         if self.private_tmp {
@@ -135,7 +148,11 @@ impl Protections {
                 l.push_str("; signals and abstract sockets scoped");
             }
             if self.landlock_tcp_denied {
-                l.push_str("; TCP denied");
+                l.push_str(if self.gate {
+                    "; TCP only to the gate"
+                } else {
+                    "; TCP denied"
+                });
             }
             out.push(l);
         }

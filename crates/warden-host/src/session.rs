@@ -16,6 +16,7 @@ use tokio::net::unix::pipe::Receiver;
 use tokio::process::Child;
 use warden_command::session::{Launched, Launcher, Processes, Sandbox, chunks};
 use warden_core::{Limits, ToolError};
+use warden_net::{Proxy, Scope};
 
 /// How many more times a busy namespace is counted, how far apart, and how many equal counts
 /// in a row show it holding still.
@@ -53,7 +54,19 @@ impl Launcher for HostShells {
         let plan = self
             .starter
             .session_plan(self.shell.clone(), env.to_vec(), limits);
-        let Started { mut child, reports } = self.starter.start(&plan).await?;
+        let Started {
+            mut child,
+            reports,
+            gate,
+        } = self.starter.start(&plan).await?;
+        // The helper hands the gate over before it starts the shell.
+        let gate = match gate {
+            Some(socket) => {
+                let by = tokio::time::Instant::now() + CLOSE_WAIT;
+                self.starter.serve_gate(socket, by).await?
+            }
+            None => None,
+        };
         let (Some(input), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
@@ -65,6 +78,7 @@ impl Launcher for HostShells {
             init: None,
             namespace: None,
             reports: BufReader::new(reports),
+            gate,
         };
         // Until the shell is confined and executed: `init`'s pid, then `ready` or a failure.
         loop {
@@ -103,6 +117,8 @@ pub(crate) struct ShellNamespace {
     /// `init`'s PID namespace (`pid:[…]`), to count its processes from outside.
     namespace: Option<std::path::PathBuf>,
     reports: BufReader<Receiver>,
+    /// The session's gate, when the policy grants hosts: open only while a command runs.
+    gate: Option<Proxy>,
 }
 
 impl ShellNamespace {
@@ -189,6 +205,18 @@ impl Sandbox for ShellNamespace {
         .await
         .ok()
         .flatten()
+    }
+
+    fn command_starts(&mut self, scope: Scope) {
+        if let Some(gate) = &self.gate {
+            gate.begin(scope);
+        }
+    }
+
+    fn command_ended(&mut self) {
+        if let Some(gate) = &self.gate {
+            gate.end();
+        }
     }
 
     async fn close(mut self) {

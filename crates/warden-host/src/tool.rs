@@ -3,7 +3,7 @@
 //! confined shell per session (see [`crate::session`]).
 
 use crate::config::{HostConfig, Isolation};
-use crate::plan::{Plan, Protections, REPORT_FD, Report, Rlimits, Root};
+use crate::plan::{GATE_FD, Plan, Protections, REPORT_FD, Report, Rlimits, Root};
 use crate::session::HostShells;
 use serde_json::Value;
 use std::ffi::OsString;
@@ -17,9 +17,10 @@ use tokio::time::Instant;
 use warden_command::session::Sessions;
 use warden_command::{NetworkMode, Request, Template, answer, effective_timeout, timed_out};
 use warden_core::{
-    Access, BoxFuture, Capped, ErrorKind, Executor, Grants, Invocation, Limits, Output, SessionId,
-    ToolError,
+    Access, BoxFuture, Capped, Denials, ErrorKind, Executor, Grants, Invocation, Limits, Output,
+    SessionId, ToolError,
 };
+use warden_net::{Gate, Proxy, Scope, Traffic};
 
 /// How warden starts its helper: a program and the arguments that make it one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,12 +57,16 @@ pub(crate) struct Starter {
     roots: Vec<Root>,
     /// Bytes of the private /tmp, 0 for none; decided once at load.
     tmp: u64,
+    /// The net grants' gate, when the policy grants hosts (and not every host).
+    gate: Option<Gate>,
 }
 
 /// A helper just started: its process, and the read end of its report pipe.
 pub(crate) struct Started {
     pub child: tokio::process::Child,
     pub reports: tokio::net::unix::pipe::Receiver,
+    /// Where the helper hands over the gate's listener, when the plan has a gate.
+    pub gate: Option<tokio::net::UnixStream>,
 }
 
 /// How the command's process tree ended.
@@ -70,6 +75,8 @@ struct Ended {
     stderr: Capped,
     reports: Vec<Report>,
     timed_out: bool,
+    /// What went through the gate, when the plan had one.
+    traffic: Option<Traffic>,
 }
 
 impl HostTool {
@@ -80,6 +87,7 @@ impl HostTool {
         template: Template,
         grants: Grants,
         shell: Option<String>,
+        gate: Option<Gate>,
     ) -> Self {
         let roots = grants
             .fs
@@ -103,6 +111,7 @@ impl HostTool {
             grants,
             roots,
             tmp,
+            gate,
         });
         let sessions = shell.map(|shell| {
             Sessions::new(HostShells {
@@ -137,7 +146,12 @@ impl HostTool {
         );
         let ended = self
             .starter
-            .spawn(&plan, 1024, Instant::now() + limits.timeout)
+            .spawn(
+                &plan,
+                1024,
+                Instant::now() + limits.timeout,
+                &Denials::default(),
+            )
             .await?;
         ended
             .reports
@@ -161,7 +175,14 @@ impl HostTool {
         let env = self.starter.grants.resolve_env()?;
         if let Some(sessions) = &self.sessions {
             return sessions
-                .run(inv.session, &request, &env, &inv.limits, (timeout, limit))
+                .run(
+                    inv.session,
+                    &request,
+                    &env,
+                    &inv.limits,
+                    (timeout, limit),
+                    &inv.denials,
+                )
                 .await;
         }
         let plan = self.starter.plan(
@@ -172,7 +193,12 @@ impl HostTool {
         );
         let ended = self
             .starter
-            .spawn(&plan, inv.limits.output, Instant::now() + timeout)
+            .spawn(
+                &plan,
+                inv.limits.output,
+                Instant::now() + timeout,
+                &inv.denials,
+            )
             .await?;
         let (stdout, stderr) = (ended.stdout.text(), ended.stderr.text());
         let mut protections = None;
@@ -210,12 +236,28 @@ impl HostTool {
                 "the host sandbox ended without saying how the command ended",
             )),
         };
+        let network = ended.traffic.map(|t| {
+            serde_json::json!({
+                "connections": t.connections,
+                "bytes_up": t.bytes_up,
+                "bytes_down": t.bytes_down,
+            })
+        });
         match result {
             Ok(mut output) => {
                 output.details.insert("isolation".into(), isolation);
+                if let Some(network) = network {
+                    output.details.insert("network".into(), network);
+                }
                 Ok(output)
             }
-            Err(e) => Err(e.with_detail("isolation", isolation)),
+            Err(e) => {
+                let e = e.with_detail("isolation", isolation);
+                Err(match network {
+                    Some(network) => e.with_detail("network", network),
+                    None => e,
+                })
+            }
         }
     }
 
@@ -261,6 +303,10 @@ impl Starter {
     ) -> Plan {
         let cfg = &self.config;
         let cpu = cfg.cpu_time.unwrap_or(limits.timeout);
+        let mut env = env;
+        if self.gate.is_some() {
+            env.extend(warden_net::proxy_env());
+        }
         Plan {
             argv,
             env,
@@ -268,6 +314,7 @@ impl Starter {
             uid: cfg.user.uid,
             gid: cfg.user.gid,
             host_network: cfg.network.value == NetworkMode::Unrestricted,
+            gate: self.gate.is_some(),
             roots: self.roots.clone(),
             tmp: self.tmp,
             rlimits: Rlimits {
@@ -284,14 +331,37 @@ impl Starter {
     }
 
     /// Starts the helper with `plan` and reads everything until the tree ends or `deadline`.
-    async fn spawn(&self, plan: &Plan, cap: u64, deadline: Instant) -> Result<Ended, ToolError> {
-        let Started { mut child, reports } = self.start(plan).await?;
+    /// The gate's refusals go to `denials`.
+    async fn spawn(
+        &self,
+        plan: &Plan,
+        cap: u64,
+        deadline: Instant,
+        denials: &Denials,
+    ) -> Result<Ended, ToolError> {
+        let Started {
+            mut child,
+            reports,
+            gate,
+        } = self.start(plan).await?;
         // The command reads /dev/null; the helper needs nothing more.
         drop(child.stdin.take());
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             return Err(internal("the helper's output pipes are missing".into()));
         };
-        let ended = drain(stdout, stderr, reports, cap, deadline).await;
+        let scope = Scope {
+            denials: denials.clone(),
+            deadline: deadline.into_std(),
+        };
+        let proxy = match gate {
+            Some(socket) => self.serve_gate(socket, deadline).await?,
+            None => None,
+        };
+        if let Some(proxy) = &proxy {
+            proxy.begin(scope);
+        }
+        let mut ended = drain(stdout, stderr, reports, cap, deadline).await;
+        ended.traffic = proxy.map(|p| p.end());
         if ended.timed_out {
             let _ = child.start_kill();
         }
@@ -300,10 +370,38 @@ impl Starter {
         Ok(ended)
     }
 
+    /// Serves the gate whose listener the helper hands over on `socket` (nothing gets through
+    /// before [`Proxy::begin`]); `None` when the helper failed first (its report says why).
+    pub(crate) async fn serve_gate(
+        &self,
+        socket: tokio::net::UnixStream,
+        by: Instant,
+    ) -> Result<Option<Proxy>, ToolError> {
+        let Some(gate) = &self.gate else {
+            return Ok(None);
+        };
+        let listener = match tokio::time::timeout_at(by, crate::gate::receive(socket)).await {
+            Ok(Ok(Some(listener))) => listener,
+            Ok(Ok(None)) | Err(_) => return Ok(None),
+            Ok(Err(e)) => return Err(internal(format!("receiving the gate's listener: {e}"))),
+        };
+        Proxy::start(listener, gate.clone())
+            .map(Some)
+            .map_err(|e| internal(format!("serving the gate: {e}")))
+    }
+
     /// Starts the helper and hands it `plan`; its stdin stays open, for a session's commands.
     pub(crate) async fn start(&self, plan: &Plan) -> Result<Started, ToolError> {
         let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .map_err(|e| internal(format!("a pipe for the helper's reports: {e}")))?;
+        let gate = if plan.gate {
+            let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+                .map_err(|e| internal(format!("a socket for the gate: {e}")))?;
+            Some((ours, theirs))
+        } else {
+            None
+        };
+        let gate_raw = gate.as_ref().map(|(_, theirs)| theirs.as_raw_fd());
         let mut command = tokio::process::Command::new(&self.helper.program);
         command
             .args(&self.helper.args)
@@ -316,11 +414,9 @@ impl Starter {
         // SAFETY: between fork and exec only dup2 and fcntl run, both async-signal-safe.
         unsafe {
             command.pre_exec(move || {
-                if raw == REPORT_FD {
-                    let flags = nix::libc::fcntl(raw, nix::libc::F_GETFD);
-                    nix::libc::fcntl(raw, nix::libc::F_SETFD, flags & !nix::libc::FD_CLOEXEC);
-                } else if nix::libc::dup2(raw, REPORT_FD) < 0 {
-                    return Err(std::io::Error::last_os_error());
+                inherit_as(raw, REPORT_FD)?;
+                if let Some(raw) = gate_raw {
+                    inherit_as(raw, GATE_FD)?;
                 }
                 Ok(())
             });
@@ -332,6 +428,16 @@ impl Starter {
             ))
         })?;
         drop(report_write);
+        let gate = match gate {
+            Some((ours, theirs)) => {
+                drop(theirs);
+                ours.set_nonblocking(true)
+                    .and_then(|()| tokio::net::UnixStream::from_std(ours))
+                    .map(Some)
+                    .map_err(|e| internal(format!("the gate's socket: {e}")))?
+            }
+            None => None,
+        };
         let plan_json = serde_json::to_vec(plan).map_err(|e| internal(e.to_string()))?;
         let len = u32::try_from(plan_json.len())
             .map_err(|_| internal("the helper's plan is too large".into()))?;
@@ -344,8 +450,26 @@ impl Starter {
         }
         let reports = tokio::net::unix::pipe::Receiver::from_owned_fd(report_read)
             .map_err(|e| internal(format!("the helper's report pipe: {e}")))?;
-        Ok(Started { child, reports })
+        Ok(Started {
+            child,
+            reports,
+            gate,
+        })
     }
+}
+
+/// In the child, between fork and exec: `raw` becomes `target`, kept across exec.
+fn inherit_as(raw: i32, target: i32) -> std::io::Result<()> {
+    // SAFETY: fcntl and dup2 are async-signal-safe and touch only these descriptors.
+    unsafe {
+        if raw == target {
+            let flags = nix::libc::fcntl(raw, nix::libc::F_GETFD);
+            nix::libc::fcntl(raw, nix::libc::F_SETFD, flags & !nix::libc::FD_CLOEXEC);
+        } else if nix::libc::dup2(raw, target) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// Reads stdout, stderr (capped) and the reports until all three end, or the deadline.
@@ -396,6 +520,7 @@ async fn drain(
         stderr: err,
         reports,
         timed_out,
+        traffic: None,
     }
 }
 

@@ -11,5 +11,6 @@
 pub mod backend;
 pub mod guests;
 pub mod scripted;
+pub mod servers;
 
 pub use backend::TestBackend;

@@ -65,7 +65,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::time::Instant;
-use warden_core::{ByteSize, ErrorKind, Limits, Output, SessionId, ToolError};
+use warden_core::{ByteSize, Denials, ErrorKind, Limits, Output, SessionId, ToolError};
 
 use crate::{Request, answer, timed_out};
 
@@ -172,6 +172,16 @@ pub trait Sandbox: Send + 'static {
 
     /// Kills everything in it and releases it; returns once it is gone.
     fn close(self) -> impl Future<Output = ()> + Send;
+
+    /// A command starts: the sandbox's network (its gate, if it has one) works for it until
+    /// [`Sandbox::command_ended`], and refuses into `scope`'s denials.
+    fn command_starts(&mut self, scope: warden_net::Scope) {
+        let _ = scope;
+    }
+
+    /// The command ended: its connections are closed, and none are let through until the
+    /// next command starts.
+    fn command_ended(&mut self) {}
 }
 
 /// A session's shell, or none until its first command (or after a reset).
@@ -200,6 +210,7 @@ impl<L: Launcher> Sessions<L> {
         env: &[(String, String)],
         limits: &Limits,
         (timeout, limit): (Duration, Duration),
+        denials: &Denials,
     ) -> Result<Output, ToolError> {
         let slot = self.slot(id);
         // Commands of one session queue here, first come first served (tokio's mutex is fair).
@@ -251,6 +262,10 @@ impl<L: Launcher> Sessions<L> {
             fresh = true;
         }
         let ran = loop {
+            live.sandbox.command_starts(warden_net::Scope {
+                denials: denials.clone(),
+                deadline: deadline.into_std(),
+            });
             let ran = live
                 .run(command, limits.output, deadline, check.as_ref())
                 .await;
@@ -273,6 +288,7 @@ impl<L: Launcher> Sessions<L> {
                 ran => break ran,
             }
         };
+        live.sandbox.command_ended();
         let lost = "working directory, variables, background jobs and files outside the granted \
                     folders are lost";
         match ran {

@@ -46,9 +46,13 @@ impl Place {
 
     /// Loads the policy text as `tool.toml` in this place.
     pub(crate) fn tool(&self, text: &str) -> (Arc<dyn Executor>, Limits) {
+        self.tool_on(text, backend())
+    }
+
+    /// Loads the policy text with `backend` (one that resolves test names, say).
+    pub(crate) fn tool_on(&self, text: &str, backend: HostBackend) -> (Arc<dyn Executor>, Limits) {
         let path = self.path("tool.toml");
         std::fs::write(&path, text).expect("write policy");
-        let backend = backend();
         let policy = Arc::new(Policy::load(&path, &[&backend]).unwrap_or_else(|e| panic!("{e}")));
         let limits = policy.limits.resolve();
         let mut loaded = backend.load(&policy).unwrap_or_else(|e| panic!("{e}"));
@@ -76,14 +80,28 @@ pub(crate) async fn call_in(
     session: SessionId,
     args: Value,
 ) -> Result<Output, ToolError> {
-    tool.execute(Invocation {
-        call_id: "call-1".into(),
-        arguments: args,
-        limits: *limits,
-        denials: Denials::default(),
-        session,
-    })
-    .await
+    call_denied(tool, limits, session, args).await.0
+}
+
+/// One call in `session`, and the destinations its sandbox was refused.
+pub(crate) async fn call_denied(
+    tool: &Arc<dyn Executor>,
+    limits: &Limits,
+    session: SessionId,
+    args: Value,
+) -> (Result<Output, ToolError>, Vec<String>) {
+    let denials = Denials::default();
+    let result = tool
+        .execute(Invocation {
+            call_id: "call-1".into(),
+            arguments: args,
+            limits: *limits,
+            denials: denials.clone(),
+            session,
+        })
+        .await;
+    let denied = denials.snapshot().0;
+    (result, denied.into_iter().map(|d| d.destination).collect())
 }
 
 /// Processes owned by `uid`.

@@ -1,0 +1,320 @@
+//! Net grants for host tools: the sandbox's only way out is warden's gate, which lets the
+//! granted hosts through and refuses the rest, each refusal a denial of the call. Real
+//! confined processes (curl, wget, python, bash), servers on the test's 127.0.0.1.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::net::TcpListener;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use warden_core::SessionId;
+use warden_host::{Helper, HostBackend};
+use warden_net::Resolver;
+use warden_test_support::servers::HttpServer;
+
+/// A host backend that resolves the test names to 127.0.0.1.
+fn resolving() -> HostBackend {
+    let names = ["api.test", "other.test", "a.apps.test", "apps.test"];
+    HostBackend::new(Helper {
+        program: env!("CARGO_BIN_EXE_warden-host-helper").into(),
+        args: Vec::new(),
+    })
+    .resolver(Resolver::with_overrides(names.iter().map(|n| format!("{n}:127.0.0.1"))).unwrap())
+}
+
+/// A bash tool granted `net`, with python's and curl's folders on PATH.
+fn bash(net: &str, extra: &str) -> String {
+    format!(
+        "[executor]\nkind = \"host\"\nname = \"bash\"\nargv = [\"/bin/bash\", \"-c\", \"{{command}}\"]\n{extra}\n\
+         [grants]\nenv = {{ PATH = \"/usr/bin:/bin\" }}\nnet = {net}\n[limits]\ntimeout = \"20s\"\n\
+         memory = \"1GiB\"\n"
+    )
+}
+
+/// Whether the listener got a connection within a moment.
+fn accepted(listener: &TcpListener) -> bool {
+    listener.set_nonblocking(true).unwrap();
+    for _ in 0..20 {
+        if listener.accept().is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    false
+}
+
+#[tokio::test]
+async fn granted_hosts_are_reached_through_the_gate_by_curl_wget_and_python() {
+    let server = HttpServer::start();
+    let port = server.port;
+    let place = Place::new();
+    let net = format!("[\"api.test:{port}\", \"127.0.0.1:{port}\"]");
+    let (tool, limits) = place.tool_on(&bash(&net, ""), resolving());
+    let command = format!(
+        "curl -sS http://api.test:{port}/curl; echo; \
+         wget -qO- http://api.test:{port}/wget; echo; \
+         python3 -c \"import urllib.request as u; print(u.urlopen('http://api.test:{port}/py').read().decode())\"; \
+         curl -sS --proxytunnel http://api.test:{port}/tunnel; echo; \
+         echo \"proxy=$https_proxy\""
+    );
+    let (r, denied) = call_denied(
+        &tool,
+        &limits,
+        SessionId::fresh(),
+        json!({ "command": command }),
+    )
+    .await;
+    let t = text(&r);
+    for path in ["/curl", "/wget", "/py", "/tunnel"] {
+        assert!(t.contains(&format!("hello from {path}")), "{path}: {t}");
+    }
+    assert!(t.contains("proxy=http://127.0.0.1:3128"), "{t}");
+    assert!(denied.is_empty(), "{denied:?}");
+    let heads = server.heads();
+    // The forwarded request is origin-form, with the proxy's one-hop headers gone.
+    let curl = heads.iter().find(|h| h.starts_with("GET /curl ")).unwrap();
+    assert!(curl.contains("Connection: close"), "{curl}");
+    assert!(
+        !curl.to_ascii_lowercase().contains("proxy-connection"),
+        "{curl}"
+    );
+    let details = &r.as_ref().unwrap().details;
+    assert_eq!(details["isolation"]["gate"], true, "{details:?}");
+    assert!(
+        details["network"]["connections"].as_u64() >= Some(4),
+        "{details:?}"
+    );
+}
+
+#[tokio::test]
+async fn what_is_not_granted_is_refused_at_the_gate_and_each_refusal_is_a_denial() {
+    let granted = HttpServer::start();
+    let other = HttpServer::start();
+    let (port, other_port) = (granted.port, other.port);
+    let place = Place::new();
+    let net = format!("[\"api.test:{port}\", \"127.0.0.1:{port}\", \"*.apps.test:{port}\"]");
+    let (tool, limits) = place.tool_on(&bash(&net, ""), resolving());
+    let command = format!(
+        "curl -sS -o /dev/null -w 'port %{{http_code}}\\n' http://api.test:{other_port}/; \
+         curl -sS -o /dev/null -w 'name %{{http_code}}\\n' http://other.test:{port}/; \
+         curl -sS -o /dev/null -w 'addr %{{http_code}}\\n' http://10.1.2.3/; \
+         curl -sS -o /dev/null -w 'apex %{{http_code}}\\n' http://apps.test:{port}/; \
+         curl -sS http://a.apps.test:{port}/sub; echo; \
+         curl -sS -L -o /dev/null -w 'redirect %{{http_code}}\\n' \
+           'http://api.test:{port}/redirect?to=http://other.test:{other_port}/x'; \
+         curl -sS -p -o /dev/null https://api.test:{other_port}/ 2>&1 | tail -c 300; echo"
+    );
+    let (r, denied) = call_denied(
+        &tool,
+        &limits,
+        SessionId::fresh(),
+        json!({ "command": command }),
+    )
+    .await;
+    let t = text(&r);
+    for line in [
+        "port 403",
+        "name 403",
+        "addr 403",
+        "apex 403",
+        "redirect 403",
+    ] {
+        assert!(t.contains(line), "{line}: {t}");
+    }
+    // A wildcard covers names below it, not the name itself.
+    assert!(t.contains("hello from /sub"), "{t}");
+    // CONNECT to an ungranted port is refused before anything is dialled.
+    assert!(t.contains("403"), "{t}");
+    for destination in [
+        format!("http://api.test:{other_port}"),
+        format!("http://other.test:{port}"),
+        "http://10.1.2.3:80".to_owned(),
+        format!("http://apps.test:{port}"),
+        format!("http://other.test:{other_port}"),
+        format!("connect api.test:{other_port}"),
+    ] {
+        assert!(denied.contains(&destination), "{destination}: {denied:?}");
+    }
+    assert_eq!(
+        other.connections.load(Ordering::SeqCst),
+        0,
+        "the ungranted server was reached"
+    );
+    // The redirect's first hop was granted and served.
+    assert!(
+        granted
+            .heads()
+            .iter()
+            .any(|h| h.starts_with("GET /redirect"))
+    );
+}
+
+#[tokio::test]
+async fn a_name_pinned_to_loopback_needs_an_address_grant() {
+    let server = HttpServer::start();
+    let port = server.port;
+    let place = Place::new();
+    let (tool, limits) = place.tool_on(&bash(&format!("[\"api.test:{port}\"]"), ""), resolving());
+    let command = format!("curl -sS -o /dev/null -w '%{{http_code}}' http://api.test:{port}/");
+    let (r, denied) = call_denied(
+        &tool,
+        &limits,
+        SessionId::fresh(),
+        json!({ "command": command }),
+    )
+    .await;
+    assert!(text(&r).contains("403"), "{}", text(&r));
+    assert_eq!(denied, vec![format!("http://api.test:{port}")]);
+    assert_eq!(server.connections.load(Ordering::SeqCst), 0);
+}
+
+/// Every way around the gate: raw sockets to the granted server and to host services (on
+/// 0.0.0.0 and 127.0.0.1), the proxy variables unset, UDP, a DNS lookup. The same attacks
+/// reach under `network = "unrestricted"`, so the test can see a reach.
+#[tokio::test]
+async fn nothing_gets_around_the_gate() {
+    let granted = HttpServer::start();
+    let port = granted.port;
+    let any = TcpListener::bind("0.0.0.0:0").unwrap();
+    let any_port = any.local_addr().unwrap().port();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let udp_port = udp.local_addr().unwrap().port();
+    let attack = format!(
+        "echo hi > /dev/tcp/127.0.0.1/{port} && echo RAW-GRANTED; \
+         echo hi > /dev/tcp/127.0.0.1/{any_port} && echo RAW-ANY; \
+         env -u http_proxy -u HTTP_PROXY -u all_proxy -u ALL_PROXY curl -sS -m 3 http://127.0.0.1:{port}/ && echo NOPROXY; \
+         curl -sS -m 3 --noproxy '*' http://127.0.0.1:{port}/ && echo NOPROXY; \
+         python3 -c \"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'x', ('127.0.0.1', {udp_port})); print('UDP-SENT')\"; \
+         python3 -c \"import socket; print('DNS', socket.getaddrinfo('example.org', 80)[0][4])\"; \
+         true"
+    );
+    let place = Place::new();
+    let (gated, limits) = place.tool_on(
+        &bash(&format!("[\"api.test:{port}\", \"127.0.0.1:{port}\"]"), ""),
+        resolving(),
+    );
+    let before = granted.connections.load(Ordering::SeqCst);
+    let r = call(&gated, &limits, json!({ "command": attack })).await;
+    let t = text(&r);
+    for reach in ["RAW-GRANTED", "RAW-ANY", "NOPROXY", "DNS ("] {
+        assert!(!t.contains(reach), "{reach}: {t}");
+    }
+    assert!(!accepted(&any), "a host service on 0.0.0.0 was reached");
+    assert_eq!(
+        granted.connections.load(Ordering::SeqCst),
+        before,
+        "reached around the gate"
+    );
+    assert!(udp.recv_from(&mut [0u8; 16]).is_err(), "a datagram got out");
+
+    // The opt-in to every host opens all of it: what the gate holds back is real.
+    let open = bash("[]", "network = \"unrestricted\"");
+    let (open, limits) = place.tool_on(&open, resolving());
+    let r = call(&open, &limits, json!({ "command": attack })).await;
+    let t = text(&r);
+    for reach in ["RAW-GRANTED", "RAW-ANY", "NOPROXY", "UDP-SENT"] {
+        assert!(t.contains(reach), "{reach}: {t}");
+    }
+    assert!(accepted(&any));
+    assert!(udp.recv_from(&mut [0u8; 16]).is_ok());
+}
+
+/// Bad proxy requests get a 4xx; a flood of connections cannot pin the gate or warden; the
+/// call still ends at its deadline, and the next call is served.
+#[tokio::test]
+async fn the_gate_answers_garbage_with_400_and_survives_a_flood() {
+    let server = HttpServer::start();
+    let port = server.port;
+    let place = Place::new();
+    let net = format!("[\"api.test:{port}\", \"127.0.0.1:{port}\"]");
+    let text_of = |limits: &str| bash(&net, "").replace("timeout = \"20s\"", limits);
+    let (tool, limits) = place.tool_on(&text_of("timeout = \"20s\""), resolving());
+    let garbage = "exec 3<>/dev/tcp/127.0.0.1/3128; printf 'NONSENSE\\r\\n\\r\\n' >&3; head -1 <&3; \
+                   exec 4<>/dev/tcp/127.0.0.1/3128; printf 'GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n' >&4; head -1 <&4";
+    let r = call(&tool, &limits, json!({ "command": garbage })).await;
+    let t = text(&r);
+    assert_eq!(t.matches("400 Bad Request").count(), 2, "{t}");
+
+    // A thousand connections held open, then one more request through the gate.
+    let flood = format!(
+        "python3 -c \"\nimport socket\nheld = []\nfor i in range(1000):\n    try:\n        s = socket.create_connection(('127.0.0.1', 3128), timeout=2)\n        held.append(s)\n    except OSError as e:\n        pass\nprint('held', len(held))\n\"; \
+         curl -sS -m 5 http://api.test:{port}/after; echo"
+    );
+    let started = Instant::now();
+    let r = call(&tool, &limits, json!({ "command": flood })).await;
+    let t = text(&r);
+    assert!(t.contains("held"), "{t}");
+    assert!(t.contains("hello from /after"), "{t}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // A tunnel that never ends ends with the call.
+    let (short, limits) = place.tool_on(&text_of("timeout = \"3s\""), resolving());
+    let hang = format!("curl -sS -p http://api.test:{port}/hang; echo done");
+    let started = Instant::now();
+    let r = call(&short, &limits, json!({ "command": hang })).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}: {}",
+        started.elapsed(),
+        text(&r)
+    );
+    let r = call(
+        &tool,
+        &limits,
+        json!({ "command": format!("curl -sS http://api.test:{port}/again") }),
+    )
+    .await;
+    assert!(text(&r).contains("hello from /again"), "{}", text(&r));
+}
+
+/// In a session the gate belongs to the command running: each command's refusals are its own.
+#[tokio::test]
+async fn a_sessions_gate_attributes_refusals_to_their_command() {
+    let server = HttpServer::start();
+    let port = server.port;
+    let place = Place::new();
+    let net = format!("[\"api.test:{port}\", \"127.0.0.1:{port}\"]");
+    let (tool, limits) = place.tool_on(&bash(&net, "session = true"), resolving());
+    let session = SessionId::fresh();
+    let (r, denied) = call_denied(
+        &tool,
+        &limits,
+        session,
+        json!({ "command": format!("cd /tmp && curl -sS http://api.test:{port}/one") }),
+    )
+    .await;
+    assert!(text(&r).contains("hello from /one"), "{}", text(&r));
+    assert!(denied.is_empty(), "{denied:?}");
+    let (r, denied) = call_denied(
+        &tool,
+        &limits,
+        session,
+        json!({ "command": "pwd; curl -sS -o /dev/null -w '%{http_code}' http://other.test/" }),
+    )
+    .await;
+    let t = text(&r);
+    assert!(t.contains("/tmp") && t.contains("403"), "{t}");
+    assert_eq!(denied, vec!["http://other.test:80".to_owned()]);
+    let (r, denied) = call_denied(
+        &tool,
+        &limits,
+        session,
+        json!({ "command": format!("curl -sS http://api.test:{port}/three") }),
+    )
+    .await;
+    assert!(text(&r).contains("hello from /three"), "{}", text(&r));
+    assert!(denied.is_empty(), "{denied:?}");
+}

@@ -1,0 +1,103 @@
+//! Servers on 127.0.0.1 that network tests reach, or must not: each counts what reached it.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// An HTTP/1.1 server on 127.0.0.1 that records each request's head.
+pub struct HttpServer {
+    pub port: u16,
+    pub requests: Arc<Mutex<Vec<String>>>,
+    /// Connections accepted: a reach, even one that sent nothing.
+    pub connections: Arc<AtomicUsize>,
+}
+
+impl HttpServer {
+    pub fn start() -> HttpServer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let (seen, count) = (requests.clone(), connections.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                count.fetch_add(1, Ordering::SeqCst);
+                let seen = seen.clone();
+                std::thread::spawn(move || serve(stream, &seen));
+            }
+        });
+        HttpServer {
+            port,
+            requests,
+            connections,
+        }
+    }
+
+    /// The request heads received, in order.
+    pub fn heads(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+/// Answers `/big` (1 MiB), `/hang` (30 s), `/echo-auth` (the Authorization header),
+/// `/redirect?to=URL` (a 302 to URL) and any other path with `hello from PATH`.
+fn serve(stream: TcpStream, seen: &Mutex<Vec<String>>) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        head.push_str(&line);
+    }
+    seen.lock().unwrap().push(head.clone());
+    let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+    let body = match path.as_str() {
+        "/big" => "x".repeat(1 << 20),
+        "/hang" => {
+            std::thread::sleep(Duration::from_secs(30));
+            String::new()
+        }
+        "/echo-auth" => head
+            .lines()
+            .find(|l| l.to_ascii_lowercase().starts_with("authorization:"))
+            .unwrap_or("none")
+            .to_owned(),
+        p if p.starts_with("/redirect?to=") => {
+            let to = &p["/redirect?to=".len()..];
+            let mut stream = stream;
+            let _ = write!(
+                stream,
+                "HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            return;
+        }
+        p => format!("hello from {p}"),
+    };
+    let mut stream = stream;
+    let _ = write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+/// A TCP server that answers `echo:` and what it read; the count is of connections.
+pub fn tcp_echo() -> (u16, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let count = Arc::new(AtomicUsize::new(0));
+    let seen = count.clone();
+    std::thread::spawn(move || {
+        for mut s in listener.incoming().flatten() {
+            seen.fetch_add(1, Ordering::SeqCst);
+            let mut got = String::new();
+            let _ = s.read_to_string(&mut got);
+            let _ = write!(s, "echo:{got}");
+        }
+    });
+    (port, count)
+}
