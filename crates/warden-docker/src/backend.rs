@@ -12,18 +12,28 @@ use warden_core::{
     Backend, ByteSize, Capabilities, Loaded, LoadedTool, NetHosts, Paths, Policy, PolicyError,
     Reach, Report, ReportLine, ToolSpec,
 };
+use warden_net::{Gate, Resolver};
 
 /// Loads `kind = "docker"` policies; every tool shares one engine connection. Clones share it.
 #[derive(Clone)]
 pub struct DockerBackend {
     engine: Arc<Engine>,
+    resolver: Resolver,
 }
 
 impl DockerBackend {
     pub fn new(engine: Engine) -> Self {
         Self {
             engine: Arc::new(engine),
+            resolver: Resolver::default(),
         }
+    }
+
+    /// Resolves the hosts that tools' gates dial with `resolver` (the system's, unless
+    /// overridden).
+    pub fn resolver(mut self, resolver: Resolver) -> Self {
+        self.resolver = resolver;
+        self
     }
 
     pub fn engine(&self) -> &Arc<Engine> {
@@ -37,7 +47,7 @@ impl Backend for DockerBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        warden_command::capabilities(Paths::Guest, true, NetHosts::AllOrNothing)
+        warden_command::capabilities(Paths::Guest, true, NetHosts::Enforced)
     }
 
     fn load(&self, policy: &Arc<Policy>) -> Result<Loaded, PolicyError> {
@@ -56,6 +66,22 @@ impl Backend for DockerBackend {
             input_schema: template.schema(limits.timeout, shell.is_some()),
             output_schema: None,
         };
+        // With net grants and no opt-in to every host, each container gets warden's gate.
+        let gate = if cfg.network.value == NetworkMode::None && !policy.grants.net.hosts.is_empty()
+        {
+            if let Some(why) = crate::gate::unsupported() {
+                return Err(err(
+                    Some(cfg.network.line),
+                    format!("net grants cannot be kept for a docker tool here: {why}"),
+                ));
+            }
+            Some(Gate::new(
+                Arc::new(policy.grants.net.clone()),
+                self.resolver.clone(),
+            ))
+        } else {
+            None
+        };
         let report = report(cfg, &plan);
         let tool = DockerTool::new(
             self.engine.clone(),
@@ -63,6 +89,7 @@ impl Backend for DockerBackend {
             template,
             policy.grants.clone(),
             shell,
+            gate,
         );
         Ok(Loaded {
             tools: vec![LoadedTool {
@@ -92,7 +119,7 @@ fn report(cfg: &DockerConfig, plan: &Plan) -> Report {
     let tmp = ByteSize(cfg.tmp).to_string();
     let mut flags = Vec::new();
     let network = match cfg.network.value {
-        NetworkMode::None => Reach::None,
+        NetworkMode::None => Reach::Grants,
         NetworkMode::Unrestricted => {
             flags.push(
                 "unrestricted network: the container may reach any host (Docker cannot enforce \

@@ -12,9 +12,11 @@ use bollard::query_parameters::{
     StatsOptionsBuilder, WaitContainerOptionsBuilder,
 };
 use futures::StreamExt;
+use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 use warden_core::Capped;
 use warden_core::ToolError;
+use warden_net::{Gate, Proxy, Scope, Traffic};
 
 /// A container that is removed (killed first if running) when this is dropped.
 pub(crate) struct Container {
@@ -105,6 +107,25 @@ impl Container {
         Ok((code, oom))
     }
 
+    /// The pid of its first process, as this machine sees it, while it runs.
+    pub(crate) async fn pid(&self, engine: &Engine) -> Result<i64, ToolError> {
+        let inspected = self
+            .docker
+            .inspect_container(&self.id, None)
+            .await
+            .map_err(|e| engine.failure("inspect a container", &e))?;
+        inspected
+            .state
+            .and_then(|s| s.pid)
+            .filter(|pid| *pid > 0)
+            .ok_or_else(|| {
+                ToolError::new(
+                    warden_core::ErrorKind::Unavailable,
+                    "the container stopped before warden could open its gate",
+                )
+            })
+    }
+
     /// True when the engine saw the memory limit kill a process of this container.
     pub(crate) async fn oom_killed(&self) -> bool {
         match self.docker.inspect_container(&self.id, None).await {
@@ -187,7 +208,9 @@ pub(crate) enum Ended {
     TimedOut { stdout: Capped, stderr: Capped },
 }
 
-/// Runs one container to its end or its deadline, and removes it.
+/// Runs one container to its end or its deadline, and removes it. With a gate, the container's
+/// command waits for a line on stdin (see [`crate::gate`]), sent once the gate listens; what
+/// went through the gate is answered too.
 pub(crate) async fn run_once(
     engine: &Engine,
     docker: &Docker,
@@ -195,17 +218,62 @@ pub(crate) async fn run_once(
     body: ContainerCreateBody,
     output_limit: u64,
     deadline: Instant,
-) -> Result<Ended, ToolError> {
+    gate: Option<(Gate, Scope)>,
+) -> Result<(Ended, Option<Traffic>), ToolError> {
     let container = Container::create(engine, docker, image, body).await?;
-    let mut attached = container.attach_and_start(engine, false).await?;
+    let mut attached = container.attach_and_start(engine, gate.is_some()).await?;
+    let proxy = match gate {
+        Some((gate, scope)) => match open_gate(engine, &container, gate, scope).await {
+            Ok(proxy) => {
+                // The command may start; its stdin ends here.
+                let _ = attached.input.write_all(b"go\n").await;
+                let _ = attached.input.shutdown().await;
+                Some(proxy)
+            }
+            Err(e) => {
+                container.remove().await;
+                return Err(e);
+            }
+        },
+        None => None,
+    };
+    let ended = read_to_end(&container, engine, &mut attached, output_limit, deadline).await;
+    let traffic = proxy.map(|p| p.end());
+    container.remove().await;
+    Ok((ended?, traffic))
+}
+
+/// The gate of a started container, serving `scope`.
+pub(crate) async fn open_gate(
+    engine: &Engine,
+    container: &Container,
+    gate: Gate,
+    scope: Scope,
+) -> Result<Proxy, ToolError> {
+    let listener = crate::gate::listen_in(engine, container).await?;
+    let proxy = Proxy::start(listener, gate).map_err(|e| {
+        ToolError::new(
+            warden_core::ErrorKind::Internal,
+            format!("serving the gate: {e}"),
+        )
+    })?;
+    proxy.begin(scope);
+    Ok(proxy)
+}
+
+/// Reads a started container's output until it ends or `deadline`.
+async fn read_to_end(
+    container: &Container,
+    engine: &Engine,
+    attached: &mut AttachContainerResults,
+    output_limit: u64,
+    deadline: Instant,
+) -> Result<Ended, ToolError> {
     let mut stdout = Capped::new(output_limit);
     let mut stderr = Capped::new(output_limit);
     loop {
         match tokio::time::timeout_at(deadline, attached.output.next()).await {
-            Err(_) => {
-                container.remove().await;
-                return Ok(Ended::TimedOut { stdout, stderr });
-            }
+            Err(_) => return Ok(Ended::TimedOut { stdout, stderr }),
             Ok(None) => break,
             Ok(Some(Ok(LogOutput::StdErr { message }))) => stderr.push(&message),
             Ok(Some(Ok(frame))) => stdout.push(&frame.into_bytes()),
@@ -216,19 +284,14 @@ pub(crate) async fn run_once(
         }
     }
     let status = tokio::time::timeout_at(deadline, container.exit_status(engine)).await;
-    let ended = match status {
-        Ok(Ok((code, oom))) => Ended::Exited {
+    match status {
+        Ok(Ok((code, oom))) => Ok(Ended::Exited {
             code,
             oom,
             stdout,
             stderr,
-        },
-        Ok(Err(e)) => {
-            container.remove().await;
-            return Err(e);
-        }
-        Err(_) => Ended::TimedOut { stdout, stderr },
-    };
-    container.remove().await;
-    Ok(ended)
+        }),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Ok(Ended::TimedOut { stdout, stderr }),
+    }
 }

@@ -12,6 +12,7 @@ mod config;
 mod container;
 mod debian;
 mod engine;
+mod gate;
 mod image;
 mod plan;
 mod session;

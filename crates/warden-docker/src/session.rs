@@ -11,7 +11,8 @@ use futures::StreamExt;
 use std::io;
 use std::sync::Arc;
 use warden_command::session::{Chunk, Launched, Launcher, Processes, Sandbox};
-use warden_core::{Limits, ToolError};
+use warden_core::{ErrorKind, Limits, ToolError};
+use warden_net::{Gate, Proxy, Scope};
 
 /// Where a container's pids cgroup shows inside it: cgroup v2, then v1.
 const PIDS_CGROUPS: [&str; 2] = ["/sys/fs/cgroup", "/sys/fs/cgroup/pids"];
@@ -22,6 +23,8 @@ pub(crate) struct DockerShells {
     pub plan: Plan,
     /// The shell of the tool's template (`/bin/sh`).
     pub shell: String,
+    /// The net grants' gate, when the policy grants hosts.
+    pub gate: Option<Gate>,
 }
 
 impl Launcher for DockerShells {
@@ -51,6 +54,25 @@ impl Launcher for DockerShells {
         );
         let container = Container::create(&self.engine, &docker, &self.plan.image, body).await?;
         let attached = container.attach_and_start(&self.engine, true).await?;
+        // Bound before the first command is sent; open only while a command runs.
+        let gate = match &self.gate {
+            Some(gate) => {
+                let listener = crate::gate::listen_in(&self.engine, &container).await;
+                let proxy = listener.and_then(|l| {
+                    Proxy::start(l, gate.clone()).map_err(|e| {
+                        ToolError::new(ErrorKind::Internal, format!("serving the gate: {e}"))
+                    })
+                });
+                match proxy {
+                    Ok(proxy) => Some(proxy),
+                    Err(e) => {
+                        container.remove().await;
+                        return Err(e);
+                    }
+                }
+            }
+            None => None,
+        };
         let output = attached.output.map(|frame| match frame {
             Ok(LogOutput::StdErr { message }) => Ok(Chunk::Stderr(message.to_vec())),
             Ok(frame) => Ok(Chunk::Stdout(frame.into_bytes().to_vec())),
@@ -61,6 +83,7 @@ impl Launcher for DockerShells {
                 engine: self.engine.clone(),
                 container,
                 oom_seen: false,
+                gate,
             },
             input: attached.input,
             output: Box::pin(output),
@@ -74,6 +97,7 @@ pub(crate) struct ShellContainer {
     container: Container,
     /// The engine had already reported an OOM kill before the current command.
     oom_seen: bool,
+    gate: Option<Proxy>,
 }
 
 impl Sandbox for ShellContainer {
@@ -91,6 +115,18 @@ impl Sandbox for ShellContainer {
 
     async fn processes(&mut self) -> Option<u64> {
         self.container.processes().await
+    }
+
+    fn command_starts(&mut self, scope: Scope) {
+        if let Some(gate) = &self.gate {
+            gate.begin(scope);
+        }
+    }
+
+    fn command_ended(&mut self) {
+        if let Some(gate) = &self.gate {
+            gate.end();
+        }
     }
 
     async fn close(self) {

@@ -7,8 +7,9 @@ use crate::session::DockerShells;
 use std::sync::Arc;
 use tokio::time::Instant;
 use warden_command::session::Sessions;
-use warden_command::{Request, Template, answer, effective_timeout, timed_out};
+use warden_command::{Request, Template, answer, effective_timeout, timed_out, with_traffic};
 use warden_core::{BoxFuture, Executor, Grants, Invocation, Output, SessionId, ToolError};
+use warden_net::{Gate, Scope};
 
 /// One docker tool.
 pub(crate) struct DockerTool {
@@ -18,6 +19,8 @@ pub(crate) struct DockerTool {
     grants: Grants,
     /// `Some` in session mode: the shells of its sessions.
     sessions: Option<Sessions<DockerShells>>,
+    /// The net grants' gate, when the policy grants hosts (and not every host).
+    gate: Option<Gate>,
 }
 
 impl DockerTool {
@@ -28,12 +31,14 @@ impl DockerTool {
         template: Template,
         grants: Grants,
         shell: Option<String>,
+        gate: Option<Gate>,
     ) -> Self {
         let sessions = shell.map(|shell| {
             Sessions::new(DockerShells {
                 engine: engine.clone(),
                 plan: plan.clone(),
                 shell,
+                gate: gate.clone(),
             })
         });
         Self {
@@ -42,6 +47,7 @@ impl DockerTool {
             template,
             grants,
             sessions,
+            gate,
         }
     }
 
@@ -54,7 +60,10 @@ impl DockerTool {
             .timeout
             .map_or(inv.limits.timeout, |t| t.min(inv.limits.timeout));
         let timeout = effective_timeout(request.timeout, inv.limits.timeout);
-        let env = self.grants.resolve_env()?;
+        let mut env = self.grants.resolve_env()?;
+        if self.gate.is_some() {
+            env.extend(warden_net::proxy_env());
+        }
         if let Some(sessions) = &self.sessions {
             return sessions
                 .run(
@@ -71,24 +80,32 @@ impl DockerTool {
         let deadline = Instant::now() + timeout;
         let docker = self.engine.client().await?;
         self.engine.ensure_image(&docker, &self.plan.image).await?;
-        let argv = self.template.render(&request.values);
+        let mut argv = self.template.render(&request.values);
+        if self.gate.is_some() {
+            argv = crate::gate::after_gate(argv);
+        }
         let body = self.plan.container(
             argv,
             env,
             inv.limits.memory,
             self.engine.labels(&self.plan.tool, "call"),
-            false,
+            self.gate.is_some(),
         );
-        let ended = run_once(
+        let scope = Scope {
+            denials: inv.denials.clone(),
+            deadline: deadline.into_std(),
+        };
+        let (ended, traffic) = run_once(
             &self.engine,
             &docker,
             &self.plan.image,
             body,
             inv.limits.output,
             deadline,
+            self.gate.clone().map(|g| (g, scope)),
         )
         .await?;
-        match ended {
+        let answered = match ended {
             Ended::Exited {
                 code,
                 oom,
@@ -101,7 +118,8 @@ impl DockerTool {
                 &stderr.text(),
                 "its container was killed and removed",
             )),
-        }
+        };
+        with_traffic(answered, traffic)
     }
 
     async fn end(&self, id: SessionId) {

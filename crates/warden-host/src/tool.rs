@@ -15,7 +15,9 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 use warden_command::session::Sessions;
-use warden_command::{NetworkMode, Request, Template, answer, effective_timeout, timed_out};
+use warden_command::{
+    NetworkMode, Request, Template, answer, effective_timeout, timed_out, with_traffic,
+};
 use warden_core::{
     Access, BoxFuture, Capped, Denials, ErrorKind, Executor, Grants, Invocation, Limits, Output,
     SessionId, ToolError,
@@ -236,29 +238,14 @@ impl HostTool {
                 "the host sandbox ended without saying how the command ended",
             )),
         };
-        let network = ended.traffic.map(|t| {
-            serde_json::json!({
-                "connections": t.connections,
-                "bytes_up": t.bytes_up,
-                "bytes_down": t.bytes_down,
-            })
-        });
-        match result {
+        let answered = match result {
             Ok(mut output) => {
                 output.details.insert("isolation".into(), isolation);
-                if let Some(network) = network {
-                    output.details.insert("network".into(), network);
-                }
                 Ok(output)
             }
-            Err(e) => {
-                let e = e.with_detail("isolation", isolation);
-                Err(match network {
-                    Some(network) => e.with_detail("network", network),
-                    None => e,
-                })
-            }
-        }
+            Err(e) => Err(e.with_detail("isolation", isolation)),
+        };
+        with_traffic(answered, ended.traffic)
     }
 
     async fn end(&self, id: SessionId) {

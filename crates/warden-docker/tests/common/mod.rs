@@ -81,7 +81,11 @@ pub(crate) async fn harness_in(image: Image) -> Option<Harness> {
     }
     Some(Harness {
         dir: tempfile::tempdir().expect("a temp dir"),
-        backend: DockerBackend::new(engine),
+        // Test names resolve to this machine's loopback, where the tests' servers listen.
+        backend: DockerBackend::new(engine).resolver(
+            warden_net::Resolver::with_overrides(["api.test:127.0.0.1", "other.test:127.0.0.1"])
+                .expect("overrides"),
+        ),
         id,
         image,
     })
@@ -159,6 +163,23 @@ impl Harness {
     /// An HTTP server on this machine where a container on Docker's default bridge would reach
     /// it: on the bridge's gateway address (a container's 127.0.0.1 is its own).
     pub(crate) async fn host_server(&self) -> HostServer {
+        HostServer::start(self.bridge_gateway().await)
+    }
+
+    /// A folder in the temp dir, writable by the container user the plan will pick.
+    pub(crate) fn folder(&self, name: &str) -> std::path::PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::create_dir_all(&path).expect("create a folder");
+        // As root the folder would be root's, which no container user may write.
+        if is_root() {
+            std::os::unix::fs::chown(&path, Some(65534), Some(65534)).expect("chown");
+        }
+        path
+    }
+
+    /// The address of Docker's default bridge on this machine: how a container on the bridge
+    /// reaches host services, and what a container without it must not reach.
+    pub(crate) async fn bridge_gateway(&self) -> std::net::Ipv4Addr {
         let docker = self.engine().client().await.expect("engine");
         let bridge = docker
             .inspect_network("bridge", None)
@@ -169,7 +190,7 @@ impl Harness {
             .and_then(|i| i.config)
             .and_then(|c| c.into_iter().next())
             .expect("the bridge's address configuration");
-        let gateway = config
+        config
             .gateway
             .filter(|g| !g.is_empty())
             .map(|g| g.parse().expect("a gateway address"))
@@ -183,19 +204,7 @@ impl Harness {
                     .parse()
                     .expect("an IPv4 subnet");
                 std::net::Ipv4Addr::from(u32::from(base) + 1)
-            });
-        HostServer::start(gateway)
-    }
-
-    /// A folder in the temp dir, writable by the container user the plan will pick.
-    pub(crate) fn folder(&self, name: &str) -> std::path::PathBuf {
-        let path = self.dir.path().join(name);
-        std::fs::create_dir_all(&path).expect("create a folder");
-        // As root the folder would be root's, which no container user may write.
-        if is_root() {
-            std::os::unix::fs::chown(&path, Some(65534), Some(65534)).expect("chown");
-        }
-        path
+            })
     }
 
     /// A dispatcher over one policy written into the temp dir.

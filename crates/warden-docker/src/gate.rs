@@ -1,0 +1,76 @@
+//! The container's end of warden's gate. A container with `network = "none"` has a network
+//! namespace of its own with only loopback up. warden, as root, enters that namespace on a
+//! thread of its own, binds `127.0.0.1:GATE_PORT` there and leaves: the socket stays in the
+//! container's namespace, warden serves it from its own with [`warden_net::Proxy`], and the
+//! container reaches the gate and, through it, the granted hosts, and nothing else: nothing
+//! routes out of its namespace, and nothing else listens in it.
+//!
+//! A per-call container would run its command before the gate is bound, so its command is
+//! started by `/bin/sh`, which waits for one line on stdin that warden sends once the gate
+//! listens; the command then reads an empty stdin, as without a gate.
+
+use crate::container::Container;
+use crate::engine::Engine;
+use std::fs::File;
+use std::net::{Ipv4Addr, TcpListener};
+use warden_core::{ErrorKind, ToolError};
+use warden_net::GATE_PORT;
+
+/// Why a policy's net grants cannot be kept by a docker tool on this machine, if they cannot.
+pub(crate) fn unsupported() -> Option<&'static str> {
+    (!nix::unistd::Uid::effective().is_root()).then_some(
+        "warden binds each container's gate inside the container's network namespace, which \
+         takes root: run warden as root, or use a host tool (kind = \"host\"), whose gate needs \
+         no privilege",
+    )
+}
+
+/// The command line that waits for the gate, then runs `argv`.
+pub(crate) fn after_gate(argv: Vec<String>) -> Vec<String> {
+    let mut wrapped = vec![
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        "read -r _ && exec \"$@\"".to_owned(),
+        "sh".to_owned(),
+    ];
+    wrapped.extend(argv);
+    wrapped
+}
+
+/// Binds the gate's listener in the running `container`'s network namespace.
+pub(crate) async fn listen_in(
+    engine: &Engine,
+    container: &Container,
+) -> Result<TcpListener, ToolError> {
+    let pid = container.pid(engine).await?;
+    let failed = |why: String| {
+        ToolError::new(
+            ErrorKind::Unavailable,
+            format!("warden could not open the gate in the container: {why}"),
+        )
+    };
+    let bind = move || -> Result<TcpListener, String> {
+        let namespace = File::open(format!("/proc/{pid}/ns/net")).map_err(|e| {
+            format!(
+                "the container's process {pid} is not visible here ({e}); the gate needs the \
+                 Docker engine on this machine"
+            )
+        })?;
+        nix::sched::setns(namespace, nix::sched::CloneFlags::CLONE_NEWNET)
+            .map_err(|e| format!("entering the container's network namespace: {e}"))?;
+        TcpListener::bind((Ipv4Addr::LOCALHOST, GATE_PORT))
+            .map_err(|e| format!("binding 127.0.0.1:{GATE_PORT}: {e}"))
+    };
+    // A thread of its own, which ends with it: this thread's namespace is the only one
+    // `setns` changes, and no other task ever runs on it.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("warden-gate-bind".into())
+        .spawn(move || {
+            let _ = tx.send(bind());
+        })
+        .map_err(|e| failed(format!("a thread: {e}")))?;
+    rx.await
+        .map_err(|_| failed("the binding thread died".into()))?
+        .map_err(failed)
+}

@@ -1,0 +1,182 @@
+//! Net grants for docker tools: a container's only way out is warden's gate, bound in its own
+//! network namespace, which lets the granted hosts through and refuses the rest, each refusal
+//! a denial of the call. Real containers of the Debian image (curl, wget, python), servers on
+//! this machine's 127.0.0.1 and on all its addresses.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::net::TcpListener;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use warden_core::{Status, ToolMessage};
+use warden_test_support::servers::HttpServer;
+
+/// The destinations the call was refused, from its message.
+fn denied(m: &ToolMessage) -> Vec<String> {
+    let list = match &m.error {
+        Some(e) => e.details.get("denied").cloned(),
+        None => m.artifact.as_ref().and_then(|a| a.get("denied").cloned()),
+    };
+    list.and_then(|l| l.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|d| d["destination"].as_str().map(str::to_owned))
+        .collect()
+}
+
+fn granted(port: u16) -> String {
+    format!("net = [\"api.test:{port}\", \"127.0.0.1:{port}\"]")
+}
+
+/// Whether the listener got a connection within a moment.
+fn accepted(listener: &TcpListener) -> bool {
+    listener.set_nonblocking(true).unwrap();
+    for _ in 0..20 {
+        if listener.accept().is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    false
+}
+
+#[tokio::test]
+async fn granted_hosts_are_reached_through_the_gate_and_nothing_else() {
+    let h = docker_or_skip!(Image::Debian);
+    let server = HttpServer::start();
+    let other = HttpServer::start();
+    let (port, other_port) = (server.port, other.port);
+    let d = h.dispatcher(
+        "sh",
+        &h.shell_policy("", &granted(port), "timeout = \"30s\""),
+    );
+    let command = format!(
+        "curl -sS http://api.test:{port}/curl; echo; \
+         wget -qO- http://api.test:{port}/wget; echo; \
+         python3 -c \"import urllib.request as u; print(u.urlopen('http://api.test:{port}/py').read().decode())\"; \
+         curl -sS -p http://api.test:{port}/tunnel; echo; \
+         curl -sS -o /dev/null -w 'port %{{http_code}}\\n' http://api.test:{other_port}/; \
+         curl -sS -o /dev/null -w 'name %{{http_code}}\\n' http://other.test:{port}/"
+    );
+    let m = call(&d, "sh", cmd(&command)).await;
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    for path in ["/curl", "/wget", "/py", "/tunnel"] {
+        assert!(
+            m.content.contains(&format!("hello from {path}")),
+            "{path}: {}",
+            m.content
+        );
+    }
+    assert!(
+        m.content.contains("port 403") && m.content.contains("name 403"),
+        "{}",
+        m.content
+    );
+    let refused = denied(&m);
+    assert!(
+        refused.contains(&format!("http://api.test:{other_port}")),
+        "{refused:?}"
+    );
+    assert!(
+        refused.contains(&format!("http://other.test:{port}")),
+        "{refused:?}"
+    );
+    assert_eq!(other.connections.load(Ordering::SeqCst), 0);
+    let network: &Value = &m.artifact.as_ref().unwrap()["network"];
+    assert!(network["connections"].as_u64() >= Some(4), "{network}");
+    d.close().await;
+    h.assert_clean().await;
+}
+
+/// Raw sockets to the granted server, to a host service on all addresses (through the
+/// bridge's gateway), the proxy variables dropped, UDP: none get out. With
+/// `network = "unrestricted"` the host service is reached, so the test can see a reach.
+#[tokio::test]
+async fn nothing_gets_around_a_containers_gate() {
+    let h = docker_or_skip!(Image::Debian);
+    let server = HttpServer::start();
+    let port = server.port;
+    let gateway = h.bridge_gateway().await;
+    let service = TcpListener::bind("0.0.0.0:0").unwrap();
+    let service_port = service.local_addr().unwrap().port();
+    let attack = format!(
+        "curl -sS -m 3 --noproxy '*' http://127.0.0.1:{port}/ && echo NOPROXY-LOOPBACK; \
+         curl -sS -m 3 --noproxy '*' http://{gateway}:{service_port}/ && echo NOPROXY-HOST; \
+         python3 -c \"import socket; socket.create_connection(('{gateway}', {service_port}), timeout=3); print('RAW-HOST')\" 2>&1 | tail -n 1; \
+         python3 -c \"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'x', ('{gateway}', 53)); print('UDP-SENT')\" 2>&1 | tail -n 1; \
+         curl -sS -m 3 -o /dev/null -w 'via-gate %{{http_code}}\\n' http://{gateway}:{service_port}/; \
+         true"
+    );
+    let d = h.dispatcher(
+        "sh",
+        &h.shell_policy("", &granted(port), "timeout = \"30s\""),
+    );
+    let m = call(&d, "sh", cmd(&attack)).await;
+    for reach in ["NOPROXY-LOOPBACK", "NOPROXY-HOST", "RAW-HOST", "UDP-SENT"] {
+        assert!(!m.content.contains(reach), "{reach}: {}", m.content);
+    }
+    assert!(m.content.contains("via-gate 403"), "{}", m.content);
+    assert!(!accepted(&service), "a host service was reached");
+    assert_eq!(server.connections.load(Ordering::SeqCst), 0);
+    d.close().await;
+
+    let open = h.dispatcher(
+        "sh",
+        &h.shell_policy("network = \"unrestricted\"", "", "timeout = \"30s\""),
+    );
+    let m = call(&open, "sh", cmd(&attack)).await;
+    assert!(m.content.contains("RAW-HOST"), "{}", m.content);
+    assert!(accepted(&service));
+    open.close().await;
+    h.assert_clean().await;
+}
+
+/// A session's gate opens with each command and answers for it; another session has a gate
+/// (and a loopback) of its own.
+#[tokio::test]
+async fn a_session_containers_gate_is_its_own_and_its_commands() {
+    let h = docker_or_skip!(Image::Debian);
+    let server = HttpServer::start();
+    let port = server.port;
+    let d = h.dispatcher(
+        "sh",
+        &h.shell_policy("session = true", &granted(port), "timeout = \"30s\""),
+    );
+    let m = call(
+        &d,
+        "sh",
+        cmd(&format!("cd /tmp && curl -sS http://api.test:{port}/one")),
+    )
+    .await;
+    assert!(m.content.contains("hello from /one"), "{}", m.content);
+    assert!(denied(&m).is_empty());
+    let m = call(
+        &d,
+        "sh",
+        cmd("pwd; curl -sS -o /dev/null -w '%{http_code}' http://other.test/"),
+    )
+    .await;
+    assert!(
+        m.content.contains("/tmp") && m.content.contains("403"),
+        "{}",
+        m.content
+    );
+    assert_eq!(denied(&m), vec!["http://other.test:80".to_owned()]);
+    let m = call(
+        &d,
+        "sh",
+        cmd(&format!("curl -sS http://api.test:{port}/three")),
+    )
+    .await;
+    assert!(m.content.contains("hello from /three"), "{}", m.content);
+    assert!(denied(&m).is_empty(), "{:?}", denied(&m));
+    d.close().await;
+    h.assert_clean().await;
+}
