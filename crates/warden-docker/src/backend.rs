@@ -82,7 +82,7 @@ impl Backend for DockerBackend {
         } else {
             None
         };
-        let report = report(cfg, &plan);
+        let report = report(cfg, &plan, gate.is_some());
         let tool = DockerTool::new(
             self.engine.clone(),
             plan,
@@ -103,7 +103,8 @@ impl Backend for DockerBackend {
 }
 
 /// What every container of the tool gets, for the audit.
-fn report(cfg: &DockerConfig, plan: &Plan) -> Report {
+/// `gated`: the policy's net grants go through the gate.
+fn report(cfg: &DockerConfig, plan: &Plan, gated: bool) -> Report {
     const HARDENING: [&str; 8] = [
         "read-only root filesystem",
         "all capabilities dropped",
@@ -119,7 +120,8 @@ fn report(cfg: &DockerConfig, plan: &Plan) -> Report {
     let tmp = ByteSize(cfg.tmp).to_string();
     let mut flags = Vec::new();
     let network = match cfg.network.value {
-        NetworkMode::None => Reach::Grants,
+        NetworkMode::None if gated => Reach::Grants,
+        NetworkMode::None => Reach::None,
         NetworkMode::Unrestricted => {
             flags.push(
                 "unrestricted network: the container may reach any host (Docker cannot enforce \

@@ -178,13 +178,14 @@ mod tests {
     }
 
     #[test]
-    fn net_grants_need_the_unrestricted_opt_in() {
-        let e = parse(&format!("{SHELL}[grants]\nnet = [\"api.example.org\"]\n")).unwrap_err();
-        assert!(e.message.contains("cannot enforce a host allowlist"), "{e}");
-        let p = parse(&format!(
-            "{SHELL}network = \"unrestricted\"\n[grants]\nnet = [\"api.example.org\"]\n"
-        ));
+    fn net_grants_go_through_the_gate_and_contradict_the_opt_in_to_every_host() {
+        let p = parse(&format!("{SHELL}[grants]\nnet = [\"api.example.org\"]\n"));
         assert!(p.is_ok(), "{p:?}");
+        let e = parse(&format!(
+            "{SHELL}network = \"unrestricted\"\n[grants]\nnet = [\"api.example.org\"]\n"
+        ))
+        .unwrap_err();
+        assert!(e.message.contains("would hold nothing back"), "{e}");
     }
 
     #[test]

@@ -144,6 +144,7 @@ fn report(cfg: &HostConfig, policy: &Policy) -> Report {
     let isolation = cfg.isolation.value.as_str();
     let mut flags = Vec::new();
     let network = match cfg.network.value {
+        NetworkMode::None if policy.grants.net.hosts.is_empty() => Reach::None,
         NetworkMode::None => Reach::Grants,
         NetworkMode::Unrestricted => {
             flags.push(

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use warden_core::SessionId;
 use warden_host::{Helper, HostBackend};
 use warden_net::Resolver;
-use warden_test_support::servers::HttpServer;
+use warden_test_support::servers::{HttpServer, TlsServer};
 
 /// A host backend that resolves the test names to 127.0.0.1.
 fn resolving() -> HostBackend {
@@ -317,4 +317,41 @@ async fn a_sessions_gate_attributes_refusals_to_their_command() {
     .await;
     assert!(text(&r).contains("hello from /three"), "{}", text(&r));
     assert!(denied.is_empty(), "{denied:?}");
+}
+
+/// HTTPS goes through a CONNECT tunnel, end to end: the sandbox's client verifies the server's
+/// certificate itself (the gate never sees inside), and only a granted host:port is tunnelled.
+#[tokio::test]
+async fn https_reaches_a_granted_tls_server_through_a_tunnel() {
+    let server = TlsServer::start(&["api.test"]);
+    let port = server.port;
+    let place = Place::new();
+    let certs = place.folder("certs", 0o755, None);
+    std::fs::write(certs.join("ca.pem"), &server.ca_pem).unwrap();
+    chmod(&certs.join("ca.pem"), 0o644);
+    let ca = certs.join("ca.pem").display().to_string();
+    let policy = bash(&format!("[\"api.test:{port}\", \"127.0.0.1:{port}\"]"), "").replace(
+        "[grants]\n",
+        &format!(
+            "[grants]\nfs = [{{ host = \"{}\", access = \"read-only\" }}]\n",
+            certs.display()
+        ),
+    );
+    let (tool, limits) = place.tool_on(&policy, resolving());
+    let command = format!(
+        "curl -sS --cacert {ca} https://api.test:{port}/curl; echo; \
+         python3 -c \"import ssl, urllib.request as u; c = ssl.create_default_context(cafile='{ca}'); print(u.urlopen('https://api.test:{port}/py', context=c).read().decode())\"; \
+         curl -sS -o /dev/null -w 'other %{{http_code}}\\n' --cacert {ca} https://other.test:{port}/"
+    );
+    let (r, denied) = call_denied(
+        &tool,
+        &limits,
+        SessionId::fresh(),
+        json!({ "command": command }),
+    )
+    .await;
+    let t = text(&r);
+    assert!(t.contains("hello over tls from /curl"), "{t}");
+    assert!(t.contains("hello over tls from /py"), "{t}");
+    assert_eq!(denied, vec![format!("connect other.test:{port}")], "{t}");
 }
