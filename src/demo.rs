@@ -121,7 +121,10 @@ pub(crate) fn demo(ctx: &Warden, root: Option<&Path>) -> Result<ExitCode> {
     let port = serve_page()?;
     let ctx = Warden {
         toolbox: policies.clone(),
-        resolver: Resolver::with_overrides(["docs.example.test:127.0.0.1"])?,
+        egress: ctx
+            .egress
+            .clone()
+            .with_resolver(Resolver::with_overrides(["docs.example.test:127.0.0.1"])?),
         artifacts: ctx.artifacts.clone(),
         call_log: ctx.call_log.clone(),
         runs: ctx.runs.clone(),

@@ -45,7 +45,7 @@ use std::sync::Arc;
 use warden_core::{Admission, Backend, CallLog, Protected, Toolbox, ToolboxError};
 use warden_docker::{DockerBackend, Engine};
 use warden_host::{Helper, HostBackend};
-use warden_net::Resolver;
+use warden_net::{Egress, Resolver};
 use warden_wasm::{Artifacts, CompileHook, WasmBackend};
 
 pub use warden_core::{
@@ -87,8 +87,8 @@ pub struct Warden {
     pub call_log: PathBuf,
     /// The agent's run transcripts.
     pub runs: PathBuf,
-    /// How tools' HTTP hosts resolve.
-    pub resolver: Resolver,
+    /// How warden reaches out for tools: names it pins, roots it verifies upstream TLS with.
+    pub egress: Egress,
     /// Docker tools share one engine (connected on their first call, never at load).
     pub docker: DockerBackend,
     /// Host tools start their calls through this program, re-executed as the helper.
@@ -103,7 +103,7 @@ pub struct Builder {
     home: Option<PathBuf>,
     cache: Option<PathBuf>,
     call_log: Option<PathBuf>,
-    resolver: Resolver,
+    egress: Egress,
     on_compile: CompileHook,
 }
 
@@ -128,7 +128,14 @@ impl Builder {
 
     /// How tools' HTTP hosts resolve [default: the system's resolver].
     pub fn resolver(mut self, resolver: Resolver) -> Self {
-        self.resolver = resolver;
+        self.egress = self.egress.with_resolver(resolver);
+        self
+    }
+
+    /// How warden reaches out for tools: resolver and upstream roots [default: the system's
+    /// resolver, the Mozilla roots].
+    pub fn egress(mut self, egress: Egress) -> Self {
+        self.egress = egress;
         self
     }
 
@@ -151,7 +158,7 @@ impl Builder {
             call_log: self.call_log.unwrap_or_else(|| home.join("calls.jsonl")),
             runs: home.join("runs"),
             toolbox: self.toolbox,
-            resolver: self.resolver,
+            egress: self.egress,
             docker: DockerBackend::new(Engine::from_env()),
             host: HostBackend::new(Helper::this_program(&[HOST_HELPER_ARG])),
             on_compile: self.on_compile,
@@ -167,7 +174,7 @@ impl Warden {
             home: None,
             cache: None,
             call_log: None,
-            resolver: Resolver::default(),
+            egress: Egress::default(),
             on_compile: Arc::new(|_| {}),
         }
     }
@@ -191,15 +198,15 @@ impl Warden {
     pub fn wasm(&self) -> WasmBackend {
         WasmBackend::new(self.artifacts.clone())
             .on_compile(self.on_compile.clone())
-            .resolver(self.resolver.clone())
+            .egress(self.egress.clone())
     }
 
     /// Every backend this build has: a new executor kind is one more line here.
     pub fn backends(&self) -> Backends {
         Backends(vec![
             Box::new(self.wasm()),
-            Box::new(self.docker.clone()),
-            Box::new(self.host.clone().resolver(self.resolver.clone())),
+            Box::new(self.docker.clone().egress(self.egress.clone())),
+            Box::new(self.host.clone().egress(self.egress.clone())),
         ])
     }
 

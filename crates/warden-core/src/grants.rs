@@ -178,6 +178,15 @@ impl GrantsSpec {
             let c = c.into_inner();
             net.check_credential(&c)
                 .and_then(|()| check_env_name(&c.from_host))
+                .and_then(|()| c.env.as_deref().map_or(Ok(()), check_env_name))
+                .and_then(|()| match &c.env {
+                    Some(name) if env.contains_key(name) => Err(format!(
+                        "`{name}` is both an env grant and the placeholder variable of the \
+                         credential for `{}`; keep one",
+                        c.host
+                    )),
+                    _ => Ok(()),
+                })
                 .map_err(|message| GrantError {
                     span: Some(span),
                     message,

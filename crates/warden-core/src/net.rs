@@ -142,6 +142,10 @@ pub struct Credential {
     /// Text put before the value, such as `Bearer `.
     #[serde(default)]
     pub prefix: String,
+    /// The variable a program inside expects the token in: it holds a placeholder, fresh per
+    /// session, which warden swaps for the real value in request headers to `host` only.
+    #[serde(default)]
+    pub env: Option<String>,
 }
 
 /// Every network grant of one policy. The default reaches nothing.
@@ -267,6 +271,7 @@ impl NetGrants {
                 "host": c.host,
                 "header": c.header,
                 "from_host": c.from_host,
+                "env": c.env,
             })).collect::<Vec<_>>(),
         })
     }

@@ -12,27 +12,33 @@ use warden_core::{
     Backend, ByteSize, Capabilities, Loaded, LoadedTool, NetHosts, Paths, Policy, PolicyError,
     Reach, Report, ReportLine, ToolSpec,
 };
-use warden_net::{Gate, Resolver};
+use warden_net::{Egress, Gate, Resolver};
 
 /// Loads `kind = "docker"` policies; every tool shares one engine connection. Clones share it.
 #[derive(Clone)]
 pub struct DockerBackend {
     engine: Arc<Engine>,
-    resolver: Resolver,
+    egress: Egress,
 }
 
 impl DockerBackend {
     pub fn new(engine: Engine) -> Self {
         Self {
             engine: Arc::new(engine),
-            resolver: Resolver::default(),
+            egress: Egress::default(),
         }
     }
 
     /// Resolves the hosts that tools' gates dial with `resolver` (the system's, unless
     /// overridden).
     pub fn resolver(mut self, resolver: Resolver) -> Self {
-        self.resolver = resolver;
+        self.egress = self.egress.with_resolver(resolver);
+        self
+    }
+
+    /// Reaches out for tools' gates as `egress` says (resolver, upstream roots).
+    pub fn egress(mut self, egress: Egress) -> Self {
+        self.egress = egress;
         self
     }
 
@@ -77,7 +83,7 @@ impl Backend for DockerBackend {
             }
             Some(Gate::new(
                 Arc::new(policy.grants.net.clone()),
-                self.resolver.clone(),
+                self.egress.clone(),
             ))
         } else {
             None

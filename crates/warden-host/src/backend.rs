@@ -9,27 +9,33 @@ use warden_core::{
     Backend, BoxFuture, ByteSize, Capabilities, HumanDuration, Loaded, LoadedTool, NetHosts, Paths,
     Policy, PolicyError, Probe, Reach, Report, ReportLine, ToolSpec,
 };
-use warden_net::{Gate, Resolver};
+use warden_net::{Egress, Gate, Resolver};
 
 /// Loads `kind = "host"` policies; every tool starts its calls through `helper`.
 #[derive(Debug, Clone)]
 pub struct HostBackend {
     helper: Helper,
-    resolver: Resolver,
+    egress: Egress,
 }
 
 impl HostBackend {
     pub fn new(helper: Helper) -> Self {
         Self {
             helper,
-            resolver: Resolver::default(),
+            egress: Egress::default(),
         }
     }
 
     /// Resolves the hosts that tools' gates dial with `resolver` (the system's, unless
     /// overridden).
     pub fn resolver(mut self, resolver: Resolver) -> Self {
-        self.resolver = resolver;
+        self.egress = self.egress.with_resolver(resolver);
+        self
+    }
+
+    /// Reaches out for tools' gates as `egress` says (resolver, upstream roots).
+    pub fn egress(mut self, egress: Egress) -> Self {
+        self.egress = egress;
         self
     }
 
@@ -41,7 +47,7 @@ impl HostBackend {
         let shell = session_shell(&policy.executor, &cfg.argv, &template, cfg.session)?;
         // With net grants and no opt-in to every host, the namespace gets warden's gate.
         let gate = (cfg.network.value == NetworkMode::None && !policy.grants.net.hosts.is_empty())
-            .then(|| Gate::new(Arc::new(policy.grants.net.clone()), self.resolver.clone()));
+            .then(|| Gate::new(Arc::new(policy.grants.net.clone()), self.egress.clone()));
         Ok(HostTool::new(
             self.helper.clone(),
             cfg,

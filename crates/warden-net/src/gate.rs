@@ -2,18 +2,18 @@
 //! policy's grants, resolved by warden itself, each address vetted, and only a vetted address
 //! dialled, so a name cannot be re-resolved to somewhere else between the check and the dial.
 
-use crate::resolver::Resolver;
+use crate::egress::Egress;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use warden_core::NetGrants;
 
-/// The grants of one tool and the resolver warden uses for it; cheap to clone.
+/// The grants of one tool and how warden reaches out for it; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Gate {
     grants: Arc<NetGrants>,
-    resolver: Resolver,
+    egress: Egress,
 }
 
 /// Why a destination has no address to go to.
@@ -35,12 +35,16 @@ pub enum DialError {
 }
 
 impl Gate {
-    pub fn new(grants: Arc<NetGrants>, resolver: Resolver) -> Self {
-        Self { grants, resolver }
+    pub fn new(grants: Arc<NetGrants>, egress: Egress) -> Self {
+        Self { grants, egress }
     }
 
     pub fn grants(&self) -> &NetGrants {
         &self.grants
+    }
+
+    pub fn egress(&self) -> &Egress {
+        &self.egress
     }
 
     /// The addresses of `host` (a name or an IP literal, brackets allowed) that the grants let
@@ -62,12 +66,13 @@ impl Gate {
             return Ok(vec![ip]); // `allows_http` checked the address itself
         }
         let wait = deadline.saturating_duration_since(Instant::now());
-        let found = match tokio::time::timeout(wait, self.resolver.resolve(host, port)).await {
-            Ok(Ok(found)) if !found.is_empty() => found,
-            Ok(Ok(_)) => return Err(Vetting::Unresolved(format!("{host} has no address"))),
-            Ok(Err(e)) => return Err(Vetting::Unresolved(format!("{host}: {e}"))),
-            Err(_) => return Err(Vetting::Unresolved(format!("{host}: lookup timed out"))),
-        };
+        let found =
+            match tokio::time::timeout(wait, self.egress.resolver().resolve(host, port)).await {
+                Ok(Ok(found)) if !found.is_empty() => found,
+                Ok(Ok(_)) => return Err(Vetting::Unresolved(format!("{host} has no address"))),
+                Ok(Err(e)) => return Err(Vetting::Unresolved(format!("{host}: {e}"))),
+                Err(_) => return Err(Vetting::Unresolved(format!("{host}: lookup timed out"))),
+            };
         let mut ok = Vec::new();
         let mut refusals = Vec::new();
         for ip in found {

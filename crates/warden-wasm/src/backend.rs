@@ -15,7 +15,7 @@ use warden_core::{
     Backend, Capabilities, Loaded, LoadedTool, NetHosts, Paths, Policy, PolicyError, Reach, Report,
     ReportLine, Support, ToolSpec,
 };
-use warden_net::Resolver;
+use warden_net::{Egress, Resolver};
 use wasmtime::component::Linker;
 
 /// Called before a component is compiled (a slow step worth telling a person about).
@@ -25,7 +25,7 @@ pub type CompileHook = Arc<dyn Fn(&Path) + Send + Sync>;
 pub struct WasmBackend {
     artifacts: Artifacts,
     on_compile: CompileHook,
-    resolver: Resolver,
+    egress: Egress,
 }
 
 impl WasmBackend {
@@ -33,13 +33,19 @@ impl WasmBackend {
         Self {
             artifacts,
             on_compile: Arc::new(|_| {}),
-            resolver: Resolver::default(),
+            egress: Egress::default(),
         }
     }
 
     /// Resolves tools' HTTP hosts with `resolver` (the system's, unless overridden).
     pub fn resolver(mut self, resolver: Resolver) -> Self {
-        self.resolver = resolver;
+        self.egress = self.egress.with_resolver(resolver);
+        self
+    }
+
+    /// Reaches out for tools as `egress` says (resolver, upstream roots).
+    pub fn egress(mut self, egress: Egress) -> Self {
+        self.egress = egress;
         self
     }
 
@@ -181,7 +187,7 @@ impl Backend for WasmBackend {
             pre,
             grants: policy.grants.clone(),
             net: Arc::new(policy.grants.net.clone()),
-            resolver: self.resolver.clone(),
+            egress: self.egress.clone(),
         });
         let found = exports(engine, &component);
         let mut tools = Vec::new();

@@ -10,7 +10,7 @@ use http_body_util::BodyExt;
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
@@ -66,17 +66,9 @@ async fn send(
             });
         }
     };
-    for (name, value) in gate.credentials_for(&host) {
-        let name = http::HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| Error::InternalError(Some("bad credential header".into())))?;
-        let mut value = http::HeaderValue::from_str(value).map_err(|_| {
-            Error::InternalError(Some(format!(
-                "the {name} credential is not a valid header value"
-            )))
-        })?;
-        value.set_sensitive(true);
-        request.headers_mut().insert(name, value);
-    }
+    gate.credentials()
+        .apply_to(&host, request.headers_mut())
+        .map_err(|why| Error::InternalError(Some(why)))?;
     let deadline = gate.deadline();
     let connect_wait = bounded(options.and_then(|o| o.connect_timeout), deadline);
     let stream = warden_net::connect(&addrs, port, connect_wait)
@@ -86,7 +78,7 @@ async fn send(
             DialError::Io(e) => Error::Connect(e),
         })?;
     let io: Box<dyn Stream> = if tls {
-        Box::new(tls_connect(&host, stream, connect_wait).await?)
+        Box::new(tls_connect(gate.gate().egress().tls(), &host, stream, connect_wait).await?)
     } else {
         Box::new(stream)
     };
@@ -138,6 +130,7 @@ trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Stream for T {}
 
 async fn tls_connect(
+    tls: Arc<rustls::ClientConfig>,
     host: &str,
     stream: TcpStream,
     wait: Duration,
@@ -154,33 +147,11 @@ async fn tls_connect(
             info_code: None,
         })?,
     };
-    let handshake = tls_connector().connect(name, stream);
+    let handshake = tokio_rustls::TlsConnector::from(tls).connect(name, stream);
     tokio::time::timeout(wait, handshake)
         .await
         .map_err(|_| Error::ConnectionTimeout)?
         .map_err(Error::Tls)
-}
-
-/// One client configuration for the process: building the root store costs milliseconds.
-fn tls_connector() -> tokio_rustls::TlsConnector {
-    static CONFIG: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
-    let config = CONFIG.get_or_init(|| {
-        let roots = rustls::RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.into(),
-        };
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map(|b| b.with_root_certificates(roots).with_no_client_auth())
-            .unwrap_or_else(|_| {
-                // The ring provider supports the default versions; this cannot fail.
-                rustls::ClientConfig::builder()
-                    .with_root_certificates(rustls::RootCertStore::empty())
-                    .with_no_client_auth()
-            });
-        Arc::new(config)
-    });
-    tokio_rustls::TlsConnector::from(config.clone())
 }
 
 /// A response body that ends in an error once it passes `cap` bytes (after handing over the

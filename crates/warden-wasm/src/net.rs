@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
-use warden_core::{Credential, Denial, Denials, NetGrants};
-use warden_net::{Gate, Resolver};
+use warden_core::{Denial, Denials, NetGrants};
+use warden_net::{Credentials, Egress, Gate};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::sockets::SocketAddrUse;
 
@@ -16,7 +16,7 @@ pub(crate) struct NetGate(Arc<GateInner>);
 struct GateInner {
     gate: Gate,
     denials: Denials,
-    credentials: Vec<(Credential, String)>,
+    credentials: Credentials,
     response_cap: u64,
     deadline: Instant,
 }
@@ -24,14 +24,14 @@ struct GateInner {
 impl NetGate {
     pub(crate) fn new(
         grants: Arc<NetGrants>,
-        resolver: Resolver,
+        egress: Egress,
         denials: Denials,
-        credentials: Vec<(Credential, String)>,
+        credentials: Credentials,
         response_cap: u64,
         deadline: Instant,
     ) -> NetGate {
         NetGate(Arc::new(GateInner {
-            gate: Gate::new(grants, resolver),
+            gate: Gate::new(grants, egress),
             denials,
             credentials,
             response_cap,
@@ -54,17 +54,9 @@ impl NetGate {
         self.0.deadline
     }
 
-    /// The header values to add to a request for `host`.
-    pub(crate) fn credentials_for<'a>(
-        &'a self,
-        host: &'a str,
-    ) -> impl Iterator<Item = (&'a str, &'a str)> {
-        let host = host.trim_end_matches('.');
-        self.0
-            .credentials
-            .iter()
-            .filter(move |(c, _)| c.host.eq_ignore_ascii_case(host))
-            .map(|(c, v)| (c.header.as_str(), v.as_str()))
+    /// The credentials the host side adds, and the placeholders the tool sees.
+    pub(crate) fn credentials(&self) -> &Credentials {
+        &self.0.credentials
     }
 
     pub(crate) fn deny(&self, destination: String, reason: String) {

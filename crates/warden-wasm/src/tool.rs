@@ -11,7 +11,7 @@ use std::time::Instant;
 use warden_core::{
     BoxFuture, ErrorKind, Executor, Grants, Invocation, NetGrants, Output, ToolError, Violation,
 };
-use warden_net::Resolver;
+use warden_net::{Credentials, Egress};
 use wasmtime::Engine;
 use wasmtime::component::{ComponentExportIndex, InstancePre, Val};
 
@@ -21,17 +21,19 @@ pub(crate) struct Shared {
     pub pre: InstancePre<CallState>,
     pub grants: Grants,
     pub net: Arc<NetGrants>,
-    pub resolver: Resolver,
+    pub egress: Egress,
 }
 
 impl Shared {
     /// The sandbox of one call, with everything its grants give it read now.
     fn sandbox(&self, inv: &Invocation, io: CallIo<'_>) -> Result<Sandbox, ToolError> {
-        let env = self.grants.resolve_env()?;
-        let credentials = self.grants.resolve_credentials()?;
+        let mut env = self.grants.resolve_env()?;
+        // Fresh placeholders each call: a wasm tool's sandbox lives for one call.
+        let credentials = Credentials::new(self.grants.resolve_credentials()?);
+        env.extend(credentials.sandbox_env());
         let gate = NetGate::new(
             self.net.clone(),
-            self.resolver.clone(),
+            self.egress.clone(),
             inv.denials.clone(),
             credentials,
             inv.limits.response,

@@ -1,0 +1,203 @@
+//! Credentials a sandbox can use but never read. Each one's value stays in warden: the gate
+//! (or a wasm tool's host-side HTTP) sets its header on requests to its host, replacing any
+//! header of that name the sandbox sent, and never on requests elsewhere. A credential that
+//! names an `env` variable puts a random placeholder there instead of the value, fresh for each
+//! sandbox; in request headers to the credential's host, and only there, the placeholder is
+//! swapped for the real value. Sent anywhere else it stays a placeholder.
+
+use std::sync::Arc;
+use warden_core::Credential;
+
+/// The credentials of one sandbox, values resolved and placeholders drawn; cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Credentials(Arc<Vec<Held>>);
+
+#[derive(Debug)]
+struct Held {
+    /// Lowercase, without a trailing dot.
+    host: String,
+    header: String,
+    /// What the header is set to: the prefix and the value.
+    header_value: String,
+    /// The value alone, and the placeholder standing in for it inside, if any.
+    swap: Option<(String, Placeholder)>,
+}
+
+#[derive(Debug)]
+struct Placeholder {
+    variable: String,
+    text: String,
+}
+
+impl Credentials {
+    /// `resolved` pairs each credential with its header value (prefix included), as
+    /// `Grants::resolve_credentials` reads them.
+    pub fn new(resolved: Vec<(Credential, String)>) -> Self {
+        let held = resolved
+            .into_iter()
+            .map(|(c, header_value)| {
+                let value = header_value
+                    .strip_prefix(c.prefix.as_str())
+                    .unwrap_or(&header_value)
+                    .to_owned();
+                let swap = c.env.map(|variable| {
+                    let text = placeholder(&variable);
+                    (value, Placeholder { variable, text })
+                });
+                Held {
+                    host: normal(&c.host),
+                    header: c.header,
+                    header_value,
+                    swap,
+                }
+            })
+            .collect();
+        Self(Arc::new(held))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Does a request to `host` carry a credential?
+    pub fn covers(&self, host: &str) -> bool {
+        let host = normal(host);
+        self.0.iter().any(|h| h.host == host)
+    }
+
+    /// The variables the sandbox gets: each `env` credential's placeholder.
+    pub fn sandbox_env(&self) -> Vec<(String, String)> {
+        self.0
+            .iter()
+            .filter_map(|h| h.swap.as_ref())
+            .map(|(_, p)| (p.variable.clone(), p.text.clone()))
+            .collect()
+    }
+
+    /// A request's headers, `(name, value)` in order, as they go to `host`: placeholders of
+    /// that host's credentials swapped in every value, and each credential's header set.
+    pub fn apply(&self, host: &str, headers: &mut Vec<(String, Vec<u8>)>) {
+        let host = normal(host);
+        for held in self.0.iter().filter(|h| h.host == host) {
+            if let Some((value, p)) = &held.swap {
+                for (_, v) in headers.iter_mut() {
+                    *v = swap(v, p.text.as_bytes(), value.as_bytes());
+                }
+            }
+            headers.retain(|(name, _)| !name.eq_ignore_ascii_case(&held.header));
+            headers.push((held.header.clone(), held.header_value.clone().into_bytes()));
+        }
+    }
+
+    /// [`Credentials::apply`] on an `http` header map.
+    pub fn apply_to(&self, host: &str, map: &mut http::HeaderMap) -> Result<(), String> {
+        if !self.covers(host) {
+            return Ok(());
+        }
+        let mut headers: Vec<(String, Vec<u8>)> = map
+            .iter()
+            .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+            .collect();
+        self.apply(host, &mut headers);
+        map.clear();
+        for (name, value) in headers {
+            let name = http::HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| format!("`{name}` is not a valid header name"))?;
+            let mut value = http::HeaderValue::from_bytes(&value)
+                .map_err(|_| format!("the {name} credential is not a valid header value"))?;
+            value.set_sensitive(true);
+            map.append(name, value);
+        }
+        Ok(())
+    }
+}
+
+fn normal(host: &str) -> String {
+    host.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// `warden-placeholder-<variable>-<32 hex>`: unguessable, and plainly not the token.
+fn placeholder(variable: &str) -> String {
+    let mut bytes = [0u8; 16];
+    // Without the system's randomness a placeholder could be guessed; it still never
+    // becomes the value anywhere but at its host, so the time is an acceptable fallback.
+    if getrandom::getrandom(&mut bytes).is_err() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        bytes = now.to_le_bytes();
+    }
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("warden-placeholder-{}-{hex}", variable.to_ascii_lowercase())
+}
+
+fn swap(haystack: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(haystack.len());
+    let mut rest = haystack;
+    while let Some(at) = rest.windows(from.len()).position(|w| w == from) {
+        out.extend_from_slice(&rest[..at]);
+        out.extend_from_slice(to);
+        rest = &rest[at + from.len()..];
+    }
+    out.extend_from_slice(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn credential(host: &str, env: Option<&str>) -> (Credential, String) {
+        (
+            Credential {
+                host: host.into(),
+                header: "Authorization".into(),
+                from_host: "TOKEN".into(),
+                prefix: "Bearer ".into(),
+                env: env.map(str::to_owned),
+            },
+            "Bearer real-value".into(),
+        )
+    }
+
+    #[test]
+    fn the_header_is_set_for_its_host_only_and_a_forged_one_replaced() {
+        let c = Credentials::new(vec![credential("Api.Test", None)]);
+        let mut headers = vec![
+            ("authorization".to_owned(), b"Bearer forged".to_vec()),
+            ("Accept".to_owned(), b"*/*".to_vec()),
+        ];
+        c.apply("api.test.", &mut headers);
+        assert_eq!(
+            headers,
+            vec![
+                ("Accept".to_owned(), b"*/*".to_vec()),
+                ("Authorization".to_owned(), b"Bearer real-value".to_vec()),
+            ]
+        );
+        let mut elsewhere = vec![("Authorization".to_owned(), b"Bearer forged".to_vec())];
+        c.apply("other.test", &mut elsewhere);
+        assert_eq!(elsewhere[0].1, b"Bearer forged");
+    }
+
+    #[test]
+    fn a_placeholder_is_swapped_at_its_host_and_nowhere_else() {
+        let c = Credentials::new(vec![credential("api.test", Some("GITHUB_TOKEN"))]);
+        let env = c.sandbox_env();
+        assert_eq!(env.len(), 1);
+        let (name, placeholder) = &env[0];
+        assert_eq!(name, "GITHUB_TOKEN");
+        assert!(placeholder.starts_with("warden-placeholder-github_token-"));
+        assert!(!placeholder.contains("real-value"));
+        let fresh = Credentials::new(vec![credential("api.test", Some("GITHUB_TOKEN"))]);
+        assert_ne!(fresh.sandbox_env()[0].1, *placeholder, "fresh per sandbox");
+
+        let sent = format!("token {placeholder}").into_bytes();
+        let mut headers = vec![("X-Token".to_owned(), sent.clone())];
+        c.apply("api.test", &mut headers);
+        assert_eq!(headers[0].1, b"token real-value");
+        let mut elsewhere = vec![("X-Token".to_owned(), sent.clone())];
+        c.apply("other.test", &mut elsewhere);
+        assert_eq!(elsewhere[0].1, sent);
+    }
+}
