@@ -19,9 +19,12 @@ pub fn capabilities(paths: Paths, sessions: bool, net: NetHosts) -> Capabilities
             "the switch is for wasm tools' own lookups; a command's names are resolved by \
              warden's gate (a resolver inside the sandbox would be a way out)",
         ),
-        credentials: Support::Refused(
-            "warden adds credentials on the host side of wasm tools' HTTP only",
-        ),
+        credentials: match net {
+            NetHosts::Enforced => Support::Honoured,
+            NetHosts::AllOrNothing => Support::Refused(
+                "credentials are added by warden's gate, which this executor does not have",
+            ),
+        },
         fuel: Support::Refused(
             "fuel counts WebAssembly instructions; a command's CPU is bounded by its executor's \
              own knobs (`cpus`, `cpu_time`) and the timeout",

@@ -16,7 +16,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 use warden_core::Capped;
 use warden_core::ToolError;
-use warden_net::{Gate, Proxy, Scope, Traffic};
+use warden_net::{Credentials, Gate, Proxy, Scope, Traffic};
 
 /// A container that is removed (killed first if running) when this is dropped.
 pub(crate) struct Container {
@@ -218,23 +218,26 @@ pub(crate) async fn run_once(
     body: ContainerCreateBody,
     output_limit: u64,
     deadline: Instant,
-    gate: Option<(Gate, Scope)>,
+    gate: Option<(Gate, Scope, Credentials)>,
 ) -> Result<(Ended, Option<Traffic>), ToolError> {
     let container = Container::create(engine, docker, image, body).await?;
     let mut attached = container.attach_and_start(engine, gate.is_some()).await?;
     let proxy = match gate {
-        Some((gate, scope)) => match open_gate(engine, &container, gate, scope).await {
-            Ok(proxy) => {
-                // The command may start; its stdin ends here.
-                let _ = attached.input.write_all(b"go\n").await;
-                let _ = attached.input.shutdown().await;
-                Some(proxy)
+        Some((gate, scope, credentials)) => {
+            match open_gate(engine, &container, gate, credentials).await {
+                Ok(proxy) => {
+                    proxy.begin(scope);
+                    // The command may start; its stdin ends here.
+                    let _ = attached.input.write_all(b"go\n").await;
+                    let _ = attached.input.shutdown().await;
+                    Some(proxy)
+                }
+                Err(e) => {
+                    container.remove().await;
+                    return Err(e);
+                }
             }
-            Err(e) => {
-                container.remove().await;
-                return Err(e);
-            }
-        },
+        }
         None => None,
     };
     let ended = read_to_end(&container, engine, &mut attached, output_limit, deadline).await;
@@ -243,22 +246,20 @@ pub(crate) async fn run_once(
     Ok((ended?, traffic))
 }
 
-/// The gate of a started container, serving `scope`.
+/// The gate of a started container (nothing gets through before [`Proxy::begin`]).
 pub(crate) async fn open_gate(
     engine: &Engine,
     container: &Container,
     gate: Gate,
-    scope: Scope,
+    credentials: Credentials,
 ) -> Result<Proxy, ToolError> {
     let listener = crate::gate::listen_in(engine, container).await?;
-    let proxy = Proxy::start(listener, gate).map_err(|e| {
+    Proxy::start(listener, gate, credentials).map_err(|e| {
         ToolError::new(
             warden_core::ErrorKind::Internal,
             format!("serving the gate: {e}"),
         )
-    })?;
-    proxy.begin(scope);
-    Ok(proxy)
+    })
 }
 
 /// Reads a started container's output until it ends or `deadline`.

@@ -11,10 +11,83 @@
 
 use crate::container::Container;
 use crate::engine::Engine;
+use bollard::models::{ContainerCreateBody, Mount, MountType};
 use std::fs::File;
 use std::net::{Ipv4Addr, TcpListener};
-use warden_core::{ErrorKind, ToolError};
-use warden_net::GATE_PORT;
+use warden_core::{ErrorKind, Grants, ToolError};
+use warden_net::{Credentials, GATE_PORT};
+
+/// Where a container finds the bundle it trusts when its credentials go over HTTPS.
+const TRUST_DIR: &str = "/run/warden-ca";
+const BUNDLE: &str = "bundle.pem";
+
+/// What one gated container needs besides its gate: its credentials (placeholders drawn for
+/// it alone) and, with credentials, the folder holding the bundle it trusts, mounted
+/// read-only and removed with this.
+pub(crate) struct Sandboxed {
+    pub credentials: Credentials,
+    trust: Option<tempfile::TempDir>,
+}
+
+impl Sandboxed {
+    /// Reads the credentials' values now: a missing one answers the call `unavailable`.
+    pub(crate) fn new(grants: &Grants) -> Result<Self, ToolError> {
+        let credentials = Credentials::new(grants.resolve_credentials()?);
+        let failed = |why: String| {
+            ToolError::new(
+                ErrorKind::Internal,
+                format!("the container's CA bundle: {why}"),
+            )
+        };
+        let trust = match credentials.trust_bundle().map_err(failed)? {
+            None => None,
+            Some(bundle) => {
+                use std::os::unix::fs::PermissionsExt;
+                let dir = tempfile::Builder::new()
+                    .prefix("warden-ca-")
+                    .tempdir()
+                    .map_err(|e| failed(e.to_string()))?;
+                let file = dir.path().join(BUNDLE);
+                // The container's user is not warden's: the folder and file are for all to read.
+                std::fs::write(&file, bundle)
+                    .and_then(|()| {
+                        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+                    })
+                    .and_then(|()| {
+                        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))
+                    })
+                    .map_err(|e| failed(e.to_string()))?;
+                Some(dir)
+            }
+        };
+        Ok(Self { credentials, trust })
+    }
+
+    /// The container's env beyond its grants: the gate's variables, the placeholders, and the
+    /// bundle's path.
+    pub(crate) fn env(&self) -> Vec<(String, String)> {
+        let mut env = warden_net::proxy_env();
+        env.extend(self.credentials.sandbox_env());
+        if self.trust.is_some() {
+            env.extend(Credentials::trust_env(&format!("{TRUST_DIR}/{BUNDLE}")));
+        }
+        env
+    }
+
+    /// Mounts the bundle's folder, read-only.
+    pub(crate) fn mount_into(&self, body: &mut ContainerCreateBody) {
+        let (Some(dir), Some(host)) = (&self.trust, body.host_config.as_mut()) else {
+            return;
+        };
+        host.mounts.get_or_insert_with(Vec::new).push(Mount {
+            target: Some(TRUST_DIR.into()),
+            source: Some(dir.path().display().to_string()),
+            typ: Some(MountType::BIND),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+}
 
 /// Why a policy's net grants cannot be kept by a docker tool on this machine, if they cannot.
 pub(crate) fn unsupported() -> Option<&'static str> {

@@ -3,15 +3,16 @@
 //! which frames commands, keeps deadlines and resets. `exec` per command would be slower
 //! (26–43 ms here), would not keep `cd` and cannot be killed.
 
-use crate::container::Container;
+use crate::container::{Container, open_gate};
 use crate::engine::Engine;
+use crate::gate::Sandboxed;
 use crate::plan::Plan;
 use bollard::container::LogOutput;
 use futures::StreamExt;
 use std::io;
 use std::sync::Arc;
 use warden_command::session::{Chunk, Launched, Launcher, Processes, Sandbox};
-use warden_core::{ErrorKind, Limits, ToolError};
+use warden_core::{Grants, Limits, ToolError};
 use warden_net::{Gate, Proxy, Scope};
 
 /// Where a container's pids cgroup shows inside it: cgroup v2, then v1.
@@ -25,6 +26,8 @@ pub(crate) struct DockerShells {
     pub shell: String,
     /// The net grants' gate, when the policy grants hosts.
     pub gate: Option<Gate>,
+    /// The grants, for each session's own credentials.
+    pub grants: Grants,
 }
 
 impl Launcher for DockerShells {
@@ -45,24 +48,31 @@ impl Launcher for DockerShells {
     ) -> Result<Launched<ShellContainer>, ToolError> {
         let docker = self.engine.client().await?;
         self.engine.ensure_image(&docker, &self.plan.image).await?;
-        let body = self.plan.container(
+        // A session's own credentials: its placeholders and CA last as long as its container.
+        let sandboxed = match &self.gate {
+            Some(_) => Some(Sandboxed::new(&self.grants)?),
+            None => None,
+        };
+        let mut body = self.plan.container(
             vec![self.shell.clone()],
-            env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            env.iter()
+                .cloned()
+                .chain(sandboxed.iter().flat_map(Sandboxed::env))
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect(),
             limits.memory,
             self.engine.labels(&self.plan.tool, "session"),
             true,
         );
+        if let Some(s) = &sandboxed {
+            s.mount_into(&mut body);
+        }
         let container = Container::create(&self.engine, &docker, &self.plan.image, body).await?;
         let attached = container.attach_and_start(&self.engine, true).await?;
         // Bound before the first command is sent; open only while a command runs.
-        let gate = match &self.gate {
-            Some(gate) => {
-                let listener = crate::gate::listen_in(&self.engine, &container).await;
-                let proxy = listener.and_then(|l| {
-                    Proxy::start(l, gate.clone()).map_err(|e| {
-                        ToolError::new(ErrorKind::Internal, format!("serving the gate: {e}"))
-                    })
-                });
+        let gate = match self.gate.clone().zip(sandboxed.as_ref()) {
+            Some((gate, s)) => {
+                let proxy = open_gate(&self.engine, &container, gate, s.credentials.clone()).await;
                 match proxy {
                     Ok(proxy) => Some(proxy),
                     Err(e) => {
@@ -84,6 +94,7 @@ impl Launcher for DockerShells {
                 container,
                 oom_seen: false,
                 gate,
+                _sandboxed: sandboxed,
             },
             input: attached.input,
             output: Box::pin(output),
@@ -98,6 +109,8 @@ pub(crate) struct ShellContainer {
     /// The engine had already reported an OOM kill before the current command.
     oom_seen: bool,
     gate: Option<Proxy>,
+    /// Its credentials and the bundle it trusts, kept as long as it runs.
+    _sandboxed: Option<Sandboxed>,
 }
 
 impl Sandbox for ShellContainer {

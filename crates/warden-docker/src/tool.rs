@@ -2,6 +2,7 @@
 
 use crate::container::{Ended, run_once};
 use crate::engine::Engine;
+use crate::gate::Sandboxed;
 use crate::plan::Plan;
 use crate::session::DockerShells;
 use std::sync::Arc;
@@ -39,6 +40,7 @@ impl DockerTool {
                 plan: plan.clone(),
                 shell,
                 gate: gate.clone(),
+                grants: grants.clone(),
             })
         });
         Self {
@@ -60,10 +62,7 @@ impl DockerTool {
             .timeout
             .map_or(inv.limits.timeout, |t| t.min(inv.limits.timeout));
         let timeout = effective_timeout(request.timeout, inv.limits.timeout);
-        let mut env = self.grants.resolve_env()?;
-        if self.gate.is_some() {
-            env.extend(warden_net::proxy_env());
-        }
+        let env = self.grants.resolve_env()?;
         if let Some(sessions) = &self.sessions {
             return sessions
                 .run(
@@ -76,7 +75,16 @@ impl DockerTool {
                 )
                 .await;
         }
-        let env = env.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let sandboxed = self
+            .gate
+            .as_ref()
+            .map(|_| Sandboxed::new(&self.grants))
+            .transpose()?;
+        let env = env
+            .into_iter()
+            .chain(sandboxed.iter().flat_map(Sandboxed::env))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         let deadline = Instant::now() + timeout;
         let docker = self.engine.client().await?;
         self.engine.ensure_image(&docker, &self.plan.image).await?;
@@ -84,13 +92,16 @@ impl DockerTool {
         if self.gate.is_some() {
             argv = crate::gate::after_gate(argv);
         }
-        let body = self.plan.container(
+        let mut body = self.plan.container(
             argv,
             env,
             inv.limits.memory,
             self.engine.labels(&self.plan.tool, "call"),
             self.gate.is_some(),
         );
+        if let Some(s) = &sandboxed {
+            s.mount_into(&mut body);
+        }
         let scope = Scope {
             denials: inv.denials.clone(),
             deadline: deadline.into_std(),
@@ -102,7 +113,10 @@ impl DockerTool {
             body,
             inv.limits.output,
             deadline,
-            self.gate.clone().map(|g| (g, scope)),
+            self.gate
+                .clone()
+                .zip(sandboxed.as_ref())
+                .map(|(g, s)| (g, scope, s.credentials.clone())),
         )
         .await?;
         let answered = match ended {

@@ -146,6 +146,12 @@ fn run(plan: &Plan, reports: &mut File) -> Result<i32, Failure> {
                 }
                 protections.private_tmp = true;
             }
+            if let Some(bundle) = &plan.ca_bundle
+                && let Err(f) = write_bundle(bundle, protections.private_tmp)
+            {
+                fail(reports, f);
+                std::process::exit(SETUP_FAILED);
+            }
             if plan.gate {
                 if let Err(f) = crate::gate::open_in_namespace() {
                     fail(reports, f);
@@ -263,6 +269,21 @@ fn private_tmp(size: u64) -> Result<(), Failure> {
         Some(format!("size={size},mode=1777").as_str()),
     )
     .map_err(|e| setup(format!("mounting a tmpfs at /tmp: {e}")))
+}
+
+/// The bundle the command trusts, read-only in its private /tmp.
+fn write_bundle(bundle: &str, private_tmp: bool) -> Result<(), Failure> {
+    use std::os::unix::fs::PermissionsExt;
+    if !private_tmp {
+        return Err(setup(
+            "credentials over HTTPS need the sandbox's private /tmp for the CA bundle it \
+             trusts, and this policy has none (a granted root below /tmp hides it)",
+        ));
+    }
+    let path = crate::plan::CA_BUNDLE;
+    std::fs::write(path, bundle)
+        .and_then(|()| std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o444)))
+        .map_err(|e| setup(format!("writing {path}: {e}")))
 }
 
 /// Maps `uid` and `gid` into the user namespace of `child` as themselves: the command's user

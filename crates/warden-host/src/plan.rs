@@ -10,6 +10,10 @@ pub(crate) const REPORT_FD: i32 = 3;
 /// The unix socket the helper hands the gate's listener to warden on, when the plan has one.
 pub(crate) const GATE_FD: i32 = 4;
 
+/// Where, in the private /tmp, the command finds the bundle it trusts when its credentials go
+/// over HTTPS.
+pub(crate) const CA_BUNDLE: &str = "/tmp/.warden-ca-bundle.pem";
+
 /// Everything the helper needs to start one command, confined.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Plan {
@@ -40,6 +44,9 @@ pub(crate) struct Plan {
     pub session: bool,
     /// Run with what the kernel offers instead of refusing.
     pub best_effort: bool,
+    /// With credentials: this machine's roots and the sandbox's CA (PEM), written read-only
+    /// to [`CA_BUNDLE`] in the private /tmp.
+    pub ca_bundle: Option<String>,
 }
 
 /// One granted folder.

@@ -51,9 +51,11 @@ impl Launcher for HostShells {
         env: &[(String, String)],
         limits: &Limits,
     ) -> Result<Launched<ShellNamespace>, ToolError> {
-        let plan = self
-            .starter
-            .session_plan(self.shell.clone(), env.to_vec(), limits);
+        // A session's own credentials: its placeholders and CA last as long as its shell.
+        let credentials = self.starter.credentials()?;
+        let plan =
+            self.starter
+                .session_plan(self.shell.clone(), env.to_vec(), limits, &credentials)?;
         let Started {
             mut child,
             reports,
@@ -63,7 +65,7 @@ impl Launcher for HostShells {
         let gate = match gate {
             Some(socket) => {
                 let by = tokio::time::Instant::now() + CLOSE_WAIT;
-                self.starter.serve_gate(socket, by).await?
+                self.starter.serve_gate(socket, by, credentials).await?
             }
             None => None,
         };

@@ -3,7 +3,7 @@
 //! confined shell per session (see [`crate::session`]).
 
 use crate::config::{HostConfig, Isolation};
-use crate::plan::{GATE_FD, Plan, Protections, REPORT_FD, Report, Rlimits, Root};
+use crate::plan::{CA_BUNDLE, GATE_FD, Plan, Protections, REPORT_FD, Report, Rlimits, Root};
 use crate::session::HostShells;
 use serde_json::Value;
 use std::ffi::OsString;
@@ -22,7 +22,7 @@ use warden_core::{
     Access, BoxFuture, Capped, Denials, ErrorKind, Executor, Grants, Invocation, Limits, Output,
     SessionId, ToolError,
 };
-use warden_net::{Gate, Proxy, Scope, Traffic};
+use warden_net::{Credentials, Gate, Proxy, Scope, Traffic};
 
 /// How warden starts its helper: a program and the arguments that make it one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,12 +140,14 @@ impl HostTool {
     /// view of this machine, measured rather than guessed.
     pub(crate) async fn probe(&self) -> Result<Protections, ToolError> {
         let limits = Limits::default();
+        let credentials = self.starter.credentials()?;
         let plan = self.starter.plan(
             vec!["true".into()],
             self.starter.grants.resolve_env()?,
             &limits,
             limits.timeout,
-        );
+            &credentials,
+        )?;
         let ended = self
             .starter
             .spawn(
@@ -153,6 +155,7 @@ impl HostTool {
                 1024,
                 Instant::now() + limits.timeout,
                 &Denials::default(),
+                credentials,
             )
             .await?;
         ended
@@ -187,12 +190,14 @@ impl HostTool {
                 )
                 .await;
         }
+        let credentials = self.starter.credentials()?;
         let plan = self.starter.plan(
             self.template.render(&request.values),
             env,
             &inv.limits,
             timeout,
-        );
+            &credentials,
+        )?;
         let ended = self
             .starter
             .spawn(
@@ -200,6 +205,7 @@ impl HostTool {
                 inv.limits.output,
                 Instant::now() + timeout,
                 &inv.denials,
+                credentials,
             )
             .await?;
         let (stdout, stderr) = (ended.stdout.text(), ended.stderr.text());
@@ -260,15 +266,22 @@ impl Starter {
         &self.config
     }
 
-    /// The plan of one call, or (`timeout` none) of a session's shell.
+    /// The credentials of a new sandbox: values read now, placeholders drawn afresh. A value
+    /// missing from warden's environment answers the call `unavailable`, nothing sent.
+    pub(crate) fn credentials(&self) -> Result<Credentials, ToolError> {
+        Ok(Credentials::new(self.grants.resolve_credentials()?))
+    }
+
+    /// The plan of one call.
     pub(crate) fn plan(
         &self,
         argv: Vec<String>,
         env: Vec<(String, String)>,
         limits: &Limits,
         timeout: Duration,
-    ) -> Plan {
-        self.plan_for(argv, env, limits, Some(timeout))
+        credentials: &Credentials,
+    ) -> Result<Plan, ToolError> {
+        self.plan_for(argv, env, limits, Some(timeout), credentials)
     }
 
     /// The plan of a session's shell: no overall deadline, commands on its stdin.
@@ -277,24 +290,35 @@ impl Starter {
         shell: String,
         env: Vec<(String, String)>,
         limits: &Limits,
-    ) -> Plan {
-        self.plan_for(vec![shell], env, limits, None)
+        credentials: &Credentials,
+    ) -> Result<Plan, ToolError> {
+        self.plan_for(vec![shell], env, limits, None, credentials)
     }
 
+    /// With a gate, the sandbox's env also points at it, holds the credentials' placeholders,
+    /// and (with credentials) names the bundle that trusts the sandbox's CA.
     fn plan_for(
         &self,
         argv: Vec<String>,
         env: Vec<(String, String)>,
         limits: &Limits,
         timeout: Option<Duration>,
-    ) -> Plan {
+        credentials: &Credentials,
+    ) -> Result<Plan, ToolError> {
         let cfg = &self.config;
         let cpu = cfg.cpu_time.unwrap_or(limits.timeout);
         let mut env = env;
         if self.gate.is_some() {
             env.extend(warden_net::proxy_env());
         }
-        Plan {
+        env.extend(credentials.sandbox_env());
+        let ca_bundle = credentials
+            .trust_bundle()
+            .map_err(|e| internal(format!("the sandbox's CA: {e}")))?;
+        if ca_bundle.is_some() {
+            env.extend(Credentials::trust_env(CA_BUNDLE));
+        }
+        Ok(Plan {
             argv,
             env,
             cwd: cfg.start_dir(&self.grants).to_owned(),
@@ -314,7 +338,8 @@ impl Starter {
             deadline_secs: timeout.map_or(0, |t| t.as_secs() + 2),
             session: timeout.is_none(),
             best_effort: cfg.isolation.value == Isolation::BestEffort,
-        }
+            ca_bundle,
+        })
     }
 
     /// Starts the helper with `plan` and reads everything until the tree ends or `deadline`.
@@ -325,6 +350,7 @@ impl Starter {
         cap: u64,
         deadline: Instant,
         denials: &Denials,
+        credentials: Credentials,
     ) -> Result<Ended, ToolError> {
         let Started {
             mut child,
@@ -341,7 +367,7 @@ impl Starter {
             deadline: deadline.into_std(),
         };
         let proxy = match gate {
-            Some(socket) => self.serve_gate(socket, deadline).await?,
+            Some(socket) => self.serve_gate(socket, deadline, credentials).await?,
             None => None,
         };
         if let Some(proxy) = &proxy {
@@ -363,6 +389,7 @@ impl Starter {
         &self,
         socket: tokio::net::UnixStream,
         by: Instant,
+        credentials: Credentials,
     ) -> Result<Option<Proxy>, ToolError> {
         let Some(gate) = &self.gate else {
             return Ok(None);
@@ -372,7 +399,7 @@ impl Starter {
             Ok(Ok(None)) | Err(_) => return Ok(None),
             Ok(Err(e)) => return Err(internal(format!("receiving the gate's listener: {e}"))),
         };
-        Proxy::start(listener, gate.clone())
+        Proxy::start(listener, gate.clone(), credentials)
             .map(Some)
             .map_err(|e| internal(format!("serving the gate: {e}")))
     }

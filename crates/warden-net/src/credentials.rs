@@ -5,12 +5,18 @@
 //! sandbox; in request headers to the credential's host, and only there, the placeholder is
 //! swapped for the real value. Sent anywhere else it stays a placeholder.
 
-use std::sync::Arc;
+use crate::ca::SessionCa;
+use std::sync::{Arc, OnceLock};
 use warden_core::Credential;
 
-/// The credentials of one sandbox, values resolved and placeholders drawn; cheap to clone.
+/// The credentials of one sandbox, values resolved and placeholders drawn, and the CA that
+/// signs the certificates the gate shows for their hosts; cheap to clone.
 #[derive(Debug, Clone, Default)]
-pub struct Credentials(Arc<Vec<Held>>);
+pub struct Credentials {
+    held: Arc<Vec<Held>>,
+    /// Made on first use: a wasm tool's HTTPS needs none.
+    ca: Arc<OnceLock<Result<SessionCa, String>>>,
+}
 
 #[derive(Debug)]
 struct Held {
@@ -52,22 +58,25 @@ impl Credentials {
                 }
             })
             .collect();
-        Self(Arc::new(held))
+        Self {
+            held: Arc::new(held),
+            ca: Arc::default(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.held.is_empty()
     }
 
     /// Does a request to `host` carry a credential?
     pub fn covers(&self, host: &str) -> bool {
         let host = normal(host);
-        self.0.iter().any(|h| h.host == host)
+        self.held.iter().any(|h| h.host == host)
     }
 
     /// The variables the sandbox gets: each `env` credential's placeholder.
     pub fn sandbox_env(&self) -> Vec<(String, String)> {
-        self.0
+        self.held
             .iter()
             .filter_map(|h| h.swap.as_ref())
             .map(|(_, p)| (p.variable.clone(), p.text.clone()))
@@ -78,7 +87,7 @@ impl Credentials {
     /// that host's credentials swapped in every value, and each credential's header set.
     pub fn apply(&self, host: &str, headers: &mut Vec<(String, Vec<u8>)>) {
         let host = normal(host);
-        for held in self.0.iter().filter(|h| h.host == host) {
+        for held in self.held.iter().filter(|h| h.host == host) {
             if let Some((value, p)) = &held.swap {
                 for (_, v) in headers.iter_mut() {
                     *v = swap(v, p.text.as_bytes(), value.as_bytes());
@@ -87,6 +96,49 @@ impl Credentials {
             headers.retain(|(name, _)| !name.eq_ignore_ascii_case(&held.header));
             headers.push((held.header.clone(), held.header_value.clone().into_bytes()));
         }
+    }
+
+    /// The certificate (PEM) of this sandbox's CA, which the sandbox must trust for HTTPS to
+    /// the credentials' hosts; its key never leaves warden.
+    pub fn ca_pem(&self) -> Result<String, String> {
+        self.ca().map(|ca| ca.pem().to_owned())
+    }
+
+    /// What a sandbox whose credentials may go over HTTPS must trust, PEM: this machine's
+    /// roots, then the sandbox's CA; `None` without credentials.
+    pub fn trust_bundle(&self) -> Result<Option<String>, String> {
+        if self.is_empty() {
+            return Ok(None);
+        }
+        let mut bundle = SYSTEM_BUNDLES
+            .iter()
+            .find_map(|path| std::fs::read_to_string(path).ok())
+            .unwrap_or_default();
+        if !bundle.is_empty() && !bundle.ends_with('\n') {
+            bundle.push('\n');
+        }
+        bundle.push_str(&self.ca_pem()?);
+        Ok(Some(bundle))
+    }
+
+    /// The variables that point a sandbox's programs at the bundle at `path` (inside).
+    pub fn trust_env(path: &str) -> Vec<(String, String)> {
+        TRUST_VARIABLES
+            .iter()
+            .map(|name| ((*name).to_owned(), path.to_owned()))
+            .collect()
+    }
+
+    /// The TLS server side the gate shows the sandbox for `host`.
+    pub(crate) fn acceptor(&self, host: &str) -> Result<tokio_rustls::TlsAcceptor, String> {
+        self.ca()?.acceptor(&normal(host))
+    }
+
+    fn ca(&self) -> Result<&SessionCa, String> {
+        self.ca
+            .get_or_init(SessionCa::new)
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     /// [`Credentials::apply`] on an `http` header map.
@@ -111,6 +163,22 @@ impl Credentials {
         Ok(())
     }
 }
+
+/// Where this machine keeps its roots: Debian's, then Fedora's.
+const SYSTEM_BUNDLES: [&str; 2] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+];
+
+/// The variables OpenSSL, Python's requests, curl, Node, git and pip read a bundle from.
+pub const TRUST_VARIABLES: [&str; 6] = [
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+    "PIP_CERT",
+];
 
 fn normal(host: &str) -> String {
     host.trim_end_matches('.').to_ascii_lowercase()

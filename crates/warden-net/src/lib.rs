@@ -5,13 +5,14 @@
 //! HTTP; programs in a docker or host sandbox through [`Proxy`], an HTTP proxy listening in
 //! the sandbox's own, otherwise empty, network namespace.
 
+mod ca;
 mod credentials;
 mod egress;
 mod gate;
 mod proxy;
 mod resolver;
 
-pub use credentials::Credentials;
+pub use credentials::{Credentials, TRUST_VARIABLES};
 pub use egress::{Egress, RootsError};
 pub use gate::{DialError, Gate, Vetting, connect};
 pub use proxy::{GATE_PORT, HEAD_WAIT, MAX_CONNECTIONS, Proxy, Scope, Traffic, proxy_env};

@@ -6,11 +6,17 @@
 //! tunnel for HTTPS or any TCP protocol. Either way the destination is vetted by [`Gate`]
 //! before anything is dialled, and a refusal is a `403` and a denial of the running command.
 //!
+//! A tunnel to a host that carries a credential is opened by warden itself: the gate shows
+//! the sandbox a certificate from the sandbox's own CA, verifies the upstream server against
+//! [`crate::Egress`]'s roots, and sets the credential in each request (see
+//! [`Credentials`]). Tunnels elsewhere stay end to end.
+//!
 //! A gate serves one sandbox. Connections belong to the command running when they were
 //! accepted: they end at its deadline or when it ends ([`Proxy::end`]), and between commands
 //! (a session's background jobs) nothing gets through. At most [`MAX_CONNECTIONS`] are open at
 //! once, and a request head must arrive within [`HEAD_WAIT`], so a sandbox cannot pin warden.
 
+use crate::credentials::Credentials;
 use crate::gate::{DialError, Gate, Vetting, connect};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -81,6 +87,7 @@ pub struct Proxy {
 
 struct Shared {
     gate: Gate,
+    credentials: Credentials,
     slots: Arc<Semaphore>,
     active: Mutex<Option<Active>>,
 }
@@ -101,12 +108,18 @@ struct Counts {
 
 impl Proxy {
     /// Serves `listener` (a socket bound in the sandbox's namespace) on the current tokio
-    /// runtime. Nothing is let through until [`Proxy::begin`].
-    pub fn start(listener: std::net::TcpListener, gate: Gate) -> io::Result<Proxy> {
+    /// runtime, adding `credentials` at their hosts. Nothing is let through until
+    /// [`Proxy::begin`].
+    pub fn start(
+        listener: std::net::TcpListener,
+        gate: Gate,
+        credentials: Credentials,
+    ) -> io::Result<Proxy> {
         listener.set_nonblocking(true)?;
         let listener = TcpListener::from_std(listener)?;
         let shared = Arc::new(Shared {
             gate,
+            credentials,
             slots: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
             active: Mutex::new(None),
         });
@@ -188,6 +201,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         active.counts.connections.fetch_add(1, Ordering::Relaxed);
         let connection = Connection {
             gate: shared.gate.clone(),
+            credentials: shared.credentials.clone(),
             scope: active.scope.clone(),
             counts: active.counts.clone(),
             _permit: permit,
@@ -212,6 +226,7 @@ fn response(status: &str, body: &str) -> String {
 /// One accepted connection and what it is accounted to.
 struct Connection {
     gate: Gate,
+    credentials: Credentials,
     scope: Scope,
     counts: Arc<Counts>,
     _permit: OwnedSemaphorePermit,
@@ -221,12 +236,45 @@ struct Connection {
 enum Ask {
     /// `CONNECT host:port`.
     Tunnel { host: String, port: u16 },
-    /// An absolute-form HTTP request, rewritten to go to the origin.
+    /// An absolute-form HTTP request, to go to the origin as `request`.
     Forward {
         host: String,
         port: u16,
-        head: Vec<u8>,
+        /// The URL's `host[:port]`, for a request without a Host header.
+        authority: String,
+        request: Request,
     },
+}
+
+/// An HTTP request head as it goes to the origin: origin-form, one-hop headers gone.
+struct Request {
+    method: String,
+    path: String,
+    /// `1.0` or `1.1`.
+    version: &'static str,
+    headers: Vec<(String, Vec<u8>)>,
+}
+
+impl Request {
+    /// The head to send, with `Connection: close`: one request per connection, since a second
+    /// one on it could name another host.
+    fn head(&self, authority: &str) -> Vec<u8> {
+        let mut out =
+            format!("{} {} HTTP/{}\r\n", self.method, self.path, self.version).into_bytes();
+        let mut has_host = false;
+        for (name, value) in &self.headers {
+            has_host |= name.eq_ignore_ascii_case("host");
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value);
+            out.extend_from_slice(b"\r\n");
+        }
+        if !has_host {
+            out.extend_from_slice(format!("Host: {authority}\r\n").as_bytes());
+        }
+        out.extend_from_slice(b"Connection: close\r\n\r\n");
+        out
+    }
 }
 
 impl Connection {
@@ -282,16 +330,27 @@ impl Connection {
                 return reply(stream, "502 Bad Gateway", &why).await;
             }
         };
-        let opened = match &ask {
+        let opened = match ask {
+            Ask::Tunnel { ref host, port } if self.credentials.covers(host) => {
+                let host = host.clone();
+                return self.intercept(stream, upstream, &host, port, rest).await;
+            }
             Ask::Tunnel { .. } => {
                 let ok = b"HTTP/1.1 200 Connection established\r\n\r\n";
                 stream.write_all(ok).await
             }
-            Ask::Forward { head, .. } => {
+            Ask::Forward {
+                host,
+                authority,
+                mut request,
+                ..
+            } => {
+                self.credentials.apply(&host, &mut request.headers);
+                let head = request.head(&authority);
                 self.counts
                     .up
                     .fetch_add(head.len() as u64, Ordering::Relaxed);
-                upstream.write_all(head).await
+                upstream.write_all(&head).await
             }
         };
         // Bytes the sandbox sent after its head: a body's start, or a tunnel's first bytes.
@@ -310,7 +369,88 @@ impl Connection {
     }
 }
 
-async fn reply(stream: &mut TcpStream, status: &str, why: &str) {
+impl Connection {
+    /// A tunnel to a host that carries a credential: TLS with the sandbox under this
+    /// sandbox's CA, TLS upstream verified against warden's roots, and one request between,
+    /// its credential set.
+    async fn intercept(
+        &self,
+        stream: &mut TcpStream,
+        upstream: TcpStream,
+        host: &str,
+        port: u16,
+        early: Vec<u8>,
+    ) {
+        if !early.is_empty() {
+            let why = "bytes arrived before the tunnel was open";
+            return reply(stream, "400 Bad Request", why).await;
+        }
+        let acceptor = match self.credentials.acceptor(host) {
+            Ok(a) => a,
+            Err(why) => return reply(stream, "500 Internal Server Error", &why).await,
+        };
+        let ok = b"HTTP/1.1 200 Connection established\r\n\r\n";
+        if stream.write_all(ok).await.is_err() {
+            return;
+        }
+        // A sandbox that does not trust its CA (or speaks no TLS) ends here.
+        let Ok(mut sandbox) = acceptor.accept(stream).await else {
+            return;
+        };
+        let literal = host.trim_start_matches('[').trim_end_matches(']');
+        let name = match literal.parse::<std::net::IpAddr>() {
+            Ok(ip) => rustls::pki_types::ServerName::from(ip),
+            Err(_) => match rustls::pki_types::ServerName::try_from(host.to_owned()) {
+                Ok(n) => n,
+                Err(_) => {
+                    let why = format!("{host} is not a valid TLS server name");
+                    return reply(&mut sandbox, "502 Bad Gateway", &why).await;
+                }
+            },
+        };
+        let connector = tokio_rustls::TlsConnector::from(self.gate.egress().tls());
+        let mut origin = match connector.connect(name, upstream).await {
+            Ok(origin) => origin,
+            Err(e) => {
+                let destination = format!("connect {host}:{port}");
+                let reason = format!(
+                    "the TLS connection to {host}:{port} failed ({e}): warden sends a \
+                     credential only to a server whose certificate it verifies"
+                );
+                let why = format!("warden denied {destination}: {reason}");
+                self.scope.denials.push(Denial {
+                    destination,
+                    reason,
+                });
+                return reply(&mut sandbox, "502 Bad Gateway", &why).await;
+            }
+        };
+        let head_by = (Instant::now() + HEAD_WAIT).min(self.scope.deadline);
+        let (mut request, rest) = match read_head(&mut sandbox, head_by).await {
+            Ok((buf, len)) => match parse_origin_form(&buf[..len]) {
+                Ok(r) => (r, buf[len..].to_vec()),
+                Err(why) => return reply(&mut sandbox, "400 Bad Request", &why).await,
+            },
+            Err(_) => return,
+        };
+        self.credentials.apply(host, &mut request.headers);
+        let head = request.head(&format!("{host}:{port}"));
+        if origin.write_all(&head).await.is_err() || origin.write_all(&rest).await.is_err() {
+            return;
+        }
+        self.counts
+            .up
+            .fetch_add((head.len() + rest.len()) as u64, Ordering::Relaxed);
+        let (from_sandbox, to_sandbox) = tokio::io::split(sandbox);
+        let (from_origin, to_origin) = tokio::io::split(origin);
+        let _ = tokio::join!(
+            pump(from_sandbox, to_origin, &self.counts.up),
+            pump(from_origin, to_sandbox, &self.counts.down),
+        );
+    }
+}
+
+async fn reply(stream: &mut (impl AsyncWrite + Unpin), status: &str, why: &str) {
     let _ = stream.write_all(response(status, why).as_bytes()).await;
     let _ = stream.shutdown().await;
 }
@@ -339,7 +479,10 @@ enum HeadError {
 }
 
 /// Reads until the end of the request head; returns the bytes read and the head's length.
-async fn read_head(stream: &mut TcpStream, by: Instant) -> Result<(Vec<u8>, usize), HeadError> {
+async fn read_head(
+    stream: &mut (impl AsyncRead + Unpin),
+    by: Instant,
+) -> Result<(Vec<u8>, usize), HeadError> {
     let by = tokio::time::Instant::from_std(by);
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
@@ -420,35 +563,60 @@ fn parse(head: &[u8]) -> Result<Ask, (&'static str, String)> {
     }
     let host = authority.host().to_owned();
     let port = authority.port_u16().unwrap_or(80);
-    let path = uri.path_and_query().map_or("/", |p| p.as_str());
-    let version = if request.version == Some(0) {
-        "1.0"
-    } else {
-        "1.1"
-    };
-    let mut out = format!("{method} {path} HTTP/{version}\r\n").into_bytes();
-    let mut has_host = false;
-    for h in request.headers.iter() {
-        let name = h.name.to_ascii_lowercase();
-        if HOP_BY_HOP.contains(&name.as_str()) {
-            continue;
-        }
-        has_host |= name == "host";
-        out.extend_from_slice(h.name.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(h.value);
-        out.extend_from_slice(b"\r\n");
-    }
-    if !has_host {
-        out.extend_from_slice(format!("Host: {authority}\r\n").as_bytes());
-    }
-    // One request per connection: a second one on it could name another host.
-    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
     Ok(Ask::Forward {
         host,
         port,
-        head: out,
+        authority: authority.as_str().to_owned(),
+        request: Request {
+            method: method.to_owned(),
+            path,
+            version: version_of(&request),
+            headers: end_to_end(request.headers),
+        },
     })
+}
+
+/// A request inside an intercepted tunnel: origin-form, as to a server.
+fn parse_origin_form(head: &[u8]) -> Result<Request, String> {
+    let mut headers = [httparse::EMPTY_HEADER; 100];
+    let mut request = httparse::Request::new(&mut headers);
+    match request.parse(head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err("the request head is incomplete".into()),
+        Err(e) => return Err(format!("a malformed request: {e}")),
+    }
+    let (Some(method), Some(path)) = (request.method, request.path) else {
+        return Err("a malformed request line".into());
+    };
+    if !path.starts_with('/') {
+        return Err(format!(
+            "inside a tunnel a request names a path, not `{path}`"
+        ));
+    }
+    Ok(Request {
+        method: method.to_owned(),
+        path: path.to_owned(),
+        version: version_of(&request),
+        headers: end_to_end(request.headers),
+    })
+}
+
+fn version_of(request: &httparse::Request<'_, '_>) -> &'static str {
+    if request.version == Some(0) {
+        "1.0"
+    } else {
+        "1.1"
+    }
+}
+
+/// The headers that go on to the origin: all but the one-hop ones.
+fn end_to_end(headers: &[httparse::Header<'_>]) -> Vec<(String, Vec<u8>)> {
+    headers
+        .iter()
+        .filter(|h| !HOP_BY_HOP.contains(&h.name.to_ascii_lowercase().as_str()))
+        .map(|h| (h.name.to_owned(), h.value.to_vec()))
+        .collect()
 }
 
 #[cfg(test)]
@@ -457,7 +625,13 @@ mod tests {
 
     fn forward(head: &str) -> (String, u16, String) {
         match parse(head.as_bytes()) {
-            Ok(Ask::Forward { host, port, head }) => {
+            Ok(Ask::Forward {
+                host,
+                port,
+                authority,
+                request,
+            }) => {
+                let head = request.head(&authority);
                 (host, port, String::from_utf8(head).unwrap_or_default())
             }
             Ok(Ask::Tunnel { .. }) => panic!("a tunnel"),
