@@ -75,6 +75,9 @@ pub(crate) fn command(
         nix::unistd::setresgid(gid, gid, gid).map_err(|e| setup(format!("setgid: {e}")))?;
         nix::unistd::setresuid(uid, uid, uid).map_err(|e| setup(format!("setuid: {e}")))?;
     }
+    if let Some(bundle) = &plan.ca_bundle {
+        crate::helper::write_bundle(bundle, protections.private_tmp)?;
+    }
     protections.user = format!("{}:{}", Uid::current(), Gid::current());
     prctl::set_no_new_privs().map_err(|e| setup(format!("no-new-privileges: {e}")))?;
     restrict(ruleset, &mut protections)?;

@@ -146,12 +146,6 @@ fn run(plan: &Plan, reports: &mut File) -> Result<i32, Failure> {
                 }
                 protections.private_tmp = true;
             }
-            if let Some(bundle) = &plan.ca_bundle
-                && let Err(f) = write_bundle(bundle, protections.private_tmp)
-            {
-                fail(reports, f);
-                std::process::exit(SETUP_FAILED);
-            }
             if plan.gate {
                 if let Err(f) = crate::gate::open_in_namespace() {
                     fail(reports, f);
@@ -271,8 +265,9 @@ fn private_tmp(size: u64) -> Result<(), Failure> {
     .map_err(|e| setup(format!("mounting a tmpfs at /tmp: {e}")))
 }
 
-/// The bundle the command trusts, read-only in its private /tmp.
-fn write_bundle(bundle: &str, private_tmp: bool) -> Result<(), Failure> {
+/// The bundle the command trusts, read-only in its private /tmp; written as the command's
+/// user, the one the namespace maps (a file of an unmapped owner cannot be created).
+pub(crate) fn write_bundle(bundle: &str, private_tmp: bool) -> Result<(), Failure> {
     use std::os::unix::fs::PermissionsExt;
     if !private_tmp {
         return Err(setup(

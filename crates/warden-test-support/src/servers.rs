@@ -103,13 +103,16 @@ pub fn tcp_echo() -> (u16, Arc<AtomicUsize>) {
 }
 
 /// An HTTPS server on 127.0.0.1 with a certificate for `names` from a CA made for it alone,
-/// answering every request with `hello over tls from PATH`.
+/// answering `/echo-auth` with the request's Authorization header and every other request
+/// with `hello over tls from PATH`.
 pub struct TlsServer {
     pub port: u16,
     /// The CA's certificate, PEM: what a client must trust to reach the server.
     pub ca_pem: String,
     /// Connections accepted: a reach, even one whose handshake failed.
     pub connections: Arc<AtomicUsize>,
+    /// The request heads received over TLS, in order.
+    pub requests: Arc<Mutex<Vec<String>>>,
 }
 
 impl TlsServer {
@@ -143,11 +146,13 @@ impl TlsServer {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let connections = Arc::new(AtomicUsize::new(0));
-        let count = connections.clone();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let (count, seen) = (connections.clone(), requests.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 count.fetch_add(1, Ordering::SeqCst);
                 let config = config.clone();
+                let seen = seen.clone();
                 std::thread::spawn(move || {
                     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
                     let Ok(conn) = rustls::ServerConnection::new(config) else {
@@ -155,18 +160,27 @@ impl TlsServer {
                     };
                     let mut tls = rustls::StreamOwned::new(conn, stream);
                     let mut reader = BufReader::new(&mut tls);
-                    let mut first = String::new();
-                    if reader.read_line(&mut first).unwrap_or(0) == 0 {
-                        return;
-                    }
+                    let mut head = String::new();
                     loop {
                         let mut line = String::new();
                         if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
                             break;
                         }
+                        head.push_str(&line);
                     }
-                    let path = first.split_whitespace().nth(1).unwrap_or("/").to_owned();
-                    let body = format!("hello over tls from {path}");
+                    if head.is_empty() {
+                        return;
+                    }
+                    seen.lock().unwrap().push(head.clone());
+                    let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                    let body = match path.as_str() {
+                        "/echo-auth" => head
+                            .lines()
+                            .find(|l| l.to_ascii_lowercase().starts_with("authorization:"))
+                            .unwrap_or("none")
+                            .to_owned(),
+                        p => format!("hello over tls from {p}"),
+                    };
                     let _ = write!(
                         tls,
                         "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -181,6 +195,7 @@ impl TlsServer {
             port,
             ca_pem: ca_cert.pem(),
             connections,
+            requests,
         }
     }
 }

@@ -81,11 +81,7 @@ pub(crate) async fn harness_in(image: Image) -> Option<Harness> {
     }
     Some(Harness {
         dir: tempfile::tempdir().expect("a temp dir"),
-        // Test names resolve to this machine's loopback, where the tests' servers listen.
-        backend: DockerBackend::new(engine).resolver(
-            warden_net::Resolver::with_overrides(["api.test:127.0.0.1", "other.test:127.0.0.1"])
-                .expect("overrides"),
-        ),
+        backend: DockerBackend::new(engine).resolver(test_names()),
         id,
         image,
     })
@@ -145,7 +141,21 @@ macro_rules! docker_or_skip {
     };
 }
 
+/// Test names resolve to this machine's loopback, where the tests' servers listen.
+fn test_names() -> warden_net::Resolver {
+    let names = ["api.test", "other.test", "bad.test"].map(|n| format!("{n}:127.0.0.1"));
+    warden_net::Resolver::with_overrides(names).expect("overrides")
+}
+
 impl Harness {
+    /// Also trusts the CA certificate `pem` when warden speaks TLS upstream.
+    pub(crate) fn trust_upstream(&mut self, pem: &str) {
+        let egress = warden_net::Egress::new(test_names())
+            .with_roots_pem(pem.as_bytes())
+            .expect("a PEM certificate");
+        self.backend = self.backend.clone().egress(egress);
+    }
+
     pub(crate) fn engine(&self) -> &Arc<Engine> {
         self.backend.engine()
     }

@@ -1,0 +1,201 @@
+//! Credentials a host tool can use but never read: the gate sets them at their host, over HTTP
+//! and over HTTPS (terminating TLS with the sandbox's own CA, verifying upstream against the
+//! roots warden trusts); inside, the variable holds a placeholder that becomes the value only
+//! in requests to that host; the value comes back to no message. Real confined processes, real
+//! HTTP and TLS servers on 127.0.0.1 with a test CA.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
+
+use serde_json::json;
+use std::path::PathBuf;
+use std::sync::Arc;
+use warden_core::{Dispatcher, ErrorKind, Policy, ToolCall, ToolMessage, Toolbox};
+use warden_host::{Helper, HostBackend};
+use warden_net::{Egress, Resolver};
+use warden_test_support::servers::{HttpServer, TlsServer};
+
+/// The variable of warden's environment the token is read from, and its value.
+const VAR: &str = "WARDEN_TEST_API_TOKEN";
+const TOKEN: &str = "real-token-8c1f27a9e4";
+
+fn set_token() {
+    // SAFETY: nextest runs each test in a process of its own, and nothing here reads the
+    // environment from another thread while it is set.
+    unsafe { std::env::set_var(VAR, TOKEN) };
+}
+
+/// A dispatcher over one bash tool with `grants`, test names resolved to 127.0.0.1 and
+/// `roots` trusted upstream.
+fn dispatcher(dir: &std::path::Path, grants: &str, roots: &[&str]) -> Dispatcher {
+    let path = dir.join("bash.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[executor]\nkind = \"host\"\nname = \"bash\"\nargv = [\"/bin/bash\", \"-c\", \"{{command}}\"]\n\
+             [grants]\nenv = {{ PATH = \"/usr/bin:/bin\" }}\n{grants}\n[limits]\ntimeout = \"20s\"\n\
+             memory = \"1GiB\"\n"
+        ),
+    )
+    .unwrap();
+    let names = ["api.test", "other.test", "bad.test"].map(|n| format!("{n}:127.0.0.1"));
+    let mut egress = Egress::new(Resolver::with_overrides(names).unwrap());
+    for pem in roots {
+        egress = egress.with_roots_pem(pem.as_bytes()).unwrap();
+    }
+    let backend = HostBackend::new(Helper {
+        program: PathBuf::from(env!("CARGO_BIN_EXE_warden-host-helper")),
+        args: Vec::new(),
+    })
+    .egress(egress);
+    let policy = Policy::load(&path, &[&backend]).unwrap_or_else(|e| panic!("{e}"));
+    let mut toolbox = Toolbox::default();
+    toolbox
+        .add_policy(Arc::new(policy), &[&backend])
+        .unwrap_or_else(|e| panic!("{e}"));
+    Dispatcher::new(Arc::new(toolbox))
+}
+
+async fn run(d: &Dispatcher, command: &str) -> ToolMessage {
+    d.call(ToolCall::new("c1", "bash", &json!({ "command": command })))
+        .await
+}
+
+fn credential(host: &str) -> String {
+    format!(
+        "net_credentials = [{{ host = \"{host}\", header = \"Authorization\", from_host = \"{VAR}\", \
+         prefix = \"Bearer \", env = \"API_TOKEN\" }}]"
+    )
+}
+
+#[tokio::test]
+async fn the_value_reaches_its_host_over_http_and_https_and_never_comes_back() {
+    set_token();
+    let web = HttpServer::start();
+    let tls = TlsServer::start(&["api.test"]);
+    let (w, t) = (web.port, tls.port);
+    let place = tempfile::tempdir().unwrap();
+    let grants = format!(
+        "net = [\"api.test:{w}\", \"127.0.0.1:{w}\", \"other.test:{w}\", \"api.test:{t}\", \"127.0.0.1:{t}\"]\n{}",
+        credential("api.test")
+    );
+    let d = dispatcher(place.path(), &grants, &[&tls.ca_pem]);
+    let command = format!(
+        "echo \"env=$API_TOKEN\"; \
+         curl -sS http://api.test:{w}/echo-auth; echo; \
+         curl -sS -H 'Authorization: Bearer forged' http://api.test:{w}/echo-auth; echo; \
+         curl -sS -H \"Authorization: Bearer $API_TOKEN\" http://other.test:{w}/echo-auth; echo; \
+         curl -sS https://api.test:{t}/echo-auth; echo; \
+         python3 -c \"import urllib.request as u; print(u.urlopen('https://api.test:{t}/echo-auth').read().decode())\"; \
+         echo \"$API_TOKEN\" > /tmp/token-file; cat /tmp/token-file; env | sort; \
+         echo \"keys=$(grep -c 'PRIVATE KEY' \"$SSL_CERT_FILE\")\""
+    );
+    let m = run(&d, &command).await;
+    let content = &m.content;
+    // The value came back only as the dispatcher's redaction of what the server echoed.
+    assert!(!content.contains(TOKEN), "{content}");
+    assert!(
+        !json!(m.artifact).to_string().contains(TOKEN),
+        "{:?}",
+        m.artifact
+    );
+    assert!(content.contains(&format!("[redacted:{VAR}]")), "{content}");
+    assert!(
+        content.contains("env=warden-placeholder-api_token-"),
+        "{content}"
+    );
+    // The CA's key never enters the sandbox: the bundle holds certificates only.
+    assert!(content.contains("keys=0"), "{content}");
+    assert!(
+        content.contains("SSL_CERT_FILE=/tmp/.warden-ca-bundle.pem"),
+        "{content}"
+    );
+
+    let real = format!("Authorization: Bearer {TOKEN}");
+    let heads = web.heads();
+    let to_api: Vec<&String> = heads
+        .iter()
+        .filter(|h| h.contains(&format!("api.test:{w}")))
+        .collect();
+    assert_eq!(to_api.len(), 2, "{heads:?}");
+    for head in &to_api {
+        assert!(head.contains(&real), "the value reached its host: {head}");
+        assert!(
+            !head.contains("forged"),
+            "a forged header was replaced: {head}"
+        );
+    }
+    let to_other = heads.iter().find(|h| h.contains("other.test")).unwrap();
+    assert!(!to_other.contains(TOKEN), "{to_other}");
+    assert!(
+        to_other.contains("warden-placeholder-api_token-"),
+        "{to_other}"
+    );
+    let over_tls = tls.requests.lock().unwrap().clone();
+    assert_eq!(over_tls.len(), 2, "{over_tls:?}");
+    for head in &over_tls {
+        assert!(head.contains(&real), "over HTTPS: {head}");
+    }
+}
+
+#[tokio::test]
+async fn an_upstream_whose_certificate_does_not_verify_gets_nothing() {
+    set_token();
+    let tls = TlsServer::start(&["bad.test"]);
+    let t = tls.port;
+    let place = tempfile::tempdir().unwrap();
+    let grants = format!(
+        "net = [\"bad.test:{t}\", \"127.0.0.1:{t}\"]\n{}",
+        credential("bad.test")
+    );
+    // The server's CA is not among warden's roots.
+    let d = dispatcher(place.path(), &grants, &[]);
+    let m = run(
+        &d,
+        &format!("curl -sS -o /dev/null -w '%{{http_code}}' https://bad.test:{t}/echo-auth"),
+    )
+    .await;
+    assert!(m.content.contains("502"), "{}", m.content);
+    let denied = m
+        .error
+        .as_ref()
+        .map(|e| e.details["denied"].to_string())
+        .unwrap_or_else(|| {
+            m.artifact
+                .as_ref()
+                .map(|a| a["denied"].to_string())
+                .unwrap_or_default()
+        });
+    assert!(
+        denied.contains(&format!("connect bad.test:{t}")),
+        "{denied}"
+    );
+    assert!(denied.contains("verifies"), "{denied}");
+    assert!(
+        tls.requests.lock().unwrap().is_empty(),
+        "a request got through"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_value_answers_unavailable_and_runs_nothing() {
+    let web = HttpServer::start();
+    let w = web.port;
+    let place = tempfile::tempdir().unwrap();
+    let grants = format!(
+        "net = [\"api.test:{w}\", \"127.0.0.1:{w}\"]\nnet_credentials = [{{ host = \"api.test\", \
+         header = \"Authorization\", from_host = \"WARDEN_TEST_UNSET_TOKEN\" }}]"
+    );
+    let d = dispatcher(place.path(), &grants, &[]);
+    let m = run(&d, &format!("curl -sS http://api.test:{w}/x")).await;
+    let e = m.error.as_ref().expect("an error");
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{}", m.content);
+    assert!(
+        e.message.contains("WARDEN_TEST_UNSET_TOKEN"),
+        "{}",
+        e.message
+    );
+    assert!(web.heads().is_empty());
+}
