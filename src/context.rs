@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use warden::{Dispatcher, RunLimits, Warden};
-use warden_net::Resolver;
+use warden_net::Egress;
 
 /// warden's places from the command line's flags, telling a person on a terminal about
 /// compiles.
@@ -14,7 +14,7 @@ pub(crate) fn warden(
     home: Option<PathBuf>,
     cache: Option<PathBuf>,
     call_log: Option<PathBuf>,
-    resolver: Resolver,
+    egress: Egress,
 ) -> Result<Warden> {
     let hook: warden_wasm::CompileHook = Arc::new(|path: &Path| {
         if std::io::stderr().is_terminal() {
@@ -27,7 +27,7 @@ pub(crate) fn warden(
     let mut builder = Warden::builder(toolbox)
         .cache(cache)
         .call_log(call_log)
-        .resolver(resolver)
+        .egress(egress)
         .on_compile(hook);
     if let Some(home) = home {
         builder = builder.home(home);

@@ -63,6 +63,11 @@ struct Cli {
         value_name = "NAME:ADDR"
     )]
     resolve: Vec<String>,
+    /// A PEM file of CA certificates that warden also trusts when it speaks TLS to a server
+    /// itself (wasm tools' HTTPS; shells' HTTPS to a host that carries a credential): a
+    /// private PKI. Never trusted by sandboxes, and never warden's own sandbox CAs.
+    #[arg(long, global = true, env = "WARDEN_UPSTREAM_ROOTS", value_name = "PEM")]
+    upstream_roots: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -181,8 +186,15 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
-    let resolver = warden_net::Resolver::with_overrides(&cli.resolve)?;
-    let ctx = context::warden(cli.toolbox, cli.home, cli.cache, cli.call_log, resolver)?;
+    let mut egress = warden_net::Egress::new(warden_net::Resolver::with_overrides(&cli.resolve)?);
+    if let Some(path) = &cli.upstream_roots {
+        let pem = std::fs::read(path)
+            .with_context(|| format!("reading --upstream-roots {}", path.display()))?;
+        egress = egress
+            .with_roots_pem(&pem)
+            .with_context(|| format!("--upstream-roots {}", path.display()))?;
+    }
+    let ctx = context::warden(cli.toolbox, cli.home, cli.cache, cli.call_log, egress)?;
     match cli.command {
         Command::Add(args) => add::add(&ctx, args),
         Command::Pin { targets } => add::pin(&ctx, &targets),

@@ -386,6 +386,28 @@ mod tests {
     }
 
     #[test]
+    fn a_credentials_placeholder_variable_is_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let with = |env: &str, extra: &str| {
+            parse(
+                &format!(
+                    "{extra}net = [\"api.test\"]\nnet_credentials = [{{ host = \"api.test\", \
+                     header = \"Authorization\", from_host = \"T\", env = \"{env}\" }}]"
+                ),
+                dir.path(),
+            )
+        };
+        let ok = with("GH_TOKEN", "").unwrap();
+        assert_eq!(ok.net.credentials[0].env.as_deref(), Some("GH_TOKEN"));
+        assert!(with("GH TOKEN", "").is_err());
+        let both = with("GH_TOKEN", "env = { GH_TOKEN = \"x\" }\n").unwrap_err();
+        assert!(
+            both.contains("both an env grant and the placeholder"),
+            "{both}"
+        );
+    }
+
+    #[test]
     fn host_env_is_read_at_call_time() {
         let g = Grants {
             env_from_host: vec!["WARDEN_TEST_SURELY_UNSET_VAR".into()],

@@ -331,6 +331,46 @@ async fn credentials_reach_their_host_only_and_never_the_tool() {
     );
 }
 
+/// A credential with `env`: the guest's variable holds a placeholder, which becomes the value in
+/// requests to the credential's host only; the same scheme as for shell tools.
+#[tokio::test]
+async fn a_placeholder_becomes_the_value_at_its_host_only() {
+    // SAFETY: nextest runs each test in its own process; nothing else reads the env here.
+    unsafe { std::env::set_var("WARDEN_TEST_API_TOKEN", TOKEN) };
+    let web = HttpServer::start();
+    let grants = format!(
+        "net = [\"api.test:{0}\", \"other.test:{0}\", \"127.0.0.1:{0}\"]\n\
+         net_credentials = [{{ host = \"api.test\", header = \"Authorization\", \
+         from_host = \"WARDEN_TEST_API_TOKEN\", prefix = \"Bearer \", env = \"API_TOKEN\" }}]",
+        web.port
+    );
+    let (_bench, d, _log) = probe(&grants, "", &["api.test", "other.test"]);
+    let sent = json!([["X-Token", "$API_TOKEN"]]);
+    let api = http(&d, &format!("http://api.test:{}/a", web.port), sent.clone()).await;
+    assert_eq!(kind(&api), "ok", "{api:?}");
+    let other = http(&d, &format!("http://other.test:{}/b", web.port), sent).await;
+    assert_eq!(kind(&other), "ok", "{other:?}");
+    let heads = web.heads();
+    let token = |head: &str| {
+        head.lines()
+            .find(|l| l.to_ascii_lowercase().starts_with("x-token:"))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(
+        token(&heads[0]).to_ascii_lowercase(),
+        format!("x-token: {TOKEN}")
+    );
+    assert!(
+        token(&heads[1]).contains("warden-placeholder-api_token-"),
+        "{heads:?}"
+    );
+    assert!(
+        !heads[1].contains(TOKEN),
+        "another host got the value: {heads:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_missing_credential_is_unavailable_not_sent_bare() {
     let web = HttpServer::start();
