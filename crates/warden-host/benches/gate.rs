@@ -1,7 +1,8 @@
 //! The gate's cost, measured by curl inside one confined host process: a request through the
 //! gate (absolute-form HTTP), the first byte through a CONNECT tunnel, and the same request
-//! straight to the server from a sandbox with `network = "unrestricted"` (the floor). The
-//! server is on this machine's loopback. Not a test and not in CI:
+//! straight to the server from a sandbox with `network = "unrestricted"` (the floor); then an
+//! HTTPS request through a plain tunnel beside one the gate intercepts to add a credential.
+//! The servers are on this machine's loopback. Not a test and not in CI:
 //! `cargo bench -p warden-host --bench gate` (scripts/bench-host). Prints one markdown table.
 #![allow(
     clippy::unwrap_used,
@@ -10,31 +11,46 @@
 )]
 
 use serde_json::json;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use warden_core::{Dispatcher, Policy, ToolCall, Toolbox};
 use warden_host::{Helper, HostBackend};
-use warden_net::Resolver;
-use warden_test_support::servers::HttpServer;
+use warden_net::{Egress, Resolver};
+use warden_test_support::servers::{HttpServer, TlsServer};
 
 const RUNS: usize = 200;
+const TOKEN_VAR: &str = "WARDEN_BENCH_TOKEN";
 
-fn dispatcher(dir: &std::path::Path, name: &str, extra: &str, net: &str) -> Dispatcher {
+/// One host tool `name` with `grants`; warden also trusts `roots` upstream.
+fn dispatcher(
+    dir: &Path,
+    name: &str,
+    extra: &str,
+    grants: &str,
+    roots: Option<&str>,
+) -> Dispatcher {
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(
         &path,
         format!(
             "[executor]\nkind = \"host\"\nname = \"{name}\"\nargv = [\"/bin/sh\", \"-c\", \"{{command}}\"]\n\
-             cpu_time = \"120s\"\n{extra}\n[grants]\nenv = {{ PATH = \"/usr/bin:/bin\" }}\nnet = {net}\n\
+             cpu_time = \"120s\"\n{extra}\n[grants]\nenv = {{ PATH = \"/usr/bin:/bin\" }}\n{grants}\n\
              [limits]\ntimeout = \"120s\"\nmemory = \"1GiB\"\n"
         ),
     )
     .expect("write the policy");
+    let resolver = Resolver::with_overrides(["api.test:127.0.0.1"]).expect("override");
+    let egress = match roots {
+        Some(pem) => Egress::new(resolver)
+            .with_roots_pem(pem.as_bytes())
+            .expect("PEM"),
+        None => Egress::new(resolver),
+    };
     let backend = HostBackend::new(Helper {
         program: PathBuf::from(env!("CARGO_BIN_EXE_warden-host-helper")),
         args: Vec::new(),
     })
-    .resolver(Resolver::with_overrides(["api.test:127.0.0.1"]).expect("override"));
+    .egress(egress);
     let policy = Policy::load(&path, &[&backend]).expect("the policy loads");
     let mut toolbox = Toolbox::default();
     toolbox
@@ -46,7 +62,7 @@ fn dispatcher(dir: &std::path::Path, name: &str, extra: &str, net: &str) -> Disp
 /// Medians in ms of curl's `time_total` and `time_starttransfer` over RUNS requests.
 async fn curl(d: &Dispatcher, tool: &str, args: &str) -> (f64, f64) {
     let command = format!(
-        "i=0; while [ $i -lt {RUNS} ]; do curl -s -o /dev/null -w '%{{time_total}} %{{time_starttransfer}}\\n' {args}; i=$((i+1)); done"
+        "i=0; while [ $i -lt {RUNS} ]; do curl -sS -o /dev/null -w '%{{time_total}} %{{time_starttransfer}}\\n' {args}; i=$((i+1)); done"
     );
     let m = d
         .call(ToolCall::new("c", tool, &json!({ "command": command })))
@@ -73,30 +89,62 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn main() {
+    // SAFETY: set before the runtime and its threads start.
+    unsafe { std::env::set_var(TOKEN_VAR, "bench-token") };
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     runtime.block_on(async {
         let server = HttpServer::start();
         let port = server.port;
+        let tls = TlsServer::start(&["api.test"]);
+        let t = tls.port;
         let dir = tempfile::tempdir().expect("a temp dir");
+        let certs = dir.path().join("certs");
+        std::fs::create_dir(&certs).expect("a folder");
+        std::fs::write(certs.join("ca.pem"), &tls.ca_pem).expect("the CA");
+        // What an intercepted sandbox's bundle holds: this machine's roots, then one CA.
+        let system = std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
+        std::fs::write(certs.join("bundle.pem"), format!("{system}{}", tls.ca_pem)).expect("a bundle");
         let gated = dispatcher(
             dir.path(),
             "gated",
             "",
-            &format!("[\"api.test:{port}\", \"127.0.0.1:{port}\"]"),
+            &format!(
+                "net = [\"api.test:{port}\", \"127.0.0.1:{port}\", \"api.test:{t}\", \"127.0.0.1:{t}\"]\n\
+                 fs = [{{ host = \"{}\", access = \"read-only\" }}]",
+                certs.display()
+            ),
+            None,
         );
-        let open = dispatcher(dir.path(), "open", "network = \"unrestricted\"", "[]");
+        let credential = dispatcher(
+            dir.path(),
+            "credential",
+            "",
+            &format!(
+                "net = [\"api.test:{t}\", \"127.0.0.1:{t}\"]\nnet_credentials = [{{ host = \"api.test\", \
+                 header = \"Authorization\", from_host = \"{TOKEN_VAR}\" }}]"
+            ),
+            Some(&tls.ca_pem),
+        );
+        let open = dispatcher(dir.path(), "open", "network = \"unrestricted\"", "", None);
         let url = format!("http://api.test:{port}/");
+        let https = format!("https://api.test:{t}/");
+        let cacert = certs.join("ca.pem").display().to_string();
         let direct = curl(&open, "open", &format!("http://127.0.0.1:{port}/")).await;
         let proxied = curl(&gated, "gated", &url).await;
         let tunnel = curl(&gated, "gated", &format!("-p {url}")).await;
-        println!(
-            "| {RUNS} requests from one sandbox (curl) | total, median | first byte, median |"
-        );
+        let plain_tls = curl(&gated, "gated", &format!("--cacert {cacert} {https}")).await;
+        let bundle = certs.join("bundle.pem").display().to_string();
+        let plain_bundle = curl(&gated, "gated", &format!("--cacert {bundle} {https}")).await;
+        let intercepted = curl(&credential, "credential", &https).await;
+        println!("| {RUNS} requests from one sandbox (curl) | total, median | first byte, median |");
         println!("|---|---|---|");
         for (what, (total, first)) in [
-            ("direct, `network = \"unrestricted\"` (floor)", direct),
-            ("through the gate (absolute-form HTTP)", proxied),
-            ("through a CONNECT tunnel", tunnel),
+            ("HTTP direct, `network = \"unrestricted\"` (floor)", direct),
+            ("HTTP through the gate (absolute-form)", proxied),
+            ("HTTP through a CONNECT tunnel", tunnel),
+            ("HTTPS through a plain CONNECT tunnel (end to end), curl trusting one CA", plain_tls),
+            ("the same, curl loading this machine's roots too (as an intercepted sandbox does)", plain_bundle),
+            ("HTTPS intercepted to add a credential (two TLS sessions)", intercepted),
         ] {
             println!("| {what} | {total:.3} ms | {first:.3} ms |");
         }

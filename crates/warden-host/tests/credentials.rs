@@ -63,6 +63,15 @@ async fn run(d: &Dispatcher, command: &str) -> ToolMessage {
         .await
 }
 
+/// The call's `denied` records, as JSON text.
+fn denied(m: &ToolMessage) -> String {
+    match (&m.error, &m.artifact) {
+        (Some(e), _) => e.details["denied"].to_string(),
+        (None, Some(a)) => a["denied"].to_string(),
+        (None, None) => String::new(),
+    }
+}
+
 fn credential(host: &str) -> String {
     format!(
         "net_credentials = [{{ host = \"{host}\", header = \"Authorization\", from_host = \"{VAR}\", \
@@ -158,21 +167,38 @@ async fn an_upstream_whose_certificate_does_not_verify_gets_nothing() {
     )
     .await;
     assert!(m.content.contains("502"), "{}", m.content);
-    let denied = m
-        .error
-        .as_ref()
-        .map(|e| e.details["denied"].to_string())
-        .unwrap_or_else(|| {
-            m.artifact
-                .as_ref()
-                .map(|a| a["denied"].to_string())
-                .unwrap_or_default()
-        });
+    let denied = denied(&m);
     assert!(
         denied.contains(&format!("connect bad.test:{t}")),
         "{denied}"
     );
     assert!(denied.contains("verifies"), "{denied}");
+    assert!(
+        tls.requests.lock().unwrap().is_empty(),
+        "a request got through"
+    );
+}
+
+#[tokio::test]
+async fn an_upstream_that_demands_a_client_certificate_gets_nothing() {
+    set_token();
+    let tls = TlsServer::requiring_client_certificates(&["bad.test"]);
+    let t = tls.port;
+    let place = tempfile::tempdir().unwrap();
+    let grants = format!(
+        "net = [\"bad.test:{t}\", \"127.0.0.1:{t}\"]\n{}",
+        credential("bad.test")
+    );
+    // The server's CA is trusted: only the client certificate it asks for is missing.
+    let d = dispatcher(place.path(), &grants, &[&tls.ca_pem]);
+    let m = run(
+        &d,
+        &format!("curl -sS -o /dev/null -w '%{{http_code}}' https://bad.test:{t}/echo-auth"),
+    )
+    .await;
+    assert!(m.content.contains("502"), "{}", m.content);
+    assert!(!m.content.contains(TOKEN), "{}", m.content);
+    assert!(denied(&m).contains("client certificate"), "{}", denied(&m));
     assert!(
         tls.requests.lock().unwrap().is_empty(),
         "a request got through"

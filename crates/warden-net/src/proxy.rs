@@ -284,6 +284,8 @@ impl Connection {
     }
 
     async fn serve_until_deadline(&self, stream: &mut TcpStream) {
+        // Small writes (a head, a TLS record) go out at once rather than wait for an ACK.
+        let _ = stream.set_nodelay(true);
         let head_by = (Instant::now() + HEAD_WAIT).min(self.scope.deadline);
         let (ask, rest) = match read_head(stream, head_by).await {
             Ok((buf, len)) => match parse(&buf[..len]) {
@@ -320,7 +322,10 @@ impl Connection {
             .deadline
             .saturating_duration_since(Instant::now());
         let mut upstream = match connect(&addrs, port, wait).await {
-            Ok(upstream) => upstream,
+            Ok(upstream) => {
+                let _ = upstream.set_nodelay(true);
+                upstream
+            }
             Err(DialError::TimedOut) => {
                 let why = format!("connecting to {host}:{port} timed out");
                 return reply(stream, "504 Gateway Timeout", &why).await;
@@ -362,10 +367,12 @@ impl Connection {
             .fetch_add(rest.len() as u64, Ordering::Relaxed);
         let (from_sandbox, to_sandbox) = stream.split();
         let (from_upstream, to_upstream) = upstream.split();
-        let _ = tokio::join!(
-            pump(from_sandbox, to_upstream, &self.counts.up),
-            pump(from_upstream, to_sandbox, &self.counts.down),
-        );
+        relay(
+            (from_sandbox, to_upstream),
+            (from_upstream, to_sandbox),
+            &self.counts,
+        )
+        .await;
     }
 }
 
@@ -441,18 +448,68 @@ impl Connection {
         self.counts
             .up
             .fetch_add((head.len() + rest.len()) as u64, Ordering::Relaxed);
+        // A server that ends the TLS session before answering (one that demands a client
+        // certificate does so only now, under TLS 1.3) is told to the sandbox and the call.
+        let mut first = vec![0u8; 16 << 10];
+        let n = match origin.read(&mut first).await {
+            Ok(n) => n,
+            Err(e) => {
+                let destination = format!("connect {host}:{port}");
+                let reason = format!(
+                    "{host}:{port} ended the TLS session before answering ({e}); a server that \
+                     demands a client certificate gets none from warden"
+                );
+                let why = format!("warden denied {destination}: {reason}");
+                self.scope.denials.push(Denial {
+                    destination,
+                    reason,
+                });
+                return reply(&mut sandbox, "502 Bad Gateway", &why).await;
+            }
+        };
+        if sandbox.write_all(&first[..n]).await.is_err() {
+            return;
+        }
+        self.counts.down.fetch_add(n as u64, Ordering::Relaxed);
         let (from_sandbox, to_sandbox) = tokio::io::split(sandbox);
         let (from_origin, to_origin) = tokio::io::split(origin);
-        let _ = tokio::join!(
-            pump(from_sandbox, to_origin, &self.counts.up),
-            pump(from_origin, to_sandbox, &self.counts.down),
-        );
+        relay(
+            (from_sandbox, to_origin),
+            (from_origin, to_sandbox),
+            &self.counts,
+        )
+        .await;
     }
 }
 
 async fn reply(stream: &mut (impl AsyncWrite + Unpin), status: &str, why: &str) {
     let _ = stream.write_all(response(status, why).as_bytes()).await;
     let _ = stream.shutdown().await;
+}
+
+/// Copies both ways until both directions have ended, or either fails: then both end (the
+/// caller drops the streams), so a reset on one side never leaves the other waiting.
+async fn relay(
+    (up_from, up_to): (impl AsyncRead + Unpin, impl AsyncWrite + Unpin),
+    (down_from, down_to): (impl AsyncRead + Unpin, impl AsyncWrite + Unpin),
+    counts: &Counts,
+) {
+    let up = pump(up_from, up_to, &counts.up);
+    let down = pump(down_from, down_to, &counts.down);
+    tokio::pin!(up, down);
+    let (mut up_done, mut down_done) = (false, false);
+    while !(up_done && down_done) {
+        tokio::select! {
+            r = &mut up, if !up_done => match r {
+                Ok(()) => up_done = true,
+                Err(_) => return,
+            },
+            r = &mut down, if !down_done => match r {
+                Ok(()) => down_done = true,
+                Err(_) => return,
+            },
+        }
+    }
 }
 
 /// Copies until the reader ends, then ends the writer's direction too.

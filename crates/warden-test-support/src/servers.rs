@@ -117,6 +117,15 @@ pub struct TlsServer {
 
 impl TlsServer {
     pub fn start(names: &[&str]) -> TlsServer {
+        Self::start_with(names, false)
+    }
+
+    /// The same, refusing every client that shows no certificate from its CA.
+    pub fn requiring_client_certificates(names: &[&str]) -> TlsServer {
+        Self::start_with(names, true)
+    }
+
+    fn start_with(names: &[&str], client_certificates: bool) -> TlsServer {
         use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
         let ca_key = KeyPair::generate().unwrap();
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -133,10 +142,23 @@ impl TlsServer {
             .signed_by(&key, &issuer)
             .unwrap();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ServerConfig::builder_with_provider(provider)
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
+            .unwrap();
+        let builder = if client_certificates {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(ca_cert.der().clone()).unwrap();
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .unwrap();
+            builder.with_client_cert_verifier(verifier)
+        } else {
+            builder.with_no_client_auth()
+        };
+        let config = builder
             .with_single_cert(
                 vec![cert.der().clone()],
                 rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
