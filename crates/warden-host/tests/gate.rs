@@ -1,6 +1,6 @@
 //! Net grants for host tools: the sandbox's only way out is warden's gate, which lets the
 //! granted hosts through and refuses the rest, each refusal a denial of the call. Real
-//! confined processes (curl, wget, python, bash), servers on the test's 127.0.0.1.
+//! confined processes (curl, wget, python, pip, bash), servers on the test's 127.0.0.1.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use warden_core::SessionId;
 use warden_host::{Helper, HostBackend};
 use warden_net::Resolver;
-use warden_test_support::servers::{HttpServer, TlsServer};
+use warden_test_support::servers::{HttpServer, PackageIndex, TlsServer};
 
 /// A host backend that resolves the test names to 127.0.0.1.
 fn resolving() -> HostBackend {
@@ -354,4 +354,96 @@ async fn https_reaches_a_granted_tls_server_through_a_tunnel() {
     assert!(t.contains("hello over tls from /curl"), "{t}");
     assert!(t.contains("hello over tls from /py"), "{t}");
     assert_eq!(denied, vec![format!("connect other.test:{port}")], "{t}");
+}
+
+/// Whether this machine's python3 has pip (Debian's python3-pip): what a host tool runs.
+fn pip_here() -> bool {
+    std::process::Command::new("/usr/bin/python3")
+        .args(["-m", "pip", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// `pip download` and `pip install` from a local package index through the gate (the proxy
+/// variables are all pip needs), and a refusal when the index's host is not granted: pip
+/// fails, the refusal is the call's denial, and the index is never reached.
+#[tokio::test]
+async fn pip_reaches_a_granted_package_index_through_the_gate() {
+    if !pip_here() {
+        let why = "this machine's python3 has no pip (apt-get install python3-pip)";
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "CI=true and {why}"
+        );
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let index = PackageIndex::start("wardenprobe");
+    let port = index.port;
+    // No version check (it would ask pypi.org), no cache (the sandbox has no home), and the
+    // index trusted though it is plain HTTP.
+    let pip = "python3 -m pip --disable-pip-version-check --no-cache-dir --retries 0 \
+               --timeout 10 --trusted-host api.test";
+    let command = format!(
+        "{pip} download --no-deps --index-url http://api.test:{port}/simple/ -d /tmp/dl wardenprobe && \
+         {pip} install --no-index --no-deps --target /tmp/t /tmp/dl/wardenprobe-0.1-py3-none-any.whl && \
+         PYTHONPATH=/tmp/t python3 -c 'import wardenprobe; print(wardenprobe.MARK)'"
+    );
+    let place = Place::new();
+    // Debian's pip reads /etc/debian_version for its User-Agent and fails on EACCES (its
+    // vendored `distro` only forgives a missing file); the sandbox's system folders leave that
+    // file out, and a root must be a folder, so /etc is granted read-only here.
+    let with_net = |net: &str| {
+        bash(net, "").replace(
+            "[grants]\n",
+            "[grants]\nfs = [{ host = \"/etc\", access = \"read-only\" }]\n",
+        )
+    };
+    let net = format!("[\"api.test:{port}\", \"127.0.0.1:{port}\"]");
+    let (tool, limits) = place.tool_on(&with_net(&net), resolving());
+    let (r, denied) = call_denied(
+        &tool,
+        &limits,
+        SessionId::fresh(),
+        json!({ "command": command }),
+    )
+    .await;
+    let t = text(&r);
+    assert!(r.is_ok(), "{t}");
+    assert!(t.contains(&index.mark), "{t}");
+    assert!(denied.is_empty(), "{denied:?}");
+    let heads = index.heads();
+    for path in [
+        "GET /simple/wardenprobe/ ",
+        "GET /files/wardenprobe-0.1-py3-none-any.whl ",
+    ] {
+        assert!(
+            heads.iter().any(|h| h.starts_with(path)),
+            "{path}: {heads:?}"
+        );
+    }
+
+    // The same command with the index's host not granted: pip is refused at the gate.
+    let before = index.connections.load(Ordering::SeqCst);
+    let net = format!("[\"other.test:{port}\", \"127.0.0.1:{port}\"]");
+    let (tool, limits) = place.tool_on(&with_net(&net), resolving());
+    let (r, denied) = call_denied(
+        &tool,
+        &limits,
+        SessionId::fresh(),
+        json!({ "command": command }),
+    )
+    .await;
+    let t = text(&r);
+    assert!(r.is_err(), "{t}");
+    assert!(t.contains("No matching distribution"), "{t}");
+    assert!(
+        denied.contains(&format!("http://api.test:{port}")),
+        "{denied:?}: {t}"
+    );
+    assert_eq!(
+        index.connections.load(Ordering::SeqCst),
+        before,
+        "the index was reached"
+    );
 }
