@@ -1,7 +1,7 @@
 //! Net grants for docker tools: a container's only way out is warden's gate, bound in its own
 //! network namespace, which lets the granted hosts through and refuses the rest, each refusal
-//! a denial of the call. Real containers of the Debian image (curl, wget, python), servers on
-//! this machine's 127.0.0.1 and on all its addresses.
+//! a denial of the call. Real containers of the Debian image (curl, wget, python, pip, bash),
+//! servers on this machine's 127.0.0.1 and on all its addresses.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -16,7 +16,7 @@ use std::net::TcpListener;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use warden_core::{Status, ToolMessage};
-use warden_test_support::servers::HttpServer;
+use warden_test_support::servers::{HttpServer, PackageIndex};
 
 /// The destinations the call was refused, from its message.
 fn denied(m: &ToolMessage) -> Vec<String> {
@@ -178,5 +178,68 @@ async fn a_session_containers_gate_is_its_own_and_its_commands() {
     assert!(m.content.contains("hello from /three"), "{}", m.content);
     assert!(denied(&m).is_empty(), "{:?}", denied(&m));
     d.close().await;
+    h.assert_clean().await;
+}
+
+/// `pip download` and `pip install` from a local package index through the gate, and, with the
+/// index's host not granted, pip refused at the gate: a denial named at the end of the error,
+/// and the index never reached.
+#[tokio::test]
+async fn pip_reaches_a_granted_package_index_through_a_containers_gate() {
+    let h = docker_or_skip!(Image::Debian);
+    let index = PackageIndex::start("wardenprobe");
+    let port = index.port;
+    // No version check (it would ask pypi.org), no cache, and the index trusted though it is
+    // plain HTTP.
+    let pip = "python3 -m pip --disable-pip-version-check --no-cache-dir --retries 0 \
+               --timeout 10 --trusted-host api.test";
+    let command = format!(
+        "{pip} download --no-deps --index-url http://api.test:{port}/simple/ -d /tmp/dl wardenprobe && \
+         {pip} install --no-index --no-deps --target /tmp/t /tmp/dl/wardenprobe-0.1-py3-none-any.whl && \
+         PYTHONPATH=/tmp/t python3 -c 'import wardenprobe; print(wardenprobe.MARK)'"
+    );
+    let d = h.dispatcher(
+        "sh",
+        &h.shell_policy("", &granted(port), "timeout = \"60s\""),
+    );
+    let m = call(&d, "sh", cmd(&command)).await;
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    assert!(m.content.contains(&index.mark), "{}", m.content);
+    assert!(denied(&m).is_empty(), "{:?}", denied(&m));
+    let heads = index.heads();
+    for path in [
+        "GET /simple/wardenprobe/ ",
+        "GET /files/wardenprobe-0.1-py3-none-any.whl ",
+    ] {
+        assert!(
+            heads.iter().any(|h| h.starts_with(path)),
+            "{path}: {heads:?}"
+        );
+    }
+    d.close().await;
+
+    let before = index.connections.load(Ordering::SeqCst);
+    let other = format!("net = [\"other.test:{port}\", \"127.0.0.1:{port}\"]");
+    let refused = h.dispatcher("refused", &h.shell_policy("", &other, "timeout = \"60s\""));
+    let m = call(&refused, "sh", cmd(&command)).await;
+    assert_eq!(m.status, Status::Error, "{}", m.content);
+    assert!(
+        m.content.contains("No matching distribution"),
+        "{}",
+        m.content
+    );
+    assert!(
+        denied(&m).contains(&format!("http://api.test:{port}")),
+        "{:?}",
+        denied(&m)
+    );
+    assert!(
+        m.content
+            .contains(&format!("[warden refused http://api.test:{port}:")),
+        "warden's reason closes the message: {}",
+        m.content
+    );
+    assert_eq!(index.connections.load(Ordering::SeqCst), before);
+    refused.close().await;
     h.assert_clean().await;
 }
