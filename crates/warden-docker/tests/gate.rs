@@ -464,3 +464,76 @@ async fn a_tunnel_that_never_ends_ends_with_the_calls_deadline() {
     session.close().await;
     h.assert_clean().await;
 }
+
+/// Two sessions at once, each granted its own server: B listens on a port of its own loopback;
+/// A's 127.0.0.1 is A's own (nothing there), A's gate refuses B's listener and B's server (not
+/// granted to A, each refusal A's), and each session still reaches its own server.
+#[tokio::test]
+async fn one_sessions_container_cannot_reach_anothers_gate_or_listener() {
+    let h = docker_or_skip!(Image::Debian);
+    let (a_server, b_server) = (HttpServer::start(), HttpServer::start());
+    let (a_port, b_port) = (a_server.port, b_server.port);
+    let session = |port| h.shell_policy("session = true", &granted(port), "timeout = \"30s\"");
+    let a = h.dispatcher("a", &session(a_port));
+    let b = h.dispatcher("b", &session(b_port));
+    const LISTENER: u16 = 8123;
+    let listen = format!(
+        "cd /tmp && echo hi > from-b && (python3 -m http.server {LISTENER} --bind 127.0.0.1 > /tmp/listener.log 2>&1 &); \
+         for i in $(seq 50); do curl -s --noproxy '*' -o /dev/null http://127.0.0.1:{LISTENER}/from-b && break; sleep 0.1; done; \
+         curl -sS --noproxy '*' -o /dev/null -w 'b-listener %{{http_code}}\\n' http://127.0.0.1:{LISTENER}/from-b"
+    );
+    let m = call(&b, "sh", cmd(&listen)).await;
+    assert!(m.content.contains("b-listener 200"), "{}", m.content);
+
+    // A probes while B's session runs a command of its own through its gate.
+    let probe = format!(
+        "curl -sS -m 3 --noproxy '*' -o /dev/null -w 'loopback %{{http_code}}\\n' http://127.0.0.1:{LISTENER}/from-a-loopback; \
+         curl -sS -m 3 -o /dev/null -w 'gate-listener %{{http_code}}\\n' http://127.0.0.1:{LISTENER}/from-a-gate; \
+         curl -sS -m 3 -o /dev/null -w 'gate-b %{{http_code}}\\n' http://api.test:{b_port}/from-a; \
+         curl -sS http://api.test:{a_port}/a; echo"
+    );
+    let (ma, mb) = tokio::join!(
+        call(&a, "sh", cmd(&probe)),
+        call(
+            &b,
+            "sh",
+            cmd(&format!("sleep 0.5; curl -sS http://api.test:{b_port}/b"))
+        ),
+    );
+    assert!(ma.content.contains("loopback 000"), "{}", ma.content);
+    assert!(ma.content.contains("gate-listener 403"), "{}", ma.content);
+    assert!(ma.content.contains("gate-b 403"), "{}", ma.content);
+    assert!(ma.content.contains("hello from /a"), "{}", ma.content);
+    assert!(mb.content.contains("hello from /b"), "{}", mb.content);
+    let mut refused = denied(&ma);
+    refused.sort();
+    assert_eq!(
+        refused,
+        vec![
+            format!("http://127.0.0.1:{LISTENER}"),
+            format!("http://api.test:{b_port}"),
+        ]
+    );
+    assert!(denied(&mb).is_empty(), "{:?}", denied(&mb));
+
+    // B's listener is still up, and only B ever reached it; A never reached B's server.
+    let m = call(
+        &b,
+        "sh",
+        cmd(&format!(
+            "curl -sS --noproxy '*' -o /dev/null -w 'b-again %{{http_code}}\\n' http://127.0.0.1:{LISTENER}/from-b; cat /tmp/listener.log"
+        )),
+    )
+    .await;
+    assert!(m.content.contains("b-again 200"), "{}", m.content);
+    assert!(m.content.contains("GET /from-b"), "{}", m.content);
+    assert!(!m.content.contains("from-a"), "{}", m.content);
+    assert!(
+        b_server.heads().iter().all(|h| !h.contains("from-a")),
+        "{:?}",
+        b_server.heads()
+    );
+    a.close().await;
+    b.close().await;
+    h.assert_clean().await;
+}
