@@ -447,3 +447,130 @@ async fn pip_reaches_a_granted_package_index_through_the_gate() {
         "the index was reached"
     );
 }
+
+/// B's listener, started in the background of its session: a UDP socket on a port of B's
+/// loopback and, where the sandbox lets it listen, TCP on the same port; it prints the port
+/// and logs what reaches it to /tmp/got.
+const LISTENER: &str = r#"cat > /tmp/listen.py <<'EOF'
+import socket, threading
+def log(what):
+    with open('/tmp/got', 'a') as f:
+        f.write(what + '\n')
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+udp.bind(('127.0.0.1', 0))
+port = udp.getsockname()[1]
+try:
+    tcp = socket.socket()
+    tcp.bind(('127.0.0.1', port))
+    tcp.listen()
+    def accept():
+        while True:
+            conn, _ = tcp.accept()
+            log('tcp ' + conn.recv(100).decode())
+    threading.Thread(target=accept, daemon=True).start()
+    print('listening', port, 'tcp', flush=True)
+except OSError as e:
+    print('listening', port, 'udp-only', e.strerror, flush=True)
+while True:
+    log('udp ' + udp.recvfrom(100)[0].decode())
+EOF
+touch /tmp/got; (python3 /tmp/listen.py > /tmp/listen.out 2>&1 &)
+for i in $(seq 50); do grep -q listening /tmp/listen.out && break; sleep 0.1; done; cat /tmp/listen.out"#;
+
+/// What session A sends to port `port` of its own loopback, by UDP and by TCP.
+fn knock(port: u16) -> String {
+    format!(
+        "python3 -c \"\nimport socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.sendto(b'from-a', ('127.0.0.1', {port}))\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2).sendall(b'from-a')\n    print('tcp-connected')\nexcept OSError as e:\n    print('tcp-refused', e)\n\""
+    )
+}
+
+/// The port B's listener printed.
+fn listening_port(out: &str) -> u16 {
+    out.split("listening ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port: {out}"))
+}
+
+/// Two sessions at once, each granted its own server: B listens on its own loopback (UDP; a
+/// gated sandbox may not listen on TCP at all); A's 127.0.0.1 is A's own, so nothing A sends
+/// there reaches B, and A's gate refuses B's server (not granted to A, the refusal A's), while
+/// each session reaches its own server. With `network = "unrestricted"` both share the host's
+/// loopback and A's datagram does reach B: what the namespaces hold apart is real.
+#[tokio::test]
+async fn one_host_session_cannot_reach_anothers_gate_or_listener() {
+    let (a_server, b_server) = (HttpServer::start(), HttpServer::start());
+    let (a_port, b_port) = (a_server.port, b_server.port);
+    let (a_place, b_place) = (Place::new(), Place::new());
+    let net = |port: u16| format!("[\"api.test:{port}\", \"127.0.0.1:{port}\"]");
+    let (a, limits) = a_place.tool_on(&bash(&net(a_port), "session = true"), resolving());
+    let (b, _) = b_place.tool_on(&bash(&net(b_port), "session = true"), resolving());
+    let (sa, sb) = (SessionId::fresh(), SessionId::fresh());
+    let r = call_in(&b, &limits, sb, json!({ "command": LISTENER })).await;
+    let port = listening_port(&text(&r));
+
+    let probe = format!(
+        "{}; curl -sS -o /dev/null -w 'gate-b %{{http_code}}\\n' http://api.test:{b_port}/from-a; \
+         curl -sS http://api.test:{a_port}/a; echo",
+        knock(port)
+    );
+    let b_own = format!(
+        "sleep 0.5; python3 -c \"import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'from-b', ('127.0.0.1', {port}))\"; \
+         curl -sS http://api.test:{b_port}/b"
+    );
+    let ((ra, denied_a), (rb, denied_b)) = tokio::join!(
+        call_denied(&a, &limits, sa, json!({ "command": probe })),
+        call_denied(&b, &limits, sb, json!({ "command": b_own })),
+    );
+    let (ta, tb) = (text(&ra), text(&rb));
+    assert!(ta.contains("tcp-refused"), "{ta}");
+    assert!(ta.contains("gate-b 403"), "{ta}");
+    assert!(ta.contains("hello from /a"), "{ta}");
+    assert!(tb.contains("hello from /b"), "{tb}");
+    assert_eq!(denied_a, vec![format!("http://api.test:{b_port}")]);
+    assert!(denied_b.is_empty(), "{denied_b:?}");
+    let got = text(
+        &call_in(
+            &b,
+            &limits,
+            sb,
+            json!({ "command": "sleep 0.3; cat /tmp/got" }),
+        )
+        .await,
+    );
+    assert!(got.contains("udp from-b"), "B's listener is up: {got}");
+    assert!(!got.contains("from-a"), "A reached B: {got}");
+    assert!(
+        b_server.heads().iter().all(|h| !h.contains("from-a")),
+        "{:?}",
+        b_server.heads()
+    );
+    a.end_session(sa).await;
+    b.end_session(sb).await;
+
+    // The same with both on the host's network: A's datagram and connection reach B.
+    let open = bash("[]", "session = true\nnetwork = \"unrestricted\"");
+    let (a, limits) = a_place.tool_on(&open, resolving());
+    let (b, _) = b_place.tool_on(&open, resolving());
+    let (sa, sb) = (SessionId::fresh(), SessionId::fresh());
+    let r = call_in(&b, &limits, sb, json!({ "command": LISTENER })).await;
+    let port = listening_port(&text(&r));
+    let r = call_in(&a, &limits, sa, json!({ "command": knock(port) })).await;
+    assert!(text(&r).contains("tcp-connected"), "{}", text(&r));
+    let got = text(
+        &call_in(
+            &b,
+            &limits,
+            sb,
+            json!({ "command": "sleep 0.3; cat /tmp/got" }),
+        )
+        .await,
+    );
+    assert!(
+        got.contains("udp from-a") && got.contains("tcp from-a"),
+        "{got}"
+    );
+    a.end_session(sa).await;
+    b.end_session(sb).await;
+}
