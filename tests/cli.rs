@@ -250,6 +250,100 @@ fn audit_shows_network_grants_and_flags_wide_ones() {
     assert!(!text.contains(AUDIT_SECRET) && !audit.to_string().contains(AUDIT_SECRET));
 }
 
+/// A shell tool's `net` grants show in the audit as a wasm tool's do: the same hosts, the same
+/// reach, the same flags on wide grants, the same network line; a shell granted none reaches
+/// none. The docker tool joins in where warden runs as root (its gate needs it, so its policy
+/// is refused at load otherwise).
+#[test]
+fn audit_shows_a_shell_tools_hosts_like_a_wasm_tools() {
+    let env = Env::new();
+    const NET: &str = r#"net = ["*", "10.0.0.0/8", "api.test:443"]"#;
+    let shell = |kind: &str, extra: &str, grants: &str| {
+        format!(
+            "[executor]\nkind = \"{kind}\"\nname = \"{kind}-net\"\nargv = [\"/bin/sh\", \"-c\", \"{{command}}\"]\n{extra}\n[grants]\n{grants}\n[limits]\ntimeout = \"10s\"\n"
+        )
+    };
+    let write = |file: &str, text: String| std::fs::write(env.toolbox().join(file), text).unwrap();
+    write(
+        "a-wasm.toml",
+        format!(
+            "[executor]\nkind = \"wasm\"\ncomponent = {:?}\n[grants]\n{NET}\n[limits]\ntimeout = \"10s\"\n",
+            path_str(&wasm("netprobe"))
+        ),
+    );
+    write("b-host.toml", shell("host", "", NET));
+    let mut shells = vec!["host"];
+    let root = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false);
+    if root {
+        write(
+            "c-docker.toml",
+            shell("docker", "image = \"warden-sandbox:latest\"", NET),
+        );
+        shells.push("docker");
+    } else {
+        eprintln!("not root: the docker tool's gate needs root, so only the host tool is audited");
+    }
+    write(
+        "d-plain.toml",
+        shell("host", "", "").replace("host-net", "host-plain"),
+    );
+
+    let audit = json(&env.ok(&["audit", "--json"]));
+    let policies = audit["policies"].as_array().unwrap();
+    let of = |file: &str| {
+        policies
+            .iter()
+            .find(|p| p["policy"].as_str().unwrap().ends_with(file))
+            .unwrap_or_else(|| panic!("{file}: {audit}"))
+    };
+    let wide = |p: &Value| -> Vec<String> {
+        p["flags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f.as_str())
+            .filter(|f| f.starts_with("wide network grant"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let wasm = of("a-wasm.toml");
+    assert_eq!(wasm["network"], "grants");
+    assert_eq!(wide(wasm).len(), 2, "{wasm}");
+    for (kind, file) in shells.iter().zip(["b-host.toml", "c-docker.toml"]) {
+        let p = of(file);
+        assert_eq!(p["executor"]["kind"], *kind);
+        assert_eq!(p["grants"]["net"], wasm["grants"]["net"], "{kind}: {p}");
+        assert_eq!(p["network"], "grants", "{kind}: {p}");
+        assert_eq!(wide(p), wide(wasm), "{kind}: {p}");
+    }
+    assert!(
+        of("b-host.toml")["executor"]["in_force_here"]
+            .to_string()
+            .contains("only way out is warden's gate"),
+        "{audit}"
+    );
+    let plain = of("d-plain.toml");
+    assert_eq!(plain["network"], "none", "{plain}");
+    assert!(wide(plain).is_empty(), "{plain}");
+
+    let text = env.ok(&["audit"]);
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("network "))
+        .collect();
+    assert_eq!(lines.len(), shells.len() + 2, "{text}");
+    let granted = &lines[..=shells.len()];
+    assert!(
+        granted
+            .iter()
+            .all(|l| *l == lines[0] && l.contains("api.test:443")),
+        "{text}"
+    );
+    assert!(lines[shells.len() + 1].ends_with("none"), "{text}");
+}
+
 #[test]
 fn resolve_pins_a_name_for_tools_http() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -47,6 +47,23 @@ async def test_the_host_shell_answers_confined_over_mcp(host_box):
     assert "Permission denied" in denied.content[0].text
 
 
+async def test_net_grants_make_a_host_tool_open_world(host_box):
+    # The shipped policy with its commented net line on, as a second tool beside it.
+    shipped = (host_box.dir / "shell-host.toml").read_text()
+    assert 'name = "host-shell"' in shipped and "# net = [" in shipped
+    granted = shipped.replace('name = "host-shell"', 'name = "host-net"').replace(
+        "# net = [", "net = ["
+    )
+    (host_box.dir / "host-net.toml").write_text(granted)
+    async with session("stdio", host_box) as s:
+        tools = {t.name: t for t in (await s.list_tools()).tools}
+    # Granted hosts are a world beyond the sandbox, so the tool is not read-only either.
+    assert tools["host-net"].annotations.openWorldHint is True
+    assert tools["host-net"].annotations.readOnlyHint is False
+    assert tools["host-shell"].annotations.openWorldHint is False
+    assert tools["host-shell"].annotations.readOnlyHint is True
+
+
 async def test_a_parallel_batch_keeps_every_answer(host_box):
     commands = {
         "fast": {"command": "echo fast"},

@@ -1,7 +1,7 @@
 //! Net grants for docker tools: a container's only way out is warden's gate, bound in its own
 //! network namespace, which lets the granted hosts through and refuses the rest, each refusal
-//! a denial of the call. Real containers of the Debian image (curl, wget, python), servers on
-//! this machine's 127.0.0.1 and on all its addresses.
+//! a denial of the call. Real containers of the Debian image (curl, wget, python, pip, bash),
+//! servers on this machine's 127.0.0.1 and on all its addresses.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -11,12 +11,12 @@
 mod common;
 
 use common::*;
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::net::TcpListener;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use warden_core::{Status, ToolMessage};
-use warden_test_support::servers::HttpServer;
+use warden_test_support::servers::{HttpServer, PackageIndex, TlsServer};
 
 /// The destinations the call was refused, from its message.
 fn denied(m: &ToolMessage) -> Vec<String> {
@@ -178,5 +178,362 @@ async fn a_session_containers_gate_is_its_own_and_its_commands() {
     assert!(m.content.contains("hello from /three"), "{}", m.content);
     assert!(denied(&m).is_empty(), "{:?}", denied(&m));
     d.close().await;
+    h.assert_clean().await;
+}
+
+/// `pip download` and `pip install` from a local package index through the gate, and, with the
+/// index's host not granted, pip refused at the gate: a denial named at the end of the error,
+/// and the index never reached.
+#[tokio::test]
+async fn pip_reaches_a_granted_package_index_through_a_containers_gate() {
+    let h = docker_or_skip!(Image::Debian);
+    let index = PackageIndex::start("wardenprobe");
+    let port = index.port;
+    // No version check (it would ask pypi.org), no cache, and the index trusted though it is
+    // plain HTTP.
+    let pip = "python3 -m pip --disable-pip-version-check --no-cache-dir --retries 0 \
+               --timeout 10 --trusted-host api.test";
+    let command = format!(
+        "{pip} download --no-deps --index-url http://api.test:{port}/simple/ -d /tmp/dl wardenprobe && \
+         {pip} install --no-index --no-deps --target /tmp/t /tmp/dl/wardenprobe-0.1-py3-none-any.whl && \
+         PYTHONPATH=/tmp/t python3 -c 'import wardenprobe; print(wardenprobe.MARK)'"
+    );
+    let d = h.dispatcher(
+        "sh",
+        &h.shell_policy("", &granted(port), "timeout = \"60s\""),
+    );
+    let m = call(&d, "sh", cmd(&command)).await;
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    assert!(m.content.contains(&index.mark), "{}", m.content);
+    assert!(denied(&m).is_empty(), "{:?}", denied(&m));
+    let heads = index.heads();
+    for path in [
+        "GET /simple/wardenprobe/ ",
+        "GET /files/wardenprobe-0.1-py3-none-any.whl ",
+    ] {
+        assert!(
+            heads.iter().any(|h| h.starts_with(path)),
+            "{path}: {heads:?}"
+        );
+    }
+    d.close().await;
+
+    let before = index.connections.load(Ordering::SeqCst);
+    let other = format!("net = [\"other.test:{port}\", \"127.0.0.1:{port}\"]");
+    let refused = h.dispatcher("refused", &h.shell_policy("", &other, "timeout = \"60s\""));
+    let m = call(&refused, "sh", cmd(&command)).await;
+    assert_eq!(m.status, Status::Error, "{}", m.content);
+    assert!(
+        m.content.contains("No matching distribution"),
+        "{}",
+        m.content
+    );
+    assert!(
+        denied(&m).contains(&format!("http://api.test:{port}")),
+        "{:?}",
+        denied(&m)
+    );
+    assert!(
+        m.content
+            .contains(&format!("[warden refused http://api.test:{port}:")),
+        "warden's reason closes the message: {}",
+        m.content
+    );
+    assert_eq!(index.connections.load(Ordering::SeqCst), before);
+    refused.close().await;
+    h.assert_clean().await;
+}
+
+/// HTTPS through a CONNECT tunnel to a real TLS server: the container's client checks the
+/// certificate against the test CA (mounted read-only), so the gate never sees inside; without
+/// the CA the handshake fails; an ungranted name's tunnel is refused before any dial.
+#[tokio::test]
+async fn https_reaches_a_granted_tls_server_through_a_containers_tunnel() {
+    let h = docker_or_skip!(Image::Debian);
+    let server = TlsServer::start(&["api.test"]);
+    let port = server.port;
+    let certs = h.folder("certs");
+    std::fs::write(certs.join("ca.pem"), &server.ca_pem).unwrap();
+    let grants = format!(
+        "{}\nfs = [{{ host = \"{}\", guest = \"/certs\", access = \"read-only\" }}]",
+        granted(port),
+        certs.display()
+    );
+    let d = h.dispatcher("sh", &h.shell_policy("", &grants, "timeout = \"30s\""));
+    let command = format!(
+        "curl -sS --cacert /certs/ca.pem https://api.test:{port}/curl; echo; \
+         python3 -c \"import ssl, urllib.request as u; c = ssl.create_default_context(cafile='/certs/ca.pem'); print(u.urlopen('https://api.test:{port}/py', context=c).read().decode())\"; \
+         curl -sS https://api.test:{port}/untrusted >/dev/null 2>&1 || echo UNTRUSTED-REFUSED; \
+         curl -sS -o /dev/null --cacert /certs/ca.pem https://other.test:{port}/ 2>&1 | tail -c 200; echo"
+    );
+    let m = call(&d, "sh", cmd(&command)).await;
+    assert!(
+        m.content.contains("hello over tls from /curl"),
+        "{}",
+        m.content
+    );
+    assert!(
+        m.content.contains("hello over tls from /py"),
+        "{}",
+        m.content
+    );
+    // The client, not the gate, decides whom to trust.
+    assert!(m.content.contains("UNTRUSTED-REFUSED"), "{}", m.content);
+    assert!(m.content.contains("403"), "{}", m.content);
+    assert_eq!(denied(&m), vec![format!("connect other.test:{port}")]);
+    // curl, python and the untrusted attempt: the refused tunnel never reached the server.
+    assert_eq!(server.connections.load(Ordering::SeqCst), 3);
+    d.close().await;
+    h.assert_clean().await;
+}
+
+/// A redirect is followed hop by hop, each hop a request of its own through the gate: the
+/// granted first hop is served, the ungranted second is refused and never reached.
+#[tokio::test]
+async fn a_redirect_to_an_ungranted_host_is_refused_at_its_hop() {
+    let h = docker_or_skip!(Image::Debian);
+    let server = HttpServer::start();
+    let other = HttpServer::start();
+    let (port, other_port) = (server.port, other.port);
+    let d = h.dispatcher(
+        "sh",
+        &h.shell_policy("", &granted(port), "timeout = \"30s\""),
+    );
+    let to = format!("http://other.test:{other_port}/x");
+    let command = format!(
+        "curl -sS -L -o /dev/null -w 'curl %{{http_code}}\\n' 'http://api.test:{port}/redirect?to={to}'; \
+         python3 -c \"import urllib.request as u, urllib.error as e\ntry: u.urlopen('http://api.test:{port}/redirect?to={to}')\nexcept e.HTTPError as x: print('python', x.code)\""
+    );
+    let m = call(&d, "sh", cmd(&command)).await;
+    assert!(
+        m.content.contains("curl 403") && m.content.contains("python 403"),
+        "{}",
+        m.content
+    );
+    let refused = denied(&m);
+    assert!(
+        !refused.is_empty()
+            && refused
+                .iter()
+                .all(|r| r == &format!("http://other.test:{other_port}")),
+        "{refused:?}"
+    );
+    let hops = server
+        .heads()
+        .iter()
+        .filter(|h| h.starts_with("GET /redirect"))
+        .count();
+    assert_eq!(hops, 2, "{:?}", server.heads());
+    assert_eq!(other.connections.load(Ordering::SeqCst), 0);
+    d.close().await;
+    h.assert_clean().await;
+}
+
+/// What is not a proxy request gets a 400 that says why, from bash's `/dev/tcp` straight to
+/// the gate.
+#[tokio::test]
+async fn a_containers_gate_answers_malformed_requests_with_400() {
+    let h = docker_or_skip!(Image::Debian);
+    let server = HttpServer::start();
+    let d = h.dispatcher(
+        "sh",
+        &h.shell_policy("", &granted(server.port), "timeout = \"30s\""),
+    );
+    // The image's /bin/sh is dash, which has no /dev/tcp.
+    let garbage = "bash -c \"\
+        exec 3<>/dev/tcp/127.0.0.1/3128; printf 'NONSENSE\\r\\n\\r\\n' >&3; head -1 <&3; \
+        exec 4<>/dev/tcp/127.0.0.1/3128; printf 'GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n' >&4; head -1 <&4; \
+        exec 5<>/dev/tcp/127.0.0.1/3128; printf 'CONNECT api.test HTTP/1.1\\r\\n\\r\\n' >&5; cat <&5\"";
+    let m = call(&d, "sh", cmd(garbage)).await;
+    assert_eq!(
+        m.content.matches("400 Bad Request").count(),
+        3,
+        "{}",
+        m.content
+    );
+    assert!(m.content.contains("host:port"), "{}", m.content);
+    assert!(denied(&m).is_empty(), "{:?}", denied(&m));
+    assert_eq!(server.connections.load(Ordering::SeqCst), 0);
+    d.close().await;
+    h.assert_clean().await;
+}
+
+/// A thousand connections held open from inside the container: the gate keeps its bound (the
+/// rest get a `503` at once), serves a request once they close, the call still ends at its
+/// deadline, and the next call is served.
+#[tokio::test]
+async fn a_thousand_connections_leave_a_containers_gate_serving() {
+    let h = docker_or_skip!(Image::Debian);
+    let server = HttpServer::start();
+    let port = server.port;
+    let d = h.dispatcher(
+        "sh",
+        &h.shell_policy("", &granted(port), "timeout = \"60s\""),
+    );
+    let flood = format!(
+        "python3 -c \"\nimport socket, subprocess\nheld = []\nfor i in range(1000):\n    try:\n        held.append(socket.create_connection(('127.0.0.1', 3128), timeout=2))\n    except OSError:\n        pass\nprint('held', len(held), flush=True)\n\
+         busy = subprocess.run(['curl', '-sS', '-m', '5', '-o', '/dev/null', '-w', '%{{http_code}}', 'http://api.test:{port}/during'], capture_output=True, text=True)\n\
+         print('during', busy.stdout, flush=True)\nfor s in held:\n    s.close()\n\"; \
+         curl -sS -m 5 http://api.test:{port}/after; echo; sleep 600"
+    );
+    let started = Instant::now();
+    let m = call(&d, "sh", json!({ "command": flood, "timeout": 12 })).await;
+    let took = started.elapsed();
+    assert_eq!(kind(&m), "timeout", "{}", m.content);
+    assert!(took < Duration::from_secs(20), "{took:?}: {}", m.content);
+    let held: usize = m
+        .content
+        .split("held ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(held > 64, "{}", m.content);
+    assert!(m.content.contains("during 503"), "{}", m.content);
+    assert!(m.content.contains("hello from /after"), "{}", m.content);
+    let m = call(
+        &d,
+        "sh",
+        cmd(&format!("curl -sS http://api.test:{port}/next")),
+    )
+    .await;
+    assert!(m.content.contains("hello from /next"), "{}", m.content);
+    d.close().await;
+    h.assert_clean().await;
+}
+
+/// A tunnel whose far end never answers ends with the call's deadline, not the server's; in a
+/// session, a tunnel a background job holds is closed when the command that opened it ends.
+#[tokio::test]
+async fn a_tunnel_that_never_ends_ends_with_the_calls_deadline() {
+    let h = docker_or_skip!(Image::Debian);
+    let server = HttpServer::start();
+    let port = server.port;
+    let d = h.dispatcher(
+        "sh",
+        &h.shell_policy("", &granted(port), "timeout = \"60s\""),
+    );
+    let hang = format!("curl -sS -p http://api.test:{port}/hang; echo done");
+    let started = Instant::now();
+    let m = call(&d, "sh", json!({ "command": hang, "timeout": 3 })).await;
+    let took = started.elapsed();
+    assert_eq!(kind(&m), "timeout", "{}", m.content);
+    assert!(took < Duration::from_secs(10), "{took:?}: {}", m.content);
+    assert!(
+        server.heads().iter().any(|h| h.starts_with("GET /hang")),
+        "the tunnel was open: {:?}",
+        server.heads()
+    );
+    let m = call(
+        &d,
+        "sh",
+        cmd(&format!("curl -sS http://api.test:{port}/after")),
+    )
+    .await;
+    assert!(m.content.contains("hello from /after"), "{}", m.content);
+    d.close().await;
+
+    // A session's container outlives its commands, so here only the gate can end the tunnel:
+    // the background curl's connection must be closed with the command, long before the
+    // server's 30 s.
+    let session = h.dispatcher(
+        "session",
+        &h.shell_policy("session = true", &granted(port), "timeout = \"30s\""),
+    );
+    let background = format!(
+        "(curl -sS -p http://api.test:{port}/hang > /tmp/hang.out 2>&1; \
+          echo \"curl exit $?\" >> /tmp/hang.out) > /dev/null 2>&1 & \
+         for i in $(seq 50); do sleep 0.1; done; echo started"
+    );
+    let m = call(&session, "sh", cmd(&background)).await;
+    assert!(m.content.contains("started"), "{}", m.content);
+    let hangs = server
+        .heads()
+        .iter()
+        .filter(|h| h.starts_with("GET /hang "))
+        .count();
+    assert_eq!(hangs, 2, "the tunnel was open: {:?}", server.heads());
+    let m = call(
+        &session,
+        "sh",
+        cmd("for i in $(seq 30); do grep -q 'curl exit' /tmp/hang.out && break; sleep 0.1; done; cat /tmp/hang.out"),
+    )
+    .await;
+    assert!(m.content.contains("curl exit"), "{}", m.content);
+    assert!(!m.content.contains("curl exit 0"), "{}", m.content);
+    session.close().await;
+    h.assert_clean().await;
+}
+
+/// Two sessions at once, each granted its own server: B listens on a port of its own loopback;
+/// A's 127.0.0.1 is A's own (nothing there), A's gate refuses B's listener and B's server (not
+/// granted to A, each refusal A's), and each session still reaches its own server.
+#[tokio::test]
+async fn one_sessions_container_cannot_reach_anothers_gate_or_listener() {
+    let h = docker_or_skip!(Image::Debian);
+    let (a_server, b_server) = (HttpServer::start(), HttpServer::start());
+    let (a_port, b_port) = (a_server.port, b_server.port);
+    let session = |port| h.shell_policy("session = true", &granted(port), "timeout = \"30s\"");
+    let a = h.dispatcher("a", &session(a_port));
+    let b = h.dispatcher("b", &session(b_port));
+    const LISTENER: u16 = 8123;
+    let listen = format!(
+        "cd /tmp && echo hi > from-b && (python3 -m http.server {LISTENER} --bind 127.0.0.1 > /tmp/listener.log 2>&1 &); \
+         for i in $(seq 50); do curl -s --noproxy '*' -o /dev/null http://127.0.0.1:{LISTENER}/from-b && break; sleep 0.1; done; \
+         curl -sS --noproxy '*' -o /dev/null -w 'b-listener %{{http_code}}\\n' http://127.0.0.1:{LISTENER}/from-b"
+    );
+    let m = call(&b, "sh", cmd(&listen)).await;
+    assert!(m.content.contains("b-listener 200"), "{}", m.content);
+
+    // A probes while B's session runs a command of its own through its gate.
+    let probe = format!(
+        "curl -sS -m 3 --noproxy '*' -o /dev/null -w 'loopback %{{http_code}}\\n' http://127.0.0.1:{LISTENER}/from-a-loopback; \
+         curl -sS -m 3 -o /dev/null -w 'gate-listener %{{http_code}}\\n' http://127.0.0.1:{LISTENER}/from-a-gate; \
+         curl -sS -m 3 -o /dev/null -w 'gate-b %{{http_code}}\\n' http://api.test:{b_port}/from-a; \
+         curl -sS http://api.test:{a_port}/a; echo"
+    );
+    let (ma, mb) = tokio::join!(
+        call(&a, "sh", cmd(&probe)),
+        call(
+            &b,
+            "sh",
+            cmd(&format!("sleep 0.5; curl -sS http://api.test:{b_port}/b"))
+        ),
+    );
+    assert!(ma.content.contains("loopback 000"), "{}", ma.content);
+    assert!(ma.content.contains("gate-listener 403"), "{}", ma.content);
+    assert!(ma.content.contains("gate-b 403"), "{}", ma.content);
+    assert!(ma.content.contains("hello from /a"), "{}", ma.content);
+    assert!(mb.content.contains("hello from /b"), "{}", mb.content);
+    let mut refused = denied(&ma);
+    refused.sort();
+    assert_eq!(
+        refused,
+        vec![
+            format!("http://127.0.0.1:{LISTENER}"),
+            format!("http://api.test:{b_port}"),
+        ]
+    );
+    assert!(denied(&mb).is_empty(), "{:?}", denied(&mb));
+
+    // B's listener is still up, and only B ever reached it; A never reached B's server.
+    let m = call(
+        &b,
+        "sh",
+        cmd(&format!(
+            "curl -sS --noproxy '*' -o /dev/null -w 'b-again %{{http_code}}\\n' http://127.0.0.1:{LISTENER}/from-b; cat /tmp/listener.log"
+        )),
+    )
+    .await;
+    assert!(m.content.contains("b-again 200"), "{}", m.content);
+    assert!(m.content.contains("GET /from-b"), "{}", m.content);
+    assert!(!m.content.contains("from-a"), "{}", m.content);
+    assert!(
+        b_server.heads().iter().all(|h| !h.contains("from-a")),
+        "{:?}",
+        b_server.heads()
+    );
+    a.close().await;
+    b.close().await;
     h.assert_clean().await;
 }

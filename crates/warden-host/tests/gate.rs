@@ -1,6 +1,6 @@
 //! Net grants for host tools: the sandbox's only way out is warden's gate, which lets the
 //! granted hosts through and refuses the rest, each refusal a denial of the call. Real
-//! confined processes (curl, wget, python, bash), servers on the test's 127.0.0.1.
+//! confined processes (curl, wget, python, pip, bash), servers on the test's 127.0.0.1.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use warden_core::SessionId;
 use warden_host::{Helper, HostBackend};
 use warden_net::Resolver;
-use warden_test_support::servers::{HttpServer, TlsServer};
+use warden_test_support::servers::{HttpServer, PackageIndex, TlsServer};
 
 /// A host backend that resolves the test names to 127.0.0.1.
 fn resolving() -> HostBackend {
@@ -354,4 +354,223 @@ async fn https_reaches_a_granted_tls_server_through_a_tunnel() {
     assert!(t.contains("hello over tls from /curl"), "{t}");
     assert!(t.contains("hello over tls from /py"), "{t}");
     assert_eq!(denied, vec![format!("connect other.test:{port}")], "{t}");
+}
+
+/// Whether this machine's python3 has pip (Debian's python3-pip): what a host tool runs.
+fn pip_here() -> bool {
+    std::process::Command::new("/usr/bin/python3")
+        .args(["-m", "pip", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// `pip download` and `pip install` from a local package index through the gate (the proxy
+/// variables are all pip needs), and a refusal when the index's host is not granted: pip
+/// fails, the refusal is the call's denial, and the index is never reached.
+#[tokio::test]
+async fn pip_reaches_a_granted_package_index_through_the_gate() {
+    if !pip_here() {
+        let why = "this machine's python3 has no pip (apt-get install python3-pip)";
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "CI=true and {why}"
+        );
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let index = PackageIndex::start("wardenprobe");
+    let port = index.port;
+    // No version check (it would ask pypi.org), no cache (the sandbox has no home), and the
+    // index trusted though it is plain HTTP.
+    let pip = "python3 -m pip --disable-pip-version-check --no-cache-dir --retries 0 \
+               --timeout 10 --trusted-host api.test";
+    let command = format!(
+        "{pip} download --no-deps --index-url http://api.test:{port}/simple/ -d /tmp/dl wardenprobe && \
+         {pip} install --no-index --no-deps --target /tmp/t /tmp/dl/wardenprobe-0.1-py3-none-any.whl && \
+         PYTHONPATH=/tmp/t python3 -c 'import wardenprobe; print(wardenprobe.MARK)'"
+    );
+    let place = Place::new();
+    // Debian's pip reads /etc/debian_version for its User-Agent and fails on EACCES (its
+    // vendored `distro` only forgives a missing file); the sandbox's system folders leave that
+    // file out, and a root must be a folder, so /etc is granted read-only here.
+    let with_net = |net: &str| {
+        bash(net, "").replace(
+            "[grants]\n",
+            "[grants]\nfs = [{ host = \"/etc\", access = \"read-only\" }]\n",
+        )
+    };
+    let net = format!("[\"api.test:{port}\", \"127.0.0.1:{port}\"]");
+    let (tool, limits) = place.tool_on(&with_net(&net), resolving());
+    let (r, denied) = call_denied(
+        &tool,
+        &limits,
+        SessionId::fresh(),
+        json!({ "command": command }),
+    )
+    .await;
+    let t = text(&r);
+    assert!(r.is_ok(), "{t}");
+    assert!(t.contains(&index.mark), "{t}");
+    assert!(denied.is_empty(), "{denied:?}");
+    let heads = index.heads();
+    for path in [
+        "GET /simple/wardenprobe/ ",
+        "GET /files/wardenprobe-0.1-py3-none-any.whl ",
+    ] {
+        assert!(
+            heads.iter().any(|h| h.starts_with(path)),
+            "{path}: {heads:?}"
+        );
+    }
+
+    // The same command with the index's host not granted: pip is refused at the gate.
+    let before = index.connections.load(Ordering::SeqCst);
+    let net = format!("[\"other.test:{port}\", \"127.0.0.1:{port}\"]");
+    let (tool, limits) = place.tool_on(&with_net(&net), resolving());
+    let (r, denied) = call_denied(
+        &tool,
+        &limits,
+        SessionId::fresh(),
+        json!({ "command": command }),
+    )
+    .await;
+    let t = text(&r);
+    assert!(r.is_err(), "{t}");
+    assert!(t.contains("No matching distribution"), "{t}");
+    assert!(
+        denied.contains(&format!("http://api.test:{port}")),
+        "{denied:?}: {t}"
+    );
+    assert_eq!(
+        index.connections.load(Ordering::SeqCst),
+        before,
+        "the index was reached"
+    );
+}
+
+/// B's listener, started in the background of its session: a UDP socket on a port of B's
+/// loopback and, where the sandbox lets it listen, TCP on the same port; it prints the port
+/// and logs what reaches it to /tmp/got.
+const LISTENER: &str = r#"cat > /tmp/listen.py <<'EOF'
+import socket, threading
+def log(what):
+    with open('/tmp/got', 'a') as f:
+        f.write(what + '\n')
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+udp.bind(('127.0.0.1', 0))
+port = udp.getsockname()[1]
+try:
+    tcp = socket.socket()
+    tcp.bind(('127.0.0.1', port))
+    tcp.listen()
+    def accept():
+        while True:
+            conn, _ = tcp.accept()
+            log('tcp ' + conn.recv(100).decode())
+    threading.Thread(target=accept, daemon=True).start()
+    print('listening', port, 'tcp', flush=True)
+except OSError as e:
+    print('listening', port, 'udp-only', e.strerror, flush=True)
+while True:
+    log('udp ' + udp.recvfrom(100)[0].decode())
+EOF
+touch /tmp/got; (python3 /tmp/listen.py > /tmp/listen.out 2>&1 &)
+for i in $(seq 50); do grep -q listening /tmp/listen.out && break; sleep 0.1; done; cat /tmp/listen.out"#;
+
+/// What session A sends to port `port` of its own loopback, by UDP and by TCP.
+fn knock(port: u16) -> String {
+    format!(
+        "python3 -c \"\nimport socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.sendto(b'from-a', ('127.0.0.1', {port}))\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2).sendall(b'from-a')\n    print('tcp-connected')\nexcept OSError as e:\n    print('tcp-refused', e)\n\""
+    )
+}
+
+/// The port B's listener printed.
+fn listening_port(out: &str) -> u16 {
+    out.split("listening ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port: {out}"))
+}
+
+/// Two sessions at once, each granted its own server: B listens on its own loopback (UDP; a
+/// gated sandbox may not listen on TCP at all); A's 127.0.0.1 is A's own, so nothing A sends
+/// there reaches B, and A's gate refuses B's server (not granted to A, the refusal A's), while
+/// each session reaches its own server. With `network = "unrestricted"` both share the host's
+/// loopback and A's datagram does reach B: what the namespaces hold apart is real.
+#[tokio::test]
+async fn one_host_session_cannot_reach_anothers_gate_or_listener() {
+    let (a_server, b_server) = (HttpServer::start(), HttpServer::start());
+    let (a_port, b_port) = (a_server.port, b_server.port);
+    let (a_place, b_place) = (Place::new(), Place::new());
+    let net = |port: u16| format!("[\"api.test:{port}\", \"127.0.0.1:{port}\"]");
+    let (a, limits) = a_place.tool_on(&bash(&net(a_port), "session = true"), resolving());
+    let (b, _) = b_place.tool_on(&bash(&net(b_port), "session = true"), resolving());
+    let (sa, sb) = (SessionId::fresh(), SessionId::fresh());
+    let r = call_in(&b, &limits, sb, json!({ "command": LISTENER })).await;
+    let port = listening_port(&text(&r));
+
+    let probe = format!(
+        "{}; curl -sS -o /dev/null -w 'gate-b %{{http_code}}\\n' http://api.test:{b_port}/from-a; \
+         curl -sS http://api.test:{a_port}/a; echo",
+        knock(port)
+    );
+    let b_own = format!(
+        "sleep 0.5; python3 -c \"import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'from-b', ('127.0.0.1', {port}))\"; \
+         curl -sS http://api.test:{b_port}/b"
+    );
+    let ((ra, denied_a), (rb, denied_b)) = tokio::join!(
+        call_denied(&a, &limits, sa, json!({ "command": probe })),
+        call_denied(&b, &limits, sb, json!({ "command": b_own })),
+    );
+    let (ta, tb) = (text(&ra), text(&rb));
+    assert!(ta.contains("tcp-refused"), "{ta}");
+    assert!(ta.contains("gate-b 403"), "{ta}");
+    assert!(ta.contains("hello from /a"), "{ta}");
+    assert!(tb.contains("hello from /b"), "{tb}");
+    assert_eq!(denied_a, vec![format!("http://api.test:{b_port}")]);
+    assert!(denied_b.is_empty(), "{denied_b:?}");
+    let got = text(
+        &call_in(
+            &b,
+            &limits,
+            sb,
+            json!({ "command": "sleep 0.3; cat /tmp/got" }),
+        )
+        .await,
+    );
+    assert!(got.contains("udp from-b"), "B's listener is up: {got}");
+    assert!(!got.contains("from-a"), "A reached B: {got}");
+    assert!(
+        b_server.heads().iter().all(|h| !h.contains("from-a")),
+        "{:?}",
+        b_server.heads()
+    );
+    a.end_session(sa).await;
+    b.end_session(sb).await;
+
+    // The same with both on the host's network: A's datagram and connection reach B.
+    let open = bash("[]", "session = true\nnetwork = \"unrestricted\"");
+    let (a, limits) = a_place.tool_on(&open, resolving());
+    let (b, _) = b_place.tool_on(&open, resolving());
+    let (sa, sb) = (SessionId::fresh(), SessionId::fresh());
+    let r = call_in(&b, &limits, sb, json!({ "command": LISTENER })).await;
+    let port = listening_port(&text(&r));
+    let r = call_in(&a, &limits, sa, json!({ "command": knock(port) })).await;
+    assert!(text(&r).contains("tcp-connected"), "{}", text(&r));
+    let got = text(
+        &call_in(
+            &b,
+            &limits,
+            sb,
+            json!({ "command": "sleep 0.3; cat /tmp/got" }),
+        )
+        .await,
+    );
+    assert!(
+        got.contains("udp from-a") && got.contains("tcp from-a"),
+        "{got}"
+    );
+    a.end_session(sa).await;
+    b.end_session(sb).await;
 }

@@ -1,4 +1,5 @@
 //! Servers on 127.0.0.1 that network tests reach, or must not: each counts what reached it.
+//! Among them a package index in the form pip reads, serving a wheel built at start.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -44,15 +45,7 @@ impl HttpServer {
 /// Answers `/big` (1 MiB), `/hang` (30 s), `/echo-auth` (the Authorization header),
 /// `/redirect?to=URL` (a 302 to URL) and any other path with `hello from PATH`.
 fn serve(stream: TcpStream, seen: &Mutex<Vec<String>>) {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut head = String::new();
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-            break;
-        }
-        head.push_str(&line);
-    }
+    let head = read_head(&stream);
     seen.lock().unwrap().push(head.clone());
     let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
     let body = match path.as_str() {
@@ -83,6 +76,20 @@ fn serve(stream: TcpStream, seen: &Mutex<Vec<String>>) {
         "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
+}
+
+/// The request head on `stream`, up to the blank line (or what came before the peer stopped).
+fn read_head(stream: &TcpStream) -> String {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        head.push_str(&line);
+    }
+    head
 }
 
 /// A TCP server that answers `echo:` and what it read; the count is of connections.
@@ -220,4 +227,121 @@ impl TlsServer {
             requests,
         }
     }
+}
+
+/// A package index on 127.0.0.1 in PEP 503's "simple" form, as pip reads it: `/simple/` lists
+/// one project, `/simple/<project>/` links to its one wheel (with its sha256, which pip checks)
+/// and `/files/<wheel>` serves it; anything else is a 404.
+pub struct PackageIndex {
+    pub port: u16,
+    /// The project's name, as `pip download` is asked for it.
+    pub project: String,
+    /// What `import <project>; print(<project>.MARK)` prints once the wheel is installed.
+    pub mark: String,
+    /// The request heads received, in order.
+    pub requests: Arc<Mutex<Vec<String>>>,
+    /// Connections accepted: a reach, even one that sent nothing.
+    pub connections: Arc<AtomicUsize>,
+}
+
+impl PackageIndex {
+    /// Serves a pure-Python wheel of `project` 0.1, built now (see [`wheel`]).
+    pub fn start(project: &str) -> PackageIndex {
+        let (file, bytes) = wheel(project, "0.1");
+        let sha256 = {
+            use sha2::Digest;
+            hex::encode(sha2::Sha256::digest(&bytes))
+        };
+        let listing = format!(
+            "<!DOCTYPE html>\n<html><body>\n<a href=\"../../files/{file}#sha256={sha256}\">{file}</a>\n</body></html>\n"
+        );
+        let root = format!(
+            "<!DOCTYPE html>\n<html><body><a href=\"{project}/\">{project}</a></body></html>\n"
+        );
+        let routes: Arc<Vec<(String, &'static str, Vec<u8>)>> = Arc::new(vec![
+            ("/simple/".to_owned(), "text/html", root.into_bytes()),
+            (
+                format!("/simple/{project}/"),
+                "text/html",
+                listing.into_bytes(),
+            ),
+            (format!("/files/{file}"), "application/octet-stream", bytes),
+        ]);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let (seen, count) = (requests.clone(), connections.clone());
+        std::thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                count.fetch_add(1, Ordering::SeqCst);
+                let (seen, routes) = (seen.clone(), routes.clone());
+                std::thread::spawn(move || {
+                    let head = read_head(&stream);
+                    seen.lock().unwrap().push(head.clone());
+                    let path = head.split_whitespace().nth(1).unwrap_or("/");
+                    let (status, kind, body) = routes
+                        .iter()
+                        .find(|(p, _, _)| p == path)
+                        .map_or(("404 Not Found", "text/plain", &b"not here"[..]), |r| {
+                            ("200 OK", r.1, &r.2[..])
+                        });
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = stream.write_all(body);
+                });
+            }
+        });
+        PackageIndex {
+            port,
+            project: project.to_owned(),
+            mark: format!("{project} 0.1 from the test index"),
+            requests,
+            connections,
+        }
+    }
+
+    /// The request heads received, in order.
+    pub fn heads(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+/// A pure-Python wheel of `project` (`<project>/__init__.py` setting `MARK`, and the
+/// dist-info's METADATA, WHEEL and RECORD): its file name and bytes. A wheel is a zip, and
+/// none of warden's crates writes zips, so this machine's python3 writes it (no binary in git).
+pub fn wheel(project: &str, version: &str) -> (String, Vec<u8>) {
+    const WRITE: &str = r#"
+import base64, hashlib, sys, zipfile
+project, version, out = sys.argv[1:4]
+info = f"{project}-{version}.dist-info"
+files = {
+    f"{project}/__init__.py": f'MARK = "{project} {version} from the test index"\n',
+    f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {project}\nVersion: {version}\n",
+    f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: warden-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+record = []
+for path, text in files.items():
+    data = text.encode()
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    record.append(f"{path},sha256={digest},{len(data)}")
+record.append(f"{info}/RECORD,,")
+with zipfile.ZipFile(out, "w") as z:
+    for path, text in files.items():
+        z.writestr(path, text)
+    z.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let file = format!("{project}-{version}-py3-none-any.whl");
+    let out = dir.path().join(&file);
+    let status = std::process::Command::new("python3")
+        .args(["-c", WRITE, project, version])
+        .arg(&out)
+        .status()
+        .expect("python3 runs (it writes the test wheel)");
+    assert!(status.success(), "python3 could not write the wheel");
+    (file, std::fs::read(&out).unwrap())
 }
