@@ -192,14 +192,6 @@ mod tests {
     fn what_a_container_cannot_honour_is_refused_with_its_line() {
         let cases = [
             (
-                format!(
-                    "{SHELL}network = \"unrestricted\"\n[grants]\nnet = [\"a.org\"]\n\
-                     net_credentials = [{{ host = \"a.org\", header = \"X-Key\", from_host = \"K\" }}]\n"
-                ),
-                9,
-                "net_credentials cannot be honoured for a docker tool",
-            ),
-            (
                 format!("{SHELL}[grants]\ndns = true\n"),
                 7,
                 "dns = true cannot be honoured",

@@ -282,14 +282,6 @@ mod tests {
                 "[limits] response cannot be honoured for a host tool",
             ),
             (format!("{SHELL}[grants]\ndns = true\n"), 6, "dns = true"),
-            (
-                format!(
-                    "{SHELL}[grants]\nnet = [\"a.org\"]\n\
-                     net_credentials = [{{ host = \"a.org\", header = \"X-Key\", from_host = \"K\" }}]\n"
-                ),
-                7,
-                "net_credentials",
-            ),
         ];
         for (text, line, words) in cases {
             let e = parse_in(dir.path(), &text).unwrap_err();

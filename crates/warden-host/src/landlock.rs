@@ -35,6 +35,18 @@ const SYSTEM: &[&str] = &[
     "/etc/nsswitch.conf",
     "/etc/passwd",
     "/etc/group",
+    // Public facts programs read: the release (pip's User-Agent fails without it) and the
+    // roots that verify HTTPS through the gate's tunnels.
+    "/etc/debian_version",
+    "/etc/os-release",
+    "/etc/lsb-release",
+    "/etc/ssl/certs",
+    "/etc/pki/tls/certs",
+    "/etc/ca-certificates",
+    // Tables Python's standard library reads (pip fails without mime.types).
+    "/etc/mime.types",
+    "/etc/services",
+    "/etc/protocols",
     "/dev/urandom",
     "/dev/random",
 ];

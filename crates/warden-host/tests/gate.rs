@@ -390,15 +390,9 @@ async fn pip_reaches_a_granted_package_index_through_the_gate() {
          PYTHONPATH=/tmp/t python3 -c 'import wardenprobe; print(wardenprobe.MARK)'"
     );
     let place = Place::new();
-    // Debian's pip reads /etc/debian_version for its User-Agent and fails on EACCES (its
-    // vendored `distro` only forgives a missing file); the sandbox's system folders leave that
-    // file out, and a root must be a folder, so /etc is granted read-only here.
-    let with_net = |net: &str| {
-        bash(net, "").replace(
-            "[grants]\n",
-            "[grants]\nfs = [{ host = \"/etc\", access = \"read-only\" }]\n",
-        )
-    };
+    // No grant beyond the net: Debian's pip reads /etc/debian_version (its vendored `distro`
+    // fails on EACCES), which the sandbox's system files include.
+    let with_net = |net: &str| bash(net, "");
     let net = format!("[\"api.test:{port}\", \"127.0.0.1:{port}\"]");
     let (tool, limits) = place.tool_on(&with_net(&net), resolving());
     let (r, denied) = call_denied(
