@@ -113,6 +113,30 @@ fn the_shipped_host_shell_runs_confined() {
 }
 
 #[test]
+fn a_host_session_answer_carries_its_isolation() {
+    const USER: u32 = 65_483;
+    let env = Env::session(USER);
+    // `warden call` is a session of one call: the shell's helper reports what it put in force.
+    let m = env.shell("id -u; cat README.txt");
+    assert_eq!(m["status"], "success", "{m}");
+    assert!(
+        m["content"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{USER}\ngranted file\n")),
+        "{m}"
+    );
+    let isolation = &m["artifact"]["isolation"];
+    assert_eq!(isolation["user"], format!("{USER}:{USER}"), "{m}");
+    assert_eq!(isolation["pid_namespace"], true, "{m}");
+    assert_eq!(isolation["network_namespace"], true, "{m}");
+    assert!(isolation["landlock_abi"].as_u64() >= Some(3), "{m}");
+    let m = env.shell("cat ../secret.txt");
+    assert_eq!(m["status"], "error", "{m}");
+    assert_eq!(m["error"]["details"]["isolation"], *isolation, "{m}");
+}
+
+#[test]
 fn the_audit_says_what_is_in_force_here() {
     let env = Env::new();
     let out = env.warden(&["audit"]);
