@@ -323,6 +323,13 @@ fn processes_of(uid: u32) -> usize {
     pids_of(uid).len()
 }
 
+/// Whether a process of `uid` runs with exactly this command line (NUL-separated).
+fn runs(uid: u32, cmdline: &str) -> bool {
+    pids_of(uid).iter().any(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == cmdline)
+    })
+}
+
 /// The PID namespace of `pid` (`pid:[…]`).
 fn pid_namespace(pid: u32) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()
@@ -358,15 +365,16 @@ fn a_host_session_does_not_outlive_a_killed_warden() {
     let mut mcp = Mcp::start(&env);
     let started = mcp.shell("sleep 1000 >/dev/null 2>&1 & echo started");
     assert!(started.starts_with("started"), "{started}");
+    // The job is forked before the answer, but may not have executed `sleep` yet.
+    assert!(
+        eventually(std::time::Duration::from_secs(5), || runs(
+            USER,
+            "sleep\x001000\0"
+        )),
+        "the background sleep runs: {:?}",
+        pids_of(USER)
+    );
     let running = pids_of(USER);
-    let sleeps = running
-        .iter()
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| c.starts_with("sleep\0"))
-        })
-        .count();
-    assert_eq!(sleeps, 1, "the background sleep runs: {running:?}");
     let mut namespaces: Vec<PathBuf> = running.iter().filter_map(|&p| pid_namespace(p)).collect();
     namespaces.dedup();
     assert!(!namespaces.is_empty());
@@ -378,13 +386,10 @@ fn a_host_session_does_not_outlive_a_killed_warden() {
         &serde_json::json!({"jsonrpc": "2.0", "id": mcp.next_id, "method": "tools/call",
                                   "params": params}),
     );
-    let running = || {
-        pids_of(USER).iter().any(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| c == "sleep\0999\0")
-        })
-    };
-    assert!(eventually(std::time::Duration::from_secs(5), running));
+    assert!(eventually(std::time::Duration::from_secs(5), || runs(
+        USER,
+        "sleep\x00999\0"
+    )));
     // No chance to clean up: the kernel alone must take the session down.
     mcp.child.kill().unwrap();
     mcp.child.wait().unwrap();
