@@ -41,6 +41,24 @@ impl Env {
             .expect("warden runs")
     }
 
+    /// The shipped policy in session mode, run as `uid`, with a `sub` folder in its root.
+    fn session(uid: u32) -> Self {
+        let env = Self::new();
+        let path = env.dir.path().join("policies/shell-host.toml");
+        let shipped = std::fs::read_to_string(&path).unwrap();
+        let text = shipped
+            .replace("# session = true", "session = true")
+            .replace(
+                "# user = \"65534:65534\"",
+                &format!("user = \"{uid}:{uid}\""),
+            );
+        assert!(text.contains("\nsession = true") && text.contains("\nuser = "));
+        std::fs::write(&path, text).unwrap();
+        std::fs::create_dir(env.dir.path().join("workspace/sub")).unwrap();
+        assert_eq!(processes_of(uid), 0, "user {uid} already runs processes");
+        env
+    }
+
     fn home(&self) -> PathBuf {
         self.dir.path().join("home")
     }
@@ -92,6 +110,30 @@ fn the_shipped_host_shell_runs_confined() {
     let content = m["content"].as_str().unwrap();
     assert!(!content.contains("MARKER-host-9c1"), "{content}");
     assert!(!env.dir.path().join("planted").exists());
+}
+
+#[test]
+fn a_host_session_answer_carries_its_isolation() {
+    const USER: u32 = 65_483;
+    let env = Env::session(USER);
+    // `warden call` is a session of one call: the shell's helper reports what it put in force.
+    let m = env.shell("id -u; cat README.txt");
+    assert_eq!(m["status"], "success", "{m}");
+    assert!(
+        m["content"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{USER}\ngranted file\n")),
+        "{m}"
+    );
+    let isolation = &m["artifact"]["isolation"];
+    assert_eq!(isolation["user"], format!("{USER}:{USER}"), "{m}");
+    assert_eq!(isolation["pid_namespace"], true, "{m}");
+    assert_eq!(isolation["network_namespace"], true, "{m}");
+    assert!(isolation["landlock_abi"].as_u64() >= Some(3), "{m}");
+    let m = env.shell("cat ../secret.txt");
+    assert_eq!(m["status"], "error", "{m}");
+    assert_eq!(m["error"]["details"]["isolation"], *isolation, "{m}");
 }
 
 #[test]
@@ -189,4 +231,175 @@ fn a_reader_that_stops_early_is_not_a_crash() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(out.status.success(), "{:?}: {stderr}", out.status);
+}
+
+/// `warden serve` over stdio, spoken to one JSON-RPC line at a time.
+struct Mcp {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    next_id: i64,
+}
+
+impl Mcp {
+    fn start(env: &Env) -> Self {
+        use std::process::Stdio;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_warden"))
+            .arg("serve")
+            .env("WARDEN_TOOLBOX", env.dir.path().join("policies"))
+            .env("WARDEN_HOME", env.home())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("warden serve runs");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut mcp = Mcp {
+            child,
+            stdin,
+            lines: std::io::BufRead::lines(std::io::BufReader::new(stdout)),
+            next_id: 0,
+        };
+        let init = serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                                       "clientInfo": {"name": "test", "version": "0"}});
+        mcp.request("initialize", init);
+        mcp.send(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        mcp
+    }
+
+    fn send(&mut self, message: &Value) {
+        use std::io::Write;
+        writeln!(self.stdin, "{message}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Sends a request and reads lines up to its answer's `result`.
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(
+            &serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method,
+                                       "params": params}),
+        );
+        loop {
+            let line = self.lines.next().expect("an answer").unwrap();
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == id {
+                return message["result"].clone();
+            }
+        }
+    }
+
+    /// What `host-shell` answered `command`, as the model reads it.
+    fn shell(&mut self, command: &str) -> String {
+        let params = serde_json::json!({"name": "host-shell", "arguments": {"command": command}});
+        let result = self.request("tools/call", params);
+        result["content"][0]["text"].as_str().unwrap().to_owned()
+    }
+}
+
+impl Drop for Mcp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Pids of the processes owned by `uid`.
+fn pids_of(uid: u32) -> Vec<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+            (e.metadata().ok()?.uid() == uid).then_some(pid)
+        })
+        .collect()
+}
+
+fn processes_of(uid: u32) -> usize {
+    pids_of(uid).len()
+}
+
+/// Whether a process of `uid` runs with exactly this command line (NUL-separated).
+fn runs(uid: u32, cmdline: &str) -> bool {
+    pids_of(uid).iter().any(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == cmdline)
+    })
+}
+
+/// The PID namespace of `pid` (`pid:[…]`).
+fn pid_namespace(pid: u32) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()
+}
+
+/// Pids of the processes in any of `namespaces` (their `init` too).
+fn pids_in(namespaces: &[PathBuf]) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid_namespace(pid).is_some_and(|ns| namespaces.contains(&ns)))
+        .collect()
+}
+
+/// Waits up to `within` for `done`; answers whether it came true.
+fn eventually(within: std::time::Duration, done: impl Fn() -> bool) -> bool {
+    let until = std::time::Instant::now() + within;
+    while !done() {
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    true
+}
+
+#[test]
+fn a_host_session_does_not_outlive_a_killed_warden() {
+    // Killed mid-command, with a background job of an earlier command still running.
+    const USER: u32 = 65_481;
+    let env = Env::session(USER);
+    let mut mcp = Mcp::start(&env);
+    let started = mcp.shell("sleep 1000 >/dev/null 2>&1 & echo started");
+    assert!(started.starts_with("started"), "{started}");
+    // The job is forked before the answer, but may not have executed `sleep` yet.
+    assert!(
+        eventually(std::time::Duration::from_secs(5), || runs(
+            USER,
+            "sleep\x001000\0"
+        )),
+        "the background sleep runs: {:?}",
+        pids_of(USER)
+    );
+    let running = pids_of(USER);
+    let mut namespaces: Vec<PathBuf> = running.iter().filter_map(|&p| pid_namespace(p)).collect();
+    namespaces.dedup();
+    assert!(!namespaces.is_empty());
+    // A command still running when warden dies: the shell is not reading its stdin, so it
+    // does not see warden's end there (an idle shell would, and exit).
+    mcp.next_id += 1;
+    let params = serde_json::json!({"name": "host-shell", "arguments": {"command": "sleep 999"}});
+    mcp.send(
+        &serde_json::json!({"jsonrpc": "2.0", "id": mcp.next_id, "method": "tools/call",
+                                  "params": params}),
+    );
+    assert!(eventually(std::time::Duration::from_secs(5), || runs(
+        USER,
+        "sleep\x00999\0"
+    )));
+    // No chance to clean up: the kernel alone must take the session down.
+    mcp.child.kill().unwrap();
+    mcp.child.wait().unwrap();
+    let gone = eventually(std::time::Duration::from_secs(5), || {
+        pids_of(USER).is_empty() && pids_in(&namespaces).is_empty()
+    });
+    assert!(
+        gone,
+        "left behind: {:?} of user {USER}, {:?} in the session's namespace",
+        pids_of(USER),
+        pids_in(&namespaces)
+    );
 }

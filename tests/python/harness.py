@@ -121,15 +121,23 @@ async def session(transport: str, box: Toolbox, **session_args):
                     yield s
     elif transport == "http":
         with http_server(box) as (url, token):
-            headers = {"Authorization": f"Bearer {token}"}
-            timeout = httpx.Timeout(30, read=300)
-            async with httpx.AsyncClient(headers=headers, timeout=timeout) as client:
-                async with streamable_http_client(url, http_client=client) as (read, write, _):
-                    async with ClientSession(read, write, **session_args) as s:
-                        await s.initialize()
-                        yield s
+            async with connect(url, token, **session_args) as s:
+                yield s
     else:
         raise ValueError(transport)
+
+
+@contextlib.asynccontextmanager
+async def connect(url: str, token: str, **session_args):
+    """An initialised ClientSession on a running `warden serve --http`: one connection, so one
+    warden session; leaving the block ends it (the client deletes its MCP session)."""
+    headers = {"Authorization": f"Bearer {token}"}
+    timeout = httpx.Timeout(30, read=300)
+    async with httpx.AsyncClient(headers=headers, timeout=timeout) as client:
+        async with streamable_http_client(url, http_client=client) as (read, write, _):
+            async with ClientSession(read, write, **session_args) as s:
+                await s.initialize()
+                yield s
 
 
 async def wait_for(predicate, timeout: float = 20.0, every: float = 0.05):

@@ -1,7 +1,9 @@
 //! `true` per call: a plain spawn, the same spawn with piped output read to the end (what
-//! the executor does around the helper), and a call through the host policy, fully confined.
+//! the executor does around the helper), a call through the host policy, fully confined in a
+//! fresh process tree, and a command in a host session (one confined shell for all of them).
 //! Not a test and not in CI: `cargo bench -p warden-host --bench latency` (scripts/bench-host).
-//! Prints one markdown table; the difference of the last two rows is the confinement's cost.
+//! Prints one markdown table; the difference of the piped spawn and the per-call policy is the
+//! confinement's cost, the session row what a command costs once the shell runs.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -18,11 +20,12 @@ use warden_host::{Helper, HostBackend};
 
 const RUNS: usize = 200;
 
-fn dispatcher(dir: &std::path::Path) -> Dispatcher {
-    let path = dir.join("true.toml");
+/// A dispatcher (one session) over one host tool named `name`, with `executor` lines.
+fn dispatcher(dir: &std::path::Path, name: &str, executor: &str) -> Dispatcher {
+    let path = dir.join(format!("{name}.toml"));
     std::fs::write(
         &path,
-        "[executor]\nkind = \"host\"\nname = \"true\"\nargv = [\"/bin/true\"]\n",
+        format!("[executor]\nkind = \"host\"\nname = \"{name}\"\n{executor}\n"),
     )
     .expect("write the policy");
     let backend = HostBackend::new(Helper {
@@ -81,6 +84,22 @@ async fn confined(d: &Dispatcher) -> Vec<Duration> {
     times
 }
 
+/// `command` in one session's shell: the first command (which starts the shell) apart.
+async fn session(d: &Dispatcher, command: &str) -> (Duration, Vec<Duration>) {
+    let mut times = Vec::new();
+    for i in 0..=RUNS {
+        let call = ToolCall::new(format!("s{i}"), "sh", &json!({ "command": command }));
+        let start = Instant::now();
+        let m = d.call(call).await;
+        times.push(start.elapsed());
+        assert_eq!(m.status, Status::Success, "{}", m.content);
+        assert!(!m.content.contains("fresh shell"), "{}", m.content);
+    }
+    d.close().await;
+    let first = times.remove(0);
+    (first, times)
+}
+
 fn stats(times: &mut [Duration]) -> (f64, f64, f64) {
     times.sort();
     let us = |d: Duration| d.as_secs_f64() * 1e6;
@@ -91,9 +110,22 @@ fn stats(times: &mut [Duration]) -> (f64, f64, f64) {
 fn main() {
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
     let dir = tempfile::tempdir().expect("a temp dir");
-    let d = dispatcher(dir.path());
+    let d = dispatcher(dir.path(), "true", "argv = [\"/bin/true\"]");
+    let s = dispatcher(
+        dir.path(),
+        "sh",
+        "argv = [\"/bin/sh\", \"-c\", \"{command}\"]\nsession = true",
+    );
     let mut plain = plain();
-    let (mut piped, mut confined) = rt.block_on(async { (piped().await, confined(&d).await) });
+    let (mut piped, mut confined, (start, mut builtin), (_, mut program)) = rt.block_on(async {
+        (
+            piped().await,
+            confined(&d).await,
+            session(&s, "true").await,
+            // The same dispatcher: closed above, so this is a fresh session.
+            session(&s, "/bin/true").await,
+        )
+    });
     println!("\n| `true`, {RUNS} runs | min | median | p90 |");
     println!("|---|---:|---:|---:|");
     let mut medians = Vec::new();
@@ -107,6 +139,14 @@ fn main() {
             "warden host policy: helper, namespaces, rlimits, landlock",
             &mut confined,
         ),
+        (
+            "warden host session: `true` (a builtin) in the session's confined shell",
+            &mut builtin,
+        ),
+        (
+            "warden host session: `/bin/true` (fork and exec) in the session's shell",
+            &mut program,
+        ),
     ] {
         let (min, median, p90) = stats(times);
         medians.push(median);
@@ -114,8 +154,10 @@ fn main() {
     }
     println!(
         "\nThe confinement costs {:.0} µs per call (median, host policy minus piped spawn). \
+         Starting the session's shell (its first command): {:.0} µs. \
          Load average {} on {} cores.",
         medians[2] - medians[1],
+        start.as_secs_f64() * 1e6,
         std::fs::read_to_string("/proc/loadavg")
             .ok()
             .and_then(|l| l.split_whitespace().next().map(str::to_owned))

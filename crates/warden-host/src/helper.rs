@@ -102,7 +102,9 @@ fn run(plan: &Plan, reports: &mut File) -> Result<i32, Failure> {
     if plan.session {
         // A session's shell lives as long as warden wants it, and no longer: should the
         // warden thread that started the helper end, the helper is killed, and `init` with
-        // it (its own parent-death signal), which ends everything in the namespace.
+        // it (its own parent-death signal), which ends everything in the namespace. warden
+        // starts session helpers from a thread that ends only with its process
+        // (`crate::spawner`), so this fires when warden is gone, however it ended.
         prctl::set_pdeathsig(Signal::SIGKILL)
             .map_err(|e| setup(format!("parent-death signal: {e}")))?;
         if nix::unistd::getppid() == Pid::from_raw(1) {

@@ -20,6 +20,7 @@ mod landlock;
 mod plan;
 mod seccomp;
 mod session;
+mod spawner;
 mod tool;
 
 pub use backend::HostBackend;

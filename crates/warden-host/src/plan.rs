@@ -40,7 +40,7 @@ pub(crate) struct Plan {
     pub deadline_secs: u64,
     /// A session's long-lived shell: its stdin is the helper's (warden writes commands to
     /// it) rather than `/dev/null`, there is no overall deadline, and the helper dies with
-    /// the warden thread that started it.
+    /// warden (a parent-death signal, from warden's long-lived spawning thread).
     pub session: bool,
     /// Run with what the kernel offers instead of refusing.
     pub best_effort: bool,

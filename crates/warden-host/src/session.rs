@@ -5,7 +5,7 @@
 //! keeps deadlines and resets. Killing `init`, PID 1 of the namespace, kills everything the
 //! session started.
 
-use crate::plan::Report;
+use crate::plan::{Protections, Report};
 use crate::tool::{Started, Starter, internal, unavailable};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -81,12 +81,16 @@ impl Launcher for HostShells {
             namespace: None,
             reports: BufReader::new(reports),
             gate,
+            protections: None,
         };
         // Until the shell is confined and executed: `init`'s pid, then `ready` or a failure.
         loop {
             match sandbox.report().await {
                 Some(Report::Init { pid }) => sandbox.init = Some(pid),
-                Some(Report::Ready(_)) => break,
+                Some(Report::Ready(p)) => {
+                    sandbox.protections = Some(p);
+                    break;
+                }
                 Some(Report::Failed { message, .. }) => {
                     sandbox.close().await;
                     return Err(unavailable(&message));
@@ -121,6 +125,8 @@ pub(crate) struct ShellNamespace {
     reports: BufReader<Receiver>,
     /// The session's gate, when the policy grants hosts: open only while a command runs.
     gate: Option<Proxy>,
+    /// What the helper put in force for the shell, as it reported: every answer says so.
+    protections: Option<Protections>,
 }
 
 impl ShellNamespace {
@@ -219,6 +225,17 @@ impl Sandbox for ShellNamespace {
         if let Some(gate) = &self.gate {
             gate.end();
         }
+    }
+
+    /// `isolation`, as a call's answer has it: the helper's report of what was in force.
+    fn details(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut details = serde_json::Map::new();
+        if let Some(p) = &self.protections
+            && let Ok(isolation) = serde_json::to_value(p)
+        {
+            details.insert("isolation".into(), isolation);
+        }
+        details
     }
 
     async fn close(mut self) {

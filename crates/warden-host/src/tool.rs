@@ -435,7 +435,15 @@ impl Starter {
                 Ok(())
             });
         }
-        let mut child = command.spawn().map_err(|e| {
+        // A session's helper dies with the thread that spawned it (its parent-death signal):
+        // that must be a thread that lives as long as warden. A call's helper has its alarm
+        // instead, and is spawned here, without the detour.
+        let spawned = if plan.session {
+            crate::spawner::spawn(command).await
+        } else {
+            command.spawn()
+        };
+        let mut child = spawned.map_err(|e| {
             unavailable(&format!(
                 "cannot start the sandbox helper {}: {e}",
                 self.helper.program.display()

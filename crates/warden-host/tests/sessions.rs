@@ -259,6 +259,122 @@ async fn a_session_dropped_mid_command_leaves_no_process() {
     tool.end_session(id).await;
 }
 
+/// The protections in force, as an answer's `isolation` says them, for a shell run as `uid`.
+fn assert_isolated(isolation: &serde_json::Value, uid: u32) {
+    assert_eq!(isolation["user"], format!("{uid}:{uid}"), "{isolation}");
+    for key in [
+        "user_namespace",
+        "pid_namespace",
+        "network_namespace",
+        "private_tmp",
+        "seccomp",
+        "new_namespaces_denied",
+        "rlimits",
+    ] {
+        assert_eq!(isolation[key], true, "{key}: {isolation}");
+    }
+    assert!(isolation["landlock_abi"].as_u64() >= Some(3), "{isolation}");
+}
+
+#[tokio::test]
+async fn session_answers_say_what_was_in_force_as_calls_do() {
+    let place = Place::new();
+    let uid = 65520;
+    let (tool, limits, _w) = session_tool(&place, uid, "", "timeout = \"2s\"");
+    let id = SessionId::fresh();
+    let ok = call_in(&tool, &limits, id, json!({"command": "echo hi"}))
+        .await
+        .expect("echo runs");
+    assert_isolated(&ok.details["isolation"], uid);
+    // The same shell: the same report, on failures too.
+    let failed = call_in(&tool, &limits, id, json!({"command": "false"}))
+        .await
+        .expect_err("false fails");
+    assert_eq!(failed.kind, ErrorKind::ExitStatus, "{}", failed.message);
+    assert_isolated(&failed.details["isolation"], uid);
+    assert_eq!(failed.details["isolation"], ok.details["isolation"]);
+    // A timeout closes the shell before answering: the answer still says what held it.
+    let late = call_in(&tool, &limits, id, json!({"command": "sleep 30"}))
+        .await
+        .expect_err("past its deadline");
+    assert_eq!(late.kind, ErrorKind::Timeout, "{}", late.message);
+    assert_isolated(&late.details["isolation"], uid);
+    // And the fresh shell after it reports its own.
+    let again = call_in(&tool, &limits, id, json!({"command": "true"}))
+        .await
+        .expect("true runs");
+    assert_isolated(&again.details["isolation"], uid);
+    tool.end_session(id).await;
+}
+
+/// The first command of a session, `cd sub && X=kept`, run by `run_on` on a thread of its
+/// own that then ends; `idle` later, the second command on the test's own: what it printed,
+/// and the folder it should name.
+async fn first_on_another_thread(
+    uid: u32,
+    run_on: impl FnOnce(Box<dyn FnOnce() -> Result<Output, ToolError> + Send>) + Send + 'static,
+    idle: Duration,
+) -> (String, std::path::PathBuf) {
+    let place = Place::new();
+    let (tool, limits, w) = session_tool(&place, uid, "", "");
+    let id = SessionId::fresh();
+    let (t, handle) = (tool.clone(), tokio::runtime::Handle::current());
+    let first = Box::new(move || {
+        handle.block_on(call_in(
+            &t,
+            &limits,
+            id,
+            json!({"command": "cd sub && X=kept && echo set"}),
+        ))
+    });
+    tokio::task::spawn_blocking(move || run_on(first))
+        .await
+        .unwrap();
+    tokio::time::sleep(idle).await;
+    let r = call_in(&tool, &limits, id, json!({"command": "pwd; echo $X"})).await;
+    tool.end_session(id).await;
+    assert_eq!(processes_of(uid), 0);
+    (text(&r), w.path().join("sub").canonicalize().unwrap())
+}
+
+/// The helper's parent-death signal fires when the *thread* that spawned it ends: a session
+/// must not end with the thread its first command happened to run on (a thread per call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_outlives_the_thread_that_started_its_shell() {
+    let (printed, sub) = first_on_another_thread(
+        65522,
+        |first| {
+            let r = std::thread::spawn(first).join().unwrap();
+            assert!(text(&r).starts_with("set"), "{}", text(&r));
+        },
+        Duration::from_millis(300),
+    )
+    .await;
+    assert!(
+        printed.starts_with(&format!("{}\nkept\n", sub.display())),
+        "{printed}"
+    );
+}
+
+/// tokio's blocking threads end after 10 s idle: a session whose shell was started from one
+/// (`spawn_blocking`) keeps it past that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_started_on_a_blocking_thread_survives_its_idle_end() {
+    let (printed, sub) = first_on_another_thread(
+        65521,
+        |first| {
+            let r = first();
+            assert!(text(&r).starts_with("set"), "{}", text(&r));
+        },
+        Duration::from_secs(13),
+    )
+    .await;
+    assert!(
+        printed.starts_with(&format!("{}\nkept\n", sub.display())),
+        "{printed}"
+    );
+}
+
 /// Runs the futures concurrently and returns their outputs in order.
 async fn futures_join<F: std::future::Future + Send + 'static>(
     futures: impl Iterator<Item = F>,

@@ -182,6 +182,13 @@ pub trait Sandbox: Send + 'static {
     /// The command ended: its connections are closed, and none are let through until the
     /// next command starts.
     fn command_ended(&mut self) {}
+
+    /// What every answer of a command run in it carries besides its output, in the answer's
+    /// details (a success's artifact, an error's details): say, `isolation`, the protections
+    /// that were in force. None by default.
+    fn details(&self) -> serde_json::Map<String, serde_json::Value> {
+        serde_json::Map::new()
+    }
 }
 
 /// A session's shell, or none until its first command (or after a reset).
@@ -289,9 +296,11 @@ impl<L: Launcher> Sessions<L> {
             }
         };
         live.sandbox.command_ended();
+        // Taken before the sandbox may be closed below: they describe the one that ran it.
+        let details = live.sandbox.details();
         let lost = "working directory, variables, background jobs and files outside the granted \
                     folders are lost";
-        match ran {
+        let answered = match ran {
             Ran::Finished {
                 status,
                 processes,
@@ -397,6 +406,15 @@ impl<L: Launcher> Sessions<L> {
                     ),
                 ))
             }
+        };
+        match answered {
+            Ok(mut output) => {
+                output.details.extend(details);
+                Ok(output)
+            }
+            Err(e) => Err(details
+                .into_iter()
+                .fold(e, |e, (key, value)| e.with_detail(&key, value))),
         }
     }
 

@@ -1,0 +1,228 @@
+"""Host sessions (`session = true` in a host policy) through the official MCP client: one
+confined shell per connection that keeps `cd` and variables, is not shared with another
+connection, restarts after a timeout, survives a fork bomb and output imitating the protocol,
+and leaves no process behind when its connection closes.
+
+Each test runs the shell as a user of its own, so that "no process of the session's user is
+left" counts this test's processes only."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from harness import Toolbox, connect, http_server, session, wait_for
+
+pytestmark = pytest.mark.anyio
+
+# A shell whose failed forks do not return as the shell (the README says why busybox ash is
+# not one); CI installs bash.
+SHELL = "/bin/bash"
+
+
+def error_kind(result) -> str:
+    return (result.meta or {}).get("warden/error", {}).get("kind", "")
+
+
+def text(result) -> str:
+    return result.content[0].text
+
+
+def body(result) -> str:
+    """What a successful command printed, without its exit-code line."""
+    assert result.isError is False, text(result)
+    return text(result).removesuffix("[exit code 0]").strip()
+
+
+def processes_of(uid: int) -> list[int]:
+    """Pids of the processes whose owner is `uid`."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    pids.append(int(entry))
+            except FileNotFoundError:
+                pass
+    return pids
+
+
+def pid_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def processes_in(namespaces: set[str]) -> list[int]:
+    """Pids of the processes in any of these PID namespaces (`init` included)."""
+    return [
+        int(e) for e in os.listdir("/proc") if e.isdigit() and pid_namespace(int(e)) in namespaces
+    ]
+
+
+class HostSessions:
+    """A toolbox with one host shell in session mode, run as `uid`, granted a folder outside
+    /tmp (a root below /tmp would cost the session its private /tmp)."""
+
+    def __init__(self, root: Path, uid: int):
+        if not Path(SHELL).is_file():
+            pytest.skip(f"{SHELL} is not installed")
+        self.uid = uid
+        self.box = Toolbox(root)
+        self.workspace = Path(tempfile.mkdtemp(dir="/var/tmp"))
+        self.workspace.chmod(0o755)
+        (self.box.dir / "host-shell.toml").write_text(
+            f"""
+[executor]
+kind = "host"
+name = "host-shell"
+argv = ["{SHELL}", "-c", "{{command}}"]
+session = true
+user = "{uid}:{uid}"
+processes = 32
+tmp = "16MiB"
+
+[grants]
+env = {{ PATH = "/usr/local/bin:/usr/bin:/bin" }}
+fs = [{{ host = "{self.workspace}", access = "read-only" }}]
+
+[limits]
+timeout = "20s"
+"""
+        )
+        assert processes_of(uid) == [], f"user {uid} already runs processes"
+
+    def cleanup(self):
+        shutil.rmtree(self.workspace, ignore_errors=True)
+
+
+@pytest.fixture
+def sessions(tmp_path):
+    """Makes a HostSessions for a uid; a test may make several."""
+    made = []
+
+    def make(uid: int) -> HostSessions:
+        root = tmp_path / f"u{uid}"
+        root.mkdir()
+        made.append(HostSessions(root, uid))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.cleanup()
+
+
+async def shell(s, command: str, **more):
+    return await s.call_tool("host-shell", {"command": command, **more})
+
+
+async def test_a_host_session_keeps_the_directory_and_variables_on_one_connection(sessions):
+    host = sessions(65490)
+    async with session("stdio", host.box) as s:
+        first = await shell(s, "mkdir /tmp/sub && cd /tmp/sub && X=1")
+        assert first.isError is False, text(first)
+        assert body(await shell(s, "pwd; echo $X")) == "/tmp/sub\n1"
+        # The shell runs as the policy's user, not warden's.
+        assert body(await shell(s, "id -u")) == str(host.uid)
+
+
+async def test_two_host_connections_do_not_share_a_shell(sessions):
+    host = sessions(65491)
+    with http_server(host.box) as (url, token):
+        async with connect(url, token) as a, connect(url, token) as b:
+            assert body(await shell(a, "A=mine; cd /tmp && echo a >a; echo ok")) == "ok"
+            # b is another session: another shell, another /tmp.
+            assert body(await shell(b, "echo ${A:-none}; pwd; ls -A /tmp")) == (
+                f"none\n{host.workspace}"
+            )
+            assert body(await shell(a, "echo $A; pwd; ls -A")) == "mine\n/tmp\na"
+
+
+async def test_a_host_command_past_its_deadline_restarts_the_shell(sessions):
+    host = sessions(65492)
+    async with session("stdio", host.box) as s:
+        assert body(await shell(s, "X=5; cd /tmp; echo set")) == "set"
+        started = time.monotonic()
+        late = await shell(s, "echo before; sleep 30", timeout=2)
+        took = time.monotonic() - started
+        assert late.isError is True
+        assert error_kind(late) == "timeout", text(late)
+        assert "before" in text(late)
+        assert "the next command starts in a fresh shell" in text(late), text(late)
+        assert took < 8, took
+        # The next command runs in a fresh shell: nothing of before is kept.
+        assert body(await shell(s, "echo ${X:-unset}; pwd")) == f"unset\n{host.workspace}"
+
+
+async def test_a_fork_bomb_in_a_host_session_is_contained(sessions):
+    host = sessions(65493)
+    async with session("stdio", host.box) as s:
+        bomb = await shell(s, "b() { b | b & }; b", timeout=5)
+        print("the bomb:", text(bomb))
+        await anyio.sleep(0.3)
+        started = time.monotonic()
+        after = await shell(s, "ls -d / && echo answered")
+        took = time.monotonic() - started
+        print(f"after the bomb, in {took:.3f} s: {text(after)}")
+        assert after.isError is False, text(after)
+        assert text(after).startswith("/\nanswered\n"), text(after)
+        assert "fork" not in text(after).lower(), text(after)
+        assert took < 2, f"the next command took {took:.1f} s"
+        assert body(await shell(s, "echo $((6 * 7))")) == "42"
+    await wait_for(lambda: processes_of(host.uid) == [], timeout=5)
+
+
+async def test_output_imitating_the_end_marker_changes_nothing(sessions):
+    host = sessions(65494)
+    fakes = [
+        "__WARDEN_END_deadbeef:0",
+        # The real shape: the prefix, a 32-digit nonce, status, processes, refused, options.
+        "__WARDEN_END_0123456789abcdef0123456789abcdef 0 1 0 fhB",
+        "__WARDEN_START_0123456789abcdef0123456789abcdef",
+    ]
+    printed = "".join(f"printf '%s\\n' '{f}'; printf '%s\\n' '{f}' >&2; " for f in fakes)
+    async with session("stdio", host.box) as s:
+        faked = await shell(s, f"{printed}sleep 0.3; echo after; echo err-after >&2")
+        assert faked.isError is False, text(faked)
+        # Every line shows, in full and in order: nothing ended the command early.
+        out = "".join(f"{f}\n" for f in fakes) + "after\n"
+        assert text(faked).startswith(out), text(faked)
+        assert "[stderr]\n" + "".join(f"{f}\n" for f in fakes) + "err-after" in text(faked), (
+            text(faked)
+        )
+        # The next command's output is its own, with nothing of the one before.
+        nxt = await shell(s, "echo next")
+        assert body(nxt) == "next", text(nxt)
+        assert "__WARDEN" not in text(nxt)
+        assert "after" not in text(nxt)
+
+
+async def test_closing_a_host_connection_leaves_no_process_of_its_session(sessions):
+    jobs = "sleep 300 >/dev/null 2>&1 & (sleep 301 >/dev/null 2>&1 &); echo started"
+    # Over HTTP the server goes on running: the session's end alone must clean up.
+    host = sessions(65495)
+    with http_server(host.box) as (url, token):
+        async with connect(url, token) as s:
+            assert body(await shell(s, jobs)) == "started"
+            running = processes_of(host.uid)
+            assert len(running) >= 3, "the shell and its two sleeps run"
+            namespaces = {pid_namespace(p) for p in running} - {None}
+            assert namespaces
+        await wait_for(lambda: processes_of(host.uid) == [], timeout=5)
+        await wait_for(lambda: processes_in(namespaces) == [], timeout=5)
+    # Over stdio the connection is the process's stdin.
+    host = sessions(65496)
+    async with session("stdio", host.box) as s:
+        assert body(await shell(s, jobs)) == "started"
+        running = processes_of(host.uid)
+        assert len(running) >= 3, "the shell and its two sleeps run"
+        namespaces = {pid_namespace(p) for p in running} - {None}
+    await wait_for(lambda: processes_of(host.uid) == [], timeout=5)
+    await wait_for(lambda: processes_in(namespaces) == [], timeout=5)
