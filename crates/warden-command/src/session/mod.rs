@@ -307,6 +307,7 @@ impl<L: Launcher> Sessions<L> {
                 stdout,
                 stderr,
                 between,
+                refused,
             } => {
                 let oom = status == 137 && live.sandbox.memory_killed().await;
                 let processes = match processes {
@@ -320,8 +321,13 @@ impl<L: Launcher> Sessions<L> {
                         ByteSize(between)
                     ));
                 }
+                // A fork bomb churns: its count at the end may fall short of the limit. Forks
+                // refused during the command with many processes still left is the same news.
+                let bombed = |n: u64, c: &Check| {
+                    n >= c.full_at || (refused > 0 && n >= (limit_of / 4).max(3))
+                };
                 match (processes, &check) {
-                    (Some(n), Some(c)) if n >= c.full_at => {
+                    (Some(n), Some(c)) if bombed(n, c) => {
                         live.sandbox.close().await;
                         notes.push(format!(
                             "the session is out of processes ({n} of {limit_of} in use, by \

@@ -40,6 +40,8 @@ pub(crate) enum Ran {
         stderr: String,
         /// Bytes background jobs wrote between the previous command and this one.
         between: u64,
+        /// Forks refused for the limit while it ran (0 when unknown).
+        refused: u64,
     },
     /// The shell found its sandbox out of processes, or forks refused since the last
     /// command, and did not run it.
@@ -183,6 +185,7 @@ impl<S: Sandbox> Live<S> {
                 stdout: out.text(),
                 stderr: err.text(),
                 between,
+                refused: refused_since,
             },
         }
     }
