@@ -61,6 +61,9 @@ async def test_successful_calls_answer_text_and_structured_content(transport, to
     assert convert.structuredContent == {"result": 1500.0}
     assert noop.isError is False
     assert noop.structuredContent is None
+    # What each call used rides in _meta, beside the result the client checks.
+    for result in (add, convert, noop):
+        assert result.meta["warden/usage"]["wall_ms"] >= 0, result.meta
     assert '"call_id":"mcp-' in toolbox.call_log(), "every call goes to the call log"
 
 
@@ -75,6 +78,7 @@ async def test_failing_calls_are_tool_errors_with_their_kind(transport, toolbox)
 
     assert failed.isError is True
     assert "the disk is on fire" in failed.content[0].text
+    assert failed.meta["warden/usage"]["wall_ms"] >= 0, failed.meta
     assert error_kind(failed) == "tool_error"
     # `fail` has an output schema: no structuredContent on errors, so that strict clients (the
     # TypeScript SDK checks it against the output schema even then) accept the result.

@@ -10,5 +10,5 @@ mod template;
 pub use knobs::{
     NetworkMode, User, capabilities, command_line, count, session_shell, tmp_size, tool_name,
 };
-pub use outcome::{answer, effective_timeout, render, timed_out, with_traffic};
+pub use outcome::{answer, effective_timeout, render, timed_out};
 pub use template::{Request, Template};

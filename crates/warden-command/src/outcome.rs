@@ -97,29 +97,6 @@ pub fn timed_out(timeout: Duration, stdout: &str, stderr: &str, what: &str) -> T
         .with_detail("stderr", stderr)
 }
 
-/// Adds what went through the sandbox's gate, when it had one, to the answer's details:
-/// `network: {connections, bytes_up, bytes_down}`.
-pub fn with_traffic(
-    answered: Result<Output, ToolError>,
-    traffic: Option<warden_net::Traffic>,
-) -> Result<Output, ToolError> {
-    let Some(t) = traffic else {
-        return answered;
-    };
-    let network = json!({
-        "connections": t.connections,
-        "bytes_up": t.bytes_up,
-        "bytes_down": t.bytes_down,
-    });
-    match answered {
-        Ok(mut output) => {
-            output.details.insert("network".into(), network);
-            Ok(output)
-        }
-        Err(e) => Err(e.with_detail("network", network)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use warden_command::session::{Launched, Launcher, Processes, Sandbox, Sessions, chunks};
 use warden_command::{Request, Template};
-use warden_core::{Denials, ErrorKind, Limits, Output, SessionId, ToolError};
+use warden_core::{Denials, ErrorKind, Limits, Meter, Output, SessionId, ToolError};
 
 /// Starts `sh` (or `$WARDEN_TEST_SHELL`: bash, busybox ash) in a process group of its own;
 /// "the sandbox" is that group.
@@ -155,6 +155,7 @@ impl Harness {
                 &limits,
                 (timeout, timeout),
                 &Denials::default(),
+                &Meter::default(),
             )
             .await
     }
@@ -207,6 +208,7 @@ async fn state_persists_and_each_command_answers_for_itself() {
             &Limits::default(),
             (Duration::from_secs(5), Duration::from_secs(5)),
             &Denials::default(),
+            &Meter::default(),
         )
         .await
         .unwrap_err();

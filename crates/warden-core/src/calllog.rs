@@ -1,6 +1,7 @@
 //! The call log: one JSON line per record, appended. Data, not logging: every call's record
 //! has the same fields, whichever front end made the call and however it ended.
 
+use crate::executor::Usage;
 use crate::message::{ErrorKind, ToolMessage};
 use crate::redact::Secrets;
 use serde::{Serialize, Serializer};
@@ -41,6 +42,9 @@ pub struct CallRecord {
     pub attempts: u32,
     /// Fuel the last attempt burnt, where the executor measures it.
     pub fuel: Option<u64>,
+    /// What the last attempt used, as far as its executor measured it.
+    #[serde(skip_serializing_if = "Usage::is_empty")]
+    pub usage: Usage,
     /// Refusals of the call by its sandbox, when there were any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub denied: Option<u64>,
@@ -165,6 +169,7 @@ mod tests {
             duration_ms: 1.5,
             attempts: 1,
             fuel: None,
+            usage: Usage::default(),
             denied: None,
             policy,
             message: message.error.as_ref().map(|e| e.message.clone()),

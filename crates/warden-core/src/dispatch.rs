@@ -5,7 +5,7 @@
 
 use crate::admission::{Admission, Gate};
 use crate::calllog::{CallLog, CallOutcome, CallRecord, DenialRecord, PolicyFacts, Record, now_ms};
-use crate::executor::{Denial, Denials, Invocation, Output};
+use crate::executor::{Denial, Denials, Invocation, Meter, Output, Usage};
 use crate::limits::cap_text;
 use crate::message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage};
 use crate::redact::Secrets;
@@ -323,6 +323,7 @@ impl Dispatcher {
     ) -> ToolMessage {
         let secrets = tool.map(secrets_of).unwrap_or_default();
         let mut message = ToolMessage::failure(call, error);
+        attach_usage(&mut message, took, Usage::default(), None);
         redact_message(&secrets, &mut message);
         let facts = Facts {
             took,
@@ -337,30 +338,35 @@ impl Dispatcher {
         let secrets = secrets_of(tool);
         let start = Instant::now();
         let denials = Denials::default();
-        let (mut message, fuel, attempts) = self.answer(tool, call, arguments, &denials).await;
+        let (mut message, fuel, attempts, usage) =
+            self.answer(tool, call, arguments, &denials).await;
         let (denied, denied_count) = denials.snapshot();
         attach_denials(&mut message, &denied, denied_count);
+        let took = start.elapsed();
+        attach_usage(&mut message, took, usage, fuel);
         redact_message(&secrets, &mut message);
         let facts = Facts {
-            took: start.elapsed(),
+            took,
             fuel,
             attempts,
             denied,
             denied_count,
+            usage,
         };
         self.write_log(call, Some(tool), &secrets, &message, &facts);
         self.tell_answered(&message);
         message
     }
 
-    /// The message for a known tool, with the fuel burnt and the attempts made.
+    /// The message for a known tool, with the fuel burnt, the attempts made and what the
+    /// last attempt used.
     async fn answer(
         &self,
         tool: &Tool,
         call: &ToolCall,
         mut arguments: Value,
         denials: &Denials,
-    ) -> (ToolMessage, Option<u64>, u32) {
+    ) -> (ToolMessage, Option<u64>, u32, Usage) {
         if tool.review_required {
             match self.review(tool, call).await {
                 Decision::Approve => {}
@@ -370,29 +376,37 @@ impl Dispatcher {
                         ErrorKind::Rejected,
                         format!("a reviewer rejected this call: {reason}"),
                     );
-                    return (ToolMessage::failure(call, err), None, 0);
+                    return (ToolMessage::failure(call, err), None, 0, Usage::default());
                 }
                 Decision::Respond { content } => {
-                    return (ToolMessage::success(call, content, None), None, 0);
+                    let m = ToolMessage::success(call, content, None);
+                    return (m, None, 0, Usage::default());
                 }
             }
         }
         let mut attempt = 0;
         loop {
             attempt += 1;
+            let meter = Meter::default();
             let result = self
-                .execute(tool, call, arguments.clone(), denials.clone())
+                .execute(
+                    tool,
+                    call,
+                    arguments.clone(),
+                    denials.clone(),
+                    meter.clone(),
+                )
                 .await;
             match result {
                 Ok(output) => {
                     let fuel = output.fuel_used;
-                    return (success(call, tool, output), fuel, attempt);
+                    return (success(call, tool, output), fuel, attempt, meter.get());
                 }
                 Err(e) if tool.idempotent && attempt < MAX_ATTEMPTS && is_transient(e.kind) => {
                     tracing::info!(call = %call.id, attempt, "retrying after {}", e.kind);
                     tokio::time::sleep(BACKOFF * 2u32.pow(attempt - 1)).await;
                 }
-                Err(e) => return (ToolMessage::failure(call, e), None, attempt),
+                Err(e) => return (ToolMessage::failure(call, e), None, attempt, meter.get()),
             }
         }
     }
@@ -414,6 +428,7 @@ impl Dispatcher {
         call: &ToolCall,
         arguments: Value,
         denials: Denials,
+        usage: Meter,
     ) -> Result<Output, ToolError> {
         let _permit = self.gate.admit(tool).await?;
         if let Some(o) = &self.observer {
@@ -425,6 +440,7 @@ impl Dispatcher {
             limits: tool.limits,
             denials,
             session: self.session.id,
+            usage,
         };
         self.session.touch();
         let deadline = tool.limits.timeout;
@@ -494,6 +510,7 @@ impl Dispatcher {
             duration_ms: facts.took.as_secs_f64() * 1000.0,
             attempts: facts.attempts,
             fuel: facts.fuel,
+            usage: facts.usage,
             denied: (facts.denied_count > 0).then_some(facts.denied_count),
             policy: tool.map(|t| PolicyFacts {
                 executor: t.policy.kind.value.clone(),
@@ -518,6 +535,30 @@ struct Facts {
     attempts: u32,
     denied: Vec<Denial>,
     denied_count: u64,
+    usage: Usage,
+}
+
+/// What the call cost goes with every answer: `usage` in the artifact, or in an error's
+/// details: wall time, what the executor measured, and fuel when metered.
+fn attach_usage(m: &mut ToolMessage, took: Duration, usage: Usage, fuel: Option<u64>) {
+    let mut value = serde_json::to_value(usage).unwrap_or_else(|_| json!({}));
+    if let Value::Object(map) = &mut value {
+        map.insert(
+            "wall_ms".into(),
+            json!((took.as_secs_f64() * 1e6).round() / 1e3),
+        );
+        if let Some(fuel) = fuel {
+            map.insert("fuel".into(), fuel.into());
+        }
+    }
+    match &mut m.error {
+        Some(e) => *e = e.clone().with_detail("usage", value),
+        None => {
+            if let Value::Object(map) = m.artifact.get_or_insert_with(|| json!({})) {
+                map.insert("usage".into(), value);
+            }
+        }
+    }
 }
 
 /// Refusals are news to the model too: it should stop asking for what the policy forbids.

@@ -23,6 +23,51 @@ pub struct Invocation {
     pub denials: Denials,
     /// The session the call belongs to (see [`SessionId`]).
     pub session: SessionId,
+    /// Where the sandbox reports what the call used.
+    pub usage: Meter,
+}
+
+/// What a call used, as its executor measures it; what it cannot measure stays `None`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Usage {
+    /// CPU time of the call's own work: a wasm call's polls, a host command's processes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_ms: Option<f64>,
+    /// The high-water mark of the call's memory: a wasm call's memories and tables, a host
+    /// command's largest resident set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_memory_bytes: Option<u64>,
+    /// Bytes through the sandbox's gate, to its destinations and back, and its connections.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub net_bytes_out: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub net_bytes_in: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub net_connections: Option<u64>,
+}
+
+impl Usage {
+    /// Nothing measured.
+    pub fn is_empty(&self) -> bool {
+        *self == Usage::default()
+    }
+}
+
+/// Where an executor reports what one call used, shared with the dispatcher like
+/// [`Denials`]: a call stopped at its deadline still counts what was measured so far.
+#[derive(Debug, Clone, Default)]
+pub struct Meter(Arc<Mutex<Usage>>);
+
+impl Meter {
+    /// Updates the figures.
+    pub fn record(&self, update: impl FnOnce(&mut Usage)) {
+        update(&mut self.0.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    /// The figures so far.
+    pub fn get(&self) -> Usage {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// One attempt the sandbox refused: a destination and why.

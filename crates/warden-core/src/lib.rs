@@ -27,7 +27,9 @@ pub use backend::{Backend, Loaded, LoadedTool, Probe, Reach, Report, ReportLine}
 pub use calllog::{CallLog, CallOutcome, CallRecord, DenialRecord, PolicyFacts, Record};
 pub use capability::{Capabilities, NetHosts, Paths, Support};
 pub use dispatch::{CallObserver, Dispatcher};
-pub use executor::{BoxFuture, Denial, Denials, Executor, Invocation, Output, SessionId};
+pub use executor::{
+    BoxFuture, Denial, Denials, Executor, Invocation, Meter, Output, SessionId, Usage,
+};
 pub use grants::{Access, FsGrant, Grants};
 pub use limits::{Capped, Limits, LimitsSpec};
 pub use message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage, Violation};

@@ -13,7 +13,7 @@ use std::io;
 use std::sync::Arc;
 use warden_command::session::{Chunk, Launched, Launcher, Processes, Sandbox};
 use warden_core::{Grants, Limits, ToolError};
-use warden_net::{Gate, Proxy, Scope};
+use warden_net::{Gate, Proxy, Scope, Traffic};
 
 /// Where a container's pids cgroup shows inside it: cgroup v2, then v1.
 const PIDS_CGROUPS: [&str; 2] = ["/sys/fs/cgroup", "/sys/fs/cgroup/pids"];
@@ -136,10 +136,8 @@ impl Sandbox for ShellContainer {
         }
     }
 
-    fn command_ended(&mut self) {
-        if let Some(gate) = &self.gate {
-            gate.end();
-        }
+    fn command_ended(&mut self) -> Option<Traffic> {
+        self.gate.as_ref().map(Proxy::end)
     }
 
     async fn close(self) {

@@ -8,7 +8,7 @@ use crate::session::DockerShells;
 use std::sync::Arc;
 use tokio::time::Instant;
 use warden_command::session::Sessions;
-use warden_command::{Request, Template, answer, effective_timeout, timed_out, with_traffic};
+use warden_command::{Request, Template, answer, effective_timeout, timed_out};
 use warden_core::{BoxFuture, Executor, Grants, Invocation, Output, SessionId, ToolError};
 use warden_net::{Gate, Scope};
 
@@ -72,6 +72,7 @@ impl DockerTool {
                     &inv.limits,
                     (timeout, limit),
                     &inv.denials,
+                    &inv.usage,
                 )
                 .await;
         }
@@ -133,7 +134,10 @@ impl DockerTool {
                 "its container was killed and removed",
             )),
         };
-        with_traffic(answered, traffic)
+        if let Some(t) = traffic {
+            t.count_in(&inv.usage);
+        }
+        answered
     }
 
     async fn end(&self, id: SessionId) {

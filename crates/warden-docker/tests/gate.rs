@@ -89,8 +89,10 @@ async fn granted_hosts_are_reached_through_the_gate_and_nothing_else() {
         "{refused:?}"
     );
     assert_eq!(other.connections.load(Ordering::SeqCst), 0);
-    let network: &Value = &m.artifact.as_ref().unwrap()["network"];
-    assert!(network["connections"].as_u64() >= Some(4), "{network}");
+    let usage: &Value = &m.artifact.as_ref().unwrap()["usage"];
+    assert!(usage["net_connections"].as_u64() >= Some(4), "{usage}");
+    assert!(usage["net_bytes_in"].as_u64() > Some(0), "{usage}");
+    assert!(usage["wall_ms"].as_f64() > Some(0.0), "{usage}");
     d.close().await;
     h.assert_clean().await;
 }

@@ -14,6 +14,7 @@ use crate::exec::command;
 use crate::plan::{Plan, Protections, REPORT_FD, Report};
 use nix::sched::CloneFlags;
 use nix::sys::prctl;
+use nix::sys::resource::{UsageWho, getrusage};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Gid, Pid, Uid, fork};
@@ -346,6 +347,17 @@ fn init(plan: &Plan, reports: &mut File, protections: Protections, root: bool) -
     };
     // Without a PID namespace, the command's session is what can be reached.
     let _ = kill(Pid::from_raw(-command.as_raw()), Signal::SIGKILL);
+    if let Ok(used) = getrusage(UsageWho::RUSAGE_CHILDREN) {
+        let cpu = used.user_time() + used.system_time();
+        send(
+            reports,
+            &Report::Used {
+                cpu_ms: cpu.tv_sec() as f64 * 1e3 + cpu.tv_usec() as f64 / 1e3,
+                // Linux counts ru_maxrss in KiB.
+                max_rss_bytes: u64::try_from(used.max_rss()).unwrap_or(0) * 1024,
+            },
+        );
+    }
     send(reports, &report);
     match report {
         Report::Exited {

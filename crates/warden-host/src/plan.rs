@@ -85,6 +85,9 @@ pub(crate) enum Report {
         unavailable: bool,
         message: String,
     },
+    /// What the command's processes used, every one `init` reaped: CPU time and the largest
+    /// resident set. Sent just before [`Report::Exited`].
+    Used { cpu_ms: f64, max_rss_bytes: u64 },
     /// The command ended: its exit code, or the signal that killed it.
     Exited {
         code: Option<i32>,

@@ -16,7 +16,7 @@ use tokio::net::unix::pipe::Receiver;
 use tokio::process::Child;
 use warden_command::session::{Launched, Launcher, Processes, Sandbox, chunks};
 use warden_core::{Limits, ToolError};
-use warden_net::{Proxy, Scope};
+use warden_net::{Proxy, Scope, Traffic};
 
 /// How many more times a busy namespace is counted, how far apart, and how many equal counts
 /// in a row show it holding still.
@@ -95,6 +95,7 @@ impl Launcher for HostShells {
                     sandbox.close().await;
                     return Err(unavailable(&message));
                 }
+                Some(Report::Used { .. }) => {}
                 Some(Report::Exited { .. }) | None => {
                     sandbox.close().await;
                     return Err(unavailable("the session's shell ended before it started"));
@@ -221,10 +222,8 @@ impl Sandbox for ShellNamespace {
         }
     }
 
-    fn command_ended(&mut self) {
-        if let Some(gate) = &self.gate {
-            gate.end();
-        }
+    fn command_ended(&mut self) -> Option<Traffic> {
+        self.gate.as_ref().map(Proxy::end)
     }
 
     /// `isolation`, as a call's answer has it: the helper's report of what was in force.

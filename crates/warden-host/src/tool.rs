@@ -15,9 +15,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 use warden_command::session::Sessions;
-use warden_command::{
-    NetworkMode, Request, Template, answer, effective_timeout, timed_out, with_traffic,
-};
+use warden_command::{NetworkMode, Request, Template, answer, effective_timeout, timed_out};
 use warden_core::{
     Access, BoxFuture, Capped, Denials, ErrorKind, Executor, Grants, Invocation, Limits, Output,
     SessionId, ToolError,
@@ -164,7 +162,7 @@ impl HostTool {
             .find_map(|r| match r {
                 Report::Ready(p) => Some(Ok(p)),
                 Report::Failed { message, .. } => Some(Err(unavailable(&message))),
-                Report::Exited { .. } | Report::Init { .. } => None,
+                Report::Exited { .. } | Report::Init { .. } | Report::Used { .. } => None,
             })
             .unwrap_or_else(|| Err(unavailable("the helper ended without a report")))
     }
@@ -187,6 +185,7 @@ impl HostTool {
                     &inv.limits,
                     (timeout, limit),
                     &inv.denials,
+                    &inv.usage,
                 )
                 .await;
         }
@@ -216,6 +215,13 @@ impl HostTool {
                 Report::Ready(p) => protections = Some(p),
                 Report::Failed { message, .. } => return Err(unavailable(&message)),
                 Report::Exited { code, signal } => exit = Some((code, signal)),
+                Report::Used {
+                    cpu_ms,
+                    max_rss_bytes,
+                } => inv.usage.record(|u| {
+                    u.cpu_ms = Some(cpu_ms);
+                    u.peak_memory_bytes = Some(max_rss_bytes);
+                }),
                 Report::Init { .. } => {}
             }
         }
@@ -251,7 +257,10 @@ impl HostTool {
             }
             Err(e) => Err(e.with_detail("isolation", isolation)),
         };
-        with_traffic(answered, ended.traffic)
+        if let Some(t) = ended.traffic {
+            t.count_in(&inv.usage);
+        }
+        answered
     }
 
     async fn end(&self, id: SessionId) {

@@ -117,6 +117,11 @@ async fn the_value_reaches_its_host_over_http_and_https_and_never_comes_back() {
     );
     // The CA's key never enters the sandbox: the bundle holds certificates only.
     assert!(content.contains("keys=0"), "{content}");
+    // The answer says what the call used, gate traffic and CPU included.
+    let usage = &m.artifact.as_ref().unwrap()["usage"];
+    assert!(usage["wall_ms"].as_f64() > Some(0.0), "{usage}");
+    assert!(usage["cpu_ms"].as_f64() > Some(0.0), "{usage}");
+    assert!(usage["net_bytes_in"].as_u64() > Some(0), "{usage}");
     assert!(
         content.contains("SSL_CERT_FILE=/tmp/.warden-ca-bundle.pem"),
         "{content}"
@@ -222,6 +227,12 @@ async fn a_missing_value_answers_unavailable_and_runs_nothing() {
         e.message.contains("WARDEN_TEST_UNSET_TOKEN"),
         "{}",
         e.message
+    );
+    // A failed call says what it used too: here only the time it took.
+    assert!(
+        e.details["usage"]["wall_ms"].as_f64() >= Some(0.0),
+        "{}",
+        e.details
     );
     assert!(web.heads().is_empty());
 }

@@ -64,7 +64,7 @@ async fn granted_hosts_are_reached_through_the_gate_by_curl_wget_and_python() {
          curl -sS --proxytunnel http://api.test:{port}/tunnel; echo; \
          echo \"proxy=$https_proxy\""
     );
-    let (r, denied) = call_denied(
+    let (r, denied, usage) = call_metered(
         &tool,
         &limits,
         SessionId::fresh(),
@@ -87,10 +87,32 @@ async fn granted_hosts_are_reached_through_the_gate_by_curl_wget_and_python() {
     );
     let details = &r.as_ref().unwrap().details;
     assert_eq!(details["isolation"]["gate"], true, "{details:?}");
-    assert!(
-        details["network"]["connections"].as_u64() >= Some(4),
-        "{details:?}"
-    );
+    assert!(usage.net_connections >= Some(4), "{usage:?}");
+}
+
+/// What went through the gate is the call's usage: a 1 MiB body shows as at least 1 MiB in,
+/// and the requests as bytes out.
+#[tokio::test]
+async fn bytes_through_the_gate_are_the_calls_usage() {
+    let server = HttpServer::start();
+    let port = server.port;
+    let place = Place::new();
+    let net = format!("[\"api.test:{port}\", \"127.0.0.1:{port}\"]");
+    let (tool, limits) = place.tool_on(&bash(&net, ""), resolving());
+    let command =
+        format!("curl -sS -o /dev/null -w '%{{size_download}}' http://api.test:{port}/big");
+    let (r, _, usage) = call_metered(
+        &tool,
+        &limits,
+        SessionId::fresh(),
+        json!({ "command": command }),
+    )
+    .await;
+    assert!(text(&r).contains("1048576"), "{}", text(&r));
+    let inbound = usage.net_bytes_in.unwrap();
+    assert!((1 << 20..(1 << 20) + 4096).contains(&inbound), "{usage:?}");
+    assert!(usage.net_bytes_out.unwrap() > 50, "{usage:?}");
+    assert_eq!(usage.net_connections, Some(1));
 }
 
 #[tokio::test]

@@ -7,6 +7,8 @@ use warden_core::{Tool, ToolMessage, ToolSpec};
 
 /// The `_meta` key under which a failed call carries its error kind and message.
 pub(crate) const ERROR_META: &str = "warden/error";
+/// Where a result carries what the call used (wall time, CPU, memory, bytes through the gate).
+pub(crate) const USAGE_META: &str = "warden/usage";
 
 /// A tool's `outputSchema` as MCP requires it: always an object schema.
 pub(crate) struct OutputSchema {
@@ -91,6 +93,22 @@ fn annotations(tool: &Tool) -> ToolAnnotations {
 /// the output schema, even on errors, so a tool with one gets none on failure). A structured
 /// result cut by the output limit is a `limit_exceeded` failure carrying the cut text.
 pub(crate) fn call_result(message: &ToolMessage, tool: Option<&Tool>) -> CallToolResult {
+    let mut result = result_of(message, tool);
+    let usage = match &message.error {
+        Some(e) => e.details.get("usage"),
+        None => message.artifact.as_ref().and_then(|a| a.get("usage")),
+    };
+    if let Some(usage) = usage {
+        result
+            .meta
+            .get_or_insert_with(|| MetaObject(JsonObject::new()))
+            .0
+            .insert(USAGE_META.into(), usage.clone());
+    }
+    result
+}
+
+fn result_of(message: &ToolMessage, tool: Option<&Tool>) -> CallToolResult {
     let output = tool.and_then(|t| output_schema(&t.spec));
     let text = vec![ContentBlock::text(message.content.clone())];
     let Some(error) = &message.error else {

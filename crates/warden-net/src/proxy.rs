@@ -26,7 +26,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
-use warden_core::{Denial, Denials};
+use warden_core::{Denial, Denials, Meter};
 
 /// The port the gate listens on, on the loopback of the sandbox's own network namespace.
 pub const GATE_PORT: u16 = 3128;
@@ -77,6 +77,17 @@ pub struct Traffic {
     pub bytes_up: u64,
     /// Bytes from the destinations to the sandbox.
     pub bytes_down: u64,
+}
+
+impl Traffic {
+    /// Counts this traffic as the call's (or the session command's) usage.
+    pub fn count_in(&self, meter: &Meter) {
+        meter.record(|u| {
+            u.net_bytes_out = Some(u.net_bytes_out.unwrap_or(0) + self.bytes_up);
+            u.net_bytes_in = Some(u.net_bytes_in.unwrap_or(0) + self.bytes_down);
+            u.net_connections = Some(u.net_connections.unwrap_or(0) + self.connections);
+        });
+    }
 }
 
 /// One sandbox's gate, serving until dropped; dropping it closes every connection.

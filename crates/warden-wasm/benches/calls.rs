@@ -344,6 +344,7 @@ fn calls(c: &mut Criterion) {
                 arguments: json!({"a": 1, "b": 2}),
                 limits: tool.limits,
                 session: warden_core::SessionId::fresh(),
+                usage: Default::default(),
             };
             black_box(tool.executor.execute(inv).await.expect("add runs"))
         });

@@ -65,7 +65,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::time::Instant;
-use warden_core::{ByteSize, Denials, ErrorKind, Limits, Output, SessionId, ToolError};
+use warden_core::{ByteSize, Denials, ErrorKind, Limits, Meter, Output, SessionId, ToolError};
 
 use crate::{Request, answer, timed_out};
 
@@ -180,8 +180,10 @@ pub trait Sandbox: Send + 'static {
     }
 
     /// The command ended: its connections are closed, and none are let through until the
-    /// next command starts.
-    fn command_ended(&mut self) {}
+    /// next command starts. Answers what went through them, if the sandbox has a gate.
+    fn command_ended(&mut self) -> Option<warden_net::Traffic> {
+        None
+    }
 
     /// What every answer of a command run in it carries besides its output, in the answer's
     /// details (a success's artifact, an error's details): say, `isolation`, the protections
@@ -218,6 +220,7 @@ impl<L: Launcher> Sessions<L> {
         limits: &Limits,
         (timeout, limit): (Duration, Duration),
         denials: &Denials,
+        usage: &Meter,
     ) -> Result<Output, ToolError> {
         let slot = self.slot(id);
         // Commands of one session queue here, first come first served (tokio's mutex is fair).
@@ -295,7 +298,9 @@ impl<L: Launcher> Sessions<L> {
                 ran => break ran,
             }
         };
-        live.sandbox.command_ended();
+        if let Some(traffic) = live.sandbox.command_ended() {
+            traffic.count_in(usage);
+        }
         // Taken before the sandbox may be closed below: they describe the one that ran it.
         let details = live.sandbox.details();
         let lost = "working directory, variables, background jobs and files outside the granted \

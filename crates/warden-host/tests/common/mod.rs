@@ -6,7 +6,8 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use warden_core::{
-    Backend, Denials, Executor, Invocation, Limits, Output, Policy, SessionId, ToolError,
+    Backend, Denials, Executor, Invocation, Limits, Meter, Output, Policy, SessionId, ToolError,
+    Usage,
 };
 use warden_host::{Helper, HostBackend};
 
@@ -90,7 +91,19 @@ pub(crate) async fn call_denied(
     session: SessionId,
     args: Value,
 ) -> (Result<Output, ToolError>, Vec<String>) {
+    let (result, denied, _) = call_metered(tool, limits, session, args).await;
+    (result, denied)
+}
+
+/// One call in `session`, the destinations its sandbox was refused, and what it used.
+pub(crate) async fn call_metered(
+    tool: &Arc<dyn Executor>,
+    limits: &Limits,
+    session: SessionId,
+    args: Value,
+) -> (Result<Output, ToolError>, Vec<String>, Usage) {
     let denials = Denials::default();
+    let usage = Meter::default();
     let result = tool
         .execute(Invocation {
             call_id: "call-1".into(),
@@ -98,10 +111,12 @@ pub(crate) async fn call_denied(
             limits: *limits,
             denials: denials.clone(),
             session,
+            usage: usage.clone(),
         })
         .await;
     let denied = denials.snapshot().0;
-    (result, denied.into_iter().map(|d| d.destination).collect())
+    let destinations = denied.into_iter().map(|d| d.destination).collect();
+    (result, destinations, usage.get())
 }
 
 /// Processes owned by `uid`.

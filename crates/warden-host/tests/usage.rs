@@ -1,0 +1,51 @@
+//! What a host call used comes back with it: CPU time and the largest resident set of every
+//! process the command ran (as `init` reaped them). Real confined processes.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use warden_core::SessionId;
+
+#[tokio::test]
+async fn cpu_time_and_peak_memory_are_measured_per_call() {
+    let place = Place::new();
+    let (tool, limits) = place.tool(&shell("", "", "memory = \"1GiB\""));
+    // tail keeps its one 50 MB line in memory; a child of a child counts too.
+    let (r, _, usage) = call_metered(
+        &tool,
+        &limits,
+        SessionId::fresh(),
+        json!({ "command": "head -c 50000000 /dev/zero | tail -n 1 | wc -c" }),
+    )
+    .await;
+    assert!(text(&r).contains("50000000"), "{}", text(&r));
+    let peak = usage.peak_memory_bytes.unwrap();
+    assert!(peak >= 50_000_000, "{usage:?}");
+
+    let (r, _, usage) = call_metered(
+        &tool,
+        &limits,
+        SessionId::fresh(),
+        json!({ "command": "python3 -c 'import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\nprint(\"spun\")'" }),
+    )
+    .await;
+    assert!(text(&r).contains("spun"), "{}", text(&r));
+    let cpu = usage.cpu_ms.unwrap();
+    assert!((450.0..3000.0).contains(&cpu), "{usage:?}");
+    // A small command stays small: the figures are this call's, not the machine's.
+    let (_, _, usage) = call_metered(
+        &tool,
+        &limits,
+        SessionId::fresh(),
+        json!({ "command": "true" }),
+    )
+    .await;
+    assert!(usage.cpu_ms.unwrap() < 100.0, "{usage:?}");
+    assert!(usage.peak_memory_bytes.unwrap() < 50_000_000, "{usage:?}");
+}
