@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use warden_command::session::{Launched, Launcher, Processes, Sandbox, Sessions, chunks};
 use warden_command::{Request, Template};
-use warden_core::{Denials, ErrorKind, Limits, Meter, Output, SessionId, ToolError};
+use warden_core::{Denials, ErrorKind, Invocation, Limits, Meter, Output, SessionId, ToolError};
 
 /// Starts `sh` (or `$WARDEN_TEST_SHELL`: bash, busybox ash) in a process group of its own;
 /// "the sandbox" is that group.
@@ -122,6 +122,18 @@ struct Harness {
     _dir: tempfile::TempDir,
 }
 
+/// A call of session `id` under `limits`, as the dispatcher would hand it over.
+fn invocation(id: SessionId, limits: Limits) -> Invocation {
+    Invocation {
+        call_id: "c1".into(),
+        arguments: json!({}),
+        limits,
+        denials: Denials::default(),
+        session: id,
+        usage: Meter::default(),
+    }
+}
+
 impl Harness {
     fn new(counted: bool) -> Harness {
         let dir = tempfile::tempdir().unwrap();
@@ -149,13 +161,10 @@ impl Harness {
         };
         self.sessions
             .run(
-                id,
+                &invocation(id, limits),
                 &request,
                 &[("GRANTED".into(), "yes".into())],
-                &limits,
                 (timeout, timeout),
-                &Denials::default(),
-                &Meter::default(),
             )
             .await
     }
@@ -197,7 +206,7 @@ async fn state_persists_and_each_command_answers_for_itself() {
     let e = h
         .sessions
         .run(
-            h.id,
+            &invocation(h.id, Limits::default()),
             &Request::parse(
                 &json!({"command": "echo out; echo err >&2; printf tail; exit_with() { return $1; }; exit_with 3"}),
                 &Template::parse(&["sh".into(), "-c".into(), "{command}".into()]).unwrap(),
@@ -205,10 +214,7 @@ async fn state_persists_and_each_command_answers_for_itself() {
             )
             .unwrap(),
             &[],
-            &Limits::default(),
             (Duration::from_secs(5), Duration::from_secs(5)),
-            &Denials::default(),
-            &Meter::default(),
         )
         .await
         .unwrap_err();

@@ -64,17 +64,7 @@ impl DockerTool {
         let timeout = effective_timeout(request.timeout, inv.limits.timeout);
         let env = self.grants.resolve_env()?;
         if let Some(sessions) = &self.sessions {
-            return sessions
-                .run(
-                    inv.session,
-                    &request,
-                    &env,
-                    &inv.limits,
-                    (timeout, limit),
-                    &inv.denials,
-                    &inv.usage,
-                )
-                .await;
+            return sessions.run(&inv, &request, &env, (timeout, limit)).await;
         }
         let sandboxed = self
             .gate

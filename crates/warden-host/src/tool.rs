@@ -177,17 +177,7 @@ impl HostTool {
         let timeout = effective_timeout(request.timeout, inv.limits.timeout);
         let env = self.starter.grants.resolve_env()?;
         if let Some(sessions) = &self.sessions {
-            return sessions
-                .run(
-                    inv.session,
-                    &request,
-                    &env,
-                    &inv.limits,
-                    (timeout, limit),
-                    &inv.denials,
-                    &inv.usage,
-                )
-                .await;
+            return sessions.run(&inv, &request, &env, (timeout, limit)).await;
         }
         let credentials = self.starter.credentials()?;
         let plan = self.starter.plan(

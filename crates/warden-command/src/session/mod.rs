@@ -65,7 +65,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::time::Instant;
-use warden_core::{ByteSize, Denials, ErrorKind, Limits, Meter, Output, SessionId, ToolError};
+use warden_core::{ByteSize, ErrorKind, Invocation, Limits, Output, SessionId, ToolError};
 
 use crate::{Request, answer, timed_out};
 
@@ -210,19 +210,18 @@ impl<L: Launcher> Sessions<L> {
         }
     }
 
-    /// Runs one call of session `id`: `restart` first if asked, then `command` if given.
-    /// `timeout` is when the command is stopped, `limit` the timeout its message names.
+    /// Runs call `inv` in its session: `restart` first if asked, then `command` if given.
+    /// `timeout` is when the command is stopped, `limit` the timeout its message names; the
+    /// sandbox's refusals and usage go to the invocation's.
     pub async fn run(
         &self,
-        id: SessionId,
+        inv: &Invocation,
         request: &Request,
         env: &[(String, String)],
-        limits: &Limits,
         (timeout, limit): (Duration, Duration),
-        denials: &Denials,
-        usage: &Meter,
     ) -> Result<Output, ToolError> {
-        let slot = self.slot(id);
+        let (limits, denials, usage) = (&inv.limits, &inv.denials, &inv.usage);
+        let slot = self.slot(inv.session);
         // Commands of one session queue here, first come first served (tokio's mutex is fair).
         let mut guard = slot.lock().await;
         let deadline = Instant::now() + timeout;
