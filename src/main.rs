@@ -302,6 +302,7 @@ fn run_batch(
         dispatcher.close().await;
         messages
     });
+    eprintln!("{}", dispatcher.usage_so_far());
     let out: Vec<serde_json::Value> = messages.iter().map(|m| format.render(m)).collect();
     outln!("{}", serde_json::to_string_pretty(&out)?);
     let all_ok = messages.iter().all(|m| m.status == Status::Success);

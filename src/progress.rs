@@ -135,6 +135,7 @@ pub(crate) fn finish(outcome: &Outcome, resume: &str) {
         t.tool_calls,
         t.elapsed_ms as f64 / 1000.0
     );
+    eprintln!("tool calls used: {}", t.usage);
     match &outcome.reason {
         StopReason::Answered => {}
         StopReason::AwaitingReview { .. } => eprintln!(

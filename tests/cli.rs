@@ -409,6 +409,9 @@ fn run_answers_a_model_turn_in_order_in_either_format() {
     assert_eq!(messages[1]["error"]["kind"], "unknown_tool");
     assert_eq!(messages[2]["error"]["kind"], "malformed_arguments");
     assert_eq!(messages[3]["content"], "ok");
+    // The run's summary on stderr: every answer counted, the failures among them.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("4 calls, 2 errors, CPU"), "{stderr}");
 
     // A LangChain AIMessage on stdin.
     let mut child = Command::new(env!("CARGO_BIN_EXE_warden"))

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
-use warden_core::{RunLimitHit, RunLimits};
+use warden_core::{RunLimitHit, RunLimits, RunUsage};
 
 /// The limits of one run. A resumed run counts what it did before.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -157,6 +157,9 @@ pub struct Totals {
     pub tool_calls: u32,
     /// Wall-clock time of this process's part of the run.
     pub elapsed_ms: u64,
+    /// What this process's tool calls used.
+    #[serde(default)]
+    pub usage: RunUsage,
 }
 
 impl From<RunLimitHit> for StopReason {

@@ -36,6 +36,7 @@ impl Session {
             model_calls: self.model_calls,
             tool_calls: self.dispatcher.calls_counted(),
             elapsed_ms: self.started.elapsed().as_millis() as u64,
+            usage: self.dispatcher.usage_so_far(),
         }
     }
 

@@ -100,6 +100,12 @@ async fn multi_step_task_with_parallel_calls_one_failing() {
     assert_eq!(last["type"], "stop");
     assert_eq!(last["reason"]["kind"], "answered");
     assert_eq!(last["totals"]["tool_calls"], 4);
+    // What the calls used rides in the stop event: each answer counted, the failure too.
+    assert_eq!(last["totals"]["usage"]["calls"], 4, "{last}");
+    assert!(
+        last["totals"]["usage"]["errors"].as_u64() >= Some(1),
+        "{last}"
+    );
     assert!(!std::fs::read_to_string(&path).unwrap().contains("sk-test"));
 }
 

@@ -10,7 +10,7 @@ use crate::limits::cap_text;
 use crate::message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage};
 use crate::redact::Secrets;
 use crate::review::{Decision, Reviewer};
-use crate::run::{RunCounter, RunLimits};
+use crate::run::{RunCounter, RunLimits, RunUsage};
 use crate::session::Scope;
 use crate::toolbox::{Tool, Toolbox};
 use futures::FutureExt;
@@ -131,6 +131,11 @@ impl Dispatcher {
     /// nor a reused id, nor a call a limit refused counts.
     pub fn calls_counted(&self) -> u32 {
         self.run.total()
+    }
+
+    /// What this run's answered calls used so far.
+    pub fn usage_so_far(&self) -> RunUsage {
+        self.run.spent()
     }
 
     /// The session this dispatcher's calls run in.
@@ -488,6 +493,7 @@ impl Dispatcher {
         m: &ToolMessage,
         facts: &Facts,
     ) {
+        self.run.spend(m.status == Status::Error, &facts.usage);
         let Some(log) = &self.log else {
             return;
         };

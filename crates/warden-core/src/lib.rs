@@ -37,7 +37,7 @@ pub use net::{Credential, HostGrant, HostPattern, NetGrants};
 pub use policy::{FunctionOverride, Located, Policy, PolicyError};
 pub use redact::Secrets;
 pub use review::{Decision, Reviewer};
-pub use run::{RunLimitHit, RunLimits};
+pub use run::{RunLimitHit, RunLimits, RunUsage};
 pub use spec::{ToolSpec, is_valid_tool_name};
 pub use table::ExecutorTable;
 pub use toolbox::{LoadedPolicy, Protected, Tool, Toolbox, ToolboxError};

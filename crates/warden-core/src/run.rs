@@ -55,11 +55,51 @@ impl RunLimitHit {
     }
 }
 
-/// The calls a run has made, held to its limits. Every clone of a dispatcher shares one.
+/// What a run's answered calls used together: the figures of `warden run`'s and `warden
+/// agent`'s summary line and of the agent's `stop` event.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RunUsage {
+    /// Calls answered, and of those, errors.
+    pub calls: u64,
+    pub errors: u64,
+    /// CPU time their executors measured, summed.
+    pub cpu_ms: u64,
+    /// The largest peak memory of one call.
+    pub peak_memory_bytes: u64,
+    /// Bytes through sandboxes' gates, each way.
+    pub net_bytes_out: u64,
+    pub net_bytes_in: u64,
+}
+
+impl std::fmt::Display for RunUsage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} calls, {} errors, CPU {:.2} s, peak memory {}, gate {} out / {} in",
+            self.calls,
+            self.errors,
+            self.cpu_ms as f64 / 1000.0,
+            crate::ByteSize(self.peak_memory_bytes),
+            crate::ByteSize(self.net_bytes_out),
+            crate::ByteSize(self.net_bytes_in),
+        )
+    }
+}
+
+/// The calls a run has made, held to its limits, and what its answers used. Every clone of
+/// a dispatcher shares one.
 #[derive(Default)]
 pub(crate) struct RunCounter {
     limits: RunLimits,
     counts: Mutex<Counts>,
+    spent: Mutex<Spent>,
+}
+
+/// [`RunUsage`] as it accumulates: CPU in fractions of a millisecond.
+#[derive(Default)]
+struct Spent {
+    usage: RunUsage,
+    cpu_ms: f64,
 }
 
 #[derive(Default)]
@@ -73,7 +113,31 @@ impl RunCounter {
         Self {
             limits,
             counts: Mutex::default(),
+            spent: Mutex::default(),
         }
+    }
+
+    /// Adds one answered call.
+    pub(crate) fn spend(&self, failed: bool, used: &crate::Usage) {
+        let mut s = self.spent.lock().unwrap_or_else(|p| p.into_inner());
+        s.cpu_ms += used.cpu_ms.unwrap_or(0.0);
+        let cpu_ms = s.cpu_ms.round() as u64;
+        let u = &mut s.usage;
+        u.calls += 1;
+        u.errors += u64::from(failed);
+        u.cpu_ms = cpu_ms;
+        u.peak_memory_bytes = u.peak_memory_bytes.max(used.peak_memory_bytes.unwrap_or(0));
+        u.net_bytes_out += used.net_bytes_out.unwrap_or(0);
+        u.net_bytes_in += used.net_bytes_in.unwrap_or(0);
+    }
+
+    /// What the answered calls used so far.
+    pub(crate) fn spent(&self) -> RunUsage {
+        self.spent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .usage
+            .clone()
     }
 
     /// Counts one call of `tool`; a call over a limit is not counted and must not run.
