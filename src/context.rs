@@ -13,7 +13,7 @@ pub(crate) fn warden(
     toolbox: PathBuf,
     home: Option<PathBuf>,
     cache: Option<PathBuf>,
-    call_log: Option<PathBuf>,
+    (call_log, rotation): (Option<PathBuf>, warden_core::Rotation),
     egress: Egress,
 ) -> Result<Warden> {
     let hook: warden_wasm::CompileHook = Arc::new(|path: &Path| {
@@ -27,6 +27,7 @@ pub(crate) fn warden(
     let mut builder = Warden::builder(toolbox)
         .cache(cache)
         .call_log(call_log)
+        .call_log_rotation(rotation)
         .egress(egress)
         .on_compile(hook);
     if let Some(home) = home {

@@ -127,6 +127,7 @@ pub(crate) fn demo(ctx: &Warden, root: Option<&Path>) -> Result<ExitCode> {
             .with_resolver(Resolver::with_overrides(["docs.example.test:127.0.0.1"])?),
         artifacts: ctx.artifacts.clone(),
         call_log: ctx.call_log.clone(),
+        call_log_rotation: ctx.call_log_rotation,
         runs: ctx.runs.clone(),
         docker: ctx.docker.clone(),
         host: ctx.host.clone(),

@@ -42,7 +42,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use warden_core::{Admission, Backend, CallLog, Protected, Toolbox, ToolboxError};
+use warden_core::{Admission, Backend, CallLog, Protected, Rotation, Toolbox, ToolboxError};
 use warden_docker::{DockerBackend, Engine};
 use warden_host::{Helper, HostBackend};
 use warden_net::{Egress, Resolver};
@@ -85,6 +85,8 @@ pub struct Warden {
     pub toolbox: PathBuf,
     pub artifacts: Artifacts,
     pub call_log: PathBuf,
+    /// When the call log is rotated and how many old files are kept.
+    pub call_log_rotation: Rotation,
     /// The agent's run transcripts.
     pub runs: PathBuf,
     /// How warden reaches out for tools: names it pins, roots it verifies upstream TLS with.
@@ -103,6 +105,7 @@ pub struct Builder {
     home: Option<PathBuf>,
     cache: Option<PathBuf>,
     call_log: Option<PathBuf>,
+    call_log_rotation: Rotation,
     egress: Egress,
     on_compile: CompileHook,
 }
@@ -123,6 +126,12 @@ impl Builder {
     /// The call log, one JSON line per call [default: HOME/calls.jsonl].
     pub fn call_log(mut self, call_log: Option<PathBuf>) -> Self {
         self.call_log = call_log;
+        self
+    }
+
+    /// When the call log is rotated, and how many old files are kept [default: 64 MiB, 4].
+    pub fn call_log_rotation(mut self, rotation: Rotation) -> Self {
+        self.call_log_rotation = rotation;
         self
     }
 
@@ -156,6 +165,7 @@ impl Builder {
                 cache: self.cache.unwrap_or_else(|| home.join("cache")),
             },
             call_log: self.call_log.unwrap_or_else(|| home.join("calls.jsonl")),
+            call_log_rotation: self.call_log_rotation,
             runs: home.join("runs"),
             toolbox: self.toolbox,
             egress: self.egress,
@@ -174,6 +184,7 @@ impl Warden {
             home: None,
             cache: None,
             call_log: None,
+            call_log_rotation: Rotation::default(),
             egress: Egress::default(),
             on_compile: Arc::new(|_| {}),
         }
@@ -217,12 +228,18 @@ impl Warden {
             .map_err(|e| Error::Toolbox(self.toolbox.clone(), e))
     }
 
+    /// The call log, opened for appending: a log that cannot be written is an error now,
+    /// not a lost record later.
+    pub fn open_call_log(&self) -> Result<CallLog, Error> {
+        CallLog::open_rotated(&self.call_log, self.call_log_rotation)
+            .map_err(|e| Error::CallLog(self.call_log.clone(), e))
+    }
+
     /// A dispatcher over the toolbox in a session of its own, logging every call. Close it
     /// ([`Dispatcher::close`]) when the agent's run ends, to free its shells.
     pub fn dispatcher(&self, run: RunLimits) -> Result<Dispatcher, Error> {
         let toolbox = Arc::new(self.load()?);
-        let log =
-            CallLog::open(&self.call_log).map_err(|e| Error::CallLog(self.call_log.clone(), e))?;
+        let log = self.open_call_log()?;
         let admission = Admission {
             run,
             ..Admission::default()

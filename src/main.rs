@@ -53,6 +53,17 @@ struct Cli {
     /// The call log, one JSON line per call [default: HOME/calls.jsonl].
     #[arg(long, global = true, env = "WARDEN_CALL_LOG")]
     call_log: Option<PathBuf>,
+    /// The size past which the call log is rotated (to NAME.1, NAME.2, …).
+    #[arg(
+        long,
+        global = true,
+        env = "WARDEN_CALL_LOG_MAX_SIZE",
+        default_value = "64MiB"
+    )]
+    call_log_max_size: warden_core::ByteSize,
+    /// Rotated call-log files kept; the oldest beyond them is removed.
+    #[arg(long, global = true, env = "WARDEN_CALL_LOG_KEEP", default_value_t = 4)]
+    call_log_keep: u32,
     /// Pin a host name to addresses for tools' HTTP requests, like curl's --resolve:
     /// NAME:ADDRESS[,ADDRESS…]. Repeatable; WARDEN_RESOLVE takes a space-separated list.
     #[arg(
@@ -194,7 +205,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
             .with_roots_pem(&pem)
             .with_context(|| format!("--upstream-roots {}", path.display()))?;
     }
-    let ctx = context::warden(cli.toolbox, cli.home, cli.cache, cli.call_log, egress)?;
+    let rotation = warden_core::Rotation {
+        max_bytes: cli.call_log_max_size.0,
+        keep: cli.call_log_keep,
+    };
+    let ctx = context::warden(
+        cli.toolbox,
+        cli.home,
+        cli.cache,
+        (cli.call_log, rotation),
+        egress,
+    )?;
     match cli.command {
         Command::Add(args) => add::add(&ctx, args),
         Command::Pin { targets } => add::pin(&ctx, &targets),

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use warden::Warden;
-use warden_core::{Admission, CallLog};
+use warden_core::Admission;
 use warden_mcp::{HttpOptions, HttpServer, Loader, Options, Server};
 
 #[derive(Args)]
@@ -34,8 +34,7 @@ pub(crate) fn serve(ctx: &Warden, args: ServeArgs) -> Result<ExitCode> {
     let protected = ctx.protected();
     let dir = ctx.toolbox.clone();
     let loader: Loader = Arc::new(move || backends.load(&dir, &protected));
-    let log = CallLog::open(&ctx.call_log)
-        .with_context(|| format!("opening the call log {}", ctx.call_log.display()))?;
+    let log = ctx.open_call_log()?;
     let options = Options {
         admission: Admission::default(),
         call_log: Some(Arc::new(log)),

@@ -526,3 +526,54 @@ fn the_demo_outside_a_checkout_says_what_it_needs() {
         "{stderr}"
     );
 }
+
+/// The call log stays within its size and keeps its last files; calls name their policy by
+/// digest, described at the head of each file (once per process writing it), not per call.
+#[test]
+fn the_call_log_rotates_and_stays_compact() {
+    let env = Env::new();
+    env.ok(&["add", path_str(&wasm("trivial"))]);
+    let batch: Vec<Value> = (0..40)
+        .map(|i| serde_json::json!({"id": format!("c{i}"), "name": "add", "arguments": {"a": i, "b": 1}}))
+        .collect();
+    let file = env.dir.path().join("batch.json");
+    std::fs::write(&file, serde_json::to_string(&batch).unwrap()).unwrap();
+    let log = env.dir.path().join("home").join("calls.jsonl");
+    for _ in 0..3 {
+        env.ok(&[
+            "--call-log-max-size",
+            "4KiB",
+            "--call-log-keep",
+            "2",
+            "run",
+            path_str(&file),
+        ]);
+    }
+    let rotated = |n: u32| PathBuf::from(format!("{}.{n}", log.display()));
+    assert!(rotated(1).exists() && rotated(2).exists(), "rotated");
+    assert!(!rotated(3).exists(), "only two old files are kept");
+    for path in [log.clone(), rotated(1), rotated(2)] {
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.len() <= 4096,
+            "{}: {} bytes",
+            path.display(),
+            text.len()
+        );
+        let records: Vec<Value> = text.lines().map(|l| json(l)).collect();
+        let calls: Vec<&Value> = records.iter().filter(|r| r["event"] == "call").collect();
+        let policies: Vec<&Value> = records.iter().filter(|r| r["event"] == "policy").collect();
+        // Described once per file by each process that wrote to it, never per call.
+        assert!(
+            (1..=3).contains(&policies.len()),
+            "{}: {records:#?}",
+            path.display()
+        );
+        assert!(calls.len() > policies.len() * 3, "{}", path.display());
+        assert_eq!(records[0]["event"], "policy", "each file can be read alone");
+        for call in &calls {
+            assert_eq!(call["policy_digest"], policies[0]["policy_digest"]);
+            assert!(call.get("grants").is_none(), "{call}");
+        }
+    }
+}

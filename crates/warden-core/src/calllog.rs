@@ -1,21 +1,56 @@
 //! The call log: one JSON line per record, appended. Data, not logging: every call's record
 //! has the same fields, whichever front end made the call and however it ended.
+//!
+//! Compact and bounded, so it can run for months: what a policy grants is written once per
+//! file (a `policy` record, keyed by its digest) and each call names that digest; past
+//! [`Rotation::max_bytes`] the file is renamed `NAME.1` (older ones shifting up to
+//! [`Rotation::keep`], the oldest removed) and a new one begun.
 
 use crate::executor::Usage;
 use crate::message::{ErrorKind, ToolMessage};
 use crate::redact::Secrets;
 use serde::{Serialize, Serializer};
 use serde_json::Value;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// An append-only JSONL file of calls.
+/// An append-only JSONL file of calls, rotated by size.
 pub struct CallLog {
     path: PathBuf,
-    file: Mutex<File>,
+    rotation: Rotation,
+    file: Mutex<Open>,
+}
+
+/// The file being written: its size so far and the policies it has described; and every
+/// policy line this log has written, by digest, to describe them again after a rotation.
+struct Open {
+    file: File,
+    bytes: u64,
+    policies: HashSet<String>,
+    lines: HashMap<String, String>,
+}
+
+/// When the log is rotated, and how many rotated files are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rotation {
+    /// The size past which the file is rotated.
+    pub max_bytes: u64,
+    /// Rotated files kept (`NAME.1` … `NAME.keep`); 0 keeps none.
+    pub keep: u32,
+}
+
+impl Default for Rotation {
+    /// 64 MiB a file, four kept: about 300,000 calls within 320 MiB.
+    fn default() -> Self {
+        Self {
+            max_bytes: 64 << 20,
+            keep: 4,
+        }
+    }
 }
 
 /// One line of the call log; its `event` says which.
@@ -26,6 +61,16 @@ pub enum Record<'a> {
     Call(&'a CallRecord),
     /// A destination the sandbox refused a call, written before that call's own record.
     Denied(&'a DenialRecord),
+    /// What a policy gave its tools, once per file before the first call that names it.
+    Policy(&'a PolicyRecord),
+}
+
+/// What one version of a policy gave its tools, by digest.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PolicyRecord {
+    pub ts_ms: u64,
+    #[serde(flatten)]
+    pub facts: PolicyFacts,
 }
 
 /// A call and how it ended.
@@ -48,23 +93,43 @@ pub struct CallRecord {
     /// Refusals of the call by its sandbox, when there were any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub denied: Option<u64>,
-    /// What the policy gave the tool, when the tool exists.
-    #[serde(flatten)]
-    pub policy: Option<PolicyFacts>,
+    /// The executor kind, when the tool exists.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executor: Option<String>,
+    /// The digest of the `policy` record that says what the tool was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy_digest: Option<String>,
     /// The error's message, when the call failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
 
-/// What a tool's policy gave it, as a call's record tells it.
+/// What a tool's policy gave it, as the log's `policy` record tells it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PolicyFacts {
+    /// The first 16 hex digits of the sha256 of the rest.
+    pub policy_digest: String,
     /// The executor kind: `wasm`, `docker` or `host`.
     pub executor: String,
     /// The policy file.
     pub policy: String,
     pub grants: Value,
     pub limits: Value,
+}
+
+impl PolicyFacts {
+    pub fn new(executor: String, policy: String, grants: Value, limits: Value) -> Self {
+        use sha2::Digest;
+        let text = serde_json::json!([executor, policy, grants, limits]).to_string();
+        let digest = hex::encode(&sha2::Sha256::digest(text.as_bytes())[..8]);
+        Self {
+            policy_digest: digest,
+            executor,
+            policy,
+            grants,
+            limits,
+        }
+    }
 }
 
 /// A destination a sandbox refused a call.
@@ -111,16 +176,48 @@ impl Serialize for CallOutcome {
 }
 
 impl CallLog {
-    /// Opens (creating) the log and its folder.
+    /// Opens (creating) the log and its folder, rotated as [`Rotation::default`] says.
     pub fn open(path: &Path) -> std::io::Result<CallLog> {
+        Self::open_rotated(path, Rotation::default())
+    }
+
+    /// Opens (creating) the log and its folder, rotated as `rotation` says.
+    pub fn open_rotated(path: &Path, rotation: Rotation) -> std::io::Result<CallLog> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
         Ok(CallLog {
             path: path.to_owned(),
-            file: Mutex::new(file),
+            rotation,
+            file: Mutex::new(open_file(path)?),
         })
+    }
+
+    /// The files of this log, oldest first: the rotated ones that exist, then the current.
+    pub fn files(&self) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = (1..=self.rotation.keep)
+            .rev()
+            .map(|n| rotated(&self.path, n))
+            .filter(|p| p.exists())
+            .collect();
+        files.push(self.path.clone());
+        files
+    }
+
+    /// Writes a call's `policy` record, unless this log has it already (after a rotation,
+    /// the first call record of the policy in the new file brings it along).
+    pub fn describe_policy(&self, facts: &PolicyFacts, secrets: &Secrets) {
+        let known = {
+            let open = self.file.lock().unwrap_or_else(|p| p.into_inner());
+            open.lines.contains_key(&facts.policy_digest)
+        };
+        if !known {
+            let record = PolicyRecord {
+                ts_ms: now_ms(),
+                facts: facts.clone(),
+            };
+            self.write(Record::Policy(&record), secrets);
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -141,11 +238,83 @@ impl CallLog {
         secrets.redact_value(&mut value);
         let mut line = value.to_string();
         line.push('\n');
-        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
-        if let Err(e) = file.write_all(line.as_bytes()) {
-            tracing::error!("cannot write the call log {}: {e}", self.path.display());
+        let mut open = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        if open.bytes > 0 && open.bytes + line.len() as u64 > self.rotation.max_bytes {
+            match self.rotate() {
+                Ok(mut fresh) => {
+                    fresh.lines = std::mem::take(&mut open.lines);
+                    *open = fresh;
+                }
+                Err(e) => {
+                    tracing::error!("cannot rotate the call log {}: {e}", self.path.display())
+                }
+            }
+        }
+        match record {
+            Record::Policy(p) => {
+                let digest = p.facts.policy_digest.clone();
+                open.policies.insert(digest.clone());
+                open.lines.insert(digest, line.clone());
+            }
+            // Each file can be read alone: a policy a call names is described in it first.
+            Record::Call(c) => {
+                if let Some(digest) = &c.policy_digest
+                    && !open.policies.contains(digest)
+                    && let Some(policy) = open.lines.get(digest).cloned()
+                {
+                    open.policies.insert(digest.clone());
+                    self.append(&mut open, &policy);
+                }
+            }
+            Record::Denied(_) => {}
+        }
+        self.append(&mut open, &line);
+    }
+
+    fn append(&self, open: &mut Open, line: &str) {
+        match open.file.write_all(line.as_bytes()) {
+            Ok(()) => open.bytes += line.len() as u64,
+            Err(e) => tracing::error!("cannot write the call log {}: {e}", self.path.display()),
         }
     }
+
+    /// Shifts `NAME.n` to `NAME.n+1` (dropping the last), the current file to `NAME.1`, and
+    /// opens a fresh one.
+    fn rotate(&self) -> std::io::Result<Open> {
+        if self.rotation.keep == 0 {
+            std::fs::remove_file(&self.path)?;
+        } else {
+            let _ = std::fs::remove_file(rotated(&self.path, self.rotation.keep));
+            for n in (1..self.rotation.keep).rev() {
+                let from = rotated(&self.path, n);
+                if from.exists() {
+                    std::fs::rename(&from, rotated(&self.path, n + 1))?;
+                }
+            }
+            std::fs::rename(&self.path, rotated(&self.path, 1))?;
+        }
+        open_file(&self.path)
+    }
+}
+
+fn open_file(path: &Path) -> std::io::Result<Open> {
+    let file = OpenOptions::new().create(true).append(true).open(path)?;
+    let bytes = file.metadata()?.len();
+    Ok(Open {
+        file,
+        bytes,
+        // A file written before may describe policies, but a reader of one rotated file alone
+        // must find them in it: each file describes its own.
+        policies: HashSet::new(),
+        lines: HashMap::new(),
+    })
+}
+
+/// `NAME.n`.
+fn rotated(path: &Path, n: u32) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".{n}"));
+    PathBuf::from(name)
 }
 
 /// Now, in milliseconds since the Unix epoch (0 on a clock set before it).
@@ -160,7 +329,7 @@ mod tests {
     use super::*;
     use crate::message::{ToolCall, ToolError};
 
-    fn call_record(message: &ToolMessage, policy: Option<PolicyFacts>) -> CallRecord {
+    fn call_record(message: &ToolMessage, policy: Option<&PolicyFacts>) -> CallRecord {
         CallRecord {
             ts_ms: 1,
             tool: message.name.clone(),
@@ -171,7 +340,8 @@ mod tests {
             fuel: None,
             usage: Usage::default(),
             denied: None,
-            policy,
+            executor: policy.map(|p| p.executor.clone()),
+            policy_digest: policy.map(|p| p.policy_digest.clone()),
             message: message.error.as_ref().map(|e| e.message.clone()),
         }
     }
@@ -194,13 +364,16 @@ mod tests {
             &call,
             ToolError::new(ErrorKind::Timeout, "sk-123 took too long"),
         );
-        let facts = PolicyFacts {
-            executor: "wasm".into(),
-            policy: "p.toml".into(),
-            grants: serde_json::json!({"env": {"KEY": "sk-123"}}),
-            limits: serde_json::json!({}),
-        };
-        log.write(Record::Call(&call_record(&failed, Some(facts))), &secrets);
+        let facts = PolicyFacts::new(
+            "wasm".into(),
+            "p.toml".into(),
+            serde_json::json!({"env": {"KEY": "sk-123"}}),
+            serde_json::json!({}),
+        );
+        log.describe_policy(&facts, &secrets);
+        log.write(Record::Call(&call_record(&failed, Some(&facts))), &secrets);
+        // Once per file: a second call of the same policy names it only.
+        log.describe_policy(&facts, &secrets);
         let ok = ToolMessage::success(&call, "fine".into(), None);
         log.write(Record::Call(&call_record(&ok, None)), &Secrets::default());
         let denied = DenialRecord {
@@ -213,16 +386,76 @@ mod tests {
         log.write(Record::Denied(&denied), &secrets);
 
         let v = lines(&log);
-        assert_eq!(v[0]["event"], "call");
-        assert_eq!(v[0]["outcome"], "timeout");
-        assert_eq!(v[0]["executor"], "wasm");
-        assert_eq!(v[0]["fuel"], Value::Null, "present, if null");
-        assert_eq!(v[0]["message"], "[redacted:KEY] took too long");
+        assert_eq!(v[0]["event"], "policy");
         assert_eq!(v[0]["grants"]["env"]["KEY"], "[redacted:KEY]");
-        assert!(v[0].get("denied").is_none());
-        assert_eq!(v[1]["outcome"], "success");
-        assert!(v[1].get("executor").is_none() && v[1].get("message").is_none());
-        assert_eq!(v[2]["event"], "denied");
-        assert_eq!(v[2]["destination"], "http://x.test/?key=[redacted:KEY]");
+        assert_eq!(v[0]["policy_digest"], facts.policy_digest);
+        assert_eq!(v[1]["event"], "call");
+        assert_eq!(v[1]["outcome"], "timeout");
+        assert_eq!(v[1]["executor"], "wasm");
+        assert_eq!(v[1]["policy_digest"], facts.policy_digest);
+        assert!(v[1].get("grants").is_none(), "named, not repeated");
+        assert_eq!(v[1]["fuel"], Value::Null, "present, if null");
+        assert_eq!(v[1]["message"], "[redacted:KEY] took too long");
+        assert!(v[1].get("denied").is_none());
+        assert_eq!(v[2]["outcome"], "success");
+        assert!(v[2].get("executor").is_none() && v[2].get("message").is_none());
+        assert_eq!(v[3]["event"], "denied");
+        assert_eq!(v[3]["destination"], "http://x.test/?key=[redacted:KEY]");
+        assert_eq!(v.len(), 4);
+    }
+
+    #[test]
+    fn the_log_rotates_by_size_keeps_its_last_files_and_describes_policies_in_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("calls.jsonl");
+        let rotation = Rotation {
+            max_bytes: 4096,
+            keep: 2,
+        };
+        let log = CallLog::open_rotated(&path, rotation).unwrap();
+        let facts = PolicyFacts::new(
+            "wasm".into(),
+            "p.toml".into(),
+            serde_json::json!({}),
+            serde_json::json!({}),
+        );
+        let call = ToolCall::new("c1", "t", &serde_json::json!({}));
+        let ok = ToolMessage::success(&call, "fine".into(), None);
+        for _ in 0..200 {
+            log.describe_policy(&facts, &Secrets::default());
+            log.write(
+                Record::Call(&call_record(&ok, Some(&facts))),
+                &Secrets::default(),
+            );
+        }
+        let files = log.files();
+        assert_eq!(
+            files,
+            vec![
+                dir.path().join("calls.jsonl.2"),
+                dir.path().join("calls.jsonl.1"),
+                path.clone()
+            ]
+        );
+        assert!(
+            !dir.path().join("calls.jsonl.3").exists(),
+            "only `keep` are kept"
+        );
+        for file in &files {
+            let len = std::fs::metadata(file).unwrap().len();
+            assert!(len <= 4096, "{} is {len} bytes", file.display());
+            let text = std::fs::read_to_string(file).unwrap();
+            let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+            // Each file can be read alone: it starts by describing the policy it names.
+            assert_eq!(first["event"], "policy", "{}", file.display());
+        }
+        // A reopened log goes on where it was, rotating as before.
+        drop(log);
+        let log = CallLog::open_rotated(&path, rotation).unwrap();
+        log.write(
+            Record::Call(&call_record(&ok, Some(&facts))),
+            &Secrets::default(),
+        );
+        assert!(std::fs::metadata(&path).unwrap().len() <= 4096);
     }
 }

@@ -4,7 +4,7 @@
 //! a check, panicked, cancelled) takes the early path: the same message, record and observer.
 
 use crate::admission::{Admission, Gate};
-use crate::calllog::{CallLog, CallOutcome, CallRecord, DenialRecord, PolicyFacts, Record, now_ms};
+use crate::calllog::{CallLog, CallOutcome, CallRecord, DenialRecord, Record, now_ms};
 use crate::executor::{Denial, Denials, Invocation, Meter, Output, Usage};
 use crate::limits::cap_text;
 use crate::message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage};
@@ -508,6 +508,9 @@ impl Dispatcher {
             };
             log.write(Record::Denied(&denial), secrets);
         }
+        if let Some(t) = tool {
+            log.describe_policy(&t.facts, secrets);
+        }
         let record = CallRecord {
             ts_ms,
             tool: call.name.clone(),
@@ -518,12 +521,8 @@ impl Dispatcher {
             fuel: facts.fuel,
             usage: facts.usage,
             denied: (facts.denied_count > 0).then_some(facts.denied_count),
-            policy: tool.map(|t| PolicyFacts {
-                executor: t.policy.kind.value.clone(),
-                policy: t.policy.path.display().to_string(),
-                grants: t.policy.grants.describe(),
-                limits: t.limits.describe(),
-            }),
+            executor: tool.map(|t| t.facts.executor.clone()),
+            policy_digest: tool.map(|t| t.facts.policy_digest.clone()),
             message: m.error.as_ref().map(|e| e.message.clone()),
         };
         log.write(Record::Call(&record), secrets);

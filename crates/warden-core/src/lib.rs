@@ -24,7 +24,9 @@ mod units;
 
 pub use admission::Admission;
 pub use backend::{Backend, Loaded, LoadedTool, Probe, Reach, Report, ReportLine};
-pub use calllog::{CallLog, CallOutcome, CallRecord, DenialRecord, PolicyFacts, Record};
+pub use calllog::{
+    CallLog, CallOutcome, CallRecord, DenialRecord, PolicyFacts, PolicyRecord, Record, Rotation,
+};
 pub use capability::{Capabilities, NetHosts, Paths, Support};
 pub use dispatch::{CallObserver, Dispatcher};
 pub use executor::{

@@ -1,6 +1,7 @@
 //! The toolbox: a folder of policy files, and the tools they define.
 
 use crate::backend::{Backend, Report};
+use crate::calllog::PolicyFacts;
 use crate::capability::Capabilities;
 use crate::executor::Executor;
 use crate::limits::Limits;
@@ -56,6 +57,8 @@ pub struct Tool {
     pub report: Arc<Report>,
     /// Admission for `limits.concurrency`.
     pub(crate) permits: Arc<Semaphore>,
+    /// What the call log says the policy gave it, made once at load.
+    pub(crate) facts: Arc<PolicyFacts>,
 }
 
 /// Every tool of a toolbox folder, by name.
@@ -165,6 +168,12 @@ impl Toolbox {
                 .unwrap_or(policy.review_required);
             let idempotent = over.and_then(|o| o.idempotent).unwrap_or(policy.idempotent);
             let permits = Arc::new(Semaphore::new(limits.concurrency as usize));
+            let facts = Arc::new(PolicyFacts::new(
+                policy.kind.value.clone(),
+                policy.path.display().to_string(),
+                policy.grants.describe(),
+                limits.describe(),
+            ));
             self.tools.insert(
                 spec.name.clone(),
                 Tool {
@@ -177,6 +186,7 @@ impl Toolbox {
                     executor: tool.executor,
                     report: report.clone(),
                     permits,
+                    facts,
                 },
             );
         }
