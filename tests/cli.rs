@@ -560,7 +560,7 @@ fn the_call_log_rotates_and_stays_compact() {
             path.display(),
             text.len()
         );
-        let records: Vec<Value> = text.lines().map(|l| json(l)).collect();
+        let records: Vec<Value> = text.lines().map(json).collect();
         let calls: Vec<&Value> = records.iter().filter(|r| r["event"] == "call").collect();
         let policies: Vec<&Value> = records.iter().filter(|r| r["event"] == "policy").collect();
         // Described once per file by each process that wrote to it, never per call.
