@@ -56,6 +56,8 @@ impl WasiView for CallState {
 struct Limiter {
     limit: usize,
     used: usize,
+    /// The most `used` has been: the call's peak memory.
+    peak: usize,
     refused: bool,
 }
 
@@ -72,6 +74,7 @@ impl ResourceLimiter for Limiter {
             return Ok(false);
         }
         self.used = after;
+        self.peak = self.peak.max(after);
         Ok(true)
     }
 
@@ -89,6 +92,13 @@ impl ResourceLimiter for Limiter {
 pub(crate) struct CallIo<'a> {
     pub args: &'a [String],
     pub stdin: Option<&'a str>,
+}
+
+impl Sandbox {
+    /// The high-water mark of the call's linear memories, in bytes.
+    pub(crate) fn memory_peak(&self) -> u64 {
+        self.store.data().limiter.peak as u64
+    }
 }
 
 /// A store ready to instantiate into, and the pipes that capture its output.
@@ -140,6 +150,7 @@ impl Sandbox {
             limiter: Limiter {
                 limit: usize::try_from(limits.memory).unwrap_or(usize::MAX),
                 used: 0,
+                peak: 0,
                 refused: false,
             },
         };

@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Instant;
 use warden_core::{
-    BoxFuture, ErrorKind, Executor, Grants, Invocation, NetGrants, Output, ToolError, Violation,
+    BoxFuture, ErrorKind, Executor, Grants, Invocation, Meter, NetGrants, Output, ToolError,
+    Violation,
 };
 use warden_net::{Credentials, Egress};
 use wasmtime::Engine;
@@ -42,19 +43,30 @@ impl Shared {
         Sandbox::new(&self.engine, &self.grants, &env, &inv.limits, gate, io)
     }
 
-    /// Instantiates the component in `sandbox` and calls one export.
+    /// Instantiates the component in `sandbox` and calls one export; what it used (the CPU
+    /// of its polls, its memories' peak) goes to `usage`, whether it succeeds or not.
     async fn call(
         &self,
         sandbox: &mut Sandbox,
         index: &ComponentExportIndex,
         params: &[Val],
         results: &mut [Val],
+        usage: &Meter,
     ) -> Result<(), wasmtime::Error> {
-        let instance = self.pre.instantiate_async(&mut sandbox.store).await?;
-        let func = instance
-            .get_func(&mut sandbox.store, index)
-            .ok_or_else(|| wasmtime::format_err!("the export vanished from the instance"))?;
-        func.call_async(&mut sandbox.store, params, results).await
+        let (result, cpu) = on_cpu(async {
+            let instance = self.pre.instantiate_async(&mut sandbox.store).await?;
+            let func = instance
+                .get_func(&mut sandbox.store, index)
+                .ok_or_else(|| wasmtime::format_err!("the export vanished from the instance"))?;
+            func.call_async(&mut sandbox.store, params, results).await
+        })
+        .await;
+        let peak = sandbox.memory_peak();
+        usage.record(|u| {
+            u.cpu_ms = Some(cpu.as_secs_f64() * 1000.0);
+            u.peak_memory_bytes = Some(peak);
+        });
+        result
     }
 }
 
@@ -80,7 +92,13 @@ impl FunctionTool {
         let mut results = vec![Val::Bool(false); usize::from(self.export.result.is_some())];
         if let Err(e) = self
             .shared
-            .call(&mut sandbox, &self.export.index, &params, &mut results)
+            .call(
+                &mut sandbox,
+                &self.export.index,
+                &params,
+                &mut results,
+                &inv.usage,
+            )
             .await
         {
             return Err(sandbox.failure(e, &inv.limits));
@@ -209,7 +227,7 @@ impl CommandTool {
         let mut results = [Val::Bool(false)];
         let outcome = self
             .shared
-            .call(&mut sandbox, &self.run, &[], &mut results)
+            .call(&mut sandbox, &self.run, &[], &mut results, &inv.usage)
             .await;
         let code = match outcome {
             Ok(()) => match &results[0] {
@@ -246,4 +264,33 @@ impl Executor for CommandTool {
     fn execute(&self, invocation: Invocation) -> BoxFuture<'_, Result<Output, ToolError>> {
         Box::pin(self.execute_command(invocation))
     }
+}
+
+/// Runs `fut`, adding up this thread's CPU time across its polls: the call's own work, not
+/// whatever else the runtime runs between them.
+async fn on_cpu<F: std::future::Future>(fut: F) -> (F::Output, std::time::Duration) {
+    let mut fut = std::pin::pin!(fut);
+    let mut spent = std::time::Duration::ZERO;
+    let output = std::future::poll_fn(|cx| {
+        let start = thread_cpu();
+        let polled = fut.as_mut().poll(cx);
+        spent += thread_cpu().saturating_sub(start);
+        polled
+    })
+    .await;
+    (output, spent)
+}
+
+/// CPU time this thread has used.
+fn thread_cpu() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only the timespec it is given, which outlives the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    std::time::Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use warden_core::{
     Admission, BoxFuture, CallLog, Decision, Dispatcher, Reviewer, RunLimits, Status, ToolCall,
-    ToolSpec,
+    ToolMessage, ToolSpec,
 };
 
 fn call(id: &str, tool: &str, args: Value) -> ToolCall {
@@ -473,4 +473,44 @@ proptest! {
             }
         }
     }
+}
+
+/// Every answer says what its call used: an 8 MiB allocation shows at least 8 MiB of peak
+/// memory, a CPU loop its CPU time, a small call little of either, and a failed call too.
+#[tokio::test]
+async fn each_answer_carries_what_its_call_used() {
+    let bench = Bench::new();
+    bench.policy(
+        "hostile.toml",
+        "hostile",
+        "[limits]\ntimeout = \"20s\"\nmemory = \"64MiB\"",
+    );
+    let d = bench.dispatcher();
+    let usage = |m: &ToolMessage| match &m.error {
+        Some(e) => e.details["usage"].clone(),
+        None => m.artifact.as_ref().unwrap()["usage"].clone(),
+    };
+    let big = d.call(call("a", "alloc", json!({"mib": 8}))).await;
+    assert_eq!(kind(&big), "ok", "{big:?}");
+    assert!(
+        usage(&big)["peak_memory_bytes"].as_u64() >= Some(8 << 20),
+        "{big:?}"
+    );
+    let burnt = d
+        .call(call("b", "burn", json!({"iterations": 300_000_000u64})))
+        .await;
+    let cpu = usage(&burnt)["cpu_ms"].as_f64().unwrap();
+    let wall = usage(&burnt)["wall_ms"].as_f64().unwrap();
+    assert!(cpu > 20.0 && cpu <= wall * 1.1 + 5.0, "{burnt:?}");
+    let small = d.call(call("c", "burn", json!({"iterations": 10}))).await;
+    assert!(
+        usage(&small)["peak_memory_bytes"].as_u64() < Some(8 << 20),
+        "{small:?}"
+    );
+    let failed = d.call(call("d", "alloc", json!({"mib": 1024}))).await;
+    assert_eq!(kind(&failed), "out_of_memory", "{failed:?}");
+    assert!(
+        usage(&failed)["peak_memory_bytes"].as_u64() > Some(0),
+        "{failed:?}"
+    );
 }
