@@ -141,22 +141,34 @@ async fn a_granted_secret_never_reaches_the_model_or_the_log() {
     }
     assert!(messages[2].content.contains("[redacted:WARDEN_TEST_TOKEN]"));
     let log = std::fs::read_to_string(&log_path).unwrap();
-    assert_eq!(log.lines().count(), 5, "{log}");
     assert!(
         !log.contains(TOKEN) && !log.contains("pin-5521-xyz"),
         "{log}"
     );
-    let first: Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
+    let records: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let calls: Vec<&Value> = records.iter().filter(|r| r["event"] == "call").collect();
+    assert_eq!(calls.len(), 5, "{log}");
+    // The grants in force are in the policy record the calls name, ahead of them.
+    assert_eq!(records[0]["event"], "policy", "{log}");
+    assert!(records[0].get("grants").is_some(), "{log}");
     for key in [
         "tool",
         "call_id",
         "executor",
-        "grants",
+        "policy_digest",
         "outcome",
         "duration_ms",
     ] {
-        assert!(first.get(key).is_some(), "{key} missing from {first}");
+        assert!(
+            calls[0].get(key).is_some(),
+            "{key} missing from {}",
+            calls[0]
+        );
     }
+    assert_eq!(calls[0]["policy_digest"], records[0]["policy_digest"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -275,6 +287,7 @@ async fn only_idempotent_tools_are_retried_and_only_when_transient() {
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["event"] == "call")
         .map(|v| {
             (
                 v["call_id"].as_str().unwrap().to_owned(),
