@@ -12,7 +12,7 @@ use warden_core::{
     Backend, ByteSize, Capabilities, Loaded, LoadedTool, NetHosts, Paths, Policy, PolicyError,
     Reach, Report, ReportLine, ToolSpec,
 };
-use warden_net::{Egress, Gate, Resolver};
+use warden_net::{Egress, Gate};
 
 /// Loads `kind = "docker"` policies; every tool shares one engine connection. Clones share it.
 #[derive(Clone)]
@@ -27,13 +27,6 @@ impl DockerBackend {
             engine: Arc::new(engine),
             egress: Egress::default(),
         }
-    }
-
-    /// Resolves the hosts that tools' gates dial with `resolver` (the system's, unless
-    /// overridden).
-    pub fn resolver(mut self, resolver: Resolver) -> Self {
-        self.egress = self.egress.with_resolver(resolver);
-        self
     }
 
     /// Reaches out for tools' gates as `egress` says (resolver, upstream roots).

@@ -16,7 +16,7 @@ use std::net::TcpListener;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use warden_core::{Status, ToolMessage};
-use warden_test_support::servers::{HttpServer, PackageIndex, TlsServer};
+use warden_test_support::servers::{HttpServer, PackageIndex, TlsServer, accepted};
 
 /// The destinations the call was refused, from its message.
 fn denied(m: &ToolMessage) -> Vec<String> {
@@ -33,18 +33,6 @@ fn denied(m: &ToolMessage) -> Vec<String> {
 
 fn granted(port: u16) -> String {
     format!("net = [\"api.test:{port}\", \"127.0.0.1:{port}\"]")
-}
-
-/// Whether the listener got a connection within a moment.
-fn accepted(listener: &TcpListener) -> bool {
-    listener.set_nonblocking(true).unwrap();
-    for _ in 0..20 {
-        if listener.accept().is_ok() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    false
 }
 
 #[tokio::test]

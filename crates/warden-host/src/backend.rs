@@ -9,7 +9,7 @@ use warden_core::{
     Backend, BoxFuture, ByteSize, Capabilities, HumanDuration, Loaded, LoadedTool, NetHosts, Paths,
     Policy, PolicyError, Probe, Reach, Report, ReportLine, ToolSpec,
 };
-use warden_net::{Egress, Gate, Resolver};
+use warden_net::{Egress, Gate};
 
 /// Loads `kind = "host"` policies; every tool starts its calls through `helper`.
 #[derive(Debug, Clone)]
@@ -24,13 +24,6 @@ impl HostBackend {
             helper,
             egress: Egress::default(),
         }
-    }
-
-    /// Resolves the hosts that tools' gates dial with `resolver` (the system's, unless
-    /// overridden).
-    pub fn resolver(mut self, resolver: Resolver) -> Self {
-        self.egress = self.egress.with_resolver(resolver);
-        self
     }
 
     /// Reaches out for tools' gates as `egress` says (resolver, upstream roots).

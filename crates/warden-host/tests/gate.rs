@@ -16,8 +16,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use warden_core::SessionId;
 use warden_host::{Helper, HostBackend};
-use warden_net::Resolver;
-use warden_test_support::servers::{HttpServer, PackageIndex, TlsServer};
+use warden_net::{Egress, Resolver};
+use warden_test_support::servers::{HttpServer, PackageIndex, TlsServer, accepted};
 
 /// A host backend that resolves the test names to 127.0.0.1.
 fn resolving() -> HostBackend {
@@ -26,7 +26,9 @@ fn resolving() -> HostBackend {
         program: env!("CARGO_BIN_EXE_warden-host-helper").into(),
         args: Vec::new(),
     })
-    .resolver(Resolver::with_overrides(names.iter().map(|n| format!("{n}:127.0.0.1"))).unwrap())
+    .egress(Egress::new(
+        Resolver::with_overrides(names.iter().map(|n| format!("{n}:127.0.0.1"))).unwrap(),
+    ))
 }
 
 /// A bash tool granted `net`, with python's and curl's folders on PATH.
@@ -36,18 +38,6 @@ fn bash(net: &str, extra: &str) -> String {
          [grants]\nenv = {{ PATH = \"/usr/bin:/bin\" }}\nnet = {net}\n[limits]\ntimeout = \"20s\"\n\
          memory = \"1GiB\"\n"
     )
-}
-
-/// Whether the listener got a connection within a moment.
-fn accepted(listener: &TcpListener) -> bool {
-    listener.set_nonblocking(true).unwrap();
-    for _ in 0..20 {
-        if listener.accept().is_ok() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    false
 }
 
 #[tokio::test]

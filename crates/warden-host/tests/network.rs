@@ -12,24 +12,13 @@ use common::*;
 use serde_json::json;
 use std::net::TcpListener;
 use std::time::Duration;
+use warden_test_support::servers::accepted;
 
 fn bash(extra: &str) -> String {
     format!(
         "[executor]\nkind = \"host\"\nname = \"bash\"\nargv = [\"/bin/bash\", \"-c\", \"{{command}}\"]\n{extra}\n\
          [grants]\nenv = {{ PATH = \"/usr/bin:/bin\" }}\n[limits]\ntimeout = \"10s\"\n"
     )
-}
-
-/// Whether the listener got a connection within a moment.
-fn accepted(listener: &TcpListener) -> bool {
-    listener.set_nonblocking(true).unwrap();
-    for _ in 0..20 {
-        if listener.accept().is_ok() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    false
 }
 
 #[tokio::test]

@@ -110,10 +110,7 @@ impl Credentials {
         if self.is_empty() {
             return Ok(None);
         }
-        let mut bundle = SYSTEM_BUNDLES
-            .iter()
-            .find_map(|path| std::fs::read_to_string(path).ok())
-            .unwrap_or_default();
+        let mut bundle = system_roots().to_owned();
         if !bundle.is_empty() && !bundle.ends_with('\n') {
             bundle.push('\n');
         }
@@ -169,6 +166,18 @@ const SYSTEM_BUNDLES: [&str; 2] = [
     "/etc/ssl/certs/ca-certificates.crt",
     "/etc/pki/tls/certs/ca-bundle.crt",
 ];
+
+/// This machine's roots (PEM), read once: every sandbox with credentials starts its bundle
+/// with them.
+fn system_roots() -> &'static str {
+    static ROOTS: OnceLock<String> = OnceLock::new();
+    ROOTS.get_or_init(|| {
+        SYSTEM_BUNDLES
+            .iter()
+            .find_map(|path| std::fs::read_to_string(path).ok())
+            .unwrap_or_default()
+    })
+}
 
 /// The variables OpenSSL, Python's requests, curl, Node, git and pip read a bundle from.
 pub const TRUST_VARIABLES: [&str; 6] = [

@@ -319,12 +319,9 @@ impl Connection {
         let addrs = match self.gate.vet(host, port, self.scope.deadline).await {
             Ok(addrs) => addrs,
             Err(Vetting::Denied(reason)) => {
-                let why = format!("warden denied {destination}: {reason}");
-                self.scope.denials.push(Denial {
-                    destination,
-                    reason,
-                });
-                return reply(stream, "403 Forbidden", &why).await;
+                return self
+                    .deny(stream, "403 Forbidden", destination, reason)
+                    .await;
             }
             Err(Vetting::Unresolved(why)) => return reply(stream, "502 Bad Gateway", &why).await,
         };
@@ -430,17 +427,14 @@ impl Connection {
         let mut origin = match connector.connect(name, upstream).await {
             Ok(origin) => origin,
             Err(e) => {
-                let destination = format!("connect {host}:{port}");
                 let reason = format!(
                     "the TLS connection to {host}:{port} failed ({e}): warden sends a \
                      credential only to a server whose certificate it verifies"
                 );
-                let why = format!("warden denied {destination}: {reason}");
-                self.scope.denials.push(Denial {
-                    destination,
-                    reason,
-                });
-                return reply(&mut sandbox, "502 Bad Gateway", &why).await;
+                let destination = format!("connect {host}:{port}");
+                return self
+                    .deny(&mut sandbox, "502 Bad Gateway", destination, reason)
+                    .await;
             }
         };
         let head_by = (Instant::now() + HEAD_WAIT).min(self.scope.deadline);
@@ -465,17 +459,14 @@ impl Connection {
         let n = match origin.read(&mut first).await {
             Ok(n) => n,
             Err(e) => {
-                let destination = format!("connect {host}:{port}");
                 let reason = format!(
                     "{host}:{port} ended the TLS session before answering ({e}); a server that \
                      demands a client certificate gets none from warden"
                 );
-                let why = format!("warden denied {destination}: {reason}");
-                self.scope.denials.push(Denial {
-                    destination,
-                    reason,
-                });
-                return reply(&mut sandbox, "502 Bad Gateway", &why).await;
+                let destination = format!("connect {host}:{port}");
+                return self
+                    .deny(&mut sandbox, "502 Bad Gateway", destination, reason)
+                    .await;
             }
         };
         if sandbox.write_all(&first[..n]).await.is_err() {
@@ -490,6 +481,24 @@ impl Connection {
             &self.counts,
         )
         .await;
+    }
+}
+
+impl Connection {
+    /// A refusal: the command's denial, and an answer with `status` and warden's reason.
+    async fn deny(
+        &self,
+        stream: &mut (impl AsyncWrite + Unpin),
+        status: &str,
+        destination: String,
+        reason: String,
+    ) {
+        let why = format!("warden denied {destination}: {reason}");
+        self.scope.denials.push(Denial {
+            destination,
+            reason,
+        });
+        reply(stream, status, &why).await;
     }
 }
 

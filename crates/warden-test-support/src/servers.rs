@@ -78,9 +78,22 @@ fn serve(stream: TcpStream, seen: &Mutex<Vec<String>>) {
     );
 }
 
+/// Whether `listener` got a connection within half a second: a reach, for tests that must
+/// see none.
+pub fn accepted(listener: &TcpListener) -> bool {
+    listener.set_nonblocking(true).unwrap();
+    for _ in 0..20 {
+        if listener.accept().is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    false
+}
+
 /// The request head on `stream`, up to the blank line (or what came before the peer stopped).
-fn read_head(stream: &TcpStream) -> String {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
+fn read_head(stream: impl Read) -> String {
+    let mut reader = BufReader::new(stream);
     let mut head = String::new();
     loop {
         let mut line = String::new();
@@ -188,15 +201,7 @@ impl TlsServer {
                         return;
                     };
                     let mut tls = rustls::StreamOwned::new(conn, stream);
-                    let mut reader = BufReader::new(&mut tls);
-                    let mut head = String::new();
-                    loop {
-                        let mut line = String::new();
-                        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                            break;
-                        }
-                        head.push_str(&line);
-                    }
+                    let head = read_head(&mut tls);
                     if head.is_empty() {
                         return;
                     }

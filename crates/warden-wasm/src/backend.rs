@@ -15,7 +15,7 @@ use warden_core::{
     Backend, Capabilities, Loaded, LoadedTool, NetHosts, Paths, Policy, PolicyError, Reach, Report,
     ReportLine, Support, ToolSpec,
 };
-use warden_net::{Egress, Resolver};
+use warden_net::Egress;
 use wasmtime::component::Linker;
 
 /// Called before a component is compiled (a slow step worth telling a person about).
@@ -35,12 +35,6 @@ impl WasmBackend {
             on_compile: Arc::new(|_| {}),
             egress: Egress::default(),
         }
-    }
-
-    /// Resolves tools' HTTP hosts with `resolver` (the system's, unless overridden).
-    pub fn resolver(mut self, resolver: Resolver) -> Self {
-        self.egress = self.egress.with_resolver(resolver);
-        self
     }
 
     /// Reaches out for tools as `egress` says (resolver, upstream roots).

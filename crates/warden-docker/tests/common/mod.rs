@@ -81,7 +81,7 @@ pub(crate) async fn harness_in(image: Image) -> Option<Harness> {
     }
     Some(Harness {
         dir: tempfile::tempdir().expect("a temp dir"),
-        backend: DockerBackend::new(engine).resolver(test_names()),
+        backend: DockerBackend::new(engine).egress(warden_net::Egress::new(test_names())),
         id,
         image,
     })

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use warden_core::{Dispatcher, Protected, ToolCall, ToolMessage, Toolbox, ToolboxError};
-use warden_net::Resolver;
+use warden_net::{Egress, Resolver};
 use warden_wasm::{Artifacts, WasmBackend};
 
 pub(crate) use warden_test_support::guests::{root, wasm};
@@ -92,7 +92,8 @@ impl Bench {
     }
 
     pub(crate) fn load(&self) -> Result<Toolbox, ToolboxError> {
-        let backend = WasmBackend::new(self.artifacts.clone()).resolver(self.resolver.clone());
+        let backend =
+            WasmBackend::new(self.artifacts.clone()).egress(Egress::new(self.resolver.clone()));
         let protected = [
             Protected {
                 what: "the toolbox",
