@@ -5,6 +5,8 @@
    MCP SDK client (`ClientSession.call_tool`; for `add` it also checks the structured result
    against the output schema, `noop` has none) and, for `add`, from a bare client writing JSON
    lines, which shows what the server itself costs.
+   Beside it, the floor: the same bare client against a trivial Python server that answers
+   each line with a canned result (what echoing JSON costs, nothing sandboxed).
 2. Process start to the first `tools/call` answer with the compiled components cached: median
    of --starts starts, the bare client writing initialize, initialized and tools/call at once.
 
@@ -66,8 +68,28 @@ async def sdk_round_trips(binary, env, calls, tool):
     return times
 
 
-def start_raw(binary, env):
-    return subprocess.Popen([str(binary), "serve"], env={**os.environ, **env},
+# The floor: reads a JSON line, answers it with the result warden gives `add(1, 2)`.
+TRIVIAL_SERVER = r"""
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m:
+        continue
+    if m["method"] == "initialize":
+        result = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "trivial", "version": "0"}}
+    else:
+        a = m["params"]["arguments"]
+        n = a["a"] + a["b"]
+        result = {"content": [{"type": "text", "text": str(n)}],
+                  "structuredContent": {"result": n}, "isError": False}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": result}) + "\n")
+    sys.stdout.flush()
+"""
+
+
+def start_raw(command, env):
+    return subprocess.Popen(command, env={**os.environ, **env},
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL)
 
@@ -87,8 +109,8 @@ def receive(proc, id):
             return message
 
 
-def raw_round_trips(binary, env, calls):
-    proc = start_raw(binary, env)
+def raw_round_trips(command, env, calls):
+    proc = start_raw(command, env)
     send(proc, INIT)
     receive(proc, 1)
     send(proc, INITIALIZED)
@@ -110,7 +132,7 @@ def starts(binary, env, count):
     times = []
     for _ in range(count):
         start = time.perf_counter()
-        proc = start_raw(binary, env)
+        proc = start_raw([str(binary), "serve"], env)
         send(proc, INIT)
         send(proc, INITIALIZED)
         send(proc, ADD)
@@ -144,7 +166,11 @@ def main():
         for tool in ("add", "noop"):
             times = anyio.run(sdk_round_trips, binary, env, args.calls, tool)
             summary(f"round trip, Python SDK call_tool({tool})", times)
-        summary("round trip, bare JSON-lines client", raw_round_trips(binary, env, args.calls))
+        warden = raw_round_trips([str(binary), "serve"], env, args.calls)
+        floor = raw_round_trips([sys.executable, "-c", TRIVIAL_SERVER], env, args.calls)
+        summary("round trip, bare JSON-lines client", warden)
+        summary("the floor: same client, trivial Python server", floor)
+        print(f"{'warden / floor (medians)':<44} {statistics.median(warden) / statistics.median(floor):.2f}x")
         summary("start to first tools/call answer (cached)", starts(binary, env, args.starts))
 
 

@@ -132,6 +132,7 @@ pub(crate) fn demo(ctx: &Warden, root: Option<&Path>) -> Result<ExitCode> {
         docker: ctx.docker.clone(),
         host: ctx.host.clone(),
         on_compile: ctx.on_compile.clone(),
+        workload: ctx.workload,
     };
     let mut toolbox: Toolbox = ctx.load()?;
     let backend = ctx.wasm();

@@ -46,7 +46,7 @@ use warden_core::{Admission, Backend, CallLog, Protected, Rotation, Toolbox, Too
 use warden_docker::{DockerBackend, Engine};
 use warden_host::{Helper, HostBackend};
 use warden_net::{Egress, Resolver};
-use warden_wasm::{Artifacts, CompileHook, WasmBackend};
+use warden_wasm::{Artifacts, CompileHook, WasmBackend, Workload};
 
 pub use warden_core::{
     Decision, Dispatcher, ErrorKind, Reviewer, RunLimits, Status, ToolCall, ToolError, ToolMessage,
@@ -97,6 +97,8 @@ pub struct Warden {
     pub host: HostBackend,
     /// Called before a component is compiled.
     pub on_compile: CompileHook,
+    /// What the WebAssembly engine is sized for.
+    pub workload: Workload,
 }
 
 /// Chooses warden's places; [`Builder::build`] fills in the defaults.
@@ -108,6 +110,7 @@ pub struct Builder {
     call_log_rotation: Rotation,
     egress: Egress,
     on_compile: CompileHook,
+    workload: Workload,
 }
 
 impl Builder {
@@ -154,6 +157,12 @@ impl Builder {
         self
     }
 
+    /// What the WebAssembly engine is sized for [default: a server's many calls].
+    pub fn workload(mut self, workload: Workload) -> Self {
+        self.workload = workload;
+        self
+    }
+
     pub fn build(self) -> Result<Warden, Error> {
         let home = match self.home {
             Some(h) => h,
@@ -172,6 +181,7 @@ impl Builder {
             docker: DockerBackend::new(Engine::from_env()),
             host: HostBackend::new(Helper::this_program(&[HOST_HELPER_ARG])),
             on_compile: self.on_compile,
+            workload: self.workload,
         })
     }
 }
@@ -187,6 +197,7 @@ impl Warden {
             call_log_rotation: Rotation::default(),
             egress: Egress::default(),
             on_compile: Arc::new(|_| {}),
+            workload: Workload::default(),
         }
     }
 
@@ -210,6 +221,7 @@ impl Warden {
         WasmBackend::new(self.artifacts.clone())
             .on_compile(self.on_compile.clone())
             .egress(self.egress.clone())
+            .workload(self.workload)
     }
 
     /// Every backend this build has: a new executor kind is one more line here.

@@ -209,13 +209,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
         max_bytes: cli.call_log_max_size.0,
         keep: cli.call_log_keep,
     };
-    let ctx = context::warden(
+    let mut ctx = context::warden(
         cli.toolbox,
         cli.home,
         cli.cache,
         (cli.call_log, rotation),
         egress,
     )?;
+    // Commands that make one call or none do not set up a pool sized for a server's calls.
+    if !matches!(
+        cli.command,
+        Command::Run { .. } | Command::Serve(_) | Command::Agent(_) | Command::Demo { .. }
+    ) {
+        ctx.workload = warden_wasm::Workload::OneShot;
+    }
     match cli.command {
         Command::Add(args) => add::add(&ctx, args),
         Command::Pin { targets } => add::pin(&ctx, &targets),

@@ -578,3 +578,33 @@ fn the_call_log_rotates_and_stays_compact() {
         }
     }
 }
+
+#[test]
+fn a_trap_carries_the_guest_backtrace_and_never_warden_s_whatever_rust_backtrace_says() {
+    let env = Env::new();
+    std::fs::write(
+        env.toolbox().join("hostile.toml"),
+        format!(
+            "[executor]\nkind = \"wasm\"\ncomponent = {:?}\n",
+            path_str(&wasm("hostile"))
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["call", "boom", r#"{"message": "kaboom"}"#])
+        .env("WARDEN_TOOLBOX", env.toolbox())
+        .env("WARDEN_HOME", env.dir.path().join("home"))
+        .env("RUST_BACKTRACE", "1")
+        .env("RUST_LIB_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let message = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(message["error"]["kind"], "trap");
+    let error = message["error"]["details"]["error"].as_str().unwrap();
+    assert!(error.contains("wasm backtrace"), "{error}");
+    assert!(
+        !error.contains("Stack backtrace"),
+        "a host backtrace: {error}"
+    );
+}

@@ -18,6 +18,11 @@ use warden_core::Capped;
 use warden_core::ToolError;
 use warden_net::{Credentials, Gate, Proxy, Scope, Traffic};
 
+/// How often, and how far apart, a SIGKILLed container's OOM flag is asked for again: the
+/// engine's OOM event trails the exit by a few milliseconds under load.
+const OOM_FLAG_TRIES: u32 = 10;
+const OOM_FLAG_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// A container that is removed (killed first if running) when this is dropped.
 pub(crate) struct Container {
     docker: Docker,
@@ -103,8 +108,22 @@ impl Container {
             Some(Err(e)) => return Err(engine.failure("wait for a container", &e)),
             None => -1,
         };
-        let oom = code == 137 && self.oom_killed().await;
+        let oom = code == 137 && self.oom_killed_after_exit().await;
         Ok((code, oom))
+    }
+
+    /// Whether a container that died of SIGKILL was killed by its memory limit. The engine
+    /// learns of the exit and of the OOM kill from two events (on cgroup v1, the kill from an
+    /// eventfd of its own), which can arrive in either order: the flag is asked again for a
+    /// short while before the answer is "no".
+    async fn oom_killed_after_exit(&self) -> bool {
+        for _ in 0..OOM_FLAG_TRIES {
+            if self.oom_killed().await {
+                return true;
+            }
+            tokio::time::sleep(OOM_FLAG_WAIT).await;
+        }
+        self.oom_killed().await
     }
 
     /// The pid of its first process, as this machine sees it, while it runs.

@@ -8,9 +8,12 @@
 //!   an `InstancePre`; per call a fresh `Store` with a minimal `WasiCtx`, `instantiate_async`,
 //!   `Func::call_async` with `Val`s.
 //! - `raw_wasmtime_fresh_instance/on_demand`: the same with the default allocator.
-//! - `raw_wasmtime_fresh_instance/warden_config`: the floor on warden's engine settings (epoch
-//!   interruption, warden's pool sizes) and warden's per-store setup (memory limiter, epoch
-//!   deadline callback), to tell engine costs from warden's own.
+//! - `raw_wasmtime_fresh_instance/warden_config`: the floor on warden's engine settings
+//!   (`warden_wasm::engine_config`: epoch interruption, the tuned pool) and warden's per-store
+//!   setup (memory limiter, epoch deadline callback), to tell engine costs from warden's own.
+//! - `raw_wasmtime_fresh_instance/fastest`: warden's tuned pool without epochs or store setup.
+//! - `raw_wasmtime_batch_1000/{warden_config,fastest}`: 1,000 of those calls as concurrent
+//!   tasks, the floor of a batch.
 //! - `warden_executor`: `Dispatcher::call` from outside the runtime (`block_on`), the way the
 //!   CLI calls: JSON parsing, argument checking, permits, the deadline, a task in a `JoinSet`.
 //! - `warden_executor_in_runtime`: the same loop run inside a runtime task, the way an agent
@@ -121,9 +124,11 @@ enum RawKind {
     Pooling,
     /// Default on-demand allocator.
     OnDemand,
-    /// warden's engine settings and per-store setup (crates/warden-wasm/src/engine.rs and
-    /// sandbox.rs), repeated here because they are private.
+    /// warden's engine settings (`engine_config`) and per-store setup (sandbox.rs: memory
+    /// limiter, epoch deadline callback, repeated here because they are private).
     WardenConfig,
+    /// warden's tuned pool without epoch interruption or per-store setup.
+    Fastest,
 }
 
 struct RawSetup {
@@ -142,18 +147,11 @@ fn raw_config(kind: RawKind) -> Config {
             ));
         }
         RawKind::OnDemand => {}
-        RawKind::WardenConfig => {
-            let mut pool = PoolingAllocationConfig::new();
-            pool.total_component_instances(1000)
-                .total_core_instances(1000)
-                .total_memories(1000)
-                .total_tables(1000)
-                .total_stacks(1000)
-                .max_memory_size(warden_wasm::MAX_MEMORY as usize)
-                .max_memories_per_component(32)
-                .max_core_instances_per_component(64);
-            cfg.epoch_interruption(true)
-                .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        RawKind::WardenConfig => cfg = warden_wasm::engine_config(warden_wasm::Workload::Server),
+        RawKind::Fastest => {
+            // warden's pool without epoch interruption: what wasmtime costs at best here.
+            cfg = warden_wasm::engine_config(warden_wasm::Workload::Server);
+            cfg.epoch_interruption(false);
         }
     }
     cfg
@@ -298,16 +296,21 @@ fn calls(c: &mut Criterion) {
     let mut group = c.benchmark_group("calls");
     group.throughput(Throughput::Elements(1));
 
+    let mut raw_batch_setups = Vec::new();
     for (kind, name) in [
         (RawKind::Pooling, "pooling"),
         (RawKind::OnDemand, "on_demand"),
         (RawKind::WardenConfig, "warden_config"),
+        (RawKind::Fastest, "fastest"),
     ] {
-        let setup = raw_setup(kind, tmp.path());
+        let setup = Arc::new(raw_setup(kind, tmp.path()));
         assert_eq!(rt.block_on(raw_call(&setup)), 3);
         group.bench_function(BenchmarkId::new("raw_wasmtime_fresh_instance", name), |b| {
             b.to_async(&rt).iter(|| raw_call(&setup));
         });
+        if matches!(kind, RawKind::WardenConfig | RawKind::Fastest) {
+            raw_batch_setups.push((setup, name));
+        }
     }
 
     let warden = warden_setup();
@@ -356,6 +359,21 @@ fn calls(c: &mut Criterion) {
         check(&m);
     }
     group.throughput(Throughput::Elements(BATCH as u64));
+    // The batch floor: the same 1,000 fresh instances as tasks on the runtime, nothing else.
+    for (setup, name) in &raw_batch_setups {
+        group.bench_function(BenchmarkId::new("raw_wasmtime_batch_1000", name), |b| {
+            b.to_async(&rt).iter(|| async {
+                let mut set = tokio::task::JoinSet::new();
+                for _ in 0..BATCH {
+                    let setup = setup.clone();
+                    set.spawn(async move { raw_call(&setup).await });
+                }
+                while let Some(n) = set.join_next().await {
+                    assert_eq!(n.expect("the raw call's task runs"), 3);
+                }
+            });
+        });
+    }
     group.bench_function("warden_batch_1000", |b| {
         b.to_async(&rt)
             .iter(|| async { black_box(dispatcher.dispatch(batch.clone()).await) });

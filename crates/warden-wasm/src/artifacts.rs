@@ -2,12 +2,15 @@
 //!
 //! The store holds `<sha256>.wasm`, verified once when stored. The cache holds
 //! `<sha256>-<engine key>.cwasm`, which only warden writes, so a second process deserialises
-//! instead of compiling.
+//! instead of compiling, and `stamps/`: what each hashed source file looked like, so an
+//! unchanged 18 MB component is not hashed again on every start (~9 ms).
 
 use crate::engine::compatibility_key;
 use sha2::{Digest, Sha256};
 use std::io::Read;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
@@ -54,7 +57,92 @@ pub fn sha256_file(path: &Path) -> Result<String, ArtifactError> {
     Ok(hex::encode(hasher.finalize()))
 }
 
+/// A file as it was when hashed. A changed file cannot keep its stamp: every write moves
+/// its change time (`ctime`), which no one can set back.
+#[derive(Debug, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+impl Stamp {
+    fn of(meta: &std::fs::Metadata) -> Stamp {
+        let ns = |secs: i64, nanos: i64| i128::from(secs) * 1_000_000_000 + i128::from(nanos);
+        Stamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
+            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    fn line(&self, sha: &str) -> String {
+        let Stamp {
+            dev,
+            ino,
+            len,
+            mtime_ns,
+            ctime_ns,
+        } = self;
+        format!("{sha} {dev} {ino} {len} {mtime_ns} {ctime_ns}\n")
+    }
+}
+
+/// Seconds since its last change before a file is stamped: a file changed within the clock
+/// tick it was hashed in could change again and keep its change time, so it is hashed again
+/// on every load until it is older.
+const SETTLED_SECS: u64 = 2;
+
 impl Artifacts {
+    /// The sha256 of `source`: from its stamp when the file is exactly as it was when last
+    /// hashed, else hashed now (and stamped once it has settled).
+    pub fn sha256_stamped(&self, source: &Path) -> Result<String, ArtifactError> {
+        let read_err = |source_err| ArtifactError::Read {
+            path: source.to_owned(),
+            source: source_err,
+        };
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let meta = std::fs::metadata(source).map_err(read_err)?;
+        let stamp = Stamp::of(&meta);
+        let file = self.stamp_file(source);
+        if let Ok(text) = std::fs::read_to_string(&file)
+            && let Some((sha, _)) = text.split_once(' ')
+            && sha.len() == 64
+            && sha.bytes().all(|b| b.is_ascii_hexdigit())
+            && text == stamp.line(sha)
+        {
+            return Ok(sha.to_owned());
+        }
+        let sha = sha256_file(source)?;
+        let settled = u64::try_from(meta.ctime()).is_ok_and(|changed| changed + SETTLED_SECS < now);
+        // Nor may it have changed while it was hashed.
+        let unchanged = std::fs::metadata(source).is_ok_and(|m| Stamp::of(&m) == stamp);
+        if settled && unchanged {
+            let written = write_atomic(
+                &self.cache.join("stamps"),
+                &file,
+                stamp.line(&sha).as_bytes(),
+            );
+            if let Err(e) = written {
+                tracing::warn!("cannot stamp {}: {e}", source.display());
+            }
+        }
+        Ok(sha)
+    }
+
+    /// Where the stamp of `source` is kept: named by the hash of its absolute path.
+    fn stamp_file(&self, source: &Path) -> PathBuf {
+        let absolute = std::path::absolute(source).unwrap_or_else(|_| source.to_owned());
+        let name = hex::encode(&Sha256::digest(absolute.as_os_str().as_encoded_bytes())[..16]);
+        self.cache.join("stamps").join(name)
+    }
+
     /// The stored copy of a component, if it is there.
     pub fn stored(&self, sha: &str) -> PathBuf {
         self.store.join(format!("{sha}.wasm"))
@@ -152,4 +240,44 @@ fn write_atomic(dir: &Path, dest: &Path, bytes: &[u8]) -> Result<(), ArtifactErr
         source,
     })?;
     rename(&tmp, dest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stamp_spares_the_hash_of_an_unchanged_file_and_no_changed_file_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let artifacts = Artifacts {
+            store: dir.path().join("store"),
+            cache: dir.path().join("cache"),
+        };
+        let source = dir.path().join("tool.wasm");
+        std::fs::write(&source, b"first").unwrap();
+        let first = sha256_file(&source).unwrap();
+        assert_eq!(artifacts.sha256_stamped(&source).unwrap(), first);
+        assert!(
+            !artifacts.stamp_file(&source).exists(),
+            "a file changed a moment ago is not stamped"
+        );
+        std::thread::sleep(std::time::Duration::from_secs(SETTLED_SECS + 1));
+        assert_eq!(artifacts.sha256_stamped(&source).unwrap(), first);
+        let stamp = artifacts.stamp_file(&source);
+        assert!(stamp.is_file(), "a settled file is stamped");
+        assert_eq!(artifacts.sha256_stamped(&source).unwrap(), first);
+
+        // Rewritten in place, same length: the change time moves, the stamp no longer fits.
+        std::fs::write(&source, b"other").unwrap();
+        assert_eq!(
+            artifacts.sha256_stamped(&source).unwrap(),
+            sha256_file(&source).unwrap()
+        );
+        // A damaged stamp is no stamp.
+        std::fs::write(&stamp, "short 1 2 3 4 5\n").unwrap();
+        assert_eq!(
+            artifacts.sha256_stamped(&source).unwrap(),
+            sha256_file(&source).unwrap()
+        );
+    }
 }

@@ -1,9 +1,9 @@
 //! The wasm backend: turns a policy into tools, one per exported function.
 
-use crate::artifacts::{ArtifactError, Artifacts, sha256_file};
+use crate::artifacts::{ArtifactError, Artifacts};
 use crate::config::WasmConfig;
 use crate::docs::WitDocs;
-use crate::engine::{self, Flavor, MAX_MEMORY};
+use crate::engine::{self, Flavor, MAX_MEMORY, Workload};
 use crate::exports::{Export, exports};
 use crate::sandbox::CallState;
 use crate::schema::{params_schema, type_schema};
@@ -26,6 +26,7 @@ pub struct WasmBackend {
     artifacts: Artifacts,
     on_compile: CompileHook,
     egress: Egress,
+    workload: Workload,
 }
 
 impl WasmBackend {
@@ -34,7 +35,14 @@ impl WasmBackend {
             artifacts,
             on_compile: Arc::new(|_| {}),
             egress: Egress::default(),
+            workload: Workload::default(),
         }
+    }
+
+    /// Sizes the engine for `workload` [default: a server's].
+    pub fn workload(mut self, workload: Workload) -> Self {
+        self.workload = workload;
+        self
     }
 
     /// Reaches out for tools as `egress` says (resolver, upstream roots).
@@ -66,7 +74,7 @@ impl WasmBackend {
             Some(pin) => {
                 let stored = self.artifacts.stored(&pin.value);
                 if source.is_file() {
-                    let actual = sha256_file(source).map_err(artifact)?;
+                    let actual = self.artifacts.sha256_stamped(source).map_err(artifact)?;
                     if actual != pin.value {
                         return Err(err(
                             pin.line,
@@ -108,7 +116,7 @@ impl WasmBackend {
                         ),
                     ));
                 }
-                let sha = sha256_file(source).map_err(artifact)?;
+                let sha = self.artifacts.sha256_stamped(source).map_err(artifact)?;
                 Ok((source.clone(), sha))
             }
         }
@@ -141,7 +149,7 @@ impl Backend for WasmBackend {
             .chain(policy.functions.values().map(|f| &f.limits))
             .any(|l| l.fuel.is_some());
         let flavor = if fuel { Flavor::Fuel } else { Flavor::Plain };
-        let engine = engine::engine(flavor).map_err(|e| err(None, e.to_string()))?;
+        let engine = engine::engine(flavor, self.workload).map_err(|e| err(None, e.to_string()))?;
         let (wasm, sha) = self.resolve(policy, cfg)?;
         let component = self
             .artifacts

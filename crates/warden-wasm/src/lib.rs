@@ -18,4 +18,4 @@ pub mod value;
 pub use artifacts::{ArtifactError, Artifacts, sha256_file};
 pub use backend::{CompileHook, WasmBackend};
 pub use config::WasmConfig;
-pub use engine::{EPOCH_TICK, MAX_MEMORY};
+pub use engine::{EPOCH_TICK, MAX_MEMORY, Workload, engine_config};
