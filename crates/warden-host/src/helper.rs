@@ -60,14 +60,14 @@ pub fn main() -> ! {
     let mut reports = unsafe { File::from_raw_fd(REPORT_FD) };
     // SAFETY: fd 0 stays open; ManuallyDrop keeps this File from closing it.
     let stdin = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(0) });
-    let code =
-        match read_frame(&*stdin).and_then(|(sandbox, _)| run(&sandbox, &stdin, &mut reports)) {
-            Ok(code) => code,
-            Err(f) => {
-                fail(&mut reports, f);
-                SETUP_FAILED
-            }
-        };
+    let code = match read_frame(&stdin).and_then(|(sandbox, _)| run(&sandbox, &stdin, &mut reports))
+    {
+        Ok(code) => code,
+        Err(f) => {
+            fail(&mut reports, f);
+            SETUP_FAILED
+        }
+    };
     std::process::exit(code)
 }
 
@@ -200,6 +200,9 @@ fn run(sandbox: &Sandbox, stdin: &File, reports: &mut File) -> Result<i32, Failu
     };
     let child = match child {
         Ok(pid) => {
+            // Only `init` reads: with it gone, a call larger than the pipe fails rather than
+            // blocks.
+            drop(go_read);
             let mapped = if root {
                 map_user(
                     pid,
@@ -265,7 +268,7 @@ fn run(sandbox: &Sandbox, stdin: &File, reports: &mut File) -> Result<i32, Failu
             )));
         }
     };
-    drop((go_read, go_write));
+    drop(go_write);
     if sandbox.gate {
         // `init` holds its own copy; warden must see the socket close if `init` dies early.
         let _ = nix::unistd::close(crate::plan::GATE_FD);

@@ -1,5 +1,10 @@
 //! Sandboxes prepared ahead: each serves one call and is never reused, a call's deadline
 //! counts from the call, and a dropped tool leaves no helper behind.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
 
 mod common;
 
