@@ -1,8 +1,11 @@
 //! `true` per call: a plain spawn, the same spawn with piped output read to the end (what
 //! the executor does around the helper), a call through the host policy, fully confined in a
-//! fresh process tree, and a command in a host session (one confined shell for all of them).
+//! fresh process tree — its sandbox set up on the call's path (no preparation: the path before
+//! sandboxes were prepared ahead) and prepared ahead — and a command in a host session (one
+//! confined shell for all of them). Then batches of 200 calls: wall and CPU per call at the
+//! margin, beside a batch of plain spawns.
 //! Not a test and not in CI: `cargo bench -p warden-host --bench latency` (scripts/bench-host).
-//! Prints one markdown table; the difference of the piped spawn and the per-call policy is the
+//! Prints markdown tables; the difference of the piped spawn and the per-call policy is the
 //! confinement's cost, the session row what a command costs once the shell runs.
 #![allow(
     clippy::unwrap_used,
@@ -20,8 +23,9 @@ use warden_host::{Helper, HostBackend};
 
 const RUNS: usize = 200;
 
-/// A dispatcher (one session) over one host tool named `name`, with `executor` lines.
-fn dispatcher(dir: &std::path::Path, name: &str, executor: &str) -> Dispatcher {
+/// A dispatcher (one session) over one host tool named `name`, with `executor` lines, which
+/// keeps `prepared` sandboxes ahead.
+fn dispatcher(dir: &std::path::Path, name: &str, executor: &str, prepared: usize) -> Dispatcher {
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(
         &path,
@@ -31,7 +35,8 @@ fn dispatcher(dir: &std::path::Path, name: &str, executor: &str) -> Dispatcher {
     let backend = HostBackend::new(Helper {
         program: PathBuf::from(env!("CARGO_BIN_EXE_warden-host-helper")),
         args: Vec::new(),
-    });
+    })
+    .prepared(prepared);
     let policy = Policy::load(&path, &[&backend]).expect("the policy loads");
     let mut toolbox = Toolbox::default();
     toolbox
@@ -71,10 +76,13 @@ async fn piped() -> Vec<Duration> {
     times
 }
 
-async fn confined(d: &Dispatcher) -> Vec<Duration> {
+/// `true` through the host policy, one call after another; `apart` between calls (not
+/// counted), the time a model takes between turns.
+async fn confined(d: &Dispatcher, apart: Duration) -> Vec<Duration> {
     let mut times = Vec::new();
     for i in 0..=RUNS {
         let call = ToolCall::new(format!("c{i}"), "true", &json!({}));
+        tokio::time::sleep(apart).await;
         let start = Instant::now();
         let m = d.call(call).await;
         times.push(start.elapsed());
@@ -82,6 +90,64 @@ async fn confined(d: &Dispatcher) -> Vec<Duration> {
     }
     times.remove(0);
     times
+}
+
+/// CPU time of this process and its reaped descendants (every helper, `init` and command).
+fn cpu() -> Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    [UsageWho::RUSAGE_SELF, UsageWho::RUSAGE_CHILDREN]
+        .into_iter()
+        .map(|who| {
+            let u = getrusage(who).expect("getrusage");
+            let t = |tv: nix::sys::time::TimeVal| {
+                Duration::from_secs(tv.tv_sec() as u64) + Duration::from_micros(tv.tv_usec() as u64)
+            };
+            t(u.user_time()) + t(u.system_time())
+        })
+        .sum()
+}
+
+/// Wall and CPU per call of one batch of `RUNS` calls of `true`, after one call to warm up
+/// (and to leave a prepared sandbox, when the tool keeps one).
+async fn batch(d: &Dispatcher) -> (Duration, Duration) {
+    let m = d.call(ToolCall::new("warm", "true", &json!({}))).await;
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let calls = (0..RUNS)
+        .map(|i| ToolCall::new(format!("b{i}"), "true", &json!({})))
+        .collect();
+    let (start, cpu0) = (Instant::now(), cpu());
+    let answers = d.dispatch(calls).await;
+    let (wall, used) = (start.elapsed(), cpu() - cpu0);
+    for m in answers {
+        assert_eq!(m.status, Status::Success, "{}", m.content);
+    }
+    (wall / RUNS as u32, used / RUNS as u32)
+}
+
+/// The floor of a batch: `RUNS` piped spawns of `/bin/true`, 16 at a time (the dispatcher's
+/// default concurrency).
+async fn spawns_batch() -> (Duration, Duration) {
+    let gate = Arc::new(tokio::sync::Semaphore::new(16));
+    let (start, cpu0) = (Instant::now(), cpu());
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..RUNS {
+        let gate = gate.clone();
+        set.spawn(async move {
+            let _permit = gate.acquire().await.expect("open");
+            tokio::process::Command::new("/bin/true")
+                .env_clear()
+                .stdin(Stdio::null())
+                .output()
+                .await
+                .expect("true runs")
+        });
+    }
+    while let Some(out) = set.join_next().await {
+        assert!(out.expect("joined").status.success());
+    }
+    let (wall, used) = (start.elapsed(), cpu() - cpu0);
+    (wall / RUNS as u32, used / RUNS as u32)
 }
 
 /// `command` in one session's shell: the first command (which starts the shell) apart.
@@ -110,20 +176,40 @@ fn stats(times: &mut [Duration]) -> (f64, f64, f64) {
 fn main() {
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
     let dir = tempfile::tempdir().expect("a temp dir");
-    let d = dispatcher(dir.path(), "true", "argv = [\"/bin/true\"]");
+    let argv = "argv = [\"/bin/true\"]";
+    let cold = dispatcher(dir.path(), "true", argv, 0);
+    let ahead = dispatcher(dir.path(), "true", argv, warden_host::DEFAULT_PREPARED);
     let s = dispatcher(
         dir.path(),
         "sh",
         "argv = [\"/bin/sh\", \"-c\", \"{command}\"]\nsession = true",
+        0,
     );
+    let apart = Duration::from_millis(10);
     let mut plain = plain();
-    let (mut piped, mut confined, (start, mut builtin), (_, mut program)) = rt.block_on(async {
+    let (
+        mut piped,
+        mut before,
+        mut prepared,
+        mut back_to_back,
+        (start, mut builtin),
+        (_, mut program),
+    ) = rt.block_on(async {
         (
             piped().await,
-            confined(&d).await,
+            confined(&cold, apart).await,
+            confined(&ahead, apart).await,
+            confined(&ahead, Duration::ZERO).await,
             session(&s, "true").await,
             // The same dispatcher: closed above, so this is a fresh session.
             session(&s, "/bin/true").await,
+        )
+    });
+    let (floor, batch_before, batch_ahead) = rt.block_on(async {
+        (
+            spawns_batch().await,
+            batch(&cold).await,
+            batch(&ahead).await,
         )
     });
     println!("\n| `true`, {RUNS} runs | min | median | p90 |");
@@ -136,8 +222,16 @@ fn main() {
             &mut piped,
         ),
         (
-            "warden host policy: helper, namespaces, rlimits, landlock",
-            &mut confined,
+            "warden host policy, sandbox set up on the call's path (no preparation), calls 10 ms apart",
+            &mut before,
+        ),
+        (
+            "warden host policy, sandbox prepared ahead, calls 10 ms apart",
+            &mut prepared,
+        ),
+        (
+            "warden host policy, sandbox prepared ahead, calls back to back",
+            &mut back_to_back,
         ),
         (
             "warden host session: `true` (a builtin) in the session's confined shell",
@@ -152,12 +246,23 @@ fn main() {
         medians.push(median);
         println!("| {name} | {min:.0} µs | {median:.0} µs | {p90:.0} µs |");
     }
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    println!("\n| batch of {RUNS} `true`, 16 at a time | wall per call | CPU per call |");
+    println!("|---|---:|---:|");
+    for (name, (wall, used)) in [
+        ("piped spawns of `/bin/true` (the floor)", floor),
+        ("warden host policy, no preparation", batch_before),
+        ("warden host policy, sandboxes prepared ahead", batch_ahead),
+    ] {
+        println!("| {name} | {:.0} µs | {:.0} µs |", us(wall), us(used));
+    }
     println!(
-        "\nThe confinement costs {:.0} µs per call (median, host policy minus piped spawn). \
-         Starting the session's shell (its first command): {:.0} µs. \
-         Load average {} on {} cores.",
+        "\nThe confinement costs {:.0} µs per call set up on the call's path, {:.0} µs prepared \
+         ahead (median, host policy minus piped spawn). Starting the session's shell (its first \
+         command): {:.0} µs. Load average {} on {} cores.",
         medians[2] - medians[1],
-        start.as_secs_f64() * 1e6,
+        medians[3] - medians[1],
+        us(start),
         std::fs::read_to_string("/proc/loadavg")
             .ok()
             .and_then(|l| l.split_whitespace().next().map(str::to_owned))

@@ -11,11 +11,17 @@ use warden_core::{
 };
 use warden_net::{Egress, Gate};
 
+/// How many sandboxes each host tool keeps prepared ahead of its calls by default: one is
+/// enough for calls one after another (it is made up again while a call runs); a batch
+/// larger than that starts the rest on the calls' paths, as without preparation.
+pub const DEFAULT_PREPARED: usize = 1;
+
 /// Loads `kind = "host"` policies; every tool starts its calls through `helper`.
 #[derive(Debug, Clone)]
 pub struct HostBackend {
     helper: Helper,
     egress: Egress,
+    prepared: usize,
 }
 
 impl HostBackend {
@@ -23,7 +29,16 @@ impl HostBackend {
         Self {
             helper,
             egress: Egress::default(),
+            prepared: DEFAULT_PREPARED,
         }
+    }
+
+    /// Keeps `depth` sandboxes prepared ahead per host tool (not in session mode), each for
+    /// one call; 0 sets every call's sandbox up on the call's path. Idle prepared sandboxes
+    /// cost two processes and a set of namespaces each.
+    pub fn prepared(mut self, depth: usize) -> Self {
+        self.prepared = depth;
+        self
     }
 
     /// Reaches out for tools' gates as `egress` says (resolver, upstream roots).
@@ -32,8 +47,9 @@ impl HostBackend {
         self
     }
 
-    /// The tool of one host policy (the audit probes it too).
-    fn tool(&self, policy: &Policy) -> Result<HostTool, PolicyError> {
+    /// The tool of one host policy, keeping `prepared` sandboxes ahead (the audit probes one
+    /// that keeps none).
+    fn tool(&self, policy: &Policy, prepared: usize) -> Result<HostTool, PolicyError> {
         let cfg = HostConfig::from_policy(policy)?;
         let err = |m: String| PolicyError::new(&policy.path, Some(cfg.argv.line), m);
         let template = Template::parse(&cfg.argv.value).map_err(err)?;
@@ -46,8 +62,8 @@ impl HostBackend {
             cfg,
             template,
             policy.grants.clone(),
-            shell,
-            gate,
+            (shell, gate),
+            prepared,
         ))
     }
 }
@@ -62,7 +78,7 @@ impl Backend for HostBackend {
     }
 
     fn probe(&self, policy: &Arc<Policy>) -> BoxFuture<'_, Option<Result<Probe, String>>> {
-        let tool = self.tool(policy);
+        let tool = self.tool(policy, 0);
         Box::pin(async move {
             let tool = match tool {
                 Ok(t) => t,
@@ -81,7 +97,7 @@ impl Backend for HostBackend {
     }
 
     fn load(&self, policy: &Arc<Policy>) -> Result<Loaded, PolicyError> {
-        let tool = self.tool(policy)?;
+        let tool = self.tool(policy, self.prepared)?;
         let (cfg, template) = (tool.config(), tool.template());
         let limits = policy.limits_for(&cfg.name);
         let roots: Vec<String> = policy

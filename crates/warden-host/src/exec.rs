@@ -24,7 +24,7 @@ pub(crate) fn command(
     let _ = prctl::set_pdeathsig(Signal::SIGKILL);
     nix::unistd::setsid().map_err(|e| setup(format!("setsid: {e}")))?;
     let program = find_program(plan)?;
-    let limits = plan.rlimits;
+    let limits = plan.call.rlimits;
     let set = |r: Resource, soft: u64, hard: u64, name: &str| {
         setrlimit(r, soft, hard).map_err(|e| setup(format!("setting {name}: {e}")))
     };
@@ -59,10 +59,10 @@ pub(crate) fn command(
         limits.processes,
         "RLIMIT_NPROC",
     )?;
-    std::env::set_current_dir(&plan.cwd)
-        .map_err(|e| setup(format!("entering {}: {e}", plan.cwd.display())))?;
+    std::env::set_current_dir(&plan.sandbox.cwd)
+        .map_err(|e| setup(format!("entering {}: {e}", plan.sandbox.cwd.display())))?;
     // A session's shell reads its commands on the helper's stdin; anything else reads nothing.
-    if !plan.session {
+    if !plan.sandbox.session {
         let devnull = File::open("/dev/null").map_err(|e| setup(format!("/dev/null: {e}")))?;
         nix::unistd::dup2_stdin(&devnull).map_err(|e| setup(format!("stdin: {e}")))?;
     }
@@ -70,22 +70,26 @@ pub(crate) fn command(
     // Landlock opens the roots while still privileged, then the user is dropped.
     let ruleset = crate::landlock::ruleset(plan, &mut protections)?;
     if root {
-        let (uid, gid) = (Uid::from_raw(plan.uid), Gid::from_raw(plan.gid));
+        let (uid, gid) = (
+            Uid::from_raw(plan.sandbox.uid),
+            Gid::from_raw(plan.sandbox.gid),
+        );
         nix::unistd::setgroups(&[]).map_err(|e| setup(format!("setgroups: {e}")))?;
         nix::unistd::setresgid(gid, gid, gid).map_err(|e| setup(format!("setgid: {e}")))?;
         nix::unistd::setresuid(uid, uid, uid).map_err(|e| setup(format!("setuid: {e}")))?;
     }
-    if let Some(bundle) = &plan.ca_bundle {
+    if let Some(bundle) = &plan.call.ca_bundle {
         crate::helper::write_bundle(bundle, protections.private_tmp)?;
     }
     protections.user = format!("{}:{}", Uid::current(), Gid::current());
     prctl::set_no_new_privs().map_err(|e| setup(format!("no-new-privileges: {e}")))?;
     restrict(ruleset, &mut protections)?;
-    crate::seccomp::apply(plan.best_effort, &mut protections)?;
+    crate::seccomp::apply(plan.sandbox.best_effort, &mut protections)?;
     protections.rlimits = true;
-    let argv = cstrings(plan.argv.iter().map(|a| a.as_bytes()))?;
+    let argv = cstrings(plan.call.argv.iter().map(|a| a.as_bytes()))?;
     let env = cstrings(
-        plan.env
+        plan.call
+            .env
             .iter()
             .map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat()),
     )?;
@@ -102,7 +106,7 @@ pub(crate) fn command(
         Err(nix::errno::Errno::EAGAIN) => Err(setup(format!(
             "user {} already has {} processes (the policy's `processes`), counting other \
              calls' and the machine's: give this tool a `user` of its own or raise `processes`",
-            plan.uid, limits.processes
+            plan.sandbox.uid, limits.processes
         ))),
         Err(e) => Err(setup(format!("cannot execute {}: {e}", program.display()))),
         Ok(never) => match never {},
@@ -122,6 +126,7 @@ where
 /// `argv[0]` as a path, or looked up in the granted `PATH` (a shell's default when none).
 fn find_program(plan: &Plan) -> Result<PathBuf, Failure> {
     let name = plan
+        .call
         .argv
         .first()
         .ok_or_else(|| setup("an empty command line"))?;
@@ -129,6 +134,7 @@ fn find_program(plan: &Plan) -> Result<PathBuf, Failure> {
         return Ok(PathBuf::from(name));
     }
     let path = plan
+        .call
         .env
         .iter()
         .find(|(k, _)| k == "PATH")

@@ -3,15 +3,16 @@
 //! calls, so warden itself never forks; this process has one thread and may do as it likes.
 //!
 //! Three processes, from outside in:
-//! - the helper (started by warden) reads the plan, clones `init` into new namespaces and
-//!   maps its user from outside;
+//! - the helper (started by warden) reads the sandbox's part of the plan, clones `init` into
+//!   new namespaces and maps its user from outside, then (perhaps much later: a sandbox
+//!   prepared ahead) reads the call's part, starts the call's deadline and hands it to `init`;
 //! - `init`, PID 1 of the new PID namespace, dies with the helper (parent-death signal) and
 //!   reaps orphans; when the command ends, it reports and exits, and the kernel kills whatever
 //!   the command left behind;
 //! - the command ([`crate::exec`]): confined, then executed.
 
 use crate::exec::command;
-use crate::plan::{Plan, Protections, REPORT_FD, Report};
+use crate::plan::{Call, Plan, Protections, REPORT_FD, Report, Sandbox};
 use nix::sched::CloneFlags;
 use nix::sys::prctl;
 use nix::sys::resource::{UsageWho, getrusage};
@@ -20,7 +21,7 @@ use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Gid, Pid, Uid, fork};
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::FromRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 
 /// Exit code of the helper when it could not start the command (the report says why).
 pub(crate) const SETUP_FAILED: i32 = 125;
@@ -57,7 +58,10 @@ pub fn main() -> ! {
     // SAFETY: warden passes the write end of its report pipe as fd 3; nothing else here owns
     // it. If it is missing the writes fail, which only loses the reports.
     let mut reports = unsafe { File::from_raw_fd(REPORT_FD) };
-    let code = match read_plan().and_then(|plan| run(&plan, &mut reports)) {
+    // SAFETY: fd 0 stays open; ManuallyDrop keeps this File from closing it.
+    let stdin = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(0) });
+    let code = match read_frame(&stdin).and_then(|(sandbox, _)| run(&sandbox, &stdin, &mut reports))
+    {
         Ok(code) => code,
         Err(f) => {
             fail(&mut reports, f);
@@ -67,24 +71,23 @@ pub fn main() -> ! {
     std::process::exit(code)
 }
 
-/// The plan: its length, then its JSON, read unbuffered from stdin so that nothing after it
-/// (a session's commands) is taken from the shell.
-fn read_plan() -> Result<Plan, Failure> {
-    // SAFETY: fd 0 stays open; ManuallyDrop keeps this File from closing it.
-    let mut stdin = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(0) });
+/// One frame of the plan: its length, then its JSON, read unbuffered so that nothing after it
+/// (a session's commands) is taken from the shell. Also answers the frame's bytes as read.
+fn read_frame<T: serde::de::DeserializeOwned>(mut from: &File) -> Result<(T, Vec<u8>), Failure> {
     let mut len = [0u8; 4];
-    stdin
-        .read_exact(&mut len)
+    from.read_exact(&mut len)
         .map_err(|e| setup(format!("reading the plan: {e}")))?;
-    let len = u32::from_le_bytes(len) as usize;
-    if len > MAX_PLAN {
-        return Err(setup(format!("a plan of {len} bytes is too large")));
+    let size = u32::from_le_bytes(len) as usize;
+    if size > MAX_PLAN {
+        return Err(setup(format!("a plan of {size} bytes is too large")));
     }
-    let mut text = vec![0u8; len];
-    stdin
-        .read_exact(&mut text)
+    let mut framed = vec![0u8; size + 4];
+    framed[..4].copy_from_slice(&len);
+    from.read_exact(&mut framed[4..])
         .map_err(|e| setup(format!("reading the plan: {e}")))?;
-    serde_json::from_slice(&text).map_err(|e| setup(format!("a malformed plan: {e}")))
+    let value = serde_json::from_slice(&framed[4..])
+        .map_err(|e| setup(format!("a malformed plan: {e}")))?;
+    Ok((value, framed))
 }
 
 /// The largest plan the helper reads.
@@ -97,23 +100,33 @@ pub(crate) fn send(reports: &mut File, report: &Report) {
     }
 }
 
-/// Starts `init` in new namespaces and waits for it; the helper's exit code is the command's
-/// (128 + signal when killed).
-fn run(plan: &Plan, reports: &mut File) -> Result<i32, Failure> {
-    if plan.session {
-        // A session's shell lives as long as warden wants it, and no longer: should the
-        // warden thread that started the helper end, the helper is killed, and `init` with
-        // it (its own parent-death signal), which ends everything in the namespace. warden
-        // starts session helpers from a thread that ends only with its process
-        // (`crate::spawner`), so this fires when warden is gone, however it ended.
+/// The call's frame, from warden: the call's deadline starts now, whenever the sandbox was
+/// prepared. Answers the call and its frame as read, for `init`.
+fn receive_call(sandbox: &Sandbox, stdin: &File) -> Result<(Call, Vec<u8>), Failure> {
+    let (call, framed): (Call, _) = read_frame(stdin)?;
+    if !sandbox.session {
+        // Should warden die without killing us, the command still ends.
+        nix::unistd::alarm::set(call.deadline_secs.clamp(1, u32::MAX as u64) as u32);
+    }
+    Ok((call, framed))
+}
+
+/// Sets `sandbox` up — `init` cloned into new namespaces, which maps its user, mounts its
+/// `/tmp` and binds the gate — then reads the call from `stdin` and hands it to `init`, which
+/// starts the command. Waits for `init`; the helper's exit code is the command's (128 +
+/// signal when killed).
+fn run(sandbox: &Sandbox, stdin: &File, reports: &mut File) -> Result<i32, Failure> {
+    if sandbox.dies_with_warden {
+        // A session's shell, or a sandbox prepared ahead, waits as long as warden wants it,
+        // and no longer: should the warden thread that started the helper end, the helper
+        // is killed, and `init` with it (its own parent-death signal), which ends everything
+        // in the namespace. warden starts such helpers from a thread that ends only with its
+        // process (`crate::spawner`), so this fires when warden is gone, however it ended.
         prctl::set_pdeathsig(Signal::SIGKILL)
             .map_err(|e| setup(format!("parent-death signal: {e}")))?;
         if nix::unistd::getppid() == Pid::from_raw(1) {
-            return Err(setup("warden ended before the session's shell started"));
+            return Err(setup("warden ended before the sandbox was set up"));
         }
-    } else {
-        // Should warden die without killing us, the command still ends.
-        nix::unistd::alarm::set(plan.deadline_secs.clamp(1, u32::MAX as u64) as u32);
     }
     let root = Uid::effective().is_root();
     let mut protections = Protections::default();
@@ -123,40 +136,57 @@ fn run(plan: &Plan, reports: &mut File) -> Result<i32, Failure> {
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWIPC
         | CloneFlags::CLONE_NEWNS;
-    if !plan.host_network {
+    if !sandbox.host_network {
         flags |= CloneFlags::CLONE_NEWNET;
     }
+    // `init` reads one byte once its user is mapped, then the call's frame.
     let (go_read, go_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| setup(format!("pipe: {e}")))?;
+    let (go_read, mut go_write) = (File::from(go_read), File::from(go_write));
     protections.user_namespace = true;
     protections.pid_namespace = true;
-    protections.network_namespace = !plan.host_network;
+    protections.network_namespace = !sandbox.host_network;
     let mut stack = vec![0u8; 1 << 20];
     let child = {
         let (protections, go_read) = (protections.clone(), &go_read);
+        let theirs = go_write.as_raw_fd();
         let reports = &mut *reports;
         let init_in_namespaces = Box::new(move || {
+            // A prepared sandbox may wait long for its call: it must not outlive the helper.
+            // Dead before this line, the helper leaves the pipe without a writer (our copy
+            // closed), so the read below ends.
+            let _ = prctl::set_pdeathsig(Signal::SIGKILL);
+            let _ = nix::unistd::close(theirs);
             // Wait until the parent has mapped our user: until then we are nobody here.
             let mut go = [0u8; 1];
-            if nix::unistd::read(go_read, &mut go) != Ok(1) {
+            if (&*go_read).read_exact(&mut go).is_err() {
                 std::process::exit(SETUP_FAILED);
             }
             let mut protections = protections.clone();
-            if plan.tmp > 0 {
-                if let Err(f) = private_tmp(plan.tmp) {
+            if sandbox.tmp > 0 {
+                if let Err(f) = private_tmp(sandbox.tmp) {
                     fail(reports, f);
                     std::process::exit(SETUP_FAILED);
                 }
                 protections.private_tmp = true;
             }
-            if plan.gate {
+            if sandbox.gate {
                 if let Err(f) = crate::gate::open_in_namespace() {
                     fail(reports, f);
                     std::process::exit(SETUP_FAILED);
                 }
                 protections.gate = true;
             }
-            std::process::exit(init(plan, reports, protections, root))
+            // Set up: from here on this sandbox waits for its one call.
+            let plan = match read_frame(go_read) {
+                Ok((call, _)) => Plan {
+                    sandbox: sandbox.clone(),
+                    call,
+                },
+                // The helper is gone or failed, and has said so.
+                Err(_) => std::process::exit(SETUP_FAILED),
+            };
+            std::process::exit(init(&plan, reports, protections, root))
         });
         // SAFETY: this process has a single thread; the child runs on its own copy of memory.
         unsafe {
@@ -170,8 +200,16 @@ fn run(plan: &Plan, reports: &mut File) -> Result<i32, Failure> {
     };
     let child = match child {
         Ok(pid) => {
+            // Only `init` reads: with it gone, a call larger than the pipe fails rather than
+            // blocks.
+            drop(go_read);
             let mapped = if root {
-                map_user(pid, Uid::from_raw(plan.uid), Gid::from_raw(plan.gid), false)
+                map_user(
+                    pid,
+                    Uid::from_raw(sandbox.uid),
+                    Gid::from_raw(sandbox.gid),
+                    false,
+                )
             } else {
                 map_user(pid, Uid::current(), Gid::current(), true)
             };
@@ -180,25 +218,33 @@ fn run(plan: &Plan, reports: &mut File) -> Result<i32, Failure> {
                 let _ = waitpid(pid, None);
                 return Err(f);
             }
-            nix::unistd::write(&go_write, b"g").map_err(|e| setup(format!("pipe: {e}")))?;
+            go_write
+                .write_all(b"g")
+                .map_err(|e| setup(format!("pipe: {e}")))?;
             send(reports, &Report::Init { pid: pid.as_raw() });
+            // `init` gone meanwhile shows in its exit status and reports.
+            let _ = receive_call(sandbox, stdin).map(|(_, framed)| go_write.write_all(&framed));
             pid
         }
         // Net grants are kept by the namespace's gate: without one they would be the host's
         // whole network, so no best effort here.
-        Err(e) if plan.best_effort && !plan.gate => {
+        Err(e) if sandbox.best_effort && !sandbox.gate => {
             protections = Protections::default();
             protections
                 .missing
                 .push(format!("namespaces (the kernel refused them: {e})"));
-            if !plan.host_network {
+            if !sandbox.host_network {
                 protections
                     .missing
                     .push("network isolation: the host's network is reachable".into());
             }
+            let plan = Plan {
+                sandbox: sandbox.clone(),
+                call: receive_call(sandbox, stdin)?.0,
+            };
             // SAFETY: this process has a single thread.
             match unsafe { fork() }.map_err(|e| setup(format!("fork: {e}")))? {
-                ForkResult::Child => std::process::exit(init(plan, reports, protections, root)),
+                ForkResult::Child => std::process::exit(init(&plan, reports, protections, root)),
                 ForkResult::Parent { child } => {
                     send(
                         reports,
@@ -222,8 +268,8 @@ fn run(plan: &Plan, reports: &mut File) -> Result<i32, Failure> {
             )));
         }
     };
-    drop((go_read, go_write));
-    if plan.gate {
+    drop(go_write);
+    if sandbox.gate {
         // `init` holds its own copy; warden must see the socket close if `init` dies early.
         let _ = nix::unistd::close(crate::plan::GATE_FD);
     }

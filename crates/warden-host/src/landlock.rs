@@ -107,7 +107,7 @@ pub(crate) fn ruleset(
     plan: &Plan,
     protections: &mut Protections,
 ) -> Result<Option<RulesetCreated>, Failure> {
-    let Some(abi) = usable_abi(kernel_abi(), plan.best_effort, protections)? else {
+    let Some(abi) = usable_abi(kernel_abi(), plan.sandbox.best_effort, protections)? else {
         return Ok(None);
     };
     let mut rules = Ruleset::default()
@@ -120,7 +120,7 @@ pub(crate) fn ruleset(
             .map_err(|e| failed("scoping", e))?;
         protections.landlock_scoped = true;
     }
-    if abi >= ABI::V4 && !plan.host_network {
+    if abi >= ABI::V4 && !plan.sandbox.host_network {
         rules = rules
             .handle_access(make_bitflags!(AccessNet::{BindTcp | ConnectTcp}))
             .map_err(|e| failed("TCP rights", e))?;
@@ -144,7 +144,7 @@ pub(crate) fn ruleset(
             .add_rule(PathBeneath::new(fd, AccessFs::from_all(abi)))
             .map_err(|e| failed("/tmp", e))?;
     }
-    for root in &plan.roots {
+    for root in &plan.sandbox.roots {
         let fd =
             PathFd::new(&root.path).map_err(|e| failed(&root.path.display().to_string(), e))?;
         let access = if root.writable {
@@ -156,7 +156,7 @@ pub(crate) fn ruleset(
             .add_rule(PathBeneath::new(fd, access))
             .map_err(|e| failed(&root.path.display().to_string(), e))?;
     }
-    if protections.landlock_tcp_denied && plan.gate {
+    if protections.landlock_tcp_denied && plan.sandbox.gate {
         // Connects to the gate's port: in the sandbox's own namespace only the gate listens.
         created = created
             .add_rule(NetPort::new(warden_net::GATE_PORT, AccessNet::ConnectTcp))

@@ -18,12 +18,13 @@ mod gate;
 mod helper;
 mod landlock;
 mod plan;
+mod sandboxes;
 mod seccomp;
 mod session;
 mod spawner;
 mod tool;
 
-pub use backend::HostBackend;
+pub use backend::{DEFAULT_PREPARED, HostBackend};
 pub use config::{DEFAULT_FILE_SIZE, DEFAULT_OPEN_FILES, DEFAULT_PROCESSES, HostConfig, Isolation};
 pub use helper::main as helper_main;
 pub use tool::Helper;

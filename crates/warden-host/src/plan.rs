@@ -1,5 +1,5 @@
-//! What warden tells the helper (the plan, on the helper's stdin) and what the helper tells
-//! warden back (reports, one JSON line each, on file descriptor 3).
+//! What warden tells the helper (the plan, on the helper's stdin: the sandbox, then the call)
+//! and what the helper tells warden back (reports, one JSON line each, on file descriptor 3).
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -14,13 +14,18 @@ pub(crate) const GATE_FD: i32 = 4;
 /// over HTTPS.
 pub(crate) const CA_BUNDLE: &str = "/tmp/.warden-ca-bundle.pem";
 
-/// Everything the helper needs to start one command, confined.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// Everything the helper needs to start one command, confined: the sandbox, then the call.
+#[derive(Debug, Clone)]
 pub(crate) struct Plan {
-    /// The command line; `argv[0]` is a path, or a name looked up in the granted `PATH`.
-    pub argv: Vec<String>,
-    /// The whole environment of the command: the grants, nothing else.
-    pub env: Vec<(String, String)>,
+    pub sandbox: Sandbox,
+    pub call: Call,
+}
+
+/// The helper's first frame: what a sandbox is, whichever call it serves. The helper sets it
+/// up (namespaces, user mapping, private `/tmp`, the gate) before it reads the [`Call`], so a
+/// sandbox can be prepared ahead of its call, off the call's path.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Sandbox {
     /// The working directory, inside a granted root (or `/`).
     pub cwd: PathBuf,
     pub uid: u32,
@@ -34,30 +39,52 @@ pub(crate) struct Plan {
     pub roots: Vec<Root>,
     /// Bytes of the call's own tmpfs at `/tmp`; 0 for none (then /tmp is out of reach).
     pub tmp: u64,
-    pub rlimits: Rlimits,
-    /// Seconds after which the helper kills the command on its own, should warden be gone.
-    /// Not used for a session's shell, which has no overall deadline.
-    pub deadline_secs: u64,
     /// A session's long-lived shell: its stdin is the helper's (warden writes commands to
-    /// it) rather than `/dev/null`, there is no overall deadline, and the helper dies with
-    /// warden (a parent-death signal, from warden's long-lived spawning thread).
+    /// it) rather than `/dev/null`, and there is no overall deadline.
     pub session: bool,
     /// Run with what the kernel offers instead of refusing.
     pub best_effort: bool,
+    /// The helper was spawned from warden's long-lived spawning thread (`crate::spawner`):
+    /// it takes a parent-death signal, so that a helper waiting with no deadline (a session's,
+    /// or one prepared ahead) dies with warden.
+    pub dies_with_warden: bool,
+}
+
+/// The helper's second frame: one call in the sandbox.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Call {
+    /// The command line; `argv[0]` is a path, or a name looked up in the granted `PATH`.
+    pub argv: Vec<String>,
+    /// The whole environment of the command: the grants, nothing else.
+    pub env: Vec<(String, String)>,
+    pub rlimits: Rlimits,
+    /// Seconds after which the helper kills the command on its own, should warden be gone;
+    /// counted from when the helper reads this frame. Not used for a session's shell.
+    pub deadline_secs: u64,
     /// With credentials: this machine's roots and the sandbox's CA (PEM), written read-only
     /// to [`CA_BUNDLE`] in the private /tmp.
     pub ca_bundle: Option<String>,
 }
 
+/// One frame on the helper's stdin: its length (u32, little-endian), then its JSON.
+pub(crate) fn frame(value: &impl Serialize) -> Result<Vec<u8>, String> {
+    let json = serde_json::to_vec(value).map_err(|e| e.to_string())?;
+    let len = u32::try_from(json.len()).map_err(|_| "the helper's plan is too large")?;
+    let mut framed = Vec::with_capacity(json.len() + 4);
+    framed.extend_from_slice(&len.to_le_bytes());
+    framed.extend_from_slice(&json);
+    Ok(framed)
+}
+
 /// One granted folder.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Root {
     pub path: PathBuf,
     pub writable: bool,
 }
 
 /// The resource limits of every process of the command.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Rlimits {
     /// Seconds of CPU time (`RLIMIT_CPU`): SIGXCPU at the limit, SIGKILL a second later.
     pub cpu_secs: u64,

@@ -6,7 +6,8 @@
 //! session started.
 
 use crate::plan::{Protections, Report};
-use crate::tool::{Started, Starter, internal, unavailable};
+use crate::sandboxes::Started;
+use crate::tool::{Starter, internal, unavailable};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use std::sync::Arc;
@@ -56,11 +57,13 @@ impl Launcher for HostShells {
         let plan =
             self.starter
                 .session_plan(self.shell.clone(), env.to_vec(), limits, &credentials)?;
+        let mut started = self.starter.start(true).await?;
+        Starter::send_call(&mut started, &plan).await?;
         let Started {
             mut child,
             reports,
             gate,
-        } = self.starter.start(&plan).await?;
+        } = started;
         // The helper hands the gate over before it starts the shell.
         let gate = match gate {
             Some(socket) => {

@@ -3,16 +3,15 @@
 //! confined shell per session (see [`crate::session`]).
 
 use crate::config::{HostConfig, Isolation};
-use crate::plan::{CA_BUNDLE, GATE_FD, Plan, Protections, REPORT_FD, Report, Rlimits, Root};
+use crate::plan::{CA_BUNDLE, Call, Protections, Report, Rlimits, Root, Sandbox};
+use crate::sandboxes::{Prepared, Started};
 use crate::session::HostShells;
 use serde_json::Value;
 use std::ffi::OsString;
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::time::Instant;
 use warden_command::session::Sessions;
 use warden_command::{NetworkMode, Request, Template, answer, effective_timeout, timed_out};
@@ -50,23 +49,15 @@ pub(crate) struct HostTool {
 
 /// What starts the helper with a plan: shared by a tool's calls and its session shells.
 pub(crate) struct Starter {
-    helper: Helper,
+    pub(crate) helper: Helper,
     config: HostConfig,
     grants: Grants,
-    /// The granted roots as the helper takes them, made once at load.
-    roots: Vec<Root>,
-    /// Bytes of the private /tmp, 0 for none; decided once at load.
-    tmp: u64,
+    /// The sandbox part of every plan of this tool, made once at load.
+    pub(crate) sandbox: Sandbox,
     /// The net grants' gate, when the policy grants hosts (and not every host).
     gate: Option<Gate>,
-}
-
-/// A helper just started: its process, and the read end of its report pipe.
-pub(crate) struct Started {
-    pub child: tokio::process::Child,
-    pub reports: tokio::net::unix::pipe::Receiver,
-    /// Where the helper hands over the gate's listener, when the plan has a gate.
-    pub gate: Option<tokio::net::UnixStream>,
+    /// Sandboxes set up ahead for this tool's calls (none in session mode).
+    pub(crate) prepared: Prepared,
 }
 
 /// How the command's process tree ended.
@@ -80,14 +71,15 @@ struct Ended {
 }
 
 impl HostTool {
-    /// `shell` is `Some` in session mode: the shell that drives every session.
+    /// `shell` is `Some` in session mode: the shell that drives every session. `prepared`
+    /// sandboxes are kept set up ahead for calls (none in session mode).
     pub(crate) fn new(
         helper: Helper,
         config: HostConfig,
         template: Template,
         grants: Grants,
-        shell: Option<String>,
-        gate: Option<Gate>,
+        (shell, gate): (Option<String>, Option<Gate>),
+        prepared: usize,
     ) -> Self {
         let roots = grants
             .fs
@@ -97,6 +89,7 @@ impl HostTool {
                 writable: g.access == Access::ReadWrite,
             })
             .collect();
+        let prepared = if shell.is_some() { 0 } else { prepared };
         // A tmpfs over /tmp would hide a root below it, and its read-write rule would reach
         // into a read-only one: such a policy gets no /tmp at all.
         let host_tmp = std::fs::canonicalize("/tmp").unwrap_or_else(|_| "/tmp".into());
@@ -105,13 +98,25 @@ impl HostTool {
         } else {
             config.tmp
         };
+        let sandbox = Sandbox {
+            cwd: config.start_dir(&grants).to_owned(),
+            uid: config.user.uid,
+            gid: config.user.gid,
+            host_network: config.network.value == NetworkMode::Unrestricted,
+            gate: gate.is_some(),
+            roots,
+            tmp,
+            session: shell.is_some(),
+            best_effort: config.isolation.value == Isolation::BestEffort,
+            dies_with_warden: false,
+        };
         let starter = Arc::new(Starter {
             helper,
             config,
             grants,
-            roots,
-            tmp,
+            sandbox,
             gate,
+            prepared: Prepared::new(prepared),
         });
         let sessions = shell.map(|shell| {
             Sessions::new(HostShells {
@@ -271,7 +276,7 @@ impl Starter {
         Ok(Credentials::new(self.grants.resolve_credentials()?))
     }
 
-    /// The plan of one call.
+    /// The call part of one call's plan.
     pub(crate) fn plan(
         &self,
         argv: Vec<String>,
@@ -279,18 +284,18 @@ impl Starter {
         limits: &Limits,
         timeout: Duration,
         credentials: &Credentials,
-    ) -> Result<Plan, ToolError> {
+    ) -> Result<Call, ToolError> {
         self.plan_for(argv, env, limits, Some(timeout), credentials)
     }
 
-    /// The plan of a session's shell: no overall deadline, commands on its stdin.
+    /// The call part of a session's shell: no overall deadline, commands on its stdin.
     pub(crate) fn session_plan(
         &self,
         shell: String,
         env: Vec<(String, String)>,
         limits: &Limits,
         credentials: &Credentials,
-    ) -> Result<Plan, ToolError> {
+    ) -> Result<Call, ToolError> {
         self.plan_for(vec![shell], env, limits, None, credentials)
     }
 
@@ -303,7 +308,7 @@ impl Starter {
         limits: &Limits,
         timeout: Option<Duration>,
         credentials: &Credentials,
-    ) -> Result<Plan, ToolError> {
+    ) -> Result<Call, ToolError> {
         let cfg = &self.config;
         let cpu = cfg.cpu_time.unwrap_or(limits.timeout);
         let mut env = env;
@@ -317,16 +322,9 @@ impl Starter {
         if ca_bundle.is_some() {
             env.extend(Credentials::trust_env(CA_BUNDLE));
         }
-        Ok(Plan {
+        Ok(Call {
             argv,
             env,
-            cwd: cfg.start_dir(&self.grants).to_owned(),
-            uid: cfg.user.uid,
-            gid: cfg.user.gid,
-            host_network: cfg.network.value == NetworkMode::Unrestricted,
-            gate: self.gate.is_some(),
-            roots: self.roots.clone(),
-            tmp: self.tmp,
             rlimits: Rlimits {
                 cpu_secs: cpu.as_secs_f64().ceil().max(1.0) as u64,
                 address_space: limits.memory,
@@ -335,27 +333,28 @@ impl Starter {
                 open_files: u64::from(cfg.open_files),
             },
             deadline_secs: timeout.map_or(0, |t| t.as_secs() + 2),
-            session: timeout.is_none(),
-            best_effort: cfg.isolation.value == Isolation::BestEffort,
             ca_bundle,
         })
     }
 
-    /// Starts the helper with `plan` and reads everything until the tree ends or `deadline`.
+    /// Runs `call` in a sandbox of its own (prepared ahead when one is ready) and reads
+    /// everything until the tree ends or `deadline`.
     /// The gate's refusals go to `denials`.
     async fn spawn(
-        &self,
-        plan: &Plan,
+        self: &Arc<Self>,
+        call: &Call,
         cap: u64,
         deadline: Instant,
         denials: &Denials,
         credentials: Credentials,
     ) -> Result<Ended, ToolError> {
+        let mut sandbox = self.sandbox_for_call().await?;
+        Self::send_call(&mut sandbox, call).await?;
         let Started {
             mut child,
             reports,
             gate,
-        } = self.start(plan).await?;
+        } = sandbox;
         // The command reads /dev/null; the helper needs nothing more.
         drop(child.stdin.take());
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
@@ -402,95 +401,6 @@ impl Starter {
             .map(Some)
             .map_err(|e| internal(format!("serving the gate: {e}")))
     }
-
-    /// Starts the helper and hands it `plan`; its stdin stays open, for a session's commands.
-    pub(crate) async fn start(&self, plan: &Plan) -> Result<Started, ToolError> {
-        let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-            .map_err(|e| internal(format!("a pipe for the helper's reports: {e}")))?;
-        let gate = if plan.gate {
-            let (ours, theirs) = std::os::unix::net::UnixStream::pair()
-                .map_err(|e| internal(format!("a socket for the gate: {e}")))?;
-            Some((ours, theirs))
-        } else {
-            None
-        };
-        let gate_raw = gate.as_ref().map(|(_, theirs)| theirs.as_raw_fd());
-        let mut command = tokio::process::Command::new(&self.helper.program);
-        command
-            .args(&self.helper.args)
-            .env_clear()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let raw = report_write.as_raw_fd();
-        // SAFETY: between fork and exec only dup2 and fcntl run, both async-signal-safe.
-        unsafe {
-            command.pre_exec(move || {
-                inherit_as(raw, REPORT_FD)?;
-                if let Some(raw) = gate_raw {
-                    inherit_as(raw, GATE_FD)?;
-                }
-                Ok(())
-            });
-        }
-        // A session's helper dies with the thread that spawned it (its parent-death signal):
-        // that must be a thread that lives as long as warden. A call's helper has its alarm
-        // instead, and is spawned here, without the detour.
-        let spawned = if plan.session {
-            crate::spawner::spawn(command).await
-        } else {
-            command.spawn()
-        };
-        let mut child = spawned.map_err(|e| {
-            unavailable(&format!(
-                "cannot start the sandbox helper {}: {e}",
-                self.helper.program.display()
-            ))
-        })?;
-        drop(report_write);
-        let gate = match gate {
-            Some((ours, theirs)) => {
-                drop(theirs);
-                ours.set_nonblocking(true)
-                    .and_then(|()| tokio::net::UnixStream::from_std(ours))
-                    .map(Some)
-                    .map_err(|e| internal(format!("the gate's socket: {e}")))?
-            }
-            None => None,
-        };
-        let plan_json = serde_json::to_vec(plan).map_err(|e| internal(e.to_string()))?;
-        let len = u32::try_from(plan_json.len())
-            .map_err(|_| internal("the helper's plan is too large".into()))?;
-        let mut framed = len.to_le_bytes().to_vec();
-        framed.extend_from_slice(&plan_json);
-        if let Some(stdin) = child.stdin.as_mut() {
-            // A helper that died early shows up as a missing report.
-            let _ = stdin.write_all(&framed).await;
-            let _ = stdin.flush().await;
-        }
-        let reports = tokio::net::unix::pipe::Receiver::from_owned_fd(report_read)
-            .map_err(|e| internal(format!("the helper's report pipe: {e}")))?;
-        Ok(Started {
-            child,
-            reports,
-            gate,
-        })
-    }
-}
-
-/// In the child, between fork and exec: `raw` becomes `target`, kept across exec.
-fn inherit_as(raw: i32, target: i32) -> std::io::Result<()> {
-    // SAFETY: fcntl and dup2 are async-signal-safe and touch only these descriptors.
-    unsafe {
-        if raw == target {
-            let flags = nix::libc::fcntl(raw, nix::libc::F_GETFD);
-            nix::libc::fcntl(raw, nix::libc::F_SETFD, flags & !nix::libc::FD_CLOEXEC);
-        } else if nix::libc::dup2(raw, target) < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
 }
 
 /// Reads stdout, stderr (capped) and the reports until all three end, or the deadline.
