@@ -30,9 +30,9 @@ pub use calllog::{
 pub use capability::{Capabilities, NetHosts, Paths, Support};
 pub use dispatch::{CallObserver, Dispatcher};
 pub use executor::{
-    BoxFuture, Denial, Denials, Executor, Invocation, Meter, Output, SessionId, Usage,
+    BoxFuture, Denial, Denials, Executor, Invocation, Meter, Output, Reached, SessionId, Usage,
 };
-pub use grants::{Access, FsGrant, Grants};
+pub use grants::{Access, FsGrant, GrantLines, Grants};
 pub use limits::{Capped, Limits, LimitsSpec};
 pub use message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage, Violation};
 pub use net::{Credential, HostGrant, HostPattern, NetGrants};
