@@ -109,7 +109,7 @@ impl Meter {
 
 /// A destination a sandbox let a call reach, in the form denials name them
 /// (`http://host:port`, `connect host:port`, `tcp 10.0.0.1:22`): never a path or a query.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Reached {
     pub destination: String,
     /// The address dialled, when the destination names a host: an address grant may be what

@@ -21,6 +21,7 @@ mod spec;
 mod table;
 mod toolbox;
 mod units;
+mod usage;
 
 pub use admission::Admission;
 pub use backend::{Backend, Loaded, LoadedTool, Probe, Reach, Report, ReportLine};
@@ -44,3 +45,4 @@ pub use spec::{ToolSpec, is_valid_tool_name};
 pub use table::ExecutorTable;
 pub use toolbox::{LoadedPolicy, Protected, Tool, Toolbox, ToolboxError};
 pub use units::{ByteSize, HumanDuration};
+pub use usage::{RepeatedRefusal, Suggestion, ToolUsage, UnusedGrant, UsageError, UsageReport};
