@@ -476,4 +476,55 @@ mod tests {
         );
         assert!(std::fs::metadata(&path).unwrap().len() <= 4096);
     }
+
+    /// Months of calls in one process: 100,000 records (each reaching a host) through one
+    /// log keep every file within its size and only `keep` rotated files, each readable alone.
+    #[test]
+    fn a_hundred_thousand_calls_stay_within_size_and_retention() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("calls.jsonl");
+        let rotation = Rotation {
+            max_bytes: 256 << 10,
+            keep: 3,
+        };
+        let log = CallLog::open_rotated(&path, rotation).unwrap();
+        let facts = PolicyFacts::new(
+            "wasm".into(),
+            "p.toml".into(),
+            serde_json::json!({"net": ["api.test:443"]}),
+            serde_json::json!({}),
+        );
+        let call = ToolCall::new("c1", "t", &serde_json::json!({}));
+        let mut record = call_record(
+            &ToolMessage::success(&call, "ok".into(), None),
+            Some(&facts),
+        );
+        record.reached = vec![Reached {
+            destination: "https://api.test:443".into(),
+            address: None,
+        }];
+        record.reached_count = Some(1);
+        let secrets = Secrets::default();
+        for _ in 0..100_000 {
+            log.describe_policy(&facts, &secrets);
+            log.write(Record::Call(&record), &secrets);
+        }
+        let files = log.files();
+        assert_eq!(files.len(), 4, "three rotated files and the current one");
+        assert!(!dir.path().join("calls.jsonl.4").exists());
+        for file in &files {
+            let len = std::fs::metadata(file).unwrap().len();
+            assert!(
+                len <= rotation.max_bytes,
+                "{} is {len} bytes",
+                file.display()
+            );
+            let text = std::fs::read_to_string(file).unwrap();
+            assert!(
+                text.starts_with("{\"event\":\"policy\""),
+                "{}",
+                file.display()
+            );
+        }
+    }
 }
