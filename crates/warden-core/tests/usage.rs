@@ -70,7 +70,7 @@ fn calls() -> Vec<ToolCall> {
                 args["fail"] = json!(true);
                 args["deny"] = json!("http://c.test:80");
             }
-            ToolCall::new(&format!("c{i}"), "net", &args)
+            ToolCall::new(format!("c{i}"), "net", &args)
         })
         .collect()
 }

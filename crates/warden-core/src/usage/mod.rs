@@ -138,7 +138,7 @@ impl UsageReport {
                 reason: r.reason,
             })
             .collect();
-        refused_repeatedly.sort_by(|a, b| b.times.cmp(&a.times));
+        refused_repeatedly.sort_by_key(|r| std::cmp::Reverse(r.times));
         UsageReport {
             since_ms,
             calls: seen.calls,
