@@ -19,6 +19,7 @@ mod demo;
 mod progress;
 mod review;
 mod serve;
+mod usage;
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -123,10 +124,19 @@ enum Command {
         #[arg(long)]
         max_calls_per_tool: Option<u32>,
     },
-    /// Show what every tool may touch, and what deserves a look.
+    /// Show what every tool may touch, and what deserves a look; with --usage, what the
+    /// call log says tools did and which grants they never used.
     Audit {
         #[arg(long)]
         json: bool,
+        /// Read the call log (all its rotated files): per-tool calls, errors, wall time, CPU,
+        /// memory and bytes; grants never used, with the policy lines to remove; destinations
+        /// refused again and again.
+        #[arg(long)]
+        usage: bool,
+        /// With --usage: only the calls of this long before now (`24h`, `7d`, `30m`).
+        #[arg(long, requires = "usage", value_name = "DURATION")]
+        since: Option<warden_core::HumanDuration>,
     },
     /// Build the example tools and take a short tour (needs a checkout of warden's source).
     Demo {
@@ -245,7 +255,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             };
             run_batch(&ctx, batch, format, fail_fast, limits)
         }
-        Command::Audit { json } => audit::audit(&ctx, json),
+        Command::Audit {
+            json, usage: false, ..
+        } => audit::audit(&ctx, json),
+        Command::Audit {
+            json,
+            usage: true,
+            since,
+        } => usage::usage(&ctx, since, json),
         Command::Demo { root } => demo::demo(&ctx, root.as_deref()),
         Command::Serve(args) => serve::serve(&ctx, args),
         Command::SandboxImage {

@@ -608,3 +608,82 @@ fn a_trap_carries_the_guest_backtrace_and_never_warden_s_whatever_rust_backtrace
         "a host backtrace: {error}"
     );
 }
+
+/// `audit --usage` reads the call log against the current policies: a granted host no call
+/// reached is named with its line until a call reaches it; a missing log says how to name one.
+#[test]
+fn audit_usage_names_hosts_no_call_reached() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut s in listener.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = std::io::Read::read(&mut s, &mut buf);
+            let _ = std::io::Write::write_all(
+                &mut s,
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+            );
+        }
+    });
+    let env = Env::new();
+    let missing = env.warden(&["audit", "--usage"]);
+    assert_eq!(missing.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        said.contains("calls.jsonl") && said.contains("--call-log"),
+        "{said}"
+    );
+
+    let policy = env.toolbox().join("netprobe.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[executor]\nkind = \"wasm\"\ncomponent = {:?}\n[grants]\nnet = [\n  \
+             \"a.test:{port}\",\n  \"b.test:{port}\",\n  \"127.0.0.1:{port}\",\n]\n",
+            path_str(&wasm("netprobe"))
+        ),
+    )
+    .unwrap();
+    let call = |host: &str| {
+        let args = format!(r#"{{"method":"GET","url":"http://{host}:{port}/","headers":[]}}"#);
+        let resolve = format!("{host}:127.0.0.1");
+        let out = env.ok(&["call", "http", &args, "--resolve", &resolve]);
+        assert_eq!(json(&out)["artifact"]["result"]["body"], "ok", "{out}");
+    };
+    let unused = || {
+        let report = json(&env.ok(&["audit", "--usage", "--since", "1h", "--json"]));
+        report["unused_grants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| {
+                let file = g["policy"].as_str().unwrap().to_owned();
+                (
+                    file,
+                    g["line"].as_u64().unwrap(),
+                    g["grant"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    call("a.test");
+    let policy = policy.canonicalize().unwrap();
+    let file = path_str(&policy).to_owned();
+    assert_eq!(unused(), vec![(file.clone(), 7, format!("b.test:{port}"))]);
+    let text = env.ok(&["audit", "--usage"]);
+    assert!(
+        text.contains(&format!("netprobe.toml:7  net b.test:{port}")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("net = [\"a.test:{port}\", \"127.0.0.1:{port}\"]")),
+        "{text}"
+    );
+
+    call("b.test");
+    assert_eq!(unused(), vec![]);
+    let report = json(&env.ok(&["audit", "--usage", "--json"]));
+    assert_eq!(report["tools"][0]["tool"], "http");
+    assert_eq!(report["tools"][0]["calls"], 2);
+    assert_eq!(report["tools"][0]["destinations"], 2);
+}

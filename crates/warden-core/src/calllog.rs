@@ -6,7 +6,9 @@
 //! [`Rotation::max_bytes`] the file is renamed `NAME.1` (older ones shifting up to
 //! [`Rotation::keep`], the oldest removed) and a new one begun.
 
-use crate::executor::Usage;
+#[cfg(doc)]
+use crate::executor::Denials;
+use crate::executor::{Reached, Usage};
 use crate::message::{ErrorKind, ToolMessage};
 use crate::redact::Secrets;
 use serde::{Serialize, Serializer};
@@ -41,6 +43,20 @@ pub struct Rotation {
     pub max_bytes: u64,
     /// Rotated files kept (`NAME.1` … `NAME.keep`); 0 keeps none.
     pub keep: u32,
+}
+
+impl Rotation {
+    /// The files of the log at `path`, oldest first: the rotated ones that exist, then
+    /// `path` itself. What a reader reads, without opening the log for writing.
+    pub fn files(&self, path: &Path) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = (1..=self.keep)
+            .rev()
+            .map(|n| rotated(path, n))
+            .filter(|p| p.exists())
+            .collect();
+        files.push(path.to_owned());
+        files
+    }
 }
 
 impl Default for Rotation {
@@ -93,6 +109,12 @@ pub struct CallRecord {
     /// Refusals of the call by its sandbox, when there were any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub denied: Option<u64>,
+    /// The destinations the call reached, each once: the first [`Denials::KEPT`] of them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reached: Vec<Reached>,
+    /// Every reach, counted, when there were any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reached_count: Option<u64>,
     /// The executor kind, when the tool exists.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub executor: Option<String>,
@@ -195,13 +217,7 @@ impl CallLog {
 
     /// The files of this log, oldest first: the rotated ones that exist, then the current.
     pub fn files(&self) -> Vec<PathBuf> {
-        let mut files: Vec<PathBuf> = (1..=self.rotation.keep)
-            .rev()
-            .map(|n| rotated(&self.path, n))
-            .filter(|p| p.exists())
-            .collect();
-        files.push(self.path.clone());
-        files
+        self.rotation.files(&self.path)
     }
 
     /// Writes a call's `policy` record, unless this log has it already (after a rotation,
@@ -340,6 +356,8 @@ mod tests {
             fuel: None,
             usage: Usage::default(),
             denied: None,
+            reached: Vec::new(),
+            reached_count: None,
             executor: policy.map(|p| p.executor.clone()),
             policy_digest: policy.map(|p| p.policy_digest.clone()),
             message: message.error.as_ref().map(|e| e.message.clone()),
@@ -457,5 +475,56 @@ mod tests {
             &Secrets::default(),
         );
         assert!(std::fs::metadata(&path).unwrap().len() <= 4096);
+    }
+
+    /// Months of calls in one process: 100,000 records (each reaching a host) through one
+    /// log keep every file within its size and only `keep` rotated files, each readable alone.
+    #[test]
+    fn a_hundred_thousand_calls_stay_within_size_and_retention() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("calls.jsonl");
+        let rotation = Rotation {
+            max_bytes: 256 << 10,
+            keep: 3,
+        };
+        let log = CallLog::open_rotated(&path, rotation).unwrap();
+        let facts = PolicyFacts::new(
+            "wasm".into(),
+            "p.toml".into(),
+            serde_json::json!({"net": ["api.test:443"]}),
+            serde_json::json!({}),
+        );
+        let call = ToolCall::new("c1", "t", &serde_json::json!({}));
+        let mut record = call_record(
+            &ToolMessage::success(&call, "ok".into(), None),
+            Some(&facts),
+        );
+        record.reached = vec![Reached {
+            destination: "https://api.test:443".into(),
+            address: None,
+        }];
+        record.reached_count = Some(1);
+        let secrets = Secrets::default();
+        for _ in 0..100_000 {
+            log.describe_policy(&facts, &secrets);
+            log.write(Record::Call(&record), &secrets);
+        }
+        let files = log.files();
+        assert_eq!(files.len(), 4, "three rotated files and the current one");
+        assert!(!dir.path().join("calls.jsonl.4").exists());
+        for file in &files {
+            let len = std::fs::metadata(file).unwrap().len();
+            assert!(
+                len <= rotation.max_bytes,
+                "{} is {len} bytes",
+                file.display()
+            );
+            let text = std::fs::read_to_string(file).unwrap();
+            assert!(
+                text.starts_with("{\"event\":\"policy\""),
+                "{}",
+                file.display()
+            );
+        }
     }
 }

@@ -5,7 +5,7 @@
 
 use crate::admission::{Admission, Gate};
 use crate::calllog::{CallLog, CallOutcome, CallRecord, DenialRecord, Record, now_ms};
-use crate::executor::{Denial, Denials, Invocation, Meter, Output, Usage};
+use crate::executor::{Denial, Denials, Invocation, Meter, Output, Reached, Usage};
 use crate::limits::cap_text;
 use crate::message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage};
 use crate::redact::Secrets;
@@ -343,10 +343,13 @@ impl Dispatcher {
         let secrets = secrets_of(tool);
         let start = Instant::now();
         let denials = Denials::default();
+        let meter = Meter::default();
         let (mut message, fuel, attempts, usage) =
-            self.answer(tool, call, arguments, &denials).await;
+            self.answer(tool, call, arguments, &denials, &meter).await;
         let (denied, denied_count) = denials.snapshot();
         attach_denials(&mut message, &denied, denied_count);
+        let (reached, reached_count) = meter.reached();
+        attach_reached(&mut message, &reached, reached_count);
         let took = start.elapsed();
         attach_usage(&mut message, took, usage, fuel);
         redact_message(&secrets, &mut message);
@@ -357,6 +360,8 @@ impl Dispatcher {
             denied,
             denied_count,
             usage,
+            reached,
+            reached_count,
         };
         self.write_log(call, Some(tool), &secrets, &message, &facts);
         self.tell_answered(&message);
@@ -364,13 +369,14 @@ impl Dispatcher {
     }
 
     /// The message for a known tool, with the fuel burnt, the attempts made and what the
-    /// last attempt used.
+    /// last attempt used; what every attempt reached goes to `meter`.
     async fn answer(
         &self,
         tool: &Tool,
         call: &ToolCall,
         mut arguments: Value,
         denials: &Denials,
+        meter: &Meter,
     ) -> (ToolMessage, Option<u64>, u32, Usage) {
         if tool.review_required {
             match self.review(tool, call).await {
@@ -392,7 +398,7 @@ impl Dispatcher {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let meter = Meter::default();
+            let meter = meter.attempt();
             let result = self
                 .execute(
                     tool,
@@ -521,6 +527,8 @@ impl Dispatcher {
             fuel: facts.fuel,
             usage: facts.usage,
             denied: (facts.denied_count > 0).then_some(facts.denied_count),
+            reached: facts.reached.clone(),
+            reached_count: (facts.reached_count > 0).then_some(facts.reached_count),
             executor: tool.map(|t| t.facts.executor.clone()),
             policy_digest: tool.map(|t| t.facts.policy_digest.clone()),
             message: m.error.as_ref().map(|e| e.message.clone()),
@@ -541,6 +549,8 @@ struct Facts {
     denied: Vec<Denial>,
     denied_count: u64,
     usage: Usage,
+    reached: Vec<Reached>,
+    reached_count: u64,
 }
 
 /// What the call cost goes with every answer: `usage` in the artifact, or in an error's
@@ -556,11 +566,29 @@ fn attach_usage(m: &mut ToolMessage, took: Duration, usage: Usage, fuel: Option<
             map.insert("fuel".into(), fuel.into());
         }
     }
+    set_detail(m, "usage", value);
+}
+
+/// What the call reached goes with its answer too, when it reached anything.
+fn attach_reached(m: &mut ToolMessage, reached: &[Reached], count: u64) {
+    if count == 0 {
+        return;
+    }
+    set_detail(
+        m,
+        "reached",
+        serde_json::to_value(reached).unwrap_or_default(),
+    );
+    set_detail(m, "reached_count", count.into());
+}
+
+/// Sets `key` in an error's details, or in a success's artifact.
+fn set_detail(m: &mut ToolMessage, key: &str, value: Value) {
     match &mut m.error {
-        Some(e) => *e = e.clone().with_detail("usage", value),
+        Some(e) => *e = e.clone().with_detail(key, value),
         None => {
             if let Value::Object(map) = m.artifact.get_or_insert_with(|| json!({})) {
-                map.insert("usage".into(), value);
+                map.insert(key.into(), value);
             }
         }
     }

@@ -4,6 +4,7 @@ use crate::limits::Limits;
 use crate::message::ToolError;
 use serde_json::Value;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,7 +29,7 @@ pub struct Invocation {
 }
 
 /// What a call used, as its executor measures it; what it cannot measure stays `None`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Usage {
     /// CPU time of the call's own work: a wasm call's polls, a host command's processes.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -54,20 +55,67 @@ impl Usage {
 }
 
 /// Where an executor reports what one call used, shared with the dispatcher like
-/// [`Denials`]: a call stopped at its deadline still counts what was measured so far.
+/// [`Denials`]: a call stopped at its deadline still counts what was measured so far. Its
+/// figures are the attempt's; the destinations reached are the whole call's (see
+/// [`Meter::attempt`]).
 #[derive(Debug, Clone, Default)]
-pub struct Meter(Arc<Mutex<Usage>>);
+pub struct Meter {
+    usage: Arc<Mutex<Usage>>,
+    reached: Arc<Mutex<Bounded<Reached>>>,
+}
 
 impl Meter {
+    /// A meter for the next attempt of the same call: fresh figures, the same destinations.
+    pub fn attempt(&self) -> Meter {
+        Meter {
+            usage: Arc::default(),
+            reached: self.reached.clone(),
+        }
+    }
+
     /// Updates the figures.
     pub fn record(&self, update: impl FnOnce(&mut Usage)) {
-        update(&mut self.0.lock().unwrap_or_else(|p| p.into_inner()));
+        update(&mut self.usage.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
     /// The figures so far.
     pub fn get(&self) -> Usage {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+        *self.usage.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// A destination the sandbox let the call reach. Kept once however often it is reached
+    /// (the first [`Denials::KEPT`] distinct ones), every reach counted.
+    pub fn reach(&self, reach: Reached) {
+        self.reach_all([reach], 1);
+    }
+
+    /// Destinations reached elsewhere (through a gate), and the count of every reach.
+    pub fn reach_all(&self, reached: impl IntoIterator<Item = Reached>, count: u64) {
+        let mut list = self.reached.lock().unwrap_or_else(|p| p.into_inner());
+        for reach in reached {
+            if list.kept.len() < Denials::KEPT && !list.kept.contains(&reach) {
+                list.kept.push(reach);
+            }
+        }
+        list.total += count;
+    }
+
+    /// The destinations reached so far, and the count of every reach.
+    pub fn reached(&self) -> (Vec<Reached>, u64) {
+        let list = self.reached.lock().unwrap_or_else(|p| p.into_inner());
+        (list.kept.clone(), list.total)
+    }
+}
+
+/// A destination a sandbox let a call reach, in the form denials name them
+/// (`http://host:port`, `connect host:port`, `tcp 10.0.0.1:22`): never a path or a query.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Reached {
+    pub destination: String,
+    /// The address dialled, when the destination names a host: an address grant may be what
+    /// let a name's address through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<SocketAddr>,
 }
 
 /// One attempt the sandbox refused: a destination and why.
@@ -81,12 +129,33 @@ pub struct Denial {
 /// retries in a loop must not flood memory or the log: the first [`Denials::KEPT`] are kept,
 /// the rest only counted.
 #[derive(Debug, Clone, Default)]
-pub struct Denials(Arc<Mutex<DenialList>>);
+pub struct Denials(Arc<Mutex<Bounded<Denial>>>);
 
-#[derive(Debug, Default)]
-struct DenialList {
-    kept: Vec<Denial>,
+/// The first few of something a sandbox reports, and the count of all of them: a tool that
+/// loops must not flood memory or the log.
+#[derive(Debug)]
+struct Bounded<T> {
+    kept: Vec<T>,
     total: u64,
+}
+
+impl<T> Bounded<T> {
+    /// Counts `item`, and keeps it while fewer than [`Denials::KEPT`] are kept.
+    fn push(&mut self, item: T) {
+        self.total += 1;
+        if self.kept.len() < Denials::KEPT {
+            self.kept.push(item);
+        }
+    }
+}
+
+impl<T> Default for Bounded<T> {
+    fn default() -> Self {
+        Self {
+            kept: Vec::new(),
+            total: 0,
+        }
+    }
 }
 
 impl Denials {
@@ -95,11 +164,10 @@ impl Denials {
 
     pub fn push(&self, denial: Denial) {
         tracing::info!(destination = %denial.destination, "denied: {}", denial.reason);
-        let mut list = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        list.total += 1;
-        if list.kept.len() < Self::KEPT {
-            list.kept.push(denial);
-        }
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(denial);
     }
 
     /// The refusals kept so far and the count of all of them.

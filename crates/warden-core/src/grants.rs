@@ -69,6 +69,20 @@ pub struct Grants {
     pub net: NetGrants,
 }
 
+/// Where each grant is written in its policy file, in the order of the grants it follows:
+/// what the audit names when it suggests removing one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GrantLines {
+    /// The line of each `env_from_host` entry.
+    pub env_from_host: Vec<usize>,
+    /// The line of each `fs` grant.
+    pub fs: Vec<usize>,
+    /// The line of each `net` entry.
+    pub net: Vec<usize>,
+    /// The line of each `net_credentials` entry.
+    pub net_credentials: Vec<usize>,
+}
+
 /// A grant error, with the byte span of the offending value when known.
 pub(crate) struct GrantError {
     pub span: Option<std::ops::Range<usize>>,
@@ -76,6 +90,21 @@ pub(crate) struct GrantError {
 }
 
 impl GrantsSpec {
+    /// The lines of the grants as written in `text`, the policy they were read from.
+    pub(crate) fn lines(&self, text: &str) -> GrantLines {
+        let line = |span: std::ops::Range<usize>| crate::table::line_of(text, span.start);
+        GrantLines {
+            env_from_host: self.env_from_host.iter().map(|g| line(g.span())).collect(),
+            fs: self.fs.iter().map(|g| line(g.span())).collect(),
+            net: self.net.iter().map(|g| line(g.span())).collect(),
+            net_credentials: self
+                .net_credentials
+                .iter()
+                .map(|g| line(g.span()))
+                .collect(),
+        }
+    }
+
     /// Checks every grant against this machine; paths are relative to `base`. With
     /// [`Paths::Host`] each root is seen at its own canonical path.
     pub(crate) fn resolve(self, base: &Path, paths: Paths) -> Result<Grants, GrantError> {

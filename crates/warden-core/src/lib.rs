@@ -21,6 +21,7 @@ mod spec;
 mod table;
 mod toolbox;
 mod units;
+mod usage;
 
 pub use admission::Admission;
 pub use backend::{Backend, Loaded, LoadedTool, Probe, Reach, Report, ReportLine};
@@ -30,9 +31,9 @@ pub use calllog::{
 pub use capability::{Capabilities, NetHosts, Paths, Support};
 pub use dispatch::{CallObserver, Dispatcher};
 pub use executor::{
-    BoxFuture, Denial, Denials, Executor, Invocation, Meter, Output, SessionId, Usage,
+    BoxFuture, Denial, Denials, Executor, Invocation, Meter, Output, Reached, SessionId, Usage,
 };
-pub use grants::{Access, FsGrant, Grants};
+pub use grants::{Access, FsGrant, GrantLines, Grants};
 pub use limits::{Capped, Limits, LimitsSpec};
 pub use message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage, Violation};
 pub use net::{Credential, HostGrant, HostPattern, NetGrants};
@@ -44,3 +45,4 @@ pub use spec::{ToolSpec, is_valid_tool_name};
 pub use table::ExecutorTable;
 pub use toolbox::{LoadedPolicy, Protected, Tool, Toolbox, ToolboxError};
 pub use units::{ByteSize, HumanDuration};
+pub use usage::{RepeatedRefusal, Suggestion, ToolUsage, UnusedGrant, UsageError, UsageReport};

@@ -96,6 +96,18 @@ impl HostGrant {
         self.port.is_none_or(|p| p == port)
     }
 
+    /// Does this grant let a request to the name `host` (not an IP literal) on `port` through?
+    pub fn covers_name(&self, host: &str, port: u16) -> bool {
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        self.port_ok(port) && name_matches(&self.pattern, &host)
+    }
+
+    /// Does this address grant cover `ip:port`?
+    pub fn covers_addr(&self, ip: IpAddr, port: u16) -> bool {
+        self.port_ok(port)
+            && matches!(&self.pattern, HostPattern::Addrs(net) if net.contains(&canonical(ip)))
+    }
+
     /// True for `*` and for ranges wider than one address: grants an audit should flag.
     pub fn is_wide(&self) -> bool {
         match &self.pattern {
@@ -172,14 +184,10 @@ impl NetGrants {
         if let Some(ip) = parse_ip_host(host) {
             return self.allows_addr(ip, port, true);
         }
-        let host = host.trim_end_matches('.').to_ascii_lowercase();
-        let granted = self
-            .hosts
-            .iter()
-            .any(|g| g.port_ok(port) && name_matches(&g.pattern, &host));
-        if granted {
+        if self.hosts.iter().any(|g| g.covers_name(host, port)) {
             Ok(())
         } else {
+            let host = host.trim_end_matches('.').to_ascii_lowercase();
             Err(format!("{host}:{port} is not granted by the tool's policy"))
         }
     }
@@ -228,10 +236,7 @@ impl NetGrants {
     }
 
     fn covers(&self, ip: IpAddr, port: u16) -> bool {
-        let ip = canonical(ip);
-        self.hosts.iter().any(|g| {
-            g.port_ok(port) && matches!(&g.pattern, HostPattern::Addrs(net) if net.contains(&ip))
-        })
+        self.hosts.iter().any(|g| g.covers_addr(ip, port))
     }
 
     /// Checks that each credential names a header and a host the policy grants.

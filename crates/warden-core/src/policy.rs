@@ -2,7 +2,7 @@
 
 use crate::backend::Backend;
 use crate::capability::Checked;
-use crate::grants::{Grants, GrantsSpec};
+use crate::grants::{GrantLines, Grants, GrantsSpec};
 use crate::limits::{Limits, LimitsFile, LimitsSpec};
 use crate::spec::is_valid_tool_name;
 use crate::table::{ExecutorTable, line_of};
@@ -105,6 +105,8 @@ pub struct Policy {
     /// The rest of `[executor]`.
     pub executor: ExecutorTable,
     pub grants: Grants,
+    /// Where each grant is written.
+    pub grant_lines: GrantLines,
     pub limits: LimitsSpec,
     pub review_required: bool,
     pub functions: BTreeMap<String, FunctionOverride>,
@@ -162,6 +164,7 @@ impl Policy {
         checked.grants(&caps, &file.grants)?;
         checked.limits(&caps, "[limits]", &file.limits)?;
         let base = path.parent().unwrap_or(Path::new("."));
+        let grant_lines = file.grants.lines(&text);
         let grants = file
             .grants
             .resolve(base, caps.paths)
@@ -210,6 +213,7 @@ impl Policy {
             executor: ExecutorTable::new(path, text.clone(), kind.line),
             kind,
             grants,
+            grant_lines,
             limits,
             review_required: file.review.required,
             functions,

@@ -51,7 +51,7 @@ impl fmt::Display for ByteSize {
     }
 }
 
-/// A duration written as `"500ms"`, `"10s"`, `"2m"` or a bare number of seconds.
+/// A duration written as `"500ms"`, `"10s"`, `"2m"`, `"7d"` or a bare number of seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct HumanDuration(pub Duration);
 
@@ -72,9 +72,10 @@ impl FromStr for HumanDuration {
             "" | "s" => n,
             "m" => n * 60.0,
             "h" => n * 3600.0,
+            "d" => n * 86_400.0,
             other => {
                 return Err(format!(
-                    "unknown duration unit `{other}` in `{s}`; use ms, s, m or h"
+                    "unknown duration unit `{other}` in `{s}`; use ms, s, m, h or d"
                 ));
             }
         };
@@ -147,6 +148,10 @@ mod tests {
             Duration::from_millis(500)
         );
         assert_eq!("2m".parse::<HumanDuration>().unwrap().0.as_secs(), 120);
+        assert_eq!(
+            "7d".parse::<HumanDuration>().unwrap().0.as_secs(),
+            7 * 86_400
+        );
         assert_eq!("1.5s".parse::<HumanDuration>().unwrap().0.as_millis(), 1500);
         assert!("soon".parse::<HumanDuration>().is_err());
         assert!("-1s".parse::<HumanDuration>().is_err());

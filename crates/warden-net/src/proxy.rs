@@ -26,7 +26,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
-use warden_core::{Denial, Denials, Meter};
+use warden_core::{Denial, Denials, Meter, Reached};
 
 /// The port the gate listens on, on the loopback of the sandbox's own network namespace.
 pub const GATE_PORT: u16 = 3128;
@@ -69,7 +69,7 @@ pub struct Scope {
 }
 
 /// What went through a gate for one command.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Traffic {
     /// Connections accepted while the command ran.
     pub connections: u64,
@@ -77,6 +77,10 @@ pub struct Traffic {
     pub bytes_up: u64,
     /// Bytes from the destinations to the sandbox.
     pub bytes_down: u64,
+    /// The destinations let through, each once (the first [`Denials::KEPT`]).
+    pub reached: Vec<Reached>,
+    /// Every connection let through to its destination.
+    pub reached_count: u64,
 }
 
 impl Traffic {
@@ -87,6 +91,7 @@ impl Traffic {
             u.net_bytes_in = Some(u.net_bytes_in.unwrap_or(0) + self.bytes_down);
             u.net_connections = Some(u.net_connections.unwrap_or(0) + self.connections);
         });
+        meter.reach_all(self.reached.iter().cloned(), self.reached_count);
     }
 }
 
@@ -115,6 +120,8 @@ struct Counts {
     connections: AtomicU64,
     up: AtomicU64,
     down: AtomicU64,
+    /// The destinations let through, kept as a call's are.
+    reached: Meter,
 }
 
 impl Proxy {
@@ -171,10 +178,13 @@ impl Shared {
 
 impl Counts {
     fn traffic(&self) -> Traffic {
+        let (reached, reached_count) = self.reached.reached();
         Traffic {
             connections: self.connections.load(Ordering::Relaxed),
             bytes_up: self.up.load(Ordering::Relaxed),
             bytes_down: self.down.load(Ordering::Relaxed),
+            reached,
+            reached_count,
         }
     }
 }
@@ -332,6 +342,10 @@ impl Connection {
         let mut upstream = match connect(&addrs, port, wait).await {
             Ok(upstream) => {
                 let _ = upstream.set_nodelay(true);
+                self.counts.reached.reach(Reached {
+                    destination,
+                    address: upstream.peer_addr().ok(),
+                });
                 upstream
             }
             Err(DialError::TimedOut) => {

@@ -77,6 +77,7 @@ async fn send(
             DialError::TimedOut => Error::ConnectionTimeout,
             DialError::Io(e) => Error::Connect(e),
         })?;
+    gate.reached(destination, stream.peer_addr().ok());
     let io: Box<dyn Stream> = if tls {
         Box::new(tls_connect(gate.gate().egress().tls(), &host, stream, connect_wait).await?)
     } else {

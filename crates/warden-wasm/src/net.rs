@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
-use warden_core::{Denial, Denials, NetGrants};
+use warden_core::{Denial, Denials, Meter, NetGrants, Reached};
 use warden_net::{Credentials, Egress, Gate};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::sockets::SocketAddrUse;
@@ -16,6 +16,7 @@ pub(crate) struct NetGate(Arc<GateInner>);
 struct GateInner {
     gate: Gate,
     denials: Denials,
+    meter: Meter,
     credentials: Credentials,
     response_cap: u64,
     deadline: Instant,
@@ -25,7 +26,7 @@ impl NetGate {
     pub(crate) fn new(
         grants: Arc<NetGrants>,
         egress: Egress,
-        denials: Denials,
+        (denials, meter): (Denials, Meter),
         credentials: Credentials,
         response_cap: u64,
         deadline: Instant,
@@ -33,6 +34,7 @@ impl NetGate {
         NetGate(Arc::new(GateInner {
             gate: Gate::new(grants, egress),
             denials,
+            meter,
             credentials,
             response_cap,
             deadline,
@@ -63,6 +65,14 @@ impl NetGate {
         self.0.denials.push(Denial {
             destination,
             reason,
+        });
+    }
+
+    /// A destination the call was let through to: `address` is what was dialled for a name.
+    pub(crate) fn reached(&self, destination: String, address: Option<SocketAddr>) {
+        self.0.meter.reach(Reached {
+            destination,
+            address,
         });
     }
 
@@ -101,7 +111,13 @@ impl NetGate {
                 .err(),
         };
         match refused {
-            None => true,
+            // The implicit binds return above; what gets here is a connection or a datagram.
+            None => {
+                if !matches!(used, SocketAddrUse::UdpReceive) {
+                    self.reached(format!("{} {addr}", use_name(used)), None);
+                }
+                true
+            }
             Some(reason) => {
                 // Datagrams from elsewhere are dropped quietly, like a firewall would.
                 if !matches!(used, SocketAddrUse::UdpReceive) {

@@ -35,7 +35,7 @@ impl Shared {
         let gate = NetGate::new(
             self.net.clone(),
             self.egress.clone(),
-            inv.denials.clone(),
+            (inv.denials.clone(), inv.usage.clone()),
             credentials,
             inv.limits.response,
             Instant::now() + inv.limits.timeout,

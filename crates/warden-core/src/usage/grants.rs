@@ -1,0 +1,180 @@
+//! Grants read against what calls did: those never exercised in the window, each with the
+//! line that writes it, and a narrower `[grants]` built from what was reached.
+
+use super::read::ToolSeen;
+use crate::net::{HostGrant, HostPattern, NetGrants};
+use crate::policy::Policy;
+use serde::Serialize;
+use std::collections::BTreeSet;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+/// Hosts a wide grant may be narrowed to; past this many it is left as written.
+const NARROW_TO_AT_MOST: usize = 10;
+
+/// A grant nothing in the window used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UnusedGrant {
+    /// The policy file, and the line that writes the grant: the one to remove.
+    pub policy: PathBuf,
+    pub line: usize,
+    /// The `[grants]` key: `net`, `env_from_host` or `net_credentials`.
+    pub key: &'static str,
+    /// The entry, as the audit shows it.
+    pub grant: String,
+    pub why: String,
+}
+
+/// A narrower `[grants]` for one policy: the keys that change; the others stay as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Suggestion {
+    pub policy: PathBuf,
+    /// TOML, ready to paste over the same keys.
+    pub grants: String,
+}
+
+/// A destination as a reach names it: `http://host:port`, `connect host:port`, `tcp ip:port`.
+struct Destination {
+    host: String,
+    ip: Option<IpAddr>,
+    port: u16,
+    /// What was dialled for a name.
+    address: Option<SocketAddr>,
+}
+
+impl Destination {
+    fn parse(reached: &crate::executor::Reached) -> Option<Destination> {
+        let d = reached.destination.as_str();
+        let authority = ["http://", "https://", "connect ", "tcp ", "udp "]
+            .iter()
+            .find_map(|prefix| d.strip_prefix(prefix))?;
+        let (host, port) = authority.rsplit_once(':')?;
+        let ip = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host)
+            .parse()
+            .ok();
+        Some(Destination {
+            host: host.to_ascii_lowercase(),
+            ip,
+            port: port.parse().ok()?,
+            address: reached.address,
+        })
+    }
+
+    /// What of `grant` this destination used, as a grant of its own (`host:port`), if any.
+    fn used(&self, grant: &HostGrant) -> Option<String> {
+        if let Some(ip) = self.ip {
+            let any = grant.pattern == HostPattern::Any && grant.covers_name(&self.host, self.port);
+            return (grant.covers_addr(ip, self.port) || any)
+                .then(|| SocketAddr::new(ip, self.port).to_string());
+        }
+        if grant.covers_name(&self.host, self.port) {
+            return Some(format!("{}:{}", self.host, self.port));
+        }
+        // A name's loopback or private address gets through only by an address grant.
+        self.address
+            .filter(|a| grant.covers_addr(a.ip(), a.port()))
+            .map(|a| a.to_string())
+    }
+}
+
+/// True for a grant of one host (or address) on one port: nothing narrower to offer.
+fn is_exact(grant: &HostGrant) -> bool {
+    grant.port.is_some()
+        && match &grant.pattern {
+            HostPattern::Name(_) => true,
+            HostPattern::Addrs(net) => net.prefix_len() == net.max_prefix_len(),
+            HostPattern::Any | HostPattern::Subdomains(_) => false,
+        }
+}
+
+/// The grants of `policy` that its tools' calls (`seen`) never used, and a narrower
+/// `[grants]` when there is one.
+pub(crate) fn review(
+    policy: &Policy,
+    seen: &[&ToolSeen],
+) -> (Vec<UnusedGrant>, Option<Suggestion>) {
+    let ran = seen.iter().any(|t| t.ran);
+    let destinations: Vec<Destination> = seen
+        .iter()
+        .flat_map(|t| &t.reached)
+        .filter_map(Destination::parse)
+        .collect();
+    let grants = &policy.grants;
+    let lines = &policy.grant_lines;
+    let mut unused = Vec::new();
+    let mut note = |key, line: Option<&usize>, grant: String, why: &str| {
+        unused.push(UnusedGrant {
+            policy: policy.path.clone(),
+            line: line.copied().unwrap_or(0),
+            key,
+            grant,
+            why: why.to_owned(),
+        });
+    };
+    let never_ran = "none of its tools ran in the window";
+    let mut net = Vec::new();
+    for (i, grant) in grants.net.hosts.iter().enumerate() {
+        let used: BTreeSet<String> = destinations.iter().filter_map(|d| d.used(grant)).collect();
+        if used.is_empty() {
+            let why = if ran {
+                "no call in the window reached it"
+            } else {
+                never_ran
+            };
+            note("net", lines.net.get(i), grant.to_string(), why);
+        } else if is_exact(grant) || used.len() > NARROW_TO_AT_MOST {
+            net.push(grant.to_string());
+        } else {
+            net.extend(used);
+        }
+    }
+    let mut once = std::collections::HashSet::new();
+    net.retain(|g| once.insert(g.clone()));
+    let kept = NetGrants {
+        hosts: net
+            .iter()
+            .filter_map(|g| HostGrant::parse(g).ok())
+            .collect(),
+        ..grants.net.clone()
+    };
+    for (i, c) in grants.net.credentials.iter().enumerate() {
+        if kept.check_credential(c).is_err() {
+            let why = "the host it is for is not reached: remove it with its net grant";
+            let text = format!("{} header for {}", c.header, c.host);
+            note("net_credentials", lines.net_credentials.get(i), text, why);
+        }
+    }
+    if !ran {
+        for (i, name) in grants.env_from_host.iter().enumerate() {
+            note(
+                "env_from_host",
+                lines.env_from_host.get(i),
+                name.clone(),
+                never_ran,
+            );
+        }
+    }
+    let written: Vec<String> = grants.net.hosts.iter().map(ToString::to_string).collect();
+    let mut toml = String::new();
+    if net != written {
+        toml.push_str(&format!("net = {}\n", array(&net)));
+    }
+    if !ran && !grants.env_from_host.is_empty() {
+        toml.push_str("env_from_host = []\n");
+    }
+    let suggestion = (!toml.is_empty()).then(|| Suggestion {
+        policy: policy.path.clone(),
+        grants: format!("[grants]\n{toml}"),
+    });
+    (unused, suggestion)
+}
+
+/// A TOML array of strings (JSON's string escapes are TOML's).
+fn array(items: &[String]) -> String {
+    serde_json::to_string(items)
+        .unwrap_or_default()
+        .replace("\",\"", "\", \"")
+}

@@ -1,0 +1,193 @@
+//! The usage report (`warden audit --usage`): the call log of a window, across its rotated
+//! files, turned into per-tool figures, the grants of the current policies that no call
+//! used, and the destinations tools kept asking for without a grant.
+
+mod grants;
+mod read;
+
+pub use grants::{Suggestion, UnusedGrant};
+pub use read::UsageError;
+
+use crate::calllog::now_ms;
+use crate::toolbox::Toolbox;
+use read::{Seen, ToolSeen};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A destination refused this often is listed: a tool that keeps asking for a host it lacks.
+const REPEATED: u64 = 2;
+
+/// What the call log says of a window, read against the current policies.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UsageReport {
+    /// The window's start, in milliseconds since the Unix epoch (0: the whole log).
+    pub since_ms: u64,
+    /// Call records read in the window.
+    pub calls: u64,
+    /// Lines that are not records (a line cut short by a crash), passed over.
+    pub unreadable_lines: u64,
+    /// Every tool with calls in the window, by name.
+    pub tools: Vec<ToolUsage>,
+    /// Grants of the current policies that no call in the window used.
+    pub unused_grants: Vec<UnusedGrant>,
+    /// A narrower `[grants]` for each policy that has one.
+    pub suggestions: Vec<Suggestion>,
+    /// Destinations refused to a tool at least twice in the window, most often first.
+    pub refused_repeatedly: Vec<RepeatedRefusal>,
+    /// What limits the findings: lists cut at their bound, roots that cannot be observed.
+    pub notes: Vec<String>,
+}
+
+/// One tool's calls in the window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolUsage {
+    pub tool: String,
+    pub calls: u64,
+    /// Failed calls by error kind.
+    pub errors: BTreeMap<String, u64>,
+    /// Wall time: the median call and the 95th percentile, in milliseconds.
+    pub wall_ms_p50: f64,
+    pub wall_ms_p95: f64,
+    /// CPU of the calls that measured it, summed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_ms: Option<f64>,
+    /// The largest peak of any call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_memory_bytes: Option<u64>,
+    pub net_bytes_out: u64,
+    pub net_bytes_in: u64,
+    /// Distinct destinations reached.
+    pub destinations: usize,
+}
+
+/// A destination a tool was refused again and again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RepeatedRefusal {
+    pub tool: String,
+    pub destination: String,
+    pub times: u64,
+    /// The last reason given.
+    pub reason: String,
+}
+
+impl UsageReport {
+    /// Reads `files` (a log's files oldest first, as [`crate::Rotation::files`] lists them),
+    /// keeping the records of the last `since` (all of them without it), and reads them
+    /// against the policies of `toolbox`.
+    pub fn read(
+        files: &[PathBuf],
+        since: Option<Duration>,
+        toolbox: &Toolbox,
+    ) -> Result<UsageReport, UsageError> {
+        let since_ms = since.map_or(0, |s| now_ms().saturating_sub(s.as_millis() as u64));
+        let seen = Seen::read(files, since_ms)?;
+        Ok(Self::from_seen(seen, since_ms, toolbox))
+    }
+
+    fn from_seen(seen: Seen, since_ms: u64, toolbox: &Toolbox) -> UsageReport {
+        let tools = seen
+            .tools
+            .iter()
+            .map(|(name, t)| tool_usage(name, t))
+            .collect();
+        let mut unused_grants = Vec::new();
+        let mut suggestions = Vec::new();
+        let mut notes = Vec::new();
+        for loaded in toolbox.policies() {
+            let policy = &loaded.policy;
+            let names: Vec<&str> = toolbox
+                .tools()
+                .filter(|t| Arc::ptr_eq(&t.policy, policy))
+                .map(|t| t.spec.name.as_str())
+                .collect();
+            let of_policy: Vec<&ToolSeen> =
+                names.iter().filter_map(|n| seen.tools.get(*n)).collect();
+            if of_policy.iter().any(|t| t.reached_cut) {
+                notes.push(format!(
+                    "{}: some calls reached more destinations than a record keeps; a host \
+                     named unused here may have been reached",
+                    policy.path.display()
+                ));
+            }
+            let (unused, suggestion) = grants::review(policy, &of_policy);
+            unused_grants.extend(unused);
+            suggestions.extend(suggestion);
+        }
+        if toolbox
+            .policies()
+            .iter()
+            .any(|p| !p.policy.grants.fs.is_empty())
+        {
+            notes.push(
+                "filesystem roots: which root a call opened is not recorded, so none is named \
+                 unused"
+                    .into(),
+            );
+        }
+        let mut refused_repeatedly: Vec<RepeatedRefusal> = seen
+            .refused
+            .into_iter()
+            .filter(|(_, r)| r.times >= REPEATED)
+            .map(|((tool, destination), r)| RepeatedRefusal {
+                tool,
+                destination,
+                times: r.times,
+                reason: r.reason,
+            })
+            .collect();
+        refused_repeatedly.sort_by_key(|r| std::cmp::Reverse(r.times));
+        UsageReport {
+            since_ms,
+            calls: seen.calls,
+            unreadable_lines: seen.unreadable_lines,
+            tools,
+            unused_grants,
+            suggestions,
+            refused_repeatedly,
+            notes,
+        }
+    }
+}
+
+fn tool_usage(name: &str, t: &ToolSeen) -> ToolUsage {
+    let mut wall = t.durations.clone();
+    wall.sort_by(f64::total_cmp);
+    ToolUsage {
+        tool: name.to_owned(),
+        calls: wall.len() as u64,
+        errors: t.errors.clone(),
+        wall_ms_p50: percentile(&wall, 50),
+        wall_ms_p95: percentile(&wall, 95),
+        cpu_ms: t.cpu_ms,
+        peak_memory_bytes: t.peak_memory_bytes,
+        net_bytes_out: t.net_bytes_out,
+        net_bytes_in: t.net_bytes_in,
+        destinations: t.reached.len(),
+    }
+}
+
+/// The nearest-rank percentile of sorted values (0 for none).
+fn percentile(sorted: &[f64], p: usize) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = (p * sorted.len()).div_ceil(100).max(1);
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50), 50.0);
+        assert_eq!(percentile(&v, 95), 95.0);
+        assert_eq!(percentile(&[7.0], 95), 7.0);
+        assert_eq!(percentile(&[], 50), 0.0);
+    }
+}

@@ -1,0 +1,121 @@
+//! `warden audit --usage`: what the call log says tools did, and the grants they never
+//! needed. The report is the library's ([`UsageReport`]); this prints it.
+
+use anyhow::{Result, bail};
+use std::process::ExitCode;
+use warden::Warden;
+use warden_core::{ByteSize, HumanDuration, UsageError, UsageReport};
+
+pub(crate) fn usage(ctx: &Warden, since: Option<HumanDuration>, json: bool) -> Result<ExitCode> {
+    let toolbox = ctx.load()?;
+    let files = ctx.call_log_rotation.files(&ctx.call_log);
+    let report = match UsageReport::read(&files, since.map(|s| s.0), &toolbox) {
+        Ok(report) => report,
+        Err(UsageError::Missing(path)) => bail!(
+            "there is no call log at {}: warden writes its calls to HOME/calls.jsonl unless \
+             --call-log (or WARDEN_CALL_LOG) names another file; point --call-log at the log \
+             to read",
+            path.display()
+        ),
+        Err(e) => return Err(e.into()),
+    };
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let window = since.map_or("in the whole log".to_owned(), |s| {
+        format!("in the last {s}")
+    });
+    outln!(
+        "{} calls {window} ({})",
+        report.calls,
+        ctx.call_log.display()
+    );
+    if report.unreadable_lines > 0 {
+        outln!(
+            "  {} lines that are not records passed over",
+            report.unreadable_lines
+        );
+    }
+    outln!();
+    outln!(
+        "{:<24} {:>6} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9}  errors",
+        "tool",
+        "calls",
+        "p50 ms",
+        "p95 ms",
+        "cpu ms",
+        "peak mem",
+        "out",
+        "in"
+    );
+    for t in &report.tools {
+        let errors: Vec<String> = t.errors.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        outln!(
+            "{:<24} {:>6} {:>9.1} {:>9.1} {:>10} {:>9} {:>9} {:>9}  {}",
+            t.tool,
+            t.calls,
+            t.wall_ms_p50,
+            t.wall_ms_p95,
+            t.cpu_ms.map_or("-".into(), |c| format!("{c:.1}")),
+            t.peak_memory_bytes.map_or("-".into(), size),
+            size(t.net_bytes_out),
+            size(t.net_bytes_in),
+            if errors.is_empty() {
+                "none".into()
+            } else {
+                errors.join(", ")
+            },
+        );
+    }
+    outln!();
+    if report.unused_grants.is_empty() {
+        outln!("every grant was used in the window");
+    } else {
+        outln!("grants never used in the window (remove the line):");
+        for g in &report.unused_grants {
+            outln!(
+                "  {}:{}  {} {}: {}",
+                g.policy.display(),
+                g.line,
+                g.key,
+                g.grant,
+                g.why
+            );
+        }
+    }
+    for s in &report.suggestions {
+        outln!();
+        outln!("narrower grants for {}:", s.policy.display());
+        for line in s.grants.lines() {
+            outln!("  {line}");
+        }
+    }
+    if !report.refused_repeatedly.is_empty() {
+        outln!();
+        outln!("refused again and again (a tool asking for what it lacks):");
+        for r in &report.refused_repeatedly {
+            outln!(
+                "  {} {} refused {} times: {}",
+                r.tool,
+                r.destination,
+                r.times,
+                r.reason
+            );
+        }
+    }
+    for note in &report.notes {
+        outln!();
+        outln!("note: {note}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Bytes as the audit writes sizes, in whole units where they fit.
+fn size(bytes: u64) -> String {
+    match bytes {
+        b if b >= 10 << 20 => format!("{}MiB", b >> 20),
+        b if b >= 10 << 10 => format!("{}KiB", b >> 10),
+        b => ByteSize(b).to_string(),
+    }
+}
