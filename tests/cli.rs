@@ -613,18 +613,7 @@ fn a_trap_carries_the_guest_backtrace_and_never_warden_s_whatever_rust_backtrace
 /// reached is named with its line until a call reaches it; a missing log says how to name one.
 #[test]
 fn audit_usage_names_hosts_no_call_reached() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for mut s in listener.incoming().flatten() {
-            let mut buf = [0u8; 4096];
-            let _ = std::io::Read::read(&mut s, &mut buf);
-            let _ = std::io::Write::write_all(
-                &mut s,
-                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
-            );
-        }
-    });
+    let port = warden_test_support::servers::HttpServer::start().port;
     let env = Env::new();
     let missing = env.warden(&["audit", "--usage"]);
     assert_eq!(missing.status.code(), Some(2));
@@ -648,7 +637,11 @@ fn audit_usage_names_hosts_no_call_reached() {
         let args = format!(r#"{{"method":"GET","url":"http://{host}:{port}/","headers":[]}}"#);
         let resolve = format!("{host}:127.0.0.1");
         let out = env.ok(&["call", "http", &args, "--resolve", &resolve]);
-        assert_eq!(json(&out)["artifact"]["result"]["body"], "ok", "{out}");
+        assert_eq!(
+            json(&out)["artifact"]["result"]["body"],
+            "hello from /",
+            "{out}"
+        );
     };
     let unused = || {
         let report = json(&env.ok(&["audit", "--usage", "--since", "1h", "--json"]));

@@ -398,7 +398,12 @@ impl Dispatcher {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let meter = meter.attempt();
+            // A retry counts its own figures; the first attempt uses the call's meter.
+            let meter = if attempt == 1 {
+                meter.clone()
+            } else {
+                meter.attempt()
+            };
             let result = self
                 .execute(
                     tool,
