@@ -13,27 +13,28 @@ use crate::message::{ErrorKind, ToolMessage};
 use crate::redact::Secrets;
 use serde::{Serialize, Serializer};
 use serde_json::Value;
-use std::collections::{HashMap, HashSet};
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::mpsc::{self, Sender};
+use std::thread::JoinHandle;
+use writer::{Job, Kind, Line, Writer, rotated};
+
+mod writer;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// An append-only JSONL file of calls, rotated by size.
+/// An append-only JSONL file of calls, rotated by size. A record is serialized on the
+/// caller's thread and written by a thread of the log's own, so a call never waits on the disk;
+/// [`CallLog::flush`] waits for what was written so far, and dropping the log writes the rest.
 pub struct CallLog {
     path: PathBuf,
     rotation: Rotation,
-    file: Mutex<Open>,
-}
-
-/// The file being written: its size so far and the policies it has described; and every
-/// policy line this log has written, by digest, to describe them again after a rotation.
-struct Open {
-    file: File,
-    bytes: u64,
-    policies: HashSet<String>,
-    lines: HashMap<String, String>,
+    /// Policies whose record has been handed to the writer: a call of a known policy does not
+    /// serialize it again.
+    described: Mutex<HashSet<String>>,
+    /// `None` only while dropping, to end the writer.
+    jobs: Option<Sender<Job>>,
+    writer: Option<JoinHandle<()>>,
 }
 
 /// When the log is rotated, and how many rotated files are kept.
@@ -203,15 +204,19 @@ impl CallLog {
         Self::open_rotated(path, Rotation::default())
     }
 
-    /// Opens (creating) the log and its folder, rotated as `rotation` says.
+    /// Opens (creating) the log and its folder, rotated as `rotation` says, and starts its
+    /// writer.
     pub fn open_rotated(path: &Path, rotation: Rotation) -> std::io::Result<CallLog> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
+        let (jobs, writer) = Writer::open(path, rotation)?.spawn()?;
         Ok(CallLog {
             path: path.to_owned(),
             rotation,
-            file: Mutex::new(open_file(path)?),
+            described: Mutex::default(),
+            jobs: Some(jobs),
+            writer: Some(writer),
         })
     }
 
@@ -223,11 +228,12 @@ impl CallLog {
     /// Writes a call's `policy` record, unless this log has it already (after a rotation,
     /// the first call record of the policy in the new file brings it along).
     pub fn describe_policy(&self, facts: &PolicyFacts, secrets: &Secrets) {
-        let known = {
-            let open = self.file.lock().unwrap_or_else(|p| p.into_inner());
-            open.lines.contains_key(&facts.policy_digest)
-        };
-        if !known {
+        let new = self
+            .described
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(facts.policy_digest.clone());
+        if new {
             let record = PolicyRecord {
                 ts_ms: now_ms(),
                 facts: facts.clone(),
@@ -240,97 +246,71 @@ impl CallLog {
         &self.path
     }
 
-    /// Appends `record` as one line, every string in it with `secrets` redacted. A failure to
-    /// write is logged, never fatal to the call.
+    /// Appends `record` as one line, every string in it with `secrets` redacted. The line is
+    /// queued for the writer; a failure to write is logged, never fatal to the call.
     pub fn write(&self, record: Record<'_>, secrets: &Secrets) {
-        let mut value = match serde_json::to_value(record) {
-            Ok(v) => v,
+        let text = match serialize(record, secrets) {
+            Ok(text) => text,
             Err(e) => {
                 tracing::error!("cannot write a record to the call log: {e}");
                 return;
             }
         };
+        let kind = match record {
+            Record::Policy(p) => Kind::Policy(p.facts.policy_digest.clone()),
+            Record::Call(c) => Kind::Call(c.policy_digest.clone()),
+            Record::Denied(_) => Kind::Denied,
+        };
+        self.send(Job::Line(Line { text, kind }));
+    }
+
+    /// Waits until every record written before is in the file.
+    pub fn flush(&self) {
+        let (ack, done) = mpsc::sync_channel(1);
+        if self.send(Job::Flush(ack)) {
+            let _ = done.recv();
+        }
+    }
+
+    fn send(&self, job: Job) -> bool {
+        let sent = self
+            .jobs
+            .as_ref()
+            .is_some_and(|jobs| jobs.send(job).is_ok());
+        if !sent {
+            tracing::error!(
+                "the call log {} has no writer: records are lost",
+                self.path.display()
+            );
+        }
+        sent
+    }
+}
+
+impl Drop for CallLog {
+    /// Writes what is queued before the log goes.
+    fn drop(&mut self) {
+        drop(self.jobs.take());
+        if let Some(writer) = self.writer.take()
+            && writer.join().is_err()
+        {
+            tracing::error!("the call log's writer {} panicked", self.path.display());
+        }
+    }
+}
+
+/// One line of JSON, with `secrets` redacted in every string of it.
+fn serialize(record: Record<'_>, secrets: &Secrets) -> serde_json::Result<String> {
+    let mut text = if secrets.is_empty() {
+        serde_json::to_string(&record)?
+    } else {
         // Over the whole record, not chosen fields: a field added later is covered too.
+        let mut value = serde_json::to_value(record)?;
         secrets.redact_value(&mut value);
-        let mut line = value.to_string();
-        line.push('\n');
-        let mut open = self.file.lock().unwrap_or_else(|p| p.into_inner());
-        if open.bytes > 0 && open.bytes + line.len() as u64 > self.rotation.max_bytes {
-            match self.rotate() {
-                Ok(mut fresh) => {
-                    fresh.lines = std::mem::take(&mut open.lines);
-                    *open = fresh;
-                }
-                Err(e) => {
-                    tracing::error!("cannot rotate the call log {}: {e}", self.path.display())
-                }
-            }
-        }
-        match record {
-            Record::Policy(p) => {
-                let digest = p.facts.policy_digest.clone();
-                open.policies.insert(digest.clone());
-                open.lines.insert(digest, line.clone());
-            }
-            // Each file can be read alone: a policy a call names is described in it first.
-            Record::Call(c) => {
-                if let Some(digest) = &c.policy_digest
-                    && !open.policies.contains(digest)
-                    && let Some(policy) = open.lines.get(digest).cloned()
-                {
-                    open.policies.insert(digest.clone());
-                    self.append(&mut open, &policy);
-                }
-            }
-            Record::Denied(_) => {}
-        }
-        self.append(&mut open, &line);
-    }
-
-    fn append(&self, open: &mut Open, line: &str) {
-        match open.file.write_all(line.as_bytes()) {
-            Ok(()) => open.bytes += line.len() as u64,
-            Err(e) => tracing::error!("cannot write the call log {}: {e}", self.path.display()),
-        }
-    }
-
-    /// Shifts `NAME.n` to `NAME.n+1` (dropping the last), the current file to `NAME.1`, and
-    /// opens a fresh one.
-    fn rotate(&self) -> std::io::Result<Open> {
-        if self.rotation.keep == 0 {
-            std::fs::remove_file(&self.path)?;
-        } else {
-            let _ = std::fs::remove_file(rotated(&self.path, self.rotation.keep));
-            for n in (1..self.rotation.keep).rev() {
-                let from = rotated(&self.path, n);
-                if from.exists() {
-                    std::fs::rename(&from, rotated(&self.path, n + 1))?;
-                }
-            }
-            std::fs::rename(&self.path, rotated(&self.path, 1))?;
-        }
-        open_file(&self.path)
-    }
-}
-
-fn open_file(path: &Path) -> std::io::Result<Open> {
-    let file = OpenOptions::new().create(true).append(true).open(path)?;
-    let bytes = file.metadata()?.len();
-    Ok(Open {
-        file,
-        bytes,
-        // A file written before may describe policies, but a reader of one rotated file alone
-        // must find them in it: each file describes its own.
-        policies: HashSet::new(),
-        lines: HashMap::new(),
-    })
-}
-
-/// `NAME.n`.
-fn rotated(path: &Path, n: u32) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(format!(".{n}"));
-    PathBuf::from(name)
+        value.to_string()
+    };
+    text.push('\n');
+    Ok(text)
 }
 
 /// Now, in milliseconds since the Unix epoch (0 on a clock set before it).
@@ -365,6 +345,7 @@ mod tests {
     }
 
     fn lines(log: &CallLog) -> Vec<Value> {
+        log.flush();
         std::fs::read_to_string(log.path())
             .unwrap()
             .lines()
@@ -446,6 +427,7 @@ mod tests {
                 &Secrets::default(),
             );
         }
+        log.flush();
         let files = log.files();
         assert_eq!(
             files,
@@ -474,6 +456,7 @@ mod tests {
             Record::Call(&call_record(&ok, Some(&facts))),
             &Secrets::default(),
         );
+        drop(log);
         assert!(std::fs::metadata(&path).unwrap().len() <= 4096);
     }
 
@@ -509,6 +492,7 @@ mod tests {
             log.describe_policy(&facts, &secrets);
             log.write(Record::Call(&record), &secrets);
         }
+        log.flush();
         let files = log.files();
         assert_eq!(files.len(), 4, "three rotated files and the current one");
         assert!(!dir.path().join("calls.jsonl.4").exists());

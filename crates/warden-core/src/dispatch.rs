@@ -144,9 +144,13 @@ impl Dispatcher {
     }
 
     /// Ends the session now: executors free what they keep for it (a container, a shell) and
-    /// this returns when they have. Later calls start the session afresh.
+    /// this returns when they have, and the call log holds every record of its calls. Later
+    /// calls start the session afresh.
     pub async fn close(&self) {
         self.session.close().await;
+        if let Some(log) = &self.log {
+            log.flush();
+        }
     }
 
     /// Runs one call, in the caller's task: handing a lone call to another worker thread and

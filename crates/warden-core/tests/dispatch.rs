@@ -62,7 +62,7 @@ impl CallObserver for Heard {
 /// A dispatcher over `count` with a call log and an observer.
 struct Bench {
     _dir: tempfile::TempDir,
-    log: PathBuf,
+    log: Arc<CallLog>,
     dispatcher: Dispatcher,
     heard: Arc<Heard>,
 }
@@ -74,14 +74,14 @@ impl Bench {
             .tool("count", Arc::new(Superstitious))
             .toolbox(dir.path(), "")
             .unwrap();
-        let log = dir.path().join("calls.jsonl");
+        let log = Arc::new(CallLog::open(&dir.path().join("calls.jsonl")).unwrap());
         let heard = Arc::new(Heard::default());
         let admission = Admission {
             run,
             ..Admission::default()
         };
         let dispatcher = Dispatcher::with_admission(Arc::new(toolbox), admission)
-            .call_log(Arc::new(CallLog::open(&log).unwrap()))
+            .call_log(log.clone())
             .observer(heard.clone());
         Self {
             _dir: dir,
@@ -93,7 +93,8 @@ impl Bench {
 
     /// The call records of `id`.
     fn records(&self, id: &str) -> Vec<Value> {
-        std::fs::read_to_string(&self.log)
+        self.log.flush();
+        std::fs::read_to_string(self.log.path())
             .unwrap()
             .lines()
             .map(|l| serde_json::from_str::<Value>(l).unwrap())

@@ -81,6 +81,7 @@ async fn run(dir: &Path, log: &Path, rotation: Rotation) -> Vec<std::path::PathB
     for batch in calls().chunks(25) {
         d.dispatch(batch.to_vec()).await;
     }
+    log.flush();
     log.files()
 }
 

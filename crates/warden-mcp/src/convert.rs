@@ -10,23 +10,19 @@ pub(crate) const ERROR_META: &str = "warden/error";
 /// Where a result carries what the call used (wall time, CPU, memory, bytes through the gate).
 pub(crate) const USAGE_META: &str = "warden/usage";
 
-/// A tool's `outputSchema` as MCP requires it: always an object schema.
-pub(crate) struct OutputSchema {
-    pub schema: JsonObject,
-    /// The result schema was not an object, so results travel as `{"result": value}`.
-    pub wrapped: bool,
+/// Whether results travel as `{"result": value}` (the result schema is not an object's), when
+/// the tool's result type is known: what a call's answer needs, without building the schema.
+fn wrapped(spec: &ToolSpec) -> Option<bool> {
+    let schema = spec.output_schema.as_ref()?;
+    Some(schema.get("type").and_then(Value::as_str) != Some("object"))
 }
 
-/// The output schema to advertise, when the tool's result type is known.
-pub(crate) fn output_schema(spec: &ToolSpec) -> Option<OutputSchema> {
+/// The `outputSchema` to advertise, when the tool's result type is known: always an object
+/// schema, as MCP requires.
+pub(crate) fn output_schema(spec: &ToolSpec) -> Option<JsonObject> {
     let schema = spec.output_schema.as_ref()?;
     match schema {
-        Value::Object(map) if map.get("type").and_then(Value::as_str) == Some("object") => {
-            Some(OutputSchema {
-                schema: map.clone(),
-                wrapped: false,
-            })
-        }
+        Value::Object(map) if wrapped(spec) == Some(false) => Some(map.clone()),
         other => {
             let wrapped = json!({
                 "type": "object",
@@ -36,10 +32,7 @@ pub(crate) fn output_schema(spec: &ToolSpec) -> Option<OutputSchema> {
             let Value::Object(schema) = wrapped else {
                 return None;
             };
-            Some(OutputSchema {
-                schema,
-                wrapped: true,
-            })
+            Some(schema)
         }
     }
 }
@@ -61,7 +54,7 @@ pub(crate) fn tool(tool: &Tool) -> rmcp::model::Tool {
     )
     .with_annotations(annotations(tool));
     if let Some(output) = output_schema(&tool.spec) {
-        out = out.with_raw_output_schema(Arc::new(output.schema));
+        out = out.with_raw_output_schema(Arc::new(output));
     }
     out
 }
@@ -109,7 +102,7 @@ pub(crate) fn call_result(message: &ToolMessage, tool: Option<&Tool>) -> CallToo
 }
 
 fn result_of(message: &ToolMessage, tool: Option<&Tool>) -> CallToolResult {
-    let output = tool.and_then(|t| output_schema(&t.spec));
+    let output = tool.and_then(|t| wrapped(&t.spec));
     let text = vec![ContentBlock::text(message.content.clone())];
     let Some(error) = &message.error else {
         let Some(output) = output else {
@@ -119,7 +112,7 @@ fn result_of(message: &ToolMessage, tool: Option<&Tool>) -> CallToolResult {
         return match artifact.and_then(|a| a.get("result")) {
             Some(v) => {
                 let mut result = CallToolResult::success(text);
-                result.structured_content = Some(if output.wrapped {
+                result.structured_content = Some(if output {
                     json!({"result": v})
                 } else {
                     v.clone()
@@ -174,17 +167,20 @@ mod tests {
 
     #[test]
     fn scalars_are_wrapped_objects_are_not() {
-        let wrapped = output_schema(&spec(Some(json!({"type": "integer"})))).unwrap();
-        assert!(wrapped.wrapped);
-        assert_eq!(wrapped.schema["properties"]["result"]["type"], "integer");
-        assert_eq!(wrapped.schema["required"], json!(["result"]));
+        let integer = spec(Some(json!({"type": "integer"})));
+        assert_eq!(wrapped(&integer), Some(true));
+        let schema = output_schema(&integer).unwrap();
+        assert_eq!(schema["properties"]["result"]["type"], "integer");
+        assert_eq!(schema["required"], json!(["result"]));
         let object = json!({"type": "object", "properties": {"a": {"type": "string"}}});
+        assert_eq!(wrapped(&spec(Some(object.clone()))), Some(false));
         let plain = output_schema(&spec(Some(object.clone()))).unwrap();
-        assert!(!plain.wrapped);
-        assert_eq!(Value::Object(plain.schema), object);
-        let nullable = output_schema(&spec(Some(json!({"type": ["object", "null"]})))).unwrap();
-        assert!(nullable.wrapped);
+        assert_eq!(Value::Object(plain), object);
+        let nullable = spec(Some(json!({"type": ["object", "null"]})));
+        assert_eq!(wrapped(&nullable), Some(true));
+        assert!(output_schema(&nullable).unwrap()["properties"]["result"].is_object());
         assert!(output_schema(&spec(None)).is_none());
+        assert_eq!(wrapped(&spec(None)), None);
     }
 
     #[test]

@@ -57,7 +57,8 @@ impl Executor for Nap {
     }
 }
 
-fn server(dir: &Path) -> Server {
+/// A server over test tools, and its call log.
+fn server(dir: &Path) -> (Server, Arc<CallLog>) {
     std::fs::write(
         dir.join("fake.toml"),
         policy_text("[limits]\noutput = \"100B\"\n"),
@@ -77,18 +78,20 @@ fn server(dir: &Path) -> Server {
             Some(json!({"type": "string"})),
             Arc::new(Answer(json!("y".repeat(200)))),
         );
+    let log = Arc::new(CallLog::open(&dir.join("calls.jsonl")).unwrap());
     let options = Options {
-        call_log: Some(Arc::new(CallLog::open(&dir.join("calls.jsonl")).unwrap())),
+        call_log: Some(log.clone()),
         ..Options::default()
     };
     let dir = dir.to_owned();
     let loader: Loader = Arc::new(move || Toolbox::load(&dir, &[&backend], &[] as &[Protected]));
-    Server::new(loader, options).unwrap()
+    (Server::new(loader, options).unwrap(), log)
 }
 
 /// The call log's records, as JSON.
-fn records(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("calls.jsonl"))
+fn records(log: &CallLog) -> Vec<Value> {
+    log.flush();
+    std::fs::read_to_string(log.path())
         .unwrap_or_default()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -145,7 +148,8 @@ impl Client {
 #[tokio::test]
 async fn object_results_are_structured_as_they_are_scalars_are_wrapped() {
     let dir = tempfile::tempdir().unwrap();
-    let mut client = Client::start(server(dir.path())).await;
+    let (server, log) = server(dir.path());
+    let mut client = Client::start(server).await;
     let listed = client.request(1, "tools/list", json!({})).await;
     let tools = listed["result"]["tools"].as_array().unwrap();
     let point = tools.iter().find(|t| t["name"] == "point").unwrap();
@@ -184,7 +188,8 @@ async fn object_results_are_structured_as_they_are_scalars_are_wrapped() {
 #[tokio::test]
 async fn a_cancelled_call_drops_its_sandbox() {
     let dir = tempfile::tempdir().unwrap();
-    let mut client = Client::start(server(dir.path())).await;
+    let (server, log) = server(dir.path());
+    let mut client = Client::start(server).await;
     let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
                       "params": {"name": "nap"}});
     client.send(call).await;
@@ -210,7 +215,7 @@ async fn a_cancelled_call_drops_its_sandbox() {
     assert_eq!(after["result"]["structuredContent"], json!({"result": 7}));
 
     // The cancelled call has its record, like every other call.
-    let records = records(dir.path());
+    let records = records(&log);
     let naps: Vec<&Value> = records.iter().filter(|r| r["tool"] == "nap").collect();
     assert_eq!(naps.len(), 1, "{records:#?}");
     let nap = naps[0];

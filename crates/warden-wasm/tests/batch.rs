@@ -29,13 +29,17 @@ fn mixed_bench(hostile_limits: &str) -> Bench {
     bench
 }
 
-/// A dispatcher that writes its call log into the bench, and where.
-fn logged(bench: &Bench) -> (Dispatcher, std::path::PathBuf) {
-    let path = bench.dir.path().join("calls.jsonl");
-    let d = bench
-        .dispatcher()
-        .call_log(Arc::new(CallLog::open(&path).unwrap()));
-    (d, path)
+/// A dispatcher that writes its call log into the bench, and the log.
+fn logged(bench: &Bench) -> (Dispatcher, Arc<CallLog>) {
+    let log = Arc::new(CallLog::open(&bench.dir.path().join("calls.jsonl")).unwrap());
+    let d = bench.dispatcher().call_log(log.clone());
+    (d, log)
+}
+
+/// The log as written so far.
+fn log_text(log: &CallLog) -> String {
+    log.flush();
+    std::fs::read_to_string(log.path()).unwrap()
 }
 
 /// The hostile fixture with a read-write `/slots` folder shared by its instances.
@@ -121,7 +125,7 @@ async fn a_granted_secret_never_reaches_the_model_or_the_log() {
         "hostile",
         "[grants]\nenv_from_host = [\"WARDEN_TEST_TOKEN\"]\nenv = { PIN = \"pin-5521-xyz\" }\nsecret_env = [\"PIN\"]",
     );
-    let (d, log_path) = logged(&bench);
+    let (d, log) = logged(&bench);
     let batch = vec![
         call("a", "echo-env", json!({"name": "WARDEN_TEST_TOKEN"})),
         call("b", "env", json!({})),
@@ -140,7 +144,7 @@ async fn a_granted_secret_never_reaches_the_model_or_the_log() {
         );
     }
     assert!(messages[2].content.contains("[redacted:WARDEN_TEST_TOKEN]"));
-    let log = std::fs::read_to_string(&log_path).unwrap();
+    let log = log_text(&log);
     assert!(
         !log.contains(TOKEN) && !log.contains("pin-5521-xyz"),
         "{log}"
@@ -276,15 +280,14 @@ async fn only_idempotent_tools_are_retried_and_only_when_transient() {
         "hostile",
         "[limits]\ntimeout = \"200ms\"\n[functions.sleep]\nidempotent = true\n[functions.fail]\nidempotent = true",
     );
-    let (d, log_path) = logged(&bench);
+    let (d, log) = logged(&bench);
     d.dispatch(vec![
         call("slow", "sleep", json!({"ms": 10_000})),
         call("bad", "sleep", json!({"ms": "soon"})),
         call("err", "fail", json!({"message": "no"})),
     ])
     .await;
-    let attempts: Vec<(String, u64)> = std::fs::read_to_string(&log_path)
-        .unwrap()
+    let attempts: Vec<(String, u64)> = log_text(&log)
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|v| v["event"] == "call")

@@ -37,7 +37,7 @@ fn udp_echo() -> u16 {
 }
 
 /// A bench running netprobe under `grants`, names pinned to loopback, calls logged.
-fn probe(grants: &str, limits: &str, names: &[&str]) -> (Bench, Dispatcher, PathBuf) {
+fn probe(grants: &str, limits: &str, names: &[&str]) -> (Bench, Dispatcher, Arc<CallLog>) {
     let mut bench = Bench::new();
     bench.resolver =
         Resolver::with_overrides(names.iter().map(|n| format!("{n}:127.0.0.1"))).unwrap();
@@ -46,10 +46,8 @@ fn probe(grants: &str, limits: &str, names: &[&str]) -> (Bench, Dispatcher, Path
         "netprobe",
         &format!("[grants]\n{grants}\n[limits]\n{limits}\n"),
     );
-    let log = bench.dir.path().join("calls.jsonl");
-    let d = bench
-        .dispatcher()
-        .call_log(Arc::new(CallLog::open(&log).unwrap()));
+    let log = Arc::new(CallLog::open(&bench.dir.path().join("calls.jsonl")).unwrap());
+    let d = bench.dispatcher().call_log(log.clone());
     (bench, d, log)
 }
 
@@ -79,9 +77,14 @@ fn denied(m: &ToolMessage) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn log_lines(path: &PathBuf) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
+/// The log as written so far.
+fn log_text(log: &CallLog) -> String {
+    log.flush();
+    std::fs::read_to_string(log.path()).unwrap_or_default()
+}
+
+fn log_lines(log: &CallLog) -> Vec<Value> {
+    log_text(log)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
@@ -323,7 +326,7 @@ async fn credentials_reach_their_host_only_and_never_the_tool() {
             .to_string()
             .contains("[redacted:WARDEN_TEST_API_TOKEN]")
     );
-    let log = std::fs::read_to_string(&log).unwrap();
+    let log = log_text(&log);
     assert!(!log.contains(TOKEN), "the secret reached the log");
     assert!(
         log.contains("WARDEN_TEST_API_TOKEN"),

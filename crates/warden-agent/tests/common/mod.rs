@@ -16,6 +16,8 @@ use warden_wasm::{Artifacts, WasmBackend};
 pub(crate) struct Bench {
     pub dir: tempfile::TempDir,
     pub toolbox: PathBuf,
+    /// The logs of the dispatchers made, flushed before the log is read.
+    logs: std::sync::Mutex<Vec<Arc<CallLog>>>,
 }
 
 impl Bench {
@@ -23,7 +25,11 @@ impl Bench {
         let dir = tempfile::tempdir().unwrap();
         let toolbox = dir.path().join("policies");
         std::fs::create_dir(&toolbox).unwrap();
-        Self { dir, toolbox }
+        Self {
+            dir,
+            toolbox,
+            logs: Default::default(),
+        }
     }
 
     /// A policy running `fixture`; `rest` adds tables.
@@ -61,8 +67,9 @@ impl Bench {
             path: self.toolbox.clone(),
         }];
         let toolbox = Toolbox::load(&self.toolbox, &[&backend], &protected).expect("toolbox");
-        let log = CallLog::open(&self.call_log()).unwrap();
-        Dispatcher::new(Arc::new(toolbox)).call_log(Arc::new(log))
+        let log = Arc::new(CallLog::open(&self.call_log()).unwrap());
+        self.logs.lock().unwrap().push(log.clone());
+        Dispatcher::new(Arc::new(toolbox)).call_log(log)
     }
 
     /// How many times the call log says `call_id` ran (or was answered).
@@ -72,6 +79,7 @@ impl Bench {
 
     /// The outcomes the call log has for `call_id`, sorted.
     pub(crate) fn outcomes(&self, call_id: &str) -> Vec<String> {
+        self.logs.lock().unwrap().iter().for_each(|log| log.flush());
         let text = std::fs::read_to_string(self.call_log()).unwrap_or_default();
         let mut outcomes: Vec<String> = text
             .lines()
