@@ -6,6 +6,7 @@ use clap::Args;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 use warden::Warden;
 use warden_core::Admission;
 use warden_mcp::{HttpOptions, HttpServer, Loader, Options, Server};
@@ -34,21 +35,46 @@ pub(crate) fn serve(ctx: &Warden, args: ServeArgs) -> Result<ExitCode> {
     let protected = ctx.protected();
     let dir = ctx.toolbox.clone();
     let loader: Loader = Arc::new(move || backends.load(&dir, &protected));
-    let log = ctx.open_call_log()?;
+    let log = Arc::new(ctx.open_call_log()?);
     let options = Options {
         admission: Admission::default(),
-        call_log: Some(Arc::new(log)),
+        call_log: Some(log.clone()),
         watch: Some(ctx.toolbox.clone()),
         ..Options::default()
     };
     let server = Server::new(loader, options)
         .with_context(|| format!("loading the toolbox {}", ctx.toolbox.display()))?;
     let runtime = context::runtime()?;
-    match args.http {
-        None => runtime.block_on(server.serve_stdio())?,
-        Some(addr) => runtime.block_on(serve_http(server, addr, args))?,
-    }
+    let served = runtime.block_on(async {
+        let serving = async {
+            match args.http {
+                None => Ok(server.serve_stdio().await?),
+                Some(addr) => serve_http(server, addr, args).await,
+            }
+        };
+        tokio::select! {
+            served = serving => served,
+            signal = stop_signal() => signal,
+        }
+    });
+    // The log's writer may hold records of the last calls; a signal ends the process without
+    // the drops that would write them.
+    log.flush();
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    served?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// SIGTERM or SIGINT: the server stops taking calls and ends cleanly.
+async fn stop_signal() -> Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+        _ = int.recv() => tracing::info!("SIGINT: stopping"),
+    }
+    Ok(())
 }
 
 async fn serve_http(server: Server, addr: SocketAddr, args: ServeArgs) -> Result<()> {

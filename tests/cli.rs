@@ -680,3 +680,62 @@ fn audit_usage_names_hosts_no_call_reached() {
     assert_eq!(report["tools"][0]["calls"], 2);
     assert_eq!(report["tools"][0]["destinations"], 2);
 }
+
+/// `warden serve` stopped by SIGTERM right after answering ends cleanly, and its call log holds
+/// a record of every call it answered: records are written off the calls' path, and a signal
+/// must not take the last of them along.
+#[test]
+fn serve_stopped_by_sigterm_keeps_every_answered_call_in_the_log() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    let env = Env::new();
+    env.ok(&["add", path_str(&wasm("trivial"))]);
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .arg("serve")
+        .env("WARDEN_TOOLBOX", env.toolbox())
+        .env("WARDEN_HOME", env.dir.path().join("home"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut input = serve.stdin.take().unwrap();
+    let mut lines = BufReader::new(serve.stdout.take().unwrap()).lines();
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "0"}}});
+    writeln!(input, "{init}").unwrap();
+    lines.next().unwrap().unwrap();
+    writeln!(
+        input,
+        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
+    )
+    .unwrap();
+    const CALLS: usize = 200;
+    for id in 1..=CALLS {
+        let call = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "add", "arguments": {"a": id, "b": 1}}});
+        writeln!(input, "{call}").unwrap();
+    }
+    input.flush().unwrap();
+    for _ in 0..CALLS {
+        let answer = json(&lines.next().unwrap().unwrap());
+        assert_eq!(answer["result"]["isError"], false, "{answer}");
+    }
+    // stdin stays open: the signal, not the end of input, stops the server.
+    let killed = Command::new("kill")
+        .args(["-TERM", &serve.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = serve.wait().unwrap();
+    assert!(status.success(), "stopped cleanly: {status}");
+    drop(input);
+    let log = std::fs::read_to_string(env.dir.path().join("home/calls.jsonl")).unwrap();
+    let calls = log
+        .lines()
+        .map(json)
+        .filter(|r| r["event"] == "call" && r["outcome"] == "success")
+        .count();
+    assert_eq!(calls, CALLS, "every answered call is in the log");
+}
