@@ -150,3 +150,128 @@ pub(crate) fn observe(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
     linker.allow_shadowing(false);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use wit_parser::{FunctionKind, Resolve, Type, TypeDefKind};
+
+    /// The methods `observe` shadows (a test reads them back from its source).
+    const OBSERVED: [&str; 15] = [
+        "read-directory",
+        "stat",
+        "set-times",
+        "metadata-hash",
+        "create-directory-at",
+        "stat-at",
+        "set-times-at",
+        "link-at",
+        "open-at",
+        "readlink-at",
+        "remove-directory-at",
+        "rename-at",
+        "symlink-at",
+        "unlink-file-at",
+        "metadata-hash-at",
+    ];
+
+    /// The methods left plain: they answer from the handle, or are file methods that fail on
+    /// a directory.
+    const PLAIN: [&str; 14] = [
+        "read-via-stream",
+        "write-via-stream",
+        "append-via-stream",
+        "advise",
+        "sync-data",
+        "get-flags",
+        "get-type",
+        "set-size",
+        "read",
+        "write",
+        "sync",
+        "is-same-object",
+        // The only methods of the other resource, `directory-entry-stream`, and of `error`:
+        // neither reaches a root by itself.
+        "read-directory-entry",
+        "filesystem-error-code",
+    ];
+
+    /// The WIT wasmtime-wasi links, from its sources in cargo's registry.
+    fn linked_wit() -> std::path::PathBuf {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = std::process::Command::new(cargo)
+            .args(["metadata", "--format-version", "1", "--offline", "--locked"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap();
+        let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let manifest = meta["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "wasmtime-wasi")
+            .and_then(|p| p["manifest_path"].as_str())
+            .unwrap();
+        std::path::Path::new(manifest).with_file_name("src/p2/wit")
+    }
+
+    /// Every function of `wasi:filesystem/types` is decided, and every method that takes a
+    /// path or another descriptor, or reads a directory, is observed: a wasmtime-wasi upgrade
+    /// that adds one fails here.
+    #[test]
+    fn every_path_taking_method_of_the_linked_wit_is_observed() {
+        let mut resolve = Resolve::new();
+        resolve.push_path(linked_wit()).unwrap();
+        let (_, types) = resolve
+            .interfaces
+            .iter()
+            .find(|(_, i)| {
+                i.name.as_deref() == Some("types")
+                    && i.package.is_some_and(|p| {
+                        let name = &resolve.packages[p].name;
+                        name.namespace == "wasi" && name.name == "filesystem"
+                    })
+            })
+            .unwrap();
+        let package = &resolve.packages[types.package.unwrap()].name;
+        assert_eq!(
+            package.version.as_ref().map(ToString::to_string).as_deref(),
+            super::TYPES.rsplit_once('@').map(|(_, v)| v),
+            "the shadowed interfaces name the linked version"
+        );
+        let mut seen = BTreeSet::new();
+        for (name, f) in &types.functions {
+            let short = name.rsplit('.').next().unwrap_or(name);
+            seen.insert(short.to_owned());
+            let reaches = f.params.iter().skip(1).any(|p| match p.ty {
+                Type::String => true,
+                Type::Id(id) => matches!(resolve.types[id].kind, TypeDefKind::Handle(_)),
+                _ => false,
+            }) || short == "read-directory";
+            let method = matches!(f.kind, FunctionKind::Method(_));
+            if method && reaches && short != "is-same-object" {
+                assert!(OBSERVED.contains(&short), "{name} takes a path: observe it");
+            }
+            assert!(
+                OBSERVED.contains(&short) || PLAIN.contains(&short),
+                "{name} is new: decide whether it reaches through a root"
+            );
+        }
+        // What `observe` links is what this test judges.
+        let prefix = "\"[method]descriptor.";
+        let linked: BTreeSet<&str> = include_str!("roots.rs")
+            .split(prefix)
+            .skip(1)
+            .filter_map(|rest| rest.split_once('"').map(|(name, _)| name))
+            // The prefix's own literal, above.
+            .filter(|name| !name.is_empty())
+            .collect();
+        assert_eq!(linked, OBSERVED.into_iter().collect());
+        let decided: BTreeSet<String> = OBSERVED
+            .iter()
+            .chain(&PLAIN)
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(seen, decided);
+    }
+}
