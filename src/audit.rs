@@ -189,21 +189,7 @@ pub(crate) fn audit(ctx: &Warden, json: bool) -> Result<ExitCode> {
         outln!("  env host  {}", list_or_none(grants.env_from_host.clone()));
         outln!(
             "  fs        {}",
-            list_or_none(
-                grants
-                    .fs
-                    .iter()
-                    .map(|f| format!(
-                        "{} -> {} ({})",
-                        f.host.display(),
-                        f.guest,
-                        match f.access {
-                            Access::ReadOnly => "read-only",
-                            Access::ReadWrite => "read-write",
-                        }
-                    ))
-                    .collect()
-            )
+            list_or_none(grants.fs.iter().map(ToString::to_string).collect())
         );
         match p.network {
             Reach::Grants => outln!("  network   {}", network_line(grants)),

@@ -9,7 +9,8 @@ use warden_core::{
 
 /// What a command executor honours: env and roots (seen at `paths`), hosts as `net` says
 /// (through warden's gate when [`NetHosts::Enforced`]); not the DNS switch, credentials,
-/// fuel or the response cap, which belong to wasm tools' host-side HTTP and instructions.
+/// fuel or the response cap, which belong to wasm tools' host-side HTTP and instructions;
+/// which roots a command opened is not observed.
 pub fn capabilities(paths: Paths, sessions: bool, net: NetHosts) -> Capabilities {
     Capabilities {
         paths,
@@ -35,6 +36,9 @@ pub fn capabilities(paths: Paths, sessions: bool, net: NetHosts) -> Capabilities
         ),
         memory_ceiling: None,
         sessions,
+        // A container or process opens its roots through the kernel, where warden does not
+        // watch (fanotify needs privileges and sees every process on the mount).
+        roots_observed: false,
     }
 }
 

@@ -116,6 +116,14 @@ pub struct CallRecord {
     /// Every reach, counted, when there were any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reached_count: Option<u64>,
+    /// The granted filesystem roots the call opened, by the path the tool sees, each once:
+    /// the first [`Denials::KEPT`] of them (wasm tools; others do not observe roots).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub roots_opened: Vec<String>,
+    /// Every use of a root (each path looked up or directory read through it), counted, when
+    /// there were any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roots_opened_count: Option<u64>,
     /// The executor kind, when the tool exists.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub executor: Option<String>,
@@ -338,6 +346,8 @@ mod tests {
             denied: None,
             reached: Vec::new(),
             reached_count: None,
+            roots_opened: Vec::new(),
+            roots_opened_count: None,
             executor: policy.map(|p| p.executor.clone()),
             policy_digest: policy.map(|p| p.policy_digest.clone()),
             message: message.error.as_ref().map(|e| e.message.clone()),

@@ -353,7 +353,15 @@ impl Dispatcher {
         let (denied, denied_count) = denials.snapshot();
         attach_denials(&mut message, &denied, denied_count);
         let (reached, reached_count) = meter.reached();
-        attach_reached(&mut message, &reached, reached_count);
+        let list = serde_json::to_value(&reached).unwrap_or_default();
+        attach_exercised(&mut message, "reached", list, reached_count);
+        let (roots_opened, roots_opened_count) = meter.roots_opened();
+        attach_exercised(
+            &mut message,
+            "roots_opened",
+            json!(roots_opened),
+            roots_opened_count,
+        );
         let took = start.elapsed();
         attach_usage(&mut message, took, usage, fuel);
         redact_message(&secrets, &mut message);
@@ -366,6 +374,8 @@ impl Dispatcher {
             usage,
             reached,
             reached_count,
+            roots_opened,
+            roots_opened_count,
         };
         self.write_log(call, Some(tool), &secrets, &message, &facts);
         self.tell_answered(&message);
@@ -538,6 +548,8 @@ impl Dispatcher {
             denied: (facts.denied_count > 0).then_some(facts.denied_count),
             reached: facts.reached.clone(),
             reached_count: (facts.reached_count > 0).then_some(facts.reached_count),
+            roots_opened: facts.roots_opened.clone(),
+            roots_opened_count: (facts.roots_opened_count > 0).then_some(facts.roots_opened_count),
             executor: tool.map(|t| t.facts.executor.clone()),
             policy_digest: tool.map(|t| t.facts.policy_digest.clone()),
             message: m.error.as_ref().map(|e| e.message.clone()),
@@ -560,6 +572,8 @@ struct Facts {
     usage: Usage,
     reached: Vec<Reached>,
     reached_count: u64,
+    roots_opened: Vec<String>,
+    roots_opened_count: u64,
 }
 
 /// What the call cost goes with every answer: `usage` in the artifact, or in an error's
@@ -578,17 +592,14 @@ fn attach_usage(m: &mut ToolMessage, took: Duration, usage: Usage, fuel: Option<
     set_detail(m, "usage", value);
 }
 
-/// What the call reached goes with its answer too, when it reached anything.
-fn attach_reached(m: &mut ToolMessage, reached: &[Reached], count: u64) {
+/// What the call exercised goes with its answer too, when it did any: the list as `key`
+/// (`reached`, `roots_opened`) and every occurrence counted as `{key}_count`.
+fn attach_exercised(m: &mut ToolMessage, key: &str, list: Value, count: u64) {
     if count == 0 {
         return;
     }
-    set_detail(
-        m,
-        "reached",
-        serde_json::to_value(reached).unwrap_or_default(),
-    );
-    set_detail(m, "reached_count", count.into());
+    set_detail(m, key, list);
+    set_detail(m, &format!("{key}_count"), count.into());
 }
 
 /// Sets `key` in an error's details, or in a success's artifact.

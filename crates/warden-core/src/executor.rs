@@ -56,20 +56,23 @@ impl Usage {
 
 /// Where an executor reports what one call used, shared with the dispatcher like
 /// [`Denials`]: a call stopped at its deadline still counts what was measured so far. Its
-/// figures are the attempt's; the destinations reached are the whole call's (see
-/// [`Meter::attempt`]).
+/// figures are the attempt's; the destinations reached and the roots opened are the whole
+/// call's (see [`Meter::attempt`]).
 #[derive(Debug, Clone, Default)]
 pub struct Meter {
     usage: Arc<Mutex<Usage>>,
     reached: Arc<Mutex<Bounded<Reached>>>,
+    roots: Arc<Mutex<Bounded<String>>>,
 }
 
 impl Meter {
-    /// A meter for the next attempt of the same call: fresh figures, the same destinations.
+    /// A meter for the next attempt of the same call: fresh figures, the same destinations
+    /// and roots.
     pub fn attempt(&self) -> Meter {
         Meter {
             usage: Arc::default(),
             reached: self.reached.clone(),
+            roots: self.roots.clone(),
         }
     }
 
@@ -93,9 +96,7 @@ impl Meter {
     pub fn reach_all(&self, reached: impl IntoIterator<Item = Reached>, count: u64) {
         let mut list = self.reached.lock().unwrap_or_else(|p| p.into_inner());
         for reach in reached {
-            if list.kept.len() < Denials::KEPT && !list.kept.contains(&reach) {
-                list.kept.push(reach);
-            }
+            list.keep_distinct(&reach);
         }
         list.total += count;
     }
@@ -103,6 +104,20 @@ impl Meter {
     /// The destinations reached so far, and the count of every reach.
     pub fn reached(&self) -> (Vec<Reached>, u64) {
         let list = self.reached.lock().unwrap_or_else(|p| p.into_inner());
+        (list.kept.clone(), list.total)
+    }
+
+    /// A granted filesystem root the call used, named by the path the tool sees it at: kept
+    /// once (the first [`Denials::KEPT`] distinct ones), every use counted.
+    pub fn open_root(&self, root: &str) {
+        let mut list = self.roots.lock().unwrap_or_else(|p| p.into_inner());
+        list.keep_distinct(root);
+        list.total += 1;
+    }
+
+    /// The roots opened so far, and the count of every use.
+    pub fn roots_opened(&self) -> (Vec<String>, u64) {
+        let list = self.roots.lock().unwrap_or_else(|p| p.into_inner());
         (list.kept.clone(), list.total)
     }
 }
@@ -145,6 +160,18 @@ impl<T> Bounded<T> {
         self.total += 1;
         if self.kept.len() < Denials::KEPT {
             self.kept.push(item);
+        }
+    }
+
+    /// Keeps `item` unless it is kept already or [`Denials::KEPT`] are: for what is listed
+    /// once however often it happens. The caller counts.
+    fn keep_distinct<Q>(&mut self, item: &Q)
+    where
+        T: std::borrow::Borrow<Q>,
+        Q: ToOwned<Owned = T> + PartialEq + ?Sized,
+    {
+        if self.kept.len() < Denials::KEPT && !self.kept.iter().any(|k| k.borrow() == item) {
+            self.kept.push(item.to_owned());
         }
     }
 }

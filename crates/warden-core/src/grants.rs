@@ -46,6 +46,16 @@ pub enum Access {
     ReadWrite,
 }
 
+impl Access {
+    /// The name a policy writes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::ReadOnly => "read-only",
+            Access::ReadWrite => "read-write",
+        }
+    }
+}
+
 /// One host directory made visible to the tool at a guest path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FsGrant {
@@ -54,6 +64,14 @@ pub struct FsGrant {
     /// Absolute, normalised path the tool sees.
     pub guest: String,
     pub access: Access,
+}
+
+impl std::fmt::Display for FsGrant {
+    /// `HOST -> GUEST (ACCESS)`, as the audit shows a root.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (host, guest) = (self.host.display(), &self.guest);
+        write!(f, "{host} -> {guest} ({})", self.access.as_str())
+    }
 }
 
 /// The grants in force for one policy.

@@ -289,6 +289,7 @@ mod tests {
         response: Support::Honoured,
         memory_ceiling: Some(1 << 30),
         sessions: false,
+        roots_observed: true,
     };
 
     impl Backend for Fake {

@@ -76,6 +76,7 @@ impl Backend for TestBackend {
             response: Support::Honoured,
             memory_ceiling: None,
             sessions: true,
+            roots_observed: true,
         }
     }
 

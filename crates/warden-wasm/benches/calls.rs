@@ -20,6 +20,11 @@
 //!   embedding warden in its own async code calls.
 //! - `warden_executor_no_dispatcher`: the tool's `Executor::execute` without the dispatcher.
 //! - `warden_batch_1000`: one `Dispatcher::dispatch` of 1,000 calls (throughput in calls/s).
+//! - `accounting/*`: the price of usage accounting, one `Dispatcher::dispatch` of 10,000
+//!   calls with it (`on`) and without (`off`: `WasmBackend::without_accounting`, no CPU clock
+//!   reads per poll, no usage record, no root observation), of `add` and of `read-file` of
+//!   `files.wasm` in a granted root (each call opens the root), beside the floor: 10,000 plain
+//!   wasmtime calls of `add` under the dispatcher's bound of 64 in flight.
 //!
 //! Compiled code is cached in `target/warden-bench-cache`, so no compile is measured.
 #![allow(
@@ -231,13 +236,15 @@ async fn raw_call(s: &RawSetup) -> i32 {
 
 // ---- warden -----------------------------------------------------------------------------------
 
-/// A toolbox in a temp dir with one policy for trivial.wasm, loaded as the CLI loads it.
+/// A toolbox in a temp dir with one policy for trivial.wasm and one for files.wasm (one
+/// root, `/workspace`, holding `note.txt`), loaded as the CLI loads it, with usage accounting
+/// or without.
 struct WardenSetup {
     _dir: tempfile::TempDir,
     dispatcher: Dispatcher,
 }
 
-fn warden_setup() -> WardenSetup {
+fn warden_setup(accounting: bool) -> WardenSetup {
     let dir = tempfile::tempdir().expect("temp dir");
     let toolbox = dir.path().join("policies");
     std::fs::create_dir(&toolbox).expect("toolbox folder");
@@ -246,6 +253,20 @@ fn warden_setup() -> WardenSetup {
         format!(
             "[executor]\nkind = \"wasm\"\ncomponent = {:?}\n",
             trivial().display().to_string()
+        ),
+    )
+    .expect("policy");
+    let workspace = dir.path().join("workspace");
+    std::fs::create_dir(&workspace).expect("workspace");
+    std::fs::write(workspace.join("note.txt"), "hello").expect("note");
+    let files = trivial().with_file_name("files.wasm");
+    std::fs::write(
+        toolbox.join("files.toml"),
+        format!(
+            "[executor]\nkind = \"wasm\"\ncomponent = {:?}\n[grants]\nfs = [{{ host = {:?}, \
+             guest = \"/workspace\", access = \"read-only\" }}]\n",
+            files.display().to_string(),
+            workspace.display().to_string()
         ),
     )
     .expect("policy");
@@ -264,7 +285,10 @@ fn warden_setup() -> WardenSetup {
             path: artifacts.cache.clone(),
         },
     ];
-    let backend = WasmBackend::new(artifacts);
+    let mut backend = WasmBackend::new(artifacts);
+    if !accounting {
+        backend = backend.without_accounting();
+    }
     let toolbox = Toolbox::load(&toolbox, &[&backend], &protected).expect("toolbox loads");
     WardenSetup {
         _dir: dir,
@@ -313,7 +337,7 @@ fn calls(c: &mut Criterion) {
         }
     }
 
-    let warden = warden_setup();
+    let warden = warden_setup(true);
     let dispatcher = &warden.dispatcher;
     check(&rt.block_on(dispatcher.call(add_call("warm-up"))));
     group.bench_function("warden_executor", |b| {
@@ -381,7 +405,56 @@ fn calls(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, calls);
+/// The price of usage accounting: 10,000 calls with it and without, beside the floor.
+fn accounting(c: &mut Criterion) {
+    const CALLS: usize = 10_000;
+    let rt = runtime();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let mut group = c.benchmark_group("accounting");
+    group.throughput(Throughput::Elements(CALLS as u64));
+    group.sample_size(10);
+
+    let floor = Arc::new(raw_setup(RawKind::WardenConfig, tmp.path()));
+    // As many in flight as the dispatcher lets run at once.
+    let permits = Arc::new(tokio::sync::Semaphore::new(64));
+    group.bench_function("raw_wasmtime_batch_10000", |b| {
+        b.to_async(&rt).iter(|| async {
+            let mut set = tokio::task::JoinSet::new();
+            for _ in 0..CALLS {
+                let (setup, permits) = (floor.clone(), permits.clone());
+                set.spawn(async move {
+                    let _permit = permits.acquire().await.expect("the semaphore is open");
+                    raw_call(&setup).await
+                });
+            }
+            while let Some(n) = set.join_next().await {
+                assert_eq!(n.expect("the raw call's task runs"), 3);
+            }
+        });
+    });
+
+    let adds: Vec<ToolCall> = (0..CALLS).map(|i| add_call(&format!("c{i}"))).collect();
+    let reads: Vec<ToolCall> = (0..CALLS)
+        .map(|i| ToolCall::new(format!("r{i}"), "read-file", &json!({"path": "note.txt"})))
+        .collect();
+    for (accounting, name) in [(true, "on"), (false, "off")] {
+        let warden = warden_setup(accounting);
+        let dispatcher = &warden.dispatcher;
+        let read = rt.block_on(dispatcher.call(reads[0].clone()));
+        assert_eq!(read.content, "hello", "{read:?}");
+        let opened = read.artifact.as_ref().and_then(|a| a.get("roots_opened"));
+        assert_eq!(opened.is_some(), accounting, "{read:?}");
+        for (calls, tool) in [(&adds, "add"), (&reads, "read_file")] {
+            group.bench_function(BenchmarkId::new(format!("{tool}_10000"), name), |b| {
+                b.to_async(&rt)
+                    .iter(|| async { black_box(dispatcher.dispatch(calls.clone()).await) });
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, calls, accounting);
 
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` (or --all-targets) does not, and

@@ -27,6 +27,7 @@ pub struct WasmBackend {
     on_compile: CompileHook,
     egress: Egress,
     workload: Workload,
+    accounting: bool,
 }
 
 impl WasmBackend {
@@ -36,7 +37,16 @@ impl WasmBackend {
             on_compile: Arc::new(|_| {}),
             egress: Egress::default(),
             workload: Workload::default(),
+            accounting: true,
         }
+    }
+
+    /// For the benchmark that prices usage accounting only: calls measure no CPU or memory
+    /// peak and report no roots opened. Not a knob for users: the audit needs the figures.
+    #[doc(hidden)]
+    pub fn without_accounting(mut self) -> Self {
+        self.accounting = false;
+        self
     }
 
     /// Sizes the engine for `workload` [default: a server's].
@@ -139,6 +149,7 @@ impl Backend for WasmBackend {
             response: Support::Honoured,
             memory_ceiling: Some(MAX_MEMORY),
             sessions: false,
+            roots_observed: true,
         }
     }
 
@@ -163,6 +174,14 @@ impl Backend for WasmBackend {
                     Ok(())
                 } else {
                     crate::net::refuse_lookups(&mut linker)
+                }
+            })
+            .and_then(|()| {
+                // Without roots there is nothing to observe: the plain functions stay.
+                if self.accounting && !policy.grants.fs.is_empty() {
+                    crate::roots::observe(&mut linker)
+                } else {
+                    Ok(())
                 }
             })
             .map_err(|e| err(None, format!("cannot link WASI: {e:#}")))?;
@@ -190,6 +209,7 @@ impl Backend for WasmBackend {
             grants: policy.grants.clone(),
             net: Arc::new(policy.grants.net.clone()),
             egress: self.egress.clone(),
+            accounting: self.accounting,
         });
         let found = exports(engine, &component);
         let mut tools = Vec::new();

@@ -10,6 +10,7 @@ mod engine;
 mod exports;
 mod http;
 mod net;
+mod roots;
 mod sandbox;
 pub mod schema;
 mod tool;

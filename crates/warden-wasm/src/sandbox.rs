@@ -4,10 +4,12 @@
 use crate::capture::CappedPipe;
 use crate::http::Hooks;
 use crate::net::NetGate;
+use crate::roots::Roots;
 use std::time::Instant;
-use warden_core::{Access, ErrorKind, Grants, Limits, ToolError};
-use wasmtime::component::ResourceTable;
+use warden_core::{Access, ErrorKind, Grants, Limits, Meter, ToolError};
+use wasmtime::component::{Resource, ResourceTable};
 use wasmtime::{Engine, ResourceLimiter, Store, Trap, UpdateDeadline};
+use wasmtime_wasi::p2::bindings::filesystem::types::Descriptor;
 use wasmtime_wasi::p2::pipe::MemoryInputPipe;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
@@ -22,12 +24,23 @@ pub(crate) struct CallState {
     hooks: Hooks,
     table: ResourceTable,
     limiter: Limiter,
+    roots: Roots,
 }
 
 impl CallState {
     /// The call's network gate.
     pub(crate) fn net(&self) -> &NetGate {
         &self.hooks.gate
+    }
+
+    /// Reports `fd`'s root when `fd` is one of the preopened roots.
+    pub(crate) fn note_root(&self, fd: &Resource<Descriptor>) {
+        self.roots.note(&self.table, fd);
+    }
+
+    /// Learns the roots from what `get-directories` handed the guest.
+    pub(crate) fn learn_roots(&mut self, dirs: &[(Resource<Descriptor>, String)]) {
+        self.roots.learn(&self.table, dirs);
     }
 }
 
@@ -88,10 +101,11 @@ impl ResourceLimiter for Limiter {
     }
 }
 
-/// What a call gets besides its grants.
+/// What a call gets besides its grants, and where it reports the roots it opens.
 pub(crate) struct CallIo<'a> {
     pub args: &'a [String],
     pub stdin: Option<&'a str>,
+    pub usage: Meter,
 }
 
 impl Sandbox {
@@ -153,6 +167,7 @@ impl Sandbox {
                 peak: 0,
                 refused: false,
             },
+            roots: Roots::new(io.usage),
         };
         let mut store = Store::new(engine, state);
         store.limiter(|s| &mut s.limiter);

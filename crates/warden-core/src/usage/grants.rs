@@ -2,10 +2,11 @@
 //! line that writes it, and a narrower `[grants]` built from what was reached.
 
 use super::read::ToolSeen;
+use crate::grants::FsGrant;
 use crate::net::{HostGrant, HostPattern, NetGrants};
 use crate::policy::Policy;
 use serde::Serialize;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
@@ -18,7 +19,7 @@ pub struct UnusedGrant {
     /// The policy file, and the line that writes the grant: the one to remove.
     pub policy: PathBuf,
     pub line: usize,
-    /// The `[grants]` key: `net`, `env_from_host` or `net_credentials`.
+    /// The `[grants]` key: `net`, `fs`, `env_from_host` or `net_credentials`.
     pub key: &'static str,
     /// The entry, as the audit shows it.
     pub grant: String,
@@ -91,10 +92,12 @@ fn is_exact(grant: &HostGrant) -> bool {
 }
 
 /// The grants of `policy` that its tools' calls (`seen`) never used, and a narrower
-/// `[grants]` when there is one.
+/// `[grants]` when there is one. Filesystem roots are judged only when `roots_observed`:
+/// the policy's executor reports the roots its calls open.
 pub(crate) fn review(
     policy: &Policy,
     seen: &[&ToolSeen],
+    roots_observed: bool,
 ) -> (Vec<UnusedGrant>, Option<Suggestion>) {
     let ran = seen.iter().any(|t| t.ran);
     let destinations: Vec<Destination> = seen
@@ -131,7 +134,7 @@ pub(crate) fn review(
             net.extend(used);
         }
     }
-    let mut once = std::collections::HashSet::new();
+    let mut once = HashSet::new();
     net.retain(|g| once.insert(g.clone()));
     let kept = NetGrants {
         hosts: net
@@ -145,6 +148,24 @@ pub(crate) fn review(
             let why = "the host it is for is not reached: remove it with its net grant";
             let text = format!("{} header for {}", c.header, c.host);
             note("net_credentials", lines.net_credentials.get(i), text, why);
+        }
+    }
+    let opened: HashSet<&str> = seen
+        .iter()
+        .flat_map(|t| &t.roots_opened)
+        .map(String::as_str)
+        .collect();
+    let mut roots = Vec::new();
+    for (i, root) in grants.fs.iter().enumerate() {
+        if !roots_observed || opened.contains(root.guest.as_str()) {
+            roots.push(root);
+        } else {
+            let why = if ran {
+                "no call in the window opened it"
+            } else {
+                never_ran
+            };
+            note("fs", lines.fs.get(i), root.to_string(), why);
         }
     }
     if !ran {
@@ -162,6 +183,10 @@ pub(crate) fn review(
     if net != written {
         toml.push_str(&format!("net = {}\n", array(&net)));
     }
+    if roots.len() < grants.fs.len() {
+        let tables: Vec<String> = roots.iter().map(|r| fs_table(r)).collect();
+        toml.push_str(&format!("fs = [{}]\n", tables.join(", ")));
+    }
     if !ran && !grants.env_from_host.is_empty() {
         toml.push_str("env_from_host = []\n");
     }
@@ -177,4 +202,16 @@ fn array(items: &[String]) -> String {
     serde_json::to_string(items)
         .unwrap_or_default()
         .replace("\",\"", "\", \"")
+}
+
+/// A root as a policy writes it, with its host folder absolute (a policy's relative paths
+/// are resolved when it is read).
+fn fs_table(root: &FsGrant) -> String {
+    let text = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    format!(
+        "{{ host = {}, guest = {}, access = \"{}\" }}",
+        text(&root.host.to_string_lossy()),
+        text(&root.guest),
+        root.access.as_str()
+    )
 }

@@ -112,20 +112,25 @@ impl UsageReport {
                     policy.path.display()
                 ));
             }
-            let (unused, suggestion) = grants::review(policy, &of_policy);
+            let observed = loaded.capabilities.roots_observed;
+            if observed && of_policy.iter().any(|t| t.roots_cut) {
+                notes.push(format!(
+                    "{}: some calls opened more roots than a record keeps; a root named unused \
+                     here may have been opened",
+                    policy.path.display()
+                ));
+            }
+            if !observed && !policy.grants.fs.is_empty() {
+                notes.push(format!(
+                    "{}: its executor ({}) does not report which filesystem roots a call \
+                     opened, so none of its roots is named unused",
+                    policy.path.display(),
+                    policy.kind.value
+                ));
+            }
+            let (unused, suggestion) = grants::review(policy, &of_policy, observed);
             unused_grants.extend(unused);
             suggestions.extend(suggestion);
-        }
-        if toolbox
-            .policies()
-            .iter()
-            .any(|p| !p.policy.grants.fs.is_empty())
-        {
-            notes.push(
-                "filesystem roots: which root a call opened is not recorded, so none is named \
-                 unused"
-                    .into(),
-            );
         }
         let mut refused_repeatedly: Vec<RepeatedRefusal> = seen
             .refused

@@ -45,6 +45,8 @@ struct CallLine {
     usage: Usage,
     #[serde(default)]
     reached: Vec<Reached>,
+    #[serde(default)]
+    roots_opened: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -72,6 +74,10 @@ pub(crate) struct ToolSeen {
     pub reached: HashSet<Reached>,
     /// Some call's list of destinations was cut at its bound.
     pub reached_cut: bool,
+    /// Filesystem roots opened, by the path the tool sees.
+    pub roots_opened: HashSet<String>,
+    /// Some call's list of roots was cut at its bound.
+    pub roots_cut: bool,
 }
 
 /// A destination refused to one tool: how often, and the last reason given.
@@ -147,5 +153,7 @@ impl Seen {
         tool.ran |= call.attempts > 0;
         tool.reached_cut |= call.reached.len() >= crate::executor::Denials::KEPT;
         tool.reached.extend(call.reached);
+        tool.roots_cut |= call.roots_opened.len() >= crate::executor::Denials::KEPT;
+        tool.roots_opened.extend(call.roots_opened);
     }
 }
