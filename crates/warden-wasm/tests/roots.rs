@@ -12,13 +12,12 @@ mod common;
 
 use common::{Bench, call, kind};
 use serde_json::{Value, json};
-use std::path::PathBuf;
 use std::sync::Arc;
 use warden_core::{CallLog, Dispatcher, ToolMessage, UsageReport};
 
 /// A bench with `files.toml` granting `/workspace` (read-only, line 6) and `/other`
 /// (read-write, line 7), a dispatcher writing a call log, and the log's path.
-fn two_roots() -> (Bench, Dispatcher, PathBuf) {
+fn two_roots() -> (Bench, Dispatcher, Arc<CallLog>) {
     let bench = Bench::new();
     let workspace = bench.folder("workspace");
     let other = bench.folder("other");
@@ -32,10 +31,8 @@ fn two_roots() -> (Bench, Dispatcher, PathBuf) {
             other.display().to_string()
         ),
     );
-    let log = bench.dir.path().join("calls.jsonl");
-    let d = bench
-        .dispatcher()
-        .call_log(Arc::new(CallLog::open(&log).unwrap()));
+    let log = Arc::new(CallLog::open(&bench.dir.path().join("calls.jsonl")).unwrap());
+    let d = bench.dispatcher().call_log(log.clone());
     (bench, d, log)
 }
 
@@ -57,8 +54,9 @@ fn opened(m: &ToolMessage) -> (Vec<String>, u64) {
 }
 
 /// The call records of the log, in order.
-fn records(log: &std::path::Path) -> Vec<Value> {
-    std::fs::read_to_string(log)
+fn records(log: &CallLog) -> Vec<Value> {
+    log.flush();
+    std::fs::read_to_string(log.path())
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
@@ -66,8 +64,9 @@ fn records(log: &std::path::Path) -> Vec<Value> {
         .collect()
 }
 
-fn report(bench: &Bench, log: &std::path::Path) -> UsageReport {
-    UsageReport::read(&[log.to_owned()], None, &bench.load().unwrap()).unwrap()
+fn report(bench: &Bench, log: &CallLog) -> UsageReport {
+    log.flush();
+    UsageReport::read(&log.files(), None, &bench.load().unwrap()).unwrap()
 }
 
 /// The unused grants of a report as `(key, line, why)`.
