@@ -12,7 +12,6 @@ mod common;
 use common::{Bench, kind};
 use serde_json::{Value, json};
 use std::net::UdpSocket;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
