@@ -28,14 +28,21 @@ pub struct Invocation {
     pub usage: Meter,
 }
 
-/// What a call used, as its executor measures it; what it cannot measure stays `None`.
+/// What a call used, as its executor measures it; what it cannot measure stays `None`,
+/// never a guess. A session's command reports what was used from just before it to just
+/// after it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Usage {
-    /// CPU time of the call's own work: a wasm call's polls, a host command's processes.
+    /// CPU time of the call's own work: a wasm call's polls, a host command's processes, a
+    /// container's cgroup. A session's command: its container's cgroup meanwhile (background
+    /// jobs included), or on the host the shell's and every process it or `init` waited for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_ms: Option<f64>,
     /// The high-water mark of the call's memory: a wasm call's memories and tables, a host
-    /// command's largest resident set.
+    /// command's largest resident set, a container's cgroup (page cache and `/tmp` included).
+    /// A session's command: only a docker one whose cgroup can start a new peak for it
+    /// (cgroup v1, warden as root); a host session has none, as the kernel keeps its
+    /// children's peak over the whole session.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peak_memory_bytes: Option<u64>,
     /// Bytes through the sandbox's gate, to its destinations and back, and its connections.

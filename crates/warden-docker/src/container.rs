@@ -2,6 +2,7 @@
 //! under a deadline, and always removed — by the call, or by its guard when the call's future
 //! is dropped.
 
+use crate::cgroup::Cgroup;
 use crate::engine::{Engine, missing_image};
 use bollard::Docker;
 use bollard::container::{AttachContainerResults, LogOutput};
@@ -14,14 +15,18 @@ use bollard::query_parameters::{
 use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
-use warden_core::Capped;
-use warden_core::ToolError;
+use warden_command::session::{Frames, nonce};
+use warden_core::{Capped, ToolError, Usage};
 use warden_net::{Credentials, Gate, Proxy, Scope, Traffic};
 
 /// How often, and how far apart, a SIGKILLed container's OOM flag is asked for again: the
 /// engine's OOM event trails the exit by a few milliseconds under load.
 const OOM_FLAG_TRIES: u32 = 10;
 const OOM_FLAG_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// How long finding a per-call container's counters may take (one inspect): an engine slower
+/// than that costs the call its CPU and memory figures, not its answer.
+const COUNTERS_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A container that is removed (killed first if running) when this is dropped.
 pub(crate) struct Container {
@@ -40,7 +45,7 @@ impl Container {
     ) -> Result<Container, ToolError> {
         // Named before it exists, so that a call dropped while the engine creates it still
         // knows what to remove.
-        let name = format!("warden-{}", &warden_command::session::nonce()[..16]);
+        let name = format!("warden-{}", &nonce()[..16]);
         let mut container = Container {
             docker: docker.clone(),
             id: name.clone(),
@@ -145,6 +150,16 @@ impl Container {
             })
     }
 
+    /// Its cgroup's counters on this machine, while it runs; `None` when they are not here.
+    pub(crate) async fn cgroup(&self, engine: &Engine) -> Option<Cgroup> {
+        let pid = self.pid(engine).await.ok()?;
+        let cgroup = Cgroup::of(pid, &self.id);
+        if cgroup.is_none() {
+            tracing::debug!(container = %self.id, "no cgroup counters on this machine");
+        }
+        cgroup
+    }
+
     /// True when the engine saw the memory limit kill a process of this container.
     pub(crate) async fn oom_killed(&self) -> bool {
         match self.docker.inspect_container(&self.id, None).await {
@@ -220,16 +235,36 @@ pub(crate) enum Ended {
     Exited {
         code: i64,
         oom: bool,
-        stdout: Capped,
-        stderr: Capped,
+        stdout: String,
+        stderr: String,
     },
     /// The deadline passed; the container was removed.
-    TimedOut { stdout: Capped, stderr: Capped },
+    TimedOut { stdout: String, stderr: String },
 }
 
-/// Runs one container to its end or its deadline, and removes it. With a gate, the container's
-/// command waits for a line on stdin (see [`crate::gate`]), sent once the gate listens; what
-/// went through the gate is answered too.
+/// The command line of a per-call container: `/bin/sh` reads one line, the nonce of the end
+/// line (sent once the gate listens, when there is one), runs `argv` with stdin on
+/// `/dev/null`, prints the end line and waits for its stdin to close before it exits with the
+/// command's status: the container, and its cgroup's counters, outlive the command until
+/// warden has read them. The nonce travels on stdin, not in argv, so the command cannot read
+/// it and end its output early.
+pub(crate) fn wrapped(argv: Vec<String>) -> Vec<String> {
+    let mut wrapped = vec![
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        "IFS= read -r w || exit 125; \"$@\" </dev/null; r=$?; printf '\\n%s\\n' \"$w\"; \
+         read -r w; exit \"$r\""
+            .to_owned(),
+        "sh".to_owned(),
+    ];
+    wrapped.extend(argv);
+    wrapped
+}
+
+/// Runs one container, whose command is [`wrapped`], to its end or its deadline, and removes
+/// it. With a gate, the command starts once the gate listens. Answers what went through the
+/// gate too, and the CPU and memory figures the container's cgroup had at the command's end
+/// (or at the deadline).
 pub(crate) async fn run_once(
     engine: &Engine,
     docker: &Docker,
@@ -238,17 +273,14 @@ pub(crate) async fn run_once(
     output_limit: u64,
     deadline: Instant,
     gate: Option<(Gate, Scope, Credentials)>,
-) -> Result<(Ended, Option<Traffic>), ToolError> {
+) -> Result<(Ended, Option<Traffic>, Usage), ToolError> {
     let container = Container::create(engine, docker, image, body).await?;
-    let mut attached = container.attach_and_start(engine, gate.is_some()).await?;
+    let mut attached = container.attach_and_start(engine, true).await?;
     let proxy = match gate {
         Some((gate, scope, credentials)) => {
             match open_gate(engine, &container, gate, credentials).await {
                 Ok(proxy) => {
                     proxy.begin(scope);
-                    // The command may start; its stdin ends here.
-                    let _ = attached.input.write_all(b"go\n").await;
-                    let _ = attached.input.shutdown().await;
                     Some(proxy)
                 }
                 Err(e) => {
@@ -259,10 +291,23 @@ pub(crate) async fn run_once(
         }
         None => None,
     };
-    let ended = read_to_end(&container, engine, &mut attached, output_limit, deadline).await;
+    let end = nonce();
+    // The command starts here. A failed write shows as output ending without the end line.
+    let _ = attached
+        .input
+        .write_all(format!("{end}\n").as_bytes())
+        .await;
+    let run = Run {
+        container: &container,
+        engine,
+        end: &end,
+        output_limit,
+        deadline,
+    };
+    let (ended, used) = run.read_to_end(&mut attached).await;
     let traffic = proxy.map(|p| p.end());
     container.remove().await;
-    Ok((ended?, traffic))
+    Ok((ended?, traffic, used))
 }
 
 /// The gate of a started container (nothing gets through before [`Proxy::begin`]).
@@ -281,37 +326,85 @@ pub(crate) async fn open_gate(
     })
 }
 
-/// Reads a started container's output until it ends or `deadline`.
-async fn read_to_end(
-    container: &Container,
-    engine: &Engine,
-    attached: &mut AttachContainerResults,
+/// One per-call container while it runs.
+struct Run<'a> {
+    container: &'a Container,
+    engine: &'a Engine,
+    /// The nonce of its end line.
+    end: &'a str,
     output_limit: u64,
     deadline: Instant,
-) -> Result<Ended, ToolError> {
-    let mut stdout = Capped::new(output_limit);
-    let mut stderr = Capped::new(output_limit);
-    loop {
-        match tokio::time::timeout_at(deadline, attached.output.next()).await {
-            Err(_) => return Ok(Ended::TimedOut { stdout, stderr }),
-            Ok(None) => break,
-            Ok(Some(Ok(LogOutput::StdErr { message }))) => stderr.push(&message),
-            Ok(Some(Ok(frame))) => stdout.push(&frame.into_bytes()),
-            Ok(Some(Err(e))) => {
-                tracing::warn!(container = %container.id, "reading output failed: {e}");
-                break;
+}
+
+impl Run<'_> {
+    /// Reads its output until it ends or the deadline. At the end line, or at the deadline,
+    /// the container's counters are read first: they go with its cgroup.
+    async fn read_to_end(
+        &self,
+        attached: &mut AttachContainerResults,
+    ) -> (Result<Ended, ToolError>, Usage) {
+        let mut stdout = Frames::until(&format!("\n{}", self.end), self.output_limit);
+        let mut stderr = Capped::new(self.output_limit);
+        let mut used = None;
+        loop {
+            match tokio::time::timeout_at(self.deadline, attached.output.next()).await {
+                Err(_) => {
+                    let used = match used {
+                        Some(used) => used,
+                        None => self.used().await,
+                    };
+                    let ended = Ended::TimedOut {
+                        stdout: stdout.text(),
+                        stderr: stderr.text(),
+                    };
+                    return (Ok(ended), used);
+                }
+                Ok(None) => break,
+                Ok(Some(Ok(LogOutput::StdErr { message }))) => stderr.push(&message),
+                Ok(Some(Ok(frame))) => {
+                    stdout.push(&frame.into_bytes());
+                    if stdout.done() && used.is_none() {
+                        used = Some(self.used().await);
+                        // The shell exits with the command's status; what a background job
+                        // writes to stdout meanwhile is past the end line, and dropped.
+                        let _ = attached.input.shutdown().await;
+                    }
+                }
+                Ok(Some(Err(e))) => {
+                    tracing::warn!(container = %self.container.id, "reading output failed: {e}");
+                    break;
+                }
             }
         }
+        let status =
+            tokio::time::timeout_at(self.deadline, self.container.exit_status(self.engine)).await;
+        let ended = match status {
+            Ok(Ok((code, oom))) => Ok(Ended::Exited {
+                code,
+                oom,
+                stdout: stdout.text(),
+                stderr: stderr.text(),
+            }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Ok(Ended::TimedOut {
+                stdout: stdout.text(),
+                stderr: stderr.text(),
+            }),
+        };
+        // Without its end line the command's container ended first: nothing was measured.
+        (ended, used.unwrap_or_default())
     }
-    let status = tokio::time::timeout_at(deadline, container.exit_status(engine)).await;
-    match status {
-        Ok(Ok((code, oom))) => Ok(Ended::Exited {
-            code,
-            oom,
-            stdout,
-            stderr,
-        }),
-        Ok(Err(e)) => Err(e),
-        Err(_) => Ok(Ended::TimedOut { stdout, stderr }),
+
+    /// The container's CPU and memory peak so far.
+    async fn used(&self) -> Usage {
+        let found = tokio::time::timeout(COUNTERS_WAIT, self.container.cgroup(self.engine)).await;
+        let Ok(Some(cgroup)) = found else {
+            return Usage::default();
+        };
+        Usage {
+            cpu_ms: cgroup.cpu_ms(),
+            peak_memory_bytes: cgroup.peak(),
+            ..Usage::default()
+        }
     }
 }

@@ -5,9 +5,9 @@
 //! container reaches the gate and, through it, the granted hosts, and nothing else: nothing
 //! routes out of its namespace, and nothing else listens in it.
 //!
-//! A per-call container would run its command before the gate is bound, so its command is
-//! started by `/bin/sh`, which waits for one line on stdin that warden sends once the gate
-//! listens; the command then reads an empty stdin, as without a gate.
+//! A per-call container would run its command before the gate is bound, so its command waits
+//! for the line on stdin that starts it ([`crate::container::wrapped`]), which warden sends
+//! once the gate listens.
 
 use crate::container::Container;
 use crate::engine::Engine;
@@ -96,18 +96,6 @@ pub(crate) fn unsupported() -> Option<&'static str> {
          takes root: run warden as root, or use a host tool (kind = \"host\"), whose gate needs \
          no privilege",
     )
-}
-
-/// The command line that waits for the gate, then runs `argv`.
-pub(crate) fn after_gate(argv: Vec<String>) -> Vec<String> {
-    let mut wrapped = vec![
-        "/bin/sh".to_owned(),
-        "-c".to_owned(),
-        "read -r _ && exec \"$@\"".to_owned(),
-        "sh".to_owned(),
-    ];
-    wrapped.extend(argv);
-    wrapped
 }
 
 /// Binds the gate's listener in the running `container`'s network namespace.

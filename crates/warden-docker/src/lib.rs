@@ -8,6 +8,7 @@
 //! ends — or, after a crash, at the next warden's first contact with the engine.
 
 mod backend;
+mod cgroup;
 mod config;
 mod container;
 mod debian;

@@ -3,6 +3,7 @@
 //! which frames commands, keeps deadlines and resets. `exec` per command would be slower
 //! (26–43 ms here), would not keep `cd` and cannot be killed.
 
+use crate::cgroup::Cgroup;
 use crate::container::{Container, open_gate};
 use crate::engine::Engine;
 use crate::gate::Sandboxed;
@@ -11,7 +12,7 @@ use bollard::container::LogOutput;
 use futures::StreamExt;
 use std::io;
 use std::sync::Arc;
-use warden_command::session::{Chunk, Launched, Launcher, Processes, Sandbox};
+use warden_command::session::{Chunk, Counters, Launched, Launcher, Processes, Sandbox};
 use warden_core::{Grants, Limits, ToolError};
 use warden_net::{Gate, Proxy, Scope, Traffic};
 
@@ -83,6 +84,7 @@ impl Launcher for DockerShells {
             }
             None => None,
         };
+        let cgroup = container.cgroup(&self.engine).await;
         let output = attached.output.map(|frame| match frame {
             Ok(LogOutput::StdErr { message }) => Ok(Chunk::Stderr(message.to_vec())),
             Ok(frame) => Ok(Chunk::Stdout(frame.into_bytes().to_vec())),
@@ -93,6 +95,8 @@ impl Launcher for DockerShells {
                 engine: self.engine.clone(),
                 container,
                 oom_seen: false,
+                cgroup,
+                peak_started: false,
                 gate,
                 _sandboxed: sandboxed,
             },
@@ -108,6 +112,10 @@ pub(crate) struct ShellContainer {
     container: Container,
     /// The engine had already reported an OOM kill before the current command.
     oom_seen: bool,
+    /// Its cgroup's counters, when they are on this machine.
+    cgroup: Option<Cgroup>,
+    /// The last reading started a new memory peak: the next one's peak is honest.
+    peak_started: bool,
     gate: Option<Proxy>,
     /// Its credentials and the bundle it trusts, kept as long as it runs.
     _sandboxed: Option<Sandboxed>,
@@ -128,6 +136,22 @@ impl Sandbox for ShellContainer {
 
     async fn processes(&mut self) -> Option<u64> {
         self.container.processes().await
+    }
+
+    /// The cgroup's CPU; its memory peak only where each reading can start a new one (cgroup
+    /// v1, as root): a container's peak cannot otherwise be told apart from an earlier
+    /// command's.
+    fn counters(&mut self) -> Counters {
+        let Some(cgroup) = &self.cgroup else {
+            return Counters::default();
+        };
+        let cpu_ms = cgroup.cpu_ms();
+        let peak_memory_bytes = cgroup.peak().filter(|_| self.peak_started);
+        self.peak_started = cgroup.new_peak();
+        Counters {
+            cpu_ms,
+            peak_memory_bytes,
+        }
     }
 
     fn command_starts(&mut self, scope: Scope) {

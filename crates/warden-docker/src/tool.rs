@@ -1,6 +1,6 @@
 //! The executor of a docker tool: a container per call, or one shell per session.
 
-use crate::container::{Ended, run_once};
+use crate::container::{Ended, run_once, wrapped};
 use crate::engine::Engine;
 use crate::gate::Sandboxed;
 use crate::plan::Plan;
@@ -79,16 +79,12 @@ impl DockerTool {
         let deadline = Instant::now() + timeout;
         let docker = self.engine.client().await?;
         self.engine.ensure_image(&docker, &self.plan.image).await?;
-        let mut argv = self.template.render(&request.values);
-        if self.gate.is_some() {
-            argv = crate::gate::after_gate(argv);
-        }
         let mut body = self.plan.container(
-            argv,
+            wrapped(self.template.render(&request.values)),
             env,
             inv.limits.memory,
             self.engine.labels(&self.plan.tool, "call"),
-            self.gate.is_some(),
+            true,
         );
         if let Some(s) = &sandboxed {
             s.mount_into(&mut body);
@@ -97,7 +93,7 @@ impl DockerTool {
             denials: inv.denials.clone(),
             deadline: deadline.into_std(),
         };
-        let (ended, traffic) = run_once(
+        let (ended, traffic, used) = run_once(
             &self.engine,
             &docker,
             &self.plan.image,
@@ -110,17 +106,21 @@ impl DockerTool {
                 .map(|(g, s)| (g, scope, s.credentials.clone())),
         )
         .await?;
+        inv.usage.record(|u| {
+            u.cpu_ms = used.cpu_ms;
+            u.peak_memory_bytes = used.peak_memory_bytes;
+        });
         let answered = match ended {
             Ended::Exited {
                 code,
                 oom,
                 stdout,
                 stderr,
-            } => answer(code, oom, &stdout.text(), &stderr.text(), &inv.limits, None),
+            } => answer(code, oom, &stdout, &stderr, &inv.limits, None),
             Ended::TimedOut { stdout, stderr } => Err(timed_out(
                 limit,
-                &stdout.text(),
-                &stderr.text(),
+                &stdout,
+                &stderr,
                 "its container was killed and removed",
             )),
         };

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{Image, call, cmd, kind, shell_policy};
+use common::{HALF_A_SECOND_OF_CPU, Image, call, cmd, kind, shell_policy, usage};
 use serde_json::json;
 use std::time::{Duration, Instant};
 use warden_core::{Status, ToolCall};
@@ -283,5 +283,61 @@ async fn a_templated_tool_puts_arguments_in_argv_without_a_shell(image: Image) {
     assert_eq!(m.content, "[$(id); `reboot`]\n[exit code 0]");
     let m = call(&d, "echo", json!({"txt": "x"})).await;
     assert_eq!(kind(&m), "invalid_arguments", "{}", m.content);
+    h.assert_clean().await;
+}
+
+#[tokio::test]
+async fn a_container_reports_its_cgroups_cpu_and_memory_peak() {
+    let h = docker_or_skip!();
+    let d = h.dispatcher("sh", &shell_policy("", "", "memory = \"256MiB\""));
+    // tail keeps its one 50 MB line in memory.
+    let m = call(
+        &d,
+        "sh",
+        cmd("head -c 50000000 /dev/zero | tail -n 1 | wc -c"),
+    )
+    .await;
+    assert!(m.content.starts_with("50000000\n"), "{}", m.content);
+    let used = usage(&m);
+    assert!(
+        used["peak_memory_bytes"].as_u64().unwrap() >= 50_000_000,
+        "{used}"
+    );
+    let m = call(&d, "sh", cmd(HALF_A_SECOND_OF_CPU)).await;
+    assert!(m.content.starts_with("spun\n"), "{}", m.content);
+    let used = usage(&m);
+    let cpu = used["cpu_ms"].as_f64().unwrap();
+    assert!((450.0..3000.0).contains(&cpu), "{used}");
+    let m = call(&d, "sh", cmd("true")).await;
+    assert_eq!(m.content, "[exit code 0]");
+    let used = usage(&m);
+    assert!(used["cpu_ms"].as_f64().unwrap() < 200.0, "{used}");
+    assert!(
+        used["peak_memory_bytes"].as_u64().unwrap() < 25_000_000,
+        "{used}"
+    );
+    h.assert_clean().await;
+}
+
+#[tokio::test]
+async fn a_failed_or_timed_out_container_still_reports_what_it_used() {
+    let h = docker_or_skip!();
+    let d = h.dispatcher("sh", &shell_policy("", "", "timeout = \"10s\""));
+    let m = call(&d, "sh", cmd("echo no >&2; exit 3")).await;
+    assert_eq!(kind(&m), "exit_status", "{}", m.content);
+    let used = usage(&m);
+    assert!(used["cpu_ms"].as_f64().is_some(), "{used}");
+    assert!(used["peak_memory_bytes"].as_u64().unwrap() > 0, "{used}");
+    let m = call(
+        &d,
+        "sh",
+        json!({"command": "while :; do :; done", "timeout": 1}),
+    )
+    .await;
+    assert_eq!(kind(&m), "timeout", "{}", m.content);
+    let used = usage(&m);
+    // It spun for about its second, on a core of its own or a shared one.
+    assert!(used["cpu_ms"].as_f64().unwrap() > 100.0, "{used}");
+    assert!(used["peak_memory_bytes"].as_u64().unwrap() > 0, "{used}");
     h.assert_clean().await;
 }

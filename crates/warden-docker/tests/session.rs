@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{call, cmd, kind, shell_policy};
+use common::{HALF_A_SECOND_OF_CPU, call, cmd, kind, shell_policy, usage};
 use serde_json::json;
 use std::time::{Duration, Instant};
 use warden_core::{Status, ToolCall};
@@ -385,6 +385,57 @@ async fn the_protocol_never_shows_whatever_the_shell_is_told() {
     }
     let m = call(&d, "sh", cmd("echo 'still here' >&2")).await;
     assert_eq!(m.content, "[stderr]\nstill here\n[exit code 0]");
+    d.close().await;
+    h.assert_clean().await;
+}
+
+#[tokio::test]
+async fn each_command_of_a_session_reports_its_own_cpu_and_memory_peak() {
+    let h = docker_or_skip!();
+    let d = h.dispatcher("sh", &session_policy(&h, "memory = \"256MiB\""));
+    let m = call(
+        &d,
+        "sh",
+        cmd("head -c 50000000 /dev/zero | tail -n 1 | wc -c"),
+    )
+    .await;
+    assert!(m.content.starts_with("50000000\n"), "{}", m.content);
+    let used = usage(&m);
+    assert!(
+        used["peak_memory_bytes"].as_u64().unwrap() >= 50_000_000,
+        "{used}"
+    );
+    // The container's peak is still 50 MB; this command's is its own.
+    let m = call(&d, "sh", cmd("true")).await;
+    let used = usage(&m);
+    assert!(
+        used["peak_memory_bytes"].as_u64().unwrap() < 25_000_000,
+        "{used}"
+    );
+    let m = call(&d, "sh", cmd(HALF_A_SECOND_OF_CPU)).await;
+    assert!(m.content.starts_with("spun\n"), "{}", m.content);
+    let used = usage(&m);
+    let cpu = used["cpu_ms"].as_f64().unwrap();
+    assert!((450.0..3000.0).contains(&cpu), "{used}");
+    let m = call(&d, "sh", cmd("true")).await;
+    let used = usage(&m);
+    assert!(used["cpu_ms"].as_f64().unwrap() < 100.0, "{used}");
+    // A failing command and a timed-out one report theirs too.
+    let m = call(&d, "sh", cmd("(exit 3)")).await;
+    assert_eq!(kind(&m), "exit_status", "{}", m.content);
+    let used = usage(&m);
+    assert!(used["cpu_ms"].as_f64().unwrap() < 100.0, "{used}");
+    assert!(used["peak_memory_bytes"].as_u64().is_some(), "{used}");
+    let m = call(
+        &d,
+        "sh",
+        json!({"command": "while :; do :; done", "timeout": 1}),
+    )
+    .await;
+    assert_eq!(kind(&m), "timeout", "{}", m.content);
+    let used = usage(&m);
+    assert!(used["cpu_ms"].as_f64().unwrap() > 100.0, "{used}");
+    assert!(used["peak_memory_bytes"].as_u64().is_some(), "{used}");
     d.close().await;
     h.assert_clean().await;
 }

@@ -4,6 +4,13 @@
 //! helper's stdin, and the shared session driver (`warden_command::session`) frames them,
 //! keeps deadlines and resets. Killing `init`, PID 1 of the namespace, kills everything the
 //! session started.
+//!
+//! A command's CPU is read from outside, in `/proc`: the shell's own CPU and its waited-for
+//! children's, and `init`'s waited-for children's (orphans), before and after it. A job still
+//! running when the command ends counts with the command that sees it end. There is no memory
+//! peak per command: the sandbox has no cgroup, and the kernel keeps a shell's children's
+//! largest resident set (`ru_maxrss`) as one maximum over the whole session, which no reading
+//! can start anew.
 
 use crate::plan::{Protections, Report};
 use crate::sandboxes::Started;
@@ -15,7 +22,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::unix::pipe::Receiver;
 use tokio::process::Child;
-use warden_command::session::{Launched, Launcher, Processes, Sandbox, chunks};
+use warden_command::session::{Counters, Launched, Launcher, Processes, Sandbox, chunks};
 use warden_core::{Limits, ToolError};
 use warden_net::{Proxy, Scope, Traffic};
 
@@ -81,6 +88,7 @@ impl Launcher for HostShells {
             limit: u64::from(self.starter.config().processes),
             child,
             init: None,
+            shell: None,
             namespace: None,
             reports: BufReader::new(reports),
             gate,
@@ -108,6 +116,11 @@ impl Launcher for HostShells {
         sandbox.namespace = sandbox
             .init
             .and_then(|pid| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok());
+        // The shell is `init`'s one child: it reported ready just before it was executed.
+        sandbox.shell = sandbox.init.and_then(|pid| {
+            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"));
+            children.ok()?.split_whitespace().next()?.parse().ok()
+        });
         Ok(Launched {
             sandbox,
             input: Box::pin(input),
@@ -124,6 +137,8 @@ pub(crate) struct ShellNamespace {
     child: Child,
     /// `init`'s pid, as warden sees it; `None` once it is known gone.
     init: Option<i32>,
+    /// The shell's pid, as warden sees it.
+    shell: Option<i32>,
     /// `init`'s PID namespace (`pid:[…]`), to count its processes from outside.
     namespace: Option<std::path::PathBuf>,
     reports: BufReader<Receiver>,
@@ -219,6 +234,16 @@ impl Sandbox for ShellNamespace {
         .flatten()
     }
 
+    /// CPU only (see the module's comment).
+    fn counters(&mut self) -> Counters {
+        let namespace = self.namespace.as_deref();
+        let cpu = |pid: Option<i32>| cpu_ms(pid?, namespace?);
+        Counters {
+            cpu_ms: cpu(self.init).zip(cpu(self.shell)).map(|(a, b)| a + b),
+            peak_memory_bytes: None,
+        }
+    }
+
     fn command_starts(&mut self, scope: Scope) {
         if let Some(gate) = &self.gate {
             gate.begin(scope);
@@ -258,6 +283,29 @@ impl Drop for ShellNamespace {
         // The helper is killed on drop too (`kill_on_drop`), and `init` dies with it.
         self.kill_init();
     }
+}
+
+/// CPU of process `pid` and of its waited-for children, in milliseconds, while it is in the
+/// PID namespace `namespace` (a pid reused elsewhere is not read).
+fn cpu_ms(pid: i32, namespace: &std::path::Path) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    if std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()? != namespace {
+        return None;
+    }
+    // Fields 14 to 17: utime, stime, cutime, cstime, in clock ticks. The command name
+    // (field 2) may hold spaces and parentheses: count from its end, field 3 first.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let ticks: u64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .map(|t| t.parse::<u64>().ok())
+        .sum::<Option<u64>>()?;
+    let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .filter(|&t| t > 0)?;
+    Some(ticks as f64 * 1e3 / per_second as f64)
 }
 
 /// Processes in the PID namespace `namespace` but its `init`.

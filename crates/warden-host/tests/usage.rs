@@ -1,5 +1,6 @@
 //! What a host call used comes back with it: CPU time and the largest resident set of every
-//! process the command ran (as `init` reaped them). Real confined processes.
+//! process the command ran (as `init` reaped them); a session's command, its CPU alone.
+//! Real confined processes.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -10,7 +11,10 @@ mod common;
 
 use common::*;
 use serde_json::json;
-use warden_core::SessionId;
+use warden_core::{ErrorKind, SessionId};
+
+/// Half a second of CPU, however loaded the machine (the sandbox has no `/proc` to count in).
+const HALF_A_SECOND_OF_CPU: &str = "python3 -c 'import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\nprint(\"spun\")'";
 
 #[tokio::test]
 async fn cpu_time_and_peak_memory_are_measured_per_call() {
@@ -32,7 +36,7 @@ async fn cpu_time_and_peak_memory_are_measured_per_call() {
         &tool,
         &limits,
         SessionId::fresh(),
-        json!({ "command": "python3 -c 'import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\nprint(\"spun\")'" }),
+        json!({ "command": HALF_A_SECOND_OF_CPU }),
     )
     .await;
     assert!(text(&r).contains("spun"), "{}", text(&r));
@@ -48,4 +52,32 @@ async fn cpu_time_and_peak_memory_are_measured_per_call() {
     .await;
     assert!(usage.cpu_ms.unwrap() < 100.0, "{usage:?}");
     assert!(usage.peak_memory_bytes.unwrap() < 50_000_000, "{usage:?}");
+}
+
+#[tokio::test]
+async fn each_command_of_a_session_reports_its_own_cpu_and_no_memory_peak() {
+    let place = Place::new();
+    let (tool, limits) = place.tool(&shell("session = true", "", "memory = \"1GiB\""));
+    let session = SessionId::fresh();
+    let run = |command: &str, timeout: u64| {
+        let args = json!({ "command": command, "timeout": timeout });
+        call_metered(&tool, &limits, session, args)
+    };
+    // No figure per command can be honest for memory here (see the host session's docs).
+    let (r, _, usage) = run("head -c 50000000 /dev/zero | tail -n 1 | wc -c", 20).await;
+    assert!(text(&r).contains("50000000"), "{}", text(&r));
+    assert_eq!(usage.peak_memory_bytes, None, "{usage:?}");
+    let (r, _, usage) = run(HALF_A_SECOND_OF_CPU, 20).await;
+    assert!(text(&r).contains("spun"), "{}", text(&r));
+    let cpu = usage.cpu_ms.unwrap();
+    assert!((450.0..3000.0).contains(&cpu), "{usage:?}");
+    let (_, _, usage) = run("true", 20).await;
+    assert!(usage.cpu_ms.unwrap() < 100.0, "{usage:?}");
+    // A failing command and a timed-out one report theirs too.
+    let (r, _, usage) = run("(exit 3)", 20).await;
+    assert_eq!(r.unwrap_err().kind, ErrorKind::ExitStatus);
+    assert!(usage.cpu_ms.unwrap() < 100.0, "{usage:?}");
+    let (r, _, usage) = run("while :; do :; done", 1).await;
+    assert_eq!(r.unwrap_err().kind, ErrorKind::Timeout);
+    assert!(usage.cpu_ms.unwrap() > 100.0, "{usage:?}");
 }

@@ -5,6 +5,8 @@
 //!
 //! What comes before the start line, or after the end line, was written between commands by
 //! background jobs: it is counted, not shown.
+//!
+//! A docker tool's per-call container ends its output the same way ([`Frames::until`]).
 
 use warden_core::Capped;
 
@@ -23,7 +25,7 @@ enum Phase {
 
 /// One stream (stdout or stderr) during one command.
 #[derive(Debug)]
-pub(crate) struct Frames {
+pub struct Frames {
     start: Vec<u8>,
     end: Vec<u8>,
     /// Whether the end line carries more than the marker (stdout's does).
@@ -57,8 +59,17 @@ impl Frames {
         }
     }
 
+    /// A stream that is output from its first byte up to the exact line `end` (which begins
+    /// with `\n`), with nothing after the marker on that line.
+    pub fn until(end: &str, limit: u64) -> Self {
+        Self {
+            phase: Phase::In,
+            ..Self::new("", end, <[u8]>::is_empty, limit)
+        }
+    }
+
     /// Takes more of the stream.
-    pub(crate) fn push(&mut self, data: &[u8]) {
+    pub fn push(&mut self, data: &[u8]) {
         if self.phase == Phase::Done {
             self.after += data.len() as u64;
             return;
@@ -119,7 +130,7 @@ impl Frames {
     }
 
     /// True once the end line has been seen.
-    pub(crate) fn done(&self) -> bool {
+    pub fn done(&self) -> bool {
         self.phase == Phase::Done
     }
 
@@ -129,7 +140,7 @@ impl Frames {
     }
 
     /// The command's output (all of it so far, when the end never came).
-    pub(crate) fn text(&mut self) -> String {
+    pub fn text(&mut self) -> String {
         let n = self.pending.len();
         self.flush(n);
         self.out.text()
@@ -220,6 +231,17 @@ mod tests {
             f.text()
                 .starts_with("yyyy\n[warden: output truncated, 999996")
         );
+    }
+
+    #[test]
+    fn a_stream_without_a_start_line_is_output_up_to_its_end() {
+        let mut f = Frames::until("\n__E", 1 << 20);
+        f.push(b"no newline at the end\n__E 1\n\n_");
+        assert!(!f.done());
+        f.push(b"_E\nafter");
+        assert!(f.done());
+        assert_eq!(f.text(), "no newline at the end\n__E 1\n");
+        assert_eq!((f.before, f.after), (0, 5));
     }
 
     #[test]

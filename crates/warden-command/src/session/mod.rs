@@ -53,6 +53,7 @@ mod frames;
 mod script;
 mod shell;
 
+pub use frames::Frames;
 pub use script::nonce;
 
 use script::Check;
@@ -138,6 +139,29 @@ impl Processes {
     }
 }
 
+/// A sandbox's counters at one moment, as [`Sandbox::counters`] reads them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Counters {
+    /// CPU used in the sandbox so far, in milliseconds: a running total.
+    pub cpu_ms: Option<f64>,
+    /// The high-water mark of its memory since the previous reading, when the sandbox can
+    /// start a new one at each reading; `None` when it cannot, rather than a figure that
+    /// covers more than that.
+    pub peak_memory_bytes: Option<u64>,
+}
+
+impl Counters {
+    /// What a command used, from the reading just before it (`self`) to the one after it:
+    /// the CPU between the two, and the peak since the first.
+    pub fn used_until(&self, after: &Counters) -> warden_core::Usage {
+        warden_core::Usage {
+            cpu_ms: after.cpu_ms.zip(self.cpu_ms).map(|(a, b)| (a - b).max(0.0)),
+            peak_memory_bytes: after.peak_memory_bytes,
+            ..warden_core::Usage::default()
+        }
+    }
+}
+
 /// How an executor starts a session's shell.
 pub trait Launcher: Send + Sync + 'static {
     type Sandbox: Sandbox;
@@ -183,6 +207,13 @@ pub trait Sandbox: Send + 'static {
     /// next command starts. Answers what went through them, if the sandbox has a gate.
     fn command_ended(&mut self) -> Option<warden_net::Traffic> {
         None
+    }
+
+    /// Its counters now, and a new high-water mark of its memory from here (where the
+    /// sandbox can start one). Read just before each command and right after it: the
+    /// difference is what the command used. Nothing by default.
+    fn counters(&mut self) -> Counters {
+        Counters::default()
     }
 
     /// What every answer of a command run in it carries besides its output, in the answer's
@@ -275,9 +306,16 @@ impl<L: Launcher> Sessions<L> {
                 denials: denials.clone(),
                 deadline: deadline.into_std(),
             });
+            let before = live.sandbox.counters();
             let ran = live
                 .run(command, limits.output, deadline, check.as_ref())
                 .await;
+            // Read while the sandbox still stands: a timeout closes it below.
+            let used = before.used_until(&live.sandbox.counters());
+            usage.record(|u| {
+                u.cpu_ms = used.cpu_ms;
+                u.peak_memory_bytes = used.peak_memory_bytes;
+            });
             match ran {
                 // Out of processes before it ran: once, in a fresh sandbox.
                 Ran::NotRun { processes, refused } if !fresh => {

@@ -356,6 +356,24 @@ impl HostServer {
     }
 }
 
+/// What a call used, as its message carries it: `artifact.usage`, or `error.details.usage`.
+pub(crate) fn usage(m: &ToolMessage) -> Value {
+    let holder = match &m.error {
+        Some(e) => Some(&e.details),
+        None => m.artifact.as_ref(),
+    };
+    holder
+        .and_then(|h| h.get("usage"))
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// A shell command that spins until the shell itself has used half a second of CPU (50
+/// ticks of `/proc/self/stat`'s utime and stime), with builtins only, then prints `spun`: the
+/// same work under any load, and no Python in busybox.
+pub(crate) const HALF_A_SECOND_OF_CPU: &str = "u=0 s=0; until [ $((u + s)) -ge 50 ]; do \
+     read -r _ _ _ _ _ _ _ _ _ _ _ _ _ u s _ </proc/self/stat; done; echo spun";
+
 /// The error kind of a message, or "success".
 pub(crate) fn kind(m: &ToolMessage) -> String {
     m.error
