@@ -8,7 +8,6 @@
 )]
 
 use serde_json::{Value, json};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use warden_core::{

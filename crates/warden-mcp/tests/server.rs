@@ -148,7 +148,7 @@ impl Client {
 #[tokio::test]
 async fn object_results_are_structured_as_they_are_scalars_are_wrapped() {
     let dir = tempfile::tempdir().unwrap();
-    let (server, log) = server(dir.path());
+    let (server, _log) = server(dir.path());
     let mut client = Client::start(server).await;
     let listed = client.request(1, "tools/list", json!({})).await;
     let tools = listed["result"]["tools"].as_array().unwrap();
