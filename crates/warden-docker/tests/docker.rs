@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{HALF_A_SECOND_OF_CPU, Image, call, cmd, kind, shell_policy, usage};
+use common::{HALF_A_SECOND_OF_CPU, Image, call, cmd, holds_fifty_mb, kind, shell_policy, usage};
 use serde_json::json;
 use std::time::{Duration, Instant};
 use warden_core::{Status, ToolCall};
@@ -290,19 +290,7 @@ async fn a_templated_tool_puts_arguments_in_argv_without_a_shell(image: Image) {
 async fn a_container_reports_its_cgroups_cpu_and_memory_peak() {
     let h = docker_or_skip!();
     let d = h.dispatcher("sh", &shell_policy("", "", "memory = \"256MiB\""));
-    // tail keeps its one 50 MB line in memory.
-    let m = call(
-        &d,
-        "sh",
-        cmd("head -c 50000000 /dev/zero | tail -n 1 | wc -c"),
-    )
-    .await;
-    assert!(m.content.starts_with("50000000\n"), "{}", m.content);
-    let used = usage(&m);
-    assert!(
-        used["peak_memory_bytes"].as_u64().unwrap() >= 50_000_000,
-        "{used}"
-    );
+    holds_fifty_mb(&d).await;
     let m = call(&d, "sh", cmd(HALF_A_SECOND_OF_CPU)).await;
     assert!(m.content.starts_with("spun\n"), "{}", m.content);
     let used = usage(&m);

@@ -374,6 +374,23 @@ pub(crate) fn usage(m: &ToolMessage) -> Value {
 pub(crate) const HALF_A_SECOND_OF_CPU: &str = "u=0 s=0; until [ $((u + s)) -ge 50 ]; do \
      read -r _ _ _ _ _ _ _ _ _ _ _ _ _ u s _ </proc/self/stat; done; echo spun";
 
+/// Runs a command whose `tail` holds one 50 MB line in memory, and checks the answer shows
+/// a peak of at least that.
+pub(crate) async fn holds_fifty_mb(d: &Dispatcher) {
+    let m = call(
+        d,
+        "sh",
+        cmd("head -c 50000000 /dev/zero | tail -n 1 | wc -c"),
+    )
+    .await;
+    assert!(m.content.starts_with("50000000\n"), "{}", m.content);
+    let used = usage(&m);
+    assert!(
+        used["peak_memory_bytes"].as_u64().unwrap() >= 50_000_000,
+        "{used}"
+    );
+}
+
 /// The error kind of a message, or "success".
 pub(crate) fn kind(m: &ToolMessage) -> String {
     m.error
