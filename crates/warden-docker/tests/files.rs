@@ -1,0 +1,408 @@
+//! Roots copied into containers instead of mounted, as for an engine on another machine: the
+//! local engine in copy mode (`WARDEN_DOCKER_FILES=copy`), with nothing of the host mounted.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
+
+mod common;
+
+use bollard::query_parameters::{
+    DownloadFromContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+};
+use common::{Harness, call, cmd, kind};
+use futures::StreamExt;
+use serde_json::json;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use warden_core::{Status, ToolCall};
+
+/// The harness with its engine copying roots, as `WARDEN_DOCKER_FILES=copy` makes it.
+async fn copying() -> Option<Harness> {
+    // SAFETY: nextest runs each test in its own process; no other thread reads the env here.
+    unsafe { std::env::set_var(warden_docker::FILES_ENV, "copy") };
+    let h = common::harness().await?;
+    assert_eq!(h.engine().files(), warden_docker::Files::Copied);
+    Some(h)
+}
+
+macro_rules! copying_or_skip {
+    () => {
+        match copying().await {
+            Some(h) => h,
+            None => return,
+        }
+    };
+}
+
+fn root(host: &Path, guest: &str, access: &str) -> String {
+    format!(
+        "{{ host = \"{}\", guest = \"{guest}\", access = \"{access}\" }}",
+        host.display()
+    )
+}
+
+/// The mounts of a container, as the engine reports them: (type, source, destination).
+async fn mounts_of(h: &Harness, id: &str) -> (Vec<(String, String, String)>, Vec<String>) {
+    let docker = h.engine().client().await.unwrap();
+    let c = docker.inspect_container(id, None).await.unwrap();
+    let mounts = c
+        .mounts
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| {
+            (
+                m.typ.map(|t| t.to_string()).unwrap_or_default(),
+                m.source.unwrap_or_default(),
+                m.destination.unwrap_or_default(),
+            )
+        })
+        .collect();
+    let binds = c.host_config.and_then(|h| h.binds).unwrap_or_default();
+    (mounts, binds)
+}
+
+#[tokio::test]
+async fn a_read_only_root_is_copied_in_unwritable_and_nothing_is_mounted() {
+    let h = copying_or_skip!();
+    let ro = h.folder("ro");
+    std::fs::write(ro.join("keep.txt"), "original").unwrap();
+    std::fs::create_dir(ro.join("sub")).unwrap();
+    std::fs::write(ro.join("sub/deep.txt"), "deep").unwrap();
+    std::os::unix::fs::symlink("sub/deep.txt", ro.join("inside")).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", ro.join("absolute")).unwrap();
+    std::os::unix::fs::symlink("../outside.txt", ro.join("climbs")).unwrap();
+    std::fs::write(h.dir.path().join("outside.txt"), "outside").unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(ro.join("fifo"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let grants = format!("fs = [{}]", root(&ro, "/ro", "read-only"));
+    let d = h.dispatcher(
+        "sh",
+        &h.shell_policy("session = true\nworkdir = \"/\"", &grants, ""),
+    );
+    let m = call(
+        &d,
+        "sh",
+        cmd("cat /ro/keep.txt; echo; cat /ro/inside; echo; ls -a /ro; \
+             echo x > /ro/keep.txt || echo FILE-REFUSED; \
+             touch /ro/new || echo NEW-REFUSED; \
+             mkdir /ro/sub/dir || echo DIR-REFUSED; \
+             chmod 777 /ro/keep.txt || echo CHMOD-REFUSED; \
+             rm -f /ro/sub/deep.txt || echo RM-REFUSED; \
+             cat /ro/keep.txt; echo; grep ' /ro ' /proc/mounts"),
+    )
+    .await;
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    let out = &m.content;
+    assert!(out.starts_with("original\ndeep\n"), "{out}");
+    for refused in [
+        "FILE-REFUSED",
+        "NEW-REFUSED",
+        "DIR-REFUSED",
+        "CHMOD-REFUSED",
+        "RM-REFUSED",
+    ] {
+        assert!(out.contains(refused), "{refused}: {out}");
+    }
+    assert!(out.contains("\noriginal\n"), "unchanged inside: {out}");
+    // What leads out of the root, and what is not a file, stay behind.
+    for left in ["absolute", "climbs", "fifo"] {
+        assert!(!out.contains(left), "{left} was copied: {out}");
+    }
+    assert!(out.contains(" /ro tmpfs "), "a tmpfs of its own: {out}");
+    // The container holds no mount of the host's folders.
+    let ids = h.containers().await;
+    assert_eq!(ids.len(), 1);
+    let (mounts, binds) = mounts_of(&h, &ids[0]).await;
+    assert!(binds.is_empty(), "{binds:?}");
+    assert!(
+        mounts.iter().all(|(typ, source, _)| typ == "volume"
+            && !source.starts_with(&h.dir.path().display().to_string())),
+        "{mounts:?}"
+    );
+    assert!(
+        mounts.iter().any(|(_, _, dest)| dest == "/ro"),
+        "{mounts:?}"
+    );
+    d.close().await;
+    assert_eq!(
+        std::fs::read_to_string(ro.join("keep.txt")).unwrap(),
+        "original"
+    );
+    h.assert_clean().await;
+}
+
+#[tokio::test]
+async fn a_read_write_root_without_copy_back_is_refused_at_load() {
+    let h = copying_or_skip!();
+    let rw = h.folder("rw");
+    let grants = format!("fs = [\n{}\n]", root(&rw, "/rw", "read-write"));
+    let e = h
+        .toolbox("sh", &h.shell_policy("", &grants, ""))
+        .err()
+        .expect("refused");
+    // The grant's line in the policy written by the harness: [grants] is line 7, fs line 8,
+    // the root line 9.
+    assert!(e.contains("sh.toml:9"), "{e}");
+    for words in ["read-write root", "copy_back = true", "read-only"] {
+        assert!(e.contains(words), "{words}: {e}");
+    }
+    let off = h
+        .toolbox("sh", &h.shell_policy("copy_back = false", &grants, ""))
+        .err()
+        .expect("refused");
+    assert!(off.contains("line 6 sets it to false"), "{off}");
+    assert!(
+        h.toolbox("sh", &h.shell_policy("copy_back = true", &grants, ""))
+            .is_ok()
+    );
+}
+
+#[tokio::test]
+async fn a_call_writes_its_changes_back_and_the_audit_says_how() {
+    let h = copying_or_skip!();
+    let rw = h.folder("rw");
+    std::fs::write(rw.join("edit.txt"), "before").unwrap();
+    std::fs::write(rw.join("gone.txt"), "bye").unwrap();
+    std::fs::write(rw.join("same.txt"), "same").unwrap();
+    std::fs::create_dir(rw.join("old")).unwrap();
+    std::fs::write(rw.join("old/x"), "x").unwrap();
+    let same_before = std::fs::metadata(rw.join("same.txt"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    let grants = format!("fs = [{}]", root(&rw, "/rw", "read-write"));
+    let policy = h.shell_policy("copy_back = true", &grants, "");
+    let toolbox = h.toolbox("sh", &policy).unwrap();
+    let lines: Vec<String> = toolbox
+        .policies()
+        .iter()
+        .flat_map(|p| {
+            p.report
+                .lines
+                .iter()
+                .map(|l| format!("{} {}", l.label, l.text))
+        })
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("root ") && l.contains("copied in, written back at the end")),
+        "{lines:?}"
+    );
+    let d = h.dispatcher("sh", &policy);
+    let m = call(
+        &d,
+        "sh",
+        cmd(
+            "echo after > /rw/edit.txt; rm /rw/gone.txt; rm -r /rw/old; \
+             mkdir -p /rw/new/deeper; echo made > /rw/new/deeper/file; \
+             ln -s new/deeper/file /rw/link; ln -s /etc/passwd /rw/escape; cat /rw/same.txt",
+        ),
+    )
+    .await;
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    assert!(m.content.contains("written back to"), "{}", m.content);
+    assert!(
+        m.content.contains("escape"),
+        "the escaping link is named: {}",
+        m.content
+    );
+    let read = |p: &str| std::fs::read_to_string(rw.join(p)).unwrap();
+    assert_eq!(read("edit.txt"), "after\n");
+    assert_eq!(read("new/deeper/file"), "made\n");
+    assert_eq!(
+        std::fs::read_link(rw.join("link")).unwrap(),
+        Path::new("new/deeper/file")
+    );
+    assert!(!rw.join("gone.txt").exists() && !rw.join("old").exists());
+    assert!(std::fs::symlink_metadata(rw.join("escape")).is_err());
+    assert_eq!(
+        std::fs::metadata(rw.join("same.txt"))
+            .unwrap()
+            .modified()
+            .unwrap(),
+        same_before,
+        "an unchanged file is not rewritten"
+    );
+    // Written as the folder's owner, as a mount would have it; no temp file left.
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(&rw).unwrap().uid();
+    assert_eq!(
+        std::fs::metadata(rw.join("new/deeper/file")).unwrap().uid(),
+        owner
+    );
+    let names: Vec<_> = std::fs::read_dir(&rw)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(
+        !names.iter().any(|n| n.starts_with(".warden-")),
+        "{names:?}"
+    );
+    h.assert_clean().await;
+}
+
+#[tokio::test]
+async fn a_session_writes_back_at_its_end_only() {
+    let h = copying_or_skip!();
+    let rw = h.folder("rw");
+    let grants = format!("fs = [{}]", root(&rw, "/rw", "read-write"));
+    let d = h.dispatcher(
+        "sh",
+        &h.shell_policy(
+            "session = true\ncopy_back = true\nworkdir = \"/rw\"",
+            &grants,
+            "",
+        ),
+    );
+    let m = call(&d, "sh", cmd("echo one > made.txt && cat made.txt")).await;
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    assert!(
+        !rw.join("made.txt").exists(),
+        "a copy, not the host's folder"
+    );
+    d.close().await;
+    assert_eq!(
+        std::fs::read_to_string(rw.join("made.txt")).unwrap(),
+        "one\n"
+    );
+    h.assert_clean().await;
+}
+
+/// A tar of one file, for the engine's archive upload.
+fn tar_of(name: &str, text: &str) -> Vec<u8> {
+    let mut header = tar::Header::new_gnu();
+    header.set_size(text.len() as u64);
+    header.set_mode(0o644);
+    header.set_cksum();
+    let mut b = tar::Builder::new(Vec::new());
+    b.append_data(&mut header, name, text.as_bytes()).unwrap();
+    b.into_inner().unwrap()
+}
+
+#[tokio::test]
+async fn a_conflict_refuses_the_whole_write_back_and_keeps_the_containers_copy() {
+    let h = copying_or_skip!();
+    let rw = h.folder("rw");
+    std::fs::write(rw.join("both.txt"), "original").unwrap();
+    std::fs::write(rw.join("mine.txt"), "original").unwrap();
+    let grants = format!("fs = [{}]", root(&rw, "/rw", "read-write"));
+    let d = h.dispatcher(
+        "sh",
+        &h.shell_policy("copy_back = true", &grants, "timeout = \"60s\""),
+    );
+    // The command changes two files, then waits for the test's word: a file the test puts
+    // into its copy once the host has changed one of them.
+    let command = "echo container > /rw/both.txt; echo container > /rw/mine.txt; \
+                   until [ -e /rw/go ]; do sleep 0.1; done; echo done";
+    let running = d.call(ToolCall::new("c1", "sh", &json!({ "command": command })));
+    let test = async {
+        let docker = h.engine().client().await.unwrap();
+        let started = Instant::now();
+        let id = loop {
+            assert!(started.elapsed() < Duration::from_secs(60), "no container");
+            if let Some(id) = h.containers().await.into_iter().next() {
+                let options = DownloadFromContainerOptionsBuilder::new()
+                    .path("/rw/mine.txt")
+                    .build();
+                let mut tar = Vec::new();
+                let mut s = docker.download_from_container(&id, Some(options));
+                while let Some(Ok(chunk)) = s.next().await {
+                    tar.extend_from_slice(&chunk);
+                }
+                if tar.windows(10).any(|w| w == b"container\n") {
+                    break id;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        std::fs::write(rw.join("both.txt"), "host").unwrap();
+        let options = UploadToContainerOptionsBuilder::new().path("/rw").build();
+        docker
+            .upload_to_container(
+                &id,
+                Some(options),
+                bollard::body_full(tar_of("go", "").into()),
+            )
+            .await
+            .unwrap();
+    };
+    let (m, ()) = tokio::join!(running, test);
+    assert_eq!(kind(&m), "tool_error", "{}", m.content);
+    let e = m.error.as_ref().unwrap();
+    assert!(
+        e.message.contains("nothing was written back"),
+        "{}",
+        e.message
+    );
+    assert!(e.message.contains("both.txt"), "{}", e.message);
+    assert_eq!(
+        e.details["conflicts"],
+        json!(["both.txt"]),
+        "{:?}",
+        e.details
+    );
+    assert!(
+        e.details["stdout"].as_str().unwrap().contains("done"),
+        "{:?}",
+        e.details
+    );
+    // Nothing written: the host's change stays, the container's other change is not applied.
+    let read = |p: &str| std::fs::read_to_string(rw.join(p)).unwrap();
+    assert_eq!(read("both.txt"), "host");
+    assert_eq!(read("mine.txt"), "original");
+    assert!(!rw.join("go").exists());
+    // The container's copy is kept where the error says.
+    let kept = e.details["kept"].as_str().unwrap();
+    let mut archive = tar::Archive::new(std::fs::File::open(kept).unwrap());
+    let mut found = String::new();
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        if entry.path().unwrap().ends_with("both.txt") {
+            std::io::Read::read_to_string(&mut entry, &mut found).unwrap();
+        }
+    }
+    assert_eq!(found, "container\n");
+    std::fs::remove_file(kept).unwrap();
+    h.assert_clean().await;
+}
+
+#[tokio::test]
+async fn roots_past_the_copy_limit_are_refused_naming_the_root_its_size_and_the_setting() {
+    let h = copying_or_skip!();
+    let small = h.folder("small");
+    let big = h.folder("big");
+    std::fs::write(small.join("a"), vec![b'a'; 600 << 10]).unwrap();
+    std::fs::write(big.join("b"), vec![b'b'; 600 << 10]).unwrap();
+    let grants = format!(
+        "fs = [{}, {}]",
+        root(&small, "/small", "read-only"),
+        root(&big, "/big", "read-only")
+    );
+    let d = h.dispatcher("sh", &h.shell_policy("copy_limit = \"1MiB\"", &grants, ""));
+    let m = call(&d, "sh", cmd("echo never")).await;
+    assert_eq!(kind(&m), "limit_exceeded", "{}", m.content);
+    let e = m.error.as_ref().unwrap();
+    assert!(
+        e.message.contains(&big.display().to_string()),
+        "{}",
+        e.message
+    );
+    assert!(
+        e.message.contains("600KiB") && e.message.contains("1MiB"),
+        "{}",
+        e.message
+    );
+    assert!(e.message.contains("copy_limit = \"2MiB\""), "{}", e.message);
+    // Within the limit, both are there.
+    let d = h.dispatcher("sh", &h.shell_policy("copy_limit = \"2MiB\"", &grants, ""));
+    let m = call(&d, "sh", cmd("wc -c /small/a /big/b")).await;
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    assert!(m.content.contains("1228800 total"), "{}", m.content);
+    h.assert_clean().await;
+}
