@@ -197,6 +197,13 @@ mod tests {
             (cfg.pids, cfg.nano_cpus, cfg.tmp),
             (16, 500_000_000, 8 << 20)
         );
+        let cfg = parse(&format!(
+            "{SHELL}copy_limit = \"256MiB\"\ncopy_back = true\n"
+        ))
+        .unwrap();
+        assert_eq!(cfg.copy_limit, 256 << 20);
+        assert_eq!(cfg.copy_back.map(|c| (c.value, c.line)), Some((true, 7)));
+        assert_eq!(parse(SHELL).unwrap().copy_limit, DEFAULT_COPY_LIMIT);
     }
 
     #[test]
@@ -250,6 +257,7 @@ mod tests {
             (format!("{SHELL}workdir = \"w\"\n"), 6, "absolute"),
             (format!("{SHELL}pids = 0\n"), 6, "pids"),
             (format!("{SHELL}cpus = 0\n"), 6, "cpus"),
+            (format!("{SHELL}copy_limit = \"0\"\n"), 6, "copy_limit"),
             (
                 format!("{SHELL}component = \"x.wasm\"\n"),
                 6,

@@ -406,3 +406,33 @@ async fn roots_past_the_copy_limit_are_refused_naming_the_root_its_size_and_the_
     assert!(m.content.contains("1228800 total"), "{}", m.content);
     h.assert_clean().await;
 }
+
+#[tokio::test]
+async fn a_container_that_ends_before_its_write_back_changes_and_deletes_nothing() {
+    let h = copying_or_skip!();
+    let rw = h.folder("rw");
+    std::fs::write(rw.join("keep.txt"), "original").unwrap();
+    let grants = format!("fs = [{}]", root(&rw, "/rw", "read-write"));
+    let d = h.dispatcher("sh", &h.shell_policy("copy_back = true", &grants, ""));
+    // The command kills the shell that holds the container open: the container stops, and
+    // its copy with it, before warden reads it back. Read then, the engine would hand over
+    // an empty folder, which must not empty the host's.
+    let m = call(
+        &d,
+        "sh",
+        cmd("echo changed > /rw/keep.txt; echo new > /rw/new.txt; kill -9 $PPID; sleep 5"),
+    )
+    .await;
+    assert_eq!(kind(&m), "tool_error", "{}", m.content);
+    assert!(
+        m.content.contains("ended before warden could read back"),
+        "{}",
+        m.content
+    );
+    assert_eq!(
+        std::fs::read_to_string(rw.join("keep.txt")).unwrap(),
+        "original"
+    );
+    assert!(!rw.join("new.txt").exists());
+    h.assert_clean().await;
+}
