@@ -188,10 +188,17 @@ impl Sandbox for ShellContainer {
         self.gate.as_ref().map(Proxy::end)
     }
 
-    /// Writes its read-write roots back first, while it still runs. A session's end has no
-    /// call to answer: a refused or failed write-back is logged, as an error naming the
-    /// paths and where the container's copy was kept.
+    /// Writes its read-write roots back first (see [`Sandbox::close_noting`]); the session's
+    /// end has no call to answer, so what that came to goes to the log only.
     async fn close(self) {
+        self.close_noting().await;
+    }
+
+    /// Writes its read-write roots back first, while it still runs, and answers how that
+    /// went. Logged too: a refused or failed write-back as an error, naming the paths and
+    /// where the container's copy was kept.
+    async fn close_noting(self) -> Vec<String> {
+        let mut notes = Vec::new();
         if let (Some(copied), Some(copied_in)) = (&self.plan.copied, &self.copied_in) {
             let written = copied_in
                 .write_back(
@@ -203,18 +210,23 @@ impl Sandbox for ShellContainer {
                 )
                 .await;
             match written {
-                Ok(notes) => {
-                    for note in notes {
+                Ok(written) => {
+                    for note in &written {
                         tracing::info!(tool = %self.plan.tool, "{note}");
                     }
+                    notes = written;
                 }
-                Err(e) => tracing::error!(
-                    tool = %self.plan.tool,
-                    "the session's read-write roots were not written back: {}",
-                    e.message
-                ),
+                Err(e) => {
+                    let note = format!(
+                        "the session's read-write roots were not written back: {}",
+                        e.message
+                    );
+                    tracing::error!(tool = %self.plan.tool, "{note}");
+                    notes.push(note);
+                }
             }
         }
         self.container.remove().await;
+        notes
     }
 }

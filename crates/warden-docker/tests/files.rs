@@ -436,3 +436,60 @@ async fn a_container_that_ends_before_its_write_back_changes_and_deletes_nothing
     assert!(!rw.join("new.txt").exists());
     h.assert_clean().await;
 }
+
+#[tokio::test]
+async fn a_session_reset_answers_how_its_write_back_went() {
+    let h = copying_or_skip!();
+    let rw = h.folder("rw");
+    std::fs::write(rw.join("both.txt"), "original").unwrap();
+    std::fs::write(rw.join("mine.txt"), "original").unwrap();
+    let grants = format!("fs = [{}]", root(&rw, "/rw", "read-write"));
+    let d = h.dispatcher(
+        "sh",
+        &h.shell_policy(
+            "session = true\ncopy_back = true\nworkdir = \"/rw\"",
+            &grants,
+            "",
+        ),
+    );
+    let m = call(
+        &d,
+        "sh",
+        cmd("echo container > both.txt; echo container > mine.txt"),
+    )
+    .await;
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    std::fs::write(rw.join("both.txt"), "host").unwrap();
+    // `restart` ends the container: its write-back is refused, and the answer says why.
+    let m = call(&d, "sh", json!({ "restart": true })).await;
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    assert!(m.content.contains("not written back"), "{}", m.content);
+    assert!(m.content.contains("both.txt"), "{}", m.content);
+    let read = |p: &str| std::fs::read_to_string(rw.join(p)).unwrap();
+    assert_eq!(
+        (read("both.txt"), read("mine.txt")),
+        ("host".into(), "original".into())
+    );
+    let kept = m
+        .content
+        .split("kept in ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap();
+    std::fs::remove_file(kept).unwrap();
+    // The fresh container has the host's files; `exit` stops it before anything is read
+    // back, and the answer says so.
+    let m = call(&d, "sh", cmd("cat both.txt; echo again > mine.txt; exit 3")).await;
+    assert!(m.content.contains("\nhost\n"), "{}", m.content);
+    assert!(m.content.contains("shell ended"), "{}", m.content);
+    assert!(
+        m.content.contains("ended before warden could read back"),
+        "{}",
+        m.content
+    );
+    assert_eq!(read("mine.txt"), "original");
+    d.close().await;
+    h.assert_clean().await;
+}
