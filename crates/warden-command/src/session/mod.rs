@@ -36,6 +36,9 @@
 //!   much there was. A background job whose output matters writes to a file
 //!   (`cmd >/tmp/log 2>&1 &`).
 //! - **`restart: true`** kills the shell: the next command (or the same call's) starts fresh.
+//! - **A sandbox's end** inside a call (a reset, `restart`) is told in that call's answer when
+//!   the executor has something to say of it ([`Sandbox::close_noting`]: a Docker session's
+//!   copied files written back, or why not).
 //! - **The protocol never shows.** Each command is framed by lines that carry a nonce made
 //!   for it alone, printed by shell builtins (so framing needs no fork) on copies of the
 //!   shell's stdout and stderr that the command does not hold; only an exact line with the
