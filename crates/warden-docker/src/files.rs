@@ -408,7 +408,8 @@ impl Change {
 
 impl CopiedIn {
     /// Writes the read-write roots back from the container `id`, which must still run (its
-    /// copies end with it). Answers notes for the answer; a conflict refuses the root whole.
+    /// copies end with it). Answers notes for the answer. A conflict in any root refuses
+    /// them all: nothing is written.
     pub(crate) async fn write_back(
         &self,
         copied: &Copied,
@@ -417,39 +418,46 @@ impl CopiedIn {
         id: &str,
         tool: &str,
     ) -> Result<Vec<String>, ToolError> {
-        let mut notes = Vec::new();
+        let mut copies = Vec::new();
         for (index, manifest) in &self.manifests {
             let Some(root) = copied.roots.get(*index) else {
                 continue;
             };
             let tar = download(engine, docker, id, root, copied.limit).await?;
-            // A stopped container's volume is gone, and reading it again gives an empty one:
-            // only a container that still runs after the read gave its real copy.
-            let running = docker
-                .inspect_container(id, None)
-                .await
-                .ok()
-                .and_then(|c| c.state)
-                .and_then(|s| s.running)
-                .unwrap_or(false);
-            if !running {
-                return Err(ToolError::new(
-                    ErrorKind::ToolError,
-                    format!(
-                        "the container ended before warden could read back the read-write root \
-                         {} (its copy ends with it): nothing was written back",
-                        root.host.display()
-                    ),
-                )
-                .with_detail("root", root.host.display().to_string()));
-            }
-            let (root, manifest, tool) = (root.clone(), manifest.clone(), tool.to_owned());
-            let written = tokio::task::spawn_blocking(move || apply(&root, &manifest, &tar, &tool))
-                .await
-                .map_err(|e| internal(format!("writing back: {e}")))??;
-            notes.extend(written);
+            copies.push((root.clone(), manifest.clone(), tar));
         }
-        Ok(notes)
+        if copies.is_empty() {
+            return Ok(Vec::new());
+        }
+        // A stopped container's volume is gone, and reading it again gives an empty one:
+        // only a container that still runs after the reads gave its real copies.
+        let running = docker
+            .inspect_container(id, None)
+            .await
+            .ok()
+            .and_then(|c| c.state)
+            .and_then(|s| s.running)
+            .unwrap_or(false);
+        if !running {
+            let roots: Vec<String> = copies
+                .iter()
+                .map(|(r, ..)| r.host.display().to_string())
+                .collect();
+            return Err(ToolError::new(
+                ErrorKind::ToolError,
+                format!(
+                    "the container ended before warden could read back the read-write root{} \
+                     {} (a copy ends with its container): nothing was written back",
+                    if roots.len() == 1 { "" } else { "s" },
+                    roots.join(", ")
+                ),
+            )
+            .with_detail("roots", roots));
+        }
+        let tool = tool.to_owned();
+        tokio::task::spawn_blocking(move || apply(&copies, &tool))
+            .await
+            .map_err(|e| internal(format!("writing back: {e}")))?
     }
 }
 
@@ -488,72 +496,112 @@ async fn download(
     Ok(tar)
 }
 
-/// Reads the container's copy, and writes its changes to the host root unless the host
-/// changed a path it changed too. On a conflict the copy is kept in a file the error names.
-fn apply(
-    root: &Root,
-    manifest: &Manifest,
-    tar: &[u8],
-    tool: &str,
-) -> Result<Vec<String>, ToolError> {
+/// One root's changes, planned before any root is written.
+struct Planned<'a> {
+    root: &'a Root,
+    dir: Dir,
+    changes: Vec<Change>,
+    /// The paths (on the host) that both sides changed.
+    conflicts: Vec<PathBuf>,
+    tar: &'a [u8],
+}
+
+/// Reads the containers' copies, and writes their changes to the host roots unless the host
+/// changed a path the container changed too, in any root: then nothing is written, and each
+/// changed root's copy is kept in a file the error names.
+fn apply(copies: &[(Root, Manifest, Vec<u8>)], tool: &str) -> Result<Vec<String>, ToolError> {
     let mut notes = Vec::new();
-    let found = read_copy(root, tar, &mut notes)?;
-    let changes = changes(manifest, &found);
-    if changes.is_empty() {
-        return Ok(notes);
+    let mut planned = Vec::new();
+    for (root, manifest, tar) in copies {
+        let found = read_copy(root, tar, &mut notes)?;
+        let changes = changes(manifest, &found);
+        if changes.is_empty() {
+            continue;
+        }
+        let dir = open_root(&root.host)?;
+        let conflicts = changes
+            .iter()
+            .map(Change::path)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .filter(|p| host_changed(&dir, p, manifest.get(*p)))
+            .map(|p| root.host.join(p))
+            .collect();
+        planned.push(Planned {
+            root,
+            dir,
+            changes,
+            conflicts,
+            tar,
+        });
     }
-    let dir = open_root(&root.host)?;
-    let conflicts: Vec<&Path> = changes
-        .iter()
-        .map(Change::path)
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .filter(|p| host_changed(&dir, p, manifest.get(*p)))
-        .collect();
-    if !conflicts.is_empty() {
-        let kept = keep(tar, tool);
-        let listed: Vec<String> = conflicts.iter().map(|p| p.display().to_string()).collect();
-        return Err(ToolError::new(
-            ErrorKind::ToolError,
-            format!(
-                "nothing was written back to {}: the host changed {} since they were copied \
-                 in, and the container changed them too ({}); warden never merges. The \
-                 container's copy of the root is {}",
-                root.host.display(),
-                if listed.len() == 1 { "a path" } else { "paths" },
-                listed.join(", "),
-                match &kept {
-                    Ok(path) => format!("kept in {} (a tar)", path.display()),
-                    Err(e) => format!("lost: it could not be kept ({e})"),
-                },
-            ),
-        )
-        .with_detail("root", root.host.display().to_string())
-        .with_detail("conflicts", listed)
-        .with_detail(
-            "kept",
-            kept.map(|p| p.display().to_string()).unwrap_or_default(),
+    if planned.iter().any(|p| !p.conflicts.is_empty()) {
+        return Err(refused(&planned, tool));
+    }
+    for p in &planned {
+        let owner = owner_when_root(&p.dir);
+        write(&p.dir, &p.changes, owner).map_err(|(path, e)| {
+            ToolError::new(
+                ErrorKind::Internal,
+                format!(
+                    "writing back {} failed at {} ({e}); the changes before it are written",
+                    p.root.host.display(),
+                    path.display()
+                ),
+            )
+            .with_detail("root", p.root.host.display().to_string())
+        })?;
+        notes.push(format!(
+            "{} change{} written back to {}",
+            p.changes.len(),
+            if p.changes.len() == 1 { "" } else { "s" },
+            p.root.host.display()
         ));
     }
-    let owner = owner_when_root(&dir);
-    write(&dir, &changes, owner).map_err(|(path, e)| {
-        ToolError::new(
-            ErrorKind::Internal,
-            format!(
-                "writing back {} failed at {} ({e}); the changes before it are written",
-                root.host.display(),
-                path.display()
-            ),
-        )
-        .with_detail("root", root.host.display().to_string())
-    })?;
-    notes.push(format!(
-        "{} change{} written back to {}",
-        changes.len(),
-        if changes.len() == 1 { "" } else { "s" },
-        root.host.display()
-    ));
     Ok(notes)
+}
+
+/// The refusal of a write-back with conflicts: the paths, and where each changed root's copy
+/// was kept (`details.conflicts`, `details.kept`).
+fn refused(planned: &[Planned<'_>], tool: &str) -> ToolError {
+    let conflicts: Vec<String> = planned
+        .iter()
+        .flat_map(|p| p.conflicts.iter().map(|c| c.display().to_string()))
+        .collect();
+    let mut kept = Vec::new();
+    let mut where_kept = Vec::new();
+    for p in planned {
+        let root = p.root.host.display();
+        match keep(p.tar, tool) {
+            Ok(path) => {
+                where_kept.push(format!("{root} is kept in {} (a tar)", path.display()));
+                kept.push(path.display().to_string());
+            }
+            Err(e) => where_kept.push(format!("{root} could not be kept ({e})")),
+        }
+    }
+    ToolError::new(
+        ErrorKind::ToolError,
+        format!(
+            "nothing was written back: the host changed {} since {} copied in, and the \
+             container changed {} too ({}); warden never merges. The container's copy of {}",
+            if conflicts.len() == 1 {
+                "a path"
+            } else {
+                "paths"
+            },
+            if conflicts.len() == 1 {
+                "it was"
+            } else {
+                "they were"
+            },
+            if conflicts.len() == 1 { "it" } else { "them" },
+            conflicts.join(", "),
+            where_kept.join("; of "),
+        ),
+    )
+    .with_detail("conflicts", conflicts)
+    .with_detail("kept", kept)
 }
 
 /// The entries of the container's copy, by their path inside the root.

@@ -291,7 +291,14 @@ async fn a_conflict_refuses_the_whole_write_back_and_keeps_the_containers_copy()
     let rw = h.folder("rw");
     std::fs::write(rw.join("both.txt"), "original").unwrap();
     std::fs::write(rw.join("mine.txt"), "original").unwrap();
-    let grants = format!("fs = [{}]", root(&rw, "/rw", "read-write"));
+    // A second root, changed only by the container: refused with the first.
+    let other = h.folder("other");
+    std::fs::write(other.join("other.txt"), "original").unwrap();
+    let grants = format!(
+        "fs = [{}, {}]",
+        root(&rw, "/rw", "read-write"),
+        root(&other, "/other", "read-write")
+    );
     let d = h.dispatcher(
         "sh",
         &h.shell_policy("copy_back = true", &grants, "timeout = \"60s\""),
@@ -299,6 +306,7 @@ async fn a_conflict_refuses_the_whole_write_back_and_keeps_the_containers_copy()
     // The command changes two files, then waits for the test's word: a file the test puts
     // into its copy once the host has changed one of them.
     let command = "echo container > /rw/both.txt; echo container > /rw/mine.txt; \
+                   echo container > /other/other.txt; \
                    until [ -e /rw/go ]; do sleep 0.1; done; echo done";
     let running = d.call(ToolCall::new("c1", "sh", &json!({ "command": command })));
     let test = async {
@@ -343,7 +351,7 @@ async fn a_conflict_refuses_the_whole_write_back_and_keeps_the_containers_copy()
     assert!(e.message.contains("both.txt"), "{}", e.message);
     assert_eq!(
         e.details["conflicts"],
-        json!(["both.txt"]),
+        json!([rw.join("both.txt").display().to_string()]),
         "{:?}",
         e.details
     );
@@ -357,8 +365,18 @@ async fn a_conflict_refuses_the_whole_write_back_and_keeps_the_containers_copy()
     assert_eq!(read("both.txt"), "host");
     assert_eq!(read("mine.txt"), "original");
     assert!(!rw.join("go").exists());
+    assert_eq!(
+        std::fs::read_to_string(other.join("other.txt")).unwrap(),
+        "original"
+    );
+    assert_eq!(
+        e.details["kept"].as_array().unwrap().len(),
+        2,
+        "{:?}",
+        e.details
+    );
     // The container's copy is kept where the error says.
-    let kept = e.details["kept"].as_str().unwrap();
+    let kept = e.details["kept"][0].as_str().unwrap();
     let mut archive = tar::Archive::new(std::fs::File::open(kept).unwrap());
     let mut found = String::new();
     for entry in archive.entries().unwrap() {
@@ -368,7 +386,9 @@ async fn a_conflict_refuses_the_whole_write_back_and_keeps_the_containers_copy()
         }
     }
     assert_eq!(found, "container\n");
-    std::fs::remove_file(kept).unwrap();
+    for kept in e.details["kept"].as_array().unwrap() {
+        std::fs::remove_file(kept.as_str().unwrap()).unwrap();
+    }
     h.assert_clean().await;
 }
 
