@@ -75,7 +75,7 @@ pub(crate) struct Root {
 #[derive(Debug, Clone)]
 pub(crate) struct Copied {
     pub roots: Vec<Root>,
-    /// Bytes of files all roots together may hold; also how far each copy may grow inside.
+    /// Bytes of files all roots together may hold; each copy may grow to twice that inside.
     pub limit: u64,
     /// The container's user, who owns the read-write copies.
     pub user: User,
@@ -114,7 +114,8 @@ struct Packed {
 impl Copied {
     /// A tmpfs volume at each root's guest path, removed with its container. Its root folder
     /// is root's and unwritable for a read-only root, the container user's for a read-write
-    /// one; a read-write copy may grow up to the limit.
+    /// one. Twice the limit in size: room for the whole pages small files take, and for a
+    /// read-write copy to grow.
     pub(crate) fn mounts(&self) -> Vec<Mount> {
         self.roots
             .iter()
@@ -126,7 +127,7 @@ impl Copied {
                 };
                 let options = format!(
                     "size={},uid={uid},gid={gid},mode={mode},nosuid,nodev",
-                    self.limit.max(1 << 20)
+                    self.limit.saturating_mul(2).max(1 << 20)
                 );
                 Mount {
                     target: Some(root.guest.clone()),
@@ -485,8 +486,8 @@ async fn download(
             return Err(ToolError::new(
                 ErrorKind::LimitExceeded,
                 format!(
-                    "the container's copy of {} grew past twice the copy limit of {}: nothing \
-                     was written back",
+                    "the container's copy of {} grew past twice the copy limit of {} (with \
+                     the archive's headers): nothing was written back",
                     root.host.display(),
                     ByteSize(limit)
                 ),
