@@ -279,8 +279,11 @@ impl Walk<'_> {
                 if self.size > self.budget {
                     continue;
                 }
+                // The manifest holds what was read: the open file's own size and mtime.
+                let mut file = dir.open(&name)?;
+                let meta = file.metadata()?;
                 let mut bytes = Vec::new();
-                dir.open(&name)?.read_to_end(&mut bytes)?;
+                file.read_to_end(&mut bytes)?;
                 let mode = self.file_mode(meta.mode());
                 let mut header = self.new_header(tar::EntryType::Regular, mode, &meta);
                 header.set_size(bytes.len() as u64);
@@ -288,7 +291,7 @@ impl Walk<'_> {
                 self.manifest.insert(
                     path,
                     Entry::File {
-                        size: meta.size(),
+                        size: bytes.len() as u64,
                         mtime: (meta.mtime(), meta.mtime_nsec()),
                         sha256: Sha256::digest(&bytes).into(),
                         mode: meta.mode() & 0o777,
@@ -856,4 +859,65 @@ fn keep(tar: &[u8], tool: &str) -> io::Result<PathBuf> {
     let (mut file, path) = file.keep().map_err(|e| e.error)?;
     file.write_all(tar)?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_symlink_stays_inside_only_as_written() {
+        let inside = |link: &str, target: &str| stays_inside(Path::new(link), Path::new(target));
+        assert!(inside("link", "file"));
+        assert!(inside("link", "./sub/../file"));
+        assert!(inside("sub/link", "../file"));
+        assert!(!inside("link", "../file"));
+        assert!(!inside("sub/link", "../../file"));
+        assert!(!inside("link", "sub/../../file"));
+        assert!(!inside("link", "/etc/passwd"));
+    }
+
+    #[test]
+    fn changes_put_what_was_there_first_and_skip_the_unchanged() {
+        let file = |text: &[u8]| Entry::File {
+            size: text.len() as u64,
+            mtime: (0, 0),
+            sha256: Sha256::digest(text).into(),
+            mode: 0o644,
+        };
+        let manifest = Manifest::from([
+            (PathBuf::from("same"), file(b"same")),
+            (PathBuf::from("edited"), file(b"old")),
+            (PathBuf::from("gone"), file(b"gone")),
+            (PathBuf::from("became-dir"), file(b"x")),
+        ]);
+        let found = BTreeMap::from([
+            (PathBuf::from("same"), Found::File(b"same".to_vec(), 0o644)),
+            (PathBuf::from("edited"), Found::File(b"new".to_vec(), 0o644)),
+            (PathBuf::from("became-dir"), Found::Dir),
+            (PathBuf::from("new"), Found::Link(PathBuf::from("same"))),
+        ]);
+        let listed: Vec<String> = changes(&manifest, &found)
+            .iter()
+            .map(|c| {
+                let what = match c {
+                    Change::Dir(_) => "dir",
+                    Change::File(..) => "file",
+                    Change::Link(..) => "link",
+                    Change::Remove(..) => "remove",
+                };
+                format!("{what} {}", c.path().display())
+            })
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                "remove became-dir",
+                "dir became-dir",
+                "file edited",
+                "link new",
+                "remove gone"
+            ]
+        );
+    }
 }
