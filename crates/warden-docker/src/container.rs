@@ -272,8 +272,8 @@ pub(crate) type FilesOutcome = Result<Vec<String>, ToolError>;
 
 /// Runs one container, whose command is [`wrapped`], to its end or its deadline, and removes
 /// it. With a gate, the command starts once the gate listens; with `copied` roots, once they
-/// are in, and its read-write roots are written back when it ends, before the container
-/// does. Answers what went through the gate too, and the CPU and memory figures the
+/// are in, and its read-write roots are written back when it ends (not at the deadline),
+/// before the container does. Answers what went through the gate too, and the CPU and memory figures the
 /// container's cgroup had at the command's end (or at the deadline).
 #[allow(
     clippy::too_many_arguments,
@@ -379,8 +379,8 @@ struct Run<'a> {
 
 impl Run<'_> {
     /// Reads its output until it ends or the deadline. At the end line, or at the deadline,
-    /// the container's counters are read first: they go with its cgroup; then its read-write
-    /// roots are written back, while it still runs (their copies go with it).
+    /// the container's counters are read first: they go with its cgroup. At the end line its
+    /// read-write roots are written back, while it still runs (their copies go with it).
     async fn read_to_end(
         &self,
         attached: &mut AttachContainerResults,
@@ -396,9 +396,8 @@ impl Run<'_> {
                         Some(used) => used,
                         None => self.used().await,
                     };
-                    if written.is_none() {
-                        written = self.write_back().await;
-                    }
+                    // No write-back: the call's time is up, and stopping the call midway
+                    // would leave it to chance. The answer says so.
                     let ended = Ended::TimedOut {
                         stdout: stdout.text(),
                         stderr: stderr.text(),

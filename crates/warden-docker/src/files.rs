@@ -156,6 +156,11 @@ impl Copied {
             .collect()
     }
 
+    /// Whether any root is written back.
+    pub(crate) fn writes_back(&self) -> bool {
+        self.roots.iter().any(|r| r.write_back)
+    }
+
     /// Copies every root into the running container `id`; before its command starts.
     pub(crate) async fn copy_in(
         &self,

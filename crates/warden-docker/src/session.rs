@@ -195,9 +195,24 @@ impl Sandbox for ShellContainer {
     }
 
     /// Writes its read-write roots back first, while it still runs, and answers how that
-    /// went. Logged too: a refused or failed write-back as an error, naming the paths and
-    /// where the container's copy was kept.
+    /// went. In a task of its own: a call stopped at its deadline meanwhile (a timeout's
+    /// reset runs at the end of the call's time) does not stop it, and the log has its result.
     async fn close_noting(self) -> Vec<String> {
+        let tool = self.plan.tool.clone();
+        match tokio::spawn(self.write_back_and_remove()).await {
+            Ok(notes) => notes,
+            Err(e) => {
+                tracing::error!(tool = %tool, "closing a session's container failed: {e}");
+                Vec::new()
+            }
+        }
+    }
+}
+
+impl ShellContainer {
+    /// Its read-write roots written back (logged too: a refused or failed write-back as an
+    /// error, naming the paths and where the container's copy was kept), then removed.
+    async fn write_back_and_remove(self) -> Vec<String> {
         let mut notes = Vec::new();
         if let (Some(copied), Some(copied_in)) = (&self.plan.copied, &self.copied_in) {
             let written = copied_in

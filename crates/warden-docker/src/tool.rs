@@ -2,6 +2,7 @@
 
 use crate::container::{Ended, run_once, wrapped};
 use crate::engine::Engine;
+use crate::files::Copied;
 use crate::gate::Sandboxed;
 use crate::plan::Plan;
 use crate::session::DockerShells;
@@ -141,7 +142,12 @@ impl DockerTool {
                 limit,
                 &stdout,
                 &stderr,
-                "its container was killed and removed",
+                if self.plan.copied.as_ref().is_some_and(Copied::writes_back) {
+                    "its container was killed and removed, with what it wrote to its \
+                     read-write roots: nothing was written back"
+                } else {
+                    "its container was killed and removed"
+                },
             )),
         };
         if let Some(t) = traffic {

@@ -310,25 +310,8 @@ async fn a_conflict_refuses_the_whole_write_back_and_keeps_the_containers_copy()
                    until [ -e /rw/go ]; do sleep 0.1; done; echo done";
     let running = d.call(ToolCall::new("c1", "sh", &json!({ "command": command })));
     let test = async {
+        let id = wait_for_in_container(&h, "/rw/mine.txt", b"container\n").await;
         let docker = h.engine().client().await.unwrap();
-        let started = Instant::now();
-        let id = loop {
-            assert!(started.elapsed() < Duration::from_secs(60), "no container");
-            if let Some(id) = h.containers().await.into_iter().next() {
-                let options = DownloadFromContainerOptionsBuilder::new()
-                    .path("/rw/mine.txt")
-                    .build();
-                let mut tar = Vec::new();
-                let mut s = docker.download_from_container(&id, Some(options));
-                while let Some(Ok(chunk)) = s.next().await {
-                    tar.extend_from_slice(&chunk);
-                }
-                if tar.windows(10).any(|w| w == b"container\n") {
-                    break id;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
         std::fs::write(rw.join("both.txt"), "host").unwrap();
         let options = UploadToContainerOptionsBuilder::new().path("/rw").build();
         docker
@@ -510,6 +493,95 @@ async fn a_session_reset_answers_how_its_write_back_went() {
         m.content
     );
     assert_eq!(read("mine.txt"), "original");
+    d.close().await;
+    h.assert_clean().await;
+}
+
+/// Waits until the container of this harness holds `path` with `text` in it: its command
+/// ran that far.
+async fn wait_for_in_container(h: &Harness, path: &str, text: &[u8]) -> String {
+    let docker = h.engine().client().await.unwrap();
+    let started = Instant::now();
+    loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never saw {path}"
+        );
+        if let Some(id) = h.containers().await.into_iter().next() {
+            let options = DownloadFromContainerOptionsBuilder::new()
+                .path(path)
+                .build();
+            let mut tar = Vec::new();
+            let mut s = docker.download_from_container(&id, Some(options));
+            while let Some(Ok(chunk)) = s.next().await {
+                tar.extend_from_slice(&chunk);
+            }
+            if tar.windows(text.len()).any(|w| w == text) {
+                return id;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_timed_out_call_writes_nothing_back() {
+    let h = copying_or_skip!();
+    let rw = h.folder("rw");
+    let grants = format!("fs = [{}]", root(&rw, "/rw", "read-write"));
+    let d = h.dispatcher(
+        "sh",
+        &h.shell_policy("copy_back = true", &grants, "timeout = \"5s\""),
+    );
+    let running = call(&d, "sh", cmd("echo partial > /rw/partial.txt; sleep 100"));
+    // The command did write, inside, before its deadline.
+    let (m, _) = tokio::join!(
+        running,
+        wait_for_in_container(&h, "/rw/partial.txt", b"partial\n")
+    );
+    assert_eq!(kind(&m), "timeout", "{}", m.content);
+    // The executor's own answer says so, when it beats the dispatcher's deadline.
+    if m.content.contains("its container was killed") {
+        assert!(
+            m.content.contains("nothing was written back"),
+            "{}",
+            m.content
+        );
+    }
+    assert!(!rw.join("partial.txt").exists());
+    h.assert_clean().await;
+}
+
+#[tokio::test]
+async fn a_session_reset_by_a_timeout_still_writes_back_what_the_session_wrote() {
+    let h = copying_or_skip!();
+    let rw = h.folder("rw");
+    let grants = format!("fs = [{}]", root(&rw, "/rw", "read-write"));
+    let d = h.dispatcher(
+        "sh",
+        &h.shell_policy(
+            "session = true\ncopy_back = true\nworkdir = \"/rw\"",
+            &grants,
+            "timeout = \"5s\"",
+        ),
+    );
+    let m = call(&d, "sh", cmd("echo kept > kept.txt")).await;
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    let m = call(&d, "sh", cmd("sleep 100")).await;
+    assert_eq!(kind(&m), "timeout", "{}", m.content);
+    // Written back at the reset, in a task of its own when the call's time ran out first.
+    let started = Instant::now();
+    while !rw.join("kept.txt").exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never written back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        std::fs::read_to_string(rw.join("kept.txt")).unwrap(),
+        "kept\n"
+    );
     d.close().await;
     h.assert_clean().await;
 }
