@@ -565,7 +565,13 @@ async fn a_session_reset_by_a_timeout_still_writes_back_what_the_session_wrote()
             "timeout = \"5s\"",
         ),
     );
-    let m = call(&d, "sh", cmd("echo kept > kept.txt")).await;
+    // Big enough that reading it back outlasts what is left of the timed-out call's time.
+    let m = call(
+        &d,
+        "sh",
+        cmd("head -c 40000000 /dev/urandom > big; echo kept > kept.txt"),
+    )
+    .await;
     assert_eq!(m.status, Status::Success, "{}", m.content);
     let m = call(&d, "sh", cmd("sleep 100")).await;
     assert_eq!(kind(&m), "timeout", "{}", m.content);
@@ -582,6 +588,7 @@ async fn a_session_reset_by_a_timeout_still_writes_back_what_the_session_wrote()
         std::fs::read_to_string(rw.join("kept.txt")).unwrap(),
         "kept\n"
     );
+    assert_eq!(std::fs::metadata(rw.join("big")).unwrap().len(), 40_000_000);
     d.close().await;
     h.assert_clean().await;
 }
