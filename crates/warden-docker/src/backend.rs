@@ -3,14 +3,15 @@
 
 use crate::config::DockerConfig;
 use crate::engine::Engine;
+use crate::files::{FILES_ENV, Files};
 use crate::plan::Plan;
 use crate::tool::DockerTool;
 use serde_json::json;
 use std::sync::Arc;
 use warden_command::{NetworkMode, Template, session_shell};
 use warden_core::{
-    Backend, ByteSize, Capabilities, Loaded, LoadedTool, NetHosts, Paths, Policy, PolicyError,
-    Reach, Report, ReportLine, ToolSpec,
+    Access, Backend, ByteSize, Capabilities, Grants, Loaded, LoadedTool, NetHosts, Paths, Policy,
+    PolicyError, Reach, Report, ReportLine, ToolSpec,
 };
 use warden_net::{Egress, Gate};
 
@@ -54,7 +55,10 @@ impl Backend for DockerBackend {
         let cfg = &DockerConfig::from_policy(policy)?;
         let template = Template::parse(&cfg.argv.value).map_err(|m| err(Some(cfg.argv.line), m))?;
         let shell = session_shell(&policy.executor, &cfg.argv, &template, cfg.session)?;
-        let plan = Plan::new(cfg, &policy.grants).map_err(|m| err(Some(cfg.argv.line), m))?;
+        let files = self.engine.files();
+        refuse_unwritten(policy, cfg, files)?;
+        let plan =
+            Plan::new(cfg, &policy.grants, files).map_err(|m| err(Some(cfg.argv.line), m))?;
         let limits = policy.limits_for(&cfg.name);
         let spec = ToolSpec {
             name: cfg.name.clone(),
@@ -81,7 +85,7 @@ impl Backend for DockerBackend {
         } else {
             None
         };
-        let report = report(cfg, &plan, gate.is_some());
+        let report = report(cfg, &plan, &policy.grants, gate.is_some());
         let tool = DockerTool::new(
             self.engine.clone(),
             plan,
@@ -101,9 +105,62 @@ impl Backend for DockerBackend {
     }
 }
 
+/// On an engine that gets roots copied in, a read-write root needs `copy_back = true`:
+/// without it the container's changes would be lost at its end, unlike a mount's.
+fn refuse_unwritten(policy: &Policy, cfg: &DockerConfig, files: Files) -> Result<(), PolicyError> {
+    if files == Files::Mounted || cfg.copy_back.as_ref().is_some_and(|c| c.value) {
+        return Ok(());
+    }
+    let Some((index, grant)) = policy
+        .grants
+        .fs
+        .iter()
+        .enumerate()
+        .find(|(_, g)| g.access == Access::ReadWrite)
+    else {
+        return Ok(());
+    };
+    let turned_off = cfg
+        .copy_back
+        .as_ref()
+        .map(|c| format!(" (line {} sets it to false)", c.line))
+        .unwrap_or_default();
+    Err(PolicyError::new(
+        &policy.path,
+        policy.grant_lines.fs.get(index).copied(),
+        format!(
+            "the read-write root {grant} cannot be mounted: this Docker engine gets roots copied \
+             into its containers (it runs on another machine, or {FILES_ENV}=copy), and a \
+             read-write root is copied only with `copy_back = true` in [executor]{turned_off}, \
+             which writes each container's changes back to the folder when the container ends \
+             (refused whole when the folder changed meanwhile where the container changed it \
+             too): add it, or grant the root read-only"
+        ),
+    ))
+}
+
+/// How each root reaches the containers, for the audit: "HOST -> GUEST (ACCESS): how".
+fn roots(plan: &Plan, grants: &Grants) -> Vec<String> {
+    grants
+        .fs
+        .iter()
+        .map(|g| {
+            let how = match &plan.copied {
+                None => "mounted".to_owned(),
+                Some(c) if g.access == Access::ReadWrite => format!(
+                    "copied in, written back at the end (cap {} for all roots)",
+                    ByteSize(c.limit)
+                ),
+                Some(c) => format!("copied in (cap {} for all roots)", ByteSize(c.limit)),
+            };
+            format!("{g}: {how}")
+        })
+        .collect()
+}
+
 /// What every container of the tool gets, for the audit.
 /// `gated`: the policy's net grants go through the gate.
-fn report(cfg: &DockerConfig, plan: &Plan, gated: bool) -> Report {
+fn report(cfg: &DockerConfig, plan: &Plan, grants: &Grants, gated: bool) -> Report {
     const HARDENING: [&str; 8] = [
         "read-only root filesystem",
         "all capabilities dropped",
@@ -146,27 +203,33 @@ fn report(cfg: &DockerConfig, plan: &Plan, gated: bool) -> Report {
         "cpus": cpus,
         "tmp": tmp,
         "hardening": HARDENING,
+        "roots": roots(plan, grants),
     });
+    let mut lines = vec![
+        ReportLine {
+            label: "executor",
+            text: format!(
+                "docker {} {:?} (a container per {mode})",
+                cfg.image.value, cfg.argv.value
+            ),
+        },
+        ReportLine {
+            label: "container",
+            text: format!(
+                "user {}, pids {}, cpus {cpus}, /tmp {tmp}; {}",
+                plan.user,
+                cfg.pids,
+                HARDENING.join(", ")
+            ),
+        },
+    ];
+    lines.extend(roots(plan, grants).into_iter().map(|text| ReportLine {
+        label: "root",
+        text,
+    }));
     Report {
         settings: settings.as_object().cloned().unwrap_or_default(),
-        lines: vec![
-            ReportLine {
-                label: "executor",
-                text: format!(
-                    "docker {} {:?} (a container per {mode})",
-                    cfg.image.value, cfg.argv.value
-                ),
-            },
-            ReportLine {
-                label: "container",
-                text: format!(
-                    "user {}, pids {}, cpus {cpus}, /tmp {tmp}; {}",
-                    plan.user,
-                    cfg.pids,
-                    HARDENING.join(", ")
-                ),
-            },
-        ],
+        lines,
         network,
         flags,
     }

@@ -2,6 +2,7 @@
 //! that are the executor's own (timeout, memory and output stay in `[limits]`). Every default
 //! is here.
 
+use crate::files::DEFAULT_COPY_LIMIT;
 use serde::Deserialize;
 use toml::Spanned;
 use warden_command::{NetworkMode, User, command_line, count, tmp_size, tool_name};
@@ -36,6 +37,11 @@ pub struct DockerConfig {
     pub nano_cpus: u64,
     /// Bytes of the tmpfs at `/tmp`.
     pub tmp: u64,
+    /// Bytes of files the tool's roots may hold when an engine gets them copied in.
+    pub copy_limit: u64,
+    /// Read-write roots on an engine that gets roots copied in: written back at each
+    /// container's end (without it they are refused).
+    pub copy_back: Option<Located<bool>>,
 }
 
 /// A number that may be written as an integer or a float.
@@ -61,6 +67,8 @@ struct DockerSpec {
     pids: Option<Spanned<i64>>,
     cpus: Option<Spanned<Number>>,
     tmp: Option<Spanned<ByteSize>>,
+    copy_limit: Option<Spanned<ByteSize>>,
+    copy_back: Option<Spanned<bool>>,
 }
 
 impl DockerConfig {
@@ -108,6 +116,18 @@ impl DockerConfig {
             }
         };
         let tmp = tmp_size(table, spec.tmp)?;
+        let copy_limit = match spec.copy_limit {
+            None => DEFAULT_COPY_LIMIT,
+            Some(c) if c.get_ref().0 == 0 => {
+                return Err(table.error(
+                    table.line(&c.span()),
+                    "copy_limit must be more than 0 (it bounds the roots copied into a \
+                     container, e.g. `copy_limit = \"256MiB\"`)",
+                ));
+            }
+            Some(c) => c.get_ref().0,
+        };
+        let copy_back = spec.copy_back.map(|c| table.located(c));
         Ok(DockerConfig {
             name,
             description: spec.description,
@@ -120,6 +140,8 @@ impl DockerConfig {
             pids,
             nano_cpus,
             tmp,
+            copy_limit,
+            copy_back,
         })
     }
 }
@@ -175,6 +197,13 @@ mod tests {
             (cfg.pids, cfg.nano_cpus, cfg.tmp),
             (16, 500_000_000, 8 << 20)
         );
+        let cfg = parse(&format!(
+            "{SHELL}copy_limit = \"256MiB\"\ncopy_back = true\n"
+        ))
+        .unwrap();
+        assert_eq!(cfg.copy_limit, 256 << 20);
+        assert_eq!(cfg.copy_back.map(|c| (c.value, c.line)), Some((true, 7)));
+        assert_eq!(parse(SHELL).unwrap().copy_limit, DEFAULT_COPY_LIMIT);
     }
 
     #[test]
@@ -228,6 +257,7 @@ mod tests {
             (format!("{SHELL}workdir = \"w\"\n"), 6, "absolute"),
             (format!("{SHELL}pids = 0\n"), 6, "pids"),
             (format!("{SHELL}cpus = 0\n"), 6, "cpus"),
+            (format!("{SHELL}copy_limit = \"0\"\n"), 6, "copy_limit"),
             (
                 format!("{SHELL}component = \"x.wasm\"\n"),
                 6,

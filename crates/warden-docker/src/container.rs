@@ -4,6 +4,7 @@
 
 use crate::cgroup::Cgroup;
 use crate::engine::{Engine, missing_image};
+use crate::files::{Copied, CopiedIn};
 use bollard::Docker;
 use bollard::container::{AttachContainerResults, LogOutput};
 use bollard::errors::Error as BollardError;
@@ -220,7 +221,11 @@ impl Drop for Container {
 }
 
 async fn remove(docker: &Docker, id: &str) {
-    let options = RemoveContainerOptionsBuilder::new().force(true).build();
+    // `v`: with the volumes that held its copied roots.
+    let options = RemoveContainerOptionsBuilder::new()
+        .force(true)
+        .v(true)
+        .build();
     match docker.remove_container(id, Some(options)).await {
         Ok(()) => {}
         Err(BollardError::DockerResponseServerError {
@@ -261,10 +266,19 @@ pub(crate) fn wrapped(argv: Vec<String>) -> Vec<String> {
     wrapped
 }
 
+/// What a per-call container's roots came to: the notes for its answer (what was left out,
+/// what was written back), or why its read-write roots were not written back.
+pub(crate) type FilesOutcome = Result<Vec<String>, ToolError>;
+
 /// Runs one container, whose command is [`wrapped`], to its end or its deadline, and removes
-/// it. With a gate, the command starts once the gate listens. Answers what went through the
-/// gate too, and the CPU and memory figures the container's cgroup had at the command's end
-/// (or at the deadline).
+/// it. With a gate, the command starts once the gate listens; with `copied` roots, once they
+/// are in, and its read-write roots are written back when it ends (not at the deadline),
+/// before the container does. Answers what went through the gate too, and the CPU and memory figures the
+/// container's cgroup had at the command's end (or at the deadline).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one container's whole life, in one place"
+)]
 pub(crate) async fn run_once(
     engine: &Engine,
     docker: &Docker,
@@ -273,9 +287,20 @@ pub(crate) async fn run_once(
     output_limit: u64,
     deadline: Instant,
     gate: Option<(Gate, Scope, Credentials)>,
-) -> Result<(Ended, Option<Traffic>, Usage), ToolError> {
+    copied: Option<(&Copied, &str)>,
+) -> Result<(Ended, Option<Traffic>, Usage, FilesOutcome), ToolError> {
     let container = Container::create(engine, docker, image, body).await?;
     let mut attached = container.attach_and_start(engine, true).await?;
+    let copied_in = match copied {
+        Some((copied, _)) => match copied.copy_in(engine, docker, &container.id).await {
+            Ok(copied_in) => Some(copied_in),
+            Err(e) => {
+                container.remove().await;
+                return Err(e);
+            }
+        },
+        None => None,
+    };
     let proxy = match gate {
         Some((gate, scope, credentials)) => {
             match open_gate(engine, &container, gate, credentials).await {
@@ -300,14 +325,27 @@ pub(crate) async fn run_once(
     let run = Run {
         container: &container,
         engine,
+        docker,
         end: &end,
         output_limit,
         deadline,
+        copied: copied
+            .zip(copied_in.as_ref())
+            .map(|((c, tool), i)| (c, i, tool)),
     };
-    let (ended, used) = run.read_to_end(&mut attached).await;
+    let (ended, used, files) = run.read_to_end(&mut attached).await;
     let traffic = proxy.map(|p| p.end());
     container.remove().await;
-    Ok((ended?, traffic, used))
+    let mut notes = copied_in.map(|c| c.notes).unwrap_or_default();
+    let files = match files {
+        Some(Ok(written)) => {
+            notes.extend(written);
+            Ok(notes)
+        }
+        Some(Err(e)) => Err(e),
+        None => Ok(notes),
+    };
+    Ok((ended?, traffic, used, files))
 }
 
 /// The gate of a started container (nothing gets through before [`Proxy::begin`]).
@@ -330,6 +368,9 @@ pub(crate) async fn open_gate(
 struct Run<'a> {
     container: &'a Container,
     engine: &'a Engine,
+    docker: &'a Docker,
+    /// Its copied roots, what was copied in, and the tool's name.
+    copied: Option<(&'a Copied, &'a CopiedIn, &'a str)>,
     /// The nonce of its end line.
     end: &'a str,
     output_limit: u64,
@@ -338,14 +379,16 @@ struct Run<'a> {
 
 impl Run<'_> {
     /// Reads its output until it ends or the deadline. At the end line, or at the deadline,
-    /// the container's counters are read first: they go with its cgroup.
+    /// the container's counters are read first: they go with its cgroup. At the end line its
+    /// read-write roots are written back, while it still runs (their copies go with it).
     async fn read_to_end(
         &self,
         attached: &mut AttachContainerResults,
-    ) -> (Result<Ended, ToolError>, Usage) {
+    ) -> (Result<Ended, ToolError>, Usage, Option<FilesOutcome>) {
         let mut stdout = Frames::until(&format!("\n{}", self.end), self.output_limit);
         let mut stderr = Capped::new(self.output_limit);
         let mut used = None;
+        let mut written = None;
         loop {
             match tokio::time::timeout_at(self.deadline, attached.output.next()).await {
                 Err(_) => {
@@ -353,11 +396,13 @@ impl Run<'_> {
                         Some(used) => used,
                         None => self.used().await,
                     };
+                    // No write-back: the call's time is up, and stopping the call midway
+                    // would leave it to chance. The answer says so.
                     let ended = Ended::TimedOut {
                         stdout: stdout.text(),
                         stderr: stderr.text(),
                     };
-                    return (Ok(ended), used);
+                    return (Ok(ended), used, written);
                 }
                 Ok(None) => break,
                 Ok(Some(Ok(LogOutput::StdErr { message }))) => stderr.push(&message),
@@ -365,6 +410,7 @@ impl Run<'_> {
                     stdout.push(&frame.into_bytes());
                     if stdout.done() && used.is_none() {
                         used = Some(self.used().await);
+                        written = self.write_back().await;
                         // The shell exits with the command's status; what a background job
                         // writes to stdout meanwhile is past the end line, and dropped.
                         let _ = attached.input.shutdown().await;
@@ -391,8 +437,22 @@ impl Run<'_> {
                 stderr: stderr.text(),
             }),
         };
-        // Without its end line the command's container ended first: nothing was measured.
-        (ended, used.unwrap_or_default())
+        // Without its end line the command's container ended first: nothing was measured,
+        // and its read-write copies are gone (which the write-back finds, and says).
+        if written.is_none() {
+            written = self.write_back().await;
+        }
+        (ended, used.unwrap_or_default(), written)
+    }
+
+    /// Writes its read-write roots back; `None` without copied roots.
+    async fn write_back(&self) -> Option<FilesOutcome> {
+        let (copied, copied_in, tool) = self.copied?;
+        Some(
+            copied_in
+                .write_back(copied, self.engine, self.docker, &self.container.id, tool)
+                .await,
+        )
     }
 
     /// The container's CPU and memory peak so far.

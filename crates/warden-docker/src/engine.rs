@@ -2,6 +2,7 @@
 //! daemon), version negotiated, errors turned into messages a person can act on, and the
 //! containers of dead warden processes removed on first contact.
 
+use crate::files::Files;
 use bollard::Docker;
 use bollard::errors::Error as BollardError;
 use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
@@ -20,6 +21,7 @@ pub(crate) const TOOL_LABEL: &str = "warden.tool";
 pub const SANDBOX_IMAGE: &str = "warden-sandbox:latest";
 
 const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
+
 /// Seconds bollard waits for the headers of one response.
 const REQUEST_TIMEOUT: u64 = 60;
 
@@ -28,18 +30,24 @@ pub struct Engine {
     socket: String,
     owner: String,
     extra_labels: BTreeMap<String, String>,
+    files: Files,
     client: tokio::sync::Mutex<Option<Docker>>,
     images: Mutex<HashSet<String>>,
 }
 
 impl Engine {
-    /// The engine at `$DOCKER_HOST` when it names a unix socket, else /var/run/docker.sock.
+    /// The engine at `$DOCKER_HOST` when it names a unix socket, else /var/run/docker.sock;
+    /// roots copied in when [`crate::FILES_ENV`] says `copy`.
     pub fn from_env() -> Self {
         let socket = std::env::var("DOCKER_HOST")
             .ok()
             .and_then(|h| h.strip_prefix("unix://").map(str::to_owned))
             .unwrap_or_else(|| DEFAULT_SOCKET.to_owned());
-        Self::with_socket(socket)
+        let engine = Self::with_socket(socket);
+        match Files::from_env() {
+            Files::Copied => engine.copying_files(),
+            Files::Mounted => engine,
+        }
     }
 
     /// The engine listening on the unix socket at `path`.
@@ -48,6 +56,7 @@ impl Engine {
             socket: path.into(),
             owner: owner_id(),
             extra_labels: BTreeMap::new(),
+            files: Files::Mounted,
             client: tokio::sync::Mutex::new(None),
             images: Mutex::default(),
         }
@@ -57,6 +66,18 @@ impl Engine {
     pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.extra_labels.insert(key.into(), value.into());
         self
+    }
+
+    /// Copies granted roots into its containers instead of mounting them: for an engine
+    /// whose machine does not hold this one's folders.
+    pub fn copying_files(mut self) -> Self {
+        self.files = Files::Copied;
+        self
+    }
+
+    /// How granted roots reach its containers.
+    pub fn files(&self) -> Files {
+        self.files
     }
 
     pub fn socket(&self) -> &str {
@@ -237,7 +258,11 @@ async fn reap_dead_owners(docker: &Docker) -> Result<usize, BollardError> {
             continue;
         }
         let Some(id) = c.id else { continue };
-        let force = RemoveContainerOptionsBuilder::new().force(true).build();
+        // `v`: with the volumes that held its copied roots.
+        let force = RemoveContainerOptionsBuilder::new()
+            .force(true)
+            .v(true)
+            .build();
         match docker.remove_container(&id, Some(force)).await {
             Ok(()) => removed += 1,
             Err(e) => tracing::warn!(container = %id, "cannot remove a leftover container: {e}"),

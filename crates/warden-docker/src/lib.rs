@@ -3,7 +3,7 @@
 //!
 //! Every container: read-only root with a small tmpfs `/tmp`, every capability dropped,
 //! no-new-privileges, a non-root user, pids/memory/CPU limits, no network unless the policy
-//! opts in, only the granted folders mounted, only the granted env, no log driver (output is
+//! opts in, only the granted folders mounted (or copied in, for an engine elsewhere), only the granted env, no log driver (output is
 //! read through attach and capped), the `warden` label, and removal when its call or session
 //! ends — or, after a crash, at the next warden's first contact with the engine.
 
@@ -13,6 +13,7 @@ mod config;
 mod container;
 mod debian;
 mod engine;
+mod files;
 mod gate;
 mod image;
 mod plan;
@@ -26,4 +27,5 @@ pub use debian::{
     DebianRecipe, Progress, build_debian_image,
 };
 pub use engine::{Engine, LABEL, OWNER_LABEL, SANDBOX_IMAGE};
+pub use files::{DEFAULT_COPY_LIMIT, FILES_ENV, Files};
 pub use image::{BUSYBOX, IMAGE_LABEL, ImageError, build_sandbox_image};

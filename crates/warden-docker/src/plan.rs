@@ -2,6 +2,7 @@
 //! limits. Decided once at load, so the audit and the containers agree.
 
 use crate::config::DockerConfig;
+use crate::files::{Copied, Files, Root};
 use bollard::models::{
     ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountBindOptions,
     MountBindOptionsPropagationEnum, MountType,
@@ -20,6 +21,9 @@ pub(crate) struct Plan {
     pub user: User,
     pub workdir: Option<String>,
     pub mounts: Vec<Mount>,
+    /// The roots copied in, for an engine that does not mount them (`mounts` then holds
+    /// their volumes).
+    pub copied: Option<Copied>,
     pub network: NetworkMode,
     pub pids: u32,
     pub nano_cpus: u64,
@@ -28,32 +32,33 @@ pub(crate) struct Plan {
 
 impl Plan {
     /// Checks what can only be checked against this machine: that every read-write root is
-    /// writable by the container's user.
-    pub(crate) fn new(cfg: &DockerConfig, grants: &Grants) -> Result<Plan, String> {
-        let user = choose_user(cfg, grants)?;
-        let mounts = grants
-            .fs
-            .iter()
-            .map(|g| Mount {
-                target: Some(g.guest.clone()),
-                source: Some(g.host.display().to_string()),
-                typ: Some(MountType::BIND),
-                read_only: Some(g.access == Access::ReadOnly),
-                bind_options: Some(MountBindOptions {
-                    propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
-                    // Mounts below a granted folder are not part of the grant.
-                    non_recursive: Some(true),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            })
-            .collect();
+    /// writable by the container's user, when it is mounted.
+    pub(crate) fn new(cfg: &DockerConfig, grants: &Grants, files: Files) -> Result<Plan, String> {
+        let user = choose_user(cfg, grants, files)?;
+        let copied = (files == Files::Copied).then(|| Copied {
+            roots: grants
+                .fs
+                .iter()
+                .map(|g| Root {
+                    host: g.host.clone(),
+                    guest: g.guest.clone(),
+                    write_back: g.access == Access::ReadWrite,
+                })
+                .collect(),
+            limit: cfg.copy_limit,
+            user,
+        });
+        let mounts = match &copied {
+            Some(copied) => copied.mounts(),
+            None => bind_mounts(grants),
+        };
         Ok(Plan {
             tool: cfg.name.clone(),
             image: cfg.image.value.clone(),
             user,
             workdir: cfg.workdir.as_ref().map(|w| w.value.clone()),
             mounts,
+            copied,
             network: cfg.network.value,
             pids: cfg.pids,
             nano_cpus: cfg.nano_cpus,
@@ -128,10 +133,32 @@ impl Plan {
     }
 }
 
+/// Each root bind-mounted at its guest path, read-only or read-write as granted.
+fn bind_mounts(grants: &Grants) -> Vec<Mount> {
+    grants
+        .fs
+        .iter()
+        .map(|g| Mount {
+            target: Some(g.guest.clone()),
+            source: Some(g.host.display().to_string()),
+            typ: Some(MountType::BIND),
+            read_only: Some(g.access == Access::ReadOnly),
+            bind_options: Some(MountBindOptions {
+                propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
+                // Mounts below a granted folder are not part of the grant.
+                non_recursive: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .collect()
+}
+
 /// The policy's user; else the owner of the read-write roots (so files written there belong
 /// to whoever owns the folder); else nobody. Never root, and always one that can write every
-/// read-write root, since the engine does not remap owners.
-fn choose_user(cfg: &DockerConfig, grants: &Grants) -> Result<User, String> {
+/// read-write root, since the engine does not remap owners (a copied root is the user's
+/// inside whoever owns it here: warden writes it back).
+fn choose_user(cfg: &DockerConfig, grants: &Grants, files: Files) -> Result<User, String> {
     let writable: Vec<&Path> = grants
         .fs
         .iter()
@@ -156,6 +183,9 @@ fn choose_user(cfg: &DockerConfig, grants: &Grants) -> Result<User, String> {
             None => User::NOBODY,
         },
     };
+    if files == Files::Copied {
+        return Ok(user);
+    }
     for dir in writable {
         let meta =
             std::fs::metadata(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;

@@ -6,6 +6,7 @@
 use crate::cgroup::Cgroup;
 use crate::container::{Container, open_gate};
 use crate::engine::Engine;
+use crate::files::CopiedIn;
 use crate::gate::Sandboxed;
 use crate::plan::Plan;
 use bollard::container::LogOutput;
@@ -70,6 +71,22 @@ impl Launcher for DockerShells {
         }
         let container = Container::create(&self.engine, &docker, &self.plan.image, body).await?;
         let attached = container.attach_and_start(&self.engine, true).await?;
+        // In before the first command is sent.
+        let copied_in = match &self.plan.copied {
+            Some(copied) => match copied.copy_in(&self.engine, &docker, &container.id).await {
+                Ok(copied_in) => {
+                    for note in &copied_in.notes {
+                        tracing::info!(tool = %self.plan.tool, "{note}");
+                    }
+                    Some(copied_in)
+                }
+                Err(e) => {
+                    container.remove().await;
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
         // Bound before the first command is sent; open only while a command runs.
         let gate = match self.gate.clone().zip(sandboxed.as_ref()) {
             Some((gate, s)) => {
@@ -93,6 +110,9 @@ impl Launcher for DockerShells {
         Ok(Launched {
             sandbox: ShellContainer {
                 engine: self.engine.clone(),
+                docker,
+                plan: self.plan.clone(),
+                copied_in,
                 container,
                 oom_seen: false,
                 cgroup,
@@ -109,6 +129,10 @@ impl Launcher for DockerShells {
 /// The container of one session shell; removed when closed or dropped.
 pub(crate) struct ShellContainer {
     engine: Arc<Engine>,
+    docker: bollard::Docker,
+    plan: Plan,
+    /// What its copied roots were at its start, when they are copied.
+    copied_in: Option<CopiedIn>,
     container: Container,
     /// The engine had already reported an OOM kill before the current command.
     oom_seen: bool,
@@ -164,7 +188,60 @@ impl Sandbox for ShellContainer {
         self.gate.as_ref().map(Proxy::end)
     }
 
+    /// Writes its read-write roots back first (see [`Sandbox::close_noting`]); the session's
+    /// end has no call to answer, so what that came to goes to the log only.
     async fn close(self) {
+        self.close_noting().await;
+    }
+
+    /// Writes its read-write roots back first, while it still runs, and answers how that
+    /// went. In a task of its own: a call stopped at its deadline meanwhile (a timeout's
+    /// reset runs at the end of the call's time) does not stop it, and the log has its result.
+    async fn close_noting(self) -> Vec<String> {
+        let tool = self.plan.tool.clone();
+        match tokio::spawn(self.write_back_and_remove()).await {
+            Ok(notes) => notes,
+            Err(e) => {
+                tracing::error!(tool = %tool, "closing a session's container failed: {e}");
+                Vec::new()
+            }
+        }
+    }
+}
+
+impl ShellContainer {
+    /// Its read-write roots written back (logged too: a refused or failed write-back as an
+    /// error, naming the paths and where the container's copy was kept), then removed.
+    async fn write_back_and_remove(self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if let (Some(copied), Some(copied_in)) = (&self.plan.copied, &self.copied_in) {
+            let written = copied_in
+                .write_back(
+                    copied,
+                    &self.engine,
+                    &self.docker,
+                    &self.container.id,
+                    &self.plan.tool,
+                )
+                .await;
+            match written {
+                Ok(written) => {
+                    for note in &written {
+                        tracing::info!(tool = %self.plan.tool, "{note}");
+                    }
+                    notes = written;
+                }
+                Err(e) => {
+                    let note = format!(
+                        "the session's read-write roots were not written back: {}",
+                        e.message
+                    );
+                    tracing::error!(tool = %self.plan.tool, "{note}");
+                    notes.push(note);
+                }
+            }
+        }
         self.container.remove().await;
+        notes
     }
 }

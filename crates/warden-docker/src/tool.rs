@@ -2,6 +2,7 @@
 
 use crate::container::{Ended, run_once, wrapped};
 use crate::engine::Engine;
+use crate::files::Copied;
 use crate::gate::Sandboxed;
 use crate::plan::Plan;
 use crate::session::DockerShells;
@@ -93,7 +94,7 @@ impl DockerTool {
             denials: inv.denials.clone(),
             deadline: deadline.into_std(),
         };
-        let (ended, traffic, used) = run_once(
+        let (ended, traffic, used, files) = run_once(
             &self.engine,
             &docker,
             &self.plan.image,
@@ -104,24 +105,49 @@ impl DockerTool {
                 .clone()
                 .zip(sandboxed.as_ref())
                 .map(|(g, s)| (g, scope, s.credentials.clone())),
+            self.plan
+                .copied
+                .as_ref()
+                .map(|c| (c, self.plan.tool.as_str())),
         )
         .await?;
         inv.usage.record(|u| {
             u.cpu_ms = used.cpu_ms;
             u.peak_memory_bytes = used.peak_memory_bytes;
         });
+        let (stdout, stderr) = match &ended {
+            Ended::Exited { stdout, stderr, .. } | Ended::TimedOut { stdout, stderr } => {
+                (stdout, stderr)
+            }
+        };
+        // The command ran, but what it wrote to its read-write roots did not come back: that
+        // is the answer, with its output beside.
+        let notes = match files {
+            Ok(notes) => notes.join("]\n["),
+            Err(e) => {
+                return Err(e
+                    .with_detail("stdout", stdout.clone())
+                    .with_detail("stderr", stderr.clone()));
+            }
+        };
+        let note = Some(notes.as_str()).filter(|n| !n.is_empty());
         let answered = match ended {
             Ended::Exited {
                 code,
                 oom,
                 stdout,
                 stderr,
-            } => answer(code, oom, &stdout, &stderr, &inv.limits, None),
+            } => answer(code, oom, &stdout, &stderr, &inv.limits, note),
             Ended::TimedOut { stdout, stderr } => Err(timed_out(
                 limit,
                 &stdout,
                 &stderr,
-                "its container was killed and removed",
+                if self.plan.copied.as_ref().is_some_and(Copied::writes_back) {
+                    "its container was killed and removed, with what it wrote to its \
+                     read-write roots: nothing was written back"
+                } else {
+                    "its container was killed and removed"
+                },
             )),
         };
         if let Some(t) = traffic {

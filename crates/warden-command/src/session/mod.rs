@@ -36,6 +36,9 @@
 //!   much there was. A background job whose output matters writes to a file
 //!   (`cmd >/tmp/log 2>&1 &`).
 //! - **`restart: true`** kills the shell: the next command (or the same call's) starts fresh.
+//! - **A sandbox's end** inside a call (a reset, `restart`) is told in that call's answer when
+//!   the executor has something to say of it ([`Sandbox::close_noting`]: a Docker session's
+//!   copied files written back, or why not).
 //! - **The protocol never shows.** Each command is framed by lines that carry a nonce made
 //!   for it alone, printed by shell builtins (so framing needs no fork) on copies of the
 //!   shell's stdout and stderr that the command does not hold; only an exact line with the
@@ -197,6 +200,19 @@ pub trait Sandbox: Send + 'static {
     /// Kills everything in it and releases it; returns once it is gone.
     fn close(self) -> impl Future<Output = ()> + Send;
 
+    /// [`Sandbox::close`], answering what the answer of the call that closed it should say
+    /// about its end, one note each: say, that its copied files were written back, or why
+    /// not. Nothing by default.
+    fn close_noting(self) -> impl Future<Output = Vec<String>> + Send
+    where
+        Self: Sized,
+    {
+        async move {
+            self.close().await;
+            Vec::new()
+        }
+    }
+
     /// A command starts: the sandbox's network (its gate, if it has one) works for it until
     /// [`Sandbox::command_ended`], and refuses into `scope`'s denials.
     fn command_starts(&mut self, scope: warden_net::Scope) {
@@ -256,14 +272,20 @@ impl<L: Launcher> Sessions<L> {
         // Commands of one session queue here, first come first served (tokio's mutex is fair).
         let mut guard = slot.lock().await;
         let deadline = Instant::now() + timeout;
+        let mut notes: Vec<String> = Vec::new();
         if request.restart
             && let Some(old) = guard.take()
         {
-            old.sandbox.close().await;
+            notes.extend(old.sandbox.close_noting().await);
         }
         let Some(command) = request.values.get("command") else {
+            let mut content =
+                "the session was restarted: the next command runs in a fresh shell".to_owned();
+            for note in &notes {
+                content.push_str(&format!("\n[{note}]"));
+            }
             return Ok(Output {
-                content: "the session was restarted: the next command runs in a fresh shell".into(),
+                content,
                 ..Output::default()
             });
         };
@@ -274,7 +296,6 @@ impl<L: Launcher> Sessions<L> {
             refused: None,
         });
         let limit_of = processes.as_ref().map_or(0, |p| p.limit);
-        let mut notes: Vec<String> = Vec::new();
         // Taken out while the command runs: if this call's future is dropped, the shell is
         // dropped with it and its sandbox released, rather than kept mid-command.
         let (mut live, launched) = match guard.take() {
@@ -289,7 +310,7 @@ impl<L: Launcher> Sessions<L> {
             && let Some(n) = live.sandbox.processes().await
             && n >= c.full_at
         {
-            live.sandbox.close().await;
+            let ended = live.sandbox.close_noting().await;
             notes.push(format!(
                 "the session ran out of processes after the last command ({}), most likely \
                  through background jobs it left: it was reset before this command, which ran \
@@ -298,6 +319,7 @@ impl<L: Launcher> Sessions<L> {
                 state(Some(n), 0, limit_of),
                 L::FRESH
             ));
+            notes.extend(ended);
             live = self.launch(env, limits, deadline, limit).await?;
             fresh = true;
         }
@@ -319,7 +341,7 @@ impl<L: Launcher> Sessions<L> {
             match ran {
                 // Out of processes before it ran: once, in a fresh sandbox.
                 Ran::NotRun { processes, refused } if !fresh => {
-                    live.sandbox.close().await;
+                    let ended = live.sandbox.close_noting().await;
                     notes.push(format!(
                         "the session ran out of processes after the last command ({}), most \
                          likely through background jobs it left: it was reset before this \
@@ -329,6 +351,7 @@ impl<L: Launcher> Sessions<L> {
                         state(processes, refused, limit_of),
                         L::FRESH
                     ));
+                    notes.extend(ended);
                     live = self.launch(env, limits, deadline, limit).await?;
                     fresh = true;
                 }
@@ -370,13 +393,14 @@ impl<L: Launcher> Sessions<L> {
                 };
                 match (processes, &check) {
                     (Some(n), Some(c)) if bombed(n, c) => {
-                        live.sandbox.close().await;
+                        let ended = live.sandbox.close_noting().await;
                         notes.push(format!(
                             "the session is out of processes ({n} of {limit_of} in use, by \
                              what this command left running): it was reset, and the next \
                              command starts in {} ({lost})",
                             L::FRESH
                         ));
+                        notes.extend(ended);
                     }
                     _ => *guard = Some(live),
                 }
@@ -393,12 +417,13 @@ impl<L: Launcher> Sessions<L> {
             }
             Ran::ShellEnded { stdout, stderr } => {
                 let status = live.sandbox.exit_status().await;
-                live.sandbox.close().await;
+                let ended = live.sandbox.close_noting().await;
                 let (code, oom) = status?;
                 notes.push(format!(
                     "the shell ended, and with it the session: the next command starts in {}",
                     L::FRESH
                 ));
+                notes.extend(ended);
                 answer(
                     code,
                     oom,
@@ -409,29 +434,31 @@ impl<L: Launcher> Sessions<L> {
                 )
             }
             Ran::TimedOut { stdout, stderr } => {
-                live.sandbox.close().await;
-                Err(timed_out(
-                    limit,
-                    &stdout,
-                    &stderr,
-                    &format!(
-                        "the session's shell was killed; the next command starts in {} ({lost})",
-                        L::FRESH
-                    ),
-                ))
+                notes.extend(live.sandbox.close_noting().await);
+                let mut what = format!(
+                    "the session's shell was killed; the next command starts in {} ({lost})",
+                    L::FRESH
+                );
+                for note in &notes {
+                    what.push_str(&format!("; {note}"));
+                }
+                Err(timed_out(limit, &stdout, &stderr, &what))
             }
             Ran::OutOfProcesses {
                 stdout,
                 stderr,
                 processes,
             } => {
-                live.sandbox.close().await;
+                notes.extend(live.sandbox.close_noting().await);
                 let mut message = format!(
                     "the command filled the session with processes ({processes} of {limit_of} \
                      in use) and was stopped; the session was reset, and the next command \
                      starts in {} ({lost})",
                     L::FRESH
                 );
+                for note in &notes {
+                    message.push_str(&format!("\n[{note}]"));
+                }
                 for (name, text) in [("stdout", &stdout), ("stderr", &stderr)] {
                     if !text.is_empty() {
                         message.push_str(&format!("\n[{name} so far]\n{text}"));

@@ -1,0 +1,928 @@
+//! How a tool's granted roots reach its containers: bind-mounted when the engine runs on this
+//! machine, or copied in when it does not (an engine on another machine, reached over tcp or
+//! through a forwarded socket), since a bind mount names a folder of the engine's machine.
+//!
+//! A copied root lands on a tmpfs volume of its own at its guest path (the container's root
+//! filesystem is read-only, and the engine writes an upload only into a volume), uploaded
+//! once the container runs: a tmpfs volume lives exactly as long as a container holds it. A
+//! read-only root is root's, with no write bit, so the sandbox's user cannot change it; a
+//! read-write root (only with `copy_back = true`) is the container user's, and is written
+//! back to the host when the container ends: compared with what was copied in, refused as a
+//! whole when the host changed a path the container changed too, else applied file by file,
+//! each written beside and renamed over. Every host-side read and write goes through a
+//! cap-std handle of the root: a symlink planted in a root never leads warden outside it.
+
+use crate::engine::Engine;
+use bollard::Docker;
+use bollard::models::{Mount, MountType, MountVolumeOptions, MountVolumeOptionsDriverConfig};
+use bollard::query_parameters::{
+    DownloadFromContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+};
+use cap_std::fs::{Dir, MetadataExt, OpenOptions, OpenOptionsExt};
+use futures::StreamExt;
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{self, Read, Write};
+use std::path::{Component, Path, PathBuf};
+use warden_command::User;
+use warden_core::{ByteSize, ErrorKind, ToolError};
+
+/// The environment variable that makes [`Engine::from_env`] copy roots (`copy`) or mount them
+/// (`mount`, the default).
+pub const FILES_ENV: &str = "WARDEN_DOCKER_FILES";
+
+/// Bytes of files a tool's roots may hold to be copied in, when the policy sets no
+/// `copy_limit`.
+pub const DEFAULT_COPY_LIMIT: u64 = 64 << 20;
+
+/// How granted roots reach an engine's containers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Files {
+    /// Bind-mounted: the engine runs on this machine and sees its folders.
+    Mounted,
+    /// Copied in at each container's start (and, for read-write roots with `copy_back`,
+    /// written back at its end): the engine's machine does not hold this one's folders.
+    Copied,
+}
+
+impl Files {
+    /// As [`FILES_ENV`] says; an unknown value copies (it never exposes a folder) and says so.
+    pub(crate) fn from_env() -> Files {
+        match std::env::var(FILES_ENV).as_deref() {
+            Err(_) | Ok("" | "mount" | "mounted") => Files::Mounted,
+            Ok("copy" | "copied") => Files::Copied,
+            Ok(other) => {
+                tracing::warn!(
+                    "{FILES_ENV}={other:?} is neither `copy` nor `mount`: granted roots are \
+                     copied into containers"
+                );
+                Files::Copied
+            }
+        }
+    }
+}
+
+/// One granted root, as it is copied.
+#[derive(Debug, Clone)]
+pub(crate) struct Root {
+    pub host: PathBuf,
+    pub guest: String,
+    /// A read-write root: the container user's inside, and written back at the end.
+    pub write_back: bool,
+}
+
+/// The roots of one tool, copied into each of its containers.
+#[derive(Debug, Clone)]
+pub(crate) struct Copied {
+    pub roots: Vec<Root>,
+    /// Bytes of files all roots together may hold; each copy may grow to twice that inside.
+    pub limit: u64,
+    /// The container's user, who owns the read-write copies.
+    pub user: User,
+}
+
+/// What a file of a root was, or is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Entry {
+    File {
+        size: u64,
+        mtime: (i64, i64),
+        sha256: [u8; 32],
+        mode: u32,
+    },
+    Dir,
+    Link(PathBuf),
+}
+
+/// Every entry of a root at copy-in, by its path inside the root.
+type Manifest = BTreeMap<PathBuf, Entry>;
+
+/// What a container's roots were when they were copied in: what their write-back compares.
+pub(crate) struct CopiedIn {
+    /// The manifest of each root that is written back, by its index in [`Copied::roots`].
+    manifests: Vec<(usize, Manifest)>,
+    /// What was left out (special files, symlinks leading out of their root).
+    pub notes: Vec<String>,
+}
+
+/// One root packed for upload.
+struct Packed {
+    tar: Vec<u8>,
+    manifest: Manifest,
+}
+
+impl Copied {
+    /// A tmpfs volume at each root's guest path, removed with its container. Its root folder
+    /// is root's and unwritable for a read-only root, the container user's for a read-write
+    /// one. Twice the limit in size: room for the whole pages small files take, and for a
+    /// read-write copy to grow.
+    pub(crate) fn mounts(&self) -> Vec<Mount> {
+        self.roots
+            .iter()
+            .map(|root| {
+                let (uid, gid, mode) = if root.write_back {
+                    (self.user.uid, self.user.gid, "0755")
+                } else {
+                    (0, 0, "0555")
+                };
+                let options = format!(
+                    "size={},uid={uid},gid={gid},mode={mode},nosuid,nodev",
+                    self.limit.saturating_mul(2).max(1 << 20)
+                );
+                Mount {
+                    target: Some(root.guest.clone()),
+                    typ: Some(MountType::VOLUME),
+                    read_only: Some(false),
+                    volume_options: Some(MountVolumeOptions {
+                        no_copy: Some(true),
+                        driver_config: Some(MountVolumeOptionsDriverConfig {
+                            name: Some("local".into()),
+                            options: Some(
+                                [
+                                    ("type", "tmpfs".to_owned()),
+                                    ("device", "tmpfs".to_owned()),
+                                    ("o", options),
+                                ]
+                                .into_iter()
+                                .map(|(k, v)| (k.to_owned(), v))
+                                .collect(),
+                            ),
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }
+            })
+            .collect()
+    }
+
+    /// Whether any root is written back.
+    pub(crate) fn writes_back(&self) -> bool {
+        self.roots.iter().any(|r| r.write_back)
+    }
+
+    /// Copies every root into the running container `id`; before its command starts.
+    pub(crate) async fn copy_in(
+        &self,
+        engine: &Engine,
+        docker: &Docker,
+        id: &str,
+    ) -> Result<CopiedIn, ToolError> {
+        let this = self.clone();
+        let (packed, notes) = tokio::task::spawn_blocking(move || this.pack())
+            .await
+            .map_err(|e| internal(format!("packing the roots: {e}")))??;
+        let mut manifests = Vec::new();
+        for (index, (root, packed)) in self.roots.iter().zip(packed).enumerate() {
+            let options = UploadToContainerOptionsBuilder::new()
+                .path(&root.guest)
+                .build();
+            docker
+                .upload_to_container(id, Some(options), bollard::body_full(packed.tar.into()))
+                .await
+                .map_err(|e| {
+                    engine.failure(&format!("copy {} into a container", root.guest), &e)
+                })?;
+            if root.write_back {
+                manifests.push((index, packed.manifest));
+            }
+        }
+        Ok(CopiedIn { manifests, notes })
+    }
+
+    /// Reads every root into a tar of its own, within the limit.
+    fn pack(&self) -> Result<(Vec<Packed>, Vec<String>), ToolError> {
+        let mut total = 0u64;
+        let mut notes = Vec::new();
+        let mut packed = Vec::new();
+        for root in &self.roots {
+            let dir = open_root(&root.host)?;
+            let mut walk = Walk {
+                root,
+                owner: if root.write_back {
+                    self.user
+                } else {
+                    User { uid: 0, gid: 0 }
+                },
+                budget: self.limit.saturating_sub(total),
+                size: 0,
+                tar: tar::Builder::new(Vec::new()),
+                manifest: Manifest::new(),
+                notes: &mut notes,
+            };
+            walk.dir(&dir, Path::new(""))
+                .map_err(|e| host_error(&root.host, "read", &e))?;
+            if walk.size > walk.budget {
+                let size = walk.size;
+                return Err(ToolError::new(
+                    ErrorKind::LimitExceeded,
+                    format!(
+                        "the root {} holds {} of files, and with the roots before it that is \
+                         past the copy limit of {} (this engine gets roots copied in, not \
+                         mounted): raise `copy_limit` in the policy's [executor] \
+                         (`copy_limit = \"{}\"`), or grant a smaller folder",
+                        root.host.display(),
+                        ByteSize(size),
+                        ByteSize(self.limit),
+                        ByteSize((total + size).next_power_of_two()),
+                    ),
+                )
+                .with_detail("root", root.host.display().to_string())
+                .with_detail("bytes", size)
+                .with_detail("copy_limit", self.limit));
+            }
+            total += walk.size;
+            let manifest = std::mem::take(&mut walk.manifest);
+            let tar = walk
+                .tar
+                .into_inner()
+                .map_err(|e| internal(format!("packing {}: {e}", root.host.display())))?;
+            packed.push(Packed { tar, manifest });
+        }
+        Ok((packed, notes))
+    }
+}
+
+/// One root being packed.
+struct Walk<'a> {
+    root: &'a Root,
+    /// Who owns the copies inside.
+    owner: User,
+    /// Bytes this root may still add; past it, files are only counted, for the message.
+    budget: u64,
+    size: u64,
+    tar: tar::Builder<Vec<u8>>,
+    manifest: Manifest,
+    notes: &'a mut Vec<String>,
+}
+
+impl Walk<'_> {
+    fn dir(&mut self, dir: &Dir, rel: &Path) -> io::Result<()> {
+        let mut names: Vec<_> = dir
+            .entries()?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<io::Result<_>>()?;
+        names.sort();
+        for name in names {
+            let path = rel.join(&name);
+            // Not followed: a symlink is read as itself.
+            let meta = dir.symlink_metadata(&name)?;
+            let kind = meta.file_type();
+            if kind.is_dir() {
+                let sub = dir.open_dir(&name)?;
+                let mode = if self.root.write_back {
+                    meta.mode() & 0o777
+                } else {
+                    0o555
+                };
+                let mut header = self.new_header(tar::EntryType::Directory, mode, &meta);
+                self.tar.append_data(&mut header, &path, io::empty())?;
+                self.manifest.insert(path.clone(), Entry::Dir);
+                self.dir(&sub, &path)?;
+            } else if kind.is_file() {
+                self.size += meta.size();
+                if self.size > self.budget {
+                    continue;
+                }
+                // The manifest holds what was read: the open file's own size and mtime.
+                let mut file = dir.open(&name)?;
+                let meta = file.metadata()?;
+                let mut bytes = Vec::new();
+                file.read_to_end(&mut bytes)?;
+                let mode = self.file_mode(meta.mode());
+                let mut header = self.new_header(tar::EntryType::Regular, mode, &meta);
+                header.set_size(bytes.len() as u64);
+                self.tar.append_data(&mut header, &path, bytes.as_slice())?;
+                self.manifest.insert(
+                    path,
+                    Entry::File {
+                        size: bytes.len() as u64,
+                        mtime: (meta.mtime(), meta.mtime_nsec()),
+                        sha256: Sha256::digest(&bytes).into(),
+                        mode: meta.mode() & 0o777,
+                    },
+                );
+            } else if kind.is_symlink() {
+                let target = dir.read_link_contents(&name)?;
+                if !stays_inside(&path, &target) {
+                    self.notes.push(format!(
+                        "{}: a symlink to {} leads out of its root, and was not copied",
+                        self.shown(&path),
+                        target.display()
+                    ));
+                    continue;
+                }
+                let mut header = self.new_header(tar::EntryType::Symlink, 0o777, &meta);
+                self.tar.append_link(&mut header, &path, &target)?;
+                self.manifest.insert(path, Entry::Link(target));
+            } else {
+                self.notes.push(format!(
+                    "{}: not a file, folder or symlink (a socket, pipe or device), and was not \
+                     copied",
+                    self.shown(&path)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The mode a file has inside: a read-only root's is readable by all and writable by
+    /// none; a read-write root's is the host's.
+    fn file_mode(&self, host: u32) -> u32 {
+        if self.root.write_back {
+            host & 0o777
+        } else {
+            (host & 0o555) | 0o444
+        }
+    }
+
+    fn new_header(
+        &self,
+        kind: tar::EntryType,
+        mode: u32,
+        meta: &cap_std::fs::Metadata,
+    ) -> tar::Header {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(kind);
+        header.set_mode(mode);
+        header.set_uid(u64::from(self.owner.uid));
+        header.set_gid(u64::from(self.owner.gid));
+        header.set_mtime(u64::try_from(meta.mtime()).unwrap_or(0));
+        header.set_size(0);
+        header
+    }
+
+    fn shown(&self, rel: &Path) -> String {
+        self.root.host.join(rel).display().to_string()
+    }
+}
+
+/// Whether a symlink at `link` (inside its root) to `target` resolves inside the root, read
+/// as written: an absolute target, or one that climbs above the root, does not.
+fn stays_inside(link: &Path, target: &Path) -> bool {
+    let mut depth = link.components().count().saturating_sub(1);
+    for part in target.components() {
+        match part {
+            Component::Normal(_) => depth += 1,
+            Component::CurDir => {}
+            Component::ParentDir if depth > 0 => depth -= 1,
+            _ => return false,
+        }
+    }
+    true
+}
+
+fn open_root(host: &Path) -> Result<Dir, ToolError> {
+    Dir::open_ambient_dir(host, cap_std::ambient_authority())
+        .map_err(|e| host_error(host, "open", &e))
+}
+
+fn host_error(host: &Path, what: &str, e: &io::Error) -> ToolError {
+    ToolError::new(
+        ErrorKind::Unavailable,
+        format!(
+            "warden could not {what} the granted root {}: {e}",
+            host.display()
+        ),
+    )
+    .with_detail("root", host.display().to_string())
+}
+
+fn internal(message: String) -> ToolError {
+    ToolError::new(ErrorKind::Internal, message)
+}
+
+/// What the container holds at a path of a root, as read back.
+enum Found {
+    File(Vec<u8>, u32),
+    Dir,
+    Link(PathBuf),
+}
+
+/// One change to make on the host.
+enum Change {
+    Dir(PathBuf),
+    File(PathBuf, Vec<u8>, u32),
+    Link(PathBuf, PathBuf),
+    Remove(PathBuf, Entry),
+}
+
+impl Change {
+    fn path(&self) -> &Path {
+        match self {
+            Change::Dir(p) | Change::File(p, ..) | Change::Link(p, _) | Change::Remove(p, _) => p,
+        }
+    }
+}
+
+impl CopiedIn {
+    /// Writes the read-write roots back from the container `id`, which must still run (its
+    /// copies end with it). Answers notes for the answer. A conflict in any root refuses
+    /// them all: nothing is written.
+    pub(crate) async fn write_back(
+        &self,
+        copied: &Copied,
+        engine: &Engine,
+        docker: &Docker,
+        id: &str,
+        tool: &str,
+    ) -> Result<Vec<String>, ToolError> {
+        let mut copies = Vec::new();
+        for (index, manifest) in &self.manifests {
+            let Some(root) = copied.roots.get(*index) else {
+                continue;
+            };
+            let tar = download(engine, docker, id, root, copied.limit).await?;
+            copies.push((root.clone(), manifest.clone(), tar));
+        }
+        if copies.is_empty() {
+            return Ok(Vec::new());
+        }
+        // A stopped container's volume is gone, and reading it again gives an empty one:
+        // only a container that still runs after the reads gave its real copies.
+        let running = docker
+            .inspect_container(id, None)
+            .await
+            .ok()
+            .and_then(|c| c.state)
+            .and_then(|s| s.running)
+            .unwrap_or(false);
+        if !running {
+            let roots: Vec<String> = copies
+                .iter()
+                .map(|(r, ..)| r.host.display().to_string())
+                .collect();
+            return Err(ToolError::new(
+                ErrorKind::ToolError,
+                format!(
+                    "the container ended before warden could read back the read-write root{} \
+                     {} (a copy ends with its container): nothing was written back",
+                    if roots.len() == 1 { "" } else { "s" },
+                    roots.join(", ")
+                ),
+            )
+            .with_detail("roots", roots));
+        }
+        let tool = tool.to_owned();
+        tokio::task::spawn_blocking(move || apply(&copies, &tool))
+            .await
+            .map_err(|e| internal(format!("writing back: {e}")))?
+    }
+}
+
+/// The container's copy of `root`, as a tar, bounded (the copy's tmpfs bounds it too).
+async fn download(
+    engine: &Engine,
+    docker: &Docker,
+    id: &str,
+    root: &Root,
+    limit: u64,
+) -> Result<Vec<u8>, ToolError> {
+    let options = DownloadFromContainerOptionsBuilder::new()
+        .path(&root.guest)
+        .build();
+    let mut stream = docker.download_from_container(id, Some(options));
+    // File bytes, and a header and padding per file on top.
+    let bound = limit.saturating_mul(2).saturating_add(16 << 20);
+    let mut tar = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| {
+            engine.failure(&format!("read {} back from a container", root.guest), &e)
+        })?;
+        tar.extend_from_slice(&chunk);
+        if tar.len() as u64 > bound {
+            return Err(ToolError::new(
+                ErrorKind::LimitExceeded,
+                format!(
+                    "the container's copy of {} grew past twice the copy limit of {} (with \
+                     the archive's headers): nothing was written back",
+                    root.host.display(),
+                    ByteSize(limit)
+                ),
+            ));
+        }
+    }
+    Ok(tar)
+}
+
+/// One root's changes, planned before any root is written.
+struct Planned<'a> {
+    root: &'a Root,
+    dir: Dir,
+    changes: Vec<Change>,
+    /// The paths (on the host) that both sides changed.
+    conflicts: Vec<PathBuf>,
+    tar: &'a [u8],
+}
+
+/// Reads the containers' copies, and writes their changes to the host roots unless the host
+/// changed a path the container changed too, in any root: then nothing is written, and each
+/// changed root's copy is kept in a file the error names.
+fn apply(copies: &[(Root, Manifest, Vec<u8>)], tool: &str) -> Result<Vec<String>, ToolError> {
+    let mut notes = Vec::new();
+    let mut planned = Vec::new();
+    for (root, manifest, tar) in copies {
+        let found = read_copy(root, tar, &mut notes)?;
+        let changes = changes(manifest, &found);
+        if changes.is_empty() {
+            continue;
+        }
+        let dir = open_root(&root.host)?;
+        let conflicts = changes
+            .iter()
+            .map(Change::path)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .filter(|p| host_changed(&dir, p, manifest.get(*p)))
+            .map(|p| root.host.join(p))
+            .collect();
+        planned.push(Planned {
+            root,
+            dir,
+            changes,
+            conflicts,
+            tar,
+        });
+    }
+    if planned.iter().any(|p| !p.conflicts.is_empty()) {
+        return Err(refused(&planned, tool));
+    }
+    for p in &planned {
+        let owner = owner_when_root(&p.dir);
+        write(&p.dir, &p.changes, owner).map_err(|(path, e)| {
+            ToolError::new(
+                ErrorKind::Internal,
+                format!(
+                    "writing back {} failed at {} ({e}); the changes before it are written",
+                    p.root.host.display(),
+                    path.display()
+                ),
+            )
+            .with_detail("root", p.root.host.display().to_string())
+        })?;
+        notes.push(format!(
+            "{} change{} written back to {}",
+            p.changes.len(),
+            if p.changes.len() == 1 { "" } else { "s" },
+            p.root.host.display()
+        ));
+    }
+    Ok(notes)
+}
+
+/// The refusal of a write-back with conflicts: the paths, and where each changed root's copy
+/// was kept (`details.conflicts`, `details.kept`).
+fn refused(planned: &[Planned<'_>], tool: &str) -> ToolError {
+    let conflicts: Vec<String> = planned
+        .iter()
+        .flat_map(|p| p.conflicts.iter().map(|c| c.display().to_string()))
+        .collect();
+    let mut kept = Vec::new();
+    let mut where_kept = Vec::new();
+    for p in planned {
+        let root = p.root.host.display();
+        match keep(p.tar, tool) {
+            Ok(path) => {
+                where_kept.push(format!("{root} is kept in {} (a tar)", path.display()));
+                kept.push(path.display().to_string());
+            }
+            Err(e) => where_kept.push(format!("{root} could not be kept ({e})")),
+        }
+    }
+    ToolError::new(
+        ErrorKind::ToolError,
+        format!(
+            "nothing was written back: the host changed {} since {} copied in, and the \
+             container changed {} too ({}); warden never merges. The container's copy of {}",
+            if conflicts.len() == 1 {
+                "a path"
+            } else {
+                "paths"
+            },
+            if conflicts.len() == 1 {
+                "it was"
+            } else {
+                "they were"
+            },
+            if conflicts.len() == 1 { "it" } else { "them" },
+            conflicts.join(", "),
+            where_kept.join("; of "),
+        ),
+    )
+    .with_detail("conflicts", conflicts)
+    .with_detail("kept", kept)
+}
+
+/// The entries of the container's copy, by their path inside the root.
+fn read_copy(
+    root: &Root,
+    tar: &[u8],
+    notes: &mut Vec<String>,
+) -> Result<BTreeMap<PathBuf, Found>, ToolError> {
+    let bad = |e: io::Error| internal(format!("reading the copy of {}: {e}", root.host.display()));
+    let mut found = BTreeMap::new();
+    let mut archive = tar::Archive::new(tar);
+    for entry in archive.entries().map_err(bad)? {
+        let mut entry = entry.map_err(bad)?;
+        let raw = entry.path().map_err(bad)?.into_owned();
+        // The engine names entries under the guest folder's own name: `w/…`.
+        let mut parts = raw.components();
+        parts.next();
+        let rel: PathBuf = parts.as_path().to_owned();
+        if rel.as_os_str().is_empty() {
+            continue;
+        }
+        if !rel.components().all(|c| matches!(c, Component::Normal(_))) {
+            notes.push(format!(
+                "{}: an unsafe path, not written back",
+                rel.display()
+            ));
+            continue;
+        }
+        let mode = entry.header().mode().map_err(bad)? & 0o777;
+        match entry.header().entry_type() {
+            tar::EntryType::Directory => {
+                found.insert(rel, Found::Dir);
+            }
+            tar::EntryType::Regular | tar::EntryType::Continuous => {
+                let mut bytes = Vec::new();
+                entry.read_to_end(&mut bytes).map_err(bad)?;
+                found.insert(rel, Found::File(bytes, mode));
+            }
+            // A hard link made inside: the file it links to, once more.
+            tar::EntryType::Link => {
+                let target = entry.link_name().map_err(bad)?.map(|t| t.into_owned());
+                let target: Option<PathBuf> = target.map(|t| t.components().skip(1).collect());
+                match target.and_then(|t| found.get(&t)) {
+                    Some(Found::File(bytes, mode)) => {
+                        let file = Found::File(bytes.clone(), *mode);
+                        found.insert(rel, file);
+                    }
+                    _ => notes.push(format!("{}: a hard link, not written back", rel.display())),
+                }
+            }
+            tar::EntryType::Symlink => {
+                let target = entry.link_name().map_err(bad)?.map(|t| t.into_owned());
+                match target {
+                    Some(t) if stays_inside(&rel, &t) => {
+                        found.insert(rel, Found::Link(t));
+                    }
+                    _ => notes.push(format!(
+                        "{}: a symlink leading out of the root, not written back",
+                        root.host.join(&rel).display()
+                    )),
+                }
+            }
+            _ => notes.push(format!(
+                "{}: not a file, folder or symlink, not written back",
+                root.host.join(&rel).display()
+            )),
+        }
+    }
+    Ok(found)
+}
+
+/// What the container changed, against what was copied in.
+fn changes(manifest: &Manifest, found: &BTreeMap<PathBuf, Found>) -> Vec<Change> {
+    let mut changes = Vec::new();
+    for (path, now) in found {
+        let was = manifest.get(path);
+        let same = match (now, was) {
+            (Found::Dir, Some(Entry::Dir)) => true,
+            (
+                Found::File(bytes, mode),
+                Some(Entry::File {
+                    sha256, mode: m, ..
+                }),
+            ) => mode == m && Sha256::digest(bytes).as_slice() == sha256,
+            (Found::Link(t), Some(Entry::Link(w))) => t == w,
+            _ => false,
+        };
+        if same {
+            continue;
+        }
+        // Of another kind than before: what was there goes first.
+        if let Some(was) = was {
+            let same_kind = matches!(
+                (now, was),
+                (Found::File(..), Entry::File { .. }) | (Found::Link(_), Entry::Link(_))
+            );
+            if !same_kind {
+                changes.push(Change::Remove(path.clone(), was.clone()));
+            }
+        }
+        changes.push(match now {
+            Found::Dir => Change::Dir(path.clone()),
+            Found::File(bytes, mode) => Change::File(path.clone(), bytes.clone(), *mode),
+            Found::Link(t) => Change::Link(path.clone(), t.clone()),
+        });
+    }
+    for (path, was) in manifest {
+        if !found.contains_key(path) {
+            changes.push(Change::Remove(path.clone(), was.clone()));
+        }
+    }
+    changes
+}
+
+/// Whether the host's `path` differs from what was copied in (`was`; `None`: nothing was).
+fn host_changed(dir: &Dir, path: &Path, was: Option<&Entry>) -> bool {
+    let meta = match dir.symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return was.is_some(),
+        Err(_) => return true,
+    };
+    let kind = meta.file_type();
+    match was {
+        None => true,
+        Some(Entry::Dir) => !kind.is_dir(),
+        Some(Entry::Link(target)) => {
+            !kind.is_symlink() || dir.read_link_contents(path).ok().as_ref() != Some(target)
+        }
+        Some(Entry::File {
+            size,
+            mtime,
+            sha256,
+            mode,
+        }) => {
+            if !kind.is_file() || meta.size() != *size || meta.mode() & 0o777 != *mode {
+                return true;
+            }
+            if (meta.mtime(), meta.mtime_nsec()) == *mtime {
+                return false;
+            }
+            match dir.read(path) {
+                Ok(bytes) => Sha256::digest(&bytes).as_slice() != sha256,
+                Err(_) => true,
+            }
+        }
+    }
+}
+
+/// The owner of the root, when warden runs as root: what it writes is theirs, as it would be
+/// had the container's user written it through a mount.
+fn owner_when_root(dir: &Dir) -> Option<(u32, u32)> {
+    if !nix::unistd::Uid::effective().is_root() {
+        return None;
+    }
+    dir.dir_metadata().ok().map(|m| (m.uid(), m.gid()))
+}
+
+/// Applies the changes: removals first (files, then folders deepest first), then new
+/// folders (shallowest first), then files and symlinks, each made beside and renamed over.
+fn write(
+    dir: &Dir,
+    changes: &[Change],
+    owner: Option<(u32, u32)>,
+) -> Result<(), (PathBuf, io::Error)> {
+    let at = |path: &Path| {
+        let path = path.to_owned();
+        move |e: io::Error| (path, e)
+    };
+    let mut removed_dirs = Vec::new();
+    for change in changes {
+        if let Change::Remove(path, was) = change {
+            match was {
+                Entry::Dir => removed_dirs.push(path),
+                _ => match dir.remove_file(path) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(at(path)(e)),
+                    _ => {}
+                },
+            }
+        }
+    }
+    removed_dirs.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    for path in removed_dirs {
+        dir.remove_dir(path).map_err(at(path))?;
+    }
+    for change in changes {
+        if let Change::Dir(path) = change {
+            dir.create_dir(path).map_err(at(path))?;
+            if let Some((uid, gid)) = owner {
+                // Opened for reading: a folder's handle from `open_dir` cannot be chowned.
+                let made = dir
+                    .open_with(path, OpenOptions::new().read(true))
+                    .map_err(at(path))?;
+                std::os::unix::fs::fchown(&made, Some(uid), Some(gid)).map_err(at(path))?;
+            }
+        }
+    }
+    for change in changes {
+        match change {
+            Change::File(path, bytes, mode) => {
+                let (parent, name, temp) = beside(dir, path).map_err(at(path))?;
+                let written = (|| {
+                    let mut file = parent.open_with(
+                        &temp,
+                        OpenOptions::new().write(true).create_new(true).mode(*mode),
+                    )?;
+                    file.write_all(bytes)?;
+                    if let Some((uid, gid)) = owner {
+                        std::os::unix::fs::fchown(&file, Some(uid), Some(gid))?;
+                    }
+                    file.sync_all()?;
+                    parent.rename(&temp, &parent, &name)
+                })();
+                if let Err(e) = written {
+                    let _ = parent.remove_file(&temp);
+                    return Err(at(path)(e));
+                }
+            }
+            Change::Link(path, target) => {
+                let (parent, name, temp) = beside(dir, path).map_err(at(path))?;
+                parent
+                    .symlink_contents(target, &temp)
+                    .and_then(|()| parent.rename(&temp, &parent, &name))
+                    .map_err(at(path))?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The folder holding `path`, its name, and a name for a temporary file beside it.
+fn beside(dir: &Dir, path: &Path) -> io::Result<(Dir, std::ffi::OsString, String)> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => dir.open_dir(p)?,
+        _ => dir.try_clone()?,
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::other("a path without a name"))?
+        .to_owned();
+    let temp = format!(".warden-{}.tmp", &warden_command::session::nonce()[..12]);
+    Ok((parent, name, temp))
+}
+
+/// Keeps the container's copy of a root, whose write-back was refused, in a file of its own.
+fn keep(tar: &[u8], tool: &str) -> io::Result<PathBuf> {
+    let file = tempfile::Builder::new()
+        .prefix(&format!("warden-copy-back-{tool}-"))
+        .suffix(".tar")
+        .tempfile()?;
+    let (mut file, path) = file.keep().map_err(|e| e.error)?;
+    file.write_all(tar)?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_symlink_stays_inside_only_as_written() {
+        let inside = |link: &str, target: &str| stays_inside(Path::new(link), Path::new(target));
+        assert!(inside("link", "file"));
+        assert!(inside("link", "./sub/../file"));
+        assert!(inside("sub/link", "../file"));
+        assert!(!inside("link", "../file"));
+        assert!(!inside("sub/link", "../../file"));
+        assert!(!inside("link", "sub/../../file"));
+        assert!(!inside("link", "/etc/passwd"));
+    }
+
+    #[test]
+    fn changes_put_what_was_there_first_and_skip_the_unchanged() {
+        let file = |text: &[u8]| Entry::File {
+            size: text.len() as u64,
+            mtime: (0, 0),
+            sha256: Sha256::digest(text).into(),
+            mode: 0o644,
+        };
+        let manifest = Manifest::from([
+            (PathBuf::from("same"), file(b"same")),
+            (PathBuf::from("edited"), file(b"old")),
+            (PathBuf::from("gone"), file(b"gone")),
+            (PathBuf::from("became-dir"), file(b"x")),
+        ]);
+        let found = BTreeMap::from([
+            (PathBuf::from("same"), Found::File(b"same".to_vec(), 0o644)),
+            (PathBuf::from("edited"), Found::File(b"new".to_vec(), 0o644)),
+            (PathBuf::from("became-dir"), Found::Dir),
+            (PathBuf::from("new"), Found::Link(PathBuf::from("same"))),
+        ]);
+        let listed: Vec<String> = changes(&manifest, &found)
+            .iter()
+            .map(|c| {
+                let what = match c {
+                    Change::Dir(_) => "dir",
+                    Change::File(..) => "file",
+                    Change::Link(..) => "link",
+                    Change::Remove(..) => "remove",
+                };
+                format!("{what} {}", c.path().display())
+            })
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                "remove became-dir",
+                "dir became-dir",
+                "file edited",
+                "link new",
+                "remove gone"
+            ]
+        );
+    }
+}
