@@ -2,6 +2,7 @@
 //! that are the executor's own (timeout, memory and output stay in `[limits]`). Every default
 //! is here.
 
+use crate::address::EngineAddress;
 use serde::Deserialize;
 use toml::Spanned;
 use warden_command::{NetworkMode, User, command_line, count, tmp_size, tool_name};
@@ -36,6 +37,9 @@ pub struct DockerConfig {
     pub nano_cpus: u64,
     /// Bytes of the tmpfs at `/tmp`.
     pub tmp: u64,
+    /// The engine the policy names (`engine`, `engine_certs`); `None`: the process's own
+    /// (`DOCKER_HOST`).
+    pub engine: Option<Located<EngineAddress>>,
 }
 
 /// A number that may be written as an integer or a float.
@@ -61,6 +65,8 @@ struct DockerSpec {
     pids: Option<Spanned<i64>>,
     cpus: Option<Spanned<Number>>,
     tmp: Option<Spanned<ByteSize>>,
+    engine: Option<Spanned<String>>,
+    engine_certs: Option<Spanned<String>>,
 }
 
 impl DockerConfig {
@@ -108,6 +114,7 @@ impl DockerConfig {
             }
         };
         let tmp = tmp_size(table, spec.tmp)?;
+        let engine = engine(policy, spec.engine, spec.engine_certs)?;
         Ok(DockerConfig {
             name,
             description: spec.description,
@@ -120,8 +127,55 @@ impl DockerConfig {
             pids,
             nano_cpus,
             tmp,
+            engine,
         })
     }
+}
+
+/// `engine = "tcp://host:port"` (or `unix:///path`) and `engine_certs = "folder"` (relative
+/// to the policy file, holding ca.pem, cert.pem and key.pem): checked here, never dialled.
+fn engine(
+    policy: &Policy,
+    written: Option<Spanned<String>>,
+    certs: Option<Spanned<String>>,
+) -> Result<Option<Located<EngineAddress>>, PolicyError> {
+    let table = &policy.executor;
+    let Some(written) = written else {
+        return match certs {
+            Some(c) => Err(table.error(
+                table.line(&c.span()),
+                "`engine_certs` without `engine`: name the engine (engine = \"tcp://host:2376\"), \
+                 or drop it to use DOCKER_HOST's",
+            )),
+            None => Ok(None),
+        };
+    };
+    let line = table.line(&written.span());
+    let certs = certs.map(|c| {
+        let at = table.line(&c.span());
+        let dir = policy
+            .path
+            .parent()
+            .unwrap_or(std::path::Path::new("."))
+            .join(c.into_inner());
+        (at, dir)
+    });
+    let address = EngineAddress::parse(written.get_ref(), certs.as_ref().map(|(_, d)| d.clone()))
+        .map_err(|e| table.error(line, format!("engine: {e}")))?;
+    if let (Some(missing), Some((at, _))) = (address.missing_cert(), &certs) {
+        return Err(table.error(
+            *at,
+            format!(
+                "engine_certs: {} is missing; the folder holds ca.pem (the CA that signed the \
+                 engine's certificate), cert.pem and key.pem (warden's client certificate and key)",
+                missing.display()
+            ),
+        ));
+    }
+    Ok(Some(Located {
+        value: address,
+        line,
+    }))
 }
 
 #[cfg(test)]
