@@ -137,7 +137,9 @@ impl Engine {
             return Err(ToolError::new(
                 ErrorKind::Unavailable,
                 format!(
-                    "the client certificates for the Docker engine at {address} lack {}: put                      ca.pem (the CA that signed the engine's certificate), cert.pem and key.pem                      (warden's, signed by a CA the engine's --tlscacert trusts) there",
+                    "the client certificates for the Docker engine at {address} lack {}: put \
+                     ca.pem (the CA that signed the engine's certificate), cert.pem and key.pem \
+                     (warden's, signed by a CA the engine's --tlscacert trusts) there",
                     missing.display()
                 ),
             )

@@ -1,0 +1,383 @@
+//! Docker engines elsewhere: a second engine on a loopback TCP port with mutual TLS
+//! (`common::second_engine`), certificates it refuses, what a remote engine cannot do, and the
+//! leases that let any warden remove what a gone one left there.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
+
+mod common;
+
+use bollard::Docker;
+use common::second_engine::SecondEngine;
+use common::{TEST_LABEL, call, cmd, kind, labelled, usage};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use warden_core::{Backend, Dispatcher, ErrorKind, Policy, Toolbox};
+use warden_docker::{DockerBackend, Engine, INSTANCE_LABEL, LEASE_LABEL};
+
+/// The lease of the tests' wardens: short, so an expiry is seen in seconds.
+const SHORT_LEASE: Duration = Duration::from_secs(3);
+/// How long a test waits for a leftover to be removed: many leases.
+const REAP_WAIT: Duration = Duration::from_secs(60);
+
+macro_rules! second_engine_or_skip {
+    () => {
+        match SecondEngine::get() {
+            Some(e) => e,
+            None => return,
+        }
+    };
+}
+
+/// `[executor]` lines naming the second engine with the client certificates in `certs`.
+fn engine_lines(e2: &SecondEngine, certs: &Path) -> String {
+    format!(
+        "engine = \"{}\"\nengine_certs = \"{}\"\n",
+        e2.address,
+        certs.display()
+    )
+}
+
+/// A bollard client of the second engine, for looking (no warden instance, no reaping).
+fn look(e2: &SecondEngine) -> Docker {
+    let certs = e2.certs().good;
+    Docker::connect_with_ssl(
+        &e2.address,
+        &certs.join("key.pem"),
+        &certs.join("cert.pem"),
+        &certs.join("ca.pem"),
+        60,
+        bollard::API_DEFAULT_VERSION,
+    )
+    .expect("a client")
+}
+
+#[tokio::test]
+async fn the_shell_runs_on_the_engine_its_policy_names_and_not_on_this_one() {
+    let h = docker_or_skip!();
+    let e2 = second_engine_or_skip!();
+    let docker2 = look(&e2);
+    let policy = h.shell_policy(
+        &format!("session = true\n{}", engine_lines(&e2, &e2.certs().good)),
+        "",
+        "",
+    );
+    let d = h.dispatcher("sh", &policy);
+    let m = call(&d, "sh", cmd("echo $((6 * 7)); cd /tmp")).await;
+    assert_eq!(kind(&m), "success", "{}", m.content);
+    assert!(m.content.starts_with("42\n"), "{}", m.content);
+    assert_eq!(
+        h.containers_on(&docker2).await.len(),
+        1,
+        "the session's container is on the second engine"
+    );
+    assert!(
+        h.containers().await.is_empty(),
+        "and not on this machine's engine"
+    );
+    let m = call(&d, "sh", cmd("pwd")).await;
+    assert!(
+        m.content.starts_with("/tmp\n"),
+        "the session lives on: {}",
+        m.content
+    );
+    // Its pids are not this machine's: no figures rather than a stranger's.
+    let used = usage(&m);
+    assert!(
+        used.get("cpu_ms").is_none_or(Value::is_null),
+        "no CPU figure from a remote engine: {used}"
+    );
+    d.close().await;
+    for _ in 0..50 {
+        if h.containers_on(&docker2).await.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        h.containers_on(&docker2).await.is_empty(),
+        "the closed session's container is gone from the second engine"
+    );
+    h.assert_clean().await;
+}
+
+#[tokio::test]
+async fn the_audit_names_the_engine_a_tool_runs_on() {
+    let h = docker_or_skip!();
+    let e2 = second_engine_or_skip!();
+    let dir = tempfile::tempdir().unwrap();
+    let backend = DockerBackend::new(Engine::from_env());
+    let load = |name: &str, extra: &str| {
+        let path = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&path, h.shell_policy(extra, "", "")).unwrap();
+        let policy = Arc::new(Policy::load(&path, &[&backend]).unwrap());
+        backend.load(&policy).unwrap().report
+    };
+    let remote = load("remote", &engine_lines(&e2, &e2.certs().good));
+    assert_eq!(remote.settings["engine"], e2.address.as_str());
+    let line = remote.lines.iter().find(|l| l.label == "engine").unwrap();
+    assert!(line.text.contains("mutual TLS"), "{}", line.text);
+    assert!(
+        remote.flags.iter().any(|f| f.contains("engine elsewhere")),
+        "{:?}",
+        remote.flags
+    );
+    let local = load("local", "");
+    let line = local.lines.iter().find(|l| l.label == "engine").unwrap();
+    assert!(line.text.contains("(this machine)"), "{}", line.text);
+}
+
+#[tokio::test]
+async fn wrong_or_missing_client_certificates_are_refused_with_a_clear_error() {
+    let e2 = second_engine_or_skip!();
+    let certs = e2.certs();
+    // The engine works with the good ones.
+    e2.engine(&certs.good)
+        .client()
+        .await
+        .expect("the good certificates reach the engine");
+    for (folder, words) in [
+        (&certs.stranger, "TLS handshake failed"),
+        (&certs.wrong_ca, "TLS handshake failed"),
+        (&certs.missing, "cert.pem"),
+    ] {
+        let Err(e) = e2.engine(folder).client().await else {
+            panic!("{} reached the engine", folder.display());
+        };
+        eprintln!("{}: {}", folder.display(), e.message);
+        assert_eq!(e.kind, ErrorKind::Unavailable, "{}", e.message);
+        assert!(
+            e.message.contains(words),
+            "{}: {}",
+            folder.display(),
+            e.message
+        );
+        assert!(e.message.contains(&e2.address), "{}", e.message);
+    }
+    // Plain HTTP to the TLS port is no way round.
+    let plain = warden_docker::EngineAddress::parse(&e2.address, None).unwrap();
+    let Err(e) = Engine::at(plain).client().await else {
+        panic!("plain HTTP reached a TLS engine");
+    };
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{}", e.message);
+    // A policy naming a folder without them does not load, and says which line.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sh.toml");
+    let policy = common::shell_policy(&engine_lines(&e2, &certs.missing), "", "");
+    std::fs::write(&path, &policy).unwrap();
+    let backend = DockerBackend::new(Engine::from_env());
+    let e = Policy::load(&path, &[&backend])
+        .map(Arc::new)
+        .and_then(|p| backend.load(&p).map(|_| ()))
+        .unwrap_err();
+    assert_eq!(e.line, Some(7), "{e}");
+    assert!(e.message.contains("cert.pem is missing"), "{e}");
+}
+
+#[test]
+fn what_an_engine_elsewhere_cannot_do_is_refused_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    std::fs::create_dir(&certs).unwrap();
+    for f in warden_docker::CERT_FILES {
+        std::fs::write(certs.join(f), "").unwrap();
+    }
+    let backend = DockerBackend::new(Engine::from_env());
+    let load = |extra: &str, grants: &str| {
+        let path = dir.path().join("sh.toml");
+        std::fs::write(&path, common::shell_policy(extra, grants, "")).unwrap();
+        Policy::load(&path, &[&backend])
+            .map(Arc::new)
+            .and_then(|p| backend.load(&p).map(|_| ()))
+    };
+    let tls = format!(
+        "engine = \"tcp://engine.example:2376\"\nengine_certs = \"{}\"\n",
+        certs.display()
+    );
+    assert!(load(&tls, "").is_ok(), "mutual TLS elsewhere loads");
+    let e = load(&tls, "net = [\"api.example.org\"]").unwrap_err();
+    assert_eq!(e.line, Some(6), "{e}");
+    assert!(e.message.contains("need a local engine"), "{e}");
+    assert!(e.message.contains("network = \"unrestricted\""), "{e}");
+    // Even on loopback: nothing proves its namespaces are this machine's.
+    let e = load(
+        "engine = \"tcp://127.0.0.1:2375\"\n",
+        "net = [\"api.example.org\"]",
+    )
+    .unwrap_err();
+    assert!(e.message.contains("need a local engine"), "{e}");
+    // The explicit opt-in to every host is the way.
+    assert!(load(&format!("{tls}network = \"unrestricted\"\n"), "").is_ok());
+    let e = load("engine = \"tcp://10.1.2.3:2375\"\n", "").unwrap_err();
+    assert_eq!(e.line, Some(6), "{e}");
+    assert!(e.message.contains("without TLS is refused"), "{e}");
+    let e = load("engine_certs = \"certs\"\n", "").unwrap_err();
+    assert!(e.message.contains("without `engine`"), "{e}");
+}
+
+/// The warden the lease tests stop or kill: it runs `sleep 600` in a container on the
+/// engine of `WARDEN_TEST_ENGINE` and says `READY <instance>` once the sleep runs. Not a
+/// session: a session's shell ends (and the engine removes its container) when the attach of
+/// a killed warden closes, which would hide what the lease does.
+#[tokio::test]
+#[ignore = "run by the lease tests as the warden they stop and kill"]
+async fn child_warden() {
+    let (Ok(address), Ok(certs), Ok(label)) = (
+        std::env::var("WARDEN_TEST_ENGINE"),
+        std::env::var("WARDEN_TEST_CERTS"),
+        std::env::var("WARDEN_TEST_ID"),
+    ) else {
+        return;
+    };
+    let address = warden_docker::EngineAddress::parse(&address, Some(certs.into())).unwrap();
+    let engine = Engine::at(address)
+        .label(TEST_LABEL, label)
+        .lease_length(SHORT_LEASE);
+    let instance = engine.instance().to_owned();
+    let backend = DockerBackend::new(engine);
+    let docker = backend.engine().client().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sh.toml");
+    std::fs::write(&path, common::shell_policy("", "", "timeout = \"15m\"")).unwrap();
+    let policy = Policy::load(&path, &[&backend]).unwrap();
+    let mut toolbox = Toolbox::default();
+    toolbox.add_policy(Arc::new(policy), &[&backend]).unwrap();
+    let d = Dispatcher::new(Arc::new(toolbox));
+    tokio::spawn(async move { call(&d, "sh", cmd("sleep 600")).await });
+    let mine = format!("{INSTANCE_LABEL}={instance}");
+    loop {
+        for id in labelled(&docker, &[&mine]).await {
+            let top = docker
+                .top_processes(&id, None::<bollard::query_parameters::TopOptions>)
+                .await;
+            let sleeping = top
+                .ok()
+                .and_then(|t| t.processes)
+                .is_some_and(|p| p.iter().flatten().any(|field| field.contains("sleep 600")));
+            if sleeping {
+                println!("READY {instance}");
+                std::future::pending::<()>().await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A warden process of its own ([`child_warden`]) with a session on the second engine, and
+/// its instance id.
+fn start_child(e2: &SecondEngine) -> (std::process::Child, String) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["child_warden", "--exact", "--ignored", "--nocapture"])
+        .env("WARDEN_TEST_ENGINE", &e2.address)
+        .env("WARDEN_TEST_CERTS", &e2.certs().good)
+        .env("WARDEN_TEST_ID", format!("child-{}", std::process::id()))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(child.stdout.take().unwrap());
+    let instance = out
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| l.strip_prefix("READY ").map(str::to_owned))
+        .expect("the child warden opened its session");
+    (child, instance)
+}
+
+/// The containers and the lease marker of `instance` on the second engine.
+async fn left_by(docker: &Docker, instance: &str) -> (Vec<String>, Vec<String>) {
+    (
+        labelled(docker, &[&format!("{INSTANCE_LABEL}={instance}")]).await,
+        labelled(docker, &[&format!("{LEASE_LABEL}={instance}")]).await,
+    )
+}
+
+/// Waits until `instance` left nothing on the engine.
+async fn until_gone(docker: &Docker, instance: &str) {
+    let deadline = Instant::now() + REAP_WAIT;
+    loop {
+        let left = left_by(docker, instance).await;
+        if left.0.is_empty() && left.1.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after {REAP_WAIT:?}, the gone warden still has {left:?} on the engine"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn signal(child: &std::process::Child, signal: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();
+}
+
+#[tokio::test]
+async fn a_killed_wardens_containers_are_removed_by_the_next_warden() {
+    let e2 = second_engine_or_skip!();
+    let docker2 = look(&e2);
+    let (mut child, instance) = start_child(&e2);
+    let (containers, markers) = left_by(&docker2, &instance).await;
+    assert_eq!(
+        (containers.len(), markers.len()),
+        (1, 1),
+        "its session and its lease"
+    );
+    signal(&child, nix::sys::signal::Signal::SIGKILL);
+    child.wait().unwrap();
+    assert_eq!(
+        left_by(&docker2, &instance).await.0.len(),
+        1,
+        "kill -9 left it"
+    );
+    // The next warden to reach the engine.
+    let next = e2.engine(&e2.certs().good).lease_length(SHORT_LEASE);
+    next.client().await.expect("the engine");
+    until_gone(&docker2, &instance).await;
+}
+
+#[tokio::test]
+async fn a_frozen_wardens_containers_are_removed_once_its_lease_ends_and_a_live_ones_stay() {
+    let e2 = second_engine_or_skip!();
+    let docker2 = look(&e2);
+    // This process's warden, renewing its lease, with a session it keeps.
+    let engine = Engine::from_env()
+        .label(TEST_LABEL, format!("live-{}", std::process::id()))
+        .lease_length(SHORT_LEASE);
+    let backend = DockerBackend::new(engine);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sh.toml");
+    let extra = format!("session = true\n{}", engine_lines(&e2, &e2.certs().good));
+    std::fs::write(&path, common::shell_policy(&extra, "", "")).unwrap();
+    let policy = Policy::load(&path, &[&backend]).unwrap();
+    let mut toolbox = Toolbox::default();
+    toolbox.add_policy(Arc::new(policy), &[&backend]).unwrap();
+    let d = Dispatcher::new(Arc::new(toolbox));
+    let m = call(&d, "sh", cmd("KEPT=yes; echo set")).await;
+    assert!(m.content.starts_with("set\n"), "{}", m.content);
+    // A warden whose process lives on but renews nothing, as one on a machine that froze or
+    // lost the network: its pid says nothing, its lease decides.
+    let (mut child, instance) = start_child(&e2);
+    signal(&child, nix::sys::signal::Signal::SIGSTOP);
+    let reaper = e2.engine(&e2.certs().good).lease_length(SHORT_LEASE);
+    reaper.client().await.expect("the engine");
+    until_gone(&docker2, &instance).await;
+    // The child's lease ended after this process's own had begun: this one lives because it
+    // was renewed. A new warden's first contact reaps again, and leaves it.
+    let another = e2.engine(&e2.certs().good).lease_length(SHORT_LEASE);
+    another.client().await.expect("the engine");
+    let m = call(&d, "sh", cmd("echo $KEPT")).await;
+    assert!(
+        m.content.starts_with("yes\n"),
+        "the live warden's session survived every reaping: {}",
+        m.content
+    );
+    signal(&child, nix::sys::signal::Signal::SIGKILL);
+    child.wait().unwrap();
+    d.close().await;
+}
