@@ -274,6 +274,44 @@ mod tests {
     }
 
     #[test]
+    fn an_engine_is_read_with_its_certificates_beside_the_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let certs = dir.path().join("certs");
+        std::fs::create_dir(&certs).unwrap();
+        let at = |extra: &str| {
+            let backend = DockerBackend::new(crate::Engine::from_env());
+            let policy = Policy::parse(
+                &dir.path().join("shell.toml"),
+                &format!("{SHELL}{extra}"),
+                &[&backend as &dyn Backend],
+            )?;
+            DockerConfig::from_policy(&policy)
+        };
+        let tls = "engine = \"tcp://engine.example:2376\"\nengine_certs = \"certs\"\n";
+        let e = at(tls).unwrap_err();
+        assert_eq!(e.line, Some(7), "{e}");
+        assert!(e.message.contains("ca.pem is missing"), "{e}");
+        for f in crate::CERT_FILES {
+            std::fs::write(certs.join(f), "").unwrap();
+        }
+        let engine = at(tls).unwrap().engine.unwrap();
+        assert_eq!(engine.line, 6);
+        assert_eq!(
+            engine.value,
+            EngineAddress::Tls {
+                host: "engine.example:2376".into(),
+                certs: dir.path().join("certs"),
+            }
+        );
+        let plain = at("engine = \"tcp://127.0.0.1:2375\"\n")
+            .unwrap()
+            .engine
+            .unwrap();
+        assert!(matches!(plain.value, EngineAddress::Plain { .. }));
+        assert!(at("").unwrap().engine.is_none(), "DOCKER_HOST's engine");
+    }
+
+    #[test]
     fn mistakes_name_their_line() {
         let cases = [
             (format!("{SHELL}user = \"0\"\n"), 6, "root"),
@@ -288,6 +326,21 @@ mod tests {
                 "unknown field `component`",
             ),
             (format!("{SHELL}privileged = true\n"), 6, "unknown field"),
+            (
+                format!("{SHELL}engine = \"tcp://10.0.0.1:2375\"\n"),
+                6,
+                "without TLS is refused",
+            ),
+            (
+                format!("{SHELL}engine = \"ssh://me@engine\"\n"),
+                6,
+                "not an engine address",
+            ),
+            (
+                format!("{SHELL}engine_certs = \"certs\"\n"),
+                6,
+                "without `engine`",
+            ),
             (
                 "[executor]\nkind = \"docker\"\nname = \"x\"\n".into(),
                 2,
