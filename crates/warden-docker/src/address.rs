@@ -93,7 +93,9 @@ impl EngineAddress {
         if host.is_empty() {
             return Ok(EngineAddress::Unix(PathBuf::from(DEFAULT_SOCKET)));
         }
-        let verify = std::env::var_os("DOCKER_TLS_VERIFY").is_some_and(|v| !v.is_empty());
+        // As the CLI: TLS settings concern tcp engines only.
+        let verify = host.starts_with("tcp://")
+            && std::env::var_os("DOCKER_TLS_VERIFY").is_some_and(|v| !v.is_empty());
         let certs = verify.then(|| {
             std::env::var_os("DOCKER_CERT_PATH")
                 .filter(|p| !p.is_empty())

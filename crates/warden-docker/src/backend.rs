@@ -180,14 +180,17 @@ fn report(cfg: &DockerConfig, plan: &Plan, gated: bool, engine: &Engine) -> Repo
     let place = engine
         .address()
         .map_or_else(str::to_owned, EngineAddress::describe);
+    let address = engine
+        .address()
+        .map_or_else(str::to_owned, ToString::to_string);
     if engine.place() == Place::Remote {
         flags.push(format!(
-            "engine elsewhere ({place}): whoever holds its API is root there; no CPU or memory \
-             figures from this machine"
+            "engine elsewhere ({address}): whoever holds its API is root there; no CPU or \
+             memory figures from this machine"
         ));
     }
     let settings = json!({
-        "engine": engine.address().map_or_else(str::to_owned, ToString::to_string),
+        "engine": address,
         "image": cfg.image.value,
         "argv": cfg.argv.value,
         "workdir": cfg.workdir.as_ref().map(|w| w.value.clone()),

@@ -215,7 +215,10 @@ impl Engine {
             other => chain(other),
         };
         let lower = why.to_lowercase();
-        let hint = if lower.contains("permission denied") {
+        let hint = if lower.contains("http request to an https server") {
+            "the engine speaks TLS: give warden its client certificates (DOCKER_TLS_VERIFY=1 and \
+             DOCKER_CERT_PATH, or `engine_certs` in the policy)"
+        } else if lower.contains("permission denied") {
             "let warden's user use Docker (add it to the `docker` group) or run warden as root"
         } else if ["certificate", "alert", "tls", "handshake", "pem"]
             .iter()

@@ -166,6 +166,7 @@ async fn wrong_or_missing_client_certificates_are_refused_with_a_clear_error() {
         panic!("plain HTTP reached a TLS engine");
     };
     assert_eq!(e.kind, ErrorKind::Unavailable, "{}", e.message);
+    assert!(e.message.contains("the engine speaks TLS"), "{}", e.message);
     // A policy naming a folder without them does not load, and says which line.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sh.toml");
@@ -178,6 +179,18 @@ async fn wrong_or_missing_client_certificates_are_refused_with_a_clear_error() {
         .unwrap_err();
     assert_eq!(e.line, Some(7), "{e}");
     assert!(e.message.contains("cert.pem is missing"), "{e}");
+}
+
+#[tokio::test]
+async fn an_engine_that_does_not_answer_is_unavailable_naming_its_address() {
+    // Port 1 on loopback: nothing listens there.
+    let address = warden_docker::EngineAddress::parse("tcp://127.0.0.1:1", None).unwrap();
+    let Err(e) = Engine::at(address).client().await else {
+        panic!("an engine answered on port 1");
+    };
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{}", e.message);
+    assert!(e.message.contains("tcp://127.0.0.1:1"), "{}", e.message);
+    assert!(e.message.contains("listens there"), "{}", e.message);
 }
 
 #[test]
