@@ -8,6 +8,10 @@
 //! A per-call container would run its command before the gate is bound, so its command waits
 //! for the line on stdin that starts it ([`crate::container::wrapped`]), which warden sends
 //! once the gate listens.
+//!
+//! Entering the namespace takes the container's pid as this machine sees it, so only a local
+//! engine's containers can have a gate: a policy with net grants on a tcp engine does not
+//! load ([`REMOTE`] says why), and a container is never given an open network instead.
 
 use crate::address::Place;
 use crate::container::Container;

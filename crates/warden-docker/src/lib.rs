@@ -1,6 +1,9 @@
 //! warden's Docker executor: each call (or each session) in a hardened container, driven over
 //! the Engine API with bollard — no `docker` CLI.
 //!
+//! The engine is this machine's unix socket or another machine's over TCP with mutual TLS
+//! ([`EngineAddress`]); which one a tool uses is `DOCKER_HOST`'s, or its policy's `engine`.
+//!
 //! Every container: read-only root with a small tmpfs `/tmp`, every capability dropped,
 //! no-new-privileges, a non-root user, pids/memory/CPU limits, no network unless the policy
 //! opts in, only the granted folders mounted, only the granted env, no log driver (output is
