@@ -78,7 +78,7 @@ impl Engine {
     /// How long this instance's lease lasts unrenewed ([`crate::LEASE`] unless set; tests
     /// shorten it).
     pub fn lease_length(mut self, length: Duration) -> Self {
-        self.lease = Arc::new(Lease::new(length));
+        self.lease = Arc::new(self.lease.with_length(length));
         self
     }
 

@@ -84,6 +84,15 @@ impl Lease {
         }
     }
 
+    /// The same instance with a lease of `length` (nothing is held yet).
+    pub(crate) fn with_length(&self, length: Duration) -> Self {
+        Self {
+            instance: self.instance.clone(),
+            length,
+            ..Self::new(length)
+        }
+    }
+
     /// Makes this instance's marker if it has none, from `image` (one the engine has): before
     /// its first container.
     pub(crate) async fn hold(&self, docker: &Docker, image: &str) -> Result<(), BollardError> {
