@@ -304,12 +304,13 @@ fn connect(address: &EngineAddress) -> Result<Docker, BollardError> {
     }
 }
 
-/// An error with its causes ("client error (Connect): Connection refused (os error 111)").
+/// An error with its causes ("client error (Connect): Connection refused (os error 111)"),
+/// on one line (the engine's messages may end in a newline).
 fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
+    let mut text = e.to_string().trim_end().to_owned();
     let mut source = e.source();
     while let Some(s) = source {
-        let next = s.to_string();
+        let next = s.to_string().trim_end().to_owned();
         if !text.contains(&next) {
             text.push_str(": ");
             text.push_str(&next);

@@ -108,6 +108,98 @@ async fn the_shell_runs_on_the_engine_its_policy_names_and_not_on_this_one() {
 }
 
 #[tokio::test]
+async fn policies_naming_one_engine_share_its_connection_and_lease() {
+    let h = docker_or_skip!();
+    let e2 = second_engine_or_skip!();
+    let docker2 = look(&e2);
+    let extra = format!("session = true\n{}", engine_lines(&e2, &e2.certs().good));
+    let path = |name: &str| h.dir.path().join(format!("{name}.toml"));
+    let mut toolbox = Toolbox::default();
+    let backend = h.backend();
+    for name in ["one", "two"] {
+        let text = h
+            .shell_policy(&extra, "", "")
+            .replace("name = \"sh\"", &format!("name = \"{name}\""));
+        std::fs::write(path(name), text).unwrap();
+        let policy = Policy::load(&path(name), &[backend]).unwrap();
+        toolbox.add_policy(Arc::new(policy), &[backend]).unwrap();
+    }
+    let d = Dispatcher::new(Arc::new(toolbox));
+    for name in ["one", "two"] {
+        let m = call(&d, name, cmd("echo up")).await;
+        assert!(m.content.starts_with("up\n"), "{}", m.content);
+    }
+    let mine = labelled(&docker2, &[&h.test_label()]).await;
+    assert_eq!(mine.len(), 2, "a session of each tool on the second engine");
+    let mut instances = std::collections::BTreeSet::new();
+    for id in &mine {
+        let c = docker2.inspect_container(id, None).await.unwrap();
+        let labels = c.config.and_then(|c| c.labels).unwrap();
+        instances.insert(labels[INSTANCE_LABEL].clone());
+    }
+    assert_eq!(instances.len(), 1, "one instance, one lease: {instances:?}");
+    let instance = instances.pop_first().unwrap();
+    let markers = labelled(&docker2, &[&format!("{LEASE_LABEL}={instance}")]).await;
+    assert_eq!(markers.len(), 1, "one lease marker for both");
+    d.close().await;
+}
+
+/// A warden whose engine is `DOCKER_HOST`'s, as the lease tests' child is: it runs one
+/// command and prints its output. The env is its parent's choice.
+#[tokio::test]
+#[ignore = "run by docker_host_with_tls_verify_names_the_engine with its env"]
+async fn env_warden() {
+    if std::env::var_os("WARDEN_TEST_ID").is_none() {
+        return;
+    }
+    let engine = Engine::from_env().label(TEST_LABEL, std::env::var("WARDEN_TEST_ID").unwrap());
+    let backend = DockerBackend::new(engine);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sh.toml");
+    std::fs::write(&path, common::shell_policy("", "", "")).unwrap();
+    let policy = Policy::load(&path, &[&backend]).unwrap();
+    let mut toolbox = Toolbox::default();
+    toolbox.add_policy(Arc::new(policy), &[&backend]).unwrap();
+    let d = Dispatcher::new(Arc::new(toolbox));
+    let m = call(&d, "sh", cmd("echo ran-on-$(hostname)")).await;
+    println!("ANSWER {}", m.content.replace('\n', " "));
+}
+
+/// Runs [`env_warden`] with `env` and answers its answer, on one line.
+fn env_warden_says(env: &[(&str, &str)]) -> String {
+    let mut child = Command::new(std::env::current_exe().unwrap());
+    child
+        .args(["env_warden", "--exact", "--ignored", "--nocapture"])
+        .env("WARDEN_TEST_ID", format!("env-{}", std::process::id()))
+        .env_remove("DOCKER_HOST")
+        .env_remove("DOCKER_TLS_VERIFY")
+        .env_remove("DOCKER_CERT_PATH");
+    for (k, v) in env {
+        child.env(k, v);
+    }
+    let out = child.output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("ANSWER ").map(str::to_owned))
+        .unwrap_or_else(|| panic!("the child warden answered nothing: {out:?}"))
+}
+
+#[tokio::test]
+async fn docker_host_with_tls_verify_names_the_engine() {
+    let e2 = second_engine_or_skip!();
+    let certs = e2.certs().good.display().to_string();
+    let there = env_warden_says(&[
+        ("DOCKER_HOST", &e2.address),
+        ("DOCKER_TLS_VERIFY", "1"),
+        ("DOCKER_CERT_PATH", &certs),
+    ]);
+    assert!(there.starts_with("ran-on-"), "{there}");
+    // Without DOCKER_TLS_VERIFY the same address is plain HTTP, which the engine refuses.
+    let plain = env_warden_says(&[("DOCKER_HOST", &e2.address), ("DOCKER_CERT_PATH", &certs)]);
+    assert!(plain.contains("the engine speaks TLS"), "{plain}");
+}
+
+#[tokio::test]
 async fn the_audit_names_the_engine_a_tool_runs_on() {
     let h = docker_or_skip!();
     let e2 = second_engine_or_skip!();

@@ -158,6 +158,11 @@ impl Harness {
         self.backend = self.backend.clone().egress(egress);
     }
 
+    /// The backend this harness loads policies with (its containers carry its label).
+    pub(crate) fn backend(&self) -> &DockerBackend {
+        &self.backend
+    }
+
     pub(crate) fn engine(&self) -> &Arc<Engine> {
         self.backend.engine()
     }
