@@ -486,3 +486,86 @@ async fn a_frozen_wardens_containers_are_removed_once_its_lease_ends_and_a_live_
     child.wait().unwrap();
     d.close().await;
 }
+
+/// A test process that starts the second engine, runs a container there and is then killed:
+/// prints `READY <engine folder> <dockerd pid> <container id>`.
+#[tokio::test]
+#[ignore = "run by a_killed_runs_engine_is_cleaned_up_by_the_next as the run it kills"]
+async fn engine_holder() {
+    if std::env::var_os("WARDEN_TEST_HOLDER").is_none() {
+        return;
+    }
+    let e2 = SecondEngine::get().unwrap();
+    let docker = look(&e2);
+    let body = bollard::models::ContainerCreateBody {
+        image: Some(warden_docker::SANDBOX_IMAGE.into()),
+        cmd: Some(vec!["sleep".into(), "600".into()]),
+        host_config: Some(bollard::models::HostConfig {
+            network_mode: Some("none".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let id = docker.create_container(None, body).await.unwrap().id;
+    docker.start_container(&id, None).await.unwrap();
+    println!("READY {} {} {id}", e2.dir().display(), e2.pid());
+    std::future::pending::<()>().await;
+}
+
+/// True while `pid` runs (a zombie no longer does).
+fn running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_killed_runs_engine_is_cleaned_up_by_the_next() {
+    if !common::second_engine::available() {
+        return;
+    }
+    let mut holder = Command::new(std::env::current_exe().unwrap())
+        .args(["engine_holder", "--exact", "--ignored", "--nocapture"])
+        .env("WARDEN_TEST_HOLDER", "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(holder.stdout.take().unwrap());
+    let ready = out
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| l.strip_prefix("READY ").map(str::to_owned))
+        .expect("the holder started its engine");
+    let mut words = ready.split(' ');
+    let (dir, dockerd, id) = (
+        words.next().unwrap().to_owned(),
+        words.next().unwrap().to_owned(),
+        words.next().unwrap().to_owned(),
+    );
+    let sleepers = || {
+        std::fs::read_to_string(format!("/sys/fs/cgroup/pids/docker/{id}/cgroup.procs"))
+            .or_else(|_| {
+                std::fs::read_to_string(format!("/sys/fs/cgroup/docker/{id}/cgroup.procs"))
+            })
+            .unwrap_or_default()
+            .lines()
+            .filter(|p| running(p))
+            .count()
+    };
+    assert_eq!(sleepers(), 1, "the container's sleep runs");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(holder.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    holder.wait().unwrap();
+    assert!(
+        running(&dockerd),
+        "kill -9 of the run left its engine running"
+    );
+    common::second_engine::clean_stale();
+    assert!(!Path::new(&dir).exists(), "its folder is removed");
+    assert!(!running(&dockerd), "its dockerd is stopped");
+    assert_eq!(sleepers(), 0, "its container's processes are gone");
+}

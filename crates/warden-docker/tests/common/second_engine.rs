@@ -63,9 +63,7 @@ impl SecondEngine {
         if let Some(engine) = shared.upgrade() {
             return Some(engine);
         }
-        if let Some(why) = missing_capability() {
-            assert!(!super::under_ci(), "CI=true and {why}");
-            eprintln!("SKIPPED: {why}");
+        if !available() {
             return None;
         }
         clean_stale();
@@ -178,6 +176,16 @@ impl SecondEngine {
         EngineAddress::parse(&self.address, Some(certs.to_owned())).expect("a tcp address")
     }
 
+    /// Its folder (named by this test process's id).
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The pid of its dockerd.
+    pub(crate) fn pid(&self) -> u32 {
+        self.dockerd.lock().unwrap_or_else(|p| p.into_inner()).id()
+    }
+
     pub(crate) fn certs(&self) -> Certs {
         let c = self.dir.join("client");
         Certs {
@@ -205,6 +213,17 @@ impl Drop for SecondEngine {
         let _ = child.wait();
         sweep(&self.dir);
     }
+}
+
+/// True when the second engine can run here; else says why and answers false, outside CI
+/// (under `CI=true` a missing capability fails).
+pub(crate) fn available() -> bool {
+    let Some(why) = missing_capability() else {
+        return true;
+    };
+    assert!(!super::under_ci(), "CI=true and {why}");
+    eprintln!("SKIPPED: {why}");
+    false
 }
 
 /// Why the second engine cannot run here, if it cannot.
@@ -258,7 +277,7 @@ fn forward(listener: TcpListener, netns: PathBuf) {
 }
 
 /// Cleans up the folders of test processes that are gone.
-fn clean_stale() {
+pub(crate) fn clean_stale() {
     let Ok(entries) = std::fs::read_dir(base()) else {
         return;
     };
