@@ -1,13 +1,15 @@
 //! The docker backend: turns a `kind = "docker"` policy into its one tool. Loading never
 //! talks to the engine, so a toolbox loads (and its other tools run) with Docker down.
 
+use crate::address::{EngineAddress, Place};
 use crate::config::DockerConfig;
 use crate::engine::Engine;
 use crate::files::{FILES_ENV, Files};
 use crate::plan::Plan;
 use crate::tool::DockerTool;
 use serde_json::json;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use warden_command::{NetworkMode, Template, session_shell};
 use warden_core::{
     Access, Backend, ByteSize, Capabilities, Grants, Loaded, LoadedTool, NetHosts, Paths, Policy,
@@ -15,17 +17,22 @@ use warden_core::{
 };
 use warden_net::{Egress, Gate};
 
-/// Loads `kind = "docker"` policies; every tool shares one engine connection. Clones share it.
+/// Loads `kind = "docker"` policies; the tools on one engine share its connection and lease
+/// (`engine`: the process's own, then the others policies name, by address). Clones share
+/// them.
 #[derive(Clone)]
 pub struct DockerBackend {
     engine: Arc<Engine>,
+    others: Arc<Mutex<HashMap<EngineAddress, Arc<Engine>>>>,
     egress: Egress,
 }
 
 impl DockerBackend {
+    /// Docker tools on `engine`, unless their policy names another.
     pub fn new(engine: Engine) -> Self {
         Self {
             engine: Arc::new(engine),
+            others: Arc::default(),
             egress: Egress::default(),
         }
     }
@@ -36,8 +43,35 @@ impl DockerBackend {
         self
     }
 
+    /// The process's own engine.
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
+    }
+
+    /// The engine of a policy: the one it names (shared with every policy naming the same
+    /// address), else the process's own, whose refused setting is a load error.
+    fn engine_for(&self, policy: &Policy, cfg: &DockerConfig) -> Result<Arc<Engine>, PolicyError> {
+        let Some(named) = &cfg.engine else {
+            return match self.engine.address() {
+                Ok(_) => Ok(self.engine.clone()),
+                Err(why) => Err(PolicyError::new(
+                    &policy.path,
+                    Some(policy.executor.kind_line()),
+                    format!(
+                        "a docker tool needs an engine warden accepts: {why}; or name one in the \
+                         policy (engine = \"tcp://host:2376\", engine_certs = \"certs\")"
+                    ),
+                )),
+            };
+        };
+        if self.engine.address() == Ok(&named.value) {
+            return Ok(self.engine.clone());
+        }
+        let mut others = self.others.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(others
+            .entry(named.value.clone())
+            .or_insert_with(|| Arc::new(self.engine.sibling(named.value.clone())))
+            .clone())
     }
 }
 
@@ -55,7 +89,8 @@ impl Backend for DockerBackend {
         let cfg = &DockerConfig::from_policy(policy)?;
         let template = Template::parse(&cfg.argv.value).map_err(|m| err(Some(cfg.argv.line), m))?;
         let shell = session_shell(&policy.executor, &cfg.argv, &template, cfg.session)?;
-        let files = self.engine.files();
+        let engine = self.engine_for(policy, cfg)?;
+        let files = engine.files();
         refuse_unwritten(policy, cfg, files)?;
         let plan =
             Plan::new(cfg, &policy.grants, files).map_err(|m| err(Some(cfg.argv.line), m))?;
@@ -78,6 +113,19 @@ impl Backend for DockerBackend {
                     format!("net grants cannot be kept for a docker tool here: {why}"),
                 ));
             }
+            if engine.place() == Place::Remote {
+                let line = cfg.engine.as_ref().map_or(cfg.network.line, |e| e.line);
+                let address = engine
+                    .address()
+                    .map_or_else(str::to_owned, ToString::to_string);
+                return Err(err(
+                    Some(line),
+                    format!(
+                        "the engine {address} cannot keep net grants: {}",
+                        crate::gate::REMOTE
+                    ),
+                ));
+            }
             Some(Gate::new(
                 Arc::new(policy.grants.net.clone()),
                 self.egress.clone(),
@@ -85,15 +133,8 @@ impl Backend for DockerBackend {
         } else {
             None
         };
-        let report = report(cfg, &plan, &policy.grants, gate.is_some());
-        let tool = DockerTool::new(
-            self.engine.clone(),
-            plan,
-            template,
-            policy.grants.clone(),
-            shell,
-            gate,
-        );
+        let report = report(cfg, &plan, &policy.grants, gate.is_some(), &engine);
+        let tool = DockerTool::new(engine, plan, template, policy.grants.clone(), shell, gate);
         Ok(Loaded {
             tools: vec![LoadedTool {
                 function: cfg.name.clone(),
@@ -160,7 +201,13 @@ fn roots(plan: &Plan, grants: &Grants) -> Vec<String> {
 
 /// What every container of the tool gets, for the audit.
 /// `gated`: the policy's net grants go through the gate.
-fn report(cfg: &DockerConfig, plan: &Plan, grants: &Grants, gated: bool) -> Report {
+fn report(
+    cfg: &DockerConfig,
+    plan: &Plan,
+    grants: &Grants,
+    gated: bool,
+    engine: &Engine,
+) -> Report {
     const HARDENING: [&str; 8] = [
         "read-only root filesystem",
         "all capabilities dropped",
@@ -193,7 +240,20 @@ fn report(cfg: &DockerConfig, plan: &Plan, grants: &Grants, gated: bool) -> Repo
             cfg.image.value
         ));
     }
+    let place = engine
+        .address()
+        .map_or_else(str::to_owned, EngineAddress::describe);
+    let address = engine
+        .address()
+        .map_or_else(str::to_owned, ToString::to_string);
+    if engine.place() == Place::Remote {
+        flags.push(format!(
+            "engine elsewhere ({address}): whoever holds its API is root there; no CPU or \
+             memory figures from this machine"
+        ));
+    }
     let settings = json!({
+        "engine": address,
         "image": cfg.image.value,
         "argv": cfg.argv.value,
         "workdir": cfg.workdir.as_ref().map(|w| w.value.clone()),
@@ -212,6 +272,10 @@ fn report(cfg: &DockerConfig, plan: &Plan, grants: &Grants, gated: bool) -> Repo
                 "docker {} {:?} (a container per {mode})",
                 cfg.image.value, cfg.argv.value
             ),
+        },
+        ReportLine {
+            label: "engine",
+            text: place,
         },
         ReportLine {
             label: "container",

@@ -11,7 +11,9 @@
 //! | cgroup v2 | `cpu.stat` `usage_usec` | `memory.peak` (Linux 5.19) | no |
 //!
 //! Page cache and tmpfs files count in the memory figures, as the memory limit counts them.
-//! Where the files cannot be found (an engine elsewhere), the figures are left out.
+//! For an engine elsewhere ([`crate::Place::Remote`], loopback tcp included) they are not
+//! looked for, and where the files cannot be found, the figures are left out: no figures
+//! rather than a stranger's.
 
 use std::path::{Path, PathBuf};
 

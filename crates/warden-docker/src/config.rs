@@ -2,6 +2,7 @@
 //! that are the executor's own (timeout, memory and output stay in `[limits]`). Every default
 //! is here.
 
+use crate::address::EngineAddress;
 use crate::files::DEFAULT_COPY_LIMIT;
 use serde::Deserialize;
 use toml::Spanned;
@@ -42,6 +43,9 @@ pub struct DockerConfig {
     /// Read-write roots on an engine that gets roots copied in: written back at each
     /// container's end (without it they are refused).
     pub copy_back: Option<Located<bool>>,
+    /// The engine the policy names (`engine`, `engine_certs`); `None`: the process's own
+    /// (`DOCKER_HOST`).
+    pub engine: Option<Located<EngineAddress>>,
 }
 
 /// A number that may be written as an integer or a float.
@@ -69,6 +73,8 @@ struct DockerSpec {
     tmp: Option<Spanned<ByteSize>>,
     copy_limit: Option<Spanned<ByteSize>>,
     copy_back: Option<Spanned<bool>>,
+    engine: Option<Spanned<String>>,
+    engine_certs: Option<Spanned<String>>,
 }
 
 impl DockerConfig {
@@ -128,6 +134,7 @@ impl DockerConfig {
             Some(c) => c.get_ref().0,
         };
         let copy_back = spec.copy_back.map(|c| table.located(c));
+        let engine = engine(policy, spec.engine, spec.engine_certs)?;
         Ok(DockerConfig {
             name,
             description: spec.description,
@@ -142,8 +149,55 @@ impl DockerConfig {
             tmp,
             copy_limit,
             copy_back,
+            engine,
         })
     }
+}
+
+/// `engine = "tcp://host:port"` (or `unix:///path`) and `engine_certs = "folder"` (relative
+/// to the policy file, holding ca.pem, cert.pem and key.pem): checked here, never dialled.
+fn engine(
+    policy: &Policy,
+    written: Option<Spanned<String>>,
+    certs: Option<Spanned<String>>,
+) -> Result<Option<Located<EngineAddress>>, PolicyError> {
+    let table = &policy.executor;
+    let Some(written) = written else {
+        return match certs {
+            Some(c) => Err(table.error(
+                table.line(&c.span()),
+                "`engine_certs` without `engine`: name the engine (engine = \"tcp://host:2376\"), \
+                 or drop it to use DOCKER_HOST's",
+            )),
+            None => Ok(None),
+        };
+    };
+    let line = table.line(&written.span());
+    let certs = certs.map(|c| {
+        let at = table.line(&c.span());
+        let dir = policy
+            .path
+            .parent()
+            .unwrap_or(std::path::Path::new("."))
+            .join(c.into_inner());
+        (at, dir)
+    });
+    let address = EngineAddress::parse(written.get_ref(), certs.as_ref().map(|(_, d)| d.clone()))
+        .map_err(|e| table.error(line, format!("engine: {e}")))?;
+    if let (Some(missing), Some((at, _))) = (address.missing_cert(), &certs) {
+        return Err(table.error(
+            *at,
+            format!(
+                "engine_certs: {} is missing; the folder holds ca.pem (the CA that signed the \
+                 engine's certificate), cert.pem and key.pem (warden's client certificate and key)",
+                missing.display()
+            ),
+        ));
+    }
+    Ok(Some(Located {
+        value: address,
+        line,
+    }))
 }
 
 #[cfg(test)]
@@ -249,6 +303,44 @@ mod tests {
     }
 
     #[test]
+    fn an_engine_is_read_with_its_certificates_beside_the_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let certs = dir.path().join("certs");
+        std::fs::create_dir(&certs).unwrap();
+        let at = |extra: &str| {
+            let backend = DockerBackend::new(crate::Engine::from_env());
+            let policy = Policy::parse(
+                &dir.path().join("shell.toml"),
+                &format!("{SHELL}{extra}"),
+                &[&backend as &dyn Backend],
+            )?;
+            DockerConfig::from_policy(&policy)
+        };
+        let tls = "engine = \"tcp://engine.example:2376\"\nengine_certs = \"certs\"\n";
+        let e = at(tls).unwrap_err();
+        assert_eq!(e.line, Some(7), "{e}");
+        assert!(e.message.contains("ca.pem is missing"), "{e}");
+        for f in crate::CERT_FILES {
+            std::fs::write(certs.join(f), "").unwrap();
+        }
+        let engine = at(tls).unwrap().engine.unwrap();
+        assert_eq!(engine.line, 6);
+        assert_eq!(
+            engine.value,
+            EngineAddress::Tls {
+                host: "engine.example:2376".into(),
+                certs: dir.path().join("certs"),
+            }
+        );
+        let plain = at("engine = \"tcp://127.0.0.1:2375\"\n")
+            .unwrap()
+            .engine
+            .unwrap();
+        assert!(matches!(plain.value, EngineAddress::Plain { .. }));
+        assert!(at("").unwrap().engine.is_none(), "DOCKER_HOST's engine");
+    }
+
+    #[test]
     fn mistakes_name_their_line() {
         let cases = [
             (format!("{SHELL}user = \"0\"\n"), 6, "root"),
@@ -264,6 +356,21 @@ mod tests {
                 "unknown field `component`",
             ),
             (format!("{SHELL}privileged = true\n"), 6, "unknown field"),
+            (
+                format!("{SHELL}engine = \"tcp://10.0.0.1:2375\"\n"),
+                6,
+                "without TLS is refused",
+            ),
+            (
+                format!("{SHELL}engine = \"ssh://me@engine\"\n"),
+                6,
+                "not an engine address",
+            ),
+            (
+                format!("{SHELL}engine_certs = \"certs\"\n"),
+                6,
+                "without `engine`",
+            ),
             (
                 "[executor]\nkind = \"docker\"\nname = \"x\"\n".into(),
                 2,

@@ -2,6 +2,7 @@
 //! under a deadline, and always removed — by the call, or by its guard when the call's future
 //! is dropped.
 
+use crate::address::Place;
 use crate::cgroup::Cgroup;
 use crate::engine::{Engine, missing_image};
 use crate::files::{Copied, CopiedIn};
@@ -47,6 +48,7 @@ impl Container {
         // Named before it exists, so that a call dropped while the engine creates it still
         // knows what to remove.
         let name = format!("warden-{}", &nonce()[..16]);
+        engine.hold_lease(docker, image).await?;
         let mut container = Container {
             docker: docker.clone(),
             id: name.clone(),
@@ -151,8 +153,12 @@ impl Container {
             })
     }
 
-    /// Its cgroup's counters on this machine, while it runs; `None` when they are not here.
+    /// Its cgroup's counters on this machine, while it runs; `None` when they are not here
+    /// (always, for an engine elsewhere: its pids are not this machine's).
     pub(crate) async fn cgroup(&self, engine: &Engine) -> Option<Cgroup> {
+        if engine.place() == Place::Remote {
+            return None;
+        }
         let pid = self.pid(engine).await.ok()?;
         let cgroup = Cgroup::of(pid, &self.id);
         if cgroup.is_none() {
@@ -220,18 +226,22 @@ impl Drop for Container {
     }
 }
 
-async fn remove(docker: &Docker, id: &str) {
-    // `v`: with the volumes that held its copied roots.
+/// Kills and removes a container with its volumes (they held its copied roots); true when it
+/// was there.
+pub(crate) async fn remove(docker: &Docker, id: &str) -> bool {
     let options = RemoveContainerOptionsBuilder::new()
         .force(true)
         .v(true)
         .build();
     match docker.remove_container(id, Some(options)).await {
-        Ok(()) => {}
+        Ok(()) => true,
         Err(BollardError::DockerResponseServerError {
             status_code: 404, ..
-        }) => {}
-        Err(e) => tracing::warn!(container = %id, "cannot remove a container: {e}"),
+        }) => false,
+        Err(e) => {
+            tracing::warn!(container = %id, "cannot remove a container: {e}");
+            false
+        }
     }
 }
 

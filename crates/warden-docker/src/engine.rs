@@ -1,49 +1,47 @@
-//! The connection to the Docker engine: connected lazily (loading a toolbox never needs a
-//! daemon), version negotiated, errors turned into messages a person can act on, and the
-//! containers of dead warden processes removed on first contact.
+//! The connection to one Docker engine (see [`crate::address`] for which): connected lazily
+//! (loading a toolbox never needs a daemon), version negotiated, errors turned into messages a
+//! person can act on, and, from first contact on, this instance's lease kept and the
+//! containers of gone wardens removed ([`crate::lease`]).
 
+use crate::address::{EngineAddress, Place};
 use crate::files::Files;
+use crate::lease::{INSTANCE_LABEL, LABEL, LEASE, Lease, OWNER_LABEL};
 use bollard::Docker;
 use bollard::errors::Error as BollardError;
-use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use warden_core::{ErrorKind, ToolError};
 
-/// Every container warden creates carries this label (`docker ps -a --filter label=warden`).
-pub const LABEL: &str = "warden";
-/// The process that owns a container: `boot-id:pid:start-time`.
-pub const OWNER_LABEL: &str = "warden.owner";
 /// The tool a container runs.
 pub(crate) const TOOL_LABEL: &str = "warden.tool";
 
 /// warden's own sandbox image, built offline by `warden sandbox-image`.
 pub const SANDBOX_IMAGE: &str = "warden-sandbox:latest";
 
-const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
-
 /// Seconds bollard waits for the headers of one response.
 const REQUEST_TIMEOUT: u64 = 60;
 
-/// One Docker engine, shared by every docker tool of a process.
+/// One Docker engine, shared by every docker tool of a process that uses it.
 pub struct Engine {
-    socket: String,
-    owner: String,
+    /// Where it is, or why `DOCKER_HOST` names no engine warden accepts.
+    address: Result<EngineAddress, String>,
     extra_labels: BTreeMap<String, String>,
     files: Files,
+    lease: Arc<Lease>,
     client: tokio::sync::Mutex<Option<Docker>>,
+    /// The task renewing the lease and reaping leftovers, once connected.
+    keeper: Mutex<Option<tokio::task::JoinHandle<()>>>,
     images: Mutex<HashSet<String>>,
 }
 
 impl Engine {
-    /// The engine at `$DOCKER_HOST` when it names a unix socket, else /var/run/docker.sock;
-    /// roots copied in when [`crate::FILES_ENV`] says `copy`.
+    /// The engine `DOCKER_HOST` names (with `DOCKER_TLS_VERIFY` and `DOCKER_CERT_PATH`, as
+    /// the docker CLI reads them), else /var/run/docker.sock. A setting warden refuses is
+    /// kept as the engine's error: [`Engine::address`] and every call answer it. Roots are
+    /// copied in when the engine is elsewhere or [`crate::FILES_ENV`] says `copy`.
     pub fn from_env() -> Self {
-        let socket = std::env::var("DOCKER_HOST")
-            .ok()
-            .and_then(|h| h.strip_prefix("unix://").map(str::to_owned))
-            .unwrap_or_else(|| DEFAULT_SOCKET.to_owned());
-        let engine = Self::with_socket(socket);
+        let engine = Self::new(EngineAddress::from_env());
         match Files::from_env() {
             Files::Copied => engine.copying_files(),
             Files::Mounted => engine,
@@ -51,14 +49,40 @@ impl Engine {
     }
 
     /// The engine listening on the unix socket at `path`.
-    pub fn with_socket(path: impl Into<String>) -> Self {
-        Self {
-            socket: path.into(),
-            owner: owner_id(),
+    pub fn with_socket(path: impl Into<std::path::PathBuf>) -> Self {
+        Self::at(EngineAddress::Unix(path.into()))
+    }
+
+    /// The engine at `address`.
+    pub fn at(address: EngineAddress) -> Self {
+        Self::new(Ok(address))
+    }
+
+    fn new(address: Result<EngineAddress, String>) -> Self {
+        let engine = Self {
+            address,
             extra_labels: BTreeMap::new(),
             files: Files::Mounted,
+            lease: Arc::new(Lease::new(LEASE)),
             client: tokio::sync::Mutex::new(None),
+            keeper: Mutex::default(),
             images: Mutex::default(),
+        };
+        // A bind mount names a folder of the engine's machine, which may not be this one.
+        match engine.place() {
+            Place::Local => engine,
+            Place::Remote => engine.copying_files(),
+        }
+    }
+
+    /// Another engine with this one's labels, lease length and (on this machine) way of
+    /// handing roots over (a policy's `engine =`).
+    pub(crate) fn sibling(&self, address: EngineAddress) -> Self {
+        let mut engine = Self::at(address).lease_length(self.lease.length);
+        engine.extra_labels = self.extra_labels.clone();
+        match self.files {
+            Files::Copied => engine.copying_files(),
+            Files::Mounted => engine,
         }
     }
 
@@ -80,13 +104,34 @@ impl Engine {
         self.files
     }
 
-    pub fn socket(&self) -> &str {
-        &self.socket
+    /// How long this instance's lease lasts unrenewed ([`crate::LEASE`] unless set; tests
+    /// shorten it).
+    pub fn lease_length(mut self, length: Duration) -> Self {
+        self.lease = Arc::new(self.lease.with_length(length));
+        self
+    }
+
+    /// Where the engine is, or why the setting is refused.
+    pub fn address(&self) -> Result<&EngineAddress, &str> {
+        self.address.as_ref().map_err(String::as_str)
+    }
+
+    /// On this machine or not: only a local engine's containers have pids, cgroups and
+    /// network namespaces warden can use. A refused setting counts as remote.
+    pub fn place(&self) -> Place {
+        self.address
+            .as_ref()
+            .map_or(Place::Remote, EngineAddress::place)
     }
 
     /// This process's owner id, as written in [`OWNER_LABEL`].
     pub fn owner(&self) -> &str {
-        &self.owner
+        &self.lease.owner
+    }
+
+    /// This instance's id, as written in [`INSTANCE_LABEL`].
+    pub fn instance(&self) -> &str {
+        &self.lease.instance
     }
 
     /// The labels of a container of `tool`.
@@ -97,31 +142,60 @@ impl Engine {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         labels.insert(LABEL.into(), "1".into());
-        labels.insert(OWNER_LABEL.into(), self.owner.clone());
+        labels.insert(OWNER_LABEL.into(), self.lease.owner.clone());
+        labels.insert(INSTANCE_LABEL.into(), self.lease.instance.clone());
         labels.insert(TOOL_LABEL.into(), tool.into());
         labels.insert("warden.mode".into(), mode.into());
         labels
     }
 
     /// The client, connecting on first use; a failed connection is retried on the next call.
+    /// The first contact removes what gone wardens left and starts renewing this one's lease.
     pub async fn client(&self) -> Result<Docker, ToolError> {
         let mut slot = self.client.lock().await;
         if let Some(docker) = slot.as_ref() {
             return Ok(docker.clone());
         }
-        let docker =
-            Docker::connect_with_unix(&self.socket, REQUEST_TIMEOUT, bollard::API_DEFAULT_VERSION)
-                .map_err(|e| self.unreachable(&e))?;
+        let address = self.address.as_ref().map_err(|why| {
+            ToolError::new(
+                ErrorKind::Unavailable,
+                format!("no Docker engine warden accepts is named: {why}"),
+            )
+        })?;
+        if let Some(missing) = address.missing_cert() {
+            return Err(ToolError::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "the client certificates for the Docker engine at {address} lack {}: put \
+                     ca.pem (the CA that signed the engine's certificate), cert.pem and key.pem \
+                     (warden's, signed by a CA the engine's --tlscacert trusts) there",
+                    missing.display()
+                ),
+            )
+            .with_detail("engine", address.to_string()));
+        }
+        let docker = connect(address).map_err(|e| self.unreachable(&e))?;
         // bollard speaks a newer API than Debian's engine (1.41): agree on the older one.
         let docker = docker
             .negotiate_version()
             .await
             .map_err(|e| self.unreachable(&e))?;
-        if let Err(e) = reap_dead_owners(&docker).await {
+        if let Err(e) = self.lease.reap(&docker).await {
             tracing::warn!("cannot remove containers left by earlier warden processes: {e}");
         }
+        *self.keeper.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(self.lease.clone().keep(docker.clone()));
         *slot = Some(docker.clone());
         Ok(docker)
+    }
+
+    /// Takes this instance's lease on the engine, if it holds none yet: before its first
+    /// container. `image` is one the engine has.
+    pub(crate) async fn hold_lease(&self, docker: &Docker, image: &str) -> Result<(), ToolError> {
+        self.lease
+            .hold(docker, image)
+            .await
+            .map_err(|e| self.failure("create warden's lease marker", &e))
     }
 
     /// Checks once per process that `image` is on the engine.
@@ -159,26 +233,43 @@ impl Engine {
             .remove(image);
     }
 
-    /// The daemon cannot be reached: `unavailable`, naming the socket and how to start it.
+    /// The engine cannot be reached: `unavailable`, naming its address and what to do.
     fn unreachable(&self, e: &BollardError) -> ToolError {
+        let address = self
+            .address
+            .as_ref()
+            .map_or_else(|e| e.clone(), ToString::to_string);
         let why = match e {
             BollardError::SocketNotFoundError(_) => "there is no socket there".to_owned(),
             other => chain(other),
         };
-        let hint = if why.to_lowercase().contains("permission denied") {
+        let lower = why.to_lowercase();
+        let hint = if lower.contains("http request to an https server") {
+            "the engine speaks TLS: give warden its client certificates (DOCKER_TLS_VERIFY=1 and \
+             DOCKER_CERT_PATH, or `engine_certs` in the policy)"
+        } else if lower.contains("permission denied") {
             "let warden's user use Docker (add it to the `docker` group) or run warden as root"
-        } else {
+        } else if ["certificate", "alert", "tls", "handshake", "pem"]
+            .iter()
+            .any(|w| lower.contains(w))
+        {
+            "the TLS handshake failed: check that the folder's ca.pem signed the engine's \
+             certificate (for the name or IP warden dials), and that cert.pem and key.pem are \
+             warden's, signed by the CA the engine's --tlscacert names"
+        } else if self.place() == Place::Local {
             "start it (`sudo systemctl start docker`, or `sudo dockerd &`), or point DOCKER_HOST \
-             at its unix socket"
+             at its socket"
+        } else {
+            "check that the engine runs and listens there (dockerd -H tcp://…:PORT --tlsverify), \
+             and that DOCKER_HOST or the policy's `engine` names it"
         };
         ToolError::new(
             ErrorKind::Unavailable,
             format!(
-                "the Docker daemon is not reachable at unix://{} ({why}): {hint}; then try again",
-                self.socket
+                "the Docker engine is not reachable at {address} ({why}): {hint}; then try again"
             ),
         )
-        .with_detail("socket", self.socket.clone())
+        .with_detail("engine", address)
     }
 
     /// A request the engine failed: `unavailable` when the daemon went away, else `internal`.
@@ -205,12 +296,50 @@ impl Engine {
     }
 }
 
-/// An error with its causes ("client error (Connect): Connection refused (os error 111)").
+impl Drop for Engine {
+    /// Stops renewing and gives the lease back: this instance's containers are removed by
+    /// their own guards.
+    fn drop(&mut self) {
+        if let Some(keeper) = self
+            .keeper
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            keeper.abort();
+        }
+        if let Some(docker) = self.client.get_mut().take() {
+            self.lease.release(docker);
+        }
+    }
+}
+
+/// A client for `address` (nothing is sent yet).
+fn connect(address: &EngineAddress) -> Result<Docker, BollardError> {
+    let version = bollard::API_DEFAULT_VERSION;
+    match address {
+        EngineAddress::Unix(path) => {
+            Docker::connect_with_unix(&path.to_string_lossy(), REQUEST_TIMEOUT, version)
+        }
+        EngineAddress::Tls { host, certs } => Docker::connect_with_ssl(
+            host,
+            &certs.join("key.pem"),
+            &certs.join("cert.pem"),
+            &certs.join("ca.pem"),
+            REQUEST_TIMEOUT,
+            version,
+        ),
+        EngineAddress::Plain { host } => Docker::connect_with_http(host, REQUEST_TIMEOUT, version),
+    }
+}
+
+/// An error with its causes ("client error (Connect): Connection refused (os error 111)"),
+/// on one line (the engine's messages may end in a newline).
 fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
+    let mut text = e.to_string().trim_end().to_owned();
     let mut source = e.source();
     while let Some(s) = source {
-        let next = s.to_string();
+        let next = s.to_string().trim_end().to_owned();
         if !text.contains(&next) {
             text.push_str(": ");
             text.push_str(&next);
@@ -244,75 +373,6 @@ pub(crate) fn missing_image(image: &str) -> ToolError {
     .with_detail("image", image.to_owned())
 }
 
-/// Removes every warden container whose owner process is gone (a crash, a kill -9).
-async fn reap_dead_owners(docker: &Docker) -> Result<usize, BollardError> {
-    let filters: HashMap<&str, Vec<&str>> = HashMap::from([("label", vec![LABEL])]);
-    let options = ListContainersOptionsBuilder::new()
-        .all(true)
-        .filters(&filters)
-        .build();
-    let mut removed = 0;
-    for c in docker.list_containers(Some(options)).await? {
-        let owner = c.labels.as_ref().and_then(|l| l.get(OWNER_LABEL));
-        if owner.is_some_and(|o| owner_alive(o)) {
-            continue;
-        }
-        let Some(id) = c.id else { continue };
-        // `v`: with the volumes that held its copied roots.
-        let force = RemoveContainerOptionsBuilder::new()
-            .force(true)
-            .v(true)
-            .build();
-        match docker.remove_container(&id, Some(force)).await {
-            Ok(()) => removed += 1,
-            Err(e) => tracing::warn!(container = %id, "cannot remove a leftover container: {e}"),
-        }
-    }
-    if removed > 0 {
-        tracing::info!(
-            removed,
-            "removed containers left by warden processes that are gone"
-        );
-    }
-    Ok(removed)
-}
-
-/// `boot-id:pid:start-time` of this process: a pid alone is reused, after a reboot too.
-fn owner_id() -> String {
-    let pid = std::process::id();
-    format!(
-        "{}:{pid}:{}",
-        boot_id(),
-        start_time(pid).unwrap_or_default()
-    )
-}
-
-fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_default()
-}
-
-/// Field 22 of /proc/PID/stat: when the process started, in clock ticks since boot.
-fn start_time(pid: u32) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces and parentheses: count from its end.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19).map(str::to_owned)
-}
-
-/// True while the process named by an owner label still runs on this machine.
-pub(crate) fn owner_alive(owner: &str) -> bool {
-    let mut parts = owner.splitn(3, ':');
-    let (Some(boot), Some(pid), Some(start)) = (parts.next(), parts.next(), parts.next()) else {
-        return false;
-    };
-    let Ok(pid) = pid.parse::<u32>() else {
-        return false;
-    };
-    boot == boot_id() && start_time(pid).as_deref() == Some(start)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,18 +388,5 @@ mod tests {
         );
         let other = missing_image("python:3.12-slim").message;
         assert!(other.contains("docker pull python:3.12-slim"), "{other}");
-    }
-
-    #[test]
-    fn this_process_is_alive_and_a_stranger_is_not() {
-        assert!(owner_alive(&owner_id()));
-        let id = owner_id();
-        let (head, _) = id.rsplit_once(':').unwrap();
-        assert!(!owner_alive(&format!("{head}:1")));
-        assert!(!owner_alive("garbage"));
-        assert!(!owner_alive(&format!(
-            "other-boot:{}:1",
-            std::process::id()
-        )));
     }
 }

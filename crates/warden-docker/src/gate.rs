@@ -8,7 +8,12 @@
 //! A per-call container would run its command before the gate is bound, so its command waits
 //! for the line on stdin that starts it ([`crate::container::wrapped`]), which warden sends
 //! once the gate listens.
+//!
+//! Entering the namespace takes the container's pid as this machine sees it, so only a local
+//! engine's containers can have a gate: a policy with net grants on a tcp engine does not
+//! load ([`REMOTE`] says why), and a container is never given an open network instead.
 
+use crate::address::Place;
 use crate::container::Container;
 use crate::engine::Engine;
 use bollard::models::{ContainerCreateBody, Mount, MountType};
@@ -98,18 +103,28 @@ pub(crate) fn unsupported() -> Option<&'static str> {
     )
 }
 
+/// Why a remote engine's containers get no gate.
+pub(crate) const REMOTE: &str = "net grants for docker tools need a local engine (a unix socket \
+     on this machine): warden enters each container's network namespace by its pid, and a tcp \
+     engine's pids are not this machine's, even on loopback. Use a local engine, a host tool \
+     (kind = \"host\"), or `network = \"unrestricted\"` to let the container reach every host";
+
 /// Binds the gate's listener in the running `container`'s network namespace.
 pub(crate) async fn listen_in(
     engine: &Engine,
     container: &Container,
 ) -> Result<TcpListener, ToolError> {
-    let pid = container.pid(engine).await?;
     let failed = |why: String| {
         ToolError::new(
             ErrorKind::Unavailable,
             format!("warden could not open the gate in the container: {why}"),
         )
     };
+    // Loading refuses gated policies on such engines; a pid there is not one of ours.
+    if engine.place() == Place::Remote {
+        return Err(failed(REMOTE.into()));
+    }
+    let pid = container.pid(engine).await?;
     let bind = move || -> Result<TcpListener, String> {
         let namespace = File::open(format!("/proc/{pid}/ns/net")).map_err(|e| {
             format!(

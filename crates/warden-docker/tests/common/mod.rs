@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub(crate) mod second_engine;
+
 use bollard::query_parameters::ListContainersOptionsBuilder;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -41,7 +43,7 @@ pub(crate) struct Harness {
     image: Image,
 }
 
-fn under_ci() -> bool {
+pub(crate) fn under_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
@@ -156,6 +158,11 @@ impl Harness {
         self.backend = self.backend.clone().egress(egress);
     }
 
+    /// The backend this harness loads policies with (its containers carry its label).
+    pub(crate) fn backend(&self) -> &DockerBackend {
+        &self.backend
+    }
+
     pub(crate) fn engine(&self) -> &Arc<Engine> {
         self.backend.engine()
     }
@@ -238,21 +245,19 @@ impl Harness {
     /// The containers of this harness still on the engine.
     pub(crate) async fn containers(&self) -> Vec<String> {
         let docker = self.engine().client().await.expect("engine");
+        self.containers_on(&docker).await
+    }
+
+    /// The containers of this harness on the engine `docker` reaches.
+    pub(crate) async fn containers_on(&self, docker: &bollard::Docker) -> Vec<String> {
         let owner = format!("{OWNER_LABEL}={}", self.engine().owner());
-        let mine = format!("{TEST_LABEL}={}", self.id);
-        let filters: HashMap<&str, Vec<&str>> =
-            HashMap::from([("label", vec![owner.as_str(), mine.as_str()])]);
-        let options = ListContainersOptionsBuilder::new()
-            .all(true)
-            .filters(&filters)
-            .build();
-        docker
-            .list_containers(Some(options))
-            .await
-            .expect("list containers")
-            .into_iter()
-            .filter_map(|c| c.id)
-            .collect()
+        let mine = self.test_label();
+        labelled(docker, &[&owner, &mine]).await
+    }
+
+    /// `warden.test=ID`, this harness's label.
+    pub(crate) fn test_label(&self) -> String {
+        format!("{TEST_LABEL}={}", self.id)
     }
 
     /// Fails when a container of this process outlived its call or session. Removal after a
@@ -266,6 +271,22 @@ impl Harness {
         }
         panic!("containers left behind: {:?}", self.containers().await);
     }
+}
+
+/// The ids of the containers (running or not) carrying every one of `labels` (`key=value`).
+pub(crate) async fn labelled(docker: &bollard::Docker, labels: &[&str]) -> Vec<String> {
+    let filters: HashMap<&str, Vec<&str>> = HashMap::from([("label", labels.to_vec())]);
+    let options = ListContainersOptionsBuilder::new()
+        .all(true)
+        .filters(&filters)
+        .build();
+    docker
+        .list_containers(Some(options))
+        .await
+        .expect("list containers")
+        .into_iter()
+        .filter_map(|c| c.id)
+        .collect()
 }
 
 pub(crate) fn is_root() -> bool {
