@@ -324,6 +324,47 @@ fn what_an_engine_elsewhere_cannot_do_is_refused_at_load() {
     assert!(e.message.contains("without TLS is refused"), "{e}");
     let e = load("engine_certs = \"certs\"\n", "").unwrap_err();
     assert!(e.message.contains("without `engine`"), "{e}");
+    // Its machine does not hold this one's folders: a read-write root needs the write-back.
+    let rw = format!(
+        "fs = [{{ host = \"{}\", guest = \"/w\", access = \"read-write\" }}]",
+        certs.display()
+    );
+    let e = load(&tls, &rw).unwrap_err();
+    assert!(e.message.contains("copy_back = true"), "{e}");
+    assert!(load(&format!("{tls}copy_back = true\n"), &rw).is_ok());
+}
+
+#[tokio::test]
+async fn a_read_only_root_is_copied_to_the_engine_elsewhere() {
+    let h = docker_or_skip!();
+    let e2 = second_engine_or_skip!();
+    let root = h.folder("data");
+    std::fs::write(root.join("hello.txt"), "hello from this machine\n").unwrap();
+    let policy = h.shell_policy(
+        &engine_lines(&e2, &e2.certs().good),
+        &format!(
+            "fs = [{{ host = \"{}\", guest = \"/data\", access = \"read-only\" }}]",
+            root.display()
+        ),
+        "",
+    );
+    let d = h.dispatcher("sh", &policy);
+    let m = call(&d, "sh", cmd("cat /data/hello.txt; echo x > /data/new")).await;
+    assert_eq!(
+        kind(&m),
+        "exit_status",
+        "the write is refused: {}",
+        m.content
+    );
+    assert!(m.content.contains("Permission denied"), "{}", m.content);
+    assert!(
+        m.content.contains("hello from this machine"),
+        "the root's file is there: {}",
+        m.content
+    );
+    assert!(!root.join("new").exists(), "nothing came back");
+    d.close().await;
+    h.assert_clean().await;
 }
 
 /// The warden the lease tests stop or kill: it runs `sleep 600` in a container on the
