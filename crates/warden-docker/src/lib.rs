@@ -6,10 +6,10 @@
 //!
 //! Every container: read-only root with a small tmpfs `/tmp`, every capability dropped,
 //! no-new-privileges, a non-root user, pids/memory/CPU limits, no network unless the policy
-//! opts in, only the granted folders mounted (or copied in, for an engine elsewhere), only the granted env, no log driver (output is
-//! read through attach and capped), the `warden` label, and removal when its call or session
-//! ends — or, after a crash, by the next warden to reach the engine (at once on this machine,
-//! when its lease ends from anywhere else).
+//! opts in, only the granted folders mounted (or copied in, for an engine elsewhere), only the
+//! granted env, no log driver (output is read through attach and capped), the `warden` label,
+//! and removal when its call or session ends — or, after a crash, by the next warden to reach
+//! the engine (at once on this machine, when its lease ends from anywhere else).
 
 mod address;
 mod backend;
