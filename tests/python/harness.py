@@ -152,3 +152,30 @@ async def wait_for(predicate, timeout: float = 20.0, every: float = 0.05):
     with anyio.fail_after(timeout):
         while not predicate():
             await anyio.sleep(every)
+
+
+def processes_of(uid: int) -> list[int]:
+    """Pids of the processes whose owner is `uid`."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    pids.append(int(entry))
+            except FileNotFoundError:
+                pass
+    return pids
+
+
+def pid_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def processes_in(namespaces: set[str]) -> list[int]:
+    """Pids of the processes in any of these PID namespaces (`init` included)."""
+    return [
+        int(e) for e in os.listdir("/proc") if e.isdigit() and pid_namespace(int(e)) in namespaces
+    ]

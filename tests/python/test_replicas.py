@@ -29,7 +29,15 @@ import httpx
 import pytest
 from mcp.shared.exceptions import McpError
 
-from harness import ROOT, Toolbox, connect_with_id, wait_for, warden_bin
+from harness import (
+    ROOT,
+    Toolbox,
+    connect_with_id,
+    processes_in,
+    processes_of,
+    wait_for,
+    warden_bin,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -45,27 +53,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def processes_of(uid: int) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(FileNotFoundError):
-                if os.stat(f"/proc/{entry}").st_uid == uid:
-                    pids.append(int(entry))
-    return pids
-
-
-def processes_in(namespace: str) -> list[int]:
-    """Pids of the processes in this PID namespace."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/{entry}/ns/pid") == namespace:
-                    found.append(int(entry))
-    return found
 
 
 def wait_listening(port: int, proc: subprocess.Popen, log: Path):
@@ -314,7 +301,7 @@ async def test_killing_a_replica_ends_only_its_sessions(cluster):
             )
             where = f"mkdir /tmp/s{k}; cd /tmp/s{k}; readlink /proc/self/ns/pid"
             namespace = body(await shell(s, where))
-            assert processes_in(namespace), namespace
+            assert processes_in({namespace}), namespace
             opened.append((k, s, session_id, cluster.replica_of(session_id), namespace))
         on_b = [o for o in opened if o[3] is cluster.b]
         on_a = [o for o in opened if o[3] is cluster.a]
@@ -333,11 +320,11 @@ async def test_killing_a_replica_ends_only_its_sessions(cluster):
             except McpError as e:
                 late.append(e)
 
-        idle = len(processes_in(namespace))
+        idle = len(processes_in({namespace}))
         async with anyio.create_task_group() as group:
             group.start_soon(sleep)
             # The sleep runs: the call has reached B.
-            await wait_for(lambda: len(processes_in(namespace)) > idle)
+            await wait_for(lambda: len(processes_in({namespace})) > idle)
             cluster.b.proc.send_signal(signal.SIGKILL)
             cluster.b.proc.wait()
         assert len(late) == 1 and "Timed out" in str(late[0]), late
@@ -347,7 +334,7 @@ async def test_killing_a_replica_ends_only_its_sessions(cluster):
             with pytest.raises(McpError) as ended:
                 await shell(s, "pwd")
             assert "Session terminated" in str(ended.value), ended.value
-            await wait_for(lambda: processes_in(namespace) == [], timeout=10)
+            await wait_for(lambda: processes_in({namespace}) == [], timeout=10)
             # A resumed stream of the session gets a prompt 404 too.
             headers = {"Authorization": f"Bearer {cluster.token}", "Mcp-Session-Id": session_id}
             resume = httpx.get(
@@ -358,7 +345,7 @@ async def test_killing_a_replica_ends_only_its_sessions(cluster):
             assert resume.status_code == 404, resume.text
         for k, s, _, _, namespace in on_a:
             assert body(await shell(s, "pwd")) == f"/tmp/s{k}"
-            assert processes_in(namespace)
+            assert processes_in({namespace})
         # A new session starts on the live replica.
         async with connect_with_id(cluster.url, cluster.token) as (s, session_id):
             assert body(await shell(s, "pwd")) == str(cluster.workspace)
@@ -372,10 +359,10 @@ async def test_a_clients_delete_ends_its_session_before_it_is_answered(cluster, 
         started = "sleep 300 >/dev/null 2>&1 & readlink /proc/self/ns/pid"
         namespace = body(await shell(s, started))
         replica = cluster.replica_of(session_id)
-        assert len(processes_in(namespace)) >= 2, "the shell and its sleep run"
+        assert len(processes_in({namespace})) >= 2, "the shell and its sleep run"
     # Leaving the block sent the DELETE, through haproxy to the session's replica, and the
     # answer came once the session's processes were gone.
-    assert processes_in(namespace) == []
+    assert processes_in({namespace}) == []
     failed = [r.getMessage() for r in caplog.records if "termination failed" in r.getMessage()]
     assert failed == []
     assert not replica.holds(session_id, cluster.token)
