@@ -377,3 +377,63 @@ def test_the_readme_shows_the_haproxy_config_the_tests_run():
     section = readme.split("## Several servers behind a load balancer", 1)[1]
     shown = section.split("```\n", 2)[1]
     assert shown == CONFIG.read_text()
+
+
+def docker_ok() -> bool:
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def containers_of(pid: int) -> list[str]:
+    """Containers warden's process `pid` made: their owner label is `boot-id:pid:start`."""
+    format = '{{.ID}} {{.Label "warden.owner"}}'
+    listed = subprocess.run(
+        ["docker", "ps", "-a", "--filter", "label=warden", "--format", format],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    rows = [line.split() for line in listed.splitlines()]
+    return [row[0] for row in rows if len(row) == 2 and row[1].split(":")[1:2] == [str(pid)]]
+
+
+async def test_a_delete_removes_the_docker_session_container_before_it_is_answered(
+    tmp_path, caplog
+):
+    if not docker_ok():
+        if os.environ.get("CI") == "true":
+            pytest.fail("no Docker engine answers (.ci/run starts one)")
+        pytest.skip("no Docker engine answers")
+    caplog.set_level(logging.WARNING)
+    box = Toolbox(tmp_path)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (box.dir / "shell.toml").write_text(
+        f"""
+[executor]
+kind = "docker"
+name = "shell"
+image = "warden-sandbox:latest"
+argv = ["/bin/sh", "-c", "{{command}}"]
+workdir = "/workspace"
+session = true
+
+[grants]
+fs = [{{ host = "{workspace}", guest = "/workspace", access = "read-only" }}]
+"""
+    )
+    replica = Replica("docker", box, "d" * 40, tmp_path)
+    try:
+        async with connect_with_id(replica.url, "d" * 40) as (s, _):
+            assert body(await s.call_tool("shell", {"command": "cd /tmp && pwd"})) == "/tmp"
+            assert body(await s.call_tool("shell", {"command": "pwd"})) == "/tmp"
+            assert len(containers_of(replica.proc.pid)) == 1
+        # The DELETE was answered: the container is gone already.
+        assert containers_of(replica.proc.pid) == []
+        failed = [r.getMessage() for r in caplog.records if "termination failed" in r.getMessage()]
+        assert failed == []
+    finally:
+        stop(replica.proc)
