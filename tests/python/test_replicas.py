@@ -388,9 +388,9 @@ def docker_ok() -> bool:
 
 def containers_of(pid: int) -> list[str]:
     """Containers warden's process `pid` made: their owner label is `boot-id:pid:start`."""
-    format = '{{.ID}} {{.Label "warden.owner"}}'
+    columns = '{{.ID}} {{.Label "warden.owner"}}'
     listed = subprocess.run(
-        ["docker", "ps", "-a", "--filter", "label=warden", "--format", format],
+        ["docker", "ps", "-a", "--filter", "label=warden", "--format", columns],
         capture_output=True,
         text=True,
         timeout=60,
