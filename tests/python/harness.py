@@ -131,13 +131,20 @@ async def session(transport: str, box: Toolbox, **session_args):
 async def connect(url: str, token: str, **session_args):
     """An initialised ClientSession on a running `warden serve --http`: one connection, so one
     warden session; leaving the block ends it (the client deletes its MCP session)."""
+    async with connect_with_id(url, token, **session_args) as (s, _):
+        yield s
+
+
+@contextlib.asynccontextmanager
+async def connect_with_id(url: str, token: str, **session_args):
+    """As `connect`, and the session's `Mcp-Session-Id` the server gave it."""
     headers = {"Authorization": f"Bearer {token}"}
     timeout = httpx.Timeout(30, read=300)
     async with httpx.AsyncClient(headers=headers, timeout=timeout) as client:
-        async with streamable_http_client(url, http_client=client) as (read, write, _):
+        async with streamable_http_client(url, http_client=client) as (read, write, session_id):
             async with ClientSession(read, write, **session_args) as s:
                 await s.initialize()
-                yield s
+                yield s, session_id()
 
 
 async def wait_for(predicate, timeout: float = 20.0, every: float = 0.05):
@@ -145,3 +152,30 @@ async def wait_for(predicate, timeout: float = 20.0, every: float = 0.05):
     with anyio.fail_after(timeout):
         while not predicate():
             await anyio.sleep(every)
+
+
+def processes_of(uid: int) -> list[int]:
+    """Pids of the processes whose owner is `uid`."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    pids.append(int(entry))
+            except FileNotFoundError:
+                pass
+    return pids
+
+
+def pid_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def processes_in(namespaces: set[str]) -> list[int]:
+    """Pids of the processes in any of these PID namespaces (`init` included)."""
+    return [
+        int(e) for e in os.listdir("/proc") if e.isdigit() and pid_namespace(int(e)) in namespaces
+    ]

@@ -8,7 +8,6 @@ left" counts this test's processes only."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
@@ -17,7 +16,16 @@ from pathlib import Path
 import anyio
 import pytest
 
-from harness import Toolbox, connect, http_server, session, wait_for
+from harness import (
+    Toolbox,
+    connect,
+    http_server,
+    pid_namespace,
+    processes_in,
+    processes_of,
+    session,
+    wait_for,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -38,33 +46,6 @@ def body(result) -> str:
     """What a successful command printed, without its exit-code line."""
     assert result.isError is False, text(result)
     return text(result).removesuffix("[exit code 0]").strip()
-
-
-def processes_of(uid: int) -> list[int]:
-    """Pids of the processes whose owner is `uid`."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.stat(f"/proc/{entry}").st_uid == uid:
-                    pids.append(int(entry))
-            except FileNotFoundError:
-                pass
-    return pids
-
-
-def pid_namespace(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/pid")
-    except OSError:
-        return None
-
-
-def processes_in(namespaces: set[str]) -> list[int]:
-    """Pids of the processes in any of these PID namespaces (`init` included)."""
-    return [
-        int(e) for e in os.listdir("/proc") if e.isdigit() and pid_namespace(int(e)) in namespaces
-    ]
 
 
 class HostSessions:

@@ -124,6 +124,16 @@ impl ServerHandler for Handler {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        // Over HTTP the notification carries the session's id (rmcp hands on the request's
+        // head): a DELETE naming it ends this session.
+        let id = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|head| head.headers.get(crate::http::SESSION_ID_HEADER))
+            .and_then(|id| id.to_str().ok());
+        if let Some(id) = id {
+            self.shared.add_session(id, &self.session);
+        }
         self.shared.add_peer(context.peer);
     }
 }

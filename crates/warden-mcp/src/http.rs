@@ -5,16 +5,22 @@
 //! 401, compared in constant time), then the path must be `/mcp` (else 404). rmcp's
 //! transport then checks `Host` against loopback names (DNS rebinding) unless remote clients
 //! are allowed.
+//!
+//! A session lives in the server that initialized it. A request naming a session this server
+//! does not hold (it ended, or a load balancer sent it to another replica) is answered 404,
+//! which tells the client to start a new session. A `DELETE` ends the session it names: its
+//! sandboxes are gone when the answer, 200, is sent.
 
 use crate::handler::Handler;
 use crate::state::Server;
 use crate::{Error, watch};
 use bytes::Bytes;
-use http::{Request, Response, StatusCode, header};
+use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use std::convert::Infallible;
@@ -28,6 +34,8 @@ use tokio::net::TcpListener;
 pub(crate) const MIN_TOKEN_LEN: usize = 16;
 /// Where the MCP endpoint lives.
 const PATH: &str = "/mcp";
+/// The header naming a client's session.
+pub(crate) const SESSION_ID_HEADER: &str = "mcp-session-id";
 
 /// How to listen.
 #[derive(Debug, Clone)]
@@ -95,12 +103,17 @@ impl HttpServer {
             config = config.disable_allowed_hosts();
         }
         let shared = server.shared.clone();
+        let sessions = Arc::new(LocalSessionManager::default());
         let service = StreamableHttpService::new(
             move || Ok(Handler::new(shared.clone())),
-            Arc::new(LocalSessionManager::default()),
+            sessions.clone(),
             config,
         );
         let guard = Arc::new(Guard::new(&self.options, self.local));
+        let ending = Arc::new(Ending {
+            sessions,
+            shared: server.shared.clone(),
+        });
         loop {
             let (stream, _) = match self.listener.accept().await {
                 Ok(accepted) => accepted,
@@ -111,14 +124,17 @@ impl HttpServer {
                     continue;
                 }
             };
-            let (service, guard) = (service.clone(), guard.clone());
+            let (service, guard, ending) = (service.clone(), guard.clone(), ending.clone());
             tokio::spawn(async move {
                 let handle = hyper::service::service_fn(move |request: Request<Incoming>| {
-                    let (service, guard) = (service.clone(), guard.clone());
+                    let (service, guard, ending) = (service.clone(), guard.clone(), ending.clone());
                     async move {
                         let response = match guard.check(&request) {
                             Err(refusal) => refusal.response(),
-                            Ok(()) => service.handle(request).await,
+                            Ok(()) => match session_to_end(&request) {
+                                Some(id) => ending.end(&id).await,
+                                None => service.handle(request).await,
+                            },
                         };
                         Ok::<_, Infallible>(response)
                     }
@@ -142,6 +158,55 @@ impl Drop for AbortOnDrop {
 }
 
 type Body = BoxBody<Bytes, Infallible>;
+
+/// The session a `DELETE` names, if the request is one. rmcp would answer 202 and leave the
+/// session's sandboxes to end in their own time; a client expects 200 once it is over.
+fn session_to_end<B>(request: &Request<B>) -> Option<String> {
+    if request.method() != Method::DELETE {
+        return None;
+    }
+    let id = request.headers().get(SESSION_ID_HEADER)?.to_str().ok()?;
+    Some(id.to_owned())
+}
+
+/// Ends sessions on a client's `DELETE`.
+struct Ending {
+    sessions: Arc<LocalSessionManager>,
+    shared: Arc<crate::state::Shared>,
+}
+
+impl Ending {
+    /// Ends session `id`: rmcp's side first (no request reaches it any more), then its
+    /// sandboxes, awaited. 404 when this server holds no such session.
+    async fn end(&self, id: &str) -> Response<Body> {
+        let key = id.to_owned().into();
+        if !self.sessions.has_session(&key).await.unwrap_or(false) {
+            return text(StatusCode::NOT_FOUND, UNKNOWN_SESSION);
+        }
+        if let Err(e) = self.sessions.close_session(&key).await {
+            tracing::warn!("ending MCP session {id}: {e}");
+        }
+        if let Some(session) = self.shared.take_session(id) {
+            session.close().await;
+        }
+        text(StatusCode::OK, "the session has ended")
+    }
+}
+
+/// Why a request naming an unknown session gets 404.
+const UNKNOWN_SESSION: &str = "this server holds no such session (it ended, or another server \
+    holds it): initialize a new session";
+
+/// A plain-text response.
+fn text(status: StatusCode, message: &'static str) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from_static(message.as_bytes())).boxed());
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
 
 /// The checks in front of the MCP endpoint.
 struct Guard {
@@ -202,15 +267,9 @@ struct Refusal(StatusCode, &'static str);
 impl Refusal {
     fn response(self) -> Response<Body> {
         let Refusal(status, message) = self;
-        let mut response = Response::new(Full::new(Bytes::from_static(message.as_bytes())).boxed());
-        *response.status_mut() = status;
-        let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            header::HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
+        let mut response = text(status, message);
         if status == StatusCode::UNAUTHORIZED {
-            headers.insert(
+            response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 header::HeaderValue::from_static("Bearer"),
             );

@@ -2,11 +2,13 @@
 //! when it changes.
 
 use crate::convert;
+use crate::handler::Session;
 use crate::review::ElicitationReviewer;
 use rmcp::{Peer, RoleServer};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 use warden_core::{Admission, CallLog, Dispatcher, Toolbox, ToolboxError};
 
@@ -55,6 +57,10 @@ pub(crate) struct Shared {
     pub options: Options,
     pub reviewer: Arc<ElicitationReviewer>,
     peers: Mutex<Vec<Peer<RoleServer>>>,
+    /// The sessions of HTTP clients by their `Mcp-Session-Id`, so that a client's `DELETE`
+    /// can end its session's sandboxes before it is answered. Weak: a session that ends
+    /// otherwise (its transport closed) is not kept alive by this map.
+    sessions: Mutex<HashMap<String, Weak<Session>>>,
     next_call: AtomicU64,
 }
 
@@ -71,6 +77,7 @@ impl Server {
                 options,
                 reviewer,
                 peers: Mutex::default(),
+                sessions: Mutex::default(),
                 next_call: AtomicU64::new(1),
             }),
         })
@@ -111,6 +118,19 @@ impl Shared {
         let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
         peers.retain(|p| !p.is_transport_closed());
         peers.push(peer);
+    }
+
+    /// Remembers the session an HTTP client's `Mcp-Session-Id` names.
+    pub(crate) fn add_session(&self, id: &str, session: &Arc<Session>) {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        sessions.retain(|_, s| s.strong_count() > 0);
+        sessions.insert(id.to_owned(), Arc::downgrade(session));
+    }
+
+    /// Forgets the session `id` names, and hands it over if it still runs.
+    pub(crate) fn take_session(&self, id: &str) -> Option<Arc<Session>> {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        sessions.remove(id).and_then(|s| s.upgrade())
     }
 
     /// Loads the toolbox again; on success it replaces the one in force (calls already running
