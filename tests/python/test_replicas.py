@@ -122,6 +122,16 @@ class Replica:
         return answer.status_code == 200
 
 
+DOCKER_SHELL = """
+[executor]
+kind = "docker"
+name = "docker-shell"
+image = "warden-sandbox:latest"
+argv = ["/bin/sh", "-c", "{command}"]
+session = true
+"""
+
+
 class Cluster:
     """Two replicas with one token behind haproxy, run with examples/haproxy.cfg."""
 
@@ -159,6 +169,8 @@ fs = [{{ host = "{self.workspace}", access = "read-only" }}]
 timeout = "20s"
 """
         )
+        # Loading never reaches the engine: the tests that use it check for one first.
+        (self.box.dir / "docker-shell.toml").write_text(DOCKER_SHELL)
         self.procs: list[subprocess.Popen] = []
         self.a = Replica("a", self.box, self.token, root)
         self.procs.append(self.a.proc)
@@ -372,6 +384,44 @@ async def test_a_clients_delete_ends_its_session_before_it_is_answered(cluster, 
     assert "initialize a new session" in again.text
 
 
+def require_docker():
+    if not docker_ok():
+        if os.environ.get("CI") == "true":
+            pytest.fail("no Docker engine answers (.ci/run starts one)")
+        pytest.skip("no Docker engine answers")
+
+
+async def test_a_killed_replicas_containers_are_removed_by_the_survivor(cluster):
+    require_docker()
+    async with contextlib.AsyncExitStack() as stack:
+        by_replica = {}
+        while len(by_replica) < 2:
+            s, session_id = await stack.enter_async_context(
+                connect_with_id(cluster.url, cluster.token)
+            )
+            replica = cluster.replica_of(session_id)
+            if replica.name in by_replica:
+                continue
+            # Both replicas reach the engine: the survivor is already keeping its lease and
+            # looking for what gone wardens left when the other dies.
+            answer = await s.call_tool("docker-shell", {"command": "cd /tmp && pwd"})
+            assert body(answer) == "/tmp", answer
+            by_replica[replica.name] = s
+        killed = cluster.b.proc.pid
+        assert len(containers_of(killed)) == 1, "B's session has its container"
+        cluster.b.proc.send_signal(signal.SIGKILL)
+        cluster.b.proc.wait()
+        with pytest.raises(McpError) as ended:
+            await by_replica["b"].call_tool("docker-shell", {"command": "pwd"})
+        assert "Session terminated" in str(ended.value), ended.value
+        # The survivor removes the dead replica's container within a reaping period (30 s);
+        # its own session is untouched.
+        await wait_for(lambda: containers_of(killed) == [], timeout=90, every=1)
+        answer = await by_replica["a"].call_tool("docker-shell", {"command": "pwd"})
+        assert body(answer) == "/tmp", answer
+        assert len(containers_of(cluster.a.proc.pid)) == 1
+
+
 def test_the_readme_shows_the_haproxy_config_the_tests_run():
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Several servers behind a load balancer", 1)[1]
@@ -403,10 +453,7 @@ def containers_of(pid: int) -> list[str]:
 async def test_a_delete_removes_the_docker_session_container_before_it_is_answered(
     tmp_path, caplog
 ):
-    if not docker_ok():
-        if os.environ.get("CI") == "true":
-            pytest.fail("no Docker engine answers (.ci/run starts one)")
-        pytest.skip("no Docker engine answers")
+    require_docker()
     caplog.set_level(logging.WARNING)
     box = Toolbox(tmp_path)
     workspace = tmp_path / "workspace"
