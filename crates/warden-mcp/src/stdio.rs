@@ -8,8 +8,8 @@
 //! `initialize` with a protocol version before 2026-07-28) is answered here, on a task of its
 //! own that writes the answer itself: rmcp's service loop hands each request to a task, its
 //! answer back through a channel and on to a third task, and those hand-offs cost about a
-//! quarter of the server's CPU a call. Everything else, and every call of a newer session, goes through
-//! rmcp. A `notifications/cancelled` naming a call answered here stops it, as rmcp would; at
+//! quarter of the server's CPU a call. Everything else, and every call of a newer session,
+//! goes through rmcp. A `notifications/cancelled` naming a call answered here stops it, as rmcp would; at
 //! the end of input its calls get the same 5 s to answer as rmcp's, then are cancelled.
 
 use crate::handler::Handler;
@@ -59,7 +59,7 @@ impl Server {
         let handler = Handler::new(self.shared.clone());
         let session = handler.session.clone();
         let direct = Direct::new(handler.clone());
-        let transport = LineTransport::new(read, write).answering(direct.clone());
+        let transport = LineTransport::new(read, write, direct.clone());
         let served = match rmcp::serve_server(handler, transport).await {
             Ok(running) => running
                 .waiting()
@@ -84,27 +84,22 @@ pub(crate) struct LineTransport<R, W> {
     /// rmcp ends the session on anything but a request before `initialize`; until then,
     /// stray notifications and responses are dropped here.
     initialized: bool,
-    /// Answers plain calls itself, once a session of an older protocol version has opened.
-    direct: Option<Direct>,
+    /// Answers plain calls, once a session of an older protocol version has opened.
+    direct: Direct,
+    /// The session was opened by `initialize` with a version before 2026-07-28.
     legacy: bool,
 }
 
 impl<R: AsyncRead, W> LineTransport<R, W> {
-    pub(crate) fn new(read: R, write: W) -> Self {
+    fn new(read: R, write: W, direct: Direct) -> Self {
         let codec = AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), MAX_LINE);
         Self {
             lines: FramedRead::new(read, codec),
             out: Arc::new(Mutex::new(write)),
             initialized: false,
-            direct: None,
+            direct,
             legacy: false,
         }
-    }
-
-    /// Plain calls are answered by `direct` rather than rmcp's loop.
-    fn answering(mut self, direct: Direct) -> Self {
-        self.direct = Some(direct);
-        self
     }
 }
 
@@ -254,22 +249,20 @@ where
             if line.trim_ascii().is_empty() {
                 continue;
             }
-            if let Some(direct) = self
-                .direct
-                .as_ref()
-                .filter(|_| self.initialized && self.legacy)
+            if self.initialized
+                && self.legacy
                 && let Ok(call) = serde_json::from_slice::<PlainCall>(line)
                 && call.params.meta.is_none()
-                && !direct.handler.needs_peer(&call.params.name)
+                && !self.direct.handler.needs_peer(&call.params.name)
             {
-                direct.spawn(call, self.out.clone());
+                self.direct.spawn(call, self.out.clone());
                 continue;
             }
             match read(line) {
                 Ok(ClientJsonRpcMessage::Notification(n)) if self.initialized => {
                     if let ClientNotification::CancelledNotification(c) = &n.notification
-                        && let (Some(direct), Some(id)) = (&self.direct, &c.params.request_id)
-                        && direct.cancel(id)
+                        && let Some(id) = &c.params.request_id
+                        && self.direct.cancel(id)
                     {
                         continue;
                     }
