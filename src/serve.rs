@@ -35,10 +35,11 @@ pub(crate) fn serve(ctx: &Warden, args: ServeArgs) -> Result<ExitCode> {
     let protected = ctx.protected();
     let dir = ctx.toolbox.clone();
     let loader: Loader = Arc::new(move || backends.load(&dir, &protected));
+    // Each record is in the file before its call answers, so a signal loses none.
     let log = Arc::new(ctx.open_call_log()?);
     let options = Options {
         admission: Admission::default(),
-        call_log: Some(log.clone()),
+        call_log: Some(log),
         watch: Some(ctx.toolbox.clone()),
         ..Options::default()
     };
@@ -57,9 +58,6 @@ pub(crate) fn serve(ctx: &Warden, args: ServeArgs) -> Result<ExitCode> {
             signal = stop_signal() => signal,
         }
     });
-    // The log's writer may hold records of the last calls; a signal ends the process without
-    // the drops that would write them.
-    log.flush();
     runtime.shutdown_timeout(Duration::from_secs(2));
     served?;
     Ok(ExitCode::SUCCESS)

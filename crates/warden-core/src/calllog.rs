@@ -16,25 +16,23 @@ use serde_json::Value;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::mpsc::{self, Sender};
-use std::thread::JoinHandle;
-use writer::{Job, Kind, Line, Writer, rotated};
+use writer::{Kind, Line, Writer, rotated};
 
 mod writer;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// An append-only JSONL file of calls, rotated by size. A record is serialized on the
-/// caller's thread and written by a thread of the log's own, so a call never waits on the disk;
-/// [`CallLog::flush`] waits for what was written so far, and dropping the log writes the rest.
+/// An append-only JSONL file of calls, rotated by size. A record is serialized and redacted
+/// outside the log's lock and written on the caller's thread with one `write` (page cache, not
+/// `fsync`), so when [`CallLog::write`] returns the record is in the file: a process killed
+/// right after a call's answer still has that call's record. (A writer thread was tried: waking
+/// it for each record cost more than the `write`, and a kill could beat it to the file.)
 pub struct CallLog {
     path: PathBuf,
     rotation: Rotation,
-    /// Policies whose record has been handed to the writer: a call of a known policy does not
-    /// serialize it again.
+    /// Policies whose record has been written: a call of a known policy does not serialize it
+    /// again.
     described: Mutex<HashSet<String>>,
-    /// `None` only while dropping, to end the writer.
-    jobs: Option<Sender<Job>>,
-    writer: Option<JoinHandle<()>>,
+    file: Mutex<Writer>,
 }
 
 /// When the log is rotated, and how many rotated files are kept.
@@ -212,19 +210,16 @@ impl CallLog {
         Self::open_rotated(path, Rotation::default())
     }
 
-    /// Opens (creating) the log and its folder, rotated as `rotation` says, and starts its
-    /// writer.
+    /// Opens (creating) the log and its folder, rotated as `rotation` says.
     pub fn open_rotated(path: &Path, rotation: Rotation) -> std::io::Result<CallLog> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
-        let (jobs, writer) = Writer::open(path, rotation)?.spawn()?;
         Ok(CallLog {
             path: path.to_owned(),
             rotation,
             described: Mutex::default(),
-            jobs: Some(jobs),
-            writer: Some(writer),
+            file: Mutex::new(Writer::open(path, rotation)?),
         })
     }
 
@@ -254,8 +249,8 @@ impl CallLog {
         &self.path
     }
 
-    /// Appends `record` as one line, every string in it with `secrets` redacted. The line is
-    /// queued for the writer; a failure to write is logged, never fatal to the call.
+    /// Appends `record` as one line, every string in it with `secrets` redacted; it is in the
+    /// file when this returns. A failure to write is logged, never fatal to the call.
     pub fn write(&self, record: Record<'_>, secrets: &Secrets) {
         let text = match serialize(record, secrets) {
             Ok(text) => text,
@@ -269,41 +264,16 @@ impl CallLog {
             Record::Call(c) => Kind::Call(c.policy_digest.clone()),
             Record::Denied(_) => Kind::Denied,
         };
-        self.send(Job::Line(Line { text, kind }));
+        self.file
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .append_line(Line { text, kind });
     }
 
-    /// Waits until every record written before is in the file.
+    /// Waits until a record being written on another thread is in the file (each
+    /// [`CallLog::write`] has written its own when it returns).
     pub fn flush(&self) {
-        let (ack, done) = mpsc::sync_channel(1);
-        if self.send(Job::Flush(ack)) {
-            let _ = done.recv();
-        }
-    }
-
-    fn send(&self, job: Job) -> bool {
-        let sent = self
-            .jobs
-            .as_ref()
-            .is_some_and(|jobs| jobs.send(job).is_ok());
-        if !sent {
-            tracing::error!(
-                "the call log {} has no writer: records are lost",
-                self.path.display()
-            );
-        }
-        sent
-    }
-}
-
-impl Drop for CallLog {
-    /// Writes what is queued before the log goes.
-    fn drop(&mut self) {
-        drop(self.jobs.take());
-        if let Some(writer) = self.writer.take()
-            && writer.join().is_err()
-        {
-            tracing::error!("the call log's writer {} panicked", self.path.display());
-        }
+        drop(self.file.lock().unwrap_or_else(|p| p.into_inner()));
     }
 }
 

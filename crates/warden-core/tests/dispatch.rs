@@ -109,6 +109,45 @@ impl Bench {
     }
 }
 
+/// A call's record is in the file, unflushed, when its answer comes back: a process killed
+/// right after it answered keeps the record (the file is read without `flush`).
+#[tokio::test]
+async fn a_calls_record_is_in_the_file_when_its_answer_comes_back() {
+    let b = Bench::new(RunLimits::default());
+    let in_file = |id: &str| {
+        std::fs::read_to_string(b.log.path())
+            .unwrap()
+            .lines()
+            .any(|l| serde_json::from_str::<Value>(l).unwrap()["call_id"] == id)
+    };
+    for i in 0..50 {
+        let id = format!("alone{i}");
+        let arguments = if i % 2 == 0 {
+            json!({"n": i})
+        } else {
+            json!({"n": -1})
+        };
+        b.dispatcher.call(count(&id, arguments)).await;
+        assert!(in_file(&id), "{id} answered without its record");
+    }
+    let unknown = ToolCall::new("nameless", "no-such-tool", &json!({}));
+    b.dispatcher.call(unknown).await;
+    assert!(
+        in_file("nameless"),
+        "an unknown tool's call answered without its record"
+    );
+    let calls: Vec<ToolCall> = (0..20)
+        .map(|n| count(&format!("batch{n}"), json!({"n": n})))
+        .collect();
+    b.dispatcher.dispatch(calls).await;
+    for n in 0..20 {
+        assert!(
+            in_file(&format!("batch{n}")),
+            "batch{n} answered without its record"
+        );
+    }
+}
+
 fn count(id: &str, arguments: Value) -> ToolCall {
     ToolCall::new(id, "count", &arguments)
 }

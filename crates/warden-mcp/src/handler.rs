@@ -2,9 +2,10 @@
 
 use crate::convert;
 use crate::state::Shared;
+use rmcp::Peer;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, InitializeResult, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, InitializeResult,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -69,6 +70,46 @@ impl Session {
     }
 }
 
+impl Handler {
+    /// Whether a call of `name` needs the client (a reviewer asks through it).
+    pub(crate) fn needs_peer(&self, name: &str) -> bool {
+        let snapshot = self.shared.snapshot();
+        let tool = snapshot.dispatcher.toolbox().get(name);
+        tool.is_some_and(|t| t.review_required)
+    }
+
+    /// Runs one `tools/call` through this session's dispatcher; `None` when `cancelled`
+    /// resolved first (the call was stopped, its sandbox freed, and it is logged as
+    /// cancelled). `peer` is who a reviewer asks: without it, a call that needs review is
+    /// rejected.
+    pub(crate) async fn call(
+        &self,
+        request: CallToolRequestParams,
+        peer: Option<&Peer<RoleServer>>,
+        cancelled: impl Future<Output = ()>,
+    ) -> Option<CallToolResult> {
+        let snapshot = self.shared.snapshot();
+        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let call = ToolCall::new(self.shared.next_call_id(), request.name, &arguments);
+        let dispatcher = self.session.dispatcher(&snapshot.dispatcher);
+        let tool = snapshot.dispatcher.toolbox().get(&call.name);
+        let _review = tool
+            .filter(|t| t.review_required)
+            .zip(peer)
+            .map(|(_, peer)| self.shared.reviewer.register(&call.id, peer.clone()));
+        let start = Instant::now();
+        tokio::select! {
+            message = dispatcher.call(call.clone()) => Some(convert::call_result(&message, tool)),
+            () = cancelled => {
+                // Dropping the dispatcher's future above stopped the call and freed its sandbox;
+                // the answer goes nowhere but the log.
+                dispatcher.answer_cancelled(&call, self::cancelled(), start.elapsed());
+                None
+            }
+        }
+    }
+}
+
 impl ServerHandler for Handler {
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
@@ -99,27 +140,12 @@ impl ServerHandler for Handler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let snapshot = self.shared.snapshot();
-        let arguments = Value::Object(request.arguments.unwrap_or_default());
-        let call = ToolCall::new(self.shared.next_call_id(), request.name, &arguments);
-        let dispatcher = self.session.dispatcher(&snapshot.dispatcher);
-        let tool = snapshot.dispatcher.toolbox().get(&call.name);
-        let _review = tool.filter(|t| t.review_required).map(|_| {
-            self.shared
-                .reviewer
-                .register(&call.id, context.peer.clone())
-        });
-        let start = Instant::now();
-        tokio::select! {
-            message = dispatcher.call(call.clone()) => {
-                Ok(convert::call_result(&message, tool).into())
-            }
-            () = context.ct.cancelled() => {
-                // Dropping the dispatcher's future above stopped the call and freed its sandbox;
-                // the answer goes nowhere but the log.
-                dispatcher.answer_cancelled(&call, cancelled(), start.elapsed());
-                Err(ErrorData::internal_error("the call was cancelled", None))
-            }
+        match self
+            .call(request, Some(&context.peer), context.ct.cancelled())
+            .await
+        {
+            Some(result) => Ok(result.into()),
+            None => Err(ErrorData::internal_error("the call was cancelled", None)),
         }
     }
 

@@ -57,6 +57,21 @@ impl Executor for Nap {
     }
 }
 
+/// Answers `"awake"` after 300 ms.
+struct Doze;
+
+impl Executor for Doze {
+    fn execute(&self, _: Invocation) -> BoxFuture<'_, Result<Output, ToolError>> {
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Ok(Output {
+                content: "awake".into(),
+                ..Output::default()
+            })
+        })
+    }
+}
+
 /// A server over test tools, and its call log.
 fn server(dir: &Path) -> (Server, Arc<CallLog>) {
     std::fs::write(
@@ -73,6 +88,7 @@ fn server(dir: &Path) -> (Server, Arc<CallLog>) {
             Arc::new(Answer(json!(7))),
         )
         .tool("nap", Arc::new(Nap))
+        .tool("doze", Arc::new(Doze))
         .tool_with(
             "big",
             Some(json!({"type": "string"})),
@@ -183,6 +199,46 @@ async fn object_results_are_structured_as_they_are_scalars_are_wrapped() {
     assert!(big["result"].get("structuredContent").is_none());
     let text = big["result"]["content"][0]["text"].as_str().unwrap();
     assert!(text.contains("output truncated"), "{text}");
+}
+
+/// A call still running when the client's input ends is answered and logged before the
+/// server returns (a `warden serve` whose stdin closes then exits, dropping whatever runs).
+#[tokio::test]
+async fn a_call_running_when_input_ends_is_answered_before_the_server_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, log) = server(dir.path());
+    let (ours, theirs) = tokio::io::duplex(1 << 16);
+    let (read, write) = tokio::io::split(theirs);
+    let serving = tokio::spawn(server.serve_io(read, write));
+    let (read, write) = tokio::io::split(ours);
+    let mut client = Client {
+        write,
+        lines: BufReader::new(read).lines(),
+    };
+    let init = json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                      "clientInfo": {"name": "test", "version": "0"}});
+    client.request(0, "initialize", init).await;
+    client
+        .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    let call = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                      "params": {"name": "doze", "arguments": {}}});
+    client.send(call).await;
+    client.write.shutdown().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(30), serving)
+        .await
+        .expect("the server returns")
+        .unwrap()
+        .unwrap();
+    let dozes = records(&log)
+        .into_iter()
+        .filter(|r| r["tool"] == "doze")
+        .count();
+    assert_eq!(dozes, 1, "the call was logged before the server returned");
+    let line = client.lines.next_line().await.unwrap().expect("an answer");
+    let answer: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(answer["id"], 4, "{answer}");
+    assert_eq!(answer["result"]["content"][0]["text"], "awake", "{answer}");
 }
 
 #[tokio::test]

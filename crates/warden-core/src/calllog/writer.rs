@@ -1,20 +1,12 @@
-//! The call log's writer: a thread that owns the file, appends the lines calls hand it (all
-//! that are queued in one `write`), and rotates the file by size.
+//! The call log's file: appends each record's line (with the policy line it needs, in one
+//! `write`) and rotates the file by size. It is driven on the caller's thread, under the log's
+//! lock, so a record is in the file before its call's answer leaves warden.
 
 use super::Rotation;
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
-use std::thread::JoinHandle;
-
-/// What the writer is asked to do.
-pub(super) enum Job {
-    Line(Line),
-    /// Answer once every line queued before is written.
-    Flush(SyncSender<()>),
-}
 
 /// A serialized record, newline included, and what rotation needs to know of it.
 pub(super) struct Line {
@@ -37,7 +29,7 @@ pub(super) struct Writer {
     file: File,
     /// The file's size, queued lines included.
     bytes: u64,
-    /// Lines not yet written: what one `recv` and the jobs queued behind it brought.
+    /// The text of the next `write`: a record's line, after the policy line it needs.
     pending: String,
     /// The policies the current file describes.
     policies: HashSet<String>,
@@ -63,34 +55,11 @@ impl Writer {
         })
     }
 
-    /// Starts the thread; it ends, having written everything, when every sender is gone.
-    pub(super) fn spawn(self) -> std::io::Result<(Sender<Job>, JoinHandle<()>)> {
-        let (jobs, queue) = mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("warden-call-log".into())
-            .spawn(move || self.run(queue))?;
-        Ok((jobs, thread))
-    }
-
-    fn run(mut self, queue: Receiver<Job>) {
-        let mut acks = Vec::new();
-        while let Ok(job) = queue.recv() {
-            self.take(job, &mut acks);
-            while let Ok(job) = queue.try_recv() {
-                self.take(job, &mut acks);
-            }
-            self.write_pending();
-            for ack in acks.drain(..) {
-                let _ = ack.send(());
-            }
-        }
-    }
-
-    fn take(&mut self, job: Job, acks: &mut Vec<SyncSender<()>>) {
-        match job {
-            Job::Line(line) => self.queue(line),
-            Job::Flush(ack) => acks.push(ack),
-        }
+    /// Appends `line` (after the policy line it names, when this file lacks it) in one write,
+    /// rotating the file first when the line would take it past its size.
+    pub(super) fn append_line(&mut self, line: Line) {
+        self.queue(line);
+        self.write_pending();
     }
 
     fn queue(&mut self, line: Line) {
