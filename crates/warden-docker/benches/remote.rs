@@ -1,0 +1,128 @@
+//! A session's `echo hi` on an engine elsewhere beside this machine's: the second engine of
+//! the tests (`dockerd` in namespaces of its own, on a loopback TCP port with mutual TLS,
+//! reached through the tests' forwarder) and the local unix socket, taken in turns; then a
+//! session's start (container and shell, paid by its first command) on each. Not a test and
+//! not in CI: `cargo bench -p warden-docker --bench remote` (scripts/bench-docker), as root.
+//! Prints a markdown table.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a bench panics on what it cannot go on without"
+)]
+
+/// The tests' harness: the bench needs only the second engine of it.
+#[allow(
+    dead_code,
+    reason = "the tests' harness, of which the bench uses a part"
+)]
+#[path = "../tests/common/second_engine.rs"]
+mod second_engine;
+
+/// What the harness asks of the tests' common module.
+fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+fn is_root() -> bool {
+    std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false)
+}
+
+use second_engine::SecondEngine;
+use serde_json::json;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use warden_core::{Dispatcher, Policy, Status, ToolCall, Toolbox};
+use warden_docker::{DockerBackend, Engine, SANDBOX_IMAGE};
+
+/// Rounds of commands, each engine in turn.
+const ROUNDS: usize = 5;
+/// Commands per session and round.
+const COMMANDS: usize = 20;
+
+fn session(dir: &Path, name: &str, engine: Engine) -> Dispatcher {
+    let text = format!(
+        "[executor]\nkind = \"docker\"\nname = \"sh\"\nimage = \"{SANDBOX_IMAGE}\"\n\
+         argv = [\"/bin/sh\", \"-c\", \"{{command}}\"]\nsession = true\n"
+    );
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).expect("write the policy");
+    let backend = DockerBackend::new(engine.label("warden.bench", "1"));
+    let policy = Policy::load(&path, &[&backend]).expect("the policy loads");
+    let mut toolbox = Toolbox::default();
+    toolbox
+        .add_policy(Arc::new(policy), &[&backend])
+        .expect("the tool loads");
+    Dispatcher::new(Arc::new(toolbox))
+}
+
+async fn echo(d: &Dispatcher) -> Duration {
+    let call = ToolCall::new("c", "sh", &json!({"command": "echo hi"}));
+    let start = Instant::now();
+    let m = d.call(call).await;
+    let took = start.elapsed();
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    took
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Median and 90th percentile.
+fn spread(mut times: Vec<Duration>) -> (f64, f64) {
+    times.sort();
+    let at = |q: f64| ms(times[((times.len() - 1) as f64 * q).round() as usize]);
+    (at(0.5), at(0.9))
+}
+
+#[tokio::main]
+async fn main() {
+    let second = SecondEngine::get().expect("the second engine runs here (as root)");
+    let certs = second.certs().good;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let mut commands = [Vec::new(), Vec::new()];
+    let mut starts = [Vec::new(), Vec::new()];
+    for _ in 0..ROUNDS {
+        for (i, name) in ["local", "remote"].into_iter().enumerate() {
+            let engine = match i {
+                0 => Engine::from_env(),
+                _ => second.engine(&certs),
+            };
+            let d = session(dir.path(), name, engine);
+            starts[i].push(echo(&d).await);
+            for _ in 0..COMMANDS {
+                commands[i].push(echo(&d).await);
+            }
+            d.close().await;
+        }
+    }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "\n| session, `echo hi` | this machine's engine (unix socket) | engine elsewhere (tcp, mutual TLS) |"
+    );
+    println!("|---|---|---|");
+    let [local, remote] = commands.map(spread);
+    println!(
+        "| a command, median / p90 ({} each) | {:.2} / {:.2} ms | {:.2} / {:.2} ms |",
+        ROUNDS * COMMANDS,
+        local.0,
+        local.1,
+        remote.0,
+        remote.1
+    );
+    let [local, remote] = starts.map(spread);
+    println!(
+        "| the session's start (its first command), median / p90 ({ROUNDS} each) | {:.1} / {:.1} ms | {:.1} / {:.1} ms |",
+        local.0, local.1, remote.0, remote.1
+    );
+    println!(
+        "\nload average before the table: {}",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+}
