@@ -260,6 +260,9 @@ fn forward(listener: TcpListener, netns: PathBuf) {
                 let Ok(engine) = TcpStream::connect((Ipv4Addr::LOCALHOST, INNER_PORT)) else {
                     return;
                 };
+                // A relay adds no delay of its own: small writes (a session's command line) go
+                // out at once rather than waiting on the ACK of the one before (Nagle).
+                let _ = (client.set_nodelay(true), engine.set_nodelay(true));
                 let (Ok(mut up), Ok(mut down)) = (client.try_clone(), engine.try_clone()) else {
                     return;
                 };
