@@ -154,6 +154,30 @@ async def wait_for(predicate, timeout: float = 20.0, every: float = 0.05):
             await anyio.sleep(every)
 
 
+HOST_SHELL = "/bin/bash"
+
+
+def host_shell_policy(uid: int, workspace: Path) -> str:
+    """A host session shell (`host-shell`) run as `uid`, with `workspace` granted read-only."""
+    return f"""
+[executor]
+kind = "host"
+name = "host-shell"
+argv = ["{HOST_SHELL}", "-c", "{{command}}"]
+session = true
+user = "{uid}:{uid}"
+processes = 32
+tmp = "16MiB"
+
+[grants]
+env = {{ PATH = "/usr/local/bin:/usr/bin:/bin" }}
+fs = [{{ host = "{workspace}", access = "read-only" }}]
+
+[limits]
+timeout = "20s"
+"""
+
+
 def processes_of(uid: int) -> list[int]:
     """Pids of the processes whose owner is `uid`."""
     pids = []

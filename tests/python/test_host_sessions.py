@@ -17,13 +17,15 @@ import anyio
 import pytest
 
 from harness import (
-    Toolbox,
+    HOST_SHELL,
     connect,
+    host_shell_policy,
     http_server,
     pid_namespace,
     processes_in,
     processes_of,
     session,
+    Toolbox,
     wait_for,
 )
 
@@ -31,7 +33,7 @@ pytestmark = pytest.mark.anyio
 
 # A shell whose failed forks do not return as the shell (the README says why busybox ash is
 # not one); CI installs bash.
-SHELL = "/bin/bash"
+SHELL = HOST_SHELL
 
 
 def error_kind(result) -> str:
@@ -59,25 +61,7 @@ class HostSessions:
         self.box = Toolbox(root)
         self.workspace = Path(tempfile.mkdtemp(dir="/var/tmp"))
         self.workspace.chmod(0o755)
-        (self.box.dir / "host-shell.toml").write_text(
-            f"""
-[executor]
-kind = "host"
-name = "host-shell"
-argv = ["{SHELL}", "-c", "{{command}}"]
-session = true
-user = "{uid}:{uid}"
-processes = 32
-tmp = "16MiB"
-
-[grants]
-env = {{ PATH = "/usr/local/bin:/usr/bin:/bin" }}
-fs = [{{ host = "{self.workspace}", access = "read-only" }}]
-
-[limits]
-timeout = "20s"
-"""
-        )
+        (self.box.dir / "host-shell.toml").write_text(host_shell_policy(uid, self.workspace))
         assert processes_of(uid) == [], f"user {uid} already runs processes"
 
     def cleanup(self):

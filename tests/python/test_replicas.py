@@ -30,11 +30,13 @@ import pytest
 from mcp.shared.exceptions import McpError
 
 from harness import (
+    HOST_SHELL,
     ROOT,
-    Toolbox,
     connect_with_id,
+    host_shell_policy,
     processes_in,
     processes_of,
+    Toolbox,
     wait_for,
     warden_bin,
 )
@@ -43,7 +45,7 @@ pytestmark = pytest.mark.anyio
 
 HAPROXY = Path("/usr/sbin/haproxy")
 CONFIG = ROOT / "examples" / "haproxy.cfg"
-SHELL = "/bin/bash"
+SHELL = HOST_SHELL
 # The shell runs as a user of this test's own: its processes are this test's only.
 UID = 65480
 STATELESS = "2026-07-28"
@@ -150,25 +152,7 @@ class Cluster:
         # Outside /tmp: a root below /tmp would cost the session its private /tmp.
         self.workspace = Path(tempfile.mkdtemp(dir="/var/tmp"))
         self.workspace.chmod(0o755)
-        (self.box.dir / "host-shell.toml").write_text(
-            f"""
-[executor]
-kind = "host"
-name = "host-shell"
-argv = ["{SHELL}", "-c", "{{command}}"]
-session = true
-user = "{UID}:{UID}"
-processes = 32
-tmp = "16MiB"
-
-[grants]
-env = {{ PATH = "/usr/local/bin:/usr/bin:/bin" }}
-fs = [{{ host = "{self.workspace}", access = "read-only" }}]
-
-[limits]
-timeout = "20s"
-"""
-        )
+        (self.box.dir / "host-shell.toml").write_text(host_shell_policy(UID, self.workspace))
         # Loading never reaches the engine: the tests that use it check for one first.
         (self.box.dir / "docker-shell.toml").write_text(DOCKER_SHELL)
         self.procs: list[subprocess.Popen] = []

@@ -36,6 +36,13 @@ macro_rules! copying_or_skip {
     };
 }
 
+/// A session shell whose workdir `/rw` is `rw`, copied in and written back.
+fn copy_back_session(h: &Harness, rw: &Path, limits: &str) -> warden_core::Dispatcher {
+    let grants = format!("fs = [{}]", root(rw, "/rw", "read-write"));
+    let executor = "session = true\ncopy_back = true\nworkdir = \"/rw\"";
+    h.dispatcher("sh", &h.shell_policy(executor, &grants, limits))
+}
+
 fn root(host: &Path, guest: &str, access: &str) -> String {
     format!(
         "{{ host = \"{}\", guest = \"{guest}\", access = \"{access}\" }}",
@@ -251,15 +258,7 @@ async fn a_call_writes_its_changes_back_and_the_audit_says_how() {
 async fn a_session_writes_back_at_its_end_only() {
     let h = copying_or_skip!();
     let rw = h.folder("rw");
-    let grants = format!("fs = [{}]", root(&rw, "/rw", "read-write"));
-    let d = h.dispatcher(
-        "sh",
-        &h.shell_policy(
-            "session = true\ncopy_back = true\nworkdir = \"/rw\"",
-            &grants,
-            "",
-        ),
-    );
+    let d = copy_back_session(&h, &rw, "");
     let m = call(&d, "sh", cmd("echo one > made.txt && cat made.txt")).await;
     assert_eq!(m.status, Status::Success, "{}", m.content);
     assert!(
@@ -446,15 +445,7 @@ async fn a_session_reset_answers_how_its_write_back_went() {
     let rw = h.folder("rw");
     std::fs::write(rw.join("both.txt"), "original").unwrap();
     std::fs::write(rw.join("mine.txt"), "original").unwrap();
-    let grants = format!("fs = [{}]", root(&rw, "/rw", "read-write"));
-    let d = h.dispatcher(
-        "sh",
-        &h.shell_policy(
-            "session = true\ncopy_back = true\nworkdir = \"/rw\"",
-            &grants,
-            "",
-        ),
-    );
+    let d = copy_back_session(&h, &rw, "");
     let m = call(
         &d,
         "sh",
@@ -556,15 +547,7 @@ async fn a_timed_out_call_writes_nothing_back() {
 async fn a_session_reset_by_a_timeout_still_writes_back_what_the_session_wrote() {
     let h = copying_or_skip!();
     let rw = h.folder("rw");
-    let grants = format!("fs = [{}]", root(&rw, "/rw", "read-write"));
-    let d = h.dispatcher(
-        "sh",
-        &h.shell_policy(
-            "session = true\ncopy_back = true\nworkdir = \"/rw\"",
-            &grants,
-            "timeout = \"5s\"",
-        ),
-    );
+    let d = copy_back_session(&h, &rw, "timeout = \"5s\"");
     // Big enough that reading it back outlasts what is left of the timed-out call's time.
     let m = call(
         &d,

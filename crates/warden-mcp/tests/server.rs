@@ -121,9 +121,19 @@ struct Client {
 
 impl Client {
     async fn start(server: Server) -> Client {
+        Client::serving(server).await.0
+    }
+
+    /// An initialized client, and the task serving it (it ends when the server returns).
+    async fn serving(
+        server: Server,
+    ) -> (
+        Client,
+        tokio::task::JoinHandle<Result<(), warden_mcp::Error>>,
+    ) {
         let (ours, theirs) = tokio::io::duplex(1 << 16);
         let (read, write) = tokio::io::split(theirs);
-        tokio::spawn(server.serve_io(read, write));
+        let serving = tokio::spawn(server.serve_io(read, write));
         let (read, write) = tokio::io::split(ours);
         let mut client = Client {
             write,
@@ -135,7 +145,7 @@ impl Client {
         client
             .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
             .await;
-        client
+        (client, serving)
     }
 
     async fn send(&mut self, message: Value) {
@@ -207,20 +217,7 @@ async fn object_results_are_structured_as_they_are_scalars_are_wrapped() {
 async fn a_call_running_when_input_ends_is_answered_before_the_server_returns() {
     let dir = tempfile::tempdir().unwrap();
     let (server, log) = server(dir.path());
-    let (ours, theirs) = tokio::io::duplex(1 << 16);
-    let (read, write) = tokio::io::split(theirs);
-    let serving = tokio::spawn(server.serve_io(read, write));
-    let (read, write) = tokio::io::split(ours);
-    let mut client = Client {
-        write,
-        lines: BufReader::new(read).lines(),
-    };
-    let init = json!({"protocolVersion": "2025-06-18", "capabilities": {},
-                      "clientInfo": {"name": "test", "version": "0"}});
-    client.request(0, "initialize", init).await;
-    client
-        .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-        .await;
+    let (mut client, serving) = Client::serving(server).await;
     let call = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
                       "params": {"name": "doze", "arguments": {}}});
     client.send(call).await;
