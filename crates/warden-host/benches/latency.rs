@@ -3,7 +3,8 @@
 //! fresh process tree — its sandbox set up on the call's path (no preparation: the path before
 //! sandboxes were prepared ahead) and prepared ahead — and a command in a host session (one
 //! confined shell for all of them). Then batches of 200 calls: wall and CPU per call at the
-//! margin, beside a batch of plain spawns.
+//! margin, beside a batch of plain spawns, with one sandbox prepared ahead and with as many
+//! as the batch runs at a time.
 //! Not a test and not in CI: `cargo bench -p warden-host --bench latency` (scripts/bench-host).
 //! Prints markdown tables; the difference of the piped spawn and the per-call policy is the
 //! confinement's cost, the session row what a command costs once the shell runs.
@@ -22,6 +23,9 @@ use warden_core::{Dispatcher, Policy, Status, ToolCall, Toolbox};
 use warden_host::{Helper, HostBackend};
 
 const RUNS: usize = 200;
+
+/// How many calls of a batch run at a time: the dispatcher's default.
+const BATCH_CONCURRENCY: usize = 16;
 
 /// A dispatcher (one session) over one host tool named `name`, with `executor` lines, which
 /// keeps `prepared` sandboxes ahead.
@@ -108,11 +112,11 @@ fn cpu() -> Duration {
 }
 
 /// Wall and CPU per call of one batch of `RUNS` calls of `true`, after one call to warm up
-/// (and to leave a prepared sandbox, when the tool keeps one).
+/// (and time to make up the tool's prepared sandboxes, when it keeps some).
 async fn batch(d: &Dispatcher) -> (Duration, Duration) {
     let m = d.call(ToolCall::new("warm", "true", &json!({}))).await;
     assert_eq!(m.status, Status::Success, "{}", m.content);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let calls = (0..RUNS)
         .map(|i| ToolCall::new(format!("b{i}"), "true", &json!({})))
         .collect();
@@ -128,7 +132,7 @@ async fn batch(d: &Dispatcher) -> (Duration, Duration) {
 /// The floor of a batch: `RUNS` piped spawns of `/bin/true`, 16 at a time (the dispatcher's
 /// default concurrency).
 async fn spawns_batch() -> (Duration, Duration) {
-    let gate = Arc::new(tokio::sync::Semaphore::new(16));
+    let gate = Arc::new(tokio::sync::Semaphore::new(BATCH_CONCURRENCY));
     let (start, cpu0) = (Instant::now(), cpu());
     let mut set = tokio::task::JoinSet::new();
     for _ in 0..RUNS {
@@ -179,6 +183,8 @@ fn main() {
     let argv = "argv = [\"/bin/true\"]";
     let cold = dispatcher(dir.path(), "true", argv, 0);
     let ahead = dispatcher(dir.path(), "true", argv, warden_host::DEFAULT_PREPARED);
+    // As many prepared as a batch runs at a time.
+    let deep = dispatcher(dir.path(), "true", argv, BATCH_CONCURRENCY);
     let s = dispatcher(
         dir.path(),
         "sh",
@@ -205,11 +211,12 @@ fn main() {
             session(&s, "/bin/true").await,
         )
     });
-    let (floor, batch_before, batch_ahead) = rt.block_on(async {
+    let (floor, batch_before, batch_ahead, batch_deep) = rt.block_on(async {
         (
             spawns_batch().await,
             batch(&cold).await,
             batch(&ahead).await,
+            batch(&deep).await,
         )
     });
     println!("\n| `true`, {RUNS} runs | min | median | p90 |");
@@ -253,6 +260,10 @@ fn main() {
         ("piped spawns of `/bin/true` (the floor)", floor),
         ("warden host policy, no preparation", batch_before),
         ("warden host policy, sandboxes prepared ahead", batch_ahead),
+        (
+            "warden host policy, 16 sandboxes prepared ahead",
+            batch_deep,
+        ),
     ] {
         println!("| {name} | {:.0} µs | {:.0} µs |", us(wall), us(used));
     }
