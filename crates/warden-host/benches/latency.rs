@@ -3,7 +3,9 @@
 //! fresh process tree — its sandbox set up on the call's path (no preparation: the path before
 //! sandboxes were prepared ahead) and prepared ahead — and a command in a host session (one
 //! confined shell for all of them). Then batches of 200 calls: wall and CPU per call at the
-//! margin, beside a batch of plain spawns.
+//! margin, beside a batch of plain spawns, with one sandbox prepared ahead and with as many
+//! as the batch runs at a time. With `WARDEN_STATIC_HELPER` naming the helper linked
+//! statically (scripts/bench-host builds one), the prepared rows again with that helper.
 //! Not a test and not in CI: `cargo bench -p warden-host --bench latency` (scripts/bench-host).
 //! Prints markdown tables; the difference of the piped spawn and the per-call policy is the
 //! confinement's cost, the session row what a command costs once the shell runs.
@@ -23,9 +25,23 @@ use warden_host::{Helper, HostBackend};
 
 const RUNS: usize = 200;
 
+/// How many calls of a batch run at a time: the dispatcher's default.
+const BATCH_CONCURRENCY: usize = 16;
+
+/// The helper as cargo builds it (linked dynamically).
+fn built_helper() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_warden-host-helper"))
+}
+
 /// A dispatcher (one session) over one host tool named `name`, with `executor` lines, which
-/// keeps `prepared` sandboxes ahead.
-fn dispatcher(dir: &std::path::Path, name: &str, executor: &str, prepared: usize) -> Dispatcher {
+/// keeps `prepared` sandboxes ahead and starts `helper`.
+fn dispatcher(
+    dir: &std::path::Path,
+    name: &str,
+    executor: &str,
+    prepared: usize,
+    helper: PathBuf,
+) -> Dispatcher {
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(
         &path,
@@ -33,7 +49,7 @@ fn dispatcher(dir: &std::path::Path, name: &str, executor: &str, prepared: usize
     )
     .expect("write the policy");
     let backend = HostBackend::new(Helper {
-        program: PathBuf::from(env!("CARGO_BIN_EXE_warden-host-helper")),
+        program: helper,
         args: Vec::new(),
     })
     .prepared(prepared);
@@ -108,11 +124,11 @@ fn cpu() -> Duration {
 }
 
 /// Wall and CPU per call of one batch of `RUNS` calls of `true`, after one call to warm up
-/// (and to leave a prepared sandbox, when the tool keeps one).
+/// (and time to make up the tool's prepared sandboxes, when it keeps some).
 async fn batch(d: &Dispatcher) -> (Duration, Duration) {
     let m = d.call(ToolCall::new("warm", "true", &json!({}))).await;
     assert_eq!(m.status, Status::Success, "{}", m.content);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let calls = (0..RUNS)
         .map(|i| ToolCall::new(format!("b{i}"), "true", &json!({})))
         .collect();
@@ -128,7 +144,7 @@ async fn batch(d: &Dispatcher) -> (Duration, Duration) {
 /// The floor of a batch: `RUNS` piped spawns of `/bin/true`, 16 at a time (the dispatcher's
 /// default concurrency).
 async fn spawns_batch() -> (Duration, Duration) {
-    let gate = Arc::new(tokio::sync::Semaphore::new(16));
+    let gate = Arc::new(tokio::sync::Semaphore::new(BATCH_CONCURRENCY));
     let (start, cpu0) = (Instant::now(), cpu());
     let mut set = tokio::task::JoinSet::new();
     for _ in 0..RUNS {
@@ -177,13 +193,32 @@ fn main() {
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
     let dir = tempfile::tempdir().expect("a temp dir");
     let argv = "argv = [\"/bin/true\"]";
-    let cold = dispatcher(dir.path(), "true", argv, 0);
-    let ahead = dispatcher(dir.path(), "true", argv, warden_host::DEFAULT_PREPARED);
+    let cold = dispatcher(dir.path(), "true", argv, 0, built_helper());
+    let ahead = dispatcher(
+        dir.path(),
+        "true",
+        argv,
+        warden_host::DEFAULT_PREPARED,
+        built_helper(),
+    );
+    // As many prepared as a batch runs at a time.
+    let deep = dispatcher(dir.path(), "true", argv, BATCH_CONCURRENCY, built_helper());
+    // The same helper linked statically, when scripts/bench-host built one.
+    let linked_static = std::env::var_os("WARDEN_STATIC_HELPER").map(|helper| {
+        dispatcher(
+            dir.path(),
+            "true",
+            argv,
+            warden_host::DEFAULT_PREPARED,
+            PathBuf::from(helper),
+        )
+    });
     let s = dispatcher(
         dir.path(),
         "sh",
         "argv = [\"/bin/sh\", \"-c\", \"{command}\"]\nsession = true",
         0,
+        built_helper(),
     );
     let apart = Duration::from_millis(10);
     let mut plain = plain();
@@ -205,12 +240,20 @@ fn main() {
             session(&s, "/bin/true").await,
         )
     });
-    let (floor, batch_before, batch_ahead) = rt.block_on(async {
+    let (floor, batch_before, batch_ahead, batch_deep) = rt.block_on(async {
         (
             spawns_batch().await,
             batch(&cold).await,
             batch(&ahead).await,
+            batch(&deep).await,
         )
+    });
+    // Its own rows after the others, so that those keep their order and load.
+    let static_rows = linked_static.as_ref().map(|d| {
+        rt.block_on(async {
+            let mut times = confined(d, Duration::ZERO).await;
+            (stats(&mut times), batch(d).await)
+        })
     });
     println!("\n| `true`, {RUNS} runs | min | median | p90 |");
     println!("|---|---:|---:|---:|");
@@ -253,8 +296,24 @@ fn main() {
         ("piped spawns of `/bin/true` (the floor)", floor),
         ("warden host policy, no preparation", batch_before),
         ("warden host policy, sandboxes prepared ahead", batch_ahead),
+        (
+            "warden host policy, 16 sandboxes prepared ahead",
+            batch_deep,
+        ),
     ] {
         println!("| {name} | {:.0} µs | {:.0} µs |", us(wall), us(used));
+    }
+    if let Some(((min, median, p90), (wall, used))) = static_rows {
+        println!("\n| helper linked statically, sandbox prepared ahead | |");
+        println!("|---|---|");
+        println!(
+            "| calls back to back | min {min:.0} µs, median {median:.0} µs, p90 {p90:.0} µs |"
+        );
+        println!(
+            "| batch of {RUNS}, 16 at a time | wall {:.0} µs, CPU {:.0} µs per call |",
+            us(wall),
+            us(used)
+        );
     }
     println!(
         "\nThe confinement costs {:.0} µs per call set up on the call's path, {:.0} µs prepared \
