@@ -88,9 +88,26 @@ impl Handler {
         peer: Option<&Peer<RoleServer>>,
         cancelled: impl Future<Output = ()>,
     ) -> Option<CallToolResult> {
+        let arguments = Value::Object(request.arguments.unwrap_or_default()).to_string();
+        self.call_text(request.name.into(), arguments, peer, cancelled)
+            .await
+    }
+
+    /// [`Handler::call`] of the tool `name` with its arguments as a JSON object's text, which
+    /// the dispatcher parses: the stdio transport hands on the text as the client wrote it.
+    pub(crate) async fn call_text(
+        &self,
+        name: String,
+        arguments: String,
+        peer: Option<&Peer<RoleServer>>,
+        cancelled: impl Future<Output = ()>,
+    ) -> Option<CallToolResult> {
         let snapshot = self.shared.snapshot();
-        let arguments = Value::Object(request.arguments.unwrap_or_default());
-        let call = ToolCall::new(self.shared.next_call_id(), request.name, &arguments);
+        let call = ToolCall {
+            id: self.shared.next_call_id(),
+            name,
+            arguments,
+        };
         let dispatcher = self.session.dispatcher(&snapshot.dispatcher);
         let tool = snapshot.dispatcher.toolbox().get(&call.name);
         let _review = tool

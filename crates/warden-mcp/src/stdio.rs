@@ -25,7 +25,8 @@ use rmcp::model::{
 };
 use rmcp::model::{ClientNotification, ProtocolVersion, ServerResult};
 use rmcp::transport::Transport;
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::io;
@@ -135,9 +136,14 @@ impl Direct {
         self.running().insert(id.clone(), token.clone());
         let this = self.clone();
         tokio::spawn(async move {
-            let mut params = CallToolRequestParams::new(call.params.name);
-            params.arguments = call.params.arguments;
-            let answered = this.handler.call(params, None, token.cancelled()).await;
+            let arguments = call
+                .params
+                .arguments
+                .map_or_else(|| "{}".to_owned(), |raw| String::from(raw.get()));
+            let answered = this
+                .handler
+                .call_text(call.params.name, arguments, None, token.cancelled())
+                .await;
             if let Some(result) = answered {
                 // What rmcp does to every result for a session before 2026-07-28.
                 let mut result = ServerResult::CallToolResult(result);
@@ -298,8 +304,10 @@ where
 
 /// One line as a message, or the answer to send instead (`None`: stay silent).
 fn read(line: &[u8]) -> Result<ClientJsonRpcMessage, Option<Value>> {
-    if let Ok(call) = serde_json::from_slice::<PlainCall>(line) {
-        return Ok(call.into_message());
+    if let Ok(call) = serde_json::from_slice::<PlainCall>(line)
+        && let Ok(message) = call.into_message()
+    {
+        return Ok(message);
     }
     match serde_json::from_slice::<ClientJsonRpcMessage>(line) {
         Ok(ClientJsonRpcMessage::Request(request)) if is_misshapen(&request.request) => {
@@ -313,6 +321,8 @@ fn read(line: &[u8]) -> Result<ClientJsonRpcMessage, Option<Value>> {
 /// A `tools/call` of the usual shape, read in one pass. rmcp reads any message by trying
 /// each kind and each request in turn over a buffered copy, about a sixth of a call's cost
 /// on this path; a line with anything more (another field, `inputResponses`) takes that way.
+/// The arguments stay the client's text: the dispatcher parses them once, where reading them
+/// into a map here and writing them out again for it cost a parse and a print a call.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PlainCall {
@@ -326,17 +336,33 @@ struct PlainCall {
 #[serde(deny_unknown_fields)]
 struct PlainCallParams {
     name: String,
-    #[serde(default)]
-    arguments: Option<JsonObject>,
+    #[serde(default, deserialize_with = "object_text")]
+    arguments: Option<Box<RawValue>>,
     #[serde(rename = "_meta", default)]
     meta: Option<JsonObject>,
 }
 
+/// The text of `arguments` when it is an object, none when it is null; anything else is not a
+/// plain call (rmcp's reading answers it as invalid params).
+fn object_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    let raw = Option::<Box<RawValue>>::deserialize(d)?;
+    match raw {
+        Some(raw) if !raw.get().starts_with('{') => {
+            Err(serde::de::Error::custom("arguments are not an object"))
+        }
+        raw => Ok(raw),
+    }
+}
+
 impl PlainCall {
     /// The message rmcp's own reading makes of the same line: `_meta` in the extensions.
-    fn into_message(self) -> ClientJsonRpcMessage {
+    fn into_message(self) -> serde_json::Result<ClientJsonRpcMessage> {
         let mut params = CallToolRequestParams::new(self.params.name);
-        params.arguments = self.params.arguments;
+        params.arguments = self
+            .params
+            .arguments
+            .map(|raw| serde_json::from_str::<JsonObject>(raw.get()))
+            .transpose()?;
         let mut request = Request::new(params);
         request.method = self.method;
         if let Some(meta) = self.params.meta {
@@ -344,11 +370,11 @@ impl PlainCall {
                 .extensions
                 .insert(RequestMetaObject(MetaObject(meta)));
         }
-        ClientJsonRpcMessage::Request(JsonRpcRequest {
+        Ok(ClientJsonRpcMessage::Request(JsonRpcRequest {
             jsonrpc: self.jsonrpc,
             id: self.id,
             request: ClientRequest::CallToolRequest(request),
-        })
+        }))
     }
 }
 
@@ -461,7 +487,8 @@ mod tests {
         for line in lines {
             let plain = serde_json::from_slice::<PlainCall>(line.as_bytes())
                 .unwrap()
-                .into_message();
+                .into_message()
+                .unwrap();
             let rmcp = serde_json::from_str::<ClientJsonRpcMessage>(line).unwrap();
             assert_eq!(
                 serde_json::to_value(&plain).unwrap(),
@@ -487,6 +514,10 @@ mod tests {
             assert!(serde_json::from_str::<PlainCall>(more).is_err(), "{more}");
             assert!(read(more.as_bytes()).is_ok(), "rmcp reads it: {more}");
         }
+        // Arguments that are not an object: not plain, and rmcp's reading refuses them.
+        let scalar = r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"add","arguments":5}}"#;
+        assert!(serde_json::from_str::<PlainCall>(scalar).is_err());
+        assert_eq!(answer(scalar).unwrap()["error"]["code"], -32602);
     }
 
     #[test]
