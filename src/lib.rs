@@ -56,6 +56,11 @@ pub use warden_core::{
 /// The first argument that makes a program warden's host helper.
 pub const HOST_HELPER_ARG: &str = "__warden-host-helper";
 
+/// The small host helper program built and installed beside `warden`
+/// (`src/bin/warden-helper.rs`): host calls start it when it is there and of the same build,
+/// and re-execute this program ([`run_host_helper_if_asked`]) otherwise.
+pub const HELPER_PROGRAM: &str = "warden-helper";
+
 /// Becomes the host executor's sandbox helper, and never returns, when this process was
 /// started as one. Call it first thing in `main`, while the process has one thread.
 pub fn run_host_helper_if_asked() {
@@ -93,11 +98,12 @@ pub struct Warden {
     pub egress: Egress,
     /// Docker tools share one engine (connected on their first call, never at load).
     pub docker: DockerBackend,
-    /// Host tools start their calls through this program, re-executed as the helper.
+    /// Host tools start their calls through [`HELPER_PROGRAM`] beside this program, or this
+    /// program re-executed as the helper.
     pub host: HostBackend,
     /// Called before a component is compiled.
     pub on_compile: CompileHook,
-    /// What the WebAssembly engine is sized for.
+    /// What the WebAssembly engine and host sandboxes prepared ahead are sized for.
     pub workload: Workload,
 }
 
@@ -157,7 +163,8 @@ impl Builder {
         self
     }
 
-    /// What the WebAssembly engine is sized for [default: a server's many calls].
+    /// What warden is sized for [default: a server's many calls]: the WebAssembly engine's
+    /// pool, and host sandboxes prepared ahead (none for a one-shot workload).
     pub fn workload(mut self, workload: Workload) -> Self {
         self.workload = workload;
         self
@@ -179,7 +186,8 @@ impl Builder {
             toolbox: self.toolbox,
             egress: self.egress,
             docker: DockerBackend::new(Engine::from_env()),
-            host: HostBackend::new(Helper::this_program(&[HOST_HELPER_ARG])),
+            host: HostBackend::new(Helper::this_program(&[HOST_HELPER_ARG]))
+                .preferring_beside(HELPER_PROGRAM),
             on_compile: self.on_compile,
             workload: self.workload,
         })
@@ -224,12 +232,22 @@ impl Warden {
             .workload(self.workload)
     }
 
+    /// The host backend as configured; a one-shot workload prepares no sandbox ahead (its
+    /// one call would start its own beside it).
+    fn host_backend(&self) -> HostBackend {
+        let host = self.host.clone().egress(self.egress.clone());
+        match self.workload {
+            Workload::OneShot => host.prepared(0),
+            Workload::Server => host,
+        }
+    }
+
     /// Every backend this build has: a new executor kind is one more line here.
     pub fn backends(&self) -> Backends {
         Backends(vec![
             Box::new(self.wasm()),
             Box::new(self.docker.clone().egress(self.egress.clone())),
-            Box::new(self.host.clone().egress(self.egress.clone())),
+            Box::new(self.host_backend()),
         ])
     }
 

@@ -1,5 +1,6 @@
-//! The shipped host shell policy end to end through the `warden` binary, which re-executes
-//! itself as the sandbox helper: usable as it is, confined, and honest in the audit.
+//! The shipped host shell policy end to end through the `warden` binary, which starts the
+//! small `warden-helper` beside it as the sandbox helper (or re-executes itself when that is
+//! missing or of another build): usable as it is, confined, and honest in the audit.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -32,7 +33,11 @@ impl Env {
     }
 
     fn warden(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_warden"))
+        self.warden_at(Path::new(env!("CARGO_BIN_EXE_warden")), args)
+    }
+
+    fn warden_at(&self, warden: &Path, args: &[&str]) -> Output {
+        Command::new(warden)
             .args(args)
             .env("WARDEN_TOOLBOX", self.dir.path().join("policies"))
             .env("WARDEN_HOME", self.home())
@@ -203,6 +208,93 @@ fn a_user_other_than_root_is_confined_in_a_user_namespace() {
     let isolation = m["error"]["details"]["isolation"].clone();
     assert_eq!(isolation["user_namespace"], true, "{m}");
     assert_eq!(isolation["pid_namespace"], true, "{m}");
+}
+
+/// The programs of `child`'s children that lived a while (a call's helper, not a fork on its
+/// way to `exec` or a quick question), polled until `child` ends; each one's last seen.
+fn children_programs(child: &mut std::process::Child) -> Vec<PathBuf> {
+    use std::time::{Duration, Instant};
+    let mut seen: std::collections::BTreeMap<String, (Instant, Instant, PathBuf)> =
+        Default::default();
+    while child.try_wait().unwrap().is_none() {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", child.id()));
+        for task in tasks.into_iter().flatten().flatten() {
+            let children = std::fs::read_to_string(task.path().join("children"));
+            for pid in children.unwrap_or_default().split_whitespace() {
+                if let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) {
+                    let now = Instant::now();
+                    let entry = seen.entry(pid.to_owned()).or_insert((now, now, exe.clone()));
+                    (entry.1, entry.2) = (now, exe);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut programs: Vec<PathBuf> = seen
+        .into_values()
+        .filter(|(first, last, _)| *last - *first > Duration::from_millis(300))
+        .map(|(_, _, exe)| exe)
+        .collect();
+    programs.sort();
+    programs.dedup();
+    programs
+}
+
+/// `warden call host-shell "sleep 1"` from `warden`; the programs of its children meanwhile.
+fn helper_programs(env: &Env, warden: &Path) -> Vec<PathBuf> {
+    let mut child = Command::new(warden)
+        .args(["call", "host-shell", r#"{"command": "sleep 1; echo slept"}"#])
+        .env("WARDEN_TOOLBOX", env.dir.path().join("policies"))
+        .env("WARDEN_HOME", env.home())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("warden runs");
+    let programs = children_programs(&mut child);
+    let out = child.wait_with_output().unwrap();
+    let m: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(m["artifact"]["stdout"], "slept\n", "{m}");
+    programs
+}
+
+#[test]
+fn calls_start_the_helper_beside_warden() {
+    let env = Env::new();
+    let warden = Path::new(env!("CARGO_BIN_EXE_warden"));
+    let helper = warden.with_file_name("warden-helper").canonicalize().unwrap();
+    assert_eq!(helper_programs(&env, warden), vec![helper]);
+}
+
+#[test]
+fn a_helper_of_another_build_or_none_beside_warden_is_not_used() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let bin = env.dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let warden = bin.join("warden");
+    std::fs::copy(env!("CARGO_BIN_EXE_warden"), &warden).unwrap();
+    // Nothing beside it: warden re-executes itself.
+    assert_eq!(helper_programs(&env, &warden), vec![warden.clone()]);
+    let ran = env.dir.path().join("stale-helper-ran");
+    for answer in [
+        "echo 0.0.1-0123456789abcdef".to_owned(), // another build's protocol
+        "exit 3".to_owned(),                      // no answer
+        "exec sleep 30".to_owned(),               // hangs: given up after 2 s
+    ] {
+        let script = format!(
+            "#!/bin/sh\nif [ \"$1\" = --protocol ]; then {answer}; exit; fi\ntouch {}\nexit 1\n",
+            ran.display()
+        );
+        std::fs::write(bin.join("warden-helper"), script).unwrap();
+        std::fs::set_permissions(bin.join("warden-helper"), PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let mut programs = helper_programs(&env, &warden);
+        // The hanging helper's own `sleep`, asked for its protocol and given up on.
+        programs.retain(|p| !p.ends_with("sleep"));
+        assert_eq!(programs, vec![warden.clone()], "{answer}");
+        assert!(!ran.exists(), "{answer}: the stale helper was handed a plan");
+    }
+    let stderr = String::from_utf8_lossy(&env.warden_at(&warden, &["tools"]).stderr).into_owned();
+    assert!(!stderr.contains("warden-helper"), "{stderr}");
 }
 
 fn nix_is_root() -> bool {

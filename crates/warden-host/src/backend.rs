@@ -3,7 +3,7 @@
 use crate::config::{HostConfig, Isolation};
 use crate::tool::{Helper, HostTool};
 use serde_json::json;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use warden_command::{NetworkMode, Template, session_shell};
 use warden_core::{
     Backend, BoxFuture, ByteSize, Capabilities, HumanDuration, Loaded, LoadedTool, NetHosts, Paths,
@@ -16,21 +16,45 @@ use warden_net::{Egress, Gate};
 /// larger than that starts the rest on the calls' paths, as without preparation.
 pub const DEFAULT_PREPARED: usize = 1;
 
-/// Loads `kind = "host"` policies; every tool starts its calls through `helper`.
+/// Loads `kind = "host"` policies; every tool starts its calls through one helper.
 #[derive(Debug, Clone)]
 pub struct HostBackend {
-    helper: Helper,
+    helper: Arc<OnceLock<Helper>>,
+    /// The helper program looked for beside this one when the first host policy loads.
+    beside: Option<String>,
+    fallback: Helper,
     egress: Egress,
     prepared: usize,
 }
 
 impl HostBackend {
+    /// Starts every call through `helper`.
     pub fn new(helper: Helper) -> Self {
         Self {
-            helper,
+            helper: Arc::default(),
+            beside: None,
+            fallback: helper,
             egress: Egress::default(),
             prepared: DEFAULT_PREPARED,
         }
+    }
+
+    /// Starts calls through the helper program `name` beside this program when it is of this
+    /// build ([`Helper::beside_this_program`], asked once, when the first host policy loads),
+    /// else through the helper given to [`HostBackend::new`].
+    pub fn preferring_beside(mut self, name: &str) -> Self {
+        self.beside = Some(name.to_owned());
+        self
+    }
+
+    /// The helper every call starts through, chosen once.
+    fn helper(&self) -> &Helper {
+        self.helper.get_or_init(|| {
+            let beside = self.beside.as_deref().and_then(Helper::beside_this_program);
+            let helper = beside.unwrap_or_else(|| self.fallback.clone());
+            tracing::debug!("host helper: {}", helper.program.display());
+            helper
+        })
     }
 
     /// Keeps `depth` sandboxes prepared ahead per host tool (not in session mode), each for
@@ -58,7 +82,7 @@ impl HostBackend {
         let gate = (cfg.network.value == NetworkMode::None && !policy.grants.net.hosts.is_empty())
             .then(|| Gate::new(Arc::new(policy.grants.net.clone()), self.egress.clone()));
         Ok(HostTool::new(
-            self.helper.clone(),
+            self.helper().clone(),
             cfg,
             template,
             policy.grants.clone(),

@@ -28,3 +28,20 @@ pub use backend::{DEFAULT_PREPARED, HostBackend};
 pub use config::{DEFAULT_FILE_SIZE, DEFAULT_OPEN_FILES, DEFAULT_PROCESSES, HostConfig, Isolation};
 pub use helper::main as helper_main;
 pub use tool::Helper;
+
+/// The id of the plan's protocol between warden and its helper: this crate's version and a
+/// hash of its source. A helper program answers [`PROTOCOL_ARG`] with it.
+pub const PROTOCOL: &str = env!("WARDEN_HOST_PROTOCOL");
+
+/// The argument that asks a helper program for its [`PROTOCOL`].
+pub const PROTOCOL_ARG: &str = "--protocol";
+
+/// `main` of a helper program of its own: answers [`PROTOCOL_ARG`], else runs the helper
+/// ([`helper_main`]). Never returns.
+pub fn helper_program_main() -> ! {
+    if std::env::args_os().nth(1).is_some_and(|a| a == PROTOCOL_ARG) {
+        println!("{PROTOCOL}");
+        std::process::exit(0);
+    }
+    helper_main()
+}

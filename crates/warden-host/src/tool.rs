@@ -37,6 +37,72 @@ impl Helper {
             args: args.iter().map(OsString::from).collect(),
         }
     }
+
+    /// The helper program `name` in this program's folder (its `main` is
+    /// [`crate::helper_program_main`]), if it is there and speaks this build's
+    /// [`crate::PROTOCOL`]; `None` otherwise, saying why at debug level. Runs it once to ask.
+    pub fn beside_this_program(name: &str) -> Option<Self> {
+        let program = std::env::current_exe().ok()?.with_file_name(name);
+        if !program.is_file() {
+            tracing::debug!("no host helper at {}", program.display());
+            return None;
+        }
+        match protocol_of(&program) {
+            Ok(protocol) if protocol == crate::PROTOCOL => Some(Self {
+                program,
+                args: Vec::new(),
+            }),
+            Ok(protocol) => {
+                tracing::debug!(
+                    "the host helper at {} speaks protocol {protocol}, not this build's {}: \
+                     not used",
+                    program.display(),
+                    crate::PROTOCOL
+                );
+                None
+            }
+            Err(e) => {
+                tracing::debug!("the host helper at {} not used: {e}", program.display());
+                None
+            }
+        }
+    }
+}
+
+/// How long a helper program may take to say its protocol.
+const PROTOCOL_WAIT: Duration = Duration::from_secs(2);
+
+/// What `program --protocol` prints, within [`PROTOCOL_WAIT`].
+fn protocol_of(program: &std::path::Path) -> std::io::Result<String> {
+    use std::process::{Command, Stdio};
+    let child = Command::new(program)
+        .arg(crate::PROTOCOL_ARG)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+    let (sender, answer) = std::sync::mpsc::channel();
+    std::thread::spawn(move || sender.send(child.wait_with_output()));
+    let output = match answer.recv_timeout(PROTOCOL_WAIT) {
+        Ok(output) => output?,
+        Err(_) => {
+            // The waiting thread reaps it.
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            return Err(std::io::Error::other(format!(
+                "it did not answer {} within {PROTOCOL_WAIT:?}",
+                crate::PROTOCOL_ARG
+            )));
+        }
+    };
+    if !output.status.success() {
+        return Err(std::io::Error::other(format!(
+            "it answered {} with {}",
+            crate::PROTOCOL_ARG,
+            output.status
+        )));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
 /// One host tool.

@@ -123,6 +123,17 @@ pub(crate) struct Sandbox {
 }
 
 impl Sandbox {
+    /// Ends the sandbox after the call's answer rather than before it, where a runtime can
+    /// take the work: giving its instance slot back to the pool resets the slot's memory (a
+    /// page-table scan and the clearing of written pages, about a tenth of a small call's
+    /// CPU), which the caller need not wait for. Nothing of the sandbox is reachable
+    /// meanwhile; without a runtime it ends here.
+    pub(crate) fn release(self) {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { drop(self) });
+        }
+    }
+
     /// Builds the store for one call: env, preopens and network exactly as granted, nothing
     /// else.
     pub(crate) fn new(

@@ -138,6 +138,7 @@ impl FunctionTool {
             Some(v) => v.to_string(),
         };
         output.structured = value;
+        sandbox.release();
         Ok(output)
     }
 }
@@ -258,10 +259,12 @@ impl CommandTool {
                 .with_detail("stdout", stdout)
                 .with_detail("stderr", stderr));
         }
+        let fuel_used = sandbox.fuel_used(&inv.limits);
+        sandbox.release();
         Ok(Output {
             content: stdout,
             stderr: Some(stderr),
-            fuel_used: sandbox.fuel_used(&inv.limits),
+            fuel_used,
             ..Output::default()
         })
     }

@@ -2,5 +2,5 @@
 //! re-execute itself (and for this crate's tests): `Helper { program: <this>, args: [] }`.
 
 fn main() {
-    warden_host::helper_main()
+    warden_host::helper_program_main()
 }
