@@ -223,7 +223,9 @@ fn children_programs(child: &mut std::process::Child) -> Vec<PathBuf> {
             for pid in children.unwrap_or_default().split_whitespace() {
                 if let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) {
                     let now = Instant::now();
-                    let entry = seen.entry(pid.to_owned()).or_insert((now, now, exe.clone()));
+                    let entry = seen
+                        .entry(pid.to_owned())
+                        .or_insert((now, now, exe.clone()));
                     (entry.1, entry.2) = (now, exe);
                 }
             }
@@ -243,7 +245,11 @@ fn children_programs(child: &mut std::process::Child) -> Vec<PathBuf> {
 /// `warden call host-shell "sleep 1"` from `warden`; the programs of its children meanwhile.
 fn helper_programs(env: &Env, warden: &Path) -> Vec<PathBuf> {
     let mut child = Command::new(warden)
-        .args(["call", "host-shell", r#"{"command": "sleep 1; echo slept"}"#])
+        .args([
+            "call",
+            "host-shell",
+            r#"{"command": "sleep 1; echo slept"}"#,
+        ])
         .env("WARDEN_TOOLBOX", env.dir.path().join("policies"))
         .env("WARDEN_HOME", env.home())
         .stdout(std::process::Stdio::piped())
@@ -260,7 +266,10 @@ fn helper_programs(env: &Env, warden: &Path) -> Vec<PathBuf> {
 fn calls_start_the_helper_beside_warden() {
     let env = Env::new();
     let warden = Path::new(env!("CARGO_BIN_EXE_warden"));
-    let helper = warden.with_file_name("warden-helper").canonicalize().unwrap();
+    let helper = warden
+        .with_file_name("warden-helper")
+        .canonicalize()
+        .unwrap();
     assert_eq!(helper_programs(&env, warden), vec![helper]);
 }
 
@@ -291,7 +300,10 @@ fn a_helper_of_another_build_or_none_beside_warden_is_not_used() {
         // The hanging helper's own `sleep`, asked for its protocol and given up on.
         programs.retain(|p| !p.ends_with("sleep"));
         assert_eq!(programs, vec![warden.clone()], "{answer}");
-        assert!(!ran.exists(), "{answer}: the stale helper was handed a plan");
+        assert!(
+            !ran.exists(),
+            "{answer}: the stale helper was handed a plan"
+        );
     }
     let stderr = String::from_utf8_lossy(&env.warden_at(&warden, &["tools"]).stderr).into_owned();
     assert!(!stderr.contains("warden-helper"), "{stderr}");

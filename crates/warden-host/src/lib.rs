@@ -39,7 +39,10 @@ pub const PROTOCOL_ARG: &str = "--protocol";
 /// `main` of a helper program of its own: answers [`PROTOCOL_ARG`], else runs the helper
 /// ([`helper_main`]). Never returns.
 pub fn helper_program_main() -> ! {
-    if std::env::args_os().nth(1).is_some_and(|a| a == PROTOCOL_ARG) {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == PROTOCOL_ARG)
+    {
         println!("{PROTOCOL}");
         std::process::exit(0);
     }
