@@ -227,13 +227,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
         egress,
     )?;
     // Commands that make one call or none set up no pool sized for a server's calls, and no
-    // host sandboxes ahead of calls that will not come.
+    // host sandboxes ahead of calls that will not come (`Warden::backends`).
     if !matches!(
         cli.command,
         Command::Run { .. } | Command::Serve(_) | Command::Agent(_) | Command::Demo { .. }
     ) {
         ctx.workload = warden_wasm::Workload::OneShot;
-        ctx.host = ctx.host.clone().prepared(0);
     }
     match cli.command {
         Command::Add(args) => add::add(&ctx, args),

@@ -35,7 +35,8 @@ pub(crate) const POOL_CORE_INSTANCES: u32 = 1000;
 /// I/O keeps its stack), so this bounds the wasm calls in flight at once, well above a
 /// dispatcher's default global concurrency (64). wasmtime protects each stack's guard page
 /// with its own `mprotect` when the pool is made, ~3.4 µs apiece here: 1,000 stacks took
-/// ~3.4 ms of a `warden serve`'s start, 256 take ~0.9 ms.
+/// ~3.4 ms of a `warden serve`'s start, 256 take ~0.9 ms. A call past them answers
+/// `unavailable` (see `Sandbox::failure`).
 pub(crate) const POOL_STACKS: u32 = 256;
 
 /// The largest linear memory a pool slot holds; a policy may not ask for more.

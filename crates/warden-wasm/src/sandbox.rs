@@ -8,7 +8,7 @@ use crate::roots::Roots;
 use std::time::Instant;
 use warden_core::{Access, ErrorKind, Grants, Limits, Meter, ToolError};
 use wasmtime::component::{Resource, ResourceTable};
-use wasmtime::{Engine, ResourceLimiter, Store, Trap, UpdateDeadline};
+use wasmtime::{Engine, PoolConcurrencyLimitError, ResourceLimiter, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::p2::bindings::filesystem::types::Descriptor;
 use wasmtime_wasi::p2::pipe::MemoryInputPipe;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -224,7 +224,19 @@ impl Sandbox {
         let stderr = self.stderr.contents();
         let tail = tail(&stderr, STDERR_TAIL);
         let trap = err.downcast_ref::<Trap>().copied();
-        let mut e = if self.store.data().limiter.refused {
+        let full = err
+            .chain()
+            .find_map(|c| c.downcast_ref::<PoolConcurrencyLimitError>());
+        let mut e = if let Some(full) = full {
+            // warden's capacity, not the tool's fault: the call never started.
+            ToolError::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "warden is running as many WebAssembly calls at once as its engine holds \
+                     ({full}); try again when some have finished"
+                ),
+            )
+        } else if self.store.data().limiter.refused {
             ToolError::new(
                 ErrorKind::OutOfMemory,
                 format!(

@@ -530,3 +530,37 @@ async fn each_answer_carries_what_its_call_used() {
         "{failed:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_past_what_the_engines_pool_holds_are_unavailable_and_the_rest_run() {
+    // More calls waiting at once than the pool has async stacks (256): a dispatcher allowed
+    // to admit them all.
+    let bench = mixed_bench("[limits]\nconcurrency = 300\nmemory = \"16MiB\"\ntimeout = \"5s\"");
+    let admission = Admission {
+        global_concurrency: 300,
+        memory_budget: 8 << 30,
+        ..Admission::default()
+    };
+    let d = Dispatcher::with_admission(Arc::new(bench.load().unwrap()), admission);
+    let calls: Vec<ToolCall> = (0..300)
+        .map(|i| call(&format!("c{i}"), "sleep", json!({"ms": 1500})))
+        .collect();
+    let messages = d.dispatch(calls).await;
+    assert_eq!(messages.len(), 300);
+    let refused: Vec<&ToolMessage> = messages
+        .iter()
+        .filter(|m| m.status != Status::Success)
+        .collect();
+    assert!(!refused.is_empty(), "the pool held 300 calls at once");
+    assert!(refused.len() < 300 - 200, "{} refused", refused.len());
+    for m in &refused {
+        assert_eq!(kind(m), "unavailable", "{m:?}");
+        let message = &m.error.as_ref().unwrap().message;
+        assert!(message.contains("try again"), "{message}");
+    }
+    // Their places are free again.
+    let after = d
+        .dispatch(vec![call("last", "sleep", json!({"ms": 1}))])
+        .await;
+    assert_eq!(after[0].status, Status::Success, "{:?}", after[0]);
+}
