@@ -6,7 +6,10 @@
    against the output schema, `noop` has none) and, for `add`, from a bare client writing JSON
    lines, which shows what the server itself costs.
    Beside it, the floor: the same bare client against a trivial Python server that answers
-   each line with a canned result (what echoing JSON costs, nothing sandboxed).
+   each line with a canned result (what echoing JSON costs, nothing sandboxed); and the
+   sandboxed floor: a minimal Rust server, `cargo run --example sandboxed-echo -p
+   warden-wasm`, which answers each call from a fresh instance under warden's engine settings
+   and appends a log record first (what no sandboxed call can skip, and nothing more).
 2. Process start to the first `tools/call` answer with the compiled components cached: median
    of --starts starts, the bare client writing initialize, initialized and tools/call at once.
 
@@ -151,6 +154,9 @@ def main():
     args = parser.parse_args()
     binary = Path(os.environ.get("WARDEN_BIN", ROOT / "target" / "release" / "warden"))
     component = ROOT / "target" / "wasm32-wasip2" / "release" / "trivial.wasm"
+    subprocess.run(["cargo", "build", "--release", "--locked", "-q", "-p", "warden-wasm",
+                    "--example", "sandboxed-echo"], cwd=ROOT, check=True)
+    echo = ROOT / "target" / "release" / "examples" / "sandboxed-echo"
     for needed in (binary, component):
         if not needed.is_file():
             sys.exit(f"{needed} is missing: cargo build --release, and build guest-sdk")
@@ -168,9 +174,14 @@ def main():
             summary(f"round trip, Python SDK call_tool({tool})", times)
         warden = raw_round_trips([str(binary), "serve"], env, args.calls)
         floor = raw_round_trips([sys.executable, "-c", TRIVIAL_SERVER], env, args.calls)
+        sandboxed = raw_round_trips([str(echo), str(component), str(Path(tmp) / "echo.jsonl")],
+                                    env, args.calls)
         summary("round trip, bare JSON-lines client", warden)
         summary("the floor: same client, trivial Python server", floor)
+        summary("the sandboxed floor: minimal Rust server", sandboxed)
         print(f"{'warden / floor (medians)':<44} {statistics.median(warden) / statistics.median(floor):.2f}x")
+        print(f"{'warden / sandboxed floor (medians)':<44} "
+              f"{statistics.median(warden) / statistics.median(sandboxed):.2f}x")
         summary("start to first tools/call answer (cached)", starts(binary, env, args.starts))
 
 

@@ -3,6 +3,7 @@
 //! here: each executor kind's `[executor]` table is its backend's to parse.
 
 mod admission;
+pub mod after_answer;
 mod backend;
 mod calllog;
 mod capability;

@@ -140,10 +140,11 @@ impl Direct {
                 .params
                 .arguments
                 .map_or_else(|| "{}".to_owned(), |raw| String::from(raw.get()));
-            let answered = this
-                .handler
-                .call_text(call.params.name, arguments, None, token.cancelled())
-                .await;
+            let (answered, deferred) = warden_core::after_answer::answering(
+                this.handler
+                    .call_text(call.params.name, arguments, None, token.cancelled()),
+            )
+            .await;
             if let Some(result) = answered {
                 // What rmcp does to every result for a session before 2026-07-28.
                 let mut result = ServerResult::CallToolResult(result);
@@ -158,6 +159,7 @@ impl Direct {
                     tracing::error!("cannot answer call {id}: {e}");
                 }
             }
+            drop(deferred);
             let mut running = this.running();
             running.remove(&id);
             if running.is_empty() {

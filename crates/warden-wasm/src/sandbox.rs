@@ -123,15 +123,12 @@ pub(crate) struct Sandbox {
 }
 
 impl Sandbox {
-    /// Ends the sandbox after the call's answer rather than before it, where a runtime can
-    /// take the work: giving its instance slot back to the pool resets the slot's memory (a
-    /// page-table scan and the clearing of written pages, about a tenth of a small call's
-    /// CPU), which the caller need not wait for. Nothing of the sandbox is reachable
-    /// meanwhile; without a runtime it ends here.
+    /// Ends the sandbox once the call's answer is out, when the caller writes it
+    /// ([`warden_core::after_answer`]), else now: giving its instance slot back to the pool
+    /// resets the slot's memory (a page-table scan and the clearing of written pages, about a
+    /// tenth of a small call's CPU), which the answer need not wait for.
     pub(crate) fn release(self) {
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move { drop(self) });
-        }
+        warden_core::after_answer::defer(self);
     }
 
     /// Builds the store for one call: env, preopens and network exactly as granted, nothing
