@@ -273,40 +273,59 @@ fn calls_start_the_helper_beside_warden() {
     assert_eq!(helper_programs(&env, warden), vec![helper]);
 }
 
-#[test]
-fn a_helper_of_another_build_or_none_beside_warden_is_not_used() {
-    use std::os::unix::fs::PermissionsExt;
-    let env = Env::new();
+/// A folder with a copy of warden in it, and that copy's path.
+fn warden_copy(env: &Env) -> (PathBuf, PathBuf) {
     let bin = env.dir.path().join("bin");
     std::fs::create_dir(&bin).unwrap();
     let warden = bin.join("warden");
     std::fs::copy(env!("CARGO_BIN_EXE_warden"), &warden).unwrap();
+    (bin, warden)
+}
+
+/// A shell script at `path` that leaves `marker` behind if it is ever started.
+fn tell_tale_script(path: &Path, marker: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::remove_file(path);
+    std::fs::write(
+        path,
+        format!("#!/bin/sh\ntouch {}\nexit 1\n", marker.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(path, PermissionsExt::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn a_helper_of_another_build_or_none_beside_warden_is_not_used() {
+    let env = Env::new();
+    let (bin, warden) = warden_copy(&env);
     // Nothing beside it: warden re-executes itself.
     assert_eq!(helper_programs(&env, &warden), vec![warden.clone()]);
     let ran = env.dir.path().join("stale-helper-ran");
-    for answer in [
-        "echo 0.0.1-0123456789abcdef".to_owned(), // another build's protocol
-        "exit 3".to_owned(),                      // no answer
-        "exec sleep 30".to_owned(),               // hangs: given up after 2 s
-    ] {
-        let script = format!(
-            "#!/bin/sh\nif [ \"$1\" = --protocol ]; then {answer}; exit; fi\ntouch {}\nexit 1\n",
-            ran.display()
-        );
-        std::fs::write(bin.join("warden-helper"), script).unwrap();
-        std::fs::set_permissions(bin.join("warden-helper"), PermissionsExt::from_mode(0o755))
-            .unwrap();
-        let mut programs = helper_programs(&env, &warden);
-        // The hanging helper's own `sleep`, asked for its protocol and given up on.
-        programs.retain(|p| !p.ends_with("sleep"));
-        assert_eq!(programs, vec![warden.clone()], "{answer}");
-        assert!(
-            !ran.exists(),
-            "{answer}: the stale helper was handed a plan"
-        );
+    // Programs of other builds: neither holds this build's protocol id.
+    tell_tale_script(&bin.join("warden-helper"), &ran);
+    assert_eq!(helper_programs(&env, &warden), vec![warden.clone()]);
+    assert!(!ran.exists(), "the stale helper was handed a plan");
+    std::fs::remove_file(bin.join("warden-helper")).unwrap();
+    std::fs::copy("/bin/true", bin.join("warden-helper")).unwrap();
+    assert_eq!(helper_programs(&env, &warden), vec![warden.clone()]);
+}
+
+#[test]
+fn a_helper_replaced_while_warden_runs_is_not_started() {
+    let env = Env::new();
+    let (bin, warden) = warden_copy(&env);
+    let helper = Path::new(env!("CARGO_BIN_EXE_warden")).with_file_name("warden-helper");
+    std::fs::copy(helper, bin.join("warden-helper")).unwrap();
+    let mut mcp = Mcp::start_at(&env, &warden);
+    assert!(mcp.shell("echo one").starts_with("one"));
+    // A rebuild puts another file at the path: the one warden checked is what it starts.
+    let ran = env.dir.path().join("replacement-ran");
+    tell_tale_script(&bin.join("warden-helper"), &ran);
+    for _ in 0..3 {
+        let answer = mcp.shell("echo two");
+        assert!(answer.starts_with("two"), "{answer}");
     }
-    let stderr = String::from_utf8_lossy(&env.warden_at(&warden, &["tools"]).stderr).into_owned();
-    assert!(!stderr.contains("warden-helper"), "{stderr}");
+    assert!(!ran.exists(), "the replacement was started");
 }
 
 fn nix_is_root() -> bool {
@@ -347,8 +366,12 @@ struct Mcp {
 
 impl Mcp {
     fn start(env: &Env) -> Self {
+        Self::start_at(env, Path::new(env!("CARGO_BIN_EXE_warden")))
+    }
+
+    fn start_at(env: &Env, warden: &Path) -> Self {
         use std::process::Stdio;
-        let mut child = Command::new(env!("CARGO_BIN_EXE_warden"))
+        let mut child = Command::new(warden)
             .arg("serve")
             .env("WARDEN_TOOLBOX", env.dir.path().join("policies"))
             .env("WARDEN_HOME", env.home())

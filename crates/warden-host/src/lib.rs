@@ -30,7 +30,8 @@ pub use helper::main as helper_main;
 pub use tool::Helper;
 
 /// The id of the plan's protocol between warden and its helper: this crate's version and a
-/// hash of its source. A helper program answers [`PROTOCOL_ARG`] with it.
+/// hash of its source. A helper program holds it (warden looks for it in the file before
+/// starting one) and answers [`PROTOCOL_ARG`] with it.
 pub const PROTOCOL: &str = env!("WARDEN_HOST_PROTOCOL");
 
 /// The argument that asks a helper program for its [`PROTOCOL`].

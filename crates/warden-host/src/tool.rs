@@ -39,70 +39,75 @@ impl Helper {
     }
 
     /// The helper program `name` in this program's folder (its `main` is
-    /// [`crate::helper_program_main`]), if it is there and speaks this build's
-    /// [`crate::PROTOCOL`]; `None` otherwise, saying why at debug level. Runs it once to ask.
+    /// [`crate::helper_program_main`]), if it is there and of this build: its file holds this
+    /// build's [`crate::PROTOCOL`]. `None` otherwise, saying why at debug level. The file read
+    /// is the one started from then on, through a descriptor kept open for the process's
+    /// life, even once a rebuild replaces the file at that path.
     pub fn beside_this_program(name: &str) -> Option<Self> {
-        let program = std::env::current_exe().ok()?.with_file_name(name);
-        if !program.is_file() {
-            tracing::debug!("no host helper at {}", program.display());
-            return None;
-        }
-        match protocol_of(&program) {
-            Ok(protocol) if protocol == crate::PROTOCOL => Some(Self {
-                program,
-                args: Vec::new(),
-            }),
-            Ok(protocol) => {
+        let path = std::env::current_exe().ok()?.with_file_name(name);
+        let file = match std::fs::File::open(&path) {
+            Ok(file) => file,
+            Err(e) => {
+                tracing::debug!("no host helper at {}: {e}", path.display());
+                return None;
+            }
+        };
+        match holds(&file, crate::PROTOCOL.as_bytes()) {
+            Ok(true) => {}
+            Ok(false) => {
                 tracing::debug!(
-                    "the host helper at {} speaks protocol {protocol}, not this build's {}: \
-                     not used",
-                    program.display(),
+                    "the host helper at {} is of another build (it does not speak protocol \
+                     {}): not used",
+                    path.display(),
                     crate::PROTOCOL
                 );
-                None
+                return None;
             }
             Err(e) => {
-                tracing::debug!("the host helper at {} not used: {e}", program.display());
-                None
+                tracing::debug!("the host helper at {} not used: {e}", path.display());
+                return None;
             }
         }
+        // Close-on-exec, and never closed: `execve` of /proc/self/fd/N in the child opens
+        // this very file before the descriptor goes. Above the descriptors a helper is
+        // handed (its reports and gate on 3 and 4, put there just before its `execve`).
+        let fd = match nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(PINNED_FD)) {
+            Ok(fd) => fd,
+            Err(e) => {
+                tracing::debug!("the host helper at {} not used: {e}", path.display());
+                return None;
+            }
+        };
+        Some(Self {
+            program: PathBuf::from(format!("/proc/self/fd/{fd}")),
+            args: Vec::new(),
+        })
     }
 }
 
-/// How long a helper program may take to say its protocol.
-const PROTOCOL_WAIT: Duration = Duration::from_secs(2);
+/// The lowest descriptor the helper's file is kept on, clear of
+/// [`crate::plan::REPORT_FD`] and [`crate::plan::GATE_FD`].
+const PINNED_FD: std::os::fd::RawFd = 10;
 
-/// What `program --protocol` prints, within [`PROTOCOL_WAIT`].
-fn protocol_of(program: &std::path::Path) -> std::io::Result<String> {
-    use std::process::{Command, Stdio};
-    let child = Command::new(program)
-        .arg(crate::PROTOCOL_ARG)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
-    let (sender, answer) = std::sync::mpsc::channel();
-    std::thread::spawn(move || sender.send(child.wait_with_output()));
-    let output = match answer.recv_timeout(PROTOCOL_WAIT) {
-        Ok(output) => output?,
-        Err(_) => {
-            // The waiting thread reaps it.
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
-            return Err(std::io::Error::other(format!(
-                "it did not answer {} within {PROTOCOL_WAIT:?}",
-                crate::PROTOCOL_ARG
-            )));
+/// Whether `needle` occurs in the file, read a chunk at a time.
+fn holds(mut file: &std::fs::File, needle: &[u8]) -> std::io::Result<bool> {
+    use std::io::Read;
+    let finder = memchr::memmem::Finder::new(needle);
+    let mut buf = vec![0; (1 << 20) + needle.len()];
+    // The tail of the last chunk, kept at the front so a needle across chunks is found.
+    let mut kept = 0;
+    loop {
+        let n = file.read(&mut buf[kept..])?;
+        if n == 0 {
+            return Ok(false);
         }
-    };
-    if !output.status.success() {
-        return Err(std::io::Error::other(format!(
-            "it answered {} with {}",
-            crate::PROTOCOL_ARG,
-            output.status
-        )));
+        let end = kept + n;
+        if finder.find(&buf[..end]).is_some() {
+            return Ok(true);
+        }
+        kept = needle.len().saturating_sub(1).min(end);
+        buf.copy_within(end - kept..end, 0);
     }
-    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
 /// One host tool.
