@@ -52,7 +52,7 @@ impl HostBackend {
         self.helper.get_or_init(|| {
             let beside = self.beside.as_deref().and_then(Helper::beside_this_program);
             let helper = beside.unwrap_or_else(|| self.fallback.clone());
-            tracing::debug!("host helper: {}", helper.program.display());
+            tracing::debug!("host helper: {}", helper.shown().display());
             helper
         })
     }

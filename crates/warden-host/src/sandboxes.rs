@@ -151,7 +151,7 @@ impl Starter {
         let mut child = spawned.map_err(|e| {
             unavailable(&format!(
                 "cannot start the sandbox helper {}: {e}",
-                self.helper.program.display()
+                self.helper.shown().display()
             ))
         })?;
         drop(report_write);

@@ -38,6 +38,15 @@ impl Helper {
         }
     }
 
+    /// The program as a person would name it: the file behind a `/proc/self` link (this
+    /// program, or the helper file kept open), else the path as given.
+    pub fn shown(&self) -> PathBuf {
+        match std::fs::read_link(&self.program) {
+            Ok(target) if self.program.starts_with("/proc/self") => target,
+            _ => self.program.clone(),
+        }
+    }
+
     /// The helper program `name` in this program's folder (its `main` is
     /// [`crate::helper_program_main`]), if it is there and of this build: its file holds this
     /// build's [`crate::PROTOCOL`]. `None` otherwise, saying why at debug level. The file read
