@@ -19,9 +19,11 @@ pub const DEFAULT_PREPARED: usize = 1;
 /// Loads `kind = "host"` policies; every tool starts its calls through one helper.
 #[derive(Debug, Clone)]
 pub struct HostBackend {
+    /// Chosen once, from `beside` or else `fallback`; shared by this backend's clones.
     helper: Arc<OnceLock<Helper>>,
     /// The helper program looked for beside this one when the first host policy loads.
     beside: Option<String>,
+    /// The helper when none is found beside this program.
     fallback: Helper,
     egress: Egress,
     prepared: usize,
