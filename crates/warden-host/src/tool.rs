@@ -54,44 +54,35 @@ impl Helper {
     /// life, even once a rebuild replaces the file at that path.
     pub fn beside_this_program(name: &str) -> Option<Self> {
         let path = std::env::current_exe().ok()?.with_file_name(name);
-        let file = match std::fs::File::open(&path) {
-            Ok(file) => file,
-            Err(e) => {
-                tracing::debug!("no host helper at {}: {e}", path.display());
-                return None;
-            }
-        };
-        match holds(&file, crate::PROTOCOL.as_bytes()) {
-            Ok(true) => {}
-            Ok(false) => {
-                tracing::debug!(
-                    "the host helper at {} is of another build (it does not speak protocol \
-                     {}): not used",
-                    path.display(),
-                    crate::PROTOCOL
-                );
-                return None;
-            }
-            Err(e) => {
-                tracing::debug!("the host helper at {} not used: {e}", path.display());
-                return None;
+        match pinned(&path) {
+            Ok(program) => Some(Self {
+                program,
+                args: Vec::new(),
+            }),
+            Err(why) => {
+                tracing::debug!("the host helper at {} not used: {why}", path.display());
+                None
             }
         }
-        // Close-on-exec, and never closed: `execve` of /proc/self/fd/N in the child opens
-        // this very file before the descriptor goes. Above the descriptors a helper is
-        // handed (its reports and gate on 3 and 4, put there just before its `execve`).
-        let fd = match nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(PINNED_FD)) {
-            Ok(fd) => fd,
-            Err(e) => {
-                tracing::debug!("the host helper at {} not used: {e}", path.display());
-                return None;
-            }
-        };
-        Some(Self {
-            program: PathBuf::from(format!("/proc/self/fd/{fd}")),
-            args: Vec::new(),
-        })
     }
+}
+
+/// The helper file at `path`, checked to be of this build and kept open: the path that starts
+/// that very file.
+fn pinned(path: &std::path::Path) -> Result<PathBuf, String> {
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    if !holds(&file, crate::PROTOCOL.as_bytes()).map_err(|e| e.to_string())? {
+        return Err(format!(
+            "it is of another build (it holds no protocol id {})",
+            crate::PROTOCOL
+        ));
+    }
+    // Close-on-exec, and never closed: `execve` of /proc/self/fd/N in the child opens this
+    // very file before the descriptor goes. Above the descriptors a helper is handed (its
+    // reports and gate on 3 and 4, put there just before its `execve`).
+    let fd = nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(PINNED_FD))
+        .map_err(|e| e.to_string())?;
+    Ok(PathBuf::from(format!("/proc/self/fd/{fd}")))
 }
 
 /// The lowest descriptor the helper's file is kept on, clear of
