@@ -1,6 +1,10 @@
 //! warden's tools and messages in MCP's shapes.
 
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject, MetaObject, ToolAnnotations};
+use rmcp::model::{
+    CallToolResult, ContentBlock, JsonObject, MetaObject, RequestId, ToolAnnotations,
+};
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use warden_core::{Tool, ToolMessage, ToolSpec};
@@ -77,79 +81,215 @@ fn annotations(tool: &Tool) -> ToolAnnotations {
     hints
 }
 
-/// A ToolMessage as a `tools/call` result.
+/// A call's message as a `tools/call` result: what it shows is decided once, in
+/// [`Answered::view`], and rendered two ways: as rmcp's [`CallToolResult`]
+/// ([`Answered::result`]), and written straight into a JSON-RPC response
+/// ([`Answered::write_response`]) where the stdio transport answers a call itself.
 ///
 /// Success: the content as text, plus `structuredContent` when the tool advertises an output
 /// schema. Failure: `isError` with the message for the model as text; the error's kind and
 /// message in `_meta["warden/error"]`, and in `structuredContent` too when the tool has no
 /// output schema (clients such as the TypeScript SDK check any `structuredContent` against
 /// the output schema, even on errors, so a tool with one gets none on failure). A structured
-/// result cut by the output limit is a `limit_exceeded` failure carrying the cut text.
-pub(crate) fn call_result(message: &ToolMessage, tool: Option<&Tool>) -> CallToolResult {
-    let mut result = result_of(message, tool);
-    let usage = match &message.error {
-        Some(e) => e.details.get("usage"),
-        None => message.artifact.as_ref().and_then(|a| a.get("usage")),
-    };
-    if let Some(usage) = usage {
+/// result cut by the output limit is a `limit_exceeded` failure carrying the cut text. What
+/// the call used goes in `_meta["warden/usage"]`.
+pub(crate) struct Answered {
+    message: ToolMessage,
+    /// The tool's results travel as `{"result": value}` (`Some(true)`), as they are
+    /// (`Some(false)`), or unstructured (`None`: no output schema, or no such tool).
+    wrapped: Option<bool>,
+}
+
+/// The cut result's failure, for the model.
+const CUT: &str = "the result was larger than the tool's output limit and was cut; the text \
+                   shows its beginning; ask for less";
+
+impl Answered {
+    /// `message`, answered for the tool of `spec` (none when there is no such tool).
+    pub(crate) fn new(message: ToolMessage, spec: Option<&ToolSpec>) -> Self {
+        let wrapped = spec.and_then(wrapped);
+        Self { message, wrapped }
+    }
+
+    fn view(&self) -> View<'_> {
+        let m = &self.message;
+        let usage = match &m.error {
+            Some(e) => e.details.get("usage"),
+            None => m.artifact.as_ref().and_then(|a| a.get("usage")),
+        };
+        let failed = |kind, message| View {
+            text: &m.content,
+            structured: self
+                .wrapped
+                .is_none()
+                .then_some(Structured::Error(ErrorMeta { kind, message })),
+            error: Some(ErrorMeta { kind, message }),
+            usage,
+        };
+        let Some(error) = &m.error else {
+            let result = m.artifact.as_ref().and_then(|a| a.get("result"));
+            let structured = match (self.wrapped, result) {
+                (None, _) => None,
+                (Some(true), Some(v)) => Some(Structured::Wrapped(v)),
+                (Some(false), Some(v)) => Some(Structured::Plain(v)),
+                // The output limit cut the result, and the dispatcher dropped its structured
+                // copy: a success without `structuredContent` would break clients that check
+                // it against the output schema, so the cut text goes out as an error they do
+                // not check.
+                (Some(_), None)
+                    if m.artifact.as_ref().and_then(|a| a.get("truncated"))
+                        == Some(&Value::Bool(true)) =>
+                {
+                    return failed("limit_exceeded", CUT);
+                }
+                (Some(_), None) => {
+                    tracing::warn!(
+                        tool = %m.name,
+                        "the tool has an output schema but answered without a structured result"
+                    );
+                    None
+                }
+            };
+            return View {
+                text: &m.content,
+                structured,
+                error: None,
+                usage,
+            };
+        };
+        failed(error.kind.as_str(), &error.message)
+    }
+
+    /// The result as rmcp's type, for its service loop.
+    pub(crate) fn result(&self) -> CallToolResult {
+        let view = self.view();
+        let text = vec![ContentBlock::text(view.text)];
+        let mut result = if view.error.is_some() {
+            CallToolResult::error(text)
+        } else {
+            CallToolResult::success(text)
+        };
+        result.structured_content = view.structured.as_ref().map(Structured::to_value);
+        let mut meta = JsonObject::new();
+        if let Some(e) = &view.error {
+            meta.insert(
+                ERROR_META.into(),
+                json!({"kind": e.kind, "message": e.message}),
+            );
+        }
+        if let Some(usage) = view.usage {
+            meta.insert(USAGE_META.into(), usage.clone());
+        }
+        result.meta = (!meta.is_empty()).then_some(MetaObject(meta));
         result
-            .meta
-            .get_or_insert_with(|| MetaObject(JsonObject::new()))
-            .0
-            .insert(USAGE_META.into(), usage.clone());
     }
-    result
+
+    /// Appends the JSON-RPC response to request `id` with this result, in the shape of a
+    /// session before 2026-07-28 (no `resultType`), as rmcp would write it; none when that
+    /// shape would move the result (a structured result that is not an object goes into the
+    /// content), which only rmcp's conversion does.
+    pub(crate) fn write_response(&self, id: &RequestId, out: &mut Vec<u8>) -> Option<()> {
+        let view = self.view();
+        if matches!(view.structured, Some(Structured::Plain(v)) if !v.is_object()) {
+            return None;
+        }
+        let response = Response {
+            jsonrpc: "2.0",
+            id,
+            result: view,
+        };
+        serde_json::to_writer(out, &response).ok()
+    }
 }
 
-fn result_of(message: &ToolMessage, tool: Option<&Tool>) -> CallToolResult {
-    let output = tool.and_then(|t| wrapped(&t.spec));
-    let text = vec![ContentBlock::text(message.content.clone())];
-    let Some(error) = &message.error else {
-        let Some(output) = output else {
-            return CallToolResult::success(text);
-        };
-        let artifact = message.artifact.as_ref();
-        return match artifact.and_then(|a| a.get("result")) {
-            Some(v) => {
-                let mut result = CallToolResult::success(text);
-                result.structured_content = Some(if output {
-                    json!({"result": v})
-                } else {
-                    v.clone()
-                });
-                result
-            }
-            // The output limit cut the result, and the dispatcher dropped its structured copy:
-            // a success without `structuredContent` would break clients that check it against
-            // the output schema, so the cut text goes out as an error they do not check.
-            None if artifact.is_some_and(|a| a.get("truncated") == Some(&Value::Bool(true))) => {
-                let message = "the result was larger than the tool's output limit and was cut;                     the text shows its beginning; ask for less";
-                failure(text, "limit_exceeded", message, false)
-            }
-            None => {
-                tracing::warn!(
-                    tool = %message.name,
-                    "the tool has an output schema but answered without a structured result"
-                );
-                CallToolResult::success(text)
-            }
-        };
-    };
-    failure(text, error.kind.as_str(), &error.message, output.is_none())
+/// What a result shows, borrowed from its message; serialized as rmcp serializes a
+/// [`CallToolResult`] without `resultType`.
+struct View<'a> {
+    text: &'a str,
+    structured: Option<Structured<'a>>,
+    error: Option<ErrorMeta<'a>>,
+    usage: Option<&'a Value>,
 }
 
-/// A failed call: `isError`, the text for the model, the kind and message in `_meta`, and in
-/// `structuredContent` too when no output schema constrains it.
-fn failure(text: Vec<ContentBlock>, kind: &str, message: &str, structured: bool) -> CallToolResult {
-    let detail = json!({ "kind": kind, "message": message });
-    let mut result = CallToolResult::error(text);
-    if structured {
-        result.structured_content = Some(detail.clone());
+#[derive(Serialize)]
+struct ErrorMeta<'a> {
+    kind: &'a str,
+    message: &'a str,
+}
+
+enum Structured<'a> {
+    /// `{"result": value}`.
+    Wrapped(&'a Value),
+    Plain(&'a Value),
+    Error(ErrorMeta<'a>),
+}
+
+impl Structured<'_> {
+    fn to_value(&self) -> Value {
+        match self {
+            Structured::Wrapped(v) => json!({ "result": v }),
+            Structured::Plain(v) => (*v).clone(),
+            Structured::Error(e) => json!({ "kind": e.kind, "message": e.message }),
+        }
     }
-    let mut meta = JsonObject::new();
-    meta.insert(ERROR_META.into(), detail);
-    result.meta = Some(MetaObject(meta));
-    result
+}
+
+impl Serialize for Structured<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Structured::Wrapped(v) => {
+                let mut map = s.serialize_map(Some(1))?;
+                map.serialize_entry("result", v)?;
+                map.end()
+            }
+            Structured::Plain(v) => v.serialize(s),
+            Structured::Error(e) => e.serialize(s),
+        }
+    }
+}
+
+impl Serialize for View<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Text<'a> {
+            r#type: &'static str,
+            text: &'a str,
+        }
+        struct Meta<'a>(&'a View<'a>);
+        impl Serialize for Meta<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut map = s.serialize_map(None)?;
+                if let Some(e) = &self.0.error {
+                    map.serialize_entry(ERROR_META, e)?;
+                }
+                if let Some(usage) = self.0.usage {
+                    map.serialize_entry(USAGE_META, usage)?;
+                }
+                map.end()
+            }
+        }
+        let mut map = s.serialize_map(None)?;
+        let text = Text {
+            r#type: "text",
+            text: self.text,
+        };
+        map.serialize_entry("content", &[text])?;
+        if let Some(structured) = &self.structured {
+            map.serialize_entry("structuredContent", structured)?;
+        }
+        map.serialize_entry("isError", &self.error.is_some())?;
+        if self.error.is_some() || self.usage.is_some() {
+            map.serialize_entry("_meta", &Meta(self))?;
+        }
+        map.end()
+    }
+}
+
+#[derive(Serialize)]
+struct Response<'a> {
+    jsonrpc: &'static str,
+    id: &'a RequestId,
+    result: View<'a>,
 }
 
 #[cfg(test)]
@@ -187,13 +327,65 @@ mod tests {
     fn failures_carry_their_kind() {
         let call = warden_core::ToolCall::new("c", "ad", &json!({}));
         let error = warden_core::ToolError::new(warden_core::ErrorKind::UnknownTool, "no `ad`");
-        let failed = call_result(&ToolMessage::failure(&call, error), None);
+        let failed = Answered::new(ToolMessage::failure(&call, error), None).result();
         assert_eq!(failed.is_error, Some(true));
         let detail = json!({"kind": "unknown_tool", "message": "no `ad`"});
         assert_eq!(failed.structured_content, Some(detail.clone()));
         assert_eq!(failed.meta.unwrap().0[ERROR_META], detail);
-        let ok = call_result(&ToolMessage::success(&call, "fine".into(), None), None);
+        let ok = Answered::new(ToolMessage::success(&call, "fine".into(), None), None).result();
         assert_eq!(ok.is_error, Some(false));
         assert!(ok.structured_content.is_none() && ok.meta.is_none());
+    }
+
+    /// The response the stdio transport writes itself is, byte for byte, the one rmcp writes
+    /// for a session before 2026-07-28; a result rmcp would move is left to rmcp.
+    #[test]
+    fn written_responses_are_rmcps() {
+        use rmcp::model::{ServerJsonRpcMessage, ServerResult};
+        let call = warden_core::ToolCall::new("c", "t", &json!({}));
+        let usage = json!({"wall_ms": 0.125, "cpu_ms": 0.05, "peak_memory_bytes": 65536});
+        let ok = |content: &str, artifact| ToolMessage::success(&call, content.into(), artifact);
+        let error = warden_core::ToolError::new(warden_core::ErrorKind::Trap, "crashed \"x\"")
+            .with_detail("usage", usage.clone());
+        let integer = spec(Some(json!({"type": "integer"})));
+        let object = spec(Some(json!({"type": "object"})));
+        let cases = [
+            (
+                ok("3", Some(json!({"result": 3, "usage": usage}))),
+                Some(&integer),
+            ),
+            (ok("3", Some(json!({"result": 3}))), None),
+            (
+                ok("{\"a\":\"é\\n\"}", Some(json!({"result": {"a": "é\n"}}))),
+                Some(&object),
+            ),
+            (ok("cut…", Some(json!({"truncated": true}))), Some(&integer)),
+            (ok("no result", None), Some(&integer)),
+            (ToolMessage::failure(&call, error.clone()), None),
+            (ToolMessage::failure(&call, error), Some(&integer)),
+        ];
+        for id in [RequestId::Number(7), RequestId::String("a\"b".into())] {
+            for (message, spec) in &cases {
+                let answered = Answered::new(message.clone(), *spec);
+                let mut ours = Vec::new();
+                answered.write_response(&id, &mut ours).expect("written");
+                let mut result = ServerResult::CallToolResult(answered.result());
+                result.strip_result_type_for_legacy_peer();
+                result.strip_non_object_output_for_legacy_peer();
+                let rmcp = ServerJsonRpcMessage::response(result, id.clone());
+                let rmcp = serde_json::to_vec(&rmcp).unwrap();
+                assert_eq!(
+                    String::from_utf8(ours).unwrap(),
+                    String::from_utf8(rmcp).unwrap()
+                );
+            }
+        }
+        let scalar = ok("3", Some(json!({"result": 3})));
+        let moved = Answered::new(scalar, Some(&object));
+        assert!(
+            moved
+                .write_response(&RequestId::Number(1), &mut Vec::new())
+                .is_none()
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! The MCP methods: `tools/list` and `tools/call` over the toolbox in force.
 
-use crate::convert;
+use crate::convert::Answered;
 use crate::state::Shared;
 use rmcp::Peer;
 use rmcp::model::{
@@ -89,8 +89,8 @@ impl Handler {
         cancelled: impl Future<Output = ()>,
     ) -> Option<CallToolResult> {
         let arguments = Value::Object(request.arguments.unwrap_or_default()).to_string();
-        self.call_text(request.name.into(), arguments, peer, cancelled)
-            .await
+        let answered = self.call_text(request.name.into(), arguments, peer, cancelled);
+        answered.await.map(|a| a.result())
     }
 
     /// [`Handler::call`] of the tool `name` with its arguments as a JSON object's text, which
@@ -101,7 +101,7 @@ impl Handler {
         arguments: String,
         peer: Option<&Peer<RoleServer>>,
         cancelled: impl Future<Output = ()>,
-    ) -> Option<CallToolResult> {
+    ) -> Option<Answered> {
         let snapshot = self.shared.snapshot();
         let call = ToolCall {
             id: self.shared.next_call_id(),
@@ -116,7 +116,9 @@ impl Handler {
             .map(|(_, peer)| self.shared.reviewer.register(&call.id, peer.clone()));
         let start = Instant::now();
         tokio::select! {
-            message = dispatcher.call(call.clone()) => Some(convert::call_result(&message, tool)),
+            message = dispatcher.call(call.clone()) => {
+                Some(Answered::new(message, tool.map(|t| &t.spec)))
+            }
             () = cancelled => {
                 // Dropping the dispatcher's future above stopped the call and freed its sandbox;
                 // the answer goes nowhere but the log.

@@ -12,6 +12,7 @@
 //! goes through rmcp. A `notifications/cancelled` naming a call answered here stops it, as rmcp would; at
 //! the end of input its calls get the same 5 s to answer as rmcp's, then are cancelled.
 
+use crate::convert::Answered;
 use crate::handler::Handler;
 use crate::state::Server;
 use crate::{Error, watch};
@@ -145,13 +146,8 @@ impl Direct {
                     .call_text(call.params.name, arguments, None, token.cancelled()),
             )
             .await;
-            if let Some(result) = answered {
-                // What rmcp does to every result for a session before 2026-07-28.
-                let mut result = ServerResult::CallToolResult(result);
-                result.strip_result_type_for_legacy_peer();
-                result.strip_non_object_output_for_legacy_peer();
-                let answer = ServerJsonRpcMessage::response(result, id.clone());
-                let written = match serde_json::to_vec(&answer) {
+            if let Some(answered) = answered {
+                let written = match legacy_response(&answered, &id) {
                     Ok(line) => write_line(&out, line).await,
                     Err(e) => Err(io::Error::other(e)),
                 };
@@ -196,6 +192,19 @@ impl Direct {
             ended.await;
         }
     }
+}
+
+/// The response line to call `id` for a session before 2026-07-28, as rmcp writes it.
+fn legacy_response(answered: &Answered, id: &RequestId) -> serde_json::Result<Vec<u8>> {
+    let mut line = Vec::with_capacity(256);
+    if answered.write_response(id, &mut line).is_some() {
+        return Ok(line);
+    }
+    // What rmcp does to every result for such a session.
+    let mut result = ServerResult::CallToolResult(answered.result());
+    result.strip_result_type_for_legacy_peer();
+    result.strip_non_object_output_for_legacy_peer();
+    serde_json::to_vec(&ServerJsonRpcMessage::response(result, id.clone()))
 }
 
 async fn write_line<W: AsyncWrite + Unpin>(out: &Mutex<W>, mut line: Vec<u8>) -> io::Result<()> {
