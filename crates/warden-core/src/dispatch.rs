@@ -353,13 +353,12 @@ impl Dispatcher {
         let (denied, denied_count) = denials.snapshot();
         attach_denials(&mut message, &denied, denied_count);
         let (reached, reached_count) = meter.reached();
-        let list = serde_json::to_value(&reached).unwrap_or_default();
-        attach_exercised(&mut message, "reached", list, reached_count);
+        attach_exercised(&mut message, "reached", &reached, reached_count);
         let (roots_opened, roots_opened_count) = meter.roots_opened();
         attach_exercised(
             &mut message,
             "roots_opened",
-            json!(roots_opened),
+            &roots_opened,
             roots_opened_count,
         );
         let took = start.elapsed();
@@ -418,11 +417,18 @@ impl Dispatcher {
             } else {
                 meter.attempt()
             };
+            // Only an attempt that may be retried needs the arguments kept.
+            let retry = tool.idempotent && attempt < MAX_ATTEMPTS;
+            let attempt_arguments = if retry {
+                arguments.clone()
+            } else {
+                std::mem::take(&mut arguments)
+            };
             let result = self
                 .execute(
                     tool,
                     call,
-                    arguments.clone(),
+                    attempt_arguments,
                     denials.clone(),
                     meter.clone(),
                 )
@@ -432,7 +438,7 @@ impl Dispatcher {
                     let fuel = output.fuel_used;
                     return (success(call, tool, output), fuel, attempt, meter.get());
                 }
-                Err(e) if tool.idempotent && attempt < MAX_ATTEMPTS && is_transient(e.kind) => {
+                Err(e) if retry && is_transient(e.kind) => {
                     tracing::info!(call = %call.id, attempt, "retrying after {}", e.kind);
                     tokio::time::sleep(BACKOFF * 2u32.pow(attempt - 1)).await;
                 }
@@ -594,11 +600,11 @@ fn attach_usage(m: &mut ToolMessage, took: Duration, usage: Usage, fuel: Option<
 
 /// What the call exercised goes with its answer too, when it did any: the list as `key`
 /// (`reached`, `roots_opened`) and every occurrence counted as `{key}_count`.
-fn attach_exercised(m: &mut ToolMessage, key: &str, list: Value, count: u64) {
+fn attach_exercised<T: serde::Serialize>(m: &mut ToolMessage, key: &str, list: &[T], count: u64) {
     if count == 0 {
         return;
     }
-    set_detail(m, key, list);
+    set_detail(m, key, serde_json::to_value(list).unwrap_or_default());
     set_detail(m, &format!("{key}_count"), count.into());
 }
 

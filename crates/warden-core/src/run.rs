@@ -177,8 +177,13 @@ impl RunCounter {
 impl Counts {
     fn add(&mut self, tool: &str) {
         self.total = self.total.saturating_add(1);
-        let n = self.per_tool.entry(tool.to_owned()).or_default();
-        *n = n.saturating_add(1);
+        // A tool's name is owned once, at its first call.
+        match self.per_tool.get_mut(tool) {
+            Some(n) => *n = n.saturating_add(1),
+            None => {
+                self.per_tool.insert(tool.to_owned(), 1);
+            }
+        }
     }
 }
 
