@@ -4,13 +4,19 @@
 //! them as JSON-RPC 2.0 asks (`-32700 Parse error`, `-32600 Invalid Request`,
 //! `-32602 Invalid params`, with the request's id when it can be read) and reads on.
 //!
+//! Until the session is open, rmcp pulls each line through [`Transport::receive`], as it
+//! does with its own transport. Once it is, the lines are read on a task of warden's own,
+//! which hands rmcp what it does not answer itself through a channel: waking rmcp's service
+//! loop for each line cost a few microseconds a call.
+//!
 //! A plain `tools/call` (no `_meta`, a tool that needs no review, in a session opened by
-//! `initialize` with a protocol version before 2026-07-28) is answered here, on a task of its
-//! own that writes the answer itself: rmcp's service loop hands each request to a task, its
-//! answer back through a channel and on to a third task, and those hand-offs cost about a
-//! quarter of the server's CPU a call. Everything else, and every call of a newer session,
-//! goes through rmcp. A `notifications/cancelled` naming a call answered here stops it, as rmcp would; at
-//! the end of input its calls get the same 5 s to answer as rmcp's, then are cancelled.
+//! `initialize` with a protocol version before 2026-07-28) is answered by that reader, on a
+//! task of its own that writes the answer itself: rmcp's service loop hands each request to a
+//! task, its answer back through a channel and on to a third task, and those hand-offs cost
+//! about a quarter of the server's CPU a call. Everything else, and every call of a newer
+//! session, goes through rmcp. A `notifications/cancelled` naming a call answered here stops
+//! it, as rmcp would; at the end of input its calls get the same 5 s to answer as rmcp's,
+//! then are cancelled.
 
 use crate::convert::Answered;
 use crate::handler::Handler;
@@ -34,15 +40,19 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{Mutex, Notify};
+use tokio::sync::{Mutex, Notify, mpsc};
 use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 /// The longest message read; a longer line is refused and skipped.
 const MAX_LINE: usize = 64 << 20;
 
 /// How long calls still running when input ends may take to answer: rmcp's own drain.
 const DRAIN: Duration = Duration::from_secs(5);
+
+/// Messages read ahead for rmcp, beyond which the reader waits for it.
+const READ_AHEAD: usize = 32;
 
 impl Server {
     /// Serves one client on stdin and stdout until stdin closes.
@@ -80,25 +90,41 @@ impl Server {
     }
 }
 
+type Lines<R> = FramedRead<R, AnyDelimiterCodec>;
+
 pub(crate) struct LineTransport<R, W> {
-    lines: FramedRead<R, AnyDelimiterCodec>,
+    input: Input<R>,
     out: Arc<Mutex<W>>,
-    /// rmcp ends the session on anything but a request before `initialize`; until then,
-    /// stray notifications and responses are dropped here.
-    initialized: bool,
     /// Answers plain calls, once a session of an older protocol version has opened.
     direct: Direct,
     /// The session was opened by `initialize` with a version before 2026-07-28.
     legacy: bool,
 }
 
+/// Where rmcp's next message comes from.
+enum Input<R> {
+    /// The lines, read as rmcp asks for them: rmcp ends the session on anything but a request
+    /// before `initialize`, so until then stray notifications and responses are dropped here.
+    Opening(Lines<R>),
+    /// The last message rmcp took opened the session: the reading moves to a task of its own
+    /// when rmcp asks for the next one, which is once it has answered that one (a call sent
+    /// right behind `initialize` is answered after it, as rmcp's own transport has it).
+    Opened(Lines<R>),
+    /// The session is open: the reader task's messages. Dropping them stops the reader.
+    Open {
+        messages: mpsc::Receiver<ClientJsonRpcMessage>,
+        _reader: AbortOnDropHandle<()>,
+    },
+    /// Between the two, while the reader starts.
+    Handing,
+}
+
 impl<R: AsyncRead, W> LineTransport<R, W> {
     fn new(read: R, write: W, direct: Direct) -> Self {
         let codec = AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), MAX_LINE);
         Self {
-            lines: FramedRead::new(read, codec),
+            input: Input::Opening(FramedRead::new(read, codec)),
             out: Arc::new(Mutex::new(write)),
-            initialized: false,
             direct,
             legacy: false,
         }
@@ -214,18 +240,118 @@ async fn write_line<W: AsyncWrite + Unpin>(out: &Mutex<W>, mut line: Vec<u8>) ->
     out.flush().await
 }
 
-impl<R, W> LineTransport<R, W>
+/// Sends a refusal from its own task, so a `receive` dropped midway loses nothing.
+fn refuse<W: AsyncWrite + Unpin + Send + 'static>(out: &Arc<Mutex<W>>, reply: Value) {
+    let out = out.clone();
+    tokio::spawn(async move {
+        if let Err(e) = write_line(&out, reply.to_string().into_bytes()).await {
+            tracing::debug!("cannot answer a malformed message: {e}");
+        }
+    });
+}
+
+/// The next line that holds something, BOM and blank lines skipped; a line too long is
+/// refused and skipped. `None` at the end of input, or when it cannot be read.
+async fn next_line<R, W>(lines: &mut Lines<R>, out: &Arc<Mutex<W>>) -> Option<Bytes>
 where
+    R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    /// Sends a refusal from its own task, so a `receive` dropped midway loses nothing.
-    fn refuse(&self, reply: Value) {
-        let out = self.out.clone();
-        tokio::spawn(async move {
-            if let Err(e) = write_line(&out, reply.to_string().into_bytes()).await {
-                tracing::debug!("cannot answer a malformed message: {e}");
+    loop {
+        let line: Bytes = match lines.next().await? {
+            Ok(line) => line,
+            Err(AnyDelimiterCodecError::MaxChunkLengthExceeded) => {
+                let message = format!("Invalid Request: a message is longer than {MAX_LINE} bytes");
+                refuse(out, error_reply(-32600, &message, Value::Null));
+                continue;
             }
-        });
+            Err(AnyDelimiterCodecError::Io(e)) => {
+                tracing::error!("cannot read stdin: {e}");
+                return None;
+            }
+        };
+        let start = usize::from(line.starts_with(b"\xef\xbb\xbf")) * 3;
+        let line = line.slice(start..);
+        if !line.trim_ascii().is_empty() {
+            return Some(line);
+        }
+    }
+}
+
+/// The open session's lines, read on a task of their own: plain calls of a legacy session
+/// answered by [`Direct`], cancellations of those stopped, refusals written, and everything
+/// else handed to rmcp in order.
+struct Reader<R, W> {
+    lines: Lines<R>,
+    out: Arc<Mutex<W>>,
+    direct: Direct,
+    legacy: bool,
+    to_rmcp: mpsc::Sender<ClientJsonRpcMessage>,
+}
+
+impl<R, W> Reader<R, W>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    /// Reads until the input ends or rmcp stops listening.
+    async fn run(mut self) {
+        while let Some(line) = next_line(&mut self.lines, &self.out).await {
+            if self.legacy
+                && let Ok(call) = serde_json::from_slice::<PlainCall>(&line)
+                && call.params.meta.is_none()
+                && !self.direct.handler.needs_peer(&call.params.name)
+            {
+                self.direct.spawn(call, self.out.clone());
+                continue;
+            }
+            let message = match read(&line) {
+                Ok(ClientJsonRpcMessage::Notification(n)) => {
+                    if let ClientNotification::CancelledNotification(c) = &n.notification
+                        && let Some(id) = &c.params.request_id
+                        && self.direct.cancel(id)
+                    {
+                        continue;
+                    }
+                    ClientJsonRpcMessage::Notification(n)
+                }
+                Ok(message) => message,
+                Err(Some(reply)) => {
+                    refuse(&self.out, reply);
+                    continue;
+                }
+                Err(None) => continue,
+            };
+            if self.to_rmcp.send(message).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+impl<R, W> LineTransport<R, W>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    /// Moves the reading of lines to a task of its own.
+    fn open(&mut self) {
+        let Input::Opened(lines) = std::mem::replace(&mut self.input, Input::Handing) else {
+            return;
+        };
+        let (to_rmcp, messages) = mpsc::channel(READ_AHEAD);
+        let reader = Reader {
+            lines,
+            out: self.out.clone(),
+            direct: self.direct.clone(),
+            legacy: self.legacy,
+            to_rmcp,
+        };
+        let reader = AbortOnDropHandle::new(tokio::spawn(reader.run()));
+        self.input = Input::Open {
+            messages,
+            _reader: reader,
+        };
     }
 }
 
@@ -248,61 +374,37 @@ where
     }
 
     async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
+        if matches!(self.input, Input::Opened(_)) {
+            self.open();
+        }
         loop {
-            let line: Bytes = match self.lines.next().await? {
-                Ok(line) => line,
-                Err(AnyDelimiterCodecError::MaxChunkLengthExceeded) => {
-                    let message =
-                        format!("Invalid Request: a message is longer than {MAX_LINE} bytes");
-                    self.refuse(error_reply(-32600, &message, Value::Null));
-                    continue;
-                }
-                Err(AnyDelimiterCodecError::Io(e)) => {
-                    tracing::error!("cannot read stdin: {e}");
-                    return None;
-                }
+            let lines = match &mut self.input {
+                Input::Open { messages, .. } => return messages.recv().await,
+                Input::Opening(lines) => lines,
+                Input::Opened(_) | Input::Handing => return None,
             };
-            let line = line.strip_prefix(b"\xef\xbb\xbf").unwrap_or(&line);
-            if line.trim_ascii().is_empty() {
-                continue;
-            }
-            if self.initialized
-                && self.legacy
-                && let Ok(call) = serde_json::from_slice::<PlainCall>(line)
-                && call.params.meta.is_none()
-                && !self.direct.handler.needs_peer(&call.params.name)
-            {
-                self.direct.spawn(call, self.out.clone());
-                continue;
-            }
-            match read(line) {
-                Ok(ClientJsonRpcMessage::Notification(n)) if self.initialized => {
-                    if let ClientNotification::CancelledNotification(c) = &n.notification
-                        && let Some(id) = &c.params.request_id
-                        && self.direct.cancel(id)
-                    {
-                        continue;
-                    }
-                    return Some(ClientJsonRpcMessage::Notification(n));
-                }
-                Ok(message) if self.initialized => return Some(message),
+            let line = next_line(lines, &self.out).await?;
+            match read(&line) {
                 Ok(ClientJsonRpcMessage::Request(request)) => {
                     // `initialize`, or a request of the inline lifecycle (2026-07-28), which
                     // names its protocol version itself, opens the session.
                     let inline = request.request.get_meta().protocol_version().is_some();
-                    if inline || matches!(request.request, ClientRequest::InitializeRequest(_)) {
-                        self.initialized = true;
-                    }
                     if let ClientRequest::InitializeRequest(init) = &request.request {
                         // The version rmcp settles on is at most the one asked for.
                         self.legacy = !inline
                             && init.params.protocol_version.as_str()
                                 < ProtocolVersion::V_2026_07_28.as_str();
                     }
+                    if (inline || matches!(request.request, ClientRequest::InitializeRequest(_)))
+                        && let Input::Opening(lines) =
+                            std::mem::replace(&mut self.input, Input::Handing)
+                    {
+                        self.input = Input::Opened(lines);
+                    }
                     return Some(ClientJsonRpcMessage::Request(request));
                 }
                 Ok(_) => tracing::debug!("ignoring a notification or response before initialize"),
-                Err(Some(reply)) => self.refuse(reply),
+                Err(Some(reply)) => refuse(&self.out, reply),
                 Err(None) => {}
             }
         }

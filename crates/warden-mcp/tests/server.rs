@@ -288,3 +288,40 @@ async fn a_cancelled_call_drops_its_sandbox() {
     // client's send and the call's start (the server's clock starts at the call, not the send).
     assert!(nap["duration_ms"].as_f64().unwrap() >= 250.0, "{nap}");
 }
+
+/// A client that writes `initialize` and more at once gets initialize's answer first: the
+/// stdio transport reads past `initialize` only once rmcp has answered it (a line that is not
+/// JSON is answered the moment it is read, faster than anything else).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lines_sent_right_behind_initialize_are_answered_after_it() {
+    for _ in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let (server, _log) = server(dir.path());
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        let (read, write) = tokio::io::split(theirs);
+        let serving = tokio::spawn(server.serve_io(read, write));
+        let (read, mut write) = tokio::io::split(ours);
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                          "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                                     "clientInfo": {"name": "test", "version": "0"}}});
+        let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                          "params": {"name": "count"}});
+        let lines = format!("{init}\nnot json\n{call}\n");
+        write.write_all(lines.as_bytes()).await.unwrap();
+        let mut lines = BufReader::new(read).lines();
+        let mut ids = Vec::new();
+        for _ in 0..3 {
+            let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+                .await
+                .expect("an answer in time")
+                .unwrap()
+                .expect("the server is still there");
+            let answer: Value = serde_json::from_str(&line).unwrap();
+            ids.push(answer["id"].clone());
+        }
+        assert_eq!(ids[0], 0, "initialize is answered first: {ids:?}");
+        // The input ends when both halves of the client's end are gone.
+        drop((write, lines));
+        serving.await.unwrap().unwrap();
+    }
+}
