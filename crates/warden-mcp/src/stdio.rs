@@ -26,15 +26,16 @@ use bytes::Bytes;
 use futures::StreamExt;
 use rmcp::RoleServer;
 use rmcp::model::{
-    CallToolRequestMethod, CallToolRequestParams, ClientJsonRpcMessage, ClientRequest, GetMeta,
-    JsonObject, JsonRpcRequest, JsonRpcVersion2_0, MetaObject, Request, RequestId,
-    RequestMetaObject, ServerJsonRpcMessage,
+    CallToolRequestParams, ClientJsonRpcMessage, ClientRequest, GetMeta, JsonObject,
+    JsonRpcRequest, JsonRpcVersion2_0, MetaObject, Request, RequestId, RequestMetaObject,
+    ServerJsonRpcMessage,
 };
 use rmcp::model::{ClientNotification, ProtocolVersion, ServerResult};
 use rmcp::transport::Transport;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
@@ -154,22 +155,20 @@ impl Direct {
 
     /// Runs `call` on a task of its own, which writes the answer to `out`; none when the call
     /// is cancelled (as JSON-RPC's cancellation asks).
-    fn spawn<W>(&self, call: PlainCall, out: Arc<Mutex<W>>)
+    fn spawn<W>(&self, call: PlainCall<'_>, out: Arc<Mutex<W>>)
     where
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let token = CancellationToken::new();
-        let id = call.id.clone();
+        let id = call.id;
+        let name = call.params.name.into_owned();
+        let arguments = call.params.arguments.map_or("{}", RawValue::get).to_owned();
         self.running().insert(id.clone(), token.clone());
         let this = self.clone();
         tokio::spawn(async move {
-            let arguments = call
-                .params
-                .arguments
-                .map_or_else(|| "{}".to_owned(), |raw| String::from(raw.get()));
             let (answered, deferred) = warden_core::after_answer::answering(
                 this.handler
-                    .call_text(call.params.name, arguments, None, token.cancelled()),
+                    .call_text(name, arguments, None, token.cancelled()),
             )
             .await;
             if let Some(answered) = answered {
@@ -298,7 +297,7 @@ where
     async fn run(mut self) {
         while let Some(line) = next_line(&mut self.lines, &self.out).await {
             if self.legacy
-                && let Ok(call) = serde_json::from_slice::<PlainCall>(&line)
+                && let Some(call) = PlainCall::read(&line)
                 && call.params.meta.is_none()
                 && !self.direct.handler.needs_peer(&call.params.name)
             {
@@ -417,7 +416,7 @@ where
 
 /// One line as a message, or the answer to send instead (`None`: stay silent).
 fn read(line: &[u8]) -> Result<ClientJsonRpcMessage, Option<Value>> {
-    if let Ok(call) = serde_json::from_slice::<PlainCall>(line)
+    if let Some(call) = PlainCall::read(line)
         && let Ok(message) = call.into_message()
     {
         return Ok(message);
@@ -435,30 +434,34 @@ fn read(line: &[u8]) -> Result<ClientJsonRpcMessage, Option<Value>> {
 /// each kind and each request in turn over a buffered copy, about a sixth of a call's cost
 /// on this path; a line with anything more (another field, `inputResponses`) takes that way.
 /// The arguments stay the client's text: the dispatcher parses them once, where reading them
-/// into a map here and writing them out again for it cost a parse and a print a call.
+/// into a map here and writing them out again for it cost a parse and a print a call. What
+/// can be is borrowed from the line (a `jsonrpc` or `method` written with escapes is not
+/// plain, and takes rmcp's way).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct PlainCall {
-    jsonrpc: JsonRpcVersion2_0,
+struct PlainCall<'a> {
+    jsonrpc: &'a str,
     id: RequestId,
-    method: CallToolRequestMethod,
-    params: PlainCallParams,
+    method: &'a str,
+    #[serde(borrow)]
+    params: PlainCallParams<'a>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct PlainCallParams {
-    name: String,
-    #[serde(default, deserialize_with = "object_text")]
-    arguments: Option<Box<RawValue>>,
+struct PlainCallParams<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(default, borrow, deserialize_with = "object_text")]
+    arguments: Option<&'a RawValue>,
     #[serde(rename = "_meta", default)]
     meta: Option<JsonObject>,
 }
 
 /// The text of `arguments` when it is an object, none when it is null; anything else is not a
 /// plain call (rmcp's reading answers it as invalid params).
-fn object_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
-    let raw = Option::<Box<RawValue>>::deserialize(d)?;
+fn object_text<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Option<&'a RawValue>, D::Error> {
+    let raw = Option::<&'a RawValue>::deserialize(d)?;
     match raw {
         Some(raw) if !raw.get().starts_with('{') => {
             Err(serde::de::Error::custom("arguments are not an object"))
@@ -467,24 +470,29 @@ fn object_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>,
     }
 }
 
-impl PlainCall {
+impl<'a> PlainCall<'a> {
+    /// `line` as a plain call, when it is one.
+    fn read(line: &'a [u8]) -> Option<Self> {
+        let call: Self = serde_json::from_slice(line).ok()?;
+        (call.jsonrpc == "2.0" && call.method == "tools/call").then_some(call)
+    }
+
     /// The message rmcp's own reading makes of the same line: `_meta` in the extensions.
     fn into_message(self) -> serde_json::Result<ClientJsonRpcMessage> {
-        let mut params = CallToolRequestParams::new(self.params.name);
+        let mut params = CallToolRequestParams::new(self.params.name.into_owned());
         params.arguments = self
             .params
             .arguments
             .map(|raw| serde_json::from_str::<JsonObject>(raw.get()))
             .transpose()?;
         let mut request = Request::new(params);
-        request.method = self.method;
         if let Some(meta) = self.params.meta {
             request
                 .extensions
                 .insert(RequestMetaObject(MetaObject(meta)));
         }
         Ok(ClientJsonRpcMessage::Request(JsonRpcRequest {
-            jsonrpc: self.jsonrpc,
+            jsonrpc: JsonRpcVersion2_0,
             id: self.id,
             request: ClientRequest::CallToolRequest(request),
         }))
@@ -596,9 +604,10 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2}}}"#,
             r#"{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":"noop"}}"#,
             r#"{"params":{"_meta":{"progressToken":7},"name":"add","arguments":null},"method":"tools/call","id":4,"jsonrpc":"2.0"}"#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"a\u0064d","arguments":{"a":"\u00e9"}}}"#,
         ];
         for line in lines {
-            let plain = serde_json::from_slice::<PlainCall>(line.as_bytes())
+            let plain = PlainCall::read(line.as_bytes())
                 .unwrap()
                 .into_message()
                 .unwrap();
@@ -623,13 +632,19 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"add","requestState":"s"}}"#,
             r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"add"},"extra":1}"#,
             r#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#,
+            r#"{"jsonrpc":"2.0","id":8,"method":"tools/lis\u0074","params":{"name":"add"}}"#,
+            r#"{"jsonrpc":"2.0","id":10,"method":"prompts/get","params":{"name":"add"}}"#,
         ] {
-            assert!(serde_json::from_str::<PlainCall>(more).is_err(), "{more}");
+            assert!(PlainCall::read(more.as_bytes()).is_none(), "{more}");
             assert!(read(more.as_bytes()).is_ok(), "rmcp reads it: {more}");
         }
+        // Another version of JSON-RPC: not plain, and refused as rmcp's reading refuses it.
+        let version = r#"{"jsonrpc":"1.0","id":9,"method":"tools/call","params":{"name":"add"}}"#;
+        assert!(PlainCall::read(version.as_bytes()).is_none());
+        assert_eq!(answer(version).unwrap()["error"]["code"], -32600);
         // Arguments that are not an object: not plain, and rmcp's reading refuses them.
         let scalar = r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"add","arguments":5}}"#;
-        assert!(serde_json::from_str::<PlainCall>(scalar).is_err());
+        assert!(PlainCall::read(scalar.as_bytes()).is_none());
         assert_eq!(answer(scalar).unwrap()["error"]["code"], -32602);
     }
 
