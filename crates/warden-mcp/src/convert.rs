@@ -172,10 +172,7 @@ impl Answered {
         result.structured_content = view.structured.as_ref().map(Structured::to_value);
         let mut meta = JsonObject::new();
         if let Some(e) = &view.error {
-            meta.insert(
-                ERROR_META.into(),
-                json!({"kind": e.kind, "message": e.message}),
-            );
+            meta.insert(ERROR_META.into(), e.to_value());
         }
         if let Some(usage) = view.usage {
             meta.insert(USAGE_META.into(), usage.clone());
@@ -187,7 +184,8 @@ impl Answered {
     /// Appends the JSON-RPC response to request `id` with this result, in the shape of a
     /// session before 2026-07-28 (no `resultType`), as rmcp would write it; none when that
     /// shape would move the result (a structured result that is not an object goes into the
-    /// content), which only rmcp's conversion does.
+    /// content), which only rmcp's conversion does, or when it cannot be written: the caller
+    /// then takes rmcp's way, which says why.
     pub(crate) fn write_response(&self, id: &RequestId, out: &mut Vec<u8>) -> Option<()> {
         let view = self.view();
         if matches!(view.structured, Some(Structured::Plain(v)) if !v.is_object()) {
@@ -217,6 +215,12 @@ struct ErrorMeta<'a> {
     message: &'a str,
 }
 
+impl ErrorMeta<'_> {
+    fn to_value(&self) -> Value {
+        json!({ "kind": self.kind, "message": self.message })
+    }
+}
+
 enum Structured<'a> {
     /// `{"result": value}`.
     Wrapped(&'a Value),
@@ -229,7 +233,7 @@ impl Structured<'_> {
         match self {
             Structured::Wrapped(v) => json!({ "result": v }),
             Structured::Plain(v) => (*v).clone(),
-            Structured::Error(e) => json!({ "kind": e.kind, "message": e.message }),
+            Structured::Error(e) => e.to_value(),
         }
     }
 }
