@@ -180,12 +180,15 @@ impl Direct {
                     tracing::error!("cannot answer call {id}: {e}");
                 }
             }
-            drop(deferred);
-            let mut running = this.running();
-            running.remove(&id);
-            if running.is_empty() {
-                this.ended.notify_waiters();
+            {
+                let mut running = this.running();
+                running.remove(&id);
+                if running.is_empty() {
+                    this.ended.notify_waiters();
+                }
             }
+            // The call is over: its sandbox ends, and the next one is prepared.
+            deferred.finish().await;
         });
     }
 

@@ -53,7 +53,7 @@ async fn send(
     let host = uri.host().ok_or(Error::HttpRequestUriInvalid)?.to_owned();
     let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
     let destination = format!("{}://{host}:{port}", if tls { "https" } else { "http" });
-    let addrs = match gate.gate().vet(&host, port, gate.deadline()).await {
+    let addrs = match gate.vet(&host, port).await {
         Ok(addrs) => addrs,
         Err(Vetting::Denied(reason)) => {
             gate.deny(destination, reason);

@@ -1,11 +1,16 @@
 //! The network side of one call: every HTTP request and socket address the guest uses is
 //! checked against the policy's net grants here, and every refusal is reported.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use warden_core::{Denial, Denials, Meter, NetGrants, Reached};
-use warden_net::{Credentials, Egress, Gate};
+use warden_net::{Credentials, Egress, Gate, Vetting};
+
+/// Why the network is refused to a guest whose call has not started.
+const BEFORE_THE_CALL: &str =
+    "the network opens when the call starts, not while its sandbox is prepared";
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::sockets::SocketAddrUse;
 
@@ -15,30 +20,61 @@ pub(crate) struct NetGate(Arc<GateInner>);
 
 struct GateInner {
     gate: Gate,
-    denials: Denials,
-    meter: Meter,
     credentials: Credentials,
     response_cap: u64,
+    /// The call the gate serves: unset while its sandbox is prepared ahead of one, when
+    /// every use of the network is refused.
+    call: OnceLock<CallSide>,
+    /// The guest tried the network before its call was bound.
+    early: AtomicBool,
+}
+
+/// Where a call's refusals and destinations go, and when it ends.
+struct CallSide {
+    denials: Denials,
+    meter: Meter,
     deadline: Instant,
 }
 
 impl NetGate {
+    /// A gate that serves no call yet: see [`NetGate::bind`].
     pub(crate) fn new(
         grants: Arc<NetGrants>,
         egress: Egress,
-        (denials, meter): (Denials, Meter),
         credentials: Credentials,
         response_cap: u64,
-        deadline: Instant,
     ) -> NetGate {
         NetGate(Arc::new(GateInner {
             gate: Gate::new(grants, egress),
-            denials,
-            meter,
             credentials,
             response_cap,
-            deadline,
+            call: OnceLock::new(),
+            early: AtomicBool::new(false),
         }))
+    }
+
+    /// Opens the gate for the call whose refusals go to `denials`, whose destinations go to
+    /// `meter` and which ends at `deadline`. A gate serves one call: a second bind is ignored.
+    pub(crate) fn bind(&self, (denials, meter): (Denials, Meter), deadline: Instant) {
+        let _ = self.0.call.set(CallSide {
+            denials,
+            meter,
+            deadline,
+        });
+    }
+
+    /// Whether the guest tried the network before the gate was bound to its call.
+    pub(crate) fn used_early(&self) -> bool {
+        self.0.early.load(Ordering::Relaxed)
+    }
+
+    /// The bound call, or `None` after noting that the guest reached for the network early.
+    fn serving(&self) -> Option<&CallSide> {
+        let call = self.0.call.get();
+        if call.is_none() {
+            self.0.early.store(true, Ordering::Relaxed);
+        }
+        call
     }
 
     /// The shared rule: grants, resolution and vetting.
@@ -51,9 +87,17 @@ impl NetGate {
         self.0.response_cap
     }
 
-    /// When the call ends; network waits never outlast it.
+    /// When the call ends; network waits never outlast it (nor start before it is bound).
     pub(crate) fn deadline(&self) -> Instant {
-        self.0.deadline
+        self.serving().map_or_else(Instant::now, |c| c.deadline)
+    }
+
+    /// Vets a request to `host`:`port` for the bound call: refused before one is.
+    pub(crate) async fn vet(&self, host: &str, port: u16) -> Result<Vec<IpAddr>, Vetting> {
+        match self.serving() {
+            Some(call) => self.0.gate.vet(host, port, call.deadline).await,
+            None => Err(Vetting::Denied(BEFORE_THE_CALL.to_owned())),
+        }
     }
 
     /// The credentials the host side adds, and the placeholders the tool sees.
@@ -62,18 +106,22 @@ impl NetGate {
     }
 
     pub(crate) fn deny(&self, destination: String, reason: String) {
-        self.0.denials.push(Denial {
-            destination,
-            reason,
-        });
+        if let Some(call) = self.serving() {
+            call.denials.push(Denial {
+                destination,
+                reason,
+            });
+        }
     }
 
     /// A destination the call was let through to: `address` is what was dialled for a name.
     pub(crate) fn reached(&self, destination: String, address: Option<SocketAddr>) {
-        self.0.meter.reach(Reached {
-            destination,
-            address,
-        });
+        if let Some(call) = self.serving() {
+            call.meter.reach(Reached {
+                destination,
+                address,
+            });
+        }
     }
 
     /// Applies the socket grants to a WASI context: TCP and UDP only to granted addresses,
@@ -90,6 +138,9 @@ impl NetGate {
     }
 
     fn check_socket(&self, addr: SocketAddr, used: SocketAddrUse) -> bool {
+        if self.serving().is_none() {
+            return false;
+        }
         let refused = match used {
             // The implicit bind before a connect or a send: a wildcard, ephemeral port.
             SocketAddrUse::TcpBind | SocketAddrUse::UdpBind => {
@@ -163,4 +214,51 @@ pub(crate) fn refuse_lookups(
     )?;
     linker.allow_shadowing(false);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use warden_core::HostGrant;
+    use warden_net::Resolver;
+
+    #[tokio::test]
+    async fn a_gate_is_shut_until_it_is_bound_to_its_call() {
+        let grants = NetGrants {
+            hosts: vec![HostGrant::parse("127.0.0.1:8080").unwrap()],
+            ..Default::default()
+        };
+        let gate = NetGate::new(
+            Arc::new(grants),
+            Egress::new(Resolver::default()),
+            Credentials::new(Vec::new()),
+            1024,
+        );
+        let granted: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        assert!(!gate.check_socket(granted, SocketAddrUse::TcpConnect));
+        assert!(matches!(
+            gate.vet("127.0.0.1", 8080).await,
+            Err(Vetting::Denied(_))
+        ));
+        assert!(gate.used_early());
+
+        let (denials, meter) = (Denials::default(), Meter::default());
+        gate.bind(
+            (denials.clone(), meter.clone()),
+            Instant::now() + Duration::from_secs(5),
+        );
+        assert!(gate.check_socket(granted, SocketAddrUse::TcpConnect));
+        let vetted = gate.vet("127.0.0.1", 8080).await.ok();
+        assert_eq!(vetted, Some(vec![granted.ip()]));
+        let other: SocketAddr = "127.0.0.2:8080".parse().unwrap();
+        assert!(!gate.check_socket(other, SocketAddrUse::TcpConnect));
+        // The call sees only what happened once it was bound.
+        let (denied, _) = denials.snapshot();
+        let (reached, _) = meter.reached();
+        assert_eq!(denied.len(), 1, "{denied:?}");
+        assert_eq!(denied[0].destination, "tcp 127.0.0.2:8080");
+        assert_eq!(reached.len(), 1, "{reached:?}");
+        assert_eq!(reached[0].destination, "tcp 127.0.0.1:8080");
+    }
 }

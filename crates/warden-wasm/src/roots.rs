@@ -26,19 +26,19 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
 const TYPES: &str = "wasi:filesystem/types@0.2.12";
 const PREOPENS: &str = "wasi:filesystem/preopens@0.2.12";
 
-/// The roots one call was handed, and where their use is reported.
+/// The roots one call was handed, and where their use is reported once the sandbox is bound
+/// to its call.
+#[derive(Default)]
 pub(crate) struct Roots {
     /// Each root's host handle and the path the guest sees it at.
     known: Vec<(Arc<std::fs::File>, String)>,
-    meter: Meter,
+    meter: Option<Meter>,
 }
 
 impl Roots {
-    pub(crate) fn new(meter: Meter) -> Self {
-        Self {
-            known: Vec::new(),
-            meter,
-        }
+    /// Reports the roots' use to the call's `meter` from now on.
+    pub(crate) fn bind(&mut self, meter: Meter) {
+        self.meter = Some(meter);
     }
 
     /// Learns the roots from what `get-directories` handed the guest.
@@ -57,10 +57,11 @@ impl Roots {
         if self.known.is_empty() {
             return;
         }
-        if let Ok(HostFd::Dir(d)) = table.get(fd)
+        if let Some(meter) = &self.meter
+            && let Ok(HostFd::Dir(d)) = table.get(fd)
             && let Some((_, guest)) = self.known.iter().find(|(h, _)| Arc::ptr_eq(h, &d.dir))
         {
-            self.meter.open_root(guest);
+            meter.open_root(guest);
         }
     }
 }

@@ -6,7 +6,7 @@ use crate::http::Hooks;
 use crate::net::NetGate;
 use crate::roots::Roots;
 use std::time::Instant;
-use warden_core::{Access, ErrorKind, Grants, Limits, Meter, ToolError};
+use warden_core::{Access, ErrorKind, Grants, Invocation, Limits, ToolError};
 use wasmtime::component::{Resource, ResourceTable};
 use wasmtime::{Engine, PoolConcurrencyLimitError, ResourceLimiter, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::p2::bindings::filesystem::types::Descriptor;
@@ -101,11 +101,18 @@ impl ResourceLimiter for Limiter {
     }
 }
 
-/// What a call gets besides its grants, and where it reports the roots it opens.
+/// What a command's call gets besides its grants.
 pub(crate) struct CallIo<'a> {
     pub args: &'a [String],
     pub stdin: Option<&'a str>,
-    pub usage: Meter,
+}
+
+impl CallIo<'_> {
+    /// A function's: no arguments, empty stdin.
+    pub(crate) const NONE: CallIo<'static> = CallIo {
+        args: &[],
+        stdin: None,
+    };
 }
 
 impl Sandbox {
@@ -132,7 +139,8 @@ impl Sandbox {
     }
 
     /// Builds the store for one call: env, preopens and network exactly as granted, nothing
-    /// else.
+    /// else; stopped at `deadline`. What the guest does is reported nowhere and its network
+    /// stays shut until the sandbox is [bound](Sandbox::bind) to its call.
     pub(crate) fn new(
         engine: &Engine,
         grants: &Grants,
@@ -140,6 +148,7 @@ impl Sandbox {
         limits: &Limits,
         net: NetGate,
         io: CallIo<'_>,
+        deadline: Instant,
     ) -> Result<Sandbox, ToolError> {
         let stdout = CappedPipe::new(limits.output);
         let stderr = CappedPipe::new(limits.output);
@@ -175,7 +184,7 @@ impl Sandbox {
                 peak: 0,
                 refused: false,
             },
-            roots: Roots::new(io.usage),
+            roots: Roots::default(),
         };
         let mut store = Store::new(engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -186,9 +195,19 @@ impl Sandbox {
                 .map_err(internal)?;
         }
         // The deadline must be set before instantiation: a new store's is 0.
-        let deadline = Instant::now() + limits.timeout;
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |_| {
+        let mut sandbox = Sandbox {
+            store,
+            stdout,
+            stderr,
+        };
+        sandbox.stop_at(deadline);
+        Ok(sandbox)
+    }
+
+    /// Stops the guest at `deadline` instead of whenever it was to stop.
+    pub(crate) fn stop_at(&mut self, deadline: Instant) {
+        self.store.set_epoch_deadline(1);
+        self.store.epoch_deadline_callback(move |_| {
             if Instant::now() >= deadline {
                 Ok(UpdateDeadline::Interrupt)
             } else {
@@ -201,11 +220,22 @@ impl Sandbox {
                 ))
             }
         });
-        Ok(Sandbox {
-            store,
-            stdout,
-            stderr,
-        })
+    }
+
+    /// Serves the call `inv`, which ends at `deadline`: its refusals, destinations and roots
+    /// are reported to it from now on, and the network opens.
+    pub(crate) fn bind(&mut self, inv: &Invocation, deadline: Instant) {
+        let state = self.store.data_mut();
+        state
+            .hooks
+            .gate
+            .bind((inv.denials.clone(), inv.usage.clone()), deadline);
+        state.roots.bind(inv.usage.clone());
+    }
+
+    /// Whether the guest reached for the network before the sandbox was bound to its call.
+    pub(crate) fn used_network_early(&self) -> bool {
+        self.store.data().net().used_early()
     }
 
     /// Fuel burnt so far, when the call is metered.

@@ -4,17 +4,18 @@
 use crate::exports::Export;
 use crate::net::NetGate;
 use crate::sandbox::{CallIo, CallState, Sandbox, exit_code};
+use crate::spare::Spare;
 use crate::value::{args_to_vals, val_to_json};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use warden_core::{
-    BoxFuture, ErrorKind, Executor, Grants, Invocation, Meter, NetGrants, Output, ToolError,
-    Violation,
+    BoxFuture, ErrorKind, Executor, Grants, Invocation, Limits, Meter, NetGrants, Output,
+    ToolError, Violation,
 };
 use warden_net::{Credentials, Egress};
 use wasmtime::Engine;
-use wasmtime::component::{ComponentExportIndex, InstancePre, Val};
+use wasmtime::component::{ComponentExportIndex, Instance, InstancePre, Val};
 
 /// What every tool of one component shares.
 pub(crate) struct Shared {
@@ -28,8 +29,14 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The sandbox of one call, with everything its grants give it read now.
-    fn sandbox(&self, inv: &Invocation, io: CallIo<'_>) -> Result<Sandbox, ToolError> {
+    /// The sandbox of one call under `limits`, stopped at `deadline`, with everything its
+    /// grants give it read now; it serves the call once [bound](Sandbox::bind).
+    fn sandbox(
+        &self,
+        limits: &Limits,
+        io: CallIo<'_>,
+        deadline: Instant,
+    ) -> Result<Sandbox, ToolError> {
         let mut env = self.grants.resolve_env()?;
         // Fresh placeholders each call: a wasm tool's sandbox lives for one call.
         let credentials = Credentials::new(self.grants.resolve_credentials()?);
@@ -37,26 +44,44 @@ impl Shared {
         let gate = NetGate::new(
             self.net.clone(),
             self.egress.clone(),
-            (inv.denials.clone(), inv.usage.clone()),
             credentials,
-            inv.limits.response,
-            Instant::now() + inv.limits.timeout,
+            limits.response,
         );
-        Sandbox::new(&self.engine, &self.grants, &env, &inv.limits, gate, io)
+        Sandbox::new(&self.engine, &self.grants, &env, limits, gate, io, deadline)
     }
 
-    /// Instantiates the component in `sandbox` and calls one export; what it used (the CPU
-    /// of its polls, its memories' peak) goes to `usage`, whether it succeeds or not.
+    /// A function's sandbox made ahead of its call under `limits` (see [`crate::spare`]):
+    /// the component instantiated in it, and the CPU that took.
+    pub(crate) async fn prepare(
+        &self,
+        limits: &Limits,
+    ) -> Result<(Sandbox, (Instance, Duration)), String> {
+        let mut sandbox = self
+            .sandbox(limits, CallIo::NONE, Instant::now() + limits.timeout)
+            .map_err(|e| e.message)?;
+        let (instance, cpu) = on_cpu(self.pre.instantiate_async(&mut sandbox.store)).await;
+        let instance = instance.map_err(|e| format!("{e:#}"))?;
+        Ok((sandbox, (instance, cpu)))
+    }
+
+    /// Instantiates the component in `sandbox`, unless `ahead` holds the instance made in it
+    /// before the call and the CPU that took, and calls one export; what it used (the CPU of
+    /// its polls, its memories' peak) goes to `usage`, whether it succeeds or not.
     async fn call(
         &self,
         sandbox: &mut Sandbox,
+        ahead: Option<(Instance, Duration)>,
         index: &ComponentExportIndex,
         params: &[Val],
         results: &mut [Val],
         usage: &Meter,
     ) -> Result<(), wasmtime::Error> {
+        let (ready, before) = ahead.unzip();
         let run = async {
-            let instance = self.pre.instantiate_async(&mut sandbox.store).await?;
+            let instance = match ready {
+                Some(instance) => instance,
+                None => self.pre.instantiate_async(&mut sandbox.store).await?,
+            };
             let func = instance
                 .get_func(&mut sandbox.store, index)
                 .ok_or_else(|| wasmtime::format_err!("the export vanished from the instance"))?;
@@ -66,6 +91,7 @@ impl Shared {
             return run.await;
         }
         let (result, cpu) = on_cpu(run).await;
+        let cpu = cpu + before.unwrap_or_default();
         let peak = sandbox.memory_peak();
         usage.record(|u| {
             u.cpu_ms = Some(cpu.as_secs_f64() * 1000.0);
@@ -79,27 +105,43 @@ impl Shared {
 pub(crate) struct FunctionTool {
     shared: Arc<Shared>,
     export: Export,
+    /// Its next call's sandbox, when made ahead.
+    spare: Arc<Spare>,
 }
 
 impl FunctionTool {
     pub(crate) fn new(shared: Arc<Shared>, export: Export) -> Self {
-        Self { shared, export }
+        let spare = Arc::new(Spare::new(&shared.grants));
+        Self {
+            shared,
+            export,
+            spare,
+        }
     }
 
     async fn run(&self, inv: Invocation) -> Result<Output, ToolError> {
         let params = args_to_vals(&inv.arguments, &self.export.params)
             .map_err(ToolError::invalid_arguments)?;
-        let io = CallIo {
-            args: &[],
-            stdin: None,
-            usage: inv.usage.clone(),
+        let deadline = Instant::now() + inv.limits.timeout;
+        let (mut sandbox, ahead) = match self.spare.claim(&inv.limits) {
+            Some(prepared) => {
+                let (mut sandbox, instance, cpu) = prepared.into_parts();
+                sandbox.stop_at(deadline);
+                (sandbox, Some((instance, cpu)))
+            }
+            None => (
+                self.shared.sandbox(&inv.limits, CallIo::NONE, deadline)?,
+                None,
+            ),
         };
-        let mut sandbox = self.shared.sandbox(&inv, io)?;
+        sandbox.bind(&inv, deadline);
+        self.spare.refill(&self.shared, inv.limits);
         let mut results = vec![Val::Bool(false); usize::from(self.export.result.is_some())];
         if let Err(e) = self
             .shared
             .call(
                 &mut sandbox,
+                ahead,
                 &self.export.index,
                 &params,
                 &mut results,
@@ -229,13 +271,14 @@ impl CommandTool {
         let io = CallIo {
             args: &argv,
             stdin: Some(stdin.as_deref().unwrap_or("")),
-            usage: inv.usage.clone(),
         };
-        let mut sandbox = self.shared.sandbox(&inv, io)?;
+        let deadline = Instant::now() + inv.limits.timeout;
+        let mut sandbox = self.shared.sandbox(&inv.limits, io, deadline)?;
+        sandbox.bind(&inv, deadline);
         let mut results = [Val::Bool(false)];
         let outcome = self
             .shared
-            .call(&mut sandbox, &self.run, &[], &mut results, &inv.usage)
+            .call(&mut sandbox, None, &self.run, &[], &mut results, &inv.usage)
             .await;
         let code = match outcome {
             Ok(()) => match &results[0] {
@@ -278,9 +321,9 @@ impl Executor for CommandTool {
 
 /// Runs `fut`, adding up this thread's CPU time across its polls: the call's own work, not
 /// whatever else the runtime runs between them.
-async fn on_cpu<F: std::future::Future>(fut: F) -> (F::Output, std::time::Duration) {
+async fn on_cpu<F: std::future::Future>(fut: F) -> (F::Output, Duration) {
     let mut fut = std::pin::pin!(fut);
-    let mut spent = std::time::Duration::ZERO;
+    let mut spent = Duration::ZERO;
     let output = std::future::poll_fn(|cx| {
         let start = thread_cpu();
         let polled = fut.as_mut().poll(cx);
@@ -292,14 +335,14 @@ async fn on_cpu<F: std::future::Future>(fut: F) -> (F::Output, std::time::Durati
 }
 
 /// CPU time this thread has used.
-fn thread_cpu() -> std::time::Duration {
+fn thread_cpu() -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes only the timespec it is given, which outlives the call.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    std::time::Duration::new(
+    Duration::new(
         u64::try_from(ts.tv_sec).unwrap_or(0),
         u32::try_from(ts.tv_nsec).unwrap_or(0),
     )

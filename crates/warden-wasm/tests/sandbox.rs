@@ -11,6 +11,8 @@ mod common;
 use common::{Bench, call, kind};
 use serde_json::json;
 use std::time::{Duration, Instant};
+use warden_core::ToolMessage;
+use warden_core::after_answer::answering;
 
 const SECRET: &str = "warden-test-marker-secret-7f3a";
 
@@ -289,4 +291,91 @@ async fn a_huge_result_is_capped_everywhere() {
         "the artifact carried the whole result"
     );
     assert_eq!(artifact["truncated"], true);
+}
+
+/// Runs one call as a caller with time after its answers does (the MCP stdio path): what the
+/// call left for then, the preparing of its function's next sandbox, runs before this returns.
+async fn answered(d: &warden_core::Dispatcher, tool: &str, args: serde_json::Value) -> ToolMessage {
+    let (message, later) = answering(call(d, tool, args)).await;
+    later.finish().await;
+    message
+}
+
+/// A sandbox made ahead of its call serves that call as one made on its path would: a fresh
+/// instance, stopped at the call's own deadline, not at one counted from its making.
+#[tokio::test]
+async fn a_sandbox_made_ahead_is_fresh_and_timed_from_its_call() {
+    let bench = Bench::new();
+    bench.policy(
+        "hostile.toml",
+        "hostile",
+        "[limits]\ntimeout = \"1s\"\nmemory = \"64MiB\"",
+    );
+    let d = bench.dispatcher();
+    let peak =
+        |m: &ToolMessage| m.artifact.as_ref().unwrap()["usage"]["peak_memory_bytes"].as_u64();
+
+    let big = answered(&d, "alloc", json!({"mib": 16})).await;
+    assert_eq!(kind(&big), "ok", "{big:?}");
+    assert!(peak(&big) >= Some(16 << 20), "{big:?}");
+    let small = answered(&d, "alloc", json!({"mib": 0})).await;
+    assert_eq!(kind(&small), "ok", "{small:?}");
+    assert!(
+        peak(&small) < Some(16 << 20),
+        "the instance was not fresh: {small:?}"
+    );
+    assert!(
+        small.artifact.as_ref().unwrap()["usage"]["cpu_ms"].as_f64() > Some(0.0),
+        "{small:?}"
+    );
+
+    let first = answered(&d, "sleep", json!({"ms": 1})).await;
+    assert_eq!(kind(&first), "ok", "{first:?}");
+    // Longer than the timeout: a deadline counted from the sandbox's making has passed.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let late = answered(&d, "sleep", json!({"ms": 50})).await;
+    assert_eq!(kind(&late), "ok", "{late:?}");
+    let stopped = answered(&d, "sleep", json!({"ms": 600_000})).await;
+    assert_eq!(kind(&stopped), "timeout", "{stopped:?}");
+}
+
+/// What a function's grants read when its sandbox is made (host variables, granted folders) is
+/// read for each call, so no sandbox of such a function is made ahead: a changed variable or
+/// a replaced folder is what the next call sees, and a stale secret never leaks unredacted.
+#[tokio::test]
+async fn grants_read_at_call_time_are_read_for_each_call() {
+    // SAFETY: nextest runs each test in its own process; nothing else reads the env here.
+    unsafe { std::env::set_var("WARDEN_TEST_ROTATED", "first-secret-value") };
+    let bench = Bench::new();
+    let data = bench.folder("data");
+    std::fs::write(data.join("old.txt"), "").unwrap();
+    bench.policy(
+        "hostile.toml",
+        "hostile",
+        &format!(
+            "[grants]\nenv_from_host = [\"WARDEN_TEST_ROTATED\"]\nfs = [ {{ host = {:?}, guest = \"/data\", access = \"read-only\" }} ]",
+            data.display().to_string()
+        ),
+    );
+    let d = bench.dispatcher();
+    let name = json!({"name": "WARDEN_TEST_ROTATED"});
+
+    let before = answered(&d, "echo-env", name.clone()).await;
+    assert_eq!(
+        before.content, "[redacted:WARDEN_TEST_ROTATED]",
+        "{before:?}"
+    );
+    let listed = answered(&d, "list", json!({"path": "/data"})).await;
+    assert_eq!(listed.content, r#"["old.txt"]"#, "{listed:?}");
+
+    // SAFETY: as above.
+    unsafe { std::env::set_var("WARDEN_TEST_ROTATED", "second-secret-value") };
+    std::fs::rename(&data, bench.dir.path().join("data-old")).unwrap();
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("new.txt"), "").unwrap();
+
+    let after = answered(&d, "echo-env", name).await;
+    assert_eq!(after.content, "[redacted:WARDEN_TEST_ROTATED]", "{after:?}");
+    let relisted = answered(&d, "list", json!({"path": "/data"})).await;
+    assert_eq!(relisted.content, r#"["new.txt"]"#, "{relisted:?}");
 }
