@@ -10,11 +10,11 @@
 //! loop for each line cost a few microseconds a call.
 //!
 //! A plain `tools/call` (no `_meta`, a tool that needs no review, in a session opened by
-//! `initialize` with a protocol version before 2026-07-28) is answered by that reader, on a
-//! task of its own that writes the answer itself: rmcp's service loop hands each request to a
-//! task, its answer back through a channel and on to a third task, and those hand-offs cost
-//! about a quarter of the server's CPU a call. Everything else, and every call of a newer
-//! session, goes through rmcp. A `notifications/cancelled` naming a call answered here stops
+//! `initialize` with a protocol version before 2026-07-28) is answered by that reader, which
+//! runs it until it first waits and hands it to a task of its own only then; the call writes
+//! its answer itself. rmcp's service loop hands each request to a task, its answer back
+//! through a channel and on to a third task, and those hand-offs cost about a quarter of the
+//! server's CPU a call. Everything else, and every call of a newer session, goes through rmcp. A `notifications/cancelled` naming a call answered here stops
 //! it, as rmcp would; at the end of input its calls get the same 5 s to answer as rmcp's,
 //! then are cancelled.
 
@@ -39,6 +39,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Mutex, Notify, mpsc};
@@ -153,9 +154,14 @@ impl Direct {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs `call` on a task of its own, which writes the answer to `out`; none when the call
-    /// is cancelled (as JSON-RPC's cancellation asks).
-    fn spawn<W>(&self, call: PlainCall<'_>, out: Arc<Mutex<W>>)
+    /// Runs `call`, which writes the answer to `out` (none when the call is cancelled, as
+    /// JSON-RPC's cancellation asks): here, until it first waits, then on a task of its own.
+    /// A call that never waits (a small WebAssembly call) is answered without a task's
+    /// hand-off; one that computes for longer holds the reading of the next line back until
+    /// its guest's first yield, at most a tick of the WebAssembly epoch (10 ms). What it
+    /// leaves for after its answer runs on a task of its own either way, so the next line is
+    /// not read behind it.
+    async fn start<W>(&self, call: PlainCall<'_>, out: &Arc<Mutex<W>>)
     where
         W: AsyncWrite + Unpin + Send + 'static,
     {
@@ -164,8 +170,8 @@ impl Direct {
         let name = call.params.name.into_owned();
         let arguments = call.params.arguments.map_or("{}", RawValue::get).to_owned();
         self.running().insert(id.clone(), token.clone());
-        let this = self.clone();
-        tokio::spawn(async move {
+        let (this, out) = (self.clone(), out.clone());
+        let mut answer = Box::pin(async move {
             let (answered, deferred) = warden_core::after_answer::answering(
                 this.handler
                     .call_text(name, arguments, None, token.cancelled()),
@@ -180,16 +186,19 @@ impl Direct {
                     tracing::error!("cannot answer call {id}: {e}");
                 }
             }
-            {
-                let mut running = this.running();
-                running.remove(&id);
-                if running.is_empty() {
-                    this.ended.notify_waiters();
-                }
+            let mut running = this.running();
+            running.remove(&id);
+            if running.is_empty() {
+                this.ended.notify_waiters();
             }
-            // The call is over: its sandbox ends, and the next one is prepared.
-            deferred.finish().await;
+            deferred
         });
+        let first = std::future::poll_fn(|cx| Poll::Ready(answer.as_mut().poll(cx))).await;
+        match first {
+            // The call is over: its sandbox ends, and its function's next one is prepared.
+            Poll::Ready(deferred) => drop(tokio::spawn(deferred.finish())),
+            Poll::Pending => drop(tokio::spawn(async move { answer.await.finish().await })),
+        }
     }
 
     /// Stops the call `id` if it runs here; whether it did.
@@ -304,7 +313,7 @@ where
                 && call.params.meta.is_none()
                 && !self.direct.handler.needs_peer(&call.params.name)
             {
-                self.direct.spawn(call, self.out.clone());
+                self.direct.start(call, &self.out).await;
                 continue;
             }
             let message = match read(&line) {
