@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use warden_core::millis;
 use warden_core::{Dispatcher, ErrorKind, RunLimitHit, ToolCall, ToolError, ToolMessage};
 
 /// The state of one process's part of a run.
@@ -312,11 +313,6 @@ impl Session {
             }
         }
     }
-}
-
-/// Milliseconds to the microsecond, for the transcript.
-fn millis(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1e6).round() / 1e3
 }
 
 /// The tool message as the model is sent it: what Chat Completions defines, nothing more.

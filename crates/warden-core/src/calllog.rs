@@ -231,11 +231,12 @@ impl CallLog {
     /// Writes a call's `policy` record, unless this log has it already (after a rotation,
     /// the first call record of the policy in the new file brings it along).
     pub fn describe_policy(&self, facts: &PolicyFacts, secrets: &Secrets) {
-        let new = self
-            .described
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(facts.policy_digest.clone());
+        let new = {
+            let mut described = self.described.lock().unwrap_or_else(|p| p.into_inner());
+            // Every call asks: only the first of a policy pays for its digest's copy.
+            !described.contains(&facts.policy_digest)
+                && described.insert(facts.policy_digest.clone())
+        };
         if new {
             let record = PolicyRecord {
                 ts_ms: now_ms(),

@@ -547,7 +547,7 @@ impl Dispatcher {
             tool: call.name.clone(),
             call_id: call.id.clone(),
             outcome: CallOutcome::of(m),
-            duration_ms: facts.took.as_secs_f64() * 1000.0,
+            duration_ms: crate::units::millis(facts.took),
             attempts: facts.attempts,
             fuel: facts.fuel,
             usage: facts.usage,
@@ -587,10 +587,7 @@ struct Facts {
 fn attach_usage(m: &mut ToolMessage, took: Duration, usage: Usage, fuel: Option<u64>) {
     let mut value = serde_json::to_value(usage).unwrap_or_else(|_| json!({}));
     if let Value::Object(map) = &mut value {
-        map.insert(
-            "wall_ms".into(),
-            json!((took.as_secs_f64() * 1e6).round() / 1e3),
-        );
+        map.insert("wall_ms".into(), json!(crate::units::millis(took)));
         if let Some(fuel) = fuel {
             map.insert("fuel".into(), fuel.into());
         }

@@ -45,5 +45,5 @@ pub use run::{RunLimitHit, RunLimits, RunUsage};
 pub use spec::{ToolSpec, is_valid_tool_name};
 pub use table::ExecutorTable;
 pub use toolbox::{LoadedPolicy, Protected, Tool, Toolbox, ToolboxError};
-pub use units::{ByteSize, HumanDuration};
+pub use units::{ByteSize, HumanDuration, millis};
 pub use usage::{RepeatedRefusal, Suggestion, ToolUsage, UnusedGrant, UsageError, UsageReport};

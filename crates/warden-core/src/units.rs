@@ -51,6 +51,11 @@ impl fmt::Display for ByteSize {
     }
 }
 
+/// `d` in milliseconds to the microsecond: how a usage figure or a duration is written.
+pub fn millis(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
 /// A duration written as `"500ms"`, `"10s"`, `"2m"`, `"7d"` or a bare number of seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct HumanDuration(pub Duration);

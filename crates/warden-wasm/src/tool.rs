@@ -94,7 +94,7 @@ impl Shared {
         let cpu = cpu + before.unwrap_or_default();
         let peak = sandbox.memory_peak();
         usage.record(|u| {
-            u.cpu_ms = Some(cpu.as_secs_f64() * 1000.0);
+            u.cpu_ms = Some(warden_core::millis(cpu));
             u.peak_memory_bytes = Some(peak);
         });
         result
