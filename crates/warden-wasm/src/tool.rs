@@ -1,5 +1,5 @@
 //! The executors of wasm tools: a function tool and a command tool, each a fresh instance per
-//! call.
+//! call (a function's made ahead of its call when the caller has time: [`crate::spare`]).
 
 use crate::exports::Export;
 use crate::net::NetGate;
