@@ -553,6 +553,9 @@ fn the_call_log_rotates_and_stays_compact() {
     let rotated = |n: u32| PathBuf::from(format!("{}.{n}", log.display()));
     assert!(rotated(1).exists() && rotated(2).exists(), "rotated");
     assert!(!rotated(3).exists(), "only two old files are kept");
+    // Described once per file by each process that wrote to it, never per call: the current
+    // file may hold only the last few calls, so the calls are counted over the three files.
+    let (mut all_calls, mut all_policies) = (0, 0);
     for path in [log.clone(), rotated(1), rotated(2)] {
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(
@@ -564,19 +567,23 @@ fn the_call_log_rotates_and_stays_compact() {
         let records: Vec<Value> = text.lines().map(json).collect();
         let calls: Vec<&Value> = records.iter().filter(|r| r["event"] == "call").collect();
         let policies: Vec<&Value> = records.iter().filter(|r| r["event"] == "policy").collect();
-        // Described once per file by each process that wrote to it, never per call.
         assert!(
             (1..=3).contains(&policies.len()),
             "{}: {records:#?}",
             path.display()
         );
-        assert!(calls.len() > policies.len() * 3, "{}", path.display());
+        assert!(!calls.is_empty(), "{}", path.display());
+        (all_calls, all_policies) = (all_calls + calls.len(), all_policies + policies.len());
         assert_eq!(records[0]["event"], "policy", "each file can be read alone");
         for call in &calls {
             assert_eq!(call["policy_digest"], policies[0]["policy_digest"]);
             assert!(call.get("grants").is_none(), "{call}");
         }
     }
+    assert!(
+        all_calls > all_policies * 3,
+        "{all_calls} calls, {all_policies} policies"
+    );
 }
 
 #[test]
