@@ -116,6 +116,9 @@ impl Handler {
             .map(|(_, peer)| self.shared.reviewer.register(&call.id, peer.clone()));
         let start = Instant::now();
         tokio::select! {
+            // The call first: one that answers at once never polls (so never registers with)
+            // the cancellation, and no random order is drawn.
+            biased;
             message = dispatcher.call(call.clone()) => {
                 Some(Answered::new(message, tool.map(|t| &t.spec)))
             }
