@@ -14,9 +14,9 @@
 //! runs it until it first waits and hands it to a task of its own only then; the call writes
 //! its answer itself. rmcp's service loop hands each request to a task, its answer back
 //! through a channel and on to a third task, and those hand-offs cost about a quarter of the
-//! server's CPU a call. Everything else, and every call of a newer session, goes through rmcp. A `notifications/cancelled` naming a call answered here stops
-//! it, as rmcp would; at the end of input its calls get the same 5 s to answer as rmcp's,
-//! then are cancelled.
+//! server's CPU a call. Everything else, and every call of a newer session, goes through rmcp.
+//! A `notifications/cancelled` naming a call answered here stops it, as rmcp would; at the end
+//! of input its calls get the same 5 s to answer as rmcp's, then are cancelled.
 
 use crate::convert::Answered;
 use crate::handler::Handler;

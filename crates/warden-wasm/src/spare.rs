@@ -110,11 +110,9 @@ impl Spare {
     }
 
     /// Leaves the preparing of the next sandbox under `limits` for after the answer, when the
-    /// caller has time then and none waits.
+    /// caller has time then and none waits (which the preparing checks: a caller without
+    /// spare time pays nothing here, not even the lock).
     pub(crate) fn refill(self: &Arc<Self>, shared: &Arc<Shared>, limits: Limits) {
-        if matches!(*self.state(), State::Off) {
-            return;
-        }
         warden_core::after_answer::spare_time(|| {
             let (spare, shared) = (self.clone(), shared.clone());
             async move { spare.prepare(&shared, limits).await }
