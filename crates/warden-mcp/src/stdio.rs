@@ -46,6 +46,7 @@ use tokio::sync::{Mutex, Notify, mpsc};
 use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
+use warden_core::after_answer::Deferred;
 
 /// The longest message read; a longer line is refused and skipped.
 const MAX_LINE: usize = 64 << 20;
@@ -139,14 +140,35 @@ struct Direct {
     handler: Handler,
     running: Arc<std::sync::Mutex<HashMap<RequestId, CancellationToken>>>,
     ended: Arc<Notify>,
+    /// What the calls answered on the reader left for after their answers, to a task that
+    /// finishes it in order: waking one task costs less than spawning one a call.
+    finishing: mpsc::Sender<Deferred>,
 }
+
+/// How many calls' leftovers may wait for the finishing task; past that, each gets a task of
+/// its own.
+const FINISHING_AHEAD: usize = 16;
 
 impl Direct {
     fn new(handler: Handler) -> Self {
+        let (finishing, mut queue) = mpsc::channel::<Deferred>(FINISHING_AHEAD);
+        tokio::spawn(async move {
+            while let Some(deferred) = queue.recv().await {
+                deferred.finish().await;
+            }
+        });
         Self {
             handler,
             running: Arc::default(),
             ended: Arc::default(),
+            finishing,
+        }
+    }
+
+    /// Finishes what a call answered on the reader left, on the finishing task.
+    fn finish(&self, deferred: Deferred) {
+        if let Err(full) = self.finishing.try_send(deferred) {
+            drop(tokio::spawn(full.into_inner().finish()));
         }
     }
 
@@ -159,8 +181,9 @@ impl Direct {
     /// A call that never waits (a small WebAssembly call) is answered without a task's
     /// hand-off; one that computes for longer holds the reading of the next line back until
     /// its guest's first yield, at most a tick of the WebAssembly epoch (10 ms). What it
-    /// leaves for after its answer runs on a task of its own either way, so the next line is
-    /// not read behind it.
+    /// leaves for after its answer runs elsewhere either way (the finishing task, or the
+    /// call's own), so the next line is not read behind it. Only a call that waits is registered by its id: one answered in
+    /// its first poll is over before a cancellation naming it can be read.
     async fn start<W>(&self, call: PlainCall<'_>, out: &Arc<Mutex<W>>)
     where
         W: AsyncWrite + Unpin + Send + 'static,
@@ -169,35 +192,49 @@ impl Direct {
         let id = call.id;
         let name = call.params.name.into_owned();
         let arguments = call.params.arguments.map_or("{}", RawValue::get).to_owned();
-        self.running().insert(id.clone(), token.clone());
-        let (this, out) = (self.clone(), out.clone());
+        let (handler, out, cancelled) = (self.handler.clone(), out.clone(), token.clone());
+        let answering_id = id.clone();
         let mut answer = Box::pin(async move {
-            let (answered, deferred) = warden_core::after_answer::answering(
-                this.handler
-                    .call_text(name, arguments, None, token.cancelled()),
-            )
+            let (answered, deferred) = warden_core::after_answer::answering(handler.call_text(
+                name,
+                arguments,
+                None,
+                cancelled.cancelled(),
+            ))
             .await;
             if let Some(answered) = answered {
-                let written = match legacy_response(&answered, &id) {
+                let written = match legacy_response(&answered, &answering_id) {
                     Ok(line) => write_line(&out, line).await,
                     Err(e) => Err(io::Error::other(e)),
                 };
                 if let Err(e) = written {
-                    tracing::error!("cannot answer call {id}: {e}");
+                    tracing::error!("cannot answer call {answering_id}: {e}");
                 }
-            }
-            let mut running = this.running();
-            running.remove(&id);
-            if running.is_empty() {
-                this.ended.notify_waiters();
             }
             deferred
         });
         let first = std::future::poll_fn(|cx| Poll::Ready(answer.as_mut().poll(cx))).await;
         match first {
             // The call is over: its sandbox ends, and its function's next one is prepared.
-            Poll::Ready(deferred) => drop(tokio::spawn(deferred.finish())),
-            Poll::Pending => drop(tokio::spawn(async move { answer.await.finish().await })),
+            Poll::Ready(deferred) => self.finish(deferred),
+            Poll::Pending => {
+                self.running().insert(id.clone(), token);
+                let this = self.clone();
+                drop(tokio::spawn(async move {
+                    let deferred = answer.await;
+                    this.answered(&id);
+                    deferred.finish().await;
+                }));
+            }
+        }
+    }
+
+    /// The registered call `id` has answered (or was cancelled).
+    fn answered(&self, id: &RequestId) {
+        let mut running = self.running();
+        running.remove(id);
+        if running.is_empty() {
+            self.ended.notify_waiters();
         }
     }
 
