@@ -3,18 +3,27 @@
 
 1. Round trip of the trivial tools: median and p99 over --calls calls, from the official Python
    MCP SDK client (`ClientSession.call_tool`; for `add` it also checks the structured result
-   against the output schema, `noop` has none) and, for `add`, from a bare client writing JSON
-   lines, which shows what the server itself costs.
-   Beside it, the floor: the same bare client against a trivial Python server that answers
-   each line with a canned result (what echoing JSON costs, nothing sandboxed); and the
-   sandboxed floor: a minimal Rust server, `cargo run --example sandboxed-echo -p
-   warden-wasm`, which answers each call from a fresh instance under warden's engine settings
-   and appends a log record first (what no sandboxed call can skip, and nothing more).
-2. Process start to the first `tools/call` answer with the compiled components cached: median
+   against the output schema, `noop` has none).
+2. The same `add` from a bare client writing JSON lines, which shows what the server itself
+   costs, beside its floors in the same minutes: --rounds rounds, each starting every server
+   afresh and taking --calls calls from each in turn, so a machine that slows down between
+   rounds slows all of them alike. Each ratio is taken within a round. The servers:
+   - the floor: a trivial Python server that answers each line with warden's answer to
+     `add(1, 2)`, read from warden once before the rounds (the same bytes both ways, so the
+     client's share is the same; what echoing JSON costs, nothing sandboxed);
+   - the same server answering without warden's `_meta` usage (the result alone, as warden
+     answered before every answer carried its usage): what the longer answer costs on both
+     sides of the pipe;
+   - the sandboxed floor: a minimal Rust server, `cargo run --example sandboxed-echo -p
+     warden-wasm`, which answers each call (the result alone) from a fresh instance under
+     warden's engine settings and appends a log record first (what no sandboxed call can
+     skip, and nothing more).
+   Beside each round trip, the server's CPU a call (all its threads, from /proc's schedstat).
+3. Process start to the first `tools/call` answer with the compiled components cached: median
    of --starts starts, the bare client writing initialize, initialized and tools/call at once.
 
 Usage (from the repository root, after `cargo build --release` and building guest-sdk):
-    "$(scripts/py-venv)/bin/python" scripts/bench-mcp.py [--calls 1000] [--starts 20]
+    "$(scripts/py-venv)/bin/python" scripts/bench-mcp.py [--calls 3000] [--rounds 5] [--starts 20]
 (scripts/py-venv makes or reuses target/py-venv, which has the MCP SDK.)
 WARDEN_BIN names the binary (default target/release/warden).
 """
@@ -71,9 +80,14 @@ async def sdk_round_trips(binary, env, calls, tool):
     return times
 
 
-# The floor: reads a JSON line, answers it with the result warden gives `add(1, 2)`.
+# The floor: reads a JSON line, answers it with the result warden gives `add(1, 2)`: the
+# result its argument holds (warden's, `_meta` and all) with the sum put in, else the result
+# alone.
 TRIVIAL_SERVER = r"""
 import json, sys
+template = json.loads(sys.argv[1]) if sys.argv[1:] else {}
+# Compact, as warden writes; made once, as json.dumps's own default encoder is.
+dumps = json.JSONEncoder(separators=(",", ":")).encode
 for line in sys.stdin:
     m = json.loads(line)
     if "id" not in m:
@@ -84,9 +98,9 @@ for line in sys.stdin:
     else:
         a = m["params"]["arguments"]
         n = a["a"] + a["b"]
-        result = {"content": [{"type": "text", "text": str(n)}],
+        result = {**template, "content": [{"type": "text", "text": str(n)}],
                   "structuredContent": {"result": n}, "isError": False}
-    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": result}) + "\n")
+    sys.stdout.write(dumps({"jsonrpc": "2.0", "id": m["id"], "result": result}) + "\n")
     sys.stdout.flush()
 """
 
@@ -112,23 +126,62 @@ def receive(proc, id):
             return message
 
 
+def server_cpu(pid):
+    """CPU time of every thread of process `pid` so far, in seconds (None off Linux)."""
+    tasks = Path(f"/proc/{pid}/task")
+    if not tasks.is_dir():
+        return None
+    total = 0
+    for task in tasks.iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+    return total / 1e9
+
+
 def raw_round_trips(command, env, calls):
+    """Round trips of `calls` calls after 300 to warm up, and the server's CPU a call."""
     proc = start_raw(command, env)
     send(proc, INIT)
     receive(proc, 1)
     send(proc, INITIALIZED)
     times = []
-    for i in range(calls + 50):
+    for i in range(calls + 300):
+        if i == 300:
+            cpu = server_cpu(proc.pid)
         call = dict(ADD, id=100 + i)
         start = time.perf_counter()
         send(proc, call)
         answer = receive(proc, 100 + i)
-        if i >= 50:
+        if i >= 300:
             times.append(time.perf_counter() - start)
         assert answer["result"]["structuredContent"] == {"result": 3}, answer
+    end = server_cpu(proc.pid)
     proc.stdin.close()
     proc.wait()
-    return times
+    per_call = None if cpu is None or end is None else (end - cpu) / calls
+    return times, per_call
+
+
+def interleaved(servers, env, calls, rounds):
+    """Each server's round-trip medians and CPU a call, round by round, servers in turn, and
+    its p99 over every round's calls."""
+    results = {name: [] for name in servers}
+    samples = {name: [] for name in servers}
+    for _ in range(rounds):
+        for name, command in servers.items():
+            times, cpu = raw_round_trips(command, env, calls)
+            results[name].append((statistics.median(times), cpu))
+            samples[name] += times
+    return results, {name: percentile(times, 99) for name, times in samples.items()}
+
+
+def spread(values, unit=1e6, fmt="{:.1f}"):
+    """The median of `values`, then their range: "44.1 (43.5–46.2)"."""
+    low, mid, high = (fmt.format(v * unit) for v in
+                      (min(values), statistics.median(values), max(values)))
+    return f"{mid} ({low}–{high})"
 
 
 def starts(binary, env, count):
@@ -147,9 +200,23 @@ def starts(binary, env, count):
     return times
 
 
+def warden_result(binary, env):
+    """What warden answers to `add(1, 2)`: the floor answers the same."""
+    proc = start_raw([str(binary), "serve"], env)
+    send(proc, INIT)
+    receive(proc, 1)
+    send(proc, INITIALIZED)
+    send(proc, ADD)
+    result = receive(proc, 2)["result"]
+    proc.stdin.close()
+    proc.wait()
+    return result
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument("--calls", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--starts", type=int, default=20)
     args = parser.parse_args()
     binary = Path(os.environ.get("WARDEN_BIN", ROOT / "target" / "release" / "warden"))
@@ -172,16 +239,28 @@ def main():
         for tool in ("add", "noop"):
             times = anyio.run(sdk_round_trips, binary, env, args.calls, tool)
             summary(f"round trip, Python SDK call_tool({tool})", times)
-        warden = raw_round_trips([str(binary), "serve"], env, args.calls)
-        floor = raw_round_trips([sys.executable, "-c", TRIVIAL_SERVER], env, args.calls)
-        sandboxed = raw_round_trips([str(echo), str(component), str(Path(tmp) / "echo.jsonl")],
-                                    env, args.calls)
-        summary("round trip, bare JSON-lines client", warden)
-        summary("the floor: same client, trivial Python server", floor)
-        summary("the sandboxed floor: minimal Rust server", sandboxed)
-        print(f"{'warden / floor (medians)':<44} {statistics.median(warden) / statistics.median(floor):.2f}x")
-        print(f"{'warden / sandboxed floor (medians)':<44} "
-              f"{statistics.median(warden) / statistics.median(sandboxed):.2f}x")
+        floor = [sys.executable, "-c", TRIVIAL_SERVER]
+        answer = json.dumps(warden_result(binary, env))
+        servers = {
+            "warden": [str(binary), "serve"],
+            "the floor: trivial Python server": floor + [answer],
+            "the same, answering without the usage": floor,
+            "the sandboxed floor: minimal Rust server":
+                [str(echo), str(component), str(Path(tmp) / "echo.jsonl")],
+        }
+        results, p99 = interleaved(servers, env, args.calls, args.rounds)
+        print(f"bare JSON-lines client, {args.rounds} rounds of {args.calls} calls; the median "
+              "of the rounds' medians (their range):")
+        base = [median for median, _ in results["warden"]]
+        for name, rounds in results.items():
+            medians = [median for median, _ in rounds]
+            cpus = [cpu for _, cpu in rounds if cpu is not None]
+            print(f"  {name:<42} {spread(medians)} µs   p99 {p99[name] * 1e6:.1f} µs")
+            if name != "warden":
+                ratios = [w / m for w, m in zip(base, medians)]
+                print(f"  {'':<42} warden / this, round by round: {spread(ratios, 1, '{:.2f}')}x")
+            if cpus:
+                print(f"  {'':<42} server CPU a call: {spread(cpus)} µs")
         summary("start to first tools/call answer (cached)", starts(binary, env, args.starts))
 
 
