@@ -15,9 +15,9 @@
      answered before every answer carried its usage): what the longer answer costs on both
      sides of the pipe;
    - the sandboxed floor: a minimal Rust server, `cargo run --example sandboxed-echo -p
-     warden-wasm`, which answers each call (the result alone) from a fresh instance under
-     warden's engine settings and appends a log record first (what no sandboxed call can
-     skip, and nothing more).
+     warden-wasm`, which answers each call with warden's answer as well, from a fresh
+     instance under warden's engine settings, and appends a log record first (what no
+     sandboxed call can skip, and nothing more).
    Beside each round trip, the server's CPU a call (all its threads, from /proc's schedstat).
 3. Process start to the first `tools/call` answer with the compiled components cached: median
    of --starts starts, the bare client writing initialize, initialized and tools/call at once.
@@ -246,7 +246,7 @@ def main():
             "the floor: trivial Python server": floor + [answer],
             "the same, answering without the usage": floor,
             "the sandboxed floor: minimal Rust server":
-                [str(echo), str(component), str(Path(tmp) / "echo.jsonl")],
+                [str(echo), str(component), str(Path(tmp) / "echo.jsonl"), answer],
         }
         results, p99 = interleaved(servers, env, args.calls, args.rounds)
         print(f"bare JSON-lines client, {args.rounds} rounds of {args.calls} calls; the median "

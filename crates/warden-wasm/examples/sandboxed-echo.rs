@@ -3,9 +3,11 @@
 //! line gets a fresh store and instance of `trivial.wasm` under warden's engine settings
 //! (`engine_config`, an epoch deadline), the call of `add`, one record appended to a log file
 //! with one `write`, and its answer. One thread, blocking reads; no tokio worker pool, no
-//! rmcp, no policy, no schema check, no usage figures.
+//! rmcp, no policy, no schema check, no usage figures: given a result to answer like (warden's
+//! own, say), its other fields (warden's `_meta` with its usage) go into every answer as they
+//! are, so the client reads the same bytes.
 //!
-//!     sandboxed-echo <trivial.wasm> <log file>
+//!     sandboxed-echo <trivial.wasm> <log file> [result JSON]
 
 use serde_json::{Value, json};
 use std::io::{BufRead, Write};
@@ -31,7 +33,14 @@ impl WasiView for Call {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let (Some(component), Some(log)) = (args.next(), args.next()) else {
-        return Err("usage: sandboxed-echo <trivial.wasm> <log file>".into());
+        return Err("usage: sandboxed-echo <trivial.wasm> <log file> [result JSON]".into());
+    };
+    let mut result = match args.next() {
+        Some(text) => match serde_json::from_str(&text)? {
+            Value::Object(fields) => fields,
+            _ => return Err("the result to answer like is not a JSON object".into()),
+        },
+        None => serde_json::Map::new(),
     };
     let engine = Engine::new(&warden_wasm::engine_config(warden_wasm::Workload::Server))?;
     let ticker = engine.clone();
@@ -61,9 +70,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let Some(id) = message.get("id") else {
             continue;
         };
-        let result = if message["method"] == "initialize" {
-            json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
-                   "serverInfo": {"name": "sandboxed-echo", "version": "0"}})
+        let mut answer = b"{\"jsonrpc\":\"2.0\",\"id\":".to_vec();
+        serde_json::to_writer(&mut answer, id)?;
+        answer.extend_from_slice(b",\"result\":");
+        if message["method"] == "initialize" {
+            let info = json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                              "serverInfo": {"name": "sandboxed-echo", "version": "0"}});
+            serde_json::to_writer(&mut answer, &info)?;
         } else {
             let arguments = &message["params"]["arguments"];
             let operand = |name: &str| Val::S32(arguments[name].as_i64().unwrap_or(0) as i32);
@@ -99,12 +112,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut record = serde_json::to_vec(&json!({"tool": "add", "status": "success"}))?;
             record.push(b'\n');
             log.write_all(&record)?;
-            json!({"content": [{"type": "text", "text": n.to_string()}],
-                   "structuredContent": {"result": n}, "isError": false})
-        };
-        let mut answer =
-            serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "result": result}))?;
-        answer.push(b'\n');
+            // The same map each call, its three fields replaced: nothing copied.
+            result.insert(
+                "content".into(),
+                json!([{"type": "text", "text": n.to_string()}]),
+            );
+            result.insert("structuredContent".into(), json!({"result": n}));
+            result.insert("isError".into(), false.into());
+            serde_json::to_writer(&mut answer, &result)?;
+        }
+        answer.extend_from_slice(b"}\n");
         out.write_all(&answer)?;
         out.flush()?;
     }
