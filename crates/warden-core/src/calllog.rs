@@ -73,7 +73,7 @@ impl Default for Rotation {
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Record<'a> {
     /// A call and how it ended: exactly one per call.
-    Call(&'a CallRecord),
+    Call(&'a CallRecord<'a>),
     /// A destination the sandbox refused a call, written before that call's own record.
     Denied(&'a DenialRecord),
     /// What a policy gave its tools, once per file before the first call that names it.
@@ -88,14 +88,14 @@ pub struct PolicyRecord {
     pub facts: PolicyFacts,
 }
 
-/// A call and how it ended.
+/// A call and how it ended, borrowing what it names from the call and its tool.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CallRecord {
+pub struct CallRecord<'a> {
     /// When it was written, in milliseconds since the Unix epoch.
     pub ts_ms: u64,
     /// The tool as the call named it (it may not exist).
-    pub tool: String,
-    pub call_id: String,
+    pub tool: &'a str,
+    pub call_id: &'a str,
     pub outcome: CallOutcome,
     pub duration_ms: f64,
     /// Runs of the tool that came back, retries included.
@@ -109,28 +109,28 @@ pub struct CallRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub denied: Option<u64>,
     /// The destinations the call reached, each once: the first [`Denials::KEPT`] of them.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub reached: Vec<Reached>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub reached: &'a [Reached],
     /// Every reach, counted, when there were any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reached_count: Option<u64>,
     /// The granted filesystem roots the call opened, by the path the tool sees, each once:
     /// the first [`Denials::KEPT`] of them (wasm tools; others do not observe roots).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub roots_opened: Vec<String>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub roots_opened: &'a [String],
     /// Every use of a root (each path looked up or directory read through it), counted, when
     /// there were any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub roots_opened_count: Option<u64>,
     /// The executor kind, when the tool exists.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub executor: Option<String>,
+    pub executor: Option<&'a str>,
     /// The digest of the `policy` record that says what the tool was given.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub policy_digest: Option<String>,
+    pub policy_digest: Option<&'a str>,
     /// The error's message, when the call failed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
+    pub message: Option<&'a str>,
 }
 
 /// What a tool's policy gave it, as the log's `policy` record tells it.
@@ -261,8 +261,8 @@ impl CallLog {
             }
         };
         let kind = match record {
-            Record::Policy(p) => Kind::Policy(p.facts.policy_digest.clone()),
-            Record::Call(c) => Kind::Call(c.policy_digest.clone()),
+            Record::Policy(p) => Kind::Policy(&p.facts.policy_digest),
+            Record::Call(c) => Kind::Call(c.policy_digest),
             Record::Denied(_) => Kind::Denied,
         };
         self.file
@@ -304,24 +304,27 @@ mod tests {
     use super::*;
     use crate::message::{ToolCall, ToolError};
 
-    fn call_record(message: &ToolMessage, policy: Option<&PolicyFacts>) -> CallRecord {
+    fn call_record<'a>(
+        message: &'a ToolMessage,
+        policy: Option<&'a PolicyFacts>,
+    ) -> CallRecord<'a> {
         CallRecord {
             ts_ms: 1,
-            tool: message.name.clone(),
-            call_id: message.tool_call_id.clone(),
+            tool: &message.name,
+            call_id: &message.tool_call_id,
             outcome: CallOutcome::of(message),
             duration_ms: 1.5,
             attempts: 1,
             fuel: None,
             usage: Usage::default(),
             denied: None,
-            reached: Vec::new(),
+            reached: &[],
             reached_count: None,
-            roots_opened: Vec::new(),
+            roots_opened: &[],
             roots_opened_count: None,
-            executor: policy.map(|p| p.executor.clone()),
-            policy_digest: policy.map(|p| p.policy_digest.clone()),
-            message: message.error.as_ref().map(|e| e.message.clone()),
+            executor: policy.map(|p| p.executor.as_str()),
+            policy_digest: policy.map(|p| p.policy_digest.as_str()),
+            message: message.error.as_ref().map(|e| e.message.as_str()),
         }
     }
 
@@ -459,14 +462,13 @@ mod tests {
             serde_json::json!({}),
         );
         let call = ToolCall::new("c1", "t", &serde_json::json!({}));
-        let mut record = call_record(
-            &ToolMessage::success(&call, "ok".into(), None),
-            Some(&facts),
-        );
-        record.reached = vec![Reached {
+        let ok = ToolMessage::success(&call, "ok".into(), None);
+        let reached = [Reached {
             destination: "https://api.test:443".into(),
             address: None,
         }];
+        let mut record = call_record(&ok, Some(&facts));
+        record.reached = &reached;
         record.reached_count = Some(1);
         let secrets = Secrets::default();
         for _ in 0..100_000 {

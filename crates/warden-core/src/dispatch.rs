@@ -544,21 +544,21 @@ impl Dispatcher {
         }
         let record = CallRecord {
             ts_ms,
-            tool: call.name.clone(),
-            call_id: call.id.clone(),
+            tool: &call.name,
+            call_id: &call.id,
             outcome: CallOutcome::of(m),
             duration_ms: crate::units::millis(facts.took),
             attempts: facts.attempts,
             fuel: facts.fuel,
             usage: facts.usage,
             denied: (facts.denied_count > 0).then_some(facts.denied_count),
-            reached: facts.reached.clone(),
+            reached: &facts.reached,
             reached_count: (facts.reached_count > 0).then_some(facts.reached_count),
-            roots_opened: facts.roots_opened.clone(),
+            roots_opened: &facts.roots_opened,
             roots_opened_count: (facts.roots_opened_count > 0).then_some(facts.roots_opened_count),
-            executor: tool.map(|t| t.facts.executor.clone()),
-            policy_digest: tool.map(|t| t.facts.policy_digest.clone()),
-            message: m.error.as_ref().map(|e| e.message.clone()),
+            executor: tool.map(|t| t.facts.executor.as_str()),
+            policy_digest: tool.map(|t| t.facts.policy_digest.as_str()),
+            message: m.error.as_ref().map(|e| e.message.as_str()),
         };
         log.write(Record::Call(&record), secrets);
     }

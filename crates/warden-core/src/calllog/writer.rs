@@ -9,16 +9,16 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// A serialized record, newline included, and what rotation needs to know of it.
-pub(super) struct Line {
+pub(super) struct Line<'a> {
     pub(super) text: String,
-    pub(super) kind: Kind,
+    pub(super) kind: Kind<'a>,
 }
 
-pub(super) enum Kind {
+pub(super) enum Kind<'a> {
     /// A `policy` record, by digest.
-    Policy(String),
+    Policy(&'a str),
     /// A call record, naming its policy's digest when the tool exists.
-    Call(Option<String>),
+    Call(Option<&'a str>),
     Denied,
 }
 
@@ -57,12 +57,12 @@ impl Writer {
 
     /// Appends `line` (after the policy line it names, when this file lacks it) in one write,
     /// rotating the file first when the line would take it past its size.
-    pub(super) fn append_line(&mut self, line: Line) {
+    pub(super) fn append_line(&mut self, line: Line<'_>) {
         self.queue(line);
         self.write_pending();
     }
 
-    fn queue(&mut self, line: Line) {
+    fn queue(&mut self, line: Line<'_>) {
         if self.bytes > 0 && self.bytes + line.text.len() as u64 > self.rotation.max_bytes {
             self.write_pending();
             if let Err(e) = self.rotate() {
@@ -71,13 +71,13 @@ impl Writer {
         }
         match line.kind {
             Kind::Policy(digest) => {
-                self.policies.insert(digest.clone());
-                self.lines.insert(digest, line.text.clone());
+                self.policies.insert(digest.to_owned());
+                self.lines.insert(digest.to_owned(), line.text.clone());
             }
             // Each file can be read alone: a policy a call names is described in it first.
-            Kind::Call(Some(digest)) if !self.policies.contains(&digest) => {
-                if let Some(policy) = self.lines.get(&digest).cloned() {
-                    self.policies.insert(digest);
+            Kind::Call(Some(digest)) if !self.policies.contains(digest) => {
+                if let Some(policy) = self.lines.get(digest).cloned() {
+                    self.policies.insert(digest.to_owned());
                     self.append(&policy);
                 }
             }
