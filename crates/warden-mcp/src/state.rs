@@ -110,7 +110,12 @@ impl Shared {
 
     /// A `tool_call_id` unique in this process (JSON-RPC ids repeat across sessions).
     pub(crate) fn next_call_id(&self) -> String {
-        format!("mcp-{}", self.next_call.fetch_add(1, Ordering::Relaxed))
+        // Written by hand: `format!`'s machinery took ~1 % of the server's CPU a call.
+        let n = self.next_call.fetch_add(1, Ordering::Relaxed);
+        let mut id = String::with_capacity(24);
+        id.push_str("mcp-");
+        id.push_str(itoa::Buffer::new().format(n));
+        id
     }
 
     /// Remembers a client to tell when the tool list changes.
