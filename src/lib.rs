@@ -209,19 +209,25 @@ impl Warden {
         }
     }
 
-    /// warden's own places, which no grant may reach.
+    /// warden's own places, which no grant may reach; and its programs (this one and the
+    /// host helper beside it, there or not: a sandbox could plant one), which no read-write
+    /// grant may contain.
     pub fn protected(&self) -> Vec<Protected> {
-        let place = |what, path: &Path| Protected {
-            what,
-            path: path.to_owned(),
-        };
-        vec![
-            place("the toolbox", &self.toolbox),
-            place("the component store", &self.artifacts.store),
-            place("the compile cache", &self.artifacts.cache),
-            place("the call log", &self.call_log),
-            place("the agent's transcripts", &self.runs),
-        ]
+        let mut places = vec![
+            Protected::new("the toolbox", &self.toolbox),
+            Protected::new("the component store", &self.artifacts.store),
+            Protected::new("the compile cache", &self.artifacts.cache),
+            Protected::new("the call log", &self.call_log),
+            Protected::new("the agent's transcripts", &self.runs),
+        ];
+        if let Ok(exe) = std::env::current_exe() {
+            places.push(Protected::unwritten(
+                "the host helper's place",
+                exe.with_file_name(HELPER_PROGRAM),
+            ));
+            places.push(Protected::unwritten("warden's own program", exe));
+        }
+        places
     }
 
     /// The wasm backend.

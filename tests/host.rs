@@ -328,6 +328,125 @@ fn a_helper_replaced_while_warden_runs_is_not_started() {
     assert!(!ran.exists(), "the replacement was started");
 }
 
+#[test]
+fn a_long_output_keeps_its_exit_code_and_counts_what_was_cut() {
+    let env = Env::new();
+    let m = env.shell("head -c 5242880 /dev/zero | tr '\\0' x");
+    let content = m["content"].as_str().unwrap();
+    assert!(
+        content.ends_with("\n[exit code 0]"),
+        "{}",
+        &content[content.len() - 200..]
+    );
+    // The shipped policy's output cap is 64 KiB: the content stays within it.
+    assert!(content.len() <= 64 << 10, "{} bytes", content.len());
+    let shown = content.bytes().take_while(|b| *b == b'x').count();
+    let marker = format!(
+        "[warden: output truncated, {} more bytes not shown]",
+        5_242_880 - shown
+    );
+    assert!(content.contains(&marker), "{}", &content[shown..]);
+}
+
+/// This build's protocol id, as the real helper answers it.
+fn protocol_id() -> String {
+    let helper = Path::new(env!("CARGO_BIN_EXE_warden")).with_file_name("warden-helper");
+    let out = Command::new(helper).arg("--protocol").output().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+#[test]
+fn a_planted_helper_carrying_the_protocol_id_is_not_started() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let (bin, warden) = warden_copy(&env);
+    let ran = env.dir.path().join("planted-helper-ran");
+    let planted = bin.join("warden-helper");
+    // What a sandbox writing beside warden left: a program holding the id warden looks for.
+    let plant = |mode: u32| {
+        let _ = std::fs::remove_file(&planted);
+        let script = format!("#!/bin/sh\n# {}\ntouch {}\n", protocol_id(), ran.display());
+        std::fs::write(&planted, script).unwrap();
+        std::fs::set_permissions(&planted, PermissionsExt::from_mode(mode)).unwrap();
+    };
+    // Writable by others: anyone could have put it there.
+    plant(0o777);
+    assert_eq!(helper_programs(&env, &warden), vec![warden.clone()]);
+    assert!(!ran.exists(), "a helper others can write was started");
+    if nix_is_root() {
+        // Written by a sandbox's nobody: its owner is neither root nor warden's user.
+        plant(0o755);
+        std::os::unix::fs::chown(&planted, Some(65534), Some(65534)).unwrap();
+        assert_eq!(helper_programs(&env, &warden), vec![warden.clone()]);
+        assert!(!ran.exists(), "a helper of another user was started");
+        // In a folder others can write, a file of root's may have been swapped in.
+        std::os::unix::fs::chown(&planted, Some(0), Some(0)).unwrap();
+        std::fs::set_permissions(&bin, PermissionsExt::from_mode(0o777)).unwrap();
+        assert_eq!(helper_programs(&env, &warden), vec![warden.clone()]);
+        assert!(
+            !ran.exists(),
+            "a helper in a folder others can write was started"
+        );
+    }
+}
+
+#[test]
+fn a_read_write_root_holding_warden_or_its_helper_is_refused_at_load() {
+    let env = Env::new();
+    let (bin, warden) = warden_copy(&env);
+    let policies = env.dir.path().join("policies");
+    let host = policies.join("shell-host.toml");
+    let shipped = std::fs::read_to_string(&host).unwrap();
+    let granting = |root: &str, access: &str| {
+        let grant = format!(r#"fs = [{{ host = "{root}", access = "{access}" }}]"#);
+        let text = shipped.replace(
+            r#"fs = [{ host = "../workspace", access = "read-only" }]"#,
+            &grant,
+        );
+        assert!(text.contains(&grant));
+        std::fs::write(&host, text).unwrap();
+    };
+    // The folder of warden and of the helper it would start (there yet or not).
+    {
+        granting("../bin", "read-write");
+        let out = env.warden_at(&warden, &["tools"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "granted read-write: {stderr}");
+        assert!(
+            stderr.contains("shell-host.toml") && stderr.contains("read-only"),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("warden's own program") || stderr.contains("host helper"),
+            "{stderr}"
+        );
+    }
+    // Reading them is harmless.
+    granting("../bin", "read-only");
+    let out = env.warden_at(&warden, &["tools"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A docker tool's mounts alike.
+    std::fs::remove_file(&host).unwrap();
+    let docker = format!(
+        "[executor]\nkind = \"docker\"\nname = \"d\"\nimage = \"warden-sandbox:latest\"\n\
+         argv = [\"/bin/sh\", \"-c\", \"{{command}}\"]\n[grants]\n\
+         fs = [{{ host = \"{}\", guest = \"/w\", access = \"read-write\" }}]\n",
+        bin.display()
+    );
+    std::fs::write(policies.join("d.toml"), docker).unwrap();
+    let out = env.warden_at(&warden, &["tools"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("d.toml"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("warden"), "{stderr}");
+}
+
 fn nix_is_root() -> bool {
     std::fs::metadata("/proc/self")
         .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)

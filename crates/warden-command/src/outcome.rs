@@ -4,7 +4,7 @@
 
 use serde_json::json;
 use std::time::Duration;
-use warden_core::{ByteSize, ErrorKind, Limits, Output, ToolError};
+use warden_core::{ByteSize, ErrorKind, Limits, MARKER_MAX, Output, ToolError, shorten};
 
 /// The model's timeout lowers the policy's, never raises it. The dispatcher's deadline for
 /// the policy's timeout started a little earlier than ours: stop just before it, so that the
@@ -17,20 +17,43 @@ pub fn effective_timeout(asked: Option<Duration>, policy: Duration) -> Duration 
     }
 }
 
-/// What the model reads: stdout, stderr, the exit code.
-pub fn render(code: i64, stdout: &str, stderr: &str) -> String {
-    let mut text = stdout.to_owned();
+/// What the model reads: stdout, stderr, the exit code and `note`, within `limit` bytes. The
+/// streams are cut to make room (each keeping its marker, counting all it lost), so the exit
+/// code and the note always survive the output cap.
+pub fn render(code: i64, stdout: &str, stderr: &str, note: Option<&str>, limit: u64) -> String {
+    let tail = match note {
+        Some(note) => format!("[exit code {code}]\n[{note}]"),
+        None => format!("[exit code {code}]"),
+    };
+    // Newlines and the stderr header around the streams.
+    const FRAMING: usize = "\n[stderr]\n\n".len();
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let room = limit.saturating_sub(tail.len() + FRAMING);
+    let (stdout, stderr) = if stdout.len() + stderr.len() <= room {
+        (stdout.to_owned(), stderr.to_owned())
+    } else {
+        // stderr gets what stdout leaves, and at least a quarter when both are long.
+        let room = room.saturating_sub(2 * MARKER_MAX);
+        let for_stderr = stderr
+            .len()
+            .min((room / 4).max(room.saturating_sub(stdout.len())));
+        (
+            shorten(stdout, room - for_stderr),
+            shorten(stderr, for_stderr),
+        )
+    };
+    let mut text = stdout;
     if !stderr.is_empty() {
         if !text.is_empty() && !text.ends_with('\n') {
             text.push('\n');
         }
         text.push_str("[stderr]\n");
-        text.push_str(stderr);
+        text.push_str(&stderr);
     }
     if !text.is_empty() && !text.ends_with('\n') {
         text.push('\n');
     }
-    text.push_str(&format!("[exit code {code}]"));
+    text.push_str(&tail);
     text
 }
 
@@ -44,13 +67,9 @@ pub fn answer(
     limits: &Limits,
     note: Option<&str>,
 ) -> Result<Output, ToolError> {
-    let mut content = render(code, stdout, stderr);
-    if let Some(note) = note {
-        content.push_str(&format!("\n[{note}]"));
-    }
     if code == 0 {
         return Ok(Output {
-            content,
+            content: render(code, stdout, stderr, note, limits.output),
             structured: Some(json!({ "exit_code": 0 })),
             stdout: Some(stdout.to_owned()),
             stderr: Some(stderr.to_owned()),
@@ -76,6 +95,8 @@ pub fn answer(
             format!("the command exited with status {code}"),
         )
     };
+    let room = limits.output.saturating_sub(head.len() as u64 + 1);
+    let content = render(code, stdout, stderr, note, room);
     Err(ToolError::new(kind, format!("{head}\n{content}"))
         .with_detail("exit_code", code)
         .with_detail("stdout", stdout)
@@ -118,8 +139,11 @@ mod tests {
 
     #[test]
     fn messages_show_output_and_exit_code() {
-        assert_eq!(render(0, "hi\n", ""), "hi\n[exit code 0]");
-        assert_eq!(render(2, "a", "b"), "a\n[stderr]\nb\n[exit code 2]");
+        assert_eq!(render(0, "hi\n", "", None, 100), "hi\n[exit code 0]");
+        assert_eq!(
+            render(2, "a", "b", Some("note"), 100),
+            "a\n[stderr]\nb\n[exit code 2]\n[note]"
+        );
         let limits = Limits::default();
         let e = answer(3, false, "out", "err", &limits, None).unwrap_err();
         assert_eq!(e.kind, ErrorKind::ExitStatus);
@@ -127,5 +151,29 @@ mod tests {
         assert_eq!(e.details["exit_code"], 3);
         let e = answer(137, true, "", "", &limits, None).unwrap_err();
         assert_eq!(e.kind, ErrorKind::OutOfMemory);
+    }
+
+    #[test]
+    fn long_streams_make_room_for_the_exit_code_and_count_what_they_lost() {
+        let mut out = warden_core::Capped::new(1000);
+        out.push(&vec![b'o'; 5000]);
+        let text = render(0, &out.text(), &"e".repeat(900), None, 1000);
+        assert!(text.len() <= 1000, "{} bytes", text.len());
+        assert!(text.ends_with("[exit code 0]"), "{text}");
+        let shown = text.bytes().take_while(|b| *b == b'o').count() as u64;
+        let marker = format!("output truncated, {} more bytes not shown]", 5000 - shown);
+        assert!(text.contains(&marker), "{text}");
+        assert!(text.contains("[stderr]\neee"), "{text}");
+        let limits = Limits {
+            output: 1000,
+            ..Limits::default()
+        };
+        let e = answer(3, false, &out.text(), "", &limits, Some("a note")).unwrap_err();
+        assert!(e.message.len() <= 1000, "{} bytes", e.message.len());
+        assert!(
+            e.message.ends_with("[exit code 3]\n[a note]"),
+            "{}",
+            e.message
+        );
     }
 }

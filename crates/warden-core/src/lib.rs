@@ -35,7 +35,7 @@ pub use executor::{
     BoxFuture, Denial, Denials, Executor, Invocation, Meter, Output, Reached, SessionId, Usage,
 };
 pub use grants::{Access, FsGrant, GrantLines, Grants};
-pub use limits::{Capped, Limits, LimitsSpec};
+pub use limits::{Capped, Limits, LimitsSpec, MARKER_MAX, shorten};
 pub use message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage, Violation};
 pub use net::{Credential, HostGrant, HostPattern, NetGrants};
 pub use policy::{FunctionOverride, Located, Policy, PolicyError};
@@ -44,6 +44,6 @@ pub use review::{Decision, Reviewer};
 pub use run::{RunLimitHit, RunLimits, RunUsage};
 pub use spec::{ToolSpec, is_valid_tool_name};
 pub use table::ExecutorTable;
-pub use toolbox::{LoadedPolicy, Protected, Tool, Toolbox, ToolboxError};
+pub use toolbox::{Keep, LoadedPolicy, Protected, Tool, Toolbox, ToolboxError};
 pub use units::{ByteSize, HumanDuration, millis};
 pub use usage::{RepeatedRefusal, Suggestion, ToolUsage, UnusedGrant, UsageError, UsageReport};

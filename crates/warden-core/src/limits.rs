@@ -141,17 +141,48 @@ impl Limits {
 
 /// Keeps at most `limit` bytes of `text` (on a character boundary) and says how much was cut.
 pub(crate) fn cap_text(text: &str, limit: u64) -> String {
-    if text.len() as u64 <= limit {
-        return text.to_owned();
-    }
-    let mut capped = Capped::new(limit);
-    capped.push(text.as_bytes());
-    capped.text()
+    shorten(text, usize::try_from(limit).unwrap_or(usize::MAX))
 }
+
+/// The longest the truncation marker gets (a count of 20 digits).
+pub const MARKER_MAX: usize = TRUNCATED.len() + 20 + NOT_SHOWN.len();
+
+const TRUNCATED: &str = "\n[warden: output truncated, ";
+const NOT_SHOWN: &str = " more bytes not shown]";
 
 /// The visible marker that ends truncated output.
 fn truncation_marker(dropped: u64) -> String {
-    format!("\n[warden: output truncated, {dropped} more bytes not shown]")
+    format!("{TRUNCATED}{dropped}{NOT_SHOWN}")
+}
+
+/// `text` cut to `keep` bytes (on a character boundary) and its marker, when longer. A text
+/// already ending in warden's marker (a stream capped before) keeps one marker, counting both
+/// cuts, so output cut twice still says how much the model did not see.
+pub fn shorten(text: &str, keep: usize) -> String {
+    let (body, dropped) = split_marker(text);
+    if body.len() <= keep {
+        return text.to_owned();
+    }
+    let mut end = keep;
+    while !body.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = dropped + (body.len() - end) as u64;
+    format!("{}{}", &body[..end], truncation_marker(cut))
+}
+
+/// A text's body and the count of its trailing marker (0 without one).
+fn split_marker(text: &str) -> (&str, u64) {
+    let Some(head) = text.strip_suffix(NOT_SHOWN) else {
+        return (text, 0);
+    };
+    let Some(at) = head.rfind(TRUNCATED) else {
+        return (text, 0);
+    };
+    match head[at + TRUNCATED.len()..].parse::<u64>() {
+        Ok(n) => (&text[..at], n),
+        Err(_) => (text, 0),
+    }
 }
 
 /// The first `limit` bytes of a stream, and how many more there were.
@@ -244,5 +275,16 @@ mod tests {
         let mut c = Capped::new(10);
         c.push(b"short");
         assert_eq!(c.text(), "short");
+    }
+
+    #[test]
+    fn a_text_cut_twice_counts_both_cuts() {
+        let mut c = Capped::new(10);
+        c.push(&[b'x'; 100]);
+        let once = c.text();
+        assert_eq!(shorten(&once, 4), format!("xxxx{}", truncation_marker(96)));
+        assert_eq!(shorten(&once, 10), once, "within the cap it stays");
+        assert_eq!(shorten("ab", 1), format!("a{}", truncation_marker(1)));
+        assert!(truncation_marker(u64::MAX).len() <= MARKER_MAX);
     }
 }

@@ -4,6 +4,7 @@ use crate::backend::{Backend, Report};
 use crate::calllog::PolicyFacts;
 use crate::capability::Capabilities;
 use crate::executor::Executor;
+use crate::grants::{Access, FsGrant};
 use crate::limits::Limits;
 use crate::policy::{Policy, PolicyError};
 use crate::spec::{ToolSpec, is_valid_tool_name};
@@ -34,12 +35,52 @@ pub enum ToolboxError {
     },
 }
 
-/// A place of warden's own that no grant may reach.
+/// A place of warden's own that grants are kept away from.
 #[derive(Debug, Clone)]
 pub struct Protected {
     /// What it is, for the error message ("the toolbox", "the compile cache").
     pub what: &'static str,
     pub path: PathBuf,
+    pub keep: Keep,
+}
+
+/// How far grants are kept from a [`Protected`] place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// No grant may overlap it: a tool reading the toolbox or the call log learns what it
+    /// should not, and one writing there widens its own grants or erases its trail.
+    Unreached,
+    /// No read-write grant may contain it: reading warden's own programs is harmless, but
+    /// one replaced from a sandbox would run outside every sandbox.
+    Unwritten,
+}
+
+impl Protected {
+    /// A place no grant may overlap.
+    pub fn new(what: &'static str, path: impl Into<PathBuf>) -> Self {
+        Self {
+            what,
+            path: path.into(),
+            keep: Keep::Unreached,
+        }
+    }
+
+    /// A place no read-write grant may contain (it may be read).
+    pub fn unwritten(what: &'static str, path: impl Into<PathBuf>) -> Self {
+        Self {
+            what,
+            path: path.into(),
+            keep: Keep::Unwritten,
+        }
+    }
+
+    /// Whether `grant` reaches this place, its path made absolute as `own`.
+    fn reached_by(&self, grant: &FsGrant, own: &Path) -> bool {
+        match self.keep {
+            Keep::Unreached => own.starts_with(&grant.host) || grant.host.starts_with(own),
+            Keep::Unwritten => grant.access == Access::ReadWrite && own.starts_with(&grant.host),
+        }
+    }
 }
 
 /// One tool ready to be called.
@@ -231,24 +272,32 @@ impl Toolbox {
 
 /// Refuses filesystem grants that overlap warden's own files.
 fn check_protected(policy: &Policy, protected: &[Protected]) -> Result<(), PolicyError> {
-    for grant in &policy.grants.fs {
+    for (index, grant) in policy.grants.fs.iter().enumerate() {
         for p in protected {
             let Ok(own) = p.path.canonicalize().or_else(|_| absolute(&p.path)) else {
                 continue;
             };
-            if own.starts_with(&grant.host) || grant.host.starts_with(&own) {
-                return Err(PolicyError::new(
-                    &policy.path,
-                    None,
-                    format!(
-                        "the fs grant of {} overlaps {} ({}); a tool must never reach warden's \
-                         own files: grant a folder outside it",
-                        grant.host.display(),
-                        p.what,
-                        own.display()
-                    ),
-                ));
+            if !p.reached_by(grant, &own) {
+                continue;
             }
+            let (reach, fix) = match p.keep {
+                Keep::Unreached => ("overlaps", "grant a folder outside it"),
+                Keep::Unwritten => (
+                    "contains",
+                    "grant a folder beside it, or this one read-only",
+                ),
+            };
+            return Err(PolicyError::new(
+                &policy.path,
+                policy.grant_lines.fs.get(index).copied(),
+                format!(
+                    "the fs grant of {} {reach} {} ({}); a tool must never reach warden's own \
+                     files: {fix}",
+                    grant.host.display(),
+                    p.what,
+                    own.display()
+                ),
+            ));
         }
     }
     Ok(())

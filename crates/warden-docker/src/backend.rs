@@ -4,6 +4,7 @@
 use crate::address::{EngineAddress, Place};
 use crate::config::DockerConfig;
 use crate::engine::Engine;
+use crate::engine_guard::refuse_engine_reach;
 use crate::files::{FILES_ENV, Files};
 use crate::plan::Plan;
 use crate::tool::DockerTool;
@@ -94,6 +95,8 @@ impl Backend for DockerBackend {
         refuse_unwritten(policy, cfg, files)?;
         let plan =
             Plan::new(cfg, &policy.grants, files).map_err(|m| err(Some(cfg.argv.line), m))?;
+        let user_line = cfg.user.as_ref().map(|u| u.line);
+        refuse_engine_reach(policy, plan.user, engine.address().ok(), user_line)?;
         let limits = policy.limits_for(&cfg.name);
         let spec = ToolSpec {
             name: cfg.name.clone(),

@@ -18,6 +18,7 @@ mod config;
 mod container;
 mod debian;
 mod engine;
+mod engine_guard;
 mod files;
 mod gate;
 mod image;

@@ -143,6 +143,62 @@ async fn a_read_write_root_nobody_may_write_is_refused_at_load() {
     assert!(e.contains("chown"), "{e}");
 }
 
+#[tokio::test]
+async fn a_policy_that_hands_the_container_the_engine_is_refused_at_load() {
+    use std::os::unix::fs::MetadataExt;
+    let h = docker_or_skip!();
+    let socket = std::path::Path::new("/var/run/docker.sock");
+    let group = std::fs::metadata(socket).map(|m| m.gid()).ok();
+    // `/run` read-only holds the engine's socket, which a container of its group could drive.
+    let run = "fs = [{ host = \"/run\", guest = \"/host-run\", access = \"read-only\" }]";
+    for user in [
+        "65534:65534".to_owned(),
+        format!("65534:{}", group.unwrap_or(0)),
+    ] {
+        let executor = format!("user = \"{user}\"");
+        let e = h
+            .toolbox("sh", &shell_policy(&executor, run, ""))
+            .err()
+            .expect("refused");
+        assert!(
+            e.contains("engine's socket") && e.contains("sh.toml:"),
+            "{e}"
+        );
+    }
+    // Any socket under a root, found at load.
+    let dir = h.folder("sockets");
+    std::fs::create_dir(dir.join("deep")).unwrap();
+    let _listener = std::os::unix::net::UnixListener::bind(dir.join("deep/agent.sock")).unwrap();
+    let grant = format!(
+        "fs = [{{ host = \"{}\", guest = \"/w\", access = \"read-only\" }}]",
+        dir.display()
+    );
+    let e = h
+        .toolbox("sh", &shell_policy("", &grant, ""))
+        .err()
+        .expect("refused");
+    assert!(e.contains("agent.sock"), "{e}");
+    // Root's group, and the group of the engine's socket, without any root granted.
+    let mut groups = vec![0];
+    groups.extend(group.filter(|g| *g != 0));
+    for gid in groups {
+        let executor = format!("user = \"65534:{gid}\"");
+        let e = h
+            .toolbox("sh", &shell_policy(&executor, "", ""))
+            .err()
+            .expect("refused");
+        assert!(e.contains(&format!("group {gid}")), "{e}");
+    }
+    // Nobody's group and a root without sockets load.
+    let clean = h.folder("clean");
+    let grant = format!(
+        "fs = [{{ host = \"{}\", guest = \"/w\", access = \"read-only\" }}]",
+        clean.display()
+    );
+    h.toolbox("sh", &shell_policy("user = \"65534:65534\"", &grant, ""))
+        .expect("loads");
+}
+
 async fn a_fork_bomb_is_held_by_the_pids_limit(image: Image) {
     let h = docker_or_skip!(image);
     let d = h.dispatcher("sh", &h.shell_policy("pids = 32", "", "timeout = \"20s\""));

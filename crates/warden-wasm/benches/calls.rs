@@ -272,18 +272,9 @@ fn warden_setup(accounting: bool) -> WardenSetup {
     .expect("policy");
     let artifacts = artifacts(&dir.path().join("store"));
     let protected = [
-        Protected {
-            what: "the toolbox",
-            path: toolbox.clone(),
-        },
-        Protected {
-            what: "the component store",
-            path: artifacts.store.clone(),
-        },
-        Protected {
-            what: "the compile cache",
-            path: artifacts.cache.clone(),
-        },
+        Protected::new("the toolbox", toolbox.clone()),
+        Protected::new("the component store", artifacts.store.clone()),
+        Protected::new("the compile cache", artifacts.cache.clone()),
     ];
     let mut backend = WasmBackend::new(artifacts);
     if !accounting {

@@ -99,10 +99,7 @@ fn check_engine(engine: &Engine, dir: &Path) {
     let flag = compiled.clone();
     let hook: CompileHook = Arc::new(move |_| flag.store(true, Ordering::SeqCst));
     let backend = WasmBackend::new(artifacts).on_compile(hook);
-    let protected = [Protected {
-        what: "the toolbox",
-        path: toolbox.clone(),
-    }];
+    let protected = [Protected::new("the toolbox", toolbox.clone())];
     Toolbox::load(&toolbox, &[&backend], &protected).expect("toolbox loads");
     if compiled.load(Ordering::SeqCst) {
         eprintln!(

@@ -75,10 +75,7 @@ fn dispatcher(dir: &Path, port: u16) -> Dispatcher {
         store: dir.join("store"),
         cache: root().join("target/warden-bench-cache"),
     };
-    let protected = [Protected {
-        what: "the toolbox",
-        path: toolbox.clone(),
-    }];
+    let protected = [Protected::new("the toolbox", toolbox.clone())];
     let backend = WasmBackend::new(artifacts);
     let toolbox = Toolbox::load(&toolbox, &[&backend], &protected).expect("toolbox loads");
     Dispatcher::new(Arc::new(toolbox))

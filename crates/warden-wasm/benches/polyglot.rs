@@ -170,10 +170,7 @@ fn main() {
             store: dir.path().join("store"),
             cache: dir.path().join(format!("cache-{name}")),
         };
-        let protected = [Protected {
-            what: "the toolbox",
-            path: toolbox.clone(),
-        }];
+        let protected = [Protected::new("the toolbox", toolbox.clone())];
         let load = |artifacts: Artifacts| {
             let backend = WasmBackend::new(artifacts);
             Toolbox::load(&toolbox, &[&backend], &protected).expect("toolbox loads")

@@ -62,10 +62,7 @@ impl Bench {
             store: self.dir.path().join("store"),
             cache: root().join("target/warden-test-cache"),
         });
-        let protected = [Protected {
-            what: "the toolbox",
-            path: self.toolbox.clone(),
-        }];
+        let protected = [Protected::new("the toolbox", self.toolbox.clone())];
         let toolbox = Toolbox::load(&self.toolbox, &[&backend], &protected).expect("toolbox");
         let log = Arc::new(CallLog::open(&self.call_log()).unwrap());
         self.logs.lock().unwrap().push(log.clone());

@@ -95,14 +95,8 @@ impl Bench {
         let backend =
             WasmBackend::new(self.artifacts.clone()).egress(Egress::new(self.resolver.clone()));
         let protected = [
-            Protected {
-                what: "the toolbox",
-                path: self.toolbox.clone(),
-            },
-            Protected {
-                what: "the component store",
-                path: self.artifacts.store.clone(),
-            },
+            Protected::new("the toolbox", self.toolbox.clone()),
+            Protected::new("the component store", self.artifacts.store.clone()),
         ];
         Toolbox::load(&self.toolbox, &[&backend], &protected)
     }
