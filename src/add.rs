@@ -45,6 +45,9 @@ pub(crate) fn add(ctx: &Warden, args: AddArgs) -> Result<ExitCode> {
             policy_path.display()
         );
     }
+    refuse_non_component(&args.component)?;
+    let stored_before = warden_wasm::sha256_file(&args.component)
+        .is_ok_and(|sha| ctx.artifacts.stored(&sha).is_file());
     let sha = ctx.artifacts.put(&args.component)?;
     let toolbox = ctx.toolbox.canonicalize()?;
     let component = relative_to(&toolbox, &args.component.canonicalize()?);
@@ -59,11 +62,17 @@ pub(crate) fn add(ctx: &Warden, args: AddArgs) -> Result<ExitCode> {
     let text = policy_text(&name, &component, &sha, wit.as_deref(), args.name.is_some());
     let backend = ctx.wasm();
     let policy = Policy::parse(&policy_path, &text, &[&backend])?;
-    let tools = backend
-        .load(&Arc::new(policy))
-        .map(|loaded| loaded.tools)
-        .map_err(|e| anyhow::anyhow!("{}", e.message))
-        .with_context(|| format!("checking {}", args.component.display()))?;
+    let loaded = backend.load(&Arc::new(policy)).map(|loaded| loaded.tools);
+    let tools = match loaded {
+        Ok(tools) => tools,
+        Err(e) => {
+            // What was refused is not kept: the store holds only what some policy runs.
+            if !stored_before {
+                let _ = std::fs::remove_file(ctx.artifacts.stored(&sha));
+            }
+            bail!("checking {}: {}", args.component.display(), e.message);
+        }
+    };
     std::fs::write(&policy_path, text)
         .with_context(|| format!("writing {}", policy_path.display()))?;
     outln!("stored {} as {sha}", args.component.display());
@@ -193,5 +202,29 @@ mod tests {
             relative_to(Path::new("/a"), Path::new("/a/x")),
             PathBuf::from("x")
         );
+    }
+}
+
+/// Refuses a file that is not a WebAssembly component by its first 8 bytes, before anything
+/// is stored: not WebAssembly at all, or a core module (which needs wrapping into a component).
+fn refuse_non_component(path: &Path) -> Result<()> {
+    use std::io::Read;
+    let mut head = [0u8; 8];
+    let read = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .with_context(|| format!("reading {}", path.display()))?;
+    // `\0asm`, then a version and a layer: 1 and 0 for a core module, 0x0d and 1 for a component.
+    match (&head[..read.min(4)], &head[4..read.max(4)]) {
+        (b"\0asm", [0x0d, 0x00, 0x01, 0x00]) => Ok(()),
+        (b"\0asm", [0x01, 0x00, 0x00, 0x00]) => bail!(
+            "{} is a WebAssembly core module, not a component: build it for wasm32-wasip2 (or \
+             wrap it with `wasm-tools component new`)",
+            path.display()
+        ),
+        _ => bail!(
+            "{} is not a WebAssembly component (it does not start with WebAssembly's magic \
+             bytes): build the tool for wasm32-wasip2 and add the .wasm it makes",
+            path.display()
+        ),
     }
 }

@@ -78,9 +78,9 @@ pub enum Error {
     #[error("cannot tell where to keep warden's files: set WARDEN_HOME or HOME, or name a home")]
     NoHome,
     #[error("loading the toolbox {0}: {1}")]
-    Toolbox(PathBuf, #[source] ToolboxError),
+    Toolbox(PathBuf, ToolboxError),
     #[error("opening the call log {0}: {1}")]
-    CallLog(PathBuf, #[source] std::io::Error),
+    CallLog(PathBuf, std::io::Error),
 }
 
 /// warden's places and backends: where the toolbox, the component store, the compile cache,

@@ -119,6 +119,51 @@ fn add_writes_a_pinned_policy_and_the_tool_can_be_called() {
     assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
 }
 
+#[test]
+fn add_refuses_what_is_not_a_component_and_keeps_nothing_of_it() {
+    let env = Env::new();
+    let store = env.dir.path().join("home/store");
+    let cases: [(&str, &[u8], &str); 3] = [
+        ("text.wasm", b"not WebAssembly at all", "magic bytes"),
+        ("module.wasm", b"\0asm\x01\0\0\0", "core module"),
+        // A component's header, and nothing a component needs after it.
+        ("broken.wasm", b"\0asm\x0d\0\x01\0\xff\xff", "not a valid"),
+    ];
+    for (name, bytes, says) in cases {
+        let file = env.dir.path().join(name);
+        std::fs::write(&file, bytes).unwrap();
+        let out = env.warden(&["add", path_str(&file)]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name}: {stderr}");
+        assert!(
+            stderr.contains(name) && stderr.contains(says),
+            "{name}: {stderr}"
+        );
+        let kept: Vec<_> = std::fs::read_dir(&store).into_iter().flatten().collect();
+        assert!(kept.is_empty(), "{name} left {kept:?} in the store");
+        assert!(!env.toolbox().join(name.replace(".wasm", ".toml")).exists());
+    }
+}
+
+#[test]
+fn a_broken_policy_is_named_once_with_its_line() {
+    let env = Env::new();
+    std::fs::write(
+        env.toolbox().join("x.toml"),
+        "[executor]\nkind = \"host\"\nname = \"x\"\nargv = [\"/bin/true\"]\nbogus = 1\n",
+    )
+    .unwrap();
+    let out = env.warden(&["tools"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr.matches("unknown field `bogus`").count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("x.toml:5:").count(), 1, "{stderr}");
+}
+
 fn warden_sha(path: &Path) -> String {
     warden_wasm::sha256_file(path).unwrap()
 }

@@ -24,15 +24,15 @@ pub struct Artifacts {
 /// Why a component could not be stored or loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ArtifactError {
-    #[error("cannot read the component {path}: {source}")]
+    #[error("cannot read the component {path}: {error}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("cannot write {path}: {source}")]
+    #[error("cannot write {path}: {error}")]
     Write {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{path} is not a valid WebAssembly component ({reason}); rebuild it for wasm32-wasip2")]
     Invalid { path: PathBuf, reason: String },
@@ -42,7 +42,7 @@ pub enum ArtifactError {
 pub fn sha256_file(path: &Path) -> Result<String, ArtifactError> {
     let read_err = |source| ArtifactError::Read {
         path: path.to_owned(),
-        source,
+        error: source,
     };
     let mut file = std::fs::File::open(path).map_err(read_err)?;
     let mut hasher = Sha256::new();
@@ -103,7 +103,7 @@ impl Artifacts {
     pub fn sha256_stamped(&self, source: &Path) -> Result<String, ArtifactError> {
         let read_err = |source_err| ArtifactError::Read {
             path: source.to_owned(),
-            source: source_err,
+            error: source_err,
         };
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -162,7 +162,7 @@ impl Artifacts {
             .join(format!(".{sha}.{}.tmp", std::process::id()));
         std::fs::copy(source, &tmp).map_err(|source| ArtifactError::Write {
             path: tmp.clone(),
-            source,
+            error: source,
         })?;
         if sha256_file(&tmp)? != sha {
             let _ = std::fs::remove_file(&tmp);
@@ -202,7 +202,7 @@ impl Artifacts {
         on_compile(wasm);
         let bytes = std::fs::read(wasm).map_err(|source| ArtifactError::Read {
             path: wasm.to_owned(),
-            source,
+            error: source,
         })?;
         let invalid = |e: wasmtime::Error| ArtifactError::Invalid {
             path: wasm.to_owned(),
@@ -221,14 +221,14 @@ impl Artifacts {
 fn create_dir(dir: &Path) -> Result<(), ArtifactError> {
     std::fs::create_dir_all(dir).map_err(|source| ArtifactError::Write {
         path: dir.to_owned(),
-        source,
+        error: source,
     })
 }
 
 fn rename(from: &Path, to: &Path) -> Result<(), ArtifactError> {
     std::fs::rename(from, to).map_err(|source| ArtifactError::Write {
         path: to.to_owned(),
-        source,
+        error: source,
     })
 }
 
@@ -237,7 +237,7 @@ fn write_atomic(dir: &Path, dest: &Path, bytes: &[u8]) -> Result<(), ArtifactErr
     let tmp = dest.with_extension(format!("{}.tmp", std::process::id()));
     std::fs::write(&tmp, bytes).map_err(|source| ArtifactError::Write {
         path: tmp.clone(),
-        source,
+        error: source,
     })?;
     rename(&tmp, dest)
 }

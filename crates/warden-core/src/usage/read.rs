@@ -14,10 +14,10 @@ pub enum UsageError {
     /// Neither the log nor any rotated file of it exists.
     #[error("there is no call log at {}", .0.display())]
     Missing(PathBuf),
-    #[error("cannot read the call log {}: {source}", .path.display())]
+    #[error("cannot read the call log {}: {error}", .path.display())]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -116,7 +116,7 @@ impl Seen {
     fn read_file(&mut self, file: &Path, from_ms: u64) -> Result<(), UsageError> {
         let err = |source| UsageError::Read {
             path: file.to_owned(),
-            source,
+            error: source,
         };
         let reader = std::io::BufReader::new(std::fs::File::open(file).map_err(err)?);
         for line in reader.lines() {
