@@ -211,10 +211,11 @@ fn report(
     gated: bool,
     engine: &Engine,
 ) -> Report {
-    const HARDENING: [&str; 8] = [
+    const HARDENING: [&str; 9] = [
         "read-only root filesystem",
         "all capabilities dropped",
         "no-new-privileges",
+        "seccomp: the engine's default profile, sockets only unix, TCP and UDP",
         "non-root user",
         "no log driver",
         "init reaps orphans",

@@ -5,7 +5,8 @@
 //! ([`EngineAddress`]); which one a tool uses is `DOCKER_HOST`'s, or its policy's `engine`.
 //!
 //! Every container: read-only root with a small tmpfs `/tmp`, every capability dropped,
-//! no-new-privileges, a non-root user, pids/memory/CPU limits, no network unless the policy
+//! no-new-privileges, warden's seccomp profile (the engine's default, with sockets allowed by
+//! list), a non-root user, pids/memory/CPU limits, no network unless the policy
 //! opts in, only the granted folders mounted (or copied in, for an engine elsewhere), only the
 //! granted env, no log driver (output is read through attach and capped), the `warden` label,
 //! and removal when its call or session ends — or, after a crash, by the next warden to reach
@@ -24,6 +25,7 @@ mod gate;
 mod image;
 mod lease;
 mod plan;
+mod seccomp;
 mod session;
 mod tool;
 

@@ -91,7 +91,10 @@ impl Plan {
                 format!("rw,nosuid,nodev,size={},mode=1777", self.tmp),
             )])),
             cap_drop: Some(vec!["ALL".into()]),
-            security_opt: Some(vec!["no-new-privileges".into()]),
+            security_opt: Some(vec![
+                "no-new-privileges".into(),
+                crate::seccomp::SECURITY_OPT.clone(),
+            ]),
             pids_limit: Some(i64::from(self.pids)),
             memory: Some(memory),
             // Equal to memory: no swap, so the memory limit is the limit.

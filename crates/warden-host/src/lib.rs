@@ -5,8 +5,8 @@
 //! ([`helper_main`]): a new PID namespace (everything the command starts dies with it), a new
 //! network namespace unless the policy opts in to the host's network, an unprivileged user
 //! (nobody by default), rlimits on CPU, address space, file size, processes and open files, no
-//! core dumps, no-new-privileges, a seccomp filter against unix sockets, io_uring and new
-//! namespaces, an empty environment plus the grants, stdin on `/dev/null`, and a Landlock
+//! core dumps, no-new-privileges, a seccomp filter that allows only TCP and UDP sockets and unix
+//! socketpairs and refuses io_uring and new namespaces, an empty environment plus the grants, stdin on `/dev/null`, and a Landlock
 //! domain that reaches only the system folders and the granted roots. What the kernel lacks
 //! makes the call `unavailable` unless the policy accepts `isolation = "best-effort"`; every
 //! answer says which protections were in force.

@@ -145,7 +145,8 @@ pub(crate) struct Protections {
     pub landlock_scoped: bool,
     /// Landlock also denies TCP bind and connect (ABI 4, when there is no network grant).
     pub landlock_tcp_denied: bool,
-    /// A seccomp filter refuses unix sockets and io_uring.
+    /// A seccomp filter allows only TCP and UDP sockets and unix socketpairs, and refuses
+    /// io_uring.
     pub seccomp: bool,
     /// The seccomp filter also refuses new namespaces (`unshare`, `clone` with a namespace
     /// flag, `clone3`) and `setns`; threads and `fork` stay.
@@ -194,7 +195,10 @@ impl Protections {
             out.push(l);
         }
         if self.seccomp {
-            let mut s = String::from("seccomp: no unix sockets (socketpair stays), no io_uring");
+            let mut s = String::from(
+                "seccomp: sockets only TCP and UDP over IPv4 and IPv6 and unix socketpairs \
+                 (no unix sockets, vsock, MPTCP, raw or netlink), no io_uring",
+            );
             if self.new_namespaces_denied {
                 s.push_str(", no new namespaces or setns (threads and fork stay)");
             }
@@ -227,8 +231,9 @@ mod tests {
         };
         assert!(
             p.describe().contains(
-                &"seccomp: no unix sockets (socketpair stays), no io_uring, no new namespaces \
-                  or setns (threads and fork stay)"
+                &"seccomp: sockets only TCP and UDP over IPv4 and IPv6 and unix socketpairs \
+                  (no unix sockets, vsock, MPTCP, raw or netlink), no io_uring, no new \
+                  namespaces or setns (threads and fork stay)"
                     .to_owned()
             ),
             "{:?}",

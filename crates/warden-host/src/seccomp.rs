@@ -1,6 +1,16 @@
 //! Seccomp filters for what Landlock and the namespaces leave open:
-//! - unix sockets: a pathname socket is reachable whatever the Landlock domain up to ABI 7,
-//!   and no namespace hides it. `socketpair` stays, so programs keep their private pipes;
+//! - sockets, allowed by list: TCP and UDP over IPv4 and IPv6, and unix `socketpair`.
+//!   Unix sockets are refused because a pathname socket is reachable whatever the Landlock
+//!   domain up to ABI 7, and no namespace hides it (`socketpair` stays, so programs keep their
+//!   private pipes); vsock lives outside network namespaces (on a VM it reaches the
+//!   hypervisor's services); MPTCP, raw and SCTP sockets pass beside Landlock's TCP rules; and
+//!   every other family is kernel surface no sandboxed program needs. Netlink is refused too:
+//!   glibc's `getaddrinfo` without it assumes both IPv4 and IPv6 are configured, which is what
+//!   it concludes from a namespace holding only loopback too (it does not count loopback's
+//!   addresses). A refused family fails with
+//!   EAFNOSUPPORT, what a kernel without it answers, so programs that probe one (vsock,
+//!   AF_ALG) fall back; a refused protocol of IPv4 or IPv6, and a unix socket, fail with
+//!   EACCES, as Landlock refuses a port: the family is there, the policy keeps it out;
 //! - io_uring: its operations, sockets among them, pass beside per-syscall filters;
 //! - new namespaces and `setns`: a user namespace needs no privilege, gives the privilege to
 //!   create every other kind, and opens the kernel surface most privilege escalations start
@@ -54,6 +64,74 @@ fn first_arg_has(bit: libc::c_int) -> Result<SeccompRule, Failure> {
     SeccompRule::new(vec![condition]).map_err(failed)
 }
 
+/// The type flags `socket` and `socketpair` take beside the type.
+const SOCK_FLAGS: u64 = (libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) as u64;
+
+/// The socket types allowed over IPv4 and IPv6, with the protocols each may name (0 is the
+/// type's default: TCP or UDP).
+const IP_SOCKETS: [(libc::c_int, [libc::c_int; 2]); 2] = [
+    (libc::SOCK_STREAM, [0, libc::IPPROTO_TCP]),
+    (libc::SOCK_DGRAM, [0, libc::IPPROTO_UDP]),
+];
+
+/// Argument `index` compared, as the 32-bit int the kernel reads, with `value`.
+fn arg(index: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, Failure> {
+    SeccompCondition::new(index, SeccompCmpArgLen::Dword, op, value).map_err(failed)
+}
+
+fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, Failure> {
+    SeccompRule::new(conditions).map_err(failed)
+}
+
+/// `socket` and `socketpair` of a family that is not allowed (EAFNOSUPPORT): `socket` keeps
+/// IPv4, IPv6 and unix (refused with EACCES), `socketpair` unix alone.
+fn refused_families() -> Result<BTreeMap<i64, Vec<SeccompRule>>, Failure> {
+    let not = |family: libc::c_int| arg(0, SeccompCmpOp::Ne, family as u64);
+    let socket = rule(vec![
+        not(libc::AF_INET)?,
+        not(libc::AF_INET6)?,
+        not(libc::AF_UNIX)?,
+    ])?;
+    let socketpair = rule(vec![not(libc::AF_UNIX)?])?;
+    Ok(BTreeMap::from([
+        (libc::SYS_socket, vec![socket]),
+        (libc::SYS_socketpair, vec![socketpair]),
+    ]))
+}
+
+/// `socket` calls of an allowed family that are refused (EACCES): a unix socket, and over
+/// IPv4 and IPv6 any type but a stream or a datagram, or a protocol but their own.
+fn refused_protocols() -> Result<Vec<SeccompRule>, Failure> {
+    let mut rules = vec![rule(vec![arg(0, SeccompCmpOp::Eq, libc::AF_UNIX as u64)?])?];
+    for family in [libc::AF_INET, libc::AF_INET6] {
+        let family = || arg(0, SeccompCmpOp::Eq, family as u64);
+        // Any other type: each allowed one is ruled out with each combination of its flags.
+        let mut other_type = vec![family()?];
+        for (kind, _) in IP_SOCKETS {
+            for flags in [
+                0,
+                libc::SOCK_NONBLOCK,
+                libc::SOCK_CLOEXEC,
+                SOCK_FLAGS as i32,
+            ] {
+                other_type.push(arg(1, SeccompCmpOp::Ne, (kind | flags) as u64)?);
+            }
+        }
+        rules.push(rule(other_type)?);
+        for (kind, protocols) in IP_SOCKETS {
+            let mut other_protocol = vec![
+                family()?,
+                arg(1, SeccompCmpOp::MaskedEq(!SOCK_FLAGS), kind as u64)?,
+            ];
+            for protocol in protocols {
+                other_protocol.push(arg(2, SeccompCmpOp::Ne, protocol as u64)?);
+            }
+            rules.push(rule(other_protocol)?);
+        }
+    }
+    Ok(rules)
+}
+
 /// A filter that lets everything pass but `rules`, which fail with `errno`; on x86_64 the
 /// rules hold for the x32 entry points too.
 fn program(mut rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<BpfProgram, Failure> {
@@ -75,20 +153,11 @@ fn program(mut rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<Bpf
     BpfProgram::try_from(filter).map_err(failed)
 }
 
-/// The filters: what fails with EPERM (`socket(AF_UNIX, …)`, `io_uring_setup`, `setns`, and
-/// `unshare` and `clone` asking for a namespace), then `clone3`, which fails with ENOSYS. A
-/// filter has one answer for what it matches, hence two.
-fn programs() -> Result<[BpfProgram; 2], Failure> {
-    let unix = SeccompRule::new(vec![
-        SeccompCondition::new(
-            0,
-            SeccompCmpArgLen::Dword,
-            SeccompCmpOp::Eq,
-            libc::AF_UNIX as u64,
-        )
-        .map_err(failed)?,
-    ])
-    .map_err(failed)?;
+/// The filters: what fails with EPERM (`io_uring_setup`, `setns`, and `unshare` and `clone`
+/// asking for a namespace), `clone3`, which fails with ENOSYS, and the sockets refused with
+/// EAFNOSUPPORT and with EACCES. A filter has one answer for what it matches, hence four;
+/// what each matches is apart from the others'.
+fn programs() -> Result<[BpfProgram; 4], Failure> {
     let clone = CLONE_NAMESPACES
         .into_iter()
         .map(first_arg_has)
@@ -96,16 +165,18 @@ fn programs() -> Result<[BpfProgram; 2], Failure> {
     let mut unshare = clone.clone();
     unshare.push(first_arg_has(libc::CLONE_NEWTIME)?);
     let refused = BTreeMap::from([
-        (libc::SYS_socket, vec![unix]),
         (libc::SYS_io_uring_setup, vec![]),
         (libc::SYS_setns, vec![]),
         (libc::SYS_unshare, unshare),
         (libc::SYS_clone, clone),
     ]);
     let unknown = BTreeMap::from([(libc::SYS_clone3, vec![])]);
+    let protocols = BTreeMap::from([(libc::SYS_socket, refused_protocols()?)]);
     Ok([
         program(refused, libc::EPERM)?,
         program(unknown, libc::ENOSYS)?,
+        program(refused_families()?, libc::EAFNOSUPPORT)?,
+        program(protocols, libc::EACCES)?,
     ])
 }
 
@@ -125,14 +196,14 @@ pub(crate) fn apply(best_effort: bool, protections: &mut Protections) -> Result<
         }
         Err(f) if best_effort => {
             protections.missing.push(format!(
-                "{}: unix sockets, io_uring and new namespaces are reachable",
+                "{}: every socket family, io_uring and new namespaces are reachable",
                 f.message
             ));
             Ok(())
         }
         Err(f) => Err(Failure::unavailable(format!(
-            "{} (a kernel without seccomp filters cannot keep unix sockets and new namespaces \
-             out of reach; write isolation = \"best-effort\" to run without it)",
+            "{} (a kernel without seccomp filters cannot keep sockets beside TCP and UDP and new \
+             namespaces out of reach; write isolation = \"best-effort\" to run without it)",
             f.message
         ))),
     }

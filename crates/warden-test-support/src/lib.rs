@@ -1,6 +1,7 @@
 //! What warden's tests share (not published): the guest components built from source, the
-//! scripted OpenAI-compatible server that stands in for a model provider, and a backend of
-//! its own executor kind whose tools are executors a test hands it.
+//! scripted OpenAI-compatible server that stands in for a model provider, a backend of its own
+//! executor kind whose tools are executors a test hands it, and the socket calls both
+//! sandboxes must allow and refuse.
 
 #![allow(
     clippy::unwrap_used,
@@ -12,5 +13,6 @@ pub mod backend;
 pub mod guests;
 pub mod scripted;
 pub mod servers;
+pub mod sockets;
 
 pub use backend::TestBackend;
