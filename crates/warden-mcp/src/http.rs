@@ -33,11 +33,12 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 /// The shortest token accepted.
@@ -158,13 +159,15 @@ impl HttpServer {
             let (stream, _) = match self.listener.accept().await {
                 Ok(accepted) => accepted,
                 Err(e) => {
-                    // Out of file descriptors and the like: wait, do not spin.
+                    // Out of file descriptors and the like: free one if a connection without
+                    // the token holds it, and wait, do not spin.
                     tracing::warn!("cannot accept a connection: {e}");
+                    waiting.close_oldest();
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
             };
-            let ticket = Arc::new(waiting.admit());
+            let ticket = Arc::new(waiting.admit().await);
             let closed = ticket.closed.clone();
             let (service, guard, ending) = (service.clone(), guard.clone(), ending.clone());
             let handle = hyper::service::service_fn(move |request: Request<Incoming>| {
@@ -209,78 +212,88 @@ impl Drop for AbortOnDrop {
 
 type Body = BoxBody<Bytes, Infallible>;
 
-/// The connections that have not yet made an authenticated request, oldest first.
+/// The connections that have not yet made an authenticated request. Each holds a permit until
+/// it authenticates or its task has dropped it, descriptor and all, so what the cap counts is
+/// what is open, not what was asked to close.
 struct Unauthenticated {
-    cap: usize,
-    open: Mutex<Open>,
-}
-
-#[derive(Default)]
-struct Open {
-    next: u64,
-    /// By order of acceptance: each connection's signal to close.
-    by_age: BTreeMap<u64, CancellationToken>,
+    permits: Arc<Semaphore>,
+    /// By order of acceptance, oldest first: each connection's signal to close.
+    by_age: Mutex<BTreeMap<u64, CancellationToken>>,
+    next: AtomicU64,
 }
 
 impl Unauthenticated {
     fn new(cap: usize) -> Self {
         Self {
             // Room for the one being accepted, however small the cap.
-            cap: cap.max(1),
-            open: Mutex::default(),
+            permits: Arc::new(Semaphore::new(cap.max(1))),
+            by_age: Mutex::default(),
+            next: AtomicU64::new(0),
         }
     }
 
-    /// Registers a connection just accepted, closing the oldest one when the cap is reached.
-    fn admit(self: &Arc<Self>) -> Ticket {
+    /// A place for a connection just accepted. At the cap, the oldest connection is told to
+    /// close and this waits until one has: a flood is taken off the queue no faster than its
+    /// connections are closed.
+    async fn admit(self: &Arc<Self>) -> Ticket {
+        let permit = match self.permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                self.close_oldest();
+                match self.permits.clone().acquire_owned().await {
+                    Ok(permit) => permit,
+                    Err(_) => {
+                        unreachable!("the semaphore of unauthenticated connections is never closed")
+                    }
+                }
+            }
+        };
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
         let closed = CancellationToken::new();
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        while open.by_age.len() >= self.cap {
-            let Some((_, oldest)) = open.by_age.pop_first() else {
-                break;
-            };
-            oldest.cancel();
-        }
-        let id = open.next;
-        open.next += 1;
-        open.by_age.insert(id, closed.clone());
+        self.by_age().insert(id, closed.clone());
         Ticket {
             id,
             closed,
-            authenticated: AtomicBool::new(false),
+            permit: Mutex::new(Some(permit)),
             waiting: self.clone(),
         }
     }
 
-    fn forget(&self, id: u64) {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        open.by_age.remove(&id);
+    /// Tells the oldest unauthenticated connection to close, if there is one.
+    fn close_oldest(&self) {
+        if let Some((_, oldest)) = self.by_age().pop_first() {
+            oldest.cancel();
+        }
+    }
+
+    fn by_age(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, CancellationToken>> {
+        self.by_age.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
 /// One connection's place among the unauthenticated, given up when it authenticates or ends.
 struct Ticket {
     id: u64,
-    /// Cancelled when the connection is closed to make room.
+    /// Cancelled when the connection is to close to make room.
     closed: CancellationToken,
-    authenticated: AtomicBool,
+    /// Held while the connection has not authenticated.
+    permit: Mutex<Option<OwnedSemaphorePermit>>,
     waiting: Arc<Unauthenticated>,
 }
 
 impl Ticket {
     /// The connection made a request that passed the guard: it no longer counts.
     fn authenticated(&self) {
-        if !self.authenticated.swap(true, Ordering::Relaxed) {
-            self.waiting.forget(self.id);
+        let mut permit = self.permit.lock().unwrap_or_else(|p| p.into_inner());
+        if permit.take().is_some() {
+            self.waiting.by_age().remove(&self.id);
         }
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        if !*self.authenticated.get_mut() {
-            self.waiting.forget(self.id);
-        }
+        self.waiting.by_age().remove(&self.id);
     }
 }
 
@@ -538,26 +551,35 @@ mod tests {
         assert_eq!(response.headers()[header::CONNECTION], "close");
     }
 
-    #[test]
-    fn the_oldest_unauthenticated_connection_makes_room() {
+    #[tokio::test]
+    async fn the_oldest_unauthenticated_connection_makes_room() {
         let waiting = Arc::new(Unauthenticated::new(2));
-        let first = waiting.admit();
-        let second = waiting.admit();
+        let first = waiting.admit().await;
+        let second = waiting.admit().await;
         second.authenticated();
-        let third = waiting.admit();
+        let third = waiting.admit().await;
         assert!(!first.closed.is_cancelled() && !third.closed.is_cancelled());
-        let fourth = waiting.admit();
+
+        // At the cap: the oldest is told to close, and the next waits until it has.
+        let fourth = tokio::spawn({
+            let waiting = waiting.clone();
+            async move { waiting.admit().await }
+        });
+        first.closed.cancelled().await;
+        tokio::task::yield_now().await;
         assert!(
-            first.closed.is_cancelled(),
-            "the oldest waiting one is closed"
+            !fourth.is_finished(),
+            "no room before the oldest has closed"
         );
+        drop(first);
+        let fourth = fourth.await.unwrap();
         assert!(
             !second.closed.is_cancelled(),
-            "an authenticated one never is"
+            "an authenticated one is never closed"
         );
         assert!(!third.closed.is_cancelled() && !fourth.closed.is_cancelled());
         drop(third);
-        let fifth = waiting.admit();
+        let fifth = waiting.admit().await;
         assert!(!fourth.closed.is_cancelled(), "an ended one made room");
         drop(fifth);
     }
