@@ -138,7 +138,8 @@ pub(crate) fn finish(outcome: &Outcome, resume: &str) {
     let t = &outcome.totals;
     eprintln!(
         "stopped: {} ({} steps, {} model calls, {} tool calls, {:.1} s)",
-        outcome.reason,
+        // A provider's error is quoted in it.
+        Escaped(&outcome.reason),
         t.steps,
         t.model_calls,
         t.tool_calls,
