@@ -5,6 +5,7 @@ use std::path::{Component, Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use warden::Warden;
+use warden_core::shown::Escaped;
 use warden_core::{Backend, Policy};
 use warden_wasm::WasmConfig;
 
@@ -83,8 +84,8 @@ pub(crate) fn add(ctx: &Warden, args: AddArgs) -> Result<ExitCode> {
     for tool in tools {
         outln!(
             "  tool {}: {}",
-            tool.spec.name,
-            tool.spec.description.lines().next().unwrap_or_default()
+            Escaped(&tool.spec.name),
+            Escaped(tool.spec.description.lines().next().unwrap_or_default())
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -6,6 +6,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::process::ExitCode;
 use warden::Warden;
+use warden_core::shown::{Escaped, escape, escape_json};
 use warden_core::{
     Access, ByteSize, Capabilities, Grants, HostPattern, HumanDuration, Limits, Policy, Probe,
     Reach, Report, Toolbox,
@@ -163,36 +164,42 @@ pub(crate) fn audit(ctx: &Warden, json: bool) -> Result<ExitCode> {
     let toolbox = ctx.load()?;
     let audit = describe(&toolbox, probes(ctx, &toolbox)?);
     if json {
-        outln!("{}", serde_json::to_string_pretty(&audit)?);
+        outln!("{}", escape_json(&serde_json::to_string_pretty(&audit)?));
         return Ok(ExitCode::SUCCESS);
     }
     let color = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    // What the policy and the backends wrote is escaped before any colour is added.
     let red = |s: &str| {
         if color {
-            format!("\x1b[31m{s}\x1b[0m")
+            format!("\x1b[31m{}\x1b[0m", escape(s))
         } else {
-            s.to_owned()
+            escape(s).into_owned()
         }
     };
     for (p, loaded) in audit.policies.iter().zip(toolbox.policies()) {
-        outln!("{}", p.policy);
+        outln!("{}", Escaped(&p.policy));
         for (label, text) in &p.lines {
             let text = if text.starts_with("MISSING") || text.starts_with("refused") {
                 red(text)
             } else {
-                text.clone()
+                escape(text).into_owned()
             };
             outln!("  {label:<9} {text}");
         }
         let grants = &loaded.policy.grants;
-        outln!("  env       {}", env_line(grants));
-        outln!("  env host  {}", list_or_none(grants.env_from_host.clone()));
+        outln!("  env       {}", Escaped(env_line(grants)));
+        outln!(
+            "  env host  {}",
+            Escaped(list_or_none(grants.env_from_host.clone()))
+        );
         outln!(
             "  fs        {}",
-            list_or_none(grants.fs.iter().map(ToString::to_string).collect())
+            Escaped(list_or_none(
+                grants.fs.iter().map(ToString::to_string).collect()
+            ))
         );
         match p.network {
-            Reach::Grants => outln!("  network   {}", network_line(grants)),
+            Reach::Grants => outln!("  network   {}", Escaped(network_line(grants))),
             Reach::None => outln!("  network   none"),
             Reach::Unrestricted => outln!("  network   {}", red("unrestricted")),
         }
@@ -200,7 +207,7 @@ pub(crate) fn audit(ctx: &Warden, json: bool) -> Result<ExitCode> {
             let l = &t.in_force;
             outln!(
                 "  tool {:<20} timeout {} memory {} fuel {} output {} concurrency {}{}",
-                t.name,
+                Escaped(&t.name),
                 HumanDuration(l.timeout),
                 ByteSize(l.memory),
                 l.fuel.map_or("off".into(), |f| f.to_string()),
@@ -214,7 +221,7 @@ pub(crate) fn audit(ctx: &Warden, json: bool) -> Result<ExitCode> {
             );
         }
         for f in &p.flags {
-            outln!("  {} {f}", red("!"));
+            outln!("  {} {}", red("!"), Escaped(f));
         }
         outln!();
     }

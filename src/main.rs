@@ -27,6 +27,7 @@ use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use warden::Warden;
+use warden_core::shown::{Escaped, escape_json};
 use warden_core::{RunLimits, Status, ToolCall, ToolMessage};
 
 #[derive(Parser)]
@@ -200,7 +201,8 @@ fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // An error can quote what a model or a file chose (a tool's name, a path).
+            eprintln!("error: {}", Escaped(format_args!("{e:#}")));
             ExitCode::from(2)
         }
     }
@@ -292,12 +294,13 @@ fn tools(ctx: &Warden, json: bool) -> Result<ExitCode> {
     let toolbox = ctx.load()?;
     if json {
         let specs: Vec<_> = toolbox.tools().map(|t| &t.spec).collect();
-        outln!("{}", serde_json::to_string_pretty(&specs)?);
+        outln!("{}", escape_json(&serde_json::to_string_pretty(&specs)?));
     } else {
         for tool in toolbox.tools() {
             let first = tool.spec.description.lines().next().unwrap_or_default();
-            outln!("{:<24} {first}", tool.spec.name);
-            outln!("{:<24} {}", "", tool.spec.input_schema);
+            outln!("{:<24} {}", Escaped(&tool.spec.name), Escaped(first));
+            let schema = tool.spec.input_schema.to_string();
+            outln!("{:<24} {}", "", escape_json(&schema));
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -318,7 +321,7 @@ fn call(ctx: &Warden, tool: String, arguments: String, format: Format) -> Result
         message
     });
     let text = serde_json::to_string_pretty(&format.render(&message)).context("printing")?;
-    outln!("{text}");
+    outln!("{}", escape_json(&text));
     Ok(match message.status {
         Status::Success => ExitCode::SUCCESS,
         Status::Error => ExitCode::from(1),
@@ -350,7 +353,7 @@ fn run_batch(
     });
     eprintln!("{}", dispatcher.usage_so_far());
     let out: Vec<serde_json::Value> = messages.iter().map(|m| format.render(m)).collect();
-    outln!("{}", serde_json::to_string_pretty(&out)?);
+    outln!("{}", escape_json(&serde_json::to_string_pretty(&out)?));
     let all_ok = messages.iter().all(|m| m.status == Status::Success);
     Ok(if all_ok {
         ExitCode::SUCCESS

@@ -5,6 +5,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use warden_agent::{Event, EventSink, Line, Outcome, Run, StopReason};
+use warden_core::shown::{Escaped, escape, escape_json, escape_lines};
 
 /// Names the run and its transcript before anything else happens.
 pub(crate) fn announce(run: &Run, json: bool) {
@@ -14,7 +15,7 @@ pub(crate) fn announce(run: &Run, json: bool) {
             "run_id": run.id(),
             "path": run.path().display().to_string(),
         });
-        outln!("{line}");
+        outln!("{}", escape_json(&line.to_string()));
     } else {
         eprintln!("run {}  (transcript {})", run.id(), run.path().display());
     }
@@ -26,7 +27,7 @@ pub(crate) fn sink(json: bool) -> EventSink {
         return Arc::new(|line: &Line| {
             if let Ok(text) = serde_json::to_string(line) {
                 let mut out = std::io::stdout().lock();
-                let _ = writeln!(out, "{text}");
+                let _ = writeln!(out, "{}", escape_json(&text));
                 let _ = out.flush();
             }
         });
@@ -47,10 +48,12 @@ fn describe(event: &Event, step: &AtomicU32) -> Option<String> {
             tools,
             ..
         } => Some(format!(
-            "model {model} at {base_url}, {} tools",
+            "model {} at {}, {} tools",
+            Escaped(model),
+            Escaped(base_url),
             tools.len()
         )),
-        Event::Resume { model, .. } => Some(format!("resuming with model {model}")),
+        Event::Resume { model, .. } => Some(format!("resuming with model {}", Escaped(model))),
         Event::ModelCall {
             step: s,
             error,
@@ -91,8 +94,11 @@ fn describe(event: &Event, step: &AtomicU32) -> Option<String> {
         } => {
             let what = serde_json::to_value(decision).ok()?;
             Some(format!(
-                "  review {tool} [{call_id}]: {} ({source})",
-                what["decision"].as_str().unwrap_or("?")
+                "  review {} [{}]: {} ({})",
+                Escaped(tool),
+                Escaped(call_id),
+                what["decision"].as_str().unwrap_or("?"),
+                Escaped(source)
             ))
         }
         Event::Pending {
@@ -100,19 +106,22 @@ fn describe(event: &Event, step: &AtomicU32) -> Option<String> {
             tool,
             arguments,
         } => Some(format!(
-            "  ⏸ {tool} [{call_id}] awaits a decision: {}",
+            "  ⏸ {} [{}] awaits a decision: {}",
+            Escaped(tool),
+            Escaped(call_id),
             short(arguments, 120)
         )),
         Event::Answered { message } => {
-            let tool = message["name"].as_str().unwrap_or("?");
-            let id = message["tool_call_id"].as_str().unwrap_or("?");
+            let tool = Escaped(message["name"].as_str().unwrap_or("?"));
+            let id = Escaped(message["tool_call_id"].as_str().unwrap_or("?"));
             Some(match message["error"]["kind"].as_str() {
                 None => format!(
                     "  ✓ {tool} [{id}] {}",
                     short(message["content"].as_str().unwrap_or_default(), 80)
                 ),
                 Some(kind) => format!(
-                    "  ✗ {tool} [{id}] {kind}: {}",
+                    "  ✗ {tool} [{id}] {}: {}",
+                    Escaped(kind),
                     short(
                         message["error"]["message"].as_str().unwrap_or_default(),
                         100
@@ -129,7 +138,8 @@ pub(crate) fn finish(outcome: &Outcome, resume: &str) {
     let t = &outcome.totals;
     eprintln!(
         "stopped: {} ({} steps, {} model calls, {} tool calls, {:.1} s)",
-        outcome.reason,
+        // A provider's error is quoted in it.
+        Escaped(&outcome.reason),
         t.steps,
         t.model_calls,
         t.tool_calls,
@@ -147,17 +157,17 @@ pub(crate) fn finish(outcome: &Outcome, resume: &str) {
         _ => eprintln!("to carry on: {resume} (raise the limit that stopped it)"),
     }
     if let Some(answer) = &outcome.answer {
-        outln!("{answer}");
+        outln!("{}", escape_lines(answer));
     }
 }
 
-/// One line of at most `max` characters.
+/// One line of at most `max` characters, escaped.
 fn short(text: &str, max: usize) -> String {
     let line = text.lines().next().unwrap_or_default();
     let cut = line.char_indices().nth(max).map(|(i, _)| i);
     match cut {
-        Some(i) => format!("{}…", &line[..i]),
-        None if line.len() < text.trim_end().len() => format!("{line}…"),
-        None => line.to_owned(),
+        Some(i) => format!("{}…", escape(&line[..i])),
+        None if line.len() < text.trim_end().len() => format!("{}…", escape(line)),
+        None => escape(line).into_owned(),
     }
 }

@@ -2,6 +2,7 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::{Arc, Mutex};
+use warden_core::shown::Escaped;
 use warden_core::{BoxFuture, Decision, Reviewer, ToolCall, ToolSpec};
 
 /// Asks on the terminal, one call at a time.
@@ -30,9 +31,12 @@ fn line(prompt: &str) -> String {
 }
 
 fn ask(call: &ToolCall, spec: &ToolSpec) -> Decision {
+    // The call's id and arguments are the model's: shown, never obeyed by the terminal.
     eprintln!(
         "\nreview: `{}` (call {}) with {}",
-        spec.name, call.id, call.arguments
+        Escaped(&spec.name),
+        Escaped(&call.id),
+        Escaped(&call.arguments)
     );
     loop {
         match line("[a]pprove, [e]dit, [r]eject, re[s]pond? ").as_str() {
@@ -49,7 +53,7 @@ fn ask(call: &ToolCall, spec: &ToolSpec) -> Decision {
             }
             "e" | "edit" => match serde_json::from_str(&line("arguments (JSON): ")) {
                 Ok(arguments) => return Decision::Edit { arguments },
-                Err(e) => eprintln!("not JSON: {e}"),
+                Err(e) => eprintln!("not JSON: {}", Escaped(e)),
             },
             "" => {
                 return Decision::Reject {

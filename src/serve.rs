@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 use warden::Warden;
-use warden_core::Admission;
-use warden_mcp::{HttpOptions, HttpServer, Loader, Options, Server};
+use warden_core::{Admission, HumanDuration};
+use warden_mcp::{ConnectionLimits, HttpOptions, HttpServer, Loader, Options, Server};
 
 #[derive(Args)]
 pub(crate) struct ServeArgs {
@@ -26,6 +26,16 @@ pub(crate) struct ServeArgs {
     /// Listen on an address that is not loopback.
     #[arg(long)]
     allow_remote: bool,
+    /// Close an HTTP connection that has not sent a whole request head this long after it
+    /// opened or had its last answer (idle, or sending slowly).
+    #[arg(long, value_name = "DURATION",
+          default_value_t = HumanDuration(ConnectionLimits::default().header_timeout))]
+    header_timeout: HumanDuration,
+    /// At most this many HTTP connections that have not yet sent the token; one more closes
+    /// the oldest of them.
+    #[arg(long, value_name = "N",
+          default_value_t = ConnectionLimits::default().unauthenticated)]
+    max_unauthenticated: usize,
 }
 
 pub(crate) fn serve(ctx: &Warden, args: ServeArgs) -> Result<ExitCode> {
@@ -85,6 +95,10 @@ async fn serve_http(server: Server, addr: SocketAddr, args: ServeArgs) -> Result
         token: token.clone(),
         allow_origins: args.allow_origins,
         allow_remote: args.allow_remote,
+        limits: ConnectionLimits {
+            header_timeout: args.header_timeout.0,
+            unauthenticated: args.max_unauthenticated,
+        },
     })
     .await?;
     eprintln!("warden: serving MCP over streamable HTTP at {}", http.url());

@@ -4,6 +4,7 @@
 use anyhow::{Result, bail};
 use std::process::ExitCode;
 use warden::Warden;
+use warden_core::shown::{Escaped, escape_json};
 use warden_core::{ByteSize, HumanDuration, UsageError, UsageReport};
 
 pub(crate) fn usage(ctx: &Warden, since: Option<HumanDuration>, json: bool) -> Result<ExitCode> {
@@ -15,12 +16,12 @@ pub(crate) fn usage(ctx: &Warden, since: Option<HumanDuration>, json: bool) -> R
             "there is no call log at {}: warden writes its calls to HOME/calls.jsonl unless \
              --call-log (or WARDEN_CALL_LOG) names another file; point --call-log at the log \
              to read",
-            path.display()
+            Escaped(path.display())
         ),
         Err(e) => return Err(e.into()),
     };
     if json {
-        outln!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", escape_json(&serde_json::to_string_pretty(&report)?));
         return Ok(ExitCode::SUCCESS);
     }
     let window = since.map_or("in the whole log".to_owned(), |s| {
@@ -29,7 +30,7 @@ pub(crate) fn usage(ctx: &Warden, since: Option<HumanDuration>, json: bool) -> R
     outln!(
         "{} calls {window} ({})",
         report.calls,
-        ctx.call_log.display()
+        Escaped(ctx.call_log.display())
     );
     if report.unreadable_lines > 0 {
         outln!(
@@ -50,10 +51,14 @@ pub(crate) fn usage(ctx: &Warden, since: Option<HumanDuration>, json: bool) -> R
         "in"
     );
     for t in &report.tools {
-        let errors: Vec<String> = t.errors.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let errors: Vec<String> = t
+            .errors
+            .iter()
+            .map(|(k, n)| format!("{} {n}", Escaped(k)))
+            .collect();
         outln!(
             "{:<24} {:>6} {:>9.1} {:>9.1} {:>10} {:>9} {:>9} {:>9}  {}",
-            t.tool,
+            Escaped(&t.tool),
             t.calls,
             t.wall_ms_p50,
             t.wall_ms_p95,
@@ -76,19 +81,19 @@ pub(crate) fn usage(ctx: &Warden, since: Option<HumanDuration>, json: bool) -> R
         for g in &report.unused_grants {
             outln!(
                 "  {}:{}  {} {}: {}",
-                g.policy.display(),
+                Escaped(g.policy.display()),
                 g.line,
                 g.key,
-                g.grant,
-                g.why
+                Escaped(&g.grant),
+                Escaped(&g.why)
             );
         }
     }
     for s in &report.suggestions {
         outln!();
-        outln!("narrower grants for {}:", s.policy.display());
+        outln!("narrower grants for {}:", Escaped(s.policy.display()));
         for line in s.grants.lines() {
-            outln!("  {line}");
+            outln!("  {}", Escaped(line));
         }
     }
     if !report.refused_repeatedly.is_empty() {
@@ -97,16 +102,16 @@ pub(crate) fn usage(ctx: &Warden, since: Option<HumanDuration>, json: bool) -> R
         for r in &report.refused_repeatedly {
             outln!(
                 "  {} {} refused {} times: {}",
-                r.tool,
-                r.destination,
+                Escaped(&r.tool),
+                Escaped(&r.destination),
                 r.times,
-                r.reason
+                Escaped(&r.reason)
             );
         }
     }
     for note in &report.notes {
         outln!();
-        outln!("note: {note}");
+        outln!("note: {}", Escaped(note));
     }
     Ok(ExitCode::SUCCESS)
 }

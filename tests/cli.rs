@@ -791,3 +791,92 @@ fn serve_stopped_by_sigterm_keeps_every_answered_call_in_the_log() {
         .count();
     assert_eq!(calls, CALLS, "every answered call is in the log");
 }
+
+/// Whether a terminal would act on `c` rather than show it (C0, DEL, C1, bidi controls).
+fn obeyed(c: char) -> bool {
+    matches!(c, '\0'..='\x09' | '\x0b'..='\x1f' | '\x7f'..='\u{9f}' | '\u{202a}'..='\u{202e}'
+        | '\u{2066}'..='\u{2069}')
+}
+
+/// Tool names a model chose, with escape sequences (erase the row, move up, forge a row of
+/// 999 calls, set the window title, a C1 CSI, a bidi override) and a line break, reach the
+/// call log as unknown tools' calls. Everything warden prints for people shows them escaped;
+/// its JSON keeps them, as inert `\u` escapes.
+#[test]
+fn model_chosen_names_are_printed_escaped() {
+    let env = Env::new();
+    let erase = "erase\x1b[2K\x1b[1A\r\x1b[2Kforged                        999";
+    let title = "title\x1b]0;pwned\x07\u{9b}2J\u{202e}txt\x7f";
+    let split = "split\nforged                        999";
+    for name in [erase, title, split] {
+        let out = env.warden(&["call", name, "{}"]);
+        assert_eq!(out.status.code(), Some(1), "an unknown tool's call");
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        assert!(!stdout.chars().any(obeyed), "raw controls in {stdout:?}");
+        assert_eq!(json(&stdout)["name"], name, "the JSON says the same");
+    }
+
+    let usage = env.ok(&["audit", "--usage"]);
+    assert!(!usage.chars().any(obeyed), "raw controls in {usage:?}");
+    for shown in [
+        "erase\\x1b[2K\\x1b[1A\\r\\x1b[2Kforged",
+        "title\\x1b]0;pwned\\x07\\u{9b}2J\\u{202e}txt\\x7f",
+        "split\\nforged",
+    ] {
+        let rows: Vec<&str> = usage.lines().filter(|l| l.starts_with(shown)).collect();
+        assert_eq!(rows.len(), 1, "one row for {shown}: {usage}");
+        assert!(rows[0].contains("unknown_tool 1"), "{}", rows[0]);
+    }
+    assert!(
+        !usage.lines().any(|l| l.starts_with("forged")),
+        "no forged row: {usage}"
+    );
+    let report = json(&env.ok(&["audit", "--usage", "--json"]));
+    let names: Vec<&str> = report["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["tool"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&split) && names.contains(&title),
+        "{names:?}"
+    );
+
+    // An error that quotes what it was given.
+    let log = env.dir.path().join("calls\x1b[2J\n.jsonl");
+    let out = env.warden(&["audit", "--usage", "--call-log", path_str(&log)]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("calls\\x1b[2J\\n.jsonl"), "{stderr}");
+    assert!(!stderr.chars().any(obeyed), "raw controls in {stderr:?}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+}
+
+/// A tool's description is its author's, and `warden tools` and `warden audit` print it and
+/// the policy's values escaped.
+#[test]
+fn tool_descriptions_and_policy_values_are_printed_escaped() {
+    let env = Env::new();
+    std::fs::write(
+        env.toolbox().join("t.toml"),
+        "[executor]\nkind = \"host\"\nname = \"t\"\nargv = [\"/bin/true\"]\n\
+         description = \"fine\\u001b]0;pwned\\u0007\\u009b2J\\u202e\"\n\
+         [grants]\nenv = { NOTE = \"a\\u001b[2Kb\\nforged\" }\n",
+    )
+    .unwrap();
+    let tools = env.ok(&["tools"]);
+    assert!(!tools.chars().any(obeyed), "raw controls in {tools:?}");
+    assert!(
+        tools.contains("fine\\x1b]0;pwned\\x07\\u{9b}2J\\u{202e}"),
+        "{tools}"
+    );
+    let listed = json(&env.ok(&["tools", "--json"]));
+    assert_eq!(
+        listed[0]["description"],
+        "fine\x1b]0;pwned\x07\u{9b}2J\u{202e}"
+    );
+    let audit = env.ok(&["audit"]);
+    assert!(!audit.chars().any(obeyed), "raw controls in {audit:?}");
+    assert!(audit.contains("NOTE=a\\x1b[2Kb\\nforged"), "{audit}");
+}

@@ -18,6 +18,7 @@ mod redact;
 mod review;
 mod run;
 mod session;
+pub mod shown;
 mod spec;
 mod table;
 mod toolbox;

@@ -1,10 +1,16 @@
-//! MCP over streamable HTTP, behind a bearer token and an `Origin` allowlist.
+//! MCP over streamable HTTP, behind a bearer token, a `Host` check and an `Origin` allowlist.
 //!
-//! Each request is checked in this order: a present `Origin` must be allowed (else 403, so a
-//! web page cannot drive the server), then `Authorization: Bearer <token>` must match (else
-//! 401, compared in constant time), then the path must be `/mcp` (else 404). rmcp's
-//! transport then checks `Host` against loopback names (DNS rebinding) unless remote clients
-//! are allowed.
+//! Every request, whatever its method, is checked in this order: unless remote clients are
+//! allowed, `Host` must name loopback (else 403: a page on a rebound DNS name cannot reach
+//! the server), then a present `Origin` must be allowed (else 403, so a web page cannot drive
+//! the server), then `Authorization: Bearer <token>` must match (else 401, compared in
+//! constant time), then the path must be `/mcp` (else 404). A refused request's connection
+//! is closed after its answer.
+//!
+//! Connections are bounded by [`ConnectionLimits`]: one that does not send a request's head in
+//! time is closed, and connections that have not yet made an authenticated request are
+//! capped, the oldest closed to make room, so idle or slow connections cannot use up the
+//! server's file descriptors and keep clients that hold the token out.
 //!
 //! A session lives in the server that initialized it. A request naming a session this server
 //! does not hold (it ended, or a load balancer sent it to another replica) is answered 404,
@@ -20,15 +26,20 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use hyper_util::rt::TokioTimer;
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
 
 /// The shortest token accepted.
 pub(crate) const MIN_TOKEN_LEN: usize = 16;
@@ -45,8 +56,34 @@ pub struct HttpOptions {
     pub token: String,
     /// Origins allowed besides the server's own loopback ones (`http://host:port`).
     pub allow_origins: Vec<String>,
-    /// Listen on an address that is not loopback.
+    /// Listen on an address that is not loopback; `Host` is then not checked.
     pub allow_remote: bool,
+    pub limits: ConnectionLimits,
+}
+
+/// How long a connection may keep the server waiting, and how many may wait before they have
+/// shown the token. A client that holds the token sends its request at once; these bound what
+/// anyone who can merely reach the port can hold open.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// A connection waiting for a request (just accepted, or its last response sent) must
+    /// deliver that request's whole head within this, or it is closed: it ends idle
+    /// keep-alive connections and heads sent a byte at a time alike. A response being sent
+    /// (a long call, an event stream) is not waiting. 10 s.
+    pub header_timeout: Duration,
+    /// Connections open that have not yet made an authenticated request, at most. Accepting
+    /// one more closes the oldest of them rather than refusing the new one, which is most
+    /// likely a client about to send its first request. 64.
+    pub unauthenticated: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self {
+            header_timeout: Duration::from_secs(10),
+            unauthenticated: 64,
+        }
+    }
 }
 
 /// A bound listener, ready to serve.
@@ -98,10 +135,9 @@ impl HttpServer {
     /// Serves until the process ends.
     pub async fn run(self, server: Server) -> Result<(), Error> {
         let _watcher = watch::spawn(server.shared.clone()).map(AbortOnDrop);
-        let mut config = StreamableHttpServerConfig::default();
-        if self.options.allow_remote {
-            config = config.disable_allowed_hosts();
-        }
+        // The guard checks `Host` for every method (rmcp's own check would miss the
+        // `DELETE`s answered here), so there is one rule, the guard's.
+        let config = StreamableHttpServerConfig::default().disable_allowed_hosts();
         let shared = server.shared.clone();
         let sessions = Arc::new(LocalSessionManager::default());
         let service = StreamableHttpService::new(
@@ -114,35 +150,52 @@ impl HttpServer {
             sessions,
             shared: server.shared.clone(),
         });
+        let waiting = Arc::new(Unauthenticated::new(self.options.limits.unauthenticated));
+        let mut http1 = hyper::server::conn::http1::Builder::new();
+        http1
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.options.limits.header_timeout);
         loop {
             let (stream, _) = match self.listener.accept().await {
                 Ok(accepted) => accepted,
                 Err(e) => {
-                    // Out of file descriptors and the like: wait, do not spin.
+                    // Out of file descriptors and the like: free one if a connection without
+                    // the token holds it, and wait, do not spin.
                     tracing::warn!("cannot accept a connection: {e}");
+                    waiting.close_oldest();
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
             };
+            let ticket = Arc::new(waiting.admit().await);
+            let closed = ticket.closed.clone();
             let (service, guard, ending) = (service.clone(), guard.clone(), ending.clone());
-            tokio::spawn(async move {
-                let handle = hyper::service::service_fn(move |request: Request<Incoming>| {
-                    let (service, guard, ending) = (service.clone(), guard.clone(), ending.clone());
-                    async move {
-                        let response = match guard.check(&request) {
-                            Err(refusal) => refusal.response(),
-                            Ok(()) => match session_to_end(&request) {
+            let handle = hyper::service::service_fn(move |request: Request<Incoming>| {
+                let (service, guard, ending) = (service.clone(), guard.clone(), ending.clone());
+                let ticket = ticket.clone();
+                async move {
+                    let response = match guard.check(&request) {
+                        Err(refusal) => refusal.response(),
+                        Ok(()) => {
+                            ticket.authenticated();
+                            match session_to_end(&request) {
                                 Some(id) => ending.end(&id).await,
                                 None => service.handle(request).await,
-                            },
-                        };
-                        Ok::<_, Infallible>(response)
-                    }
-                });
-                let connection = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), handle);
-                if let Err(e) = connection.await {
-                    tracing::debug!("an HTTP connection ended with an error: {e}");
+                            }
+                        }
+                    };
+                    Ok::<_, Infallible>(response)
+                }
+            });
+            let connection = http1.serve_connection(TokioIo::new(stream), handle);
+            tokio::spawn(async move {
+                tokio::select! {
+                    ended = connection => if let Err(e) = ended {
+                        tracing::debug!("an HTTP connection ended with an error: {e}");
+                    },
+                    () = closed.cancelled() => tracing::debug!(
+                        "closed a connection that had not authenticated, to make room for another"
+                    ),
                 }
             });
         }
@@ -158,6 +211,91 @@ impl Drop for AbortOnDrop {
 }
 
 type Body = BoxBody<Bytes, Infallible>;
+
+/// The connections that have not yet made an authenticated request. Each holds a permit until
+/// it authenticates or its task has dropped it, descriptor and all, so what the cap counts is
+/// what is open, not what was asked to close.
+struct Unauthenticated {
+    permits: Arc<Semaphore>,
+    /// By order of acceptance, oldest first: each connection's signal to close.
+    by_age: Mutex<BTreeMap<u64, CancellationToken>>,
+    next: AtomicU64,
+}
+
+impl Unauthenticated {
+    fn new(cap: usize) -> Self {
+        Self {
+            // Room for the one being accepted, however small the cap.
+            permits: Arc::new(Semaphore::new(cap.max(1))),
+            by_age: Mutex::default(),
+            next: AtomicU64::new(0),
+        }
+    }
+
+    /// A place for a connection just accepted. At the cap, the oldest connection is told to
+    /// close and this waits until one has: a flood is taken off the queue no faster than its
+    /// connections are closed.
+    async fn admit(self: &Arc<Self>) -> Ticket {
+        let permit = match self.permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                self.close_oldest();
+                match self.permits.clone().acquire_owned().await {
+                    Ok(permit) => permit,
+                    Err(_) => {
+                        unreachable!("the semaphore of unauthenticated connections is never closed")
+                    }
+                }
+            }
+        };
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let closed = CancellationToken::new();
+        self.by_age().insert(id, closed.clone());
+        Ticket {
+            id,
+            closed,
+            permit: Mutex::new(Some(permit)),
+            waiting: self.clone(),
+        }
+    }
+
+    /// Tells the oldest unauthenticated connection to close, if there is one.
+    fn close_oldest(&self) {
+        if let Some((_, oldest)) = self.by_age().pop_first() {
+            oldest.cancel();
+        }
+    }
+
+    fn by_age(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, CancellationToken>> {
+        self.by_age.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One connection's place among the unauthenticated, given up when it authenticates or ends.
+struct Ticket {
+    id: u64,
+    /// Cancelled when the connection is to close to make room.
+    closed: CancellationToken,
+    /// Held while the connection has not authenticated.
+    permit: Mutex<Option<OwnedSemaphorePermit>>,
+    waiting: Arc<Unauthenticated>,
+}
+
+impl Ticket {
+    /// The connection made a request that passed the guard: it no longer counts.
+    fn authenticated(&self) {
+        let mut permit = self.permit.lock().unwrap_or_else(|p| p.into_inner());
+        if permit.take().is_some() {
+            self.waiting.by_age().remove(&self.id);
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.waiting.by_age().remove(&self.id);
+    }
+}
 
 /// The session a `DELETE` names, if the request is one. rmcp would answer 202 and leave the
 /// session's sandboxes to end in their own time; a client expects 200 once it is over.
@@ -208,10 +346,12 @@ fn text(status: StatusCode, message: &'static str) -> Response<Body> {
     response
 }
 
-/// The checks in front of the MCP endpoint.
+/// The checks in front of the MCP endpoint, for every request whatever its method.
 struct Guard {
     token: String,
     origins: Vec<String>,
+    /// The host names `Host` may give; `None` when remote clients are allowed.
+    hosts: Option<Vec<String>>,
 }
 
 impl Guard {
@@ -223,13 +363,32 @@ impl Guard {
             format!("http://[::1]:{port}"),
         ];
         origins.extend(options.allow_origins.iter().map(|o| normalise_origin(o)));
+        let hosts = (!options.allow_remote).then(|| {
+            let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(String::from).into();
+            let bound = local.ip().to_string();
+            if !hosts.contains(&bound) {
+                hosts.push(bound);
+            }
+            hosts
+        });
         Self {
             token: options.token.clone(),
             origins,
+            hosts,
         }
     }
 
     fn check<B>(&self, request: &Request<B>) -> Result<(), Refusal> {
+        if let Some(hosts) = &self.hosts {
+            let host = host_name(request)?;
+            if !hosts.contains(&host) {
+                return Err(Refusal(
+                    StatusCode::FORBIDDEN,
+                    "this Host is not the server's: a loopback name is expected (start the \
+                     server with --allow-remote to take requests for other names)",
+                ));
+            }
+        }
         if let Some(origin) = request.headers().get(header::ORIGIN) {
             let allowed = origin
                 .to_str()
@@ -261,13 +420,45 @@ impl Guard {
     }
 }
 
+/// The host name a request is for, from `Host` (or the target's authority), lowercase and
+/// without brackets or port.
+fn host_name<B>(request: &Request<B>) -> Result<String, Refusal> {
+    let bad = |why| Refusal(StatusCode::BAD_REQUEST, why);
+    let authority = match request.headers().get(header::HOST) {
+        Some(value) => {
+            let value = value
+                .to_str()
+                .map_err(|_| bad("the Host header is not text"))?;
+            http::uri::Authority::try_from(value)
+                .map_err(|_| bad("the Host header is malformed"))?
+        }
+        None => request
+            .uri()
+            .authority()
+            .cloned()
+            .ok_or_else(|| bad("the request has no Host header"))?,
+    };
+    let host = authority.host();
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    Ok(host.to_ascii_lowercase())
+}
+
 /// A request the guard turns away, and why.
 struct Refusal(StatusCode, &'static str);
 
 impl Refusal {
+    /// The refusal, closing the connection: a client that was turned away gets no
+    /// connection kept open for it.
     fn response(self) -> Response<Body> {
         let Refusal(status, message) = self;
         let mut response = text(status, message);
+        response.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
@@ -292,22 +483,105 @@ fn normalise_origin(origin: &str) -> String {
 mod tests {
     use super::*;
 
-    fn guard() -> Guard {
-        let options = HttpOptions {
+    fn options(allow_remote: bool) -> HttpOptions {
+        HttpOptions {
             addr: "127.0.0.1:0".parse().unwrap(),
             token: "t".repeat(32),
             allow_origins: vec!["https://App.example.com/".into()],
-            allow_remote: false,
-        };
-        Guard::new(&options, "127.0.0.1:8123".parse().unwrap())
+            allow_remote,
+            limits: ConnectionLimits::default(),
+        }
     }
 
+    fn guard() -> Guard {
+        Guard::new(&options(false), "127.0.0.1:8123".parse().unwrap())
+    }
+
+    /// A request with these headers, and `Host` the server's unless they name one.
     fn request(headers: &[(&str, &str)], path: &str) -> Request<()> {
         let mut r = Request::builder().uri(path);
+        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+            r = r.header("host", "127.0.0.1:8123");
+        }
         for (k, v) in headers {
             r = r.header(*k, *v);
         }
         r.body(()).unwrap()
+    }
+
+    #[test]
+    fn host_is_checked_for_every_method() {
+        let g = guard();
+        let token = format!("Bearer {}", "t".repeat(32));
+        for method in [Method::POST, Method::GET, Method::DELETE] {
+            for (host, want) in [
+                ("127.0.0.1:8123", 200),
+                ("localhost:8123", 200),
+                ("LocalHost", 200),
+                ("[::1]:8123", 200),
+                ("evil.example:8123", 403),
+                ("127.0.0.1.evil.example", 403),
+                ("a b", 400),
+            ] {
+                let mut r = request(&[("authorization", &token), ("host", host)], "/mcp");
+                *r.method_mut() = method.clone();
+                assert_eq!(status(g.check(&r)), want, "{method} {host}");
+            }
+        }
+        let mut r = request(&[("authorization", &token)], "/mcp");
+        r.headers_mut().remove(header::HOST);
+        assert_eq!(status(g.check(&r)), 400, "no Host");
+
+        // Without even the token, a foreign Host learns nothing more.
+        assert_eq!(
+            status(g.check(&request(&[("host", "evil.example")], "/mcp"))),
+            403
+        );
+        let remote = Guard::new(&options(true), "0.0.0.0:8123".parse().unwrap());
+        let r = request(
+            &[("authorization", &token), ("host", "mcp.example")],
+            "/mcp",
+        );
+        assert_eq!(status(remote.check(&r)), 200, "remote clients allowed");
+    }
+
+    #[test]
+    fn refusals_close_their_connection() {
+        let response = guard().check(&request(&[], "/mcp")).unwrap_err().response();
+        assert_eq!(response.headers()[header::CONNECTION], "close");
+    }
+
+    #[tokio::test]
+    async fn the_oldest_unauthenticated_connection_makes_room() {
+        let waiting = Arc::new(Unauthenticated::new(2));
+        let first = waiting.admit().await;
+        let second = waiting.admit().await;
+        second.authenticated();
+        let third = waiting.admit().await;
+        assert!(!first.closed.is_cancelled() && !third.closed.is_cancelled());
+
+        // At the cap: the oldest is told to close, and the next waits until it has.
+        let fourth = tokio::spawn({
+            let waiting = waiting.clone();
+            async move { waiting.admit().await }
+        });
+        first.closed.cancelled().await;
+        tokio::task::yield_now().await;
+        assert!(
+            !fourth.is_finished(),
+            "no room before the oldest has closed"
+        );
+        drop(first);
+        let fourth = fourth.await.unwrap();
+        assert!(
+            !second.closed.is_cancelled(),
+            "an authenticated one is never closed"
+        );
+        assert!(!third.closed.is_cancelled() && !fourth.closed.is_cancelled());
+        drop(third);
+        let fifth = waiting.admit().await;
+        assert!(!fourth.closed.is_cancelled(), "an ended one made room");
+        drop(fifth);
     }
 
     fn status(r: Result<(), Refusal>) -> u16 {
@@ -353,19 +627,15 @@ mod tests {
     async fn refuses_remote_addresses_and_short_tokens() {
         let remote = HttpOptions {
             addr: "0.0.0.0:0".parse().unwrap(),
-            token: "t".repeat(32),
-            allow_origins: vec![],
-            allow_remote: false,
+            ..options(false)
         };
         assert!(matches!(
             HttpServer::bind(remote).await,
             Err(Error::NotLoopback(_))
         ));
         let short = HttpOptions {
-            addr: "127.0.0.1:0".parse().unwrap(),
             token: "abc".into(),
-            allow_origins: vec![],
-            allow_remote: false,
+            ..options(false)
         };
         assert!(matches!(
             HttpServer::bind(short).await,

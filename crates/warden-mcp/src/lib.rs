@@ -16,7 +16,7 @@ mod state;
 mod stdio;
 mod watch;
 
-pub use http::{HttpOptions, HttpServer, generate_token};
+pub use http::{ConnectionLimits, HttpOptions, HttpServer, generate_token};
 pub use state::{Loader, Options, Server};
 
 /// Why serving failed.

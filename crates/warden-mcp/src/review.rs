@@ -6,6 +6,7 @@ use rmcp::{Peer, RoleServer};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use warden_core::shown::Escaped;
 use warden_core::{BoxFuture, Decision, Reviewer, ToolCall, ToolSpec};
 
 /// Asks the client that sent each call, when it declared the elicitation capability.
@@ -105,9 +106,11 @@ fn request(call: &ToolCall, spec: &ToolSpec) -> Result<ElicitRequestParams, serd
     }))?;
     Ok(ElicitRequestParams::FormElicitationParams {
         meta: None,
+        // A client may show this on a terminal: the model's arguments are shown, not obeyed.
         message: format!(
             "The tool `{}` needs your review before it runs.\nArguments: {}",
-            spec.name, call.arguments
+            Escaped(&spec.name),
+            Escaped(&call.arguments)
         ),
         requested_schema: ElicitationSchema::from_json_schema(schema)?,
     })
