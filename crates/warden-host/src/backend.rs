@@ -1,6 +1,7 @@
 //! The host backend: turns a `kind = "host"` policy into its one tool.
 
 use crate::config::{HostConfig, Isolation};
+use crate::plan::TRUST_MOUNT;
 use crate::tool::{Helper, HostTool};
 use serde_json::json;
 use std::sync::{Arc, OnceLock};
@@ -79,6 +80,8 @@ impl HostBackend {
         let cfg = HostConfig::from_policy(policy)?;
         let err = |m: String| PolicyError::new(&policy.path, Some(cfg.argv.line), m);
         let template = Template::parse(&cfg.argv.value).map_err(err)?;
+        refuse_hidden_roots(policy)?;
+        refuse_unreachable_roots(policy, &cfg)?;
         let shell = session_shell(&policy.executor, &cfg.argv, &template, cfg.session)?;
         // With net grants and no opt-in to every host, the namespace gets warden's gate.
         let gate = (cfg.network.value == NetworkMode::None && !policy.grants.net.hosts.is_empty())
@@ -92,6 +95,82 @@ impl HostBackend {
             prepared,
         ))
     }
+}
+
+/// Refuses roots a sandbox's own mounts would hide: with credentials, the tmpfs at
+/// [`TRUST_MOUNT`] that holds the bundle the command trusts covers every root below it.
+fn refuse_hidden_roots(policy: &Policy) -> Result<(), PolicyError> {
+    if policy.grants.net.credentials.is_empty() {
+        return Ok(());
+    }
+    let mount = std::fs::canonicalize(TRUST_MOUNT).unwrap_or_else(|_| TRUST_MOUNT.into());
+    match policy
+        .grants
+        .fs
+        .iter()
+        .position(|g| g.host.starts_with(&mount))
+    {
+        None => Ok(()),
+        Some(index) => Err(PolicyError::new(
+            &policy.path,
+            policy.grant_lines.fs.get(index).copied(),
+            format!(
+                "the root {} is below {TRUST_MOUNT}, where a host sandbox with credentials \
+                 gets a folder of its own for the CA bundle it trusts, which would hide the \
+                 root: grant a folder elsewhere",
+                policy.grants.fs[index].host.display()
+            ),
+        )),
+    }
+}
+
+/// Refuses a root below a folder the command's user cannot pass through (a 0700 home, or
+/// `mktemp -d`'s): relative paths would work from its start folder while `cd` and absolute
+/// paths fail, a half-working sandbox. The command's user is the policy's when warden is
+/// root, else warden's own (the only one an unprivileged user namespace maps).
+fn refuse_unreachable_roots(policy: &Policy, cfg: &HostConfig) -> Result<(), PolicyError> {
+    use std::os::unix::fs::MetadataExt;
+    let (uid, gid) = if nix::unistd::Uid::effective().is_root() {
+        (cfg.user.uid, cfg.user.gid)
+    } else {
+        (
+            nix::unistd::Uid::effective().as_raw(),
+            nix::unistd::Gid::effective().as_raw(),
+        )
+    };
+    for (index, grant) in policy.grants.fs.iter().enumerate() {
+        for folder in grant.host.ancestors().skip(1) {
+            let Ok(meta) = std::fs::metadata(folder) else {
+                continue;
+            };
+            let mode = meta.mode();
+            let passes = if meta.uid() == uid {
+                mode & 0o100 != 0
+            } else if meta.gid() == gid {
+                mode & 0o010 != 0
+            } else {
+                mode & 0o001 != 0
+            };
+            if !passes {
+                return Err(PolicyError::new(
+                    &policy.path,
+                    policy.grant_lines.fs.get(index).copied(),
+                    format!(
+                        "the root {} is below {} (owner {}, mode {:o}), which the command's \
+                         user {uid}:{gid} cannot pass through, so `cd` into the root would \
+                         fail: let it through (`chmod o+x {}`), grant a folder elsewhere, or \
+                         set `user` to one that may",
+                        grant.host.display(),
+                        folder.display(),
+                        meta.uid(),
+                        mode & 0o7777,
+                        folder.display()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Backend for HostBackend {

@@ -79,7 +79,7 @@ pub(crate) fn command(
         nix::unistd::setresuid(uid, uid, uid).map_err(|e| setup(format!("setuid: {e}")))?;
     }
     if let Some(bundle) = &plan.call.ca_bundle {
-        crate::helper::write_bundle(bundle, protections.private_tmp)?;
+        crate::helper::write_bundle(bundle)?;
     }
     protections.user = format!("{}:{}", Uid::current(), Gid::current());
     prctl::set_no_new_privs().map_err(|e| setup(format!("no-new-privileges: {e}")))?;

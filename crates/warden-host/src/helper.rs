@@ -12,7 +12,7 @@
 //! - the command ([`crate::exec`]): confined, then executed.
 
 use crate::exec::command;
-use crate::plan::{Call, Plan, Protections, REPORT_FD, Report, Sandbox};
+use crate::plan::{CA_BUNDLE, Call, Plan, Protections, REPORT_FD, Report, Sandbox, TRUST_MOUNT};
 use nix::sched::CloneFlags;
 use nix::sys::prctl;
 use nix::sys::resource::{UsageWho, getrusage};
@@ -163,13 +163,11 @@ fn run(sandbox: &Sandbox, stdin: &File, reports: &mut File) -> Result<i32, Failu
                 std::process::exit(SETUP_FAILED);
             }
             let mut protections = protections.clone();
-            if sandbox.tmp > 0 {
-                if let Err(f) = private_tmp(sandbox.tmp) {
-                    fail(reports, f);
-                    std::process::exit(SETUP_FAILED);
-                }
-                protections.private_tmp = true;
+            if let Err(f) = private_mounts(sandbox) {
+                fail(reports, f);
+                std::process::exit(SETUP_FAILED);
             }
+            protections.private_tmp = sandbox.tmp > 0;
             if sandbox.gate {
                 if let Err(f) = crate::gate::open_in_namespace() {
                     fail(reports, f);
@@ -293,9 +291,13 @@ fn null_file() -> File {
     File::open("/dev/null").unwrap_or_else(|_| std::process::exit(SETUP_FAILED))
 }
 
-/// Mounts of this namespace stay in it; `/tmp` becomes the call's own tmpfs.
-fn private_tmp(size: u64) -> Result<(), Failure> {
+/// Mounts of this namespace stay in it; `/tmp` becomes the call's own tmpfs, and with
+/// credentials [`TRUST_MOUNT`] a small one of the command's user, for the bundle it trusts.
+fn private_mounts(sandbox: &Sandbox) -> Result<(), Failure> {
     use nix::mount::{MsFlags, mount};
+    if sandbox.tmp == 0 && !sandbox.trust {
+        return Ok(());
+    }
     mount(
         None::<&str>,
         "/",
@@ -304,30 +306,55 @@ fn private_tmp(size: u64) -> Result<(), Failure> {
         None::<&str>,
     )
     .map_err(|e| setup(format!("making the mounts private: {e}")))?;
-    mount(
-        Some("tmpfs"),
-        "/tmp",
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some(format!("size={size},mode=1777").as_str()),
-    )
-    .map_err(|e| setup(format!("mounting a tmpfs at /tmp: {e}")))
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    if sandbox.tmp > 0 {
+        let options = format!("size={},mode=1777", sandbox.tmp);
+        mount(
+            Some("tmpfs"),
+            "/tmp",
+            Some("tmpfs"),
+            flags,
+            Some(options.as_str()),
+        )
+        .map_err(|e| setup(format!("mounting a tmpfs at /tmp: {e}")))?;
+    }
+    if sandbox.trust {
+        // Its user's, since only the command's user is mapped here (a file of an unmapped
+        // owner cannot be created): the bundle is written as that user, before confinement.
+        let options = format!(
+            "size={TRUST_SIZE},mode=0755,uid={},gid={}",
+            sandbox.uid, sandbox.gid
+        );
+        let flags = flags | MsFlags::MS_NOEXEC;
+        mount(
+            Some("tmpfs"),
+            TRUST_MOUNT,
+            Some("tmpfs"),
+            flags,
+            Some(options.as_str()),
+        )
+        .map_err(|e| setup(format!("mounting a tmpfs at {TRUST_MOUNT}: {e}")))?;
+    }
+    Ok(())
 }
 
-/// The bundle the command trusts, read-only in its private /tmp; written as the command's
-/// user, the one the namespace maps (a file of an unmapped owner cannot be created).
-pub(crate) fn write_bundle(bundle: &str, private_tmp: bool) -> Result<(), Failure> {
+/// Bytes of the tmpfs at [`TRUST_MOUNT`]: a bundle of this machine's roots and the sandbox's CA
+/// is a few hundred KiB.
+const TRUST_SIZE: u64 = 4 << 20;
+
+/// The bundle the command trusts, read-only at [`CA_BUNDLE`]; written as the command's user
+/// (see [`private_mounts`]).
+pub(crate) fn write_bundle(bundle: &str) -> Result<(), Failure> {
     use std::os::unix::fs::PermissionsExt;
-    if !private_tmp {
-        return Err(setup(
-            "credentials over HTTPS need the sandbox's private /tmp for the CA bundle it \
-             trusts, and this policy has none (a granted root below /tmp hides it)",
-        ));
-    }
-    let path = crate::plan::CA_BUNDLE;
-    std::fs::write(path, bundle)
+    let path = std::path::Path::new(CA_BUNDLE);
+    let written = match path.parent() {
+        Some(folder) => std::fs::create_dir_all(folder),
+        None => Ok(()),
+    };
+    written
+        .and_then(|()| std::fs::write(path, bundle))
         .and_then(|()| std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o444)))
-        .map_err(|e| setup(format!("writing {path}: {e}")))
+        .map_err(|e| setup(format!("writing {CA_BUNDLE}: {e}")))
 }
 
 /// Maps `uid` and `gid` into the user namespace of `child` as themselves: the command's user

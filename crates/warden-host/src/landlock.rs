@@ -3,7 +3,7 @@
 //! hard requirement: the crate's best effort would silently run with less.
 
 use crate::helper::Failure;
-use crate::plan::{Plan, Protections};
+use crate::plan::{Plan, Protections, TRUST_MOUNT};
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,
     Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, make_bitflags,
@@ -143,6 +143,13 @@ pub(crate) fn ruleset(
         created = created
             .add_rule(PathBeneath::new(fd, AccessFs::from_all(abi)))
             .map_err(|e| failed("/tmp", e))?;
+    }
+    if plan.sandbox.trust {
+        // The sandbox's own tmpfs there, holding only the bundle it trusts.
+        let fd = PathFd::new(TRUST_MOUNT).map_err(|e| failed(TRUST_MOUNT, e))?;
+        created = created
+            .add_rule(PathBeneath::new(fd, read))
+            .map_err(|e| failed(TRUST_MOUNT, e))?;
     }
     for root in &plan.sandbox.roots {
         let fd =

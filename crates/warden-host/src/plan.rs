@@ -10,9 +10,13 @@ pub(crate) const REPORT_FD: i32 = 3;
 /// The unix socket the helper hands the gate's listener to warden on, when the plan has one.
 pub(crate) const GATE_FD: i32 = 4;
 
-/// Where, in the private /tmp, the command finds the bundle it trusts when its credentials go
-/// over HTTPS.
-pub(crate) const CA_BUNDLE: &str = "/tmp/.warden-ca-bundle.pem";
+/// The sandbox's own small tmpfs, over the host's `/run` (out of a sandbox's reach anyway), for
+/// what warden hands a sandbox with credentials: whatever roots say about `/tmp`, it is there.
+pub(crate) const TRUST_MOUNT: &str = "/run";
+
+/// Where the command finds the bundle it trusts when its credentials go over HTTPS: in
+/// [`TRUST_MOUNT`], at the path a Docker container finds it too.
+pub(crate) const CA_BUNDLE: &str = "/run/warden-ca/bundle.pem";
 
 /// Everything the helper needs to start one command, confined: the sandbox, then the call.
 #[derive(Debug, Clone)]
@@ -39,6 +43,9 @@ pub(crate) struct Sandbox {
     pub roots: Vec<Root>,
     /// Bytes of the call's own tmpfs at `/tmp`; 0 for none (then /tmp is out of reach).
     pub tmp: u64,
+    /// The policy has credentials: a tmpfs of the command's user at [`TRUST_MOUNT`] holds the
+    /// bundle it trusts ([`CA_BUNDLE`]), read-only once written.
+    pub trust: bool,
     /// A session's long-lived shell: its stdin is the helper's (warden writes commands to
     /// it) rather than `/dev/null`, and there is no overall deadline.
     pub session: bool,
@@ -62,7 +69,7 @@ pub(crate) struct Call {
     /// counted from when the helper reads this frame. Not used for a session's shell.
     pub deadline_secs: u64,
     /// With credentials: this machine's roots and the sandbox's CA (PEM), written read-only
-    /// to [`CA_BUNDLE`] in the private /tmp.
+    /// to [`CA_BUNDLE`].
     pub ca_bundle: Option<String>,
 }
 

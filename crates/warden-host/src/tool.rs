@@ -225,6 +225,7 @@ impl HostTool {
             gate: gate.is_some(),
             roots,
             tmp,
+            trust: gate.is_some() && !grants.net.credentials.is_empty(),
             session: shell.is_some(),
             best_effort: config.isolation.value == Isolation::BestEffort,
             dies_with_warden: false,

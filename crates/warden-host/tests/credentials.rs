@@ -123,7 +123,7 @@ async fn the_value_reaches_its_host_over_http_and_https_and_never_comes_back() {
     assert!(usage["cpu_ms"].as_f64() > Some(0.0), "{usage}");
     assert!(usage["net_bytes_in"].as_u64() > Some(0), "{usage}");
     assert!(
-        content.contains("SSL_CERT_FILE=/tmp/.warden-ca-bundle.pem"),
+        content.contains("SSL_CERT_FILE=/run/warden-ca/bundle.pem"),
         "{content}"
     );
 
@@ -235,4 +235,80 @@ async fn a_missing_value_answers_unavailable_and_runs_nothing() {
         e.details
     );
     assert!(web.heads().is_empty());
+}
+
+#[tokio::test]
+async fn credentials_work_for_a_root_below_tmp() {
+    set_token();
+    let tls = TlsServer::start(&["api.test"]);
+    let t = tls.port;
+    let place = tempfile::tempdir().unwrap();
+    let ws = place.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("granted.txt"), "granted\n").unwrap();
+    assert!(
+        ws.starts_with("/tmp"),
+        "the root is below /tmp: {}",
+        ws.display()
+    );
+    let grants = format!(
+        "fs = [{{ host = \"ws\", access = \"read-only\" }}]\nnet = [\"api.test:{t}\"]\n{}",
+        credential("api.test")
+    );
+    let d = dispatcher(place.path(), &grants, &[&tls.ca_pem]);
+    let m = run(
+        &d,
+        &format!("cat granted.txt; curl -sS https://api.test:{t}/echo-auth"),
+    )
+    .await;
+    assert!(m.error.is_none(), "{}", m.content);
+    assert!(m.content.starts_with("granted\n"), "{}", m.content);
+    assert!(m.content.contains("Authorization: Bearer"), "{}", m.content);
+    assert!(!m.content.contains(TOKEN), "{}", m.content);
+}
+
+#[tokio::test]
+async fn a_root_below_a_folder_its_user_cannot_pass_through_is_refused_at_load() {
+    use std::os::unix::fs::PermissionsExt;
+    let place = tempfile::tempdir().unwrap();
+    // As `mktemp -d` makes it, or a home folder.
+    std::fs::set_permissions(place.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let ws = place.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let policy = place.path().join("bash.toml");
+    std::fs::write(
+        &policy,
+        "[executor]\nkind = \"host\"\nname = \"bash\"\nargv = [\"/bin/sh\", \"-c\", \"{command}\"]\n\
+         user = \"65534:65534\"\n[grants]\nfs = [{ host = \"ws\", access = \"read-only\" }]\n",
+    )
+    .unwrap();
+    let backend = HostBackend::new(Helper {
+        program: PathBuf::from(env!("CARGO_BIN_EXE_warden-host-helper")),
+        args: Vec::new(),
+    });
+    let loaded = Policy::load(&policy, &[&backend]).and_then(|p| {
+        let mut toolbox = Toolbox::default();
+        toolbox
+            .add_policy(Arc::new(p), &[&backend])
+            .map_err(|e| match e {
+                warden_core::ToolboxError::Policy(e) => e,
+                other => panic!("{other}"),
+            })
+    });
+    // As root the command runs as nobody, whom `mktemp -d`'s 0700 folder keeps out; as
+    // anyone else it runs as warden's own user, the folder's owner.
+    if nix_is_root() {
+        let e = loaded.expect_err("refused").to_string();
+        assert!(e.contains("bash.toml:7:"), "{e}");
+        assert!(e.contains(&place.path().display().to_string()), "{e}");
+        assert!(e.contains("chmod o+x"), "{e}");
+    } else {
+        loaded.expect("loads");
+    }
+}
+
+fn nix_is_root() -> bool {
+    std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false)
 }
