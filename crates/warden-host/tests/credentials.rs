@@ -252,7 +252,7 @@ async fn credentials_work_for_a_root_below_tmp() {
         ws.display()
     );
     let grants = format!(
-        "fs = [{{ host = \"ws\", access = \"read-only\" }}]\nnet = [\"api.test:{t}\"]\n{}",
+        "fs = [{{ host = \"ws\", access = \"read-only\" }}]\nnet = [\"api.test:{t}\", \"127.0.0.1:{t}\"]\n{}",
         credential("api.test")
     );
     let d = dispatcher(place.path(), &grants, &[&tls.ca_pem]);
