@@ -155,7 +155,7 @@ pub struct Credential {
     #[serde(default)]
     pub prefix: String,
     /// The variable a program inside expects the token in: it holds a placeholder, fresh per
-    /// session, which warden swaps for the real value in request headers to `host` only.
+    /// session, never swapped for the value (warden sets `header` itself at `host`).
     #[serde(default)]
     pub env: Option<String>,
     /// Lets the credential go over plain HTTP, readable on the way; otherwise only over TLS.
