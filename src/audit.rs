@@ -86,6 +86,12 @@ fn flags(policy: &Policy, report: &Report, probe: Option<&Result<Probe, String>>
     if net.dns {
         out.push("guest DNS lookups on: a lookup can itself carry data out".into());
     }
+    for c in net.credentials.iter().filter(|c| c.allow_plain_http) {
+        let (header, host) = (&c.header, &c.host);
+        out.push(format!(
+            "credential over plain HTTP: the {header} header for {host} travels readable"
+        ));
+    }
     if policy.limits.timeout.is_none() {
         out.push("no timeout written: the default applies".into());
     }

@@ -262,7 +262,7 @@ fn audit_shows_network_grants_and_flags_wide_ones() {
     std::fs::write(
         env.toolbox().join("netprobe.toml"),
         format!(
-            "[executor]\nkind = \"wasm\"\ncomponent = {:?}\n[grants]\nnet = [\"*\", \"10.0.0.0/8\", \"api.test:443\"]\ndns = true\nnet_credentials = [{{ host = \"api.test\", header = \"Authorization\", from_host = \"WARDEN_AUDIT_SECRET\", prefix = \"Bearer \" }}]\n",
+            "[executor]\nkind = \"wasm\"\ncomponent = {:?}\n[grants]\nnet = [\"*\", \"10.0.0.0/8\", \"api.test:443\"]\ndns = true\nnet_credentials = [{{ host = \"api.test\", header = \"Authorization\", from_host = \"WARDEN_AUDIT_SECRET\", prefix = \"Bearer \" }}, {{ host = \"10.1.2.3\", header = \"X-Key\", from_host = \"WARDEN_AUDIT_SECRET\", allow_plain_http = true }}]\n",
             path_str(&wasm("netprobe"))
         ),
     )
@@ -275,14 +275,21 @@ fn audit_shows_network_grants_and_flags_wide_ones() {
     );
     assert_eq!(net["dns"], true);
     assert_eq!(net["credentials"][0]["from_host"], "WARDEN_AUDIT_SECRET");
+    assert_eq!(net["credentials"][0]["allow_plain_http"], false);
+    assert_eq!(net["credentials"][1]["allow_plain_http"], true);
     let flags = audit["policies"][0]["flags"].to_string();
     for wanted in [
         "wide network grant: * (any public host)",
         "wide network grant: 10.0.0.0/8 (a whole address range)",
         "guest DNS lookups on",
+        "credential over plain HTTP: the X-Key header for 10.1.2.3",
     ] {
         assert!(flags.contains(wanted), "{wanted} not flagged: {flags}");
     }
+    assert!(
+        !flags.contains("header for api.test"),
+        "a credential over TLS is not flagged: {flags}"
+    );
     assert!(
         !flags.contains("api.test:443"),
         "a single host is not wide: {flags}"

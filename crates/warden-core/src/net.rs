@@ -155,9 +155,12 @@ pub struct Credential {
     #[serde(default)]
     pub prefix: String,
     /// The variable a program inside expects the token in: it holds a placeholder, fresh per
-    /// session, which warden swaps for the real value in request headers to `host` only.
+    /// session, never swapped for the value (warden sets `header` itself at `host`).
     #[serde(default)]
     pub env: Option<String>,
+    /// Lets the credential go over plain HTTP, readable on the way; otherwise only over TLS.
+    #[serde(default)]
+    pub allow_plain_http: bool,
 }
 
 /// Every network grant of one policy. The default reaches nothing.
@@ -277,6 +280,7 @@ impl NetGrants {
                 "header": c.header,
                 "from_host": c.from_host,
                 "env": c.env,
+                "allow_plain_http": c.allow_plain_http,
             })).collect::<Vec<_>>(),
         })
     }

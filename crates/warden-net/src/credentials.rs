@@ -2,8 +2,10 @@
 //! (or a wasm tool's host-side HTTP) sets its header on requests to its host, replacing any
 //! header of that name the sandbox sent, and never on requests elsewhere. A credential that
 //! names an `env` variable puts a random placeholder there instead of the value, fresh for each
-//! sandbox; in request headers to the credential's host, and only there, the placeholder is
-//! swapped for the real value. Sent anywhere else it stays a placeholder.
+//! sandbox, for programs that insist on a token: whatever header they put it in, the gate sets
+//! the credential's own header, and the placeholder itself is never swapped for the value, so
+//! a header a host echoes back (`X-Echo: $TOKEN`) echoes only the placeholder. What comes back
+//! from a credential's host is scrubbed of the values all the same (see `scrub`).
 
 use crate::ca::SessionCa;
 use std::sync::{Arc, OnceLock};
@@ -25,8 +27,11 @@ struct Held {
     header: String,
     /// What the header is set to: the prefix and the value.
     header_value: String,
-    /// The value alone, and the placeholder standing in for it inside, if any.
-    swap: Option<(String, Placeholder)>,
+    /// The value alone: what is scrubbed from what the host sends back.
+    value: String,
+    /// What stands in for the value inside, if anything does.
+    placeholder: Option<Placeholder>,
+    allow_plain_http: bool,
 }
 
 #[derive(Debug)]
@@ -46,15 +51,17 @@ impl Credentials {
                     .strip_prefix(c.prefix.as_str())
                     .unwrap_or(&header_value)
                     .to_owned();
-                let swap = c.env.map(|variable| {
+                let placeholder = c.env.map(|variable| {
                     let text = placeholder(&variable);
-                    (value, Placeholder { variable, text })
+                    Placeholder { variable, text }
                 });
                 Held {
                     host: normal(&c.host),
                     header: c.header,
                     header_value,
-                    swap,
+                    value,
+                    placeholder,
+                    allow_plain_http: c.allow_plain_http,
                 }
             })
             .collect();
@@ -78,24 +85,44 @@ impl Credentials {
     pub fn sandbox_env(&self) -> Vec<(String, String)> {
         self.held
             .iter()
-            .filter_map(|h| h.swap.as_ref())
-            .map(|(_, p)| (p.variable.clone(), p.text.clone()))
+            .filter_map(|h| h.placeholder.as_ref())
+            .map(|p| (p.variable.clone(), p.text.clone()))
             .collect()
     }
 
-    /// A request's headers, `(name, value)` in order, as they go to `host`: placeholders of
-    /// that host's credentials swapped in every value, and each credential's header set.
+    /// A request's headers, `(name, value)` in order, as they go to `host`: each of that
+    /// host's credentials set in its own header, in place of any the sandbox sent. Nothing
+    /// else changes: a placeholder in another header stays a placeholder.
     pub fn apply(&self, host: &str, headers: &mut Vec<(String, Vec<u8>)>) {
         let host = normal(host);
         for held in self.held.iter().filter(|h| h.host == host) {
-            if let Some((value, p)) = &held.swap {
-                for (_, v) in headers.iter_mut() {
-                    *v = swap(v, p.text.as_bytes(), value.as_bytes());
-                }
-            }
             headers.retain(|(name, _)| !name.eq_ignore_ascii_case(&held.header));
             headers.push((held.header.clone(), held.header_value.clone().into_bytes()));
         }
+    }
+
+    /// Why a request to `host` over plain HTTP is refused: a credential of that host goes
+    /// over TLS only, unless it says `allow_plain_http`.
+    pub fn plain_http_refusal(&self, host: &str) -> Option<String> {
+        let host = normal(host);
+        let held = self
+            .held
+            .iter()
+            .find(|h| h.host == host && !h.allow_plain_http)?;
+        Some(format!(
+            "the {} credential for {host} goes over TLS only: ask for https://{host}/ (or let \
+             the credential say `allow_plain_http = true`)",
+            held.header
+        ))
+    }
+
+    /// The values the sandbox must never get back, for scrubbing what its credentials'
+    /// hosts answer.
+    pub(crate) fn secrets(&self) -> Vec<Vec<u8>> {
+        self.held
+            .iter()
+            .map(|h| h.value.as_bytes().to_vec())
+            .collect()
     }
 
     /// The certificate (PEM) of this sandbox's CA, which the sandbox must trust for HTTPS to
@@ -133,7 +160,7 @@ impl Credentials {
 
     fn ca(&self) -> Result<&SessionCa, String> {
         self.ca
-            .get_or_init(SessionCa::new)
+            .get_or_init(|| SessionCa::new(self.held.iter().map(|h| h.host.as_str())))
             .as_ref()
             .map_err(Clone::clone)
     }
@@ -189,7 +216,7 @@ pub const TRUST_VARIABLES: [&str; 6] = [
     "PIP_CERT",
 ];
 
-fn normal(host: &str) -> String {
+pub(crate) fn normal(host: &str) -> String {
     host.trim_end_matches('.').to_ascii_lowercase()
 }
 
@@ -208,18 +235,6 @@ fn placeholder(variable: &str) -> String {
     format!("warden-placeholder-{}-{hex}", variable.to_ascii_lowercase())
 }
 
-fn swap(haystack: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(haystack.len());
-    let mut rest = haystack;
-    while let Some(at) = rest.windows(from.len()).position(|w| w == from) {
-        out.extend_from_slice(&rest[..at]);
-        out.extend_from_slice(to);
-        rest = &rest[at + from.len()..];
-    }
-    out.extend_from_slice(rest);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,6 +247,7 @@ mod tests {
                 from_host: "TOKEN".into(),
                 prefix: "Bearer ".into(),
                 env: env.map(str::to_owned),
+                allow_plain_http: false,
             },
             "Bearer real-value".into(),
         )
@@ -258,7 +274,7 @@ mod tests {
     }
 
     #[test]
-    fn a_placeholder_is_swapped_at_its_host_and_nowhere_else() {
+    fn a_placeholder_is_never_swapped_for_the_value() {
         let c = Credentials::new(vec![credential("api.test", Some("GITHUB_TOKEN"))]);
         let env = c.sandbox_env();
         assert_eq!(env.len(), 1);
@@ -269,12 +285,38 @@ mod tests {
         let fresh = Credentials::new(vec![credential("api.test", Some("GITHUB_TOKEN"))]);
         assert_ne!(fresh.sandbox_env()[0].1, *placeholder, "fresh per sandbox");
 
+        // A header the host would echo keeps the placeholder; the credential's own is set.
         let sent = format!("token {placeholder}").into_bytes();
-        let mut headers = vec![("X-Token".to_owned(), sent.clone())];
+        let mut headers = vec![
+            ("X-Echo".to_owned(), sent.clone()),
+            ("Authorization".to_owned(), sent.clone()),
+        ];
         c.apply("api.test", &mut headers);
-        assert_eq!(headers[0].1, b"token real-value");
-        let mut elsewhere = vec![("X-Token".to_owned(), sent.clone())];
+        assert_eq!(
+            headers,
+            vec![
+                ("X-Echo".to_owned(), sent.clone()),
+                ("Authorization".to_owned(), b"Bearer real-value".to_vec()),
+            ]
+        );
+        let mut elsewhere = vec![("Authorization".to_owned(), sent.clone())];
         c.apply("other.test", &mut elsewhere);
         assert_eq!(elsewhere[0].1, sent);
+        assert_eq!(c.secrets(), vec![b"real-value".to_vec()]);
+    }
+
+    #[test]
+    fn plain_http_is_refused_unless_the_credential_allows_it() {
+        let c = Credentials::new(vec![credential("api.test", None)]);
+        let why = c.plain_http_refusal("API.test.").unwrap_or_default();
+        assert!(
+            why.contains("TLS only") && why.contains("allow_plain_http"),
+            "{why}"
+        );
+        assert_eq!(c.plain_http_refusal("other.test"), None);
+        let (mut allowed, value) = credential("api.test", None);
+        allowed.allow_plain_http = true;
+        let c = Credentials::new(vec![(allowed, value)]);
+        assert_eq!(c.plain_http_refusal("api.test"), None);
     }
 }

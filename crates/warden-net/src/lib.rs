@@ -11,6 +11,7 @@ mod egress;
 mod gate;
 mod proxy;
 mod resolver;
+mod scrub;
 
 pub use credentials::{Credentials, TRUST_VARIABLES};
 pub use egress::{Egress, RootsError};

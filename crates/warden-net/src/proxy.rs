@@ -9,15 +9,20 @@
 //! A tunnel to a host that carries a credential is opened by warden itself: the gate shows
 //! the sandbox a certificate from the sandbox's own CA, verifies the upstream server against
 //! [`crate::Egress`]'s roots, and sets the credential in each request (see
-//! [`Credentials`]). Tunnels elsewhere stay end to end.
+//! [`Credentials`]). Tunnels elsewhere stay end to end. A request that carries a credential
+//! must be meant for its host (its `Host`, and the TLS server name the sandbox asked for,
+//! name the host it goes to), goes over TLS unless the credential allows plain HTTP, asks
+//! for a body the gate can read, and its answer comes back scrubbed of the credentials'
+//! values (see `scrub`).
 //!
 //! A gate serves one sandbox. Connections belong to the command running when they were
 //! accepted: they end at its deadline or when it ends ([`Proxy::end`]), and between commands
 //! (a session's background jobs) nothing gets through. At most [`MAX_CONNECTIONS`] are open at
 //! once, and a request head must arrive within [`HEAD_WAIT`], so a sandbox cannot pin warden.
 
-use crate::credentials::Credentials;
+use crate::credentials::{Credentials, normal};
 use crate::gate::{DialError, Gate, Vetting, connect};
+use crate::scrub::Returning;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -37,7 +42,7 @@ pub const MAX_CONNECTIONS: usize = 64;
 /// How long a connection may take to send its request head.
 pub const HEAD_WAIT: Duration = Duration::from_secs(10);
 
-/// The largest request head the gate reads.
+/// The largest request head the gate takes, its blank line included.
 const MAX_HEAD: usize = 16 << 10;
 
 /// The variables that point programs inside the sandbox at the gate: curl, wget, pip, git,
@@ -308,16 +313,13 @@ impl Connection {
         // Small writes (a head, a TLS record) go out at once rather than wait for an ACK.
         let _ = stream.set_nodelay(true);
         let head_by = (Instant::now() + HEAD_WAIT).min(self.scope.deadline);
-        let (ask, rest) = match read_head(stream, head_by).await {
+        let (mut ask, rest) = match read_head(stream, head_by).await {
             Ok((buf, len)) => match parse(&buf[..len]) {
                 Ok(ask) => (ask, buf[len..].to_vec()),
                 Err((status, why)) => return reply(stream, status, &why).await,
             },
             Err(HeadError::Closed) => return,
-            Err(HeadError::TooLarge) => {
-                let why = format!("the request head is larger than {MAX_HEAD} bytes");
-                return reply(stream, "431 Request Header Fields Too Large", &why).await;
-            }
+            Err(HeadError::TooLarge) => return too_large(stream).await,
             Err(HeadError::TimedOut) => {
                 return reply(stream, "408 Request Timeout", "no request head arrived").await;
             }
@@ -326,6 +328,17 @@ impl Connection {
             Ask::Tunnel { host, port } => (host, *port, format!("connect {host}:{port}")),
             Ask::Forward { host, port, .. } => (host, *port, format!("http://{host}:{port}")),
         };
+        let credentialed = self.credentials.covers(host);
+        if let (Ask::Forward { request, .. }, true) = (&ask, credentialed) {
+            if let Some(reason) = self.credentials.plain_http_refusal(host) {
+                return self
+                    .deny(stream, "403 Forbidden", destination, reason)
+                    .await;
+            }
+            if let Err(reason) = names_target(&request.headers, host, port) {
+                return self.deny(stream, MISDIRECTED, destination, reason).await;
+            }
+        }
         let addrs = match self.gate.vet(host, port, self.scope.deadline).await {
             Ok(addrs) => addrs,
             Err(Vetting::Denied(reason)) => {
@@ -343,7 +356,7 @@ impl Connection {
             Ok(upstream) => {
                 let _ = upstream.set_nodelay(true);
                 self.counts.reached.reach(Reached {
-                    destination,
+                    destination: destination.clone(),
                     address: upstream.peer_addr().ok(),
                 });
                 upstream
@@ -358,7 +371,7 @@ impl Connection {
             }
         };
         let opened = match ask {
-            Ask::Tunnel { ref host, port } if self.credentials.covers(host) => {
+            Ask::Tunnel { ref host, port } if credentialed => {
                 let host = host.clone();
                 return self.intercept(stream, upstream, &host, port, rest).await;
             }
@@ -367,13 +380,15 @@ impl Connection {
                 stream.write_all(ok).await
             }
             Ask::Forward {
-                host,
-                authority,
-                mut request,
+                ref host,
+                ref authority,
+                ref mut request,
                 ..
             } => {
-                self.credentials.apply(&host, &mut request.headers);
-                let head = request.head(&authority);
+                if credentialed {
+                    self.credential(host, request);
+                }
+                let head = request.head(authority);
                 self.counts
                     .up
                     .fetch_add(head.len() as u64, Ordering::Relaxed);
@@ -389,12 +404,28 @@ impl Connection {
             .fetch_add(rest.len() as u64, Ordering::Relaxed);
         let (from_sandbox, to_sandbox) = stream.split();
         let (from_upstream, to_upstream) = upstream.split();
-        relay(
+        let back = credentialed.then(|| Returning::new(self.credentials.secrets()));
+        let refused = relay(
             (from_sandbox, to_upstream),
             (from_upstream, to_sandbox),
             &self.counts,
+            back,
         )
         .await;
+        if let Some(reason) = refused {
+            self.record(destination, reason);
+        }
+    }
+
+    /// Sets `host`'s credentials in `request`, and asks for a body the gate can scan.
+    fn credential(&self, host: &str, request: &mut Request) {
+        self.credentials.apply(host, &mut request.headers);
+        request
+            .headers
+            .retain(|(name, _)| !name.eq_ignore_ascii_case("accept-encoding"));
+        request
+            .headers
+            .push(("Accept-Encoding".to_owned(), b"identity".to_vec()));
     }
 }
 
@@ -426,6 +457,19 @@ impl Connection {
         let Ok(mut sandbox) = acceptor.accept(stream).await else {
             return;
         };
+        let destination = format!("connect {host}:{port}");
+        if let Some(asked) = sandbox.get_ref().1.server_name() {
+            let literal = host.trim_start_matches('[').trim_end_matches(']');
+            if normal(asked) != normal(literal) {
+                let reason = format!(
+                    "the TLS server name is {}, but the tunnel goes to {host}; {FOR_ITS_HOST}",
+                    asked.escape_default()
+                );
+                return self
+                    .deny(&mut sandbox, MISDIRECTED, destination, reason)
+                    .await;
+            }
+        }
         let literal = host.trim_start_matches('[').trim_end_matches(']');
         let name = match literal.parse::<std::net::IpAddr>() {
             Ok(ip) => rustls::pki_types::ServerName::from(ip),
@@ -445,7 +489,6 @@ impl Connection {
                     "the TLS connection to {host}:{port} failed ({e}): warden sends a \
                      credential only to a server whose certificate it verifies"
                 );
-                let destination = format!("connect {host}:{port}");
                 return self
                     .deny(&mut sandbox, "502 Bad Gateway", destination, reason)
                     .await;
@@ -457,9 +500,15 @@ impl Connection {
                 Ok(r) => (r, buf[len..].to_vec()),
                 Err(why) => return reply(&mut sandbox, "400 Bad Request", &why).await,
             },
+            Err(HeadError::TooLarge) => return too_large(&mut sandbox).await,
             Err(_) => return,
         };
-        self.credentials.apply(host, &mut request.headers);
+        if let Err(reason) = names_target(&request.headers, host, port) {
+            return self
+                .deny(&mut sandbox, MISDIRECTED, destination, reason)
+                .await;
+        }
+        self.credential(host, &mut request);
         let head = request.head(&format!("{host}:{port}"));
         if origin.write_all(&head).await.is_err() || origin.write_all(&rest).await.is_err() {
             return;
@@ -477,24 +526,36 @@ impl Connection {
                     "{host}:{port} ended the TLS session before answering ({e}); a server that \
                      demands a client certificate gets none from warden"
                 );
-                let destination = format!("connect {host}:{port}");
                 return self
                     .deny(&mut sandbox, "502 Bad Gateway", destination, reason)
                     .await;
             }
         };
-        if sandbox.write_all(&first[..n]).await.is_err() {
+        let mut back = Returning::new(self.credentials.secrets());
+        let answer = match back.pass(&first[..n]) {
+            Ok(answer) => answer,
+            Err(reason) => {
+                return self
+                    .deny(&mut sandbox, "502 Bad Gateway", destination, reason)
+                    .await;
+            }
+        };
+        if sandbox.write_all(&answer).await.is_err() {
             return;
         }
         self.counts.down.fetch_add(n as u64, Ordering::Relaxed);
         let (from_sandbox, to_sandbox) = tokio::io::split(sandbox);
         let (from_origin, to_origin) = tokio::io::split(origin);
-        relay(
+        let refused = relay(
             (from_sandbox, to_origin),
             (from_origin, to_sandbox),
             &self.counts,
+            Some(back),
         )
         .await;
+        if let Some(reason) = refused {
+            self.record(destination, reason);
+        }
     }
 }
 
@@ -508,12 +569,53 @@ impl Connection {
         reason: String,
     ) {
         let why = format!("warden denied {destination}: {reason}");
+        self.record(destination, reason);
+        reply(stream, status, &why).await;
+    }
+
+    /// A refusal the sandbox was already told of: the command's denial alone.
+    fn record(&self, destination: String, reason: String) {
         self.scope.denials.push(Denial {
             destination,
             reason,
         });
-        reply(stream, status, &why).await;
     }
+}
+
+/// The status of a credentialed request that names a host other than its own.
+const MISDIRECTED: &str = "421 Misdirected Request";
+
+const FOR_ITS_HOST: &str = "a credential goes only to a request meant for its host";
+
+/// Whether every `Host` header of a credentialed request names `host` (and `port`, if it
+/// names a port), so the credential goes to no server the request is meant for but its own.
+fn names_target(headers: &[(String, Vec<u8>)], host: &str, port: u16) -> Result<(), String> {
+    for (_, value) in headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("host"))
+    {
+        let text = String::from_utf8_lossy(value);
+        let named = text
+            .trim()
+            .parse::<http::uri::Authority>()
+            .ok()
+            .filter(|a| !a.as_str().contains('@'));
+        let same = named.is_some_and(|a| {
+            normal(a.host()) == normal(host) && a.port_u16().is_none_or(|p| p == port)
+        });
+        if !same {
+            return Err(format!(
+                "the request's Host header is {}, but it goes to {host}:{port}; {FOR_ITS_HOST}",
+                text.escape_default()
+            ));
+        }
+    }
+    Ok(())
+}
+
+async fn too_large(stream: &mut (impl AsyncWrite + Unpin)) {
+    let why = format!("the request head is larger than {MAX_HEAD} bytes");
+    reply(stream, "431 Request Header Fields Too Large", &why).await;
 }
 
 async fn reply(stream: &mut (impl AsyncWrite + Unpin), status: &str, why: &str) {
@@ -522,43 +624,85 @@ async fn reply(stream: &mut (impl AsyncWrite + Unpin), status: &str, why: &str) 
 }
 
 /// Copies both ways until both directions have ended, or either fails: then both end (the
-/// caller drops the streams), so a reset on one side never leaves the other waiting.
+/// caller drops the streams), so a reset on one side never leaves the other waiting. With
+/// `back`, what comes down is a credential host's answer, passed through it; the reason it
+/// was refused, if it was, is returned.
 async fn relay(
     (up_from, up_to): (impl AsyncRead + Unpin, impl AsyncWrite + Unpin),
     (down_from, down_to): (impl AsyncRead + Unpin, impl AsyncWrite + Unpin),
     counts: &Counts,
-) {
-    let up = pump(up_from, up_to, &counts.up);
-    let down = pump(down_from, down_to, &counts.down);
+    back: Option<Returning>,
+) -> Option<String> {
+    let up = pump(up_from, up_to, &counts.up, None);
+    let down = pump(down_from, down_to, &counts.down, back);
     tokio::pin!(up, down);
     let (mut up_done, mut down_done) = (false, false);
     while !(up_done && down_done) {
         tokio::select! {
             r = &mut up, if !up_done => match r {
                 Ok(()) => up_done = true,
-                Err(_) => return,
+                Err(_) => return None,
             },
             r = &mut down, if !down_done => match r {
                 Ok(()) => down_done = true,
-                Err(_) => return,
+                Err(Ended::Refused(why)) => return Some(why),
+                Err(Ended::Io) => return None,
             },
         }
     }
+    None
 }
 
-/// Copies until the reader ends, then ends the writer's direction too.
+/// Why a pump stopped before its reader ended.
+enum Ended {
+    /// Either side failed: the connection ends, as any network failure ends it.
+    Io,
+    /// A credential host's answer the gate would not pass on; the sandbox got a 502 instead.
+    Refused(String),
+}
+
+impl From<io::Error> for Ended {
+    fn from(_: io::Error) -> Self {
+        Ended::Io
+    }
+}
+
+/// Copies until the reader ends, then ends the writer's direction too; through `back`, if
+/// given, which may refuse what it reads.
 async fn pump(
     mut from: impl AsyncRead + Unpin,
     mut to: impl AsyncWrite + Unpin,
     count: &AtomicU64,
-) -> io::Result<()> {
+    mut back: Option<Returning>,
+) -> Result<(), Ended> {
     let mut buf = vec![0u8; 16 << 10];
     loop {
-        let n = from.read(&mut buf).await?;
-        if n == 0 {
-            return to.shutdown().await;
+        let read = from.read(&mut buf).await;
+        let n = match (&read, back.as_mut()) {
+            (Ok(n), _) if *n > 0 => *n,
+            // The stream ended, cleanly or not: what was held back cannot become a secret now.
+            (_, Some(back)) => {
+                to.write_all(&back.finish()).await?;
+                read?;
+                return Ok(to.shutdown().await?);
+            }
+            (_, None) => {
+                read?;
+                return Ok(to.shutdown().await?);
+            }
+        };
+        match back.as_mut().map(|b| b.pass(&buf[..n])) {
+            None => to.write_all(&buf[..n]).await?,
+            Some(Ok(answer)) => to.write_all(&answer).await?,
+            Some(Err(why)) => {
+                let text = format!("warden refused what the credential's host answered: {why}");
+                let _ = to
+                    .write_all(response("502 Bad Gateway", &text).as_bytes())
+                    .await;
+                let _ = to.shutdown().await;
+                return Err(Ended::Refused(why));
+            }
         }
-        to.write_all(&buf[..n]).await?;
         count.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
@@ -587,9 +731,15 @@ async fn read_head(
         let from = buf.len().saturating_sub(3);
         buf.extend_from_slice(&chunk[..n]);
         if let Some(at) = buf[from..].windows(4).position(|w| w == b"\r\n\r\n") {
-            return Ok((buf, from + at + 4));
+            let len = from + at + 4;
+            return if len > MAX_HEAD {
+                Err(HeadError::TooLarge)
+            } else {
+                Ok((buf, len))
+            };
         }
-        if buf.len() > MAX_HEAD {
+        // A head that has not ended within the limit is longer than it.
+        if buf.len() >= MAX_HEAD {
             return Err(HeadError::TooLarge);
         }
     }

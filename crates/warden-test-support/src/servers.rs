@@ -146,45 +146,7 @@ impl TlsServer {
     }
 
     fn start_with(names: &[&str], client_certificates: bool) -> TlsServer {
-        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-        let ca_key = KeyPair::generate().unwrap();
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "warden test CA");
-        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-        let issuer = Issuer::new(ca_params, ca_key);
-        let key = KeyPair::generate().unwrap();
-        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
-        let cert = CertificateParams::new(names)
-            .unwrap()
-            .signed_by(&key, &issuer)
-            .unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .unwrap();
-        let builder = if client_certificates {
-            let mut roots = rustls::RootCertStore::empty();
-            roots.add(ca_cert.der().clone()).unwrap();
-            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-                Arc::new(roots),
-                provider,
-            )
-            .build()
-            .unwrap();
-            builder.with_client_cert_verifier(verifier)
-        } else {
-            builder.with_no_client_auth()
-        };
-        let config = builder
-            .with_single_cert(
-                vec![cert.der().clone()],
-                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-            )
-            .unwrap();
-        let config = Arc::new(config);
+        let (config, ca_pem) = tls_config(names, client_certificates);
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let connections = Arc::new(AtomicUsize::new(0));
@@ -227,10 +189,170 @@ impl TlsServer {
         });
         TlsServer {
             port,
-            ca_pem: ca_cert.pem(),
+            ca_pem,
             connections,
             requests,
         }
+    }
+}
+
+/// A server configuration with a certificate for `names` from a CA made for it alone, and
+/// that CA's certificate (PEM); with `client_certificates`, clients must show one from it.
+fn tls_config(names: &[&str], client_certificates: bool) -> (Arc<rustls::ServerConfig>, String) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "warden test CA");
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+    let cert = CertificateParams::new(names)
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap();
+    let builder = if client_certificates {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca_cert.der().clone()).unwrap();
+        let verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .unwrap();
+        builder.with_client_cert_verifier(verifier)
+    } else {
+        builder.with_no_client_auth()
+    };
+    let config = builder
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+    (Arc::new(config), ca_cert.pem())
+}
+
+/// A credential host at its most careless, on 127.0.0.1: it answers every request with the
+/// request itself, each header back as an `X-Echo-<name>` header and the whole request (head
+/// and body) as the body, written a few bytes at a time with pauses between, so whatever it
+/// echoes is cut across reads. `/gzip` answers with a body it says is gzip-encoded. Over
+/// TLS with a certificate for `names` when started with [`EchoServer::tls`].
+pub struct EchoServer {
+    pub port: u16,
+    /// The CA's certificate (PEM) of a TLS echo: what a client must trust to reach it.
+    pub ca_pem: Option<String>,
+    /// Each request received, head and body, in order.
+    pub requests: Arc<Mutex<Vec<String>>>,
+}
+
+impl EchoServer {
+    /// Over plain HTTP.
+    pub fn http() -> EchoServer {
+        Self::start(None)
+    }
+
+    /// Over TLS, with a certificate for `names`.
+    pub fn tls(names: &[&str]) -> EchoServer {
+        Self::start(Some(tls_config(names, false)))
+    }
+
+    fn start(tls: Option<(Arc<rustls::ServerConfig>, String)>) -> EchoServer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let (config, ca_pem) = tls.unzip();
+        let seen = requests.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let (config, seen) = (config.clone(), seen.clone());
+                std::thread::spawn(move || {
+                    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+                    let _ = stream.set_nodelay(true);
+                    match config {
+                        None => echo(stream, &seen),
+                        Some(config) => {
+                            let Ok(conn) = rustls::ServerConnection::new(config) else {
+                                return;
+                            };
+                            let mut tls = rustls::StreamOwned::new(conn, stream);
+                            echo(&mut tls, &seen);
+                            tls.conn.send_close_notify();
+                            let _ = tls.flush();
+                        }
+                    }
+                });
+            }
+        });
+        EchoServer {
+            port,
+            ca_pem,
+            requests,
+        }
+    }
+
+    /// The requests received, head and body, in order.
+    pub fn received(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+/// Reads one request from `stream` (its body by `Content-Length`) and echoes it back.
+fn echo(mut stream: impl Read + Write, seen: &Mutex<Vec<String>>) {
+    let mut reader = BufReader::new(&mut stream);
+    let mut head = String::new();
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        head.push_str(&line);
+        if line == "\r\n" {
+            break;
+        }
+        if let Some((name, value)) = line.trim_end().split_once(':') {
+            headers.push((name.trim().to_owned(), value.trim().to_owned()));
+        }
+    }
+    let length = headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse::<usize>().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; length];
+    if reader.read_exact(&mut body).is_err() {
+        return;
+    }
+    drop(reader);
+    let request = format!("{head}{}", String::from_utf8_lossy(&body));
+    seen.lock().unwrap().push(request.clone());
+    let gzip = head.starts_with("GET /gzip ");
+    let mut response = String::from("HTTP/1.1 200 OK\r\nConnection: close\r\n");
+    for (name, value) in &headers {
+        response.push_str(&format!("X-Echo-{name}: {value}\r\n"));
+    }
+    if gzip {
+        response.push_str("Content-Encoding: gzip\r\n");
+    }
+    response.push_str(&format!(
+        "Content-Length: {}\r\n\r\n{request}",
+        request.len()
+    ));
+    for piece in response.as_bytes().chunks(5) {
+        if stream
+            .write_all(piece)
+            .and_then(|()| stream.flush())
+            .is_err()
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(300));
     }
 }
 

@@ -66,6 +66,10 @@ async fn send(
             });
         }
     };
+    if !tls && let Some(reason) = gate.credentials().plain_http_refusal(&host) {
+        gate.deny(destination, reason);
+        return Err(Error::HttpRequestDenied);
+    }
     gate.credentials()
         .apply_to(&host, request.headers_mut())
         .map_err(|why| Error::InternalError(Some(why)))?;

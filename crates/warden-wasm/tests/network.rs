@@ -277,7 +277,7 @@ async fn credentials_reach_their_host_only_and_never_the_tool() {
     let grants = format!(
         "net = [\"api.test:{0}\", \"other.test:{0}\", \"127.0.0.1:{0}\"]\n\
          net_credentials = [{{ host = \"api.test\", header = \"Authorization\", \
-         from_host = \"WARDEN_TEST_API_TOKEN\", prefix = \"Bearer \" }}]",
+         from_host = \"WARDEN_TEST_API_TOKEN\", prefix = \"Bearer \", allow_plain_http = true }}]",
         web.port
     );
     let (_bench, d, log) = probe(&grants, "", &["api.test", "other.test"]);
@@ -333,44 +333,71 @@ async fn credentials_reach_their_host_only_and_never_the_tool() {
     );
 }
 
-/// A credential with `env`: the guest's variable holds a placeholder, which becomes the value in
-/// requests to the credential's host only; the same scheme as for shell tools.
+/// A credential with `env`: the guest's variable holds a placeholder, which never becomes the
+/// value, not even at the credential's host (a header that host echoes would hand it back):
+/// there the credential's own header is set, whatever the guest put in it. The same scheme
+/// as for shell tools.
 #[tokio::test]
-async fn a_placeholder_becomes_the_value_at_its_host_only() {
+async fn a_placeholder_never_becomes_the_value() {
     // SAFETY: nextest runs each test in its own process; nothing else reads the env here.
     unsafe { std::env::set_var("WARDEN_TEST_API_TOKEN", TOKEN) };
     let web = HttpServer::start();
     let grants = format!(
         "net = [\"api.test:{0}\", \"other.test:{0}\", \"127.0.0.1:{0}\"]\n\
          net_credentials = [{{ host = \"api.test\", header = \"Authorization\", \
-         from_host = \"WARDEN_TEST_API_TOKEN\", prefix = \"Bearer \", env = \"API_TOKEN\" }}]",
+         from_host = \"WARDEN_TEST_API_TOKEN\", prefix = \"Bearer \", env = \"API_TOKEN\", allow_plain_http = true }}]",
         web.port
     );
     let (_bench, d, _log) = probe(&grants, "", &["api.test", "other.test"]);
-    let sent = json!([["X-Token", "$API_TOKEN"]]);
+    let sent = json!([
+        ["X-Token", "$API_TOKEN"],
+        ["Authorization", "Bearer $API_TOKEN"]
+    ]);
     let api = http(&d, &format!("http://api.test:{}/a", web.port), sent.clone()).await;
     assert_eq!(kind(&api), "ok", "{api:?}");
     let other = http(&d, &format!("http://other.test:{}/b", web.port), sent).await;
     assert_eq!(kind(&other), "ok", "{other:?}");
     let heads = web.heads();
-    let token = |head: &str| {
+    let header = |head: &str, name: &str| {
         head.lines()
-            .find(|l| l.to_ascii_lowercase().starts_with("x-token:"))
+            .find(|l| l.to_ascii_lowercase().starts_with(name))
             .unwrap_or_default()
-            .to_owned()
+            .to_ascii_lowercase()
     };
     assert_eq!(
-        token(&heads[0]).to_ascii_lowercase(),
-        format!("x-token: {TOKEN}")
+        header(&heads[0], "authorization:"),
+        format!("authorization: bearer {TOKEN}")
     );
-    assert!(
-        token(&heads[1]).contains("warden-placeholder-api_token-"),
-        "{heads:?}"
-    );
+    for head in &heads {
+        assert!(
+            header(head, "x-token:").contains("warden-placeholder-api_token-"),
+            "{heads:?}"
+        );
+    }
     assert!(
         !heads[1].contains(TOKEN),
         "another host got the value: {heads:?}"
     );
+}
+
+/// A credential goes over TLS unless it says `allow_plain_http`: an `http://` request to its
+/// host is denied before any connection.
+#[tokio::test]
+async fn a_credential_goes_over_plain_http_only_with_leave() {
+    // SAFETY: nextest runs each test in its own process; nothing else reads the env here.
+    unsafe { std::env::set_var("WARDEN_TEST_API_TOKEN", TOKEN) };
+    let web = HttpServer::start();
+    let grants = format!(
+        "net = [\"api.test:{0}\", \"127.0.0.1:{0}\"]\n\
+         net_credentials = [{{ host = \"api.test\", header = \"Authorization\", \
+         from_host = \"WARDEN_TEST_API_TOKEN\" }}]",
+        web.port
+    );
+    let (_bench, d, _log) = probe(&grants, "", &["api.test"]);
+    let m = http(&d, &format!("http://api.test:{}/a", web.port), json!([])).await;
+    assert_eq!(kind(&m), "tool_error", "{m:?}");
+    assert_eq!(denied(&m), vec![format!("http://api.test:{}", web.port)]);
+    assert_eq!(web.connections.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test]
