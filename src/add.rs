@@ -189,23 +189,6 @@ pub(crate) fn pin(ctx: &Warden, targets: &[String]) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn relative_paths() {
-        assert_eq!(
-            relative_to(Path::new("/a/b/policies"), Path::new("/a/b/target/x.wasm")),
-            PathBuf::from("../target/x.wasm")
-        );
-        assert_eq!(
-            relative_to(Path::new("/a"), Path::new("/a/x")),
-            PathBuf::from("x")
-        );
-    }
-}
-
 /// Refuses a file that is not a WebAssembly component by its first 8 bytes, before anything
 /// is stored: not WebAssembly at all, or a core module (which needs wrapping into a component).
 fn refuse_non_component(path: &Path) -> Result<()> {
@@ -227,5 +210,22 @@ fn refuse_non_component(path: &Path) -> Result<()> {
              bytes): build the tool for wasm32-wasip2 and add the .wasm it makes",
             path.display()
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_paths() {
+        assert_eq!(
+            relative_to(Path::new("/a/b/policies"), Path::new("/a/b/target/x.wasm")),
+            PathBuf::from("../target/x.wasm")
+        );
+        assert_eq!(
+            relative_to(Path::new("/a"), Path::new("/a/x")),
+            PathBuf::from("x")
+        );
     }
 }
