@@ -37,7 +37,7 @@
 //! # }
 //! ```
 //!
-//! A program that runs host tools (`kind = "host"`) must let warden re-execute it as the
+//! A program that runs host tools (`kind = "host"`) must let warden start it as the
 //! sandbox helper: call [`run_host_helper_if_asked`] first thing in `main`.
 
 use std::path::{Path, PathBuf};
@@ -58,7 +58,7 @@ pub const HOST_HELPER_ARG: &str = "__warden-host-helper";
 
 /// The small host helper program built and installed beside `warden`
 /// (`src/bin/warden-helper.rs`): host calls start it when it is there and of the same build,
-/// and re-execute this program ([`run_host_helper_if_asked`]) otherwise.
+/// and start this program ([`run_host_helper_if_asked`]) otherwise.
 pub const HELPER_PROGRAM: &str = "warden-helper";
 
 /// Becomes the host executor's sandbox helper, and never returns, when this process was

@@ -4,8 +4,9 @@
 //! sandboxes were prepared ahead) and prepared ahead — and a command in a host session (one
 //! confined shell for all of them). Then batches of 200 calls: wall and CPU per call at the
 //! margin, beside a batch of plain spawns, with one sandbox prepared ahead and with as many
-//! as the batch runs at a time. With `WARDEN_STATIC_HELPER` naming the helper linked
-//! statically (scripts/bench-host builds one), the prepared rows again with that helper.
+//! as the batch runs at a time. CPU is the machine's (every core, from `/proc/stat`): the
+//! helpers are the fork server's children, not this process's, and the kernel's deferred
+//! clean-up of namespaces counts too, so run it on a quiet machine.
 //! Not a test and not in CI: `cargo bench -p warden-host --bench latency` (scripts/bench-host).
 //! Prints markdown tables; the difference of the piped spawn and the per-call policy is the
 //! confinement's cost, the session row what a command costs once the shell runs.
@@ -108,19 +109,24 @@ async fn confined(d: &Dispatcher, apart: Duration) -> Vec<Duration> {
     times
 }
 
-/// CPU time of this process and its reaped descendants (every helper, `init` and command).
+/// CPU time the machine has spent so far, every core and the kernel's own work included.
 fn cpu() -> Duration {
-    use nix::sys::resource::{UsageWho, getrusage};
-    [UsageWho::RUSAGE_SELF, UsageWho::RUSAGE_CHILDREN]
-        .into_iter()
-        .map(|who| {
-            let u = getrusage(who).expect("getrusage");
-            let t = |tv: nix::sys::time::TimeVal| {
-                Duration::from_secs(tv.tv_sec() as u64) + Duration::from_micros(tv.tv_usec() as u64)
-            };
-            t(u.user_time()) + t(u.system_time())
-        })
-        .sum()
+    let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+    let ticks: u64 = stat
+        .lines()
+        .next()
+        .expect("the cpu line")
+        .split_whitespace()
+        .skip(1)
+        // user, nice, system, (idle, iowait skipped), irq, softirq
+        .enumerate()
+        .filter(|(i, _)| ![3, 4].contains(i))
+        .take(5)
+        .map(|(_, v)| v.parse::<u64>().expect("a tick count"))
+        .sum();
+    // SAFETY: sysconf reads a constant.
+    let per_second = unsafe { nix::libc::sysconf(nix::libc::_SC_CLK_TCK) } as u64;
+    Duration::from_micros(ticks * 1_000_000 / per_second)
 }
 
 /// Wall and CPU per call of one batch of `RUNS` calls of `true`, after one call to warm up
@@ -203,16 +209,6 @@ fn main() {
     );
     // As many prepared as a batch runs at a time.
     let deep = dispatcher(dir.path(), "true", argv, BATCH_CONCURRENCY, built_helper());
-    // The same helper linked statically, when scripts/bench-host built one.
-    let linked_static = std::env::var_os("WARDEN_STATIC_HELPER").map(|helper| {
-        dispatcher(
-            dir.path(),
-            "true",
-            argv,
-            warden_host::DEFAULT_PREPARED,
-            PathBuf::from(helper),
-        )
-    });
     let s = dispatcher(
         dir.path(),
         "sh",
@@ -247,13 +243,6 @@ fn main() {
             batch(&ahead).await,
             batch(&deep).await,
         )
-    });
-    // Its own rows after the others, so that those keep their order and load.
-    let static_rows = linked_static.as_ref().map(|d| {
-        rt.block_on(async {
-            let mut times = confined(d, Duration::ZERO).await;
-            (stats(&mut times), batch(d).await)
-        })
     });
     println!("\n| `true`, {RUNS} runs | min | median | p90 |");
     println!("|---|---:|---:|---:|");
@@ -302,18 +291,6 @@ fn main() {
         ),
     ] {
         println!("| {name} | {:.0} µs | {:.0} µs |", us(wall), us(used));
-    }
-    if let Some(((min, median, p90), (wall, used))) = static_rows {
-        println!("\n| helper linked statically, sandbox prepared ahead | |");
-        println!("|---|---|");
-        println!(
-            "| calls back to back | min {min:.0} µs, median {median:.0} µs, p90 {p90:.0} µs |"
-        );
-        println!(
-            "| batch of {RUNS}, 16 at a time | wall {:.0} µs, CPU {:.0} µs per call |",
-            us(wall),
-            us(used)
-        );
     }
     println!(
         "\nThe confinement costs {:.0} µs per call set up on the call's path, {:.0} µs prepared \

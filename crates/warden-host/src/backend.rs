@@ -1,8 +1,10 @@
 //! The host backend: turns a `kind = "host"` policy into its one tool.
 
 use crate::config::{HostConfig, Isolation};
+use crate::forks::Forker;
 use crate::plan::TRUST_MOUNT;
-use crate::tool::{Helper, HostTool};
+use crate::program::Helper;
+use crate::tool::HostTool;
 use serde_json::json;
 use std::sync::{Arc, OnceLock};
 use warden_command::{NetworkMode, Template, session_shell};
@@ -20,8 +22,9 @@ pub const DEFAULT_PREPARED: usize = 1;
 /// Loads `kind = "host"` policies; every tool starts its calls through one helper.
 #[derive(Debug, Clone)]
 pub struct HostBackend {
-    /// Chosen once, from `beside` or else `fallback`; shared by this backend's clones.
-    helper: Arc<OnceLock<Helper>>,
+    /// The fork server of the helper chosen once, from `beside` or else `fallback`; shared by
+    /// this backend's clones.
+    forker: Arc<OnceLock<Arc<Forker>>>,
     /// The helper program looked for beside this one when the first host policy loads.
     beside: Option<String>,
     /// The helper when none is found beside this program.
@@ -34,7 +37,7 @@ impl HostBackend {
     /// Starts every call through `helper`.
     pub fn new(helper: Helper) -> Self {
         Self {
-            helper: Arc::default(),
+            forker: Arc::default(),
             beside: None,
             fallback: helper,
             egress: Egress::default(),
@@ -50,13 +53,13 @@ impl HostBackend {
         self
     }
 
-    /// The helper every call starts through, chosen once.
-    fn helper(&self) -> &Helper {
-        self.helper.get_or_init(|| {
+    /// What forks the helper of every call, its program chosen once.
+    fn forker(&self) -> &Arc<Forker> {
+        self.forker.get_or_init(|| {
             let beside = self.beside.as_deref().and_then(Helper::beside_this_program);
             let helper = beside.unwrap_or_else(|| self.fallback.clone());
             tracing::debug!("host helper: {}", helper.shown().display());
-            helper
+            Arc::new(Forker::new(helper))
         })
     }
 
@@ -87,7 +90,7 @@ impl HostBackend {
         let gate = (cfg.network.value == NetworkMode::None && !policy.grants.net.hosts.is_empty())
             .then(|| Gate::new(Arc::new(policy.grants.net.clone()), self.egress.clone()));
         Ok(HostTool::new(
-            self.helper().clone(),
+            self.forker().clone(),
             cfg,
             template,
             policy.grants.clone(),

@@ -1,9 +1,10 @@
-//! The helper: the small, single-threaded process that warden re-executes to confine one
-//! command. Between `fork` and `exec` a threaded process may only make async-signal-safe
-//! calls, so warden itself never forks; this process has one thread and may do as it likes.
+//! The helper: the small, single-threaded process, forked by the fork server (`crate::forks`),
+//! that confines one command. Between `fork` and `exec` a threaded process may only make
+//! async-signal-safe calls, so warden itself never forks; this process has one thread and may
+//! do as it likes.
 //!
 //! Three processes, from outside in:
-//! - the helper (started by warden) reads the sandbox's part of the plan, clones `init` into
+//! - the helper (forked for warden) reads the sandbox's part of the plan, clones `init` into
 //!   new namespaces and maps its user from outside, then (perhaps much later: a sandbox
 //!   prepared ahead) reads the call's part, starts the call's deadline and hands it to `init`;
 //! - `init`, PID 1 of the new PID namespace, dies with the helper (parent-death signal) and
@@ -52,9 +53,8 @@ pub(crate) fn setup(message: impl Into<String>) -> Failure {
     Failure::setup(message)
 }
 
-/// Runs the helper: call it first thing in `main` of the process warden re-executes, before
-/// any thread starts. Never returns.
-pub fn main() -> ! {
+/// Runs one helper, in a process of its own (a fork server's child). Never returns.
+pub(crate) fn main() -> ! {
     // SAFETY: warden passes the write end of its report pipe as fd 3; nothing else here owns
     // it. If it is missing the writes fail, which only loses the reports.
     let mut reports = unsafe { File::from_raw_fd(REPORT_FD) };

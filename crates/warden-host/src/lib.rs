@@ -1,8 +1,8 @@
 //! warden's host executor: each call a confined host process tree, for machines without
 //! Docker and for native tools.
 //!
-//! The confinement is set up by a small single-threaded helper that warden re-executes
-//! ([`helper_main`]): a new PID namespace (everything the command starts dies with it), a new
+//! The confinement is set up by a small single-threaded helper, forked by a server warden
+//! starts once ([`helper_main`]): a new PID namespace (everything the command starts dies with it), a new
 //! network namespace unless the policy opts in to the host's network, an unprivileged user
 //! (nobody by default), rlimits on CPU, address space, file size, processes and open files, no
 //! core dumps, no-new-privileges, a seccomp filter that allows only TCP and UDP sockets and unix
@@ -14,10 +14,12 @@
 mod backend;
 mod config;
 mod exec;
+mod forks;
 mod gate;
 mod helper;
 mod landlock;
 mod plan;
+mod program;
 mod sandboxes;
 mod seccomp;
 mod session;
@@ -26,8 +28,19 @@ mod tool;
 
 pub use backend::{DEFAULT_PREPARED, HostBackend};
 pub use config::{DEFAULT_FILE_SIZE, DEFAULT_OPEN_FILES, DEFAULT_PROCESSES, HostConfig, Isolation};
-pub use helper::main as helper_main;
-pub use tool::Helper;
+pub use program::Helper;
+
+/// Runs the helper: call it first thing in `main` of the process warden starts as its
+/// helper, before any thread starts. Never returns. Started with a socket on its stdin it is
+/// the fork server, which forks a helper for each sandbox (`forks`); else one helper.
+pub fn helper_main() -> ! {
+    let stdin_is_socket = nix::sys::stat::fstat(std::io::stdin())
+        .is_ok_and(|s| s.st_mode & nix::libc::S_IFMT == nix::libc::S_IFSOCK);
+    if stdin_is_socket {
+        forks::serve(helper::main)
+    }
+    helper::main()
+}
 
 /// The id of the plan's protocol between warden and its helper: this crate's version and a
 /// hash of its source. A helper program holds it (warden looks for it in the file before

@@ -1,4 +1,4 @@
-//! Starting a tool's sandboxes: a helper spawned and handed the sandbox part of the plan,
+//! Starting a tool's sandboxes: a helper forked and handed the sandbox part of the plan,
 //! which sets the sandbox up (namespaces, user mapping, private `/tmp`, the gate) and then
 //! waits for its one call.
 //!
@@ -7,24 +7,28 @@
 //! is prepared in the background. A sandbox serves exactly one call and is never reused; a
 //! sandbox prepared for a tool is only ever taken by that tool's calls, so a reloaded policy
 //! (a new tool) never meets a sandbox of the old one. A prepared helper waits with no
-//! deadline, so it is spawned from warden's long-lived spawning thread and takes a
-//! parent-death signal (it dies with warden); dropped with its tool, it is killed.
+//! deadline, so it takes a parent-death signal (it dies with the fork server, which dies with
+//! warden); dropped with its tool, it is killed.
 
-use crate::plan::{Call, GATE_FD, REPORT_FD, Sandbox, frame};
+use crate::forks::Forked;
+use crate::plan::{Call, Sandbox, frame};
 use crate::tool::{Starter, internal, unavailable};
 use std::collections::VecDeque;
-use std::os::fd::AsRawFd;
-use std::process::Stdio;
+use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 use tokio::io::AsyncWriteExt;
+use tokio::net::unix::pipe;
 use warden_core::ToolError;
 
-/// A helper just started with the sandbox part of its plan: its process, and the read end of
-/// its report pipe.
+/// A helper just forked with the sandbox part of its plan: its process, its stdin (for the
+/// call part and a session's commands), stdout, stderr and reports.
 pub(crate) struct Started {
-    pub child: tokio::process::Child,
-    pub reports: tokio::net::unix::pipe::Receiver,
-    /// Where the helper hands over the gate's listener, when the plan has a gate.
+    pub helper: Forked,
+    pub stdin: pipe::Sender,
+    pub stdout: pipe::Receiver,
+    pub stderr: pipe::Receiver,
+    pub reports: pipe::Receiver,
+    /// Where the helper hands over the gate's listener, when the plan has one.
     pub gate: Option<tokio::net::UnixStream>,
 }
 
@@ -59,10 +63,10 @@ impl Prepared {
     fn take(&self) -> (Option<Started>, usize) {
         let mut ready = self.lock();
         let mut taken = None;
-        while let Some(mut sandbox) = ready.sandboxes.pop_front() {
+        while let Some(sandbox) = ready.sandboxes.pop_front() {
             // One that failed its set-up (or was killed) is dropped: the call starts one now,
             // whose report says what went wrong.
-            if matches!(sandbox.child.try_wait(), Ok(None)) {
+            if sandbox.helper.running() {
                 taken = Some(sandbox);
                 break;
             }
@@ -102,59 +106,36 @@ impl Starter {
         }
     }
 
-    /// Starts a helper and hands it the sandbox part of the plan; its stdin stays open, for
+    /// Forks a helper and hands it the sandbox part of the plan; its stdin stays open, for
     /// the call part ([`Starter::send_call`]) and a session's commands. `ahead`: the helper
-    /// may wait long for its call (prepared ahead, or a session's), so it must die with
-    /// warden and is spawned from the long-lived spawning thread.
+    /// may wait long for its call (prepared ahead, or a session's), so it dies with warden.
     pub(crate) async fn start(&self, ahead: bool) -> Result<Started, ToolError> {
         let sandbox = Sandbox {
             dies_with_warden: ahead,
             ..self.sandbox.clone()
         };
-        let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-            .map_err(|e| internal(format!("a pipe for the helper's reports: {e}")))?;
+        let pipe = || {
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+                .map_err(|e| internal(format!("a pipe for the sandbox's helper: {e}")))
+        };
+        let ((stdin, stdin_ours), (stdout_ours, stdout), (stderr_ours, stderr)) =
+            (pipe()?, pipe()?, pipe()?);
+        let (reports_ours, reports) = pipe()?;
         let gate = if sandbox.gate {
             let (ours, theirs) = std::os::unix::net::UnixStream::pair()
                 .map_err(|e| internal(format!("a socket for the gate: {e}")))?;
-            Some((ours, theirs))
+            Some((ours, OwnedFd::from(theirs)))
         } else {
             None
         };
-        let gate_raw = gate.as_ref().map(|(_, theirs)| theirs.as_raw_fd());
-        let mut command = tokio::process::Command::new(&self.helper.program);
-        command
-            .args(&self.helper.args)
-            .env_clear()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let raw = report_write.as_raw_fd();
-        // SAFETY: between fork and exec only dup2 and fcntl run, both async-signal-safe.
-        unsafe {
-            command.pre_exec(move || {
-                inherit_as(raw, REPORT_FD)?;
-                if let Some(raw) = gate_raw {
-                    inherit_as(raw, GATE_FD)?;
-                }
-                Ok(())
-            });
-        }
-        // A helper that waits for its call dies with the thread that spawned it (its
-        // parent-death signal): that must be a thread that lives as long as warden. A helper
-        // started for a call at hand has its alarm instead, and is spawned here.
-        let spawned = if ahead {
-            crate::spawner::spawn(command).await
-        } else {
-            command.spawn()
-        };
-        let mut child = spawned.map_err(|e| {
-            unavailable(&format!(
-                "cannot start the sandbox helper {}: {e}",
-                self.helper.shown().display()
-            ))
-        })?;
-        drop(report_write);
+        let mut theirs = vec![&stdin, &stdout, &stderr, &reports];
+        theirs.extend(gate.as_ref().map(|(_, theirs)| theirs));
+        let helper = self
+            .forker
+            .fork(&theirs)
+            .map_err(|e| unavailable(&e.to_string()))?;
+        drop(theirs);
+        drop((stdin, stdout, stderr, reports));
         let gate = match gate {
             Some((ours, theirs)) => {
                 drop(theirs);
@@ -165,42 +146,27 @@ impl Starter {
             }
             None => None,
         };
-        let framed = frame(&sandbox).map_err(internal)?;
-        if let Some(stdin) = child.stdin.as_mut() {
-            // A helper that died early shows up as a missing report.
-            let _ = stdin.write_all(&framed).await;
-        }
-        let reports = tokio::net::unix::pipe::Receiver::from_owned_fd(report_read)
-            .map_err(|e| internal(format!("the helper's report pipe: {e}")))?;
-        Ok(Started {
-            child,
-            reports,
+        let ours = |e: std::io::Error| internal(format!("the helper's pipes: {e}"));
+        let mut started = Started {
+            helper,
+            stdin: pipe::Sender::from_owned_fd(stdin_ours).map_err(ours)?,
+            stdout: pipe::Receiver::from_owned_fd(stdout_ours).map_err(ours)?,
+            stderr: pipe::Receiver::from_owned_fd(stderr_ours).map_err(ours)?,
+            reports: pipe::Receiver::from_owned_fd(reports_ours).map_err(ours)?,
             gate,
-        })
+        };
+        let framed = frame(&sandbox).map_err(internal)?;
+        // A helper that died early shows up as a missing report.
+        let _ = started.stdin.write_all(&framed).await;
+        Ok(started)
     }
 
     /// Hands a started sandbox its one call: the helper starts the call's deadline now.
     pub(crate) async fn send_call(sandbox: &mut Started, call: &Call) -> Result<(), ToolError> {
         let framed = frame(call).map_err(internal)?;
-        if let Some(stdin) = sandbox.child.stdin.as_mut() {
-            // A helper that died early shows up as a missing report.
-            let _ = stdin.write_all(&framed).await;
-            let _ = stdin.flush().await;
-        }
+        // A helper that died early shows up as a missing report.
+        let _ = sandbox.stdin.write_all(&framed).await;
+        let _ = sandbox.stdin.flush().await;
         Ok(())
     }
-}
-
-/// In the child, between fork and exec: `raw` becomes `target`, kept across exec.
-fn inherit_as(raw: i32, target: i32) -> std::io::Result<()> {
-    // SAFETY: fcntl and dup2 are async-signal-safe and touch only these descriptors.
-    unsafe {
-        if raw == target {
-            let flags = nix::libc::fcntl(raw, nix::libc::F_GETFD);
-            nix::libc::fcntl(raw, nix::libc::F_SETFD, flags & !nix::libc::FD_CLOEXEC);
-        } else if nix::libc::dup2(raw, target) < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
 }

@@ -12,6 +12,7 @@
 //! largest resident set (`ru_maxrss`) as one maximum over the whole session, which no reading
 //! can start anew.
 
+use crate::forks::Forked;
 use crate::plan::{Protections, Report};
 use crate::sandboxes::Started;
 use crate::tool::{Starter, internal, unavailable};
@@ -21,7 +22,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::unix::pipe::Receiver;
-use tokio::process::Child;
 use warden_command::session::{Counters, Launched, Launcher, Processes, Sandbox, chunks};
 use warden_core::{Limits, ToolError};
 use warden_net::{Proxy, Scope, Traffic};
@@ -67,7 +67,10 @@ impl Launcher for HostShells {
         let mut started = self.starter.start(true).await?;
         Starter::send_call(&mut started, &plan).await?;
         let Started {
-            mut child,
+            helper,
+            stdin: input,
+            stdout,
+            stderr,
             reports,
             gate,
         } = started;
@@ -79,14 +82,9 @@ impl Launcher for HostShells {
             }
             None => None,
         };
-        let (Some(input), Some(stdout), Some(stderr)) =
-            (child.stdin.take(), child.stdout.take(), child.stderr.take())
-        else {
-            return Err(internal("the helper's pipes are missing".into()));
-        };
         let mut sandbox = ShellNamespace {
             limit: u64::from(self.starter.config().processes),
-            child,
+            helper,
             init: None,
             shell: None,
             namespace: None,
@@ -134,7 +132,7 @@ impl Launcher for HostShells {
 pub(crate) struct ShellNamespace {
     /// The tool's process limit (`RLIMIT_NPROC`, counted in the session's user namespace).
     limit: u64,
-    child: Child,
+    helper: Forked,
     /// `init`'s pid, as warden sees it; `None` once it is known gone.
     init: Option<i32>,
     /// The shell's pid, as warden sees it.
@@ -168,7 +166,7 @@ impl ShellNamespace {
     /// reaped it) still runs: the pid cannot have been reused.
     fn kill_init(&mut self) {
         if let Some(pid) = self.init.take()
-            && matches!(self.child.try_wait(), Ok(None))
+            && self.helper.running()
         {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
@@ -268,19 +266,19 @@ impl Sandbox for ShellNamespace {
     async fn close(mut self) {
         self.kill_init();
         // The helper exits once `init` and everything in its namespace are gone.
-        if tokio::time::timeout(CLOSE_WAIT, self.child.wait())
+        if tokio::time::timeout(CLOSE_WAIT, self.helper.ended())
             .await
             .is_err()
         {
-            let _ = self.child.start_kill();
-            let _ = tokio::time::timeout(CLOSE_WAIT, self.child.wait()).await;
+            self.helper.kill();
+            let _ = tokio::time::timeout(CLOSE_WAIT, self.helper.ended()).await;
         }
     }
 }
 
 impl Drop for ShellNamespace {
     fn drop(&mut self) {
-        // The helper is killed on drop too (`kill_on_drop`), and `init` dies with it.
+        // The helper is killed on drop too (`Forked`), and `init` dies with it.
         self.kill_init();
     }
 }

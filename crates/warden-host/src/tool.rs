@@ -3,12 +3,11 @@
 //! confined shell per session (see [`crate::session`]).
 
 use crate::config::{HostConfig, Isolation};
+use crate::forks::Forker;
 use crate::plan::{CA_BUNDLE, Call, Protections, Report, Rlimits, Root, Sandbox};
 use crate::sandboxes::{Prepared, Started};
 use crate::session::HostShells;
 use serde_json::Value;
-use std::ffi::OsString;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -21,143 +20,6 @@ use warden_core::{
 };
 use warden_net::{Credentials, Gate, Proxy, Scope, Traffic};
 
-/// How warden starts its helper: a program and the arguments that make it one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Helper {
-    pub program: PathBuf,
-    pub args: Vec<OsString>,
-}
-
-impl Helper {
-    /// This very program, re-executed with `args`: its `main` must call
-    /// [`crate::helper_main`] first thing when it sees them.
-    pub fn this_program(args: &[&str]) -> Self {
-        Self {
-            program: PathBuf::from("/proc/self/exe"),
-            args: args.iter().map(OsString::from).collect(),
-        }
-    }
-
-    /// The program as a person would name it: the file behind a `/proc/self` link (this
-    /// program, or the helper file kept open), else the path as given.
-    pub fn shown(&self) -> PathBuf {
-        match std::fs::read_link(&self.program) {
-            Ok(target) if self.program.starts_with("/proc/self") => target,
-            _ => self.program.clone(),
-        }
-    }
-
-    /// The helper program `name` in this program's folder (its `main` is
-    /// [`crate::helper_program_main`]), if it is there and of this build: its file holds this
-    /// build's [`crate::PROTOCOL`]. `None` otherwise, saying why at debug level. The file read
-    /// is the one started from then on, through a descriptor kept open for the process's
-    /// life, even once a rebuild replaces the file at that path.
-    pub fn beside_this_program(name: &str) -> Option<Self> {
-        let path = std::env::current_exe().ok()?.with_file_name(name);
-        match pinned(&path) {
-            Ok(program) => Some(Self {
-                program,
-                args: Vec::new(),
-            }),
-            Err(Unused::Other(why)) => {
-                tracing::debug!("the host helper at {} not used: {why}", path.display());
-                None
-            }
-            Err(Unused::Unsafe(why)) => {
-                tracing::warn!(
-                    "the host helper at {} not used, warden re-executes itself instead: {why}",
-                    path.display()
-                );
-                None
-            }
-        }
-    }
-}
-
-/// The helper file at `path`, checked to be of this build and writable by no one but
-/// warden's owner (or root), and kept open: the path that starts that very file.
-fn pinned(path: &std::path::Path) -> Result<PathBuf, Unused> {
-    let other = |e: std::io::Error| Unused::Other(e.to_string());
-    let file = std::fs::File::open(path).map_err(other)?;
-    // The protocol id says which build a helper is of, not who wrote it: anyone who can write
-    // the file can copy the id into it. What is checked is the file opened (its descriptor,
-    // so no rename can swap it after the check) and the folder that names it.
-    let meta = file.metadata().map_err(other)?;
-    if !meta.is_file() {
-        return Err(Unused::Unsafe("it is not a regular file".to_owned()));
-    }
-    only_owner_writes(&meta, "it").map_err(Unused::Unsafe)?;
-    let folder = path.parent().unwrap_or(std::path::Path::new("/"));
-    let folder_meta = std::fs::metadata(folder).map_err(other)?;
-    only_owner_writes(&folder_meta, "its folder").map_err(Unused::Unsafe)?;
-    if !holds(&file, crate::PROTOCOL.as_bytes()).map_err(other)? {
-        return Err(Unused::Other(format!(
-            "it is of another build (it holds no protocol id {})",
-            crate::PROTOCOL
-        )));
-    }
-    // Close-on-exec, and never closed: `execve` of /proc/self/fd/N in the child opens this
-    // very file before the descriptor goes. Above the descriptors a helper is handed (its
-    // reports and gate on 3 and 4, put there just before its `execve`).
-    let fd = nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(PINNED_FD))
-        .map_err(|e| Unused::Other(e.to_string()))?;
-    Ok(PathBuf::from(format!("/proc/self/fd/{fd}")))
-}
-
-/// Why a helper beside this program is not used.
-enum Unused {
-    /// It is missing, unreadable or of another build.
-    Other(String),
-    /// Someone other than warden's owner could have written it.
-    Unsafe(String),
-}
-
-/// Refuses `meta` unless it belongs to root or to warden's own user, and its group and others
-/// cannot write it: then nothing warden starts (a sandbox maps to another user when warden
-/// is root; no read-write grant contains the helper's folder otherwise) could have written it.
-fn only_owner_writes(meta: &std::fs::Metadata, what: &str) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    let me = nix::unistd::Uid::effective().as_raw();
-    if meta.uid() != 0 && meta.uid() != me {
-        return Err(format!(
-            "{what} belongs to user {}, neither root nor warden's own user {me}",
-            meta.uid()
-        ));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "{what} is writable by its group or by others (mode {:o}): `chmod go-w` it",
-            meta.mode() & 0o7777
-        ));
-    }
-    Ok(())
-}
-
-/// The lowest descriptor the helper's file is kept on, clear of
-/// [`crate::plan::REPORT_FD`] and [`crate::plan::GATE_FD`].
-const PINNED_FD: std::os::fd::RawFd = 10;
-
-/// Whether `needle` occurs in the file, read a chunk at a time.
-fn holds(mut file: &std::fs::File, needle: &[u8]) -> std::io::Result<bool> {
-    use std::io::Read;
-    let finder = memchr::memmem::Finder::new(needle);
-    let mut buf = vec![0; (1 << 20) + needle.len()];
-    // The tail of the last chunk, kept at the front so a needle across chunks is found.
-    let mut kept = 0;
-    loop {
-        let n = file.read(&mut buf[kept..])?;
-        if n == 0 {
-            return Ok(false);
-        }
-        let end = kept + n;
-        if finder.find(&buf[..end]).is_some() {
-            return Ok(true);
-        }
-        kept = needle.len().saturating_sub(1).min(end);
-        buf.copy_within(end - kept..end, 0);
-    }
-}
-
 /// One host tool.
 pub(crate) struct HostTool {
     starter: Arc<Starter>,
@@ -168,7 +30,8 @@ pub(crate) struct HostTool {
 
 /// What starts the helper with a plan: shared by a tool's calls and its session shells.
 pub(crate) struct Starter {
-    pub(crate) helper: Helper,
+    /// Forks every helper of this warden process.
+    pub(crate) forker: Arc<Forker>,
     config: HostConfig,
     grants: Grants,
     /// The sandbox part of every plan of this tool, made once at load.
@@ -193,7 +56,7 @@ impl HostTool {
     /// `shell` is `Some` in session mode: the shell that drives every session. `prepared`
     /// sandboxes are kept set up ahead for calls (none in session mode).
     pub(crate) fn new(
-        helper: Helper,
+        forker: Arc<Forker>,
         config: HostConfig,
         template: Template,
         grants: Grants,
@@ -231,7 +94,7 @@ impl HostTool {
             dies_with_warden: false,
         };
         let starter = Arc::new(Starter {
-            helper,
+            forker,
             config,
             grants,
             sandbox,
@@ -471,15 +334,15 @@ impl Starter {
         let mut sandbox = self.sandbox_for_call().await?;
         Self::send_call(&mut sandbox, call).await?;
         let Started {
-            mut child,
+            helper,
+            stdin,
+            stdout,
+            stderr,
             reports,
             gate,
         } = sandbox;
         // The command reads /dev/null; the helper needs nothing more.
-        drop(child.stdin.take());
-        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-            return Err(internal("the helper's output pipes are missing".into()));
-        };
+        drop(stdin);
         let scope = Scope {
             denials: denials.clone(),
             deadline: deadline.into_std(),
@@ -494,10 +357,10 @@ impl Starter {
         let mut ended = drain(stdout, stderr, reports, cap, deadline).await;
         ended.traffic = proxy.map(|p| p.end());
         if ended.timed_out {
-            let _ = child.start_kill();
+            helper.kill();
         }
         // The tree is gone (or being killed): the helper exits at once.
-        let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), helper.ended()).await;
         Ok(ended)
     }
 

@@ -13,15 +13,23 @@ use serde_json::json;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// The helpers this test process started that still run, each with its `init` (the helper's
-/// child in the new namespaces) once it has one.
+/// The helpers of this test process that still run (the children of its fork server, the
+/// helper program it started), each with its `init` (the helper's child in the new
+/// namespaces) once it has one.
 fn helpers() -> Vec<(u32, Option<u32>)> {
+    fork_servers()
+        .into_iter()
+        .flat_map(children_of)
+        .map(|pid| (pid, children_of(pid).first().copied()))
+        .collect()
+}
+
+/// The fork servers this test process started: its children running the helper program.
+fn fork_servers() -> Vec<u32> {
     let program = PathBuf::from(env!("CARGO_BIN_EXE_warden-host-helper"));
-    let me = std::process::id();
-    children_of(me)
+    children_of(std::process::id())
         .into_iter()
         .filter(|&pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == program))
-        .map(|pid| (pid, children_of(pid).first().copied()))
         .collect()
 }
 
@@ -147,6 +155,36 @@ async fn a_dropped_tool_leaves_no_helper_behind() {
         assert!(Instant::now() < until, "left behind: {:?}", helpers());
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+#[tokio::test]
+async fn a_fork_server_killed_takes_its_sandboxes_along_and_is_started_again() {
+    let place = Place::new();
+    let (tool, limits) = place.tool(&shell("", "", ""));
+    let r = call(&tool, &limits, json!({"command": "echo first"})).await;
+    assert_eq!(first_line(&r), "first");
+    let (helper, init) = a_prepared_sandbox();
+    let servers = fork_servers();
+    assert_eq!(servers.len(), 1, "{servers:?}");
+    let killed = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(servers[0] as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    killed.unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while alive(helper) || alive(init) {
+        assert!(
+            Instant::now() < until,
+            "the prepared sandbox outlived its fork server"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for i in 0..2 {
+        let r = call(&tool, &limits, json!({"command": "echo again"})).await;
+        assert_eq!(first_line(&r), "again", "call {i}: {}", text(&r));
+    }
+    let now = fork_servers();
+    assert!(now.len() == 1 && now != servers, "{servers:?} then {now:?}");
 }
 
 #[tokio::test]
