@@ -4,6 +4,7 @@
 //! and can be resumed from it.
 
 mod client;
+mod error;
 mod id;
 mod limits;
 mod replay;
@@ -14,8 +15,9 @@ mod session;
 mod transcript;
 
 pub use client::{AssistantTurn, Attempt, ChatClient, ChatConfig, ChatError};
+pub use error::AgentError;
 pub use limits::{Limits, StopReason, Totals};
 pub use retry::RetryPolicy;
 pub use review::{Decisions, DecisionsError, ReviewSource};
-pub use run::{AgentError, Execution, Outcome, Previous, Run};
+pub use run::{Execution, Outcome, Previous, Run};
 pub use transcript::{Event, EventSink, Line, Transcript, TranscriptError};

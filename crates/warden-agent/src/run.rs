@@ -1,28 +1,16 @@
 //! A run: created or resumed from its transcript, then driven by the loop.
 
-use crate::client::{ChatClient, ChatConfig, ChatError};
+use crate::client::{ChatClient, ChatConfig};
+use crate::error::AgentError;
 use crate::limits::{Limits, StopReason, Totals};
 use crate::replay::Replay;
 use crate::review::{Ledger, ReviewGate, ReviewSource};
-use crate::transcript::{Event, EventSink, Transcript, TranscriptError};
+use crate::transcript::{Event, EventSink, Transcript};
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use warden_core::Dispatcher;
-
-/// Why a run could not be started or carried on.
-#[derive(Debug, thiserror::Error)]
-pub enum AgentError {
-    #[error(transparent)]
-    Transcript(#[from] TranscriptError),
-    #[error("{0} is not a warden agent transcript (its first line is not a `run` event)")]
-    NotARun(PathBuf),
-    #[error("run {0} is finished: the model gave its answer; start a new run instead")]
-    Finished(String),
-    #[error(transparent)]
-    Chat(#[from] ChatError),
-}
 
 /// How this process carries a run on: the model, the limits, the reviewer.
 #[derive(Clone)]

@@ -2,10 +2,10 @@
 //! answers or a limit stops it.
 
 use crate::client::{Attempt, ChatClient, ChatError};
+use crate::error::AgentError;
 use crate::limits::{Limits, StopReason, Totals};
 use crate::replay::OpenTurn;
 use crate::review::{Ledger, full_message};
-use crate::run::AgentError;
 use crate::transcript::{Event, Transcript};
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};

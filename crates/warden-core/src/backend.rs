@@ -3,7 +3,8 @@
 
 use crate::capability::Capabilities;
 use crate::executor::{BoxFuture, Executor};
-use crate::policy::{Policy, PolicyError};
+use crate::located::PolicyError;
+use crate::policy::Policy;
 use crate::spec::ToolSpec;
 use serde::Serialize;
 use serde_json::{Map, Value};

@@ -4,10 +4,9 @@
 //! compile until every backend has decided about it; the check destructures every grant and
 //! limit without `..`, so a new grant or limit does not compile until it is decided here.
 
-use crate::grants::GrantsSpec;
+use crate::grants::{GrantsSpec, Paths};
 use crate::limits::LimitsFile;
-use crate::policy::PolicyError;
-use crate::table::line_of;
+use crate::located::{PolicyError, line_of};
 use crate::units::ByteSize;
 use serde::Serialize;
 use std::path::Path;
@@ -20,16 +19,6 @@ use toml::Spanned;
 pub enum Support {
     Honoured,
     Refused(&'static str),
-}
-
-/// How an executor's tools see their filesystem roots.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Paths {
-    /// At the `guest` path each grant names (wasm preopens, container mounts).
-    Guest,
-    /// At their own host paths; a grant writes no `guest`.
-    Host,
 }
 
 /// How an executor holds a tool to the hosts in `net`.

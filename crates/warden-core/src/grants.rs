@@ -1,13 +1,22 @@
 //! Grants: the env, filesystem roots and network a tool may use. Each kind is parsed,
 //! validated, resolved and described here, so the audit shows exactly what executors enforce.
 
-use crate::capability::Paths;
 use crate::message::{ErrorKind, ToolError};
 use crate::net::{Credential, HostGrant, NetGrants};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use toml::Spanned;
+
+/// How an executor's tools see their filesystem roots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Paths {
+    /// At the `guest` path each grant names (wasm preopens, container mounts).
+    Guest,
+    /// At their own host paths; a grant writes no `guest`.
+    Host,
+}
 
 /// Grants as a policy file writes them.
 #[derive(Debug, Default, Deserialize)]
@@ -110,7 +119,7 @@ pub(crate) struct GrantError {
 impl GrantsSpec {
     /// The lines of the grants as written in `text`, the policy they were read from.
     pub(crate) fn lines(&self, text: &str) -> GrantLines {
-        let line = |span: std::ops::Range<usize>| crate::table::line_of(text, span.start);
+        let line = |span: std::ops::Range<usize>| crate::located::line_of(text, span.start);
         GrantLines {
             env_from_host: self.env_from_host.iter().map(|g| line(g.span())).collect(),
             fs: self.fs.iter().map(|g| line(g.span())).collect(),

@@ -11,6 +11,7 @@ mod dispatch;
 mod executor;
 mod grants;
 mod limits;
+mod located;
 mod message;
 mod net;
 mod policy;
@@ -30,16 +31,17 @@ pub use backend::{Backend, Loaded, LoadedTool, Probe, Reach, Report, ReportLine}
 pub use calllog::{
     CallLog, CallOutcome, CallRecord, DenialRecord, PolicyFacts, PolicyRecord, Record, Rotation,
 };
-pub use capability::{Capabilities, NetHosts, Paths, Support};
+pub use capability::{Capabilities, NetHosts, Support};
 pub use dispatch::{CallObserver, Dispatcher};
 pub use executor::{
     BoxFuture, Denial, Denials, Executor, Invocation, Meter, Output, Reached, SessionId, Usage,
 };
-pub use grants::{Access, FsGrant, GrantLines, Grants};
+pub use grants::{Access, FsGrant, GrantLines, Grants, Paths};
 pub use limits::{Capped, Limits, LimitsSpec, MARKER_MAX, shorten};
+pub use located::{Located, PolicyError};
 pub use message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage, Violation};
 pub use net::{Credential, HostGrant, HostPattern, NetGrants};
-pub use policy::{FunctionOverride, Located, Policy, PolicyError};
+pub use policy::{FunctionOverride, Policy};
 pub use redact::Secrets;
 pub use review::{Decision, Reviewer};
 pub use run::{RunLimitHit, RunLimits, RunUsage};

@@ -4,49 +4,15 @@ use crate::backend::Backend;
 use crate::capability::Checked;
 use crate::grants::{GrantLines, Grants, GrantsSpec};
 use crate::limits::{Limits, LimitsFile, LimitsSpec};
+use crate::located::{Located, PolicyError, line_of};
 use crate::spec::is_valid_tool_name;
-use crate::table::{ExecutorTable, line_of};
+use crate::table::{ExecutorTable, take_executor};
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use toml::Spanned;
-use toml::de::{DeTable, DeValue};
-
-/// A policy that cannot be honoured: names the file, and the line when known.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct PolicyError {
-    pub file: PathBuf,
-    pub line: Option<usize>,
-    pub message: String,
-}
-
-impl PolicyError {
-    pub fn new(file: &Path, line: Option<usize>, message: impl Into<String>) -> Self {
-        Self {
-            file: file.to_owned(),
-            line,
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for PolicyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.line {
-            Some(line) => write!(f, "{}:{line}: {}", self.file.display(), self.message),
-            None => write!(f, "{}: {}", self.file.display(), self.message),
-        }
-    }
-}
-
-/// A value with the line of the policy file it was written on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Located<T> {
-    pub value: T,
-    pub line: usize,
-}
+use toml::de::DeTable;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -230,51 +196,12 @@ impl Policy {
     }
 }
 
-/// A mistake in the policy text: where (when known), and what.
-type Mistake = (Option<std::ops::Range<usize>>, String);
-
-/// `[executor]` as written: its `kind`, and the rest of the table.
-type WrittenExecutor<'i> = (Spanned<String>, Spanned<DeValue<'i>>);
-
-/// Takes `[executor]` out of a parsed policy.
-pub(crate) fn take_executor<'i>(
-    doc: &mut Spanned<DeTable<'i>>,
-) -> Result<WrittenExecutor<'i>, Mistake> {
-    let executor = doc.get_mut().remove("executor").ok_or_else(|| {
-        (
-            None,
-            "a policy needs an [executor] table with its `kind` (wasm, docker, host)".into(),
-        )
-    })?;
-    let span = executor.span();
-    let mut value = executor.into_inner();
-    let DeValue::Table(table) = &mut value else {
-        return Err((Some(span), "`executor` must be a table: [executor]".into()));
-    };
-    let kind = table.remove("kind").ok_or_else(|| {
-        (
-            Some(span.clone()),
-            "[executor] needs `kind` (wasm, docker, host)".into(),
-        )
-    })?;
-    let kind_span = kind.span();
-    let DeValue::String(name) = kind.into_inner() else {
-        return Err((
-            Some(kind_span),
-            "`kind` must be a string, such as \"wasm\"".into(),
-        ));
-    };
-    Ok((
-        Spanned::new(kind_span, name.into_owned()),
-        Spanned::new(span, value),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::backend::Loaded;
-    use crate::capability::{Capabilities, NetHosts, Paths, Support};
+    use crate::capability::{Capabilities, NetHosts, Support};
+    use crate::grants::Paths;
 
     /// A backend that honours everything, or what `caps` says.
     struct Fake(Capabilities);

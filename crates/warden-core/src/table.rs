@@ -1,13 +1,13 @@
 //! A policy's `[executor]` table, kept with its positions so that the backend of its kind can
 //! parse it into its own config and still name the file and line of every mistake.
 
-use crate::policy::{Located, PolicyError, take_executor};
+use crate::located::{Located, PolicyError, line_of};
 use serde::de::DeserializeOwned;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use toml::Spanned;
-use toml::de::{DeTable, ValueDeserializer};
+use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 /// The `[executor]` table of one policy, without its `kind` (the envelope's).
 #[derive(Debug, Clone)]
@@ -80,16 +80,6 @@ impl ExecutorTable {
     }
 }
 
-/// The 1-based line of a byte offset.
-pub(crate) fn line_of(text: &str, offset: usize) -> usize {
-    let end = offset.min(text.len());
-    text.as_bytes()[..end]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
-        + 1
-}
-
 /// `a/b/../c` → `a/c`, without touching the filesystem, so paths read well in the audit.
 fn lexical(path: &Path) -> PathBuf {
     use std::path::Component;
@@ -106,6 +96,46 @@ fn lexical(path: &Path) -> PathBuf {
         }
     }
     out
+}
+
+/// A mistake in the policy text: where (when known), and what.
+type Mistake = (Option<std::ops::Range<usize>>, String);
+
+/// `[executor]` as written: its `kind`, and the rest of the table.
+type WrittenExecutor<'i> = (Spanned<String>, Spanned<DeValue<'i>>);
+
+/// Takes `[executor]` out of a parsed policy.
+pub(crate) fn take_executor<'i>(
+    doc: &mut Spanned<DeTable<'i>>,
+) -> Result<WrittenExecutor<'i>, Mistake> {
+    let executor = doc.get_mut().remove("executor").ok_or_else(|| {
+        (
+            None,
+            "a policy needs an [executor] table with its `kind` (wasm, docker, host)".into(),
+        )
+    })?;
+    let span = executor.span();
+    let mut value = executor.into_inner();
+    let DeValue::Table(table) = &mut value else {
+        return Err((Some(span), "`executor` must be a table: [executor]".into()));
+    };
+    let kind = table.remove("kind").ok_or_else(|| {
+        (
+            Some(span.clone()),
+            "[executor] needs `kind` (wasm, docker, host)".into(),
+        )
+    })?;
+    let kind_span = kind.span();
+    let DeValue::String(name) = kind.into_inner() else {
+        return Err((
+            Some(kind_span),
+            "`kind` must be a string, such as \"wasm\"".into(),
+        ));
+    };
+    Ok((
+        Spanned::new(kind_span, name.into_owned()),
+        Spanned::new(span, value),
+    ))
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! The command's own process, forked by `init`: confined step by step while still privileged
 //! in its namespaces, then executed. Every step that fails is reported and nothing runs.
 
-use crate::helper::{Failure, send, setup};
+use crate::failure::{Failure, send, setup};
 use crate::landlock::restrict;
-use crate::plan::{Plan, Protections, REPORT_FD, Report};
+use crate::plan::{CA_BUNDLE, Plan, Protections, REPORT_FD, Report};
 use nix::sys::prctl;
 use nix::sys::resource::{Resource, setrlimit};
 use nix::sys::signal::Signal;
@@ -79,7 +79,7 @@ pub(crate) fn command(
         nix::unistd::setresuid(uid, uid, uid).map_err(|e| setup(format!("setuid: {e}")))?;
     }
     if let Some(bundle) = &plan.call.ca_bundle {
-        crate::helper::write_bundle(bundle)?;
+        write_bundle(bundle)?;
     }
     protections.user = format!("{}:{}", Uid::current(), Gid::current());
     prctl::set_no_new_privs().map_err(|e| setup(format!("no-new-privileges: {e}")))?;
@@ -158,4 +158,19 @@ fn close_other_fds() {
             0 as nix::libc::c_uint,
         );
     }
+}
+
+/// The bundle the command trusts, read-only at [`CA_BUNDLE`]; written as the command's user
+/// (see the helper's `private_mounts`).
+fn write_bundle(bundle: &str) -> Result<(), Failure> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::path::Path::new(CA_BUNDLE);
+    let written = match path.parent() {
+        Some(folder) => std::fs::create_dir_all(folder),
+        None => Ok(()),
+    };
+    written
+        .and_then(|()| std::fs::write(path, bundle))
+        .and_then(|()| std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o444)))
+        .map_err(|e| setup(format!("writing {CA_BUNDLE}: {e}")))
 }

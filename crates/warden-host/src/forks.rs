@@ -313,11 +313,11 @@ fn fork_child(fds: &[OwnedFd], helper: fn() -> !) -> Result<OwnedFd, String> {
                 .iter()
                 .map(|fd| fd.as_fd().try_clone_to_owned())
                 .collect::<Result<_, _>>()
-                .unwrap_or_else(|_| std::process::exit(crate::helper::SETUP_FAILED));
+                .unwrap_or_else(|_| std::process::exit(crate::failure::SETUP_FAILED));
             for (target, fd) in high.iter().enumerate() {
                 // SAFETY: dup2 onto a number of this process's, which it then owns.
                 if unsafe { nix::libc::dup2(fd.as_raw_fd(), target as RawFd) } < 0 {
-                    std::process::exit(crate::helper::SETUP_FAILED);
+                    std::process::exit(crate::failure::SETUP_FAILED);
                 }
             }
             drop(high);
@@ -331,7 +331,7 @@ fn fork_child(fds: &[OwnedFd], helper: fn() -> !) -> Result<OwnedFd, String> {
             }
             // Never back into the server's loop, even should the helper panic.
             let _ = std::panic::catch_unwind(|| -> () { helper() });
-            std::process::exit(crate::helper::SETUP_FAILED)
+            std::process::exit(crate::failure::SETUP_FAILED)
         }
         Ok(ForkResult::Parent { child }) => {
             // SAFETY: pidfd_open of our own child, not yet reaped (only `reap` does, later).

@@ -4,7 +4,7 @@
 //! [`warden_net::Proxy`] from its own namespace, so the sandbox reaches the gate and, through
 //! it, the granted hosts: nothing else listens in its namespace and nothing routes out of it.
 
-use crate::helper::{Failure, setup};
+use crate::failure::{Failure, setup};
 use crate::plan::GATE_FD;
 use nix::libc;
 use nix::sys::socket::{

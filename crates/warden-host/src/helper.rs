@@ -13,7 +13,8 @@
 //! - the command ([`crate::exec`]): confined, then executed.
 
 use crate::exec::command;
-use crate::plan::{CA_BUNDLE, Call, Plan, Protections, REPORT_FD, Report, Sandbox, TRUST_MOUNT};
+use crate::failure::{Failure, SETUP_FAILED, fail, send, setup};
+use crate::plan::{Call, Plan, Protections, REPORT_FD, Report, Sandbox, TRUST_MOUNT};
 use nix::sched::CloneFlags;
 use nix::sys::prctl;
 use nix::sys::resource::{UsageWho, getrusage};
@@ -23,35 +24,6 @@ use nix::unistd::{ForkResult, Gid, Pid, Uid, fork};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
-
-/// Exit code of the helper when it could not start the command (the report says why).
-pub(crate) const SETUP_FAILED: i32 = 125;
-
-/// A setup step that failed: `unavailable` when this machine lacks the protection.
-pub(crate) struct Failure {
-    pub(crate) unavailable: bool,
-    pub(crate) message: String,
-}
-
-impl Failure {
-    pub(crate) fn setup(message: impl Into<String>) -> Self {
-        Self {
-            unavailable: false,
-            message: message.into(),
-        }
-    }
-
-    pub(crate) fn unavailable(message: impl Into<String>) -> Self {
-        Self {
-            unavailable: true,
-            message: message.into(),
-        }
-    }
-}
-
-pub(crate) fn setup(message: impl Into<String>) -> Failure {
-    Failure::setup(message)
-}
 
 /// Runs one helper, in a process of its own (a fork server's child). Never returns.
 pub(crate) fn main() -> ! {
@@ -92,13 +64,6 @@ fn read_frame<T: serde::de::DeserializeOwned>(mut from: &File) -> Result<(T, Vec
 
 /// The largest plan the helper reads.
 const MAX_PLAN: usize = 16 << 20;
-
-pub(crate) fn send(reports: &mut File, report: &Report) {
-    if let Ok(mut line) = serde_json::to_vec(report) {
-        line.push(b'\n');
-        let _ = reports.write_all(&line);
-    }
-}
 
 /// The call's frame, from warden: the call's deadline starts now, whenever the sandbox was
 /// prepared. Answers the call and its frame as read, for `init`.
@@ -276,16 +241,6 @@ fn run(sandbox: &Sandbox, stdin: &File, reports: &mut File) -> Result<i32, Failu
     Ok(wait_code(child))
 }
 
-fn fail(reports: &mut File, f: Failure) {
-    send(
-        reports,
-        &Report::Failed {
-            unavailable: f.unavailable,
-            message: f.message,
-        },
-    );
-}
-
 fn null_file() -> File {
     // The descriptor was handed on; a placeholder keeps `reports` valid to drop.
     File::open("/dev/null").unwrap_or_else(|_| std::process::exit(SETUP_FAILED))
@@ -341,21 +296,6 @@ fn private_mounts(sandbox: &Sandbox) -> Result<(), Failure> {
 /// Bytes of the tmpfs at [`TRUST_MOUNT`]: a bundle of this machine's roots and the sandbox's CA
 /// is a few hundred KiB.
 const TRUST_SIZE: u64 = 4 << 20;
-
-/// The bundle the command trusts, read-only at [`CA_BUNDLE`]; written as the command's user
-/// (see [`private_mounts`]).
-pub(crate) fn write_bundle(bundle: &str) -> Result<(), Failure> {
-    use std::os::unix::fs::PermissionsExt;
-    let path = std::path::Path::new(CA_BUNDLE);
-    let written = match path.parent() {
-        Some(folder) => std::fs::create_dir_all(folder),
-        None => Ok(()),
-    };
-    written
-        .and_then(|()| std::fs::write(path, bundle))
-        .and_then(|()| std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o444)))
-        .map_err(|e| setup(format!("writing {CA_BUNDLE}: {e}")))
-}
 
 /// Maps `uid` and `gid` into the user namespace of `child` as themselves: the command's user
 /// when warden is root, else warden's own (which then may not call setgroups). Only a process

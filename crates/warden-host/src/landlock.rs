@@ -2,7 +2,7 @@
 //! needs to start, the granted roots with their access, and nothing else. Every feature is a
 //! hard requirement: the crate's best effort would silently run with less.
 
-use crate::helper::Failure;
+use crate::failure::Failure;
 use crate::plan::{Plan, Protections, TRUST_MOUNT};
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, PathFd,

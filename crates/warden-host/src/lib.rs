@@ -14,6 +14,7 @@
 mod backend;
 mod config;
 mod exec;
+mod failure;
 mod forks;
 mod gate;
 mod helper;
@@ -24,6 +25,7 @@ mod sandboxes;
 mod seccomp;
 mod session;
 mod spawner;
+mod starter;
 mod tool;
 
 pub use backend::{DEFAULT_PREPARED, HostBackend};

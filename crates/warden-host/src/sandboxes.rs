@@ -10,9 +10,9 @@
 //! deadline, so it takes a parent-death signal (it dies with the fork server, which dies with
 //! warden); dropped with its tool, it is killed.
 
-use crate::forks::Forked;
+use crate::failure::{internal, unavailable};
+use crate::forks::{Forked, Forker};
 use crate::plan::{Call, Sandbox, frame};
-use crate::tool::{Starter, internal, unavailable};
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
@@ -33,7 +33,7 @@ pub(crate) struct Started {
 }
 
 /// A tool's sandboxes prepared ahead, each for one call.
-pub(crate) struct Prepared {
+struct Prepared {
     /// How many to keep ready; 0 starts every call's sandbox on the call's path.
     depth: usize,
     state: Mutex<Ready>,
@@ -47,7 +47,7 @@ struct Ready {
 }
 
 impl Prepared {
-    pub(crate) fn new(depth: usize) -> Self {
+    fn new(depth: usize) -> Self {
         Self {
             depth,
             state: Mutex::default(),
@@ -85,19 +85,37 @@ impl Prepared {
     }
 }
 
-impl Starter {
+/// What starts one tool's sandboxes: the sandbox part of its plans, the fork server, the
+/// sandboxes prepared ahead.
+pub(crate) struct Sandboxes {
+    forker: Arc<Forker>,
+    /// The sandbox part of every plan of this tool, made once at load.
+    sandbox: Sandbox,
+    prepared: Prepared,
+}
+
+impl Sandboxes {
+    /// Starts `sandbox`es through `forker`, keeping `prepared` of them ready ahead.
+    pub(crate) fn new(forker: Arc<Forker>, sandbox: Sandbox, prepared: usize) -> Self {
+        Self {
+            forker,
+            sandbox,
+            prepared: Prepared::new(prepared),
+        }
+    }
+
     /// A sandbox for one call: a prepared one when ready, else one started now; either way the
     /// tool's prepared sandboxes are made up again in the background.
-    pub(crate) async fn sandbox_for_call(self: &Arc<Self>) -> Result<Started, ToolError> {
+    pub(crate) async fn for_call(self: &Arc<Self>) -> Result<Started, ToolError> {
         let (taken, wanted) = self.prepared.take();
         for _ in 0..wanted {
-            let starter = self.clone();
+            let sandboxes = self.clone();
             tokio::spawn(async move {
-                let started = starter.start(true).await;
+                let started = sandboxes.start(true).await;
                 if let Err(e) = &started {
                     tracing::debug!("preparing a host sandbox: {}", e.message);
                 }
-                starter.prepared.ready(started.ok());
+                sandboxes.prepared.ready(started.ok());
             });
         }
         match taken {
@@ -107,7 +125,7 @@ impl Starter {
     }
 
     /// Forks a helper and hands it the sandbox part of the plan; its stdin stays open, for
-    /// the call part ([`Starter::send_call`]) and a session's commands. `ahead`: the helper
+    /// the call part ([`Started::send_call`]) and a session's commands. `ahead`: the helper
     /// may wait long for its call (prepared ahead, or a session's), so it dies with warden.
     pub(crate) async fn start(&self, ahead: bool) -> Result<Started, ToolError> {
         let sandbox = Sandbox {
@@ -160,13 +178,15 @@ impl Starter {
         let _ = started.stdin.write_all(&framed).await;
         Ok(started)
     }
+}
 
+impl Started {
     /// Hands a started sandbox its one call: the helper starts the call's deadline now.
-    pub(crate) async fn send_call(sandbox: &mut Started, call: &Call) -> Result<(), ToolError> {
+    pub(crate) async fn send_call(&mut self, call: &Call) -> Result<(), ToolError> {
         let framed = frame(call).map_err(internal)?;
         // A helper that died early shows up as a missing report.
-        let _ = sandbox.stdin.write_all(&framed).await;
-        let _ = sandbox.stdin.flush().await;
+        let _ = self.stdin.write_all(&framed).await;
+        let _ = self.stdin.flush().await;
         Ok(())
     }
 }

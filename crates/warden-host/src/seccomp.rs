@@ -23,7 +23,7 @@
 //! The filters go on the command's own process just before it executes: the helper and init,
 //! which create the namespaces the command runs in, are never under them.
 
-use crate::helper::Failure;
+use crate::failure::Failure;
 use crate::plan::Protections;
 use nix::libc;
 use seccompiler::{

@@ -12,10 +12,11 @@
 //! largest resident set (`ru_maxrss`) as one maximum over the whole session, which no reading
 //! can start anew.
 
+use crate::failure::{internal, unavailable};
 use crate::forks::Forked;
 use crate::plan::{Protections, Report};
 use crate::sandboxes::Started;
-use crate::tool::{Starter, internal, unavailable};
+use crate::starter::Starter;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use std::sync::Arc;
@@ -64,8 +65,8 @@ impl Launcher for HostShells {
         let plan =
             self.starter
                 .session_plan(self.shell.clone(), env.to_vec(), limits, &credentials)?;
-        let mut started = self.starter.start(true).await?;
-        Starter::send_call(&mut started, &plan).await?;
+        let mut started = self.starter.sandboxes.start(true).await?;
+        started.send_call(&plan).await?;
         let Started {
             helper,
             stdin: input,

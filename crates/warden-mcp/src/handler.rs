@@ -1,6 +1,7 @@
 //! The MCP methods: `tools/list` and `tools/call` over the toolbox in force.
 
 use crate::convert::Answered;
+use crate::session::{SESSION_ID_HEADER, Session};
 use crate::state::Shared;
 use rmcp::Peer;
 use rmcp::model::{
@@ -10,9 +11,9 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
-use warden_core::{Dispatcher, ErrorKind, ToolCall, ToolError};
+use warden_core::{ErrorKind, ToolCall, ToolError};
 
 const INSTRUCTIONS: &str = "Each tool runs in its own sandbox with only the files and \
     environment its policy grants. A failed call answers isError with the error's kind and a \
@@ -31,41 +32,6 @@ impl Handler {
         Self {
             shared,
             session: Arc::default(),
-        }
-    }
-}
-
-/// One MCP connection's session: its calls share per-session sandboxes (the Docker shell).
-/// It ends when the connection does (the last handler is dropped, or [`Session::close`]).
-#[derive(Default)]
-pub(crate) struct Session {
-    current: Mutex<Option<Dispatcher>>,
-}
-
-impl Session {
-    /// This connection's dispatcher over `base`'s toolbox. After a reload the toolbox is new:
-    /// the old session ends and a new one starts.
-    fn dispatcher(&self, base: &Dispatcher) -> Dispatcher {
-        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        match current.as_ref() {
-            Some(d) if Arc::ptr_eq(d.toolbox(), base.toolbox()) => d.clone(),
-            _ => {
-                let d = base.new_session();
-                *current = Some(d.clone());
-                d
-            }
-        }
-    }
-
-    /// Ends the session now, and waits until its sandboxes are gone.
-    pub(crate) async fn close(&self) {
-        let current = self
-            .current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(d) = current {
-            d.close().await;
         }
     }
 }
@@ -177,7 +143,7 @@ impl ServerHandler for Handler {
         let id = context
             .extensions
             .get::<http::request::Parts>()
-            .and_then(|head| head.headers.get(crate::http::SESSION_ID_HEADER))
+            .and_then(|head| head.headers.get(SESSION_ID_HEADER))
             .and_then(|id| id.to_str().ok());
         if let Some(id) = id {
             self.shared.add_session(id, &self.session);

@@ -18,6 +18,7 @@
 //! sandboxes are gone when the answer, 200, is sent.
 
 use crate::handler::Handler;
+use crate::session::SESSION_ID_HEADER;
 use crate::state::Server;
 use crate::{Error, watch};
 use bytes::Bytes;
@@ -45,8 +46,6 @@ use tokio_util::sync::CancellationToken;
 pub(crate) const MIN_TOKEN_LEN: usize = 16;
 /// Where the MCP endpoint lives.
 const PATH: &str = "/mcp";
-/// The header naming a client's session.
-pub(crate) const SESSION_ID_HEADER: &str = "mcp-session-id";
 
 /// How to listen.
 #[derive(Debug, Clone)]

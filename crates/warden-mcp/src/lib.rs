@@ -12,6 +12,7 @@ mod convert;
 mod handler;
 mod http;
 mod review;
+mod session;
 mod state;
 mod stdio;
 mod watch;

@@ -2,8 +2,8 @@
 //! when it changes.
 
 use crate::convert;
-use crate::handler::Session;
 use crate::review::ElicitationReviewer;
+use crate::session::Session;
 use rmcp::{Peer, RoleServer};
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -13,6 +13,7 @@ mod net;
 mod roots;
 mod sandbox;
 pub mod schema;
+mod shared;
 mod spare;
 mod tool;
 pub mod value;

@@ -12,7 +12,7 @@
 //! sandboxes wait in the process at once, since each holds a slot of the engine's pool.
 
 use crate::sandbox::Sandbox;
-use crate::tool::Shared;
+use crate::shared::Shared;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
