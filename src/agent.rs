@@ -100,7 +100,7 @@ pub(crate) fn agent(ctx: &Warden, args: AgentArgs) -> Result<ExitCode> {
                 ..RetryPolicy::default()
             },
         },
-        limits: limits.clone(),
+        limits,
         review,
     };
     // No run limits here: the run holds its dispatcher to `limits`, counting the calls an

@@ -71,7 +71,9 @@ impl Reviewer for TerminalReviewer {
         let (call, spec) = (call.clone(), spec.clone());
         Box::pin(async move {
             let asked = tokio::task::spawn_blocking(move || {
-                let _one_at_a_time = lock.lock().unwrap_or_else(|p| p.into_inner());
+                let _one_at_a_time = lock
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 ask(&call, &spec)
             });
             asked.await.unwrap_or(Decision::Reject {

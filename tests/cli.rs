@@ -721,7 +721,7 @@ fn audit_usage_names_hosts_no_call_reached() {
     call("a.test");
     let policy = policy.canonicalize().unwrap();
     let file = path_str(&policy).to_owned();
-    assert_eq!(unused(), vec![(file.clone(), 7, format!("b.test:{port}"))]);
+    assert_eq!(unused(), vec![(file, 7, format!("b.test:{port}"))]);
     let text = env.ok(&["audit", "--usage"]);
     assert!(
         text.contains(&format!("netprobe.toml:7  net b.test:{port}")),

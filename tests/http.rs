@@ -271,7 +271,9 @@ impl Flood {
     /// How long each slow connection lasted, `None` for one still open after `within`.
     fn slow_lasted(self, within: Duration) -> Vec<Option<Duration>> {
         let deadline = Instant::now() + within;
-        while Instant::now() < deadline && !self.slow.iter().all(|t| t.is_finished()) {
+        while Instant::now() < deadline
+            && !self.slow.iter().all(std::thread::JoinHandle::is_finished)
+        {
             std::thread::sleep(Duration::from_millis(50));
         }
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);

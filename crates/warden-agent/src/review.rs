@@ -132,19 +132,33 @@ impl Ledger {
     }
 
     pub(crate) fn take_pending(&self) -> Vec<String> {
-        let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let mut p = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         p.drain().collect()
     }
 
     pub(crate) fn take_answered(&self) -> HashMap<String, ToolMessage> {
-        std::mem::take(&mut *self.answered.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(
+            &mut *self
+                .answered
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// True when some of `ids` are held for a decision and all the others are answered:
     /// nothing more will happen until a person decides.
     pub(crate) fn only_held_left(&self, ids: &[String]) -> bool {
-        let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        let answered = self.answered.lock().unwrap_or_else(|p| p.into_inner());
+        let pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let answered = self
+            .answered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         !pending.is_empty()
             && ids
                 .iter()
@@ -174,7 +188,7 @@ impl CallObserver for Ledger {
         });
         self.answered
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(message.tool_call_id.clone(), message.clone());
         self.changed.notify_one();
     }
@@ -193,7 +207,7 @@ impl ReviewGate {
         let earlier = self
             .earlier
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(&call.id);
         if let Some(d) = earlier {
             self.write(call, &d, "transcript");
@@ -212,7 +226,7 @@ impl ReviewGate {
                     self.ledger
                         .pending
                         .lock()
-                        .unwrap_or_else(|p| p.into_inner())
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
                         .insert(call.id.clone());
                     self.ledger.changed.notify_one();
                     // The call waits, unanswered and unlogged, until the run drops the batch

@@ -152,7 +152,7 @@ impl Run {
                         .toolbox()
                         .names()
                         .iter()
-                        .map(|n| n.to_string())
+                        .map(std::string::ToString::to_string)
                         .collect(),
                     limits: exec.limits.clone(),
                     warden: env!("CARGO_PKG_VERSION").into(),

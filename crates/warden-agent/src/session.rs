@@ -104,10 +104,14 @@ impl Session {
         let succeeded: Mutex<Option<Attempt>> = Mutex::new(None);
         let transcript = self.transcript.clone();
         let on_attempt = |a: &Attempt| {
-            *made.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+            *made
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) += 1;
             if a.error.is_none() {
                 // Written with the reply's usage below.
-                *succeeded.lock().unwrap_or_else(|p| p.into_inner()) = Some(a.clone());
+                *succeeded
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(a.clone());
                 return;
             }
             transcript.record(Event::ModelCall {
@@ -125,13 +129,19 @@ impl Session {
             .client
             .complete(&self.messages, &self.tools, attempts, &on_attempt);
         let result = tokio::time::timeout(time_left, asked).await;
-        self.model_calls += *made.lock().unwrap_or_else(|p| p.into_inner());
+        self.model_calls += *made
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut turn = match result {
             Err(_) => return Ok(Err(self.out_of_time())),
             Ok(Ok(turn)) => turn,
             Ok(Err(e)) => return Ok(Err(self.model_failure(e))),
         };
-        if let Some(a) = succeeded.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(a) = succeeded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
             self.transcript.write(Event::ModelCall {
                 step,
                 attempt: a.number,

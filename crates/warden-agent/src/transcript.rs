@@ -194,7 +194,10 @@ impl Transcript {
         })?;
         text.push('\n');
         {
-            let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+            let mut file = self
+                .file
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let Some(file) = file.as_mut() else {
                 // A call stopped with its batch may still report; the run is over.
                 tracing::debug!("transcript closed; dropping a late event");
@@ -213,7 +216,10 @@ impl Transcript {
     /// Closes the file and releases the lock, so the run can be resumed at once, even while
     /// stopped calls still hold this transcript.
     pub fn close(&self) {
-        self.file.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.file
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
     }
 
     /// Appends an event where a failure cannot be returned: it is logged.

@@ -262,7 +262,12 @@ mod tests {
     use super::*;
 
     fn t(argv: &[&str]) -> Result<Template, String> {
-        Template::parse(&argv.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        Template::parse(
+            &argv
+                .iter()
+                .map(std::string::ToString::to_string)
+                .collect::<Vec<_>>(),
+        )
     }
 
     #[test]

@@ -232,7 +232,10 @@ impl CallLog {
     /// the first call record of the policy in the new file brings it along).
     pub fn describe_policy(&self, facts: &PolicyFacts, secrets: &Secrets) {
         let new = {
-            let mut described = self.described.lock().unwrap_or_else(|p| p.into_inner());
+            let mut described = self
+                .described
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             // Every call asks: only the first of a policy pays for its digest's copy.
             !described.contains(&facts.policy_digest)
                 && described.insert(facts.policy_digest.clone())
@@ -267,14 +270,18 @@ impl CallLog {
         };
         self.file
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .append_line(Line { text, kind });
     }
 
     /// Waits until a record being written on another thread is in the file (each
     /// [`CallLog::write`] has written its own when it returns).
     pub fn flush(&self) {
-        drop(self.file.lock().unwrap_or_else(|p| p.into_inner()));
+        drop(
+            self.file
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
     }
 }
 

@@ -94,8 +94,8 @@ impl Checked<'_> {
                 .as_ref()
                 .filter(|e| !e.get_ref().is_empty())
                 .map(Spanned::span)
-                .or_else(|| env_from_host.first().map(|n| n.span()))
-                .or_else(|| secret_env.first().map(|n| n.span()));
+                .or_else(|| env_from_host.first().map(toml::Spanned::span))
+                .or_else(|| secret_env.first().map(toml::Spanned::span));
             if let Some(span) = first {
                 return Err(self.refuse(span, "an env grant", why));
             }

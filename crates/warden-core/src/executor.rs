@@ -85,12 +85,20 @@ impl Meter {
 
     /// Updates the figures.
     pub fn record(&self, update: impl FnOnce(&mut Usage)) {
-        update(&mut self.usage.lock().unwrap_or_else(|p| p.into_inner()));
+        update(
+            &mut self
+                .usage
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
     }
 
     /// The figures so far.
     pub fn get(&self) -> Usage {
-        *self.usage.lock().unwrap_or_else(|p| p.into_inner())
+        *self
+            .usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A destination the sandbox let the call reach. Kept once however often it is reached
@@ -101,7 +109,10 @@ impl Meter {
 
     /// Destinations reached elsewhere (through a gate), and the count of every reach.
     pub fn reach_all(&self, reached: impl IntoIterator<Item = Reached>, count: u64) {
-        let mut list = self.reached.lock().unwrap_or_else(|p| p.into_inner());
+        let mut list = self
+            .reached
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for reach in reached {
             list.keep_distinct(&reach);
         }
@@ -110,21 +121,30 @@ impl Meter {
 
     /// The destinations reached so far, and the count of every reach.
     pub fn reached(&self) -> (Vec<Reached>, u64) {
-        let list = self.reached.lock().unwrap_or_else(|p| p.into_inner());
+        let list = self
+            .reached
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         (list.kept.clone(), list.total)
     }
 
     /// A granted filesystem root the call used, named by the path the tool sees it at: kept
     /// once (the first [`Denials::KEPT`] distinct ones), every use counted.
     pub fn open_root(&self, root: &str) {
-        let mut list = self.roots.lock().unwrap_or_else(|p| p.into_inner());
+        let mut list = self
+            .roots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         list.keep_distinct(root);
         list.total += 1;
     }
 
     /// The roots opened so far, and the count of every use.
     pub fn roots_opened(&self) -> (Vec<String>, u64) {
-        let list = self.roots.lock().unwrap_or_else(|p| p.into_inner());
+        let list = self
+            .roots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         (list.kept.clone(), list.total)
     }
 }
@@ -200,13 +220,16 @@ impl Denials {
         tracing::info!(destination = %denial.destination, "denied: {}", denial.reason);
         self.0
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(denial);
     }
 
     /// The refusals kept so far and the count of all of them.
     pub fn snapshot(&self) -> (Vec<Denial>, u64) {
-        let list = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let list = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         (list.kept.clone(), list.total)
     }
 }

@@ -219,7 +219,7 @@ impl GrantsSpec {
             });
         }
         let mut net = NetGrants {
-            dns: self.dns.is_some_and(|d| d.into_inner()),
+            dns: self.dns.is_some_and(toml::Spanned::into_inner),
             ..NetGrants::default()
         };
         for text in self.net {

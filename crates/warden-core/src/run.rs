@@ -119,7 +119,10 @@ impl RunCounter {
 
     /// Adds one answered call.
     pub(crate) fn spend(&self, failed: bool, used: &crate::Usage) {
-        let mut s = self.spent.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self
+            .spent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         s.cpu_ms += used.cpu_ms.unwrap_or(0.0);
         let cpu_ms = s.cpu_ms.round() as u64;
         let u = &mut s.usage;
@@ -135,14 +138,17 @@ impl RunCounter {
     pub(crate) fn spent(&self) -> RunUsage {
         self.spent
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .usage
             .clone()
     }
 
     /// Counts one call of `tool`; a call over a limit is not counted and must not run.
     pub(crate) fn count(&self, tool: &str) -> Result<(), ToolError> {
-        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut c = self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(limit) = self.limits.max_calls
             && c.total >= limit
         {
@@ -162,7 +168,10 @@ impl RunCounter {
     /// Counts calls that ran before this counter existed (an earlier process of the run),
     /// whatever the limits say now: they ran.
     pub(crate) fn seed<'a>(&self, tools: impl IntoIterator<Item = &'a str>) {
-        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut c = self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for tool in tools {
             c.add(tool);
         }
@@ -170,7 +179,10 @@ impl RunCounter {
 
     /// The calls counted so far.
     pub(crate) fn total(&self) -> u32 {
-        self.counts.lock().unwrap_or_else(|p| p.into_inner()).total
+        self.counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .total
     }
 }
 
@@ -238,7 +250,7 @@ mod tests {
         let other = ToolError::new(ErrorKind::LimitExceeded, "the budget ran out")
             .with_detail("budget", true);
         assert_eq!(RunLimitHit::of(&other), None);
-        let mut wrong_kind = e.clone();
+        let mut wrong_kind = e;
         wrong_kind.kind = ErrorKind::Timeout;
         assert_eq!(RunLimitHit::of(&wrong_kind), None);
     }

@@ -170,7 +170,7 @@ fn main() {
                 .next()
                 .and_then(|v| v.parse::<f64>().ok()))
             .unwrap_or(0.0),
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        std::thread::available_parallelism().map_or(0, std::num::NonZero::get)
     );
     let starts = rt.block_on(session_starts(dir.path()));
     println!(

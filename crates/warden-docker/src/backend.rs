@@ -68,7 +68,10 @@ impl DockerBackend {
         if self.engine.address() == Ok(&named.value) {
             return Ok(self.engine.clone());
         }
-        let mut others = self.others.lock().unwrap_or_else(|p| p.into_inner());
+        let mut others = self
+            .others
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         Ok(others
             .entry(named.value.clone())
             .or_insert_with(|| Arc::new(self.engine.sibling(named.value.clone())))

@@ -220,7 +220,7 @@ impl Drop for Container {
                             rt.block_on(remove(&docker, &id));
                         }
                     })
-                    .map(|t| t.join());
+                    .map(std::thread::JoinHandle::join);
             }
         }
     }

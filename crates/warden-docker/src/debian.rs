@@ -745,8 +745,8 @@ mod tests {
         // The tag follows the recipe.
         let digest = recipe.digest();
         assert_eq!(digest.len(), 12);
-        assert_eq!(digest, recipe.clone().digest());
-        let mut other = recipe.clone();
+        assert_eq!(digest, recipe.digest());
+        let mut other = recipe;
         other.packages.push("jq".into());
         assert_ne!(digest, other.digest());
 

@@ -183,7 +183,10 @@ impl Engine {
         if let Err(e) = self.lease.reap(&docker).await {
             tracing::warn!("cannot remove containers left by earlier warden processes: {e}");
         }
-        *self.keeper.lock().unwrap_or_else(|p| p.into_inner()) =
+        *self
+            .keeper
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
             Some(self.lease.clone().keep(docker.clone()));
         *slot = Some(docker.clone());
         Ok(docker)
@@ -207,7 +210,7 @@ impl Engine {
             Ok(_) => {
                 self.images
                     .lock()
-                    .unwrap_or_else(|p| p.into_inner())
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .insert(image.to_owned());
                 Ok(())
             }
@@ -221,7 +224,7 @@ impl Engine {
     fn known_image(&self, image: &str) -> bool {
         self.images
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .contains(image)
     }
 
@@ -229,7 +232,7 @@ impl Engine {
     pub(crate) fn forget_image(&self, image: &str) {
         self.images
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(image);
     }
 
@@ -238,7 +241,7 @@ impl Engine {
         let address = self
             .address
             .as_ref()
-            .map_or_else(|e| e.clone(), ToString::to_string);
+            .map_or_else(std::clone::Clone::clone, ToString::to_string);
         let why = match e {
             BollardError::SocketNotFoundError(_) => "there is no socket there".to_owned(),
             other => chain(other),

@@ -136,7 +136,11 @@ impl Lease {
     }
 
     fn engine_now(&self) -> i64 {
-        local_now() + *self.offset.lock().unwrap_or_else(|p| p.into_inner())
+        local_now()
+            + *self
+                .offset
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Reads the engine's clock.
@@ -144,7 +148,10 @@ impl Lease {
         let info = docker.info().await?;
         match info.system_time.as_deref().and_then(unix_seconds) {
             Some(engine) => {
-                *self.offset.lock().unwrap_or_else(|p| p.into_inner()) = engine - local_now()
+                *self
+                    .offset
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = engine - local_now()
             }
             None => tracing::warn!(
                 time = ?info.system_time,
@@ -275,7 +282,7 @@ impl Lease {
                     });
                 }
             })
-            .map(|t| t.join());
+            .map(std::thread::JoinHandle::join);
     }
 }
 

@@ -277,7 +277,7 @@ mod tests {
         for name in ["socket", "socketpair", "socketcall", "io_uring_setup"] {
             let unconditional = rules.iter().any(|r| {
                 r["action"] == "SCMP_ACT_ALLOW"
-                    && r["args"].as_array().is_none_or(|a| a.is_empty())
+                    && r["args"].as_array().is_none_or(std::vec::Vec::is_empty)
                     && r["names"].as_array().unwrap().iter().any(|n| n == name)
             });
             assert!(!unconditional, "{name}");

@@ -60,7 +60,7 @@ async fn mounts_of(h: &Harness, id: &str) -> (Vec<(String, String, String)>, Vec
         .into_iter()
         .map(|m| {
             (
-                m.typ.map(|t| t.to_string()).unwrap_or_default(),
+                m.typ.unwrap_or_default(),
                 m.source.unwrap_or_default(),
                 m.destination.unwrap_or_default(),
             )

@@ -303,6 +303,6 @@ fn main() {
             .ok()
             .and_then(|l| l.split_whitespace().next().map(str::to_owned))
             .unwrap_or_default(),
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        std::thread::available_parallelism().map_or(0, std::num::NonZero::get)
     );
 }

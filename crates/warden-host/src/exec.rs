@@ -86,7 +86,7 @@ pub(crate) fn command(
     restrict(ruleset, &mut protections)?;
     crate::seccomp::apply(plan.sandbox.best_effort, &mut protections)?;
     protections.rlimits = true;
-    let argv = cstrings(plan.call.argv.iter().map(|a| a.as_bytes()))?;
+    let argv = cstrings(plan.call.argv.iter().map(std::string::String::as_bytes))?;
     let env = cstrings(
         plan.call
             .env

@@ -59,7 +59,10 @@ impl Forker {
     /// Forks a helper that gets `fds` (see [`MAX_FDS`] for their order). A server that died
     /// is started again once; the error says why no helper was forked.
     pub(crate) fn fork(&self, fds: &[&OwnedFd]) -> io::Result<Forked> {
-        let mut server = self.server.lock().unwrap_or_else(|p| p.into_inner());
+        let mut server = self
+            .server
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut last = None;
         for _ in 0..2 {
             let running = match server.take() {
@@ -324,7 +327,7 @@ fn fork_child(fds: &[OwnedFd], helper: fn() -> !) -> Result<OwnedFd, String> {
             // What was received and not overwritten: the helper holds its copies, numbered.
             for fd in fds
                 .iter()
-                .map(|fd| fd.as_raw_fd())
+                .map(std::os::fd::AsRawFd::as_raw_fd)
                 .filter(|&n| n >= fds.len() as RawFd)
             {
                 let _ = nix::unistd::close(fd);

@@ -55,7 +55,9 @@ impl Prepared {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Ready> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A prepared sandbox whose helper still runs, if one is ready, and how many to start in

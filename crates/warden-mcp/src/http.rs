@@ -266,7 +266,9 @@ impl Unauthenticated {
     }
 
     fn by_age(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, CancellationToken>> {
-        self.by_age.lock().unwrap_or_else(|p| p.into_inner())
+        self.by_age
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -283,7 +285,10 @@ struct Ticket {
 impl Ticket {
     /// The connection made a request that passed the guard: it no longer counts.
     fn authenticated(&self) {
-        let mut permit = self.permit.lock().unwrap_or_else(|p| p.into_inner());
+        let mut permit = self
+            .permit
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if permit.take().is_some() {
             self.waiting.by_age().remove(&self.id);
         }

@@ -31,7 +31,9 @@ impl Drop for Registration {
 
 impl ElicitationReviewer {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Peer<RoleServer>>> {
-        self.asking.lock().unwrap_or_else(|p| p.into_inner())
+        self.asking
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Routes the review of call `id` to `peer` until the registration is dropped.

@@ -18,7 +18,10 @@ impl Session {
     /// This connection's dispatcher over `base`'s toolbox. After a reload the toolbox is new:
     /// the old session ends and a new one starts.
     pub(crate) fn dispatcher(&self, base: &Dispatcher) -> Dispatcher {
-        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        let mut current = self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         match current.as_ref() {
             Some(d) if Arc::ptr_eq(d.toolbox(), base.toolbox()) => d.clone(),
             _ => {
@@ -34,7 +37,7 @@ impl Session {
         let current = self
             .current
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
         if let Some(d) = current {
             d.close().await;

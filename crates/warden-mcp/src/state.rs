@@ -104,7 +104,7 @@ impl Shared {
     pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
         self.current
             .read()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 
@@ -120,21 +120,30 @@ impl Shared {
 
     /// Remembers a client to tell when the tool list changes.
     pub(crate) fn add_peer(&self, peer: Peer<RoleServer>) {
-        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut peers = self
+            .peers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         peers.retain(|p| !p.is_transport_closed());
         peers.push(peer);
     }
 
     /// Remembers the session an HTTP client's `Mcp-Session-Id` names.
     pub(crate) fn add_session(&self, id: &str, session: &Arc<Session>) {
-        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sessions = self
+            .sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         sessions.retain(|_, s| s.strong_count() > 0);
         sessions.insert(id.to_owned(), Arc::downgrade(session));
     }
 
     /// Forgets the session `id` names, and hands it over if it still runs.
     pub(crate) fn take_session(&self, id: &str) -> Option<Arc<Session>> {
-        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sessions = self
+            .sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         sessions.remove(id).and_then(|s| s.upgrade())
     }
 
@@ -158,7 +167,10 @@ impl Shared {
         };
         let next = Arc::new(snapshot(toolbox, &self.options, &self.reviewer));
         let changed = {
-            let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
+            let mut current = self
+                .current
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let changed = current.tools != next.tools;
             *current = next;
             changed
@@ -171,7 +183,10 @@ impl Shared {
 
     async fn notify_list_changed(&self) {
         let peers: Vec<Peer<RoleServer>> = {
-            let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+            let mut peers = self
+                .peers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             peers.retain(|p| !p.is_transport_closed());
             peers.clone()
         };

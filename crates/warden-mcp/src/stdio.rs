@@ -173,7 +173,9 @@ impl Direct {
     }
 
     fn running(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, CancellationToken>> {
-        self.running.lock().unwrap_or_else(|p| p.into_inner())
+        self.running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Runs `call`, which writes the answer to `out` (none when the call is cancelled, as

@@ -69,7 +69,10 @@ impl SessionCa {
 
     /// The TLS server side for `host` (a name, or an IP literal, brackets allowed).
     pub(crate) fn acceptor(&self, host: &str) -> Result<TlsAcceptor, String> {
-        let mut acceptors = self.acceptors.lock().unwrap_or_else(|p| p.into_inner());
+        let mut acceptors = self
+            .acceptors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(a) = acceptors.get(host) {
             return Ok(a.clone());
         }

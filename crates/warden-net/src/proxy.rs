@@ -177,7 +177,9 @@ impl Drop for Proxy {
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Active>> {
-        self.active.lock().unwrap_or_else(|p| p.into_inner())
+        self.active
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

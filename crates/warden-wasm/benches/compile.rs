@@ -78,7 +78,7 @@ fn check_engine(engine: &Engine, dir: &Path) {
     let cache = dir.join("check-cache");
     let artifacts = Artifacts {
         store: dir.join("check-store"),
-        cache: cache.clone(),
+        cache,
     };
     let path = wasm("trivial");
     let sha = sha256_file(&path).expect("hash");

@@ -105,9 +105,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 func.call_async(&mut store, &[operand("a"), operand("b")], &mut results)
                     .await
             })?;
-            let n = match results[0] {
-                Val::S32(n) => n,
-                _ => return Err("add answered something else".into()),
+            let Val::S32(n) = results[0] else {
+                return Err("add answered something else".into());
             };
             let mut record = serde_json::to_vec(&json!({"tool": "add", "status": "success"}))?;
             record.push(b'\n');

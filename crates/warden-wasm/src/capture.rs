@@ -29,7 +29,9 @@ impl CappedPipe {
 
     fn lock(&self) -> MutexGuard<'_, Capped> {
         // A poisoned buffer still holds valid bytes: keep using it.
-        self.buf.lock().unwrap_or_else(|p| p.into_inner())
+        self.buf
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn push(&self, bytes: &[u8]) {

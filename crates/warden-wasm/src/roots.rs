@@ -288,7 +288,7 @@ mod tests {
         let decided: BTreeSet<String> = OBSERVED
             .iter()
             .chain(&PLAIN)
-            .map(|s| s.to_string())
+            .map(std::string::ToString::to_string)
             .collect();
         assert_eq!(seen, decided);
     }

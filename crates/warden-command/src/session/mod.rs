@@ -511,14 +511,20 @@ impl<L: Launcher> Sessions<L> {
     }
 
     fn slot(&self, id: SessionId) -> Slot<L::Sandbox> {
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slots = self
+            .slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         slots.entry(id).or_default().clone()
     }
 
     /// Ends session `id`: its shell and sandbox are gone when this returns.
     pub async fn end(&self, id: SessionId) {
         let slot = {
-            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            let mut slots = self
+                .slots
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             slots.remove(&id)
         };
         if let Some(slot) = slot

@@ -273,7 +273,10 @@ fn read_copy(
             }
             // A hard link made inside: the file it links to, once more.
             tar::EntryType::Link => {
-                let target = entry.link_name().map_err(bad)?.map(|t| t.into_owned());
+                let target = entry
+                    .link_name()
+                    .map_err(bad)?
+                    .map(std::borrow::Cow::into_owned);
                 let target: Option<PathBuf> = target.map(|t| t.components().skip(1).collect());
                 match target.and_then(|t| found.get(&t)) {
                     Some(Found::File(bytes, mode)) => {
@@ -284,7 +287,10 @@ fn read_copy(
                 }
             }
             tar::EntryType::Symlink => {
-                let target = entry.link_name().map_err(bad)?.map(|t| t.into_owned());
+                let target = entry
+                    .link_name()
+                    .map_err(bad)?
+                    .map(std::borrow::Cow::into_owned);
                 match target {
                     Some(t) if stays_inside(&rel, &t) => {
                         found.insert(rel, Found::Link(t));

@@ -59,7 +59,9 @@ impl SecondEngine {
     /// it cannot run here outside CI (under `CI=true` a missing capability fails).
     pub(crate) fn get() -> Option<Arc<SecondEngine>> {
         static SHARED: Mutex<Weak<SecondEngine>> = Mutex::new(Weak::new());
-        let mut shared = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+        let mut shared = SHARED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(engine) = shared.upgrade() {
             return Some(engine);
         }
@@ -183,7 +185,10 @@ impl SecondEngine {
 
     /// The pid of its dockerd.
     pub(crate) fn pid(&self) -> u32 {
-        self.dockerd.lock().unwrap_or_else(|p| p.into_inner()).id()
+        self.dockerd
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .id()
     }
 
     pub(crate) fn certs(&self) -> Certs {
@@ -199,7 +204,10 @@ impl SecondEngine {
 
 impl Drop for SecondEngine {
     fn drop(&mut self) {
-        let mut child = self.dockerd.lock().unwrap_or_else(|p| p.into_inner());
+        let mut child = self
+            .dockerd
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // SIGTERM: dockerd stops its containers and its containerd, then exits.
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(child.id() as i32),
