@@ -41,6 +41,7 @@ use common::{root, wasm};
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -131,10 +132,9 @@ fn blocks(file: &str, text: &str) -> Vec<Block> {
                 if trimmed.starts_with(&fence) && trimmed.trim() == fence {
                     out.push(block);
                 } else {
-                    let line = if raw.len() >= indent_of && raw[..indent_of].trim().is_empty() {
-                        &raw[indent_of..]
-                    } else {
-                        trimmed
+                    let line = match (raw.get(..indent_of), raw.get(indent_of..)) {
+                        (Some(prefix), Some(rest)) if prefix.trim().is_empty() => rest,
+                        _ => trimmed,
                     };
                     block.lines.push((n, line.to_string()));
                     open = Some((block, indent_of, fence));
@@ -404,12 +404,13 @@ impl Workspace {
                 return Err(format!("package `{package}` has no {kind} target `{name}`"));
             }
         }
-        if command == "run" && package == self.root_package {
-            if let Some(sub) = passed.first() {
-                let out = warden.run(&[sub.clone(), "--help".into()])?;
-                if !out.status.success() {
-                    return Err(format!("`warden {sub}` is no subcommand of warden"));
-                }
+        if command == "run"
+            && package == self.root_package
+            && let Some(sub) = passed.first()
+        {
+            let out = warden.run(&[sub.clone(), "--help".into()])?;
+            if !out.status.success() {
+                return Err(format!("`warden {sub}` is no subcommand of warden"));
             }
         }
         Ok(())
@@ -461,13 +462,27 @@ impl Scratch {
     }
 }
 
-/// Runs a command to its end, or kills it at [`LINE_DEADLINE`].
+/// Runs a command to its end, or kills it at [`LINE_DEADLINE`]. Its output is read as it
+/// comes, so a long one cannot fill the pipe and stall it.
 fn finish(mut command: Command) -> Result<Output, String> {
     let mut child = command.spawn().map_err(|e| format!("cannot start: {e}"))?;
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            pipe.read_to_end(&mut bytes).ok();
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
     let started = Instant::now();
     loop {
-        if child.try_wait().unwrap().is_some() {
-            return Ok(child.wait_with_output().unwrap());
+        if let Some(status) = child.try_wait().unwrap() {
+            return Ok(Output {
+                status,
+                stdout: stdout.join().unwrap(),
+                stderr: stderr.join().unwrap(),
+            });
         }
         if started.elapsed() > LINE_DEADLINE {
             child.kill().ok();
@@ -564,7 +579,8 @@ fn check_policy(block: &Block, root: &Path, scratch: &Scratch, tally: &mut Tally
     }
 }
 
-/// Whether a `warden call` of a host tool was refused because this machine cannot confine it.
+/// Whether a `warden call` was refused because this machine cannot confine a host process:
+/// `unavailable`, saying what was (not) in force.
 fn host_unavailable(args: &[String], out: &Output) -> bool {
     if args.first().map(String::as_str) != Some("call") {
         return false;
@@ -572,12 +588,12 @@ fn host_unavailable(args: &[String], out: &Output) -> bool {
     let Ok(message) = serde_json::from_slice::<Value>(&out.stdout) else {
         return false;
     };
-    message["error"]["kind"] == "unavailable"
-        && message["error"]["details"].get("isolation").is_some()
-        || message["error"]["kind"] == "unavailable"
-            && message["error"]["message"]
+    let error = &message["error"];
+    error["kind"] == "unavailable"
+        && (error["details"].get("isolation").is_some()
+            || error["message"]
                 .as_str()
-                .is_some_and(|m| m.contains("Landlock") || m.contains("namespace"))
+                .is_some_and(|m| m.contains("Landlock") || m.contains("namespace")))
 }
 
 fn check_shell(block: &Block, root: &Path, ws: &Workspace, scratch: &Scratch, tally: &mut Tally) {
@@ -780,4 +796,94 @@ fn a_block_knows_its_marker_and_its_lines() {
     assert_eq!(lines.len(), 2, "{:?}", lines);
     assert_eq!(lines[0].0, 4);
     assert_eq!(tokens(&lines[0].1).unwrap().len(), 4);
+}
+
+/// The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors of a page's headings, outside fenced blocks.
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced && line.starts_with('#') {
+            out.insert(anchor(line.trim_start_matches('#')));
+        }
+    }
+    out
+}
+
+/// Every relative link of README.md, docs/*.md and the crates' READMEs names a file that
+/// exists and, for a page, a heading it has.
+#[test]
+fn the_docs_links_resolve() {
+    let root = root();
+    let mut files: Vec<String> = pages(&root).into_iter().map(|(n, _)| n).collect();
+    for entry in std::fs::read_dir(root.join("crates")).unwrap() {
+        let readme = entry.unwrap().path().join("README.md");
+        if readme.is_file() {
+            files.push(readme.strip_prefix(&root).unwrap().display().to_string());
+        }
+    }
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        let dir = root.join(file).parent().unwrap().to_path_buf();
+        let mut fenced = false;
+        for (i, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("```") {
+                fenced = !fenced;
+                continue;
+            }
+            if fenced {
+                continue;
+            }
+            let mut rest = line;
+            while let Some(at) = rest.find("](") {
+                rest = &rest[at + 2..];
+                let Some(end) = rest.find(')') else { break };
+                let target = &rest[..end];
+                rest = &rest[end..];
+                if target.contains("://") {
+                    continue;
+                }
+                checked += 1;
+                let (path, fragment) = target.split_once('#').unwrap_or((target, ""));
+                let page = if path.is_empty() {
+                    root.join(file)
+                } else {
+                    dir.join(path)
+                };
+                if !page.exists() {
+                    failures.push(format!("{file}:{}: no such file: {target}", i + 1));
+                    continue;
+                }
+                if !fragment.is_empty() {
+                    let text = std::fs::read_to_string(&page).unwrap_or_default();
+                    if !anchors(&text).contains(fragment) {
+                        failures.push(format!(
+                            "{file}:{}: no heading #{fragment} in {path}",
+                            i + 1
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    println!("docs links: {checked} relative links checked");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
