@@ -571,12 +571,36 @@ fn check_policy(block: &Block, root: &Path, scratch: &Scratch, tally: &mut Tally
         Ok(out) => tally.failures.push(format!(
             "{}: the policy does not load (warden tools): {}",
             block.at(block.line),
-            shown(&out).replace("sample.toml", &format!("the block at line {}", block.line))
+            located(&shown(&out), toolbox.path(), block)
         )),
         Err(e) => tally
             .failures
             .push(format!("{}: warden tools: {e}", block.at(block.line))),
     }
+}
+
+/// warden's message about the scratch copy of a sample, with its places put back: the file's
+/// `sample.toml:N` becomes the page's line, the scratch folder a name.
+fn located(message: &str, toolbox: &Path, block: &Block) -> String {
+    let file = format!("{}/sample.toml:", toolbox.display());
+    let mut out = String::new();
+    let mut rest = message;
+    while let Some(at) = rest.find(&file) {
+        out.push_str(&rest[..at]);
+        rest = &rest[at + file.len()..];
+        let digits = rest.chars().take_while(char::is_ascii_digit).count();
+        match rest[..digits].parse::<usize>() {
+            // The block's first line is the one after its fence.
+            Ok(n) => out.push_str(&block.at(block.line + n)),
+            Err(_) => out.push_str(&block.at(block.line)),
+        }
+        rest = &rest[digits..];
+    }
+    out.push_str(rest);
+    out.replace(
+        &toolbox.display().to_string(),
+        "the sample's scratch toolbox",
+    )
 }
 
 /// Whether a `warden call` was refused because this machine cannot confine a host process:
