@@ -6,7 +6,8 @@
 //!   they mean there, and loaded by `warden tools` (one toolbox per sample: two samples may
 //!   name one tool). A placeholder pin, `sha256 = "…"`, is replaced by the digest of the
 //!   component the sample names. The info string ```toml fragment marks a piece of a policy
-//!   (an `[executor]` table alone): it is only parsed as TOML.
+//!   that has an `[executor]` table but is no whole policy: it is only parsed as TOML, as is
+//!   every ```toml block without an `[executor]` table.
 //! - a ```sh, ```console or ```bash block is a list of command lines (a `$ ` prompt, comments,
 //!   `&&` and `;` chains, `\` continuations and here-documents are understood):
 //!   - `warden …` runs against the built binary and must succeed, with a scratch `WARDEN_HOME`
@@ -299,7 +300,6 @@ fn command_lines(block: &Block) -> Vec<(usize, String)> {
         if let Some(at) = line.find("<<") {
             let end = line[at + 2..]
                 .trim_start_matches('-')
-                .trim()
                 .split_whitespace()
                 .next()
                 .unwrap_or("")
@@ -736,18 +736,18 @@ fn the_docs_samples_run() {
     for (file, text) in pages(&root) {
         for block in blocks(&file, &text) {
             match block.lang() {
-                "toml" if block.has_word("fragment") => {
-                    match block.text().parse::<toml_edit::DocumentMut>() {
-                        Ok(_) => tally.fragments += 1,
-                        Err(e) => tally
-                            .failures
-                            .push(format!("{}: not TOML: {e}", block.at(block.line))),
-                    }
-                }
                 "toml" => {
                     let is_policy = block.lines.iter().any(|(_, l)| l.trim() == "[executor]");
-                    if is_policy {
+                    if is_policy && !block.has_word("fragment") {
                         check_policy(&block, &root, &scratch, &mut tally);
+                    } else {
+                        // A fragment, or a piece of a policy without its executor: TOML at least.
+                        match block.text().parse::<toml_edit::DocumentMut>() {
+                            Ok(_) => tally.fragments += 1,
+                            Err(e) => tally
+                                .failures
+                                .push(format!("{}: not TOML: {e}", block.at(block.line))),
+                        }
                     }
                 }
                 "sh" | "console" | "bash" => check_shell(&block, &root, &ws, &scratch, &mut tally),
@@ -762,7 +762,7 @@ fn the_docs_samples_run() {
         }
     }
     println!(
-        "docs samples: {} policies loaded, {} policy fragments parsed, {} warden lines run, \
+        "docs samples: {} policies loaded, {} TOML fragments parsed, {} warden lines run, \
          {} cargo and scripts lines checked, {} files written",
         tally.policies, tally.fragments, tally.warden_run, tally.static_checked, tally.files
     );
