@@ -133,7 +133,7 @@ def main():
     binary = Path(os.environ.get("WARDEN_BIN", ROOT / "target" / "release" / "warden"))
     for needed in (binary, HAPROXY, COMPONENT):
         if not needed.is_file():
-            sys.exit(f"{needed} is missing (README: Several servers behind a load balancer)")
+            sys.exit(f"{needed} is missing (docs/mcp.md: Several servers behind a load balancer)")
     token = secrets.token_hex(24)
     procs = []
     with tempfile.TemporaryDirectory() as tmp:

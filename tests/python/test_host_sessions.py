@@ -31,7 +31,7 @@ from harness import (
 
 pytestmark = pytest.mark.anyio
 
-# A shell whose failed forks do not return as the shell (the README says why busybox ash is
+# A shell whose failed forks do not return as the shell (docs/docker.md says why busybox ash is
 # not one); CI installs bash.
 SHELL = HOST_SHELL
 

@@ -406,9 +406,9 @@ async def test_a_killed_replicas_containers_are_removed_by_the_survivor(cluster)
         assert len(containers_of(cluster.a.proc.pid)) == 1
 
 
-def test_the_readme_shows_the_haproxy_config_the_tests_run():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Several servers behind a load balancer", 1)[1]
+def test_the_docs_show_the_haproxy_config_the_tests_run():
+    page = (ROOT / "docs" / "mcp.md").read_text()
+    section = page.split("## Several servers behind a load balancer", 1)[1]
     shown = section.split("```\n", 2)[1]
     assert shown == CONFIG.read_text()
 

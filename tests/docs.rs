@@ -1,0 +1,913 @@
+//! The documentation's samples, run so that they cannot drift from the program: every fenced
+//! block of README.md and docs/*.md is read, and
+//!
+//! - a ```toml block with an `[executor]` table is a policy. It is written into a scratch
+//!   toolbox in the repository's root, beside `policies/`, so that its relative paths mean what
+//!   they mean there, and loaded by `warden tools` (one toolbox per sample: two samples may
+//!   name one tool). A placeholder pin, `sha256 = "…"`, is replaced by the digest of the
+//!   component the sample names. The info string ```toml fragment marks a piece of a policy
+//!   that has an `[executor]` table but is no whole policy: it is only parsed as TOML, as is
+//!   every ```toml block without an `[executor]` table.
+//! - a ```sh, ```console or ```bash block is a list of command lines (a `$ ` prompt, comments,
+//!   `&&` and `;` chains, `\` continuations and here-documents are understood):
+//!   - `warden …` runs against the built binary and must succeed, with a scratch `WARDEN_HOME`
+//!     and working folder shared by every block in reading order, and as its toolbox a copy of
+//!     the project's own `policies/` (so `warden add` cannot write into the real one). A host
+//!     tool's call answered `unavailable` (this machine cannot confine a host process) is
+//!     counted as skipped, and fails the test under `CI=true`.
+//!   - `cargo …` must name a cargo command (or alias) and, where it names them, a workspace
+//!     package (`-p`) and a target of it (`--bin`, `--test`, `--bench`, `--example`); `cargo
+//!     run -- SUBCOMMAND` must name a subcommand of `warden`. Nothing is built or run: these
+//!     lines are the test suite itself.
+//!   - `scripts/…` must name an executable file of the repository.
+//!   - any other command (rustup, pip, npm, sudo, export, …) is not checked.
+//! - a ```json block whose info string says `file=NAME` is written as NAME into the scratch
+//!   working folder, for the command lines after it.
+//!
+//! The one marker: an HTML comment `<!-- not run: REASON -->` on the line above a block's
+//! opening fence. Its `warden` lines are not run (they need Docker, a model, a server or a
+//! component built by hand); its `cargo` and `scripts/` lines are still checked. The test
+//! prints how many lines it did not run, and why. Keep the marker rare.
+//!
+//! A broken sample fails the test, naming its file and line.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
+
+mod common;
+
+use common::{root, wasm};
+
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The marker on the line above a block whose `warden` lines are not run.
+const NOT_RUN: &str = "<!-- not run:";
+/// How long one `warden` command line may take (the first compiles the example components).
+const LINE_DEADLINE: Duration = Duration::from_secs(300);
+/// cargo's own commands the docs may name (besides aliases, of which the project has none).
+const CARGO_COMMANDS: &[&str] = &[
+    "add", "bench", "build", "check", "clippy", "doc", "fmt", "install", "metadata", "new",
+    "nextest", "run", "rustc", "test",
+];
+
+/// One fenced block of a page.
+struct Block {
+    file: String,
+    /// The line of the opening fence, 1-based.
+    line: usize,
+    /// The info string: `toml`, `sh no-run`, `json file=turn.json`, …
+    info: String,
+    /// The reason of a `<!-- not run: … -->` marker above the block.
+    not_run: Option<String>,
+    /// The block's lines, each with its own line number.
+    lines: Vec<(usize, String)>,
+}
+
+impl Block {
+    fn lang(&self) -> &str {
+        self.info.split_whitespace().next().unwrap_or("")
+    }
+
+    fn has_word(&self, word: &str) -> bool {
+        self.info.split_whitespace().skip(1).any(|w| w == word)
+    }
+
+    fn option(&self, key: &str) -> Option<&str> {
+        self.info
+            .split_whitespace()
+            .skip(1)
+            .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+    }
+
+    fn text(&self) -> String {
+        let mut text = String::new();
+        for (_, line) in &self.lines {
+            text.push_str(line);
+            text.push('\n');
+        }
+        text
+    }
+
+    fn at(&self, line: usize) -> String {
+        format!("{}:{line}", self.file)
+    }
+}
+
+/// The fenced blocks of one page, in order. A fence may be indented (inside a list item);
+/// the block's lines lose that indentation.
+fn blocks(file: &str, text: &str) -> Vec<Block> {
+    let mut out = Vec::new();
+    let mut open: Option<(Block, usize, String)> = None;
+    let mut previous = "";
+    for (i, raw) in text.lines().enumerate() {
+        let n = i + 1;
+        let trimmed = raw.trim_start();
+        let indent = raw.len() - trimmed.len();
+        match open.take() {
+            None => {
+                if let Some(info) = trimmed.strip_prefix("```") {
+                    let fence = "```".to_string();
+                    let not_run = previous
+                        .trim()
+                        .strip_prefix(NOT_RUN)
+                        .and_then(|r| r.strip_suffix("-->"))
+                        .map(|r| r.trim().to_string());
+                    let block = Block {
+                        file: file.to_string(),
+                        line: n,
+                        info: info.trim().to_string(),
+                        not_run,
+                        lines: Vec::new(),
+                    };
+                    open = Some((block, indent, fence));
+                }
+            }
+            Some((mut block, indent_of, fence)) => {
+                if trimmed.starts_with(&fence) && trimmed.trim() == fence {
+                    out.push(block);
+                } else {
+                    let line = match (raw.get(..indent_of), raw.get(indent_of..)) {
+                        (Some(prefix), Some(rest)) if prefix.trim().is_empty() => rest,
+                        _ => trimmed,
+                    };
+                    block.lines.push((n, line.to_string()));
+                    open = Some((block, indent_of, fence));
+                }
+            }
+        }
+        previous = raw;
+    }
+    assert!(open.is_none(), "{file}: a fenced block is never closed");
+    out
+}
+
+/// A shell word or an operator between commands.
+#[derive(Debug, Clone, PartialEq)]
+enum Token {
+    Word(String),
+    /// `&&`, `||`, `;`, `&`, `|`, or a redirection.
+    Op(String),
+}
+
+/// Splits a command line into words and operators the way a POSIX shell would for the
+/// samples' needs: quotes, backslashes, comments. `$…` is kept as it is written.
+fn tokens(line: &str) -> Result<Vec<Token>, String> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => word.push(c),
+                        None => return Err("an unclosed ' quote".into()),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(c @ ('"' | '\\' | '$' | '`')) => word.push(c),
+                            Some(c) => {
+                                word.push('\\');
+                                word.push(c);
+                            }
+                            None => return Err("an unclosed \" quote".into()),
+                        },
+                        Some(c) => word.push(c),
+                        None => return Err("an unclosed \" quote".into()),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                if let Some(c) = chars.next() {
+                    word.push(c);
+                }
+            }
+            '#' if !in_word => break,
+            c if c.is_whitespace() => {
+                if in_word {
+                    out.push(Token::Word(std::mem::take(&mut word)));
+                    in_word = false;
+                }
+            }
+            '&' | '|' | ';' | '>' | '<' => {
+                if in_word {
+                    out.push(Token::Word(std::mem::take(&mut word)));
+                    in_word = false;
+                }
+                let mut op = c.to_string();
+                if let Some(&next) = chars.peek()
+                    && (next == c || (c == '>' && next == '&'))
+                {
+                    op.push(next);
+                    chars.next();
+                }
+                out.push(Token::Op(op));
+            }
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    if in_word {
+        out.push(Token::Word(word));
+    }
+    Ok(out)
+}
+
+/// One simple command of a line: its words, and whether it is piped or redirected.
+struct Simple {
+    words: Vec<String>,
+    plumbed: bool,
+}
+
+/// The simple commands of a line, split at `&&`, `||`, `;` and `&`.
+fn commands(tokens: Vec<Token>) -> Vec<Simple> {
+    let mut out = Vec::new();
+    let mut current = Simple {
+        words: Vec::new(),
+        plumbed: false,
+    };
+    let mut redirect_next = false;
+    for token in tokens {
+        match token {
+            Token::Op(op) if matches!(op.as_str(), "&&" | "||" | ";" | "&") => {
+                if !current.words.is_empty() {
+                    out.push(current);
+                }
+                current = Simple {
+                    words: Vec::new(),
+                    plumbed: false,
+                };
+            }
+            Token::Op(_) => {
+                current.plumbed = true;
+                redirect_next = true;
+            }
+            Token::Word(w) => {
+                if redirect_next {
+                    redirect_next = false;
+                } else {
+                    current.words.push(w);
+                }
+            }
+        }
+    }
+    if !current.words.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+/// The command lines of a shell block, with the line each starts on: prompts dropped,
+/// continuations joined, here-documents' bodies left out.
+fn command_lines(block: &Block) -> Vec<(usize, String)> {
+    let mut out: Vec<(usize, String)> = Vec::new();
+    let mut heredoc: Option<String> = None;
+    let mut continued = false;
+    for (n, raw) in &block.lines {
+        if let Some(end) = &heredoc {
+            if raw.trim() == end {
+                heredoc = None;
+            }
+            continue;
+        }
+        let line = raw.strip_prefix("$ ").unwrap_or(raw);
+        if continued && let Some((_, last)) = out.last_mut() {
+            last.push(' ');
+            last.push_str(line.trim_end_matches('\\'));
+        } else if !line.trim().is_empty() {
+            out.push((*n, line.trim_end_matches('\\').to_string()));
+        }
+        continued = line.ends_with('\\');
+        if let Some(at) = line.find("<<") {
+            let end = line[at + 2..]
+                .trim_start_matches('-')
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .trim_matches(|c| c == '\'' || c == '"');
+            heredoc = Some(end.to_string());
+        }
+    }
+    out
+}
+
+/// What `cargo metadata` says of the workspace: packages and their targets by kind.
+struct Workspace {
+    /// package → (kind, target name)
+    targets: BTreeMap<String, BTreeSet<(String, String)>>,
+    root_package: String,
+}
+
+impl Workspace {
+    fn read(root: &Path) -> Self {
+        let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args([
+                "metadata",
+                "--no-deps",
+                "--format-version",
+                "1",
+                "--offline",
+            ])
+            .current_dir(root)
+            .output()
+            .expect("cargo metadata runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let meta: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mut targets = BTreeMap::new();
+        for package in meta["packages"].as_array().unwrap() {
+            let mut set = BTreeSet::new();
+            for target in package["targets"].as_array().unwrap() {
+                for kind in target["kind"].as_array().unwrap() {
+                    set.insert((
+                        kind.as_str().unwrap().to_string(),
+                        target["name"].as_str().unwrap().to_string(),
+                    ));
+                }
+            }
+            targets.insert(package["name"].as_str().unwrap().to_string(), set);
+        }
+        Self {
+            targets,
+            root_package: "warden".into(),
+        }
+    }
+
+    /// Checks `cargo ARGS`: the command, the package and the targets it names.
+    fn check(&self, args: &[String], warden: &Scratch) -> Result<(), String> {
+        let Some(command) = args.first() else {
+            return Err("`cargo` alone".into());
+        };
+        if !CARGO_COMMANDS.contains(&command.as_str()) {
+            return Err(format!("`cargo {command}` is no cargo command or alias"));
+        }
+        let (own, passed) = match args.iter().position(|a| a == "--") {
+            Some(at) => (&args[1..at], &args[at + 1..]),
+            None => (&args[1..], &args[..0]),
+        };
+        if matches!(command.as_str(), "new" | "add") {
+            return Ok(()); // a tool author's own crate, not this workspace
+        }
+        let mut package = None;
+        let mut wanted = Vec::new();
+        let mut i = 0;
+        while i < own.len() {
+            let flag = own[i].as_str();
+            let value = own.get(i + 1).cloned();
+            let kind = match flag {
+                "-p" | "--package" => {
+                    package = value;
+                    i += 2;
+                    continue;
+                }
+                "--bin" => "bin",
+                "--test" => "test",
+                "--bench" => "bench",
+                "--example" => "example",
+                _ => {
+                    i += 1;
+                    continue;
+                }
+            };
+            let name = value.ok_or_else(|| format!("`{flag}` without a name"))?;
+            wanted.push((kind.to_string(), name));
+            i += 2;
+        }
+        let package = package.unwrap_or_else(|| self.root_package.clone());
+        let Some(targets) = self.targets.get(&package) else {
+            return Err(format!("no workspace package `{package}`"));
+        };
+        for (kind, name) in wanted {
+            if !targets.contains(&(kind.clone(), name.clone())) {
+                return Err(format!("package `{package}` has no {kind} target `{name}`"));
+            }
+        }
+        if command == "run"
+            && package == self.root_package
+            && let Some(sub) = passed.first()
+        {
+            let out = warden.run(&[sub.clone(), "--help".into()])?;
+            if !out.status.success() {
+                return Err(format!("`warden {sub}` is no subcommand of warden"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The scratch places `warden` runs in: its home, its working folder, its toolbox.
+struct Scratch {
+    dir: tempfile::TempDir,
+    /// A copy of the project's policies/, in the repository's root (their relative paths hold).
+    toolbox: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn new(root: &Path) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("work")).unwrap();
+        let toolbox = tempfile::Builder::new()
+            .prefix(".docs-toolbox-")
+            .tempdir_in(root)
+            .unwrap();
+        copy_tree(&root.join("policies"), toolbox.path());
+        Self { dir, toolbox }
+    }
+
+    fn work(&self) -> PathBuf {
+        self.dir.path().join("work")
+    }
+
+    fn command(&self, args: &[String], toolbox: &Path) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
+        command
+            .args(args)
+            .current_dir(self.work())
+            .env("WARDEN_TOOLBOX", toolbox)
+            .env("WARDEN_HOME", self.dir.path().join("home"))
+            .env_remove("WARDEN_CACHE")
+            .env_remove("WARDEN_CALL_LOG")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command
+    }
+
+    /// Runs `warden ARGS` against the copy of policies/.
+    fn run(&self, args: &[String]) -> Result<Output, String> {
+        finish(self.command(args, self.toolbox.path()))
+    }
+}
+
+/// Runs a command to its end, or kills it at [`LINE_DEADLINE`]. Its output is read as it
+/// comes, so a long one cannot fill the pipe and stall it.
+fn finish(mut command: Command) -> Result<Output, String> {
+    let mut child = command.spawn().map_err(|e| format!("cannot start: {e}"))?;
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            pipe.read_to_end(&mut bytes).ok();
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Ok(Output {
+                status,
+                stdout: stdout.join().unwrap(),
+                stderr: stderr.join().unwrap(),
+            });
+        }
+        if started.elapsed() > LINE_DEADLINE {
+            child.kill().ok();
+            child.wait().ok();
+            return Err(format!("still running after {LINE_DEADLINE:?}: killed"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir(&target).unwrap();
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+fn shown(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// What the test did, for its summary.
+#[derive(Default)]
+struct Tally {
+    policies: usize,
+    fragments: usize,
+    warden_run: usize,
+    static_checked: usize,
+    files: usize,
+    /// reason → lines not run
+    not_run: BTreeMap<String, usize>,
+    failures: Vec<String>,
+}
+
+/// Loads a policy sample with `warden tools`, in a toolbox of its own beside policies/.
+fn check_policy(block: &Block, root: &Path, scratch: &Scratch, tally: &mut Tally) {
+    let mut text = block.text();
+    if text.contains("sha256 = \"…\"") {
+        let doc: toml_edit::DocumentMut = match text.parse() {
+            Ok(doc) => doc,
+            Err(e) => {
+                tally
+                    .failures
+                    .push(format!("{}: not TOML: {e}", block.at(block.line)));
+                return;
+            }
+        };
+        let Some(component) = doc["executor"]["component"].as_str() else {
+            tally.failures.push(format!(
+                "{}: a placeholder pin without a component",
+                block.at(block.line)
+            ));
+            return;
+        };
+        let path = root.join("policies").join(component);
+        match warden_wasm::sha256_file(&path) {
+            Ok(sha) => text = text.replace("sha256 = \"…\"", &format!("sha256 = \"{sha}\"")),
+            Err(e) => {
+                tally.failures.push(format!(
+                    "{}: the component {component} cannot be read: {e}",
+                    block.at(block.line)
+                ));
+                return;
+            }
+        }
+    }
+    let toolbox = tempfile::Builder::new()
+        .prefix(".docs-policy-")
+        .tempdir_in(root)
+        .unwrap();
+    std::fs::write(toolbox.path().join("sample.toml"), &text).unwrap();
+    tally.policies += 1;
+    let args = ["tools".to_string()];
+    match finish(scratch.command(&args, toolbox.path())) {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => tally.failures.push(format!(
+            "{}: the policy does not load (warden tools): {}",
+            block.at(block.line),
+            located(&shown(&out), toolbox.path(), block)
+        )),
+        Err(e) => tally
+            .failures
+            .push(format!("{}: warden tools: {e}", block.at(block.line))),
+    }
+}
+
+/// warden's message about the scratch copy of a sample, with its places put back: the file's
+/// `sample.toml:N` becomes the page's line, the scratch folder a name.
+fn located(message: &str, toolbox: &Path, block: &Block) -> String {
+    let file = format!("{}/sample.toml:", toolbox.display());
+    let mut out = String::new();
+    let mut rest = message;
+    while let Some(at) = rest.find(&file) {
+        out.push_str(&rest[..at]);
+        rest = &rest[at + file.len()..];
+        let digits = rest.chars().take_while(char::is_ascii_digit).count();
+        match rest[..digits].parse::<usize>() {
+            // The block's first line is the one after its fence.
+            Ok(n) => out.push_str(&block.at(block.line + n)),
+            Err(_) => out.push_str(&block.at(block.line)),
+        }
+        rest = &rest[digits..];
+    }
+    out.push_str(rest);
+    out.replace(
+        &toolbox.display().to_string(),
+        "the sample's scratch toolbox",
+    )
+}
+
+/// Whether a `warden call` was refused because this machine cannot confine a host process:
+/// `unavailable`, saying what was (not) in force.
+fn host_unavailable(args: &[String], out: &Output) -> bool {
+    if args.first().map(String::as_str) != Some("call") {
+        return false;
+    }
+    let Ok(message) = serde_json::from_slice::<Value>(&out.stdout) else {
+        return false;
+    };
+    let error = &message["error"];
+    error["kind"] == "unavailable"
+        && (error["details"].get("isolation").is_some()
+            || error["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("Landlock") || m.contains("namespace")))
+}
+
+fn check_shell(block: &Block, root: &Path, ws: &Workspace, scratch: &Scratch, tally: &mut Tally) {
+    for (n, line) in command_lines(block) {
+        let at = block.at(n);
+        let tokens = match tokens(&line) {
+            Ok(tokens) => tokens,
+            Err(e) => {
+                tally.failures.push(format!("{at}: {e}: {line}"));
+                continue;
+            }
+        };
+        for simple in commands(tokens) {
+            let mut words = simple.words.as_slice();
+            // Leading assignments (`A=b cmd`) and `sudo` do not change what runs.
+            while let Some(first) = words.first() {
+                let assignment = first
+                    .split_once('=')
+                    .is_some_and(|(name, _)| !name.is_empty() && !name.contains('/'));
+                if assignment || first == "sudo" {
+                    words = &words[1..];
+                } else {
+                    break;
+                }
+            }
+            let Some(program) = words.first() else {
+                continue;
+            };
+            let args = &words[1..];
+            match program.as_str() {
+                "warden" => {
+                    if let Some(reason) = &block.not_run {
+                        *tally.not_run.entry(reason.clone()).or_default() += 1;
+                        continue;
+                    }
+                    if simple.plumbed {
+                        tally.failures.push(format!(
+                            "{at}: a warden line that pipes or redirects cannot be run: {line}"
+                        ));
+                        continue;
+                    }
+                    tally.warden_run += 1;
+                    match scratch.run(args) {
+                        Ok(out) if out.status.success() => {}
+                        Ok(out) if host_unavailable(args, &out) => {
+                            let reason = "this machine cannot confine a host process".to_string();
+                            if std::env::var("CI").as_deref() == Ok("true") {
+                                tally.failures.push(format!(
+                                    "{at}: under CI=true: {reason}: {}",
+                                    shown(&out)
+                                ));
+                            }
+                            tally.warden_run -= 1;
+                            *tally.not_run.entry(reason).or_default() += 1;
+                        }
+                        Ok(out) => tally.failures.push(format!(
+                            "{at}: `{line}` exited with {}: {}",
+                            out.status,
+                            shown(&out)
+                        )),
+                        Err(e) => tally.failures.push(format!("{at}: `{line}`: {e}")),
+                    }
+                }
+                "cargo" => {
+                    tally.static_checked += 1;
+                    if let Err(e) = ws.check(args, scratch) {
+                        tally.failures.push(format!("{at}: `{line}`: {e}"));
+                    }
+                }
+                p if p.starts_with("scripts/") => {
+                    tally.static_checked += 1;
+                    let path = root.join(p);
+                    let executable = std::fs::metadata(&path).is_ok_and(|m| {
+                        use std::os::unix::fs::PermissionsExt as _;
+                        m.is_file() && m.permissions().mode() & 0o111 != 0
+                    });
+                    if !executable {
+                        tally.failures.push(format!(
+                            "{at}: `{p}` is no executable script of the repository"
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The pages whose samples are checked, README.md first.
+fn pages(root: &Path) -> Vec<(String, String)> {
+    let mut names: Vec<String> = std::fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".md"))
+        .map(|n| format!("docs/{n}"))
+        .collect();
+    names.sort();
+    names.insert(0, "README.md".into());
+    names
+        .into_iter()
+        .map(|n| {
+            let text = std::fs::read_to_string(root.join(&n)).unwrap();
+            (n, text)
+        })
+        .collect()
+}
+
+#[test]
+fn the_docs_samples_run() {
+    let root = root();
+    // The example policies name the guest components: build them first.
+    wasm("files");
+    let ws = Workspace::read(&root);
+    let scratch = Scratch::new(&root);
+    let mut tally = Tally::default();
+    for (file, text) in pages(&root) {
+        for block in blocks(&file, &text) {
+            match block.lang() {
+                "toml" => {
+                    let is_policy = block.lines.iter().any(|(_, l)| l.trim() == "[executor]");
+                    if is_policy && !block.has_word("fragment") {
+                        check_policy(&block, &root, &scratch, &mut tally);
+                    } else {
+                        // A fragment, or a piece of a policy without its executor: TOML at least.
+                        match block.text().parse::<toml_edit::DocumentMut>() {
+                            Ok(_) => tally.fragments += 1,
+                            Err(e) => tally
+                                .failures
+                                .push(format!("{}: not TOML: {e}", block.at(block.line))),
+                        }
+                    }
+                }
+                "sh" | "console" | "bash" => check_shell(&block, &root, &ws, &scratch, &mut tally),
+                "json" => {
+                    if let Some(name) = block.option("file") {
+                        std::fs::write(scratch.work().join(name), block.text()).unwrap();
+                        tally.files += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    println!(
+        "docs samples: {} policies loaded, {} TOML fragments parsed, {} warden lines run, \
+         {} cargo and scripts lines checked, {} files written",
+        tally.policies, tally.fragments, tally.warden_run, tally.static_checked, tally.files
+    );
+    let skipped: usize = tally.not_run.values().sum();
+    println!("docs samples: {skipped} warden lines not run");
+    for (reason, count) in &tally.not_run {
+        println!("  {count}: {reason}");
+    }
+    assert!(
+        tally.policies > 0 && tally.warden_run > 0,
+        "no sample was found"
+    );
+    assert!(
+        tally.failures.is_empty(),
+        "{} broken samples:\n{}",
+        tally.failures.len(),
+        tally.failures.join("\n")
+    );
+}
+
+#[test]
+fn a_command_line_splits_as_a_shell_would() {
+    let words = |line: &str| -> Vec<Vec<String>> {
+        commands(tokens(line).unwrap())
+            .into_iter()
+            .map(|s| s.words)
+            .collect()
+    };
+    assert_eq!(
+        words(r#"warden call greet '{"name": "Ada"}'   # prints it"#),
+        [vec!["warden", "call", "greet", r#"{"name": "Ada"}"#]]
+    );
+    assert_eq!(
+        words("warden add greet.wasm --wit wit && warden call greet"),
+        [
+            vec!["warden", "add", "greet.wasm", "--wit", "wit"],
+            vec!["warden", "call", "greet"]
+        ]
+    );
+    assert_eq!(
+        words(r#"sudo dockerd &   # if none"#),
+        [vec!["sudo", "dockerd"]]
+    );
+    assert_eq!(words(r#"echo "a \"b\"" > x"#), [vec!["echo", r#"a "b""#]]);
+}
+
+#[test]
+fn a_block_knows_its_marker_and_its_lines() {
+    let page = "text\n<!-- not run: needs Docker -->\n```sh\nwarden call shell \\\n  '{}'\ncat > a <<'EOF'\nwarden inside\nEOF\n```\n";
+    let found = blocks("page.md", page);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].not_run.as_deref(), Some("needs Docker"));
+    assert_eq!(found[0].line, 3);
+    let lines = command_lines(&found[0]);
+    assert_eq!(lines.len(), 2, "{:?}", lines);
+    assert_eq!(lines[0].0, 4);
+    assert_eq!(tokens(&lines[0].1).unwrap().len(), 4);
+}
+
+/// The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors of a page's headings, outside fenced blocks.
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced && line.starts_with('#') {
+            out.insert(anchor(line.trim_start_matches('#')));
+        }
+    }
+    out
+}
+
+/// Every relative link of README.md, docs/*.md and the crates' READMEs names a file that
+/// exists and, for a page, a heading it has.
+#[test]
+fn the_docs_links_resolve() {
+    let root = root();
+    let mut files: Vec<String> = pages(&root).into_iter().map(|(n, _)| n).collect();
+    for entry in std::fs::read_dir(root.join("crates")).unwrap() {
+        let readme = entry.unwrap().path().join("README.md");
+        if readme.is_file() {
+            files.push(readme.strip_prefix(&root).unwrap().display().to_string());
+        }
+    }
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        let dir = root.join(file).parent().unwrap().to_path_buf();
+        let mut fenced = false;
+        for (i, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("```") {
+                fenced = !fenced;
+                continue;
+            }
+            if fenced {
+                continue;
+            }
+            let mut rest = line;
+            while let Some(at) = rest.find("](") {
+                rest = &rest[at + 2..];
+                let Some(end) = rest.find(')') else { break };
+                let target = &rest[..end];
+                rest = &rest[end..];
+                if target.contains("://") {
+                    continue;
+                }
+                checked += 1;
+                let (path, fragment) = target.split_once('#').unwrap_or((target, ""));
+                let page = if path.is_empty() {
+                    root.join(file)
+                } else {
+                    dir.join(path)
+                };
+                if !page.exists() {
+                    failures.push(format!("{file}:{}: no such file: {target}", i + 1));
+                    continue;
+                }
+                if !fragment.is_empty() {
+                    let text = std::fs::read_to_string(&page).unwrap_or_default();
+                    if !anchors(&text).contains(fragment) {
+                        failures.push(format!(
+                            "{file}:{}: no heading #{fragment} in {path}",
+                            i + 1
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    println!("docs links: {checked} relative links checked");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
