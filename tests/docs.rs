@@ -817,7 +817,7 @@ fn a_block_knows_its_marker_and_its_lines() {
     assert_eq!(found[0].not_run.as_deref(), Some("needs Docker"));
     assert_eq!(found[0].line, 3);
     let lines = command_lines(&found[0]);
-    assert_eq!(lines.len(), 2, "{:?}", lines);
+    assert_eq!(lines.len(), 2, "{lines:?}");
     assert_eq!(lines[0].0, 4);
     assert_eq!(tokens(&lines[0].1).unwrap().len(), 4);
 }
