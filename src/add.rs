@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use warden::Warden;
 use warden_core::shown::Escaped;
-use warden_core::{Backend, Policy};
+use warden_core::{Backend, ExecutorKind, Policy};
 use warden_wasm::WasmConfig;
 
 #[derive(clap::Args)]
@@ -160,7 +160,7 @@ pub(crate) fn pin(ctx: &Warden, targets: &[String]) -> Result<ExitCode> {
     }
     let backends = ctx.backends();
     for file in files {
-        let policy = Policy::load(&file, &backends.list())?;
+        let policy = Policy::load(&file, &backends.kinds())?;
         if policy.kind.value != ctx.wasm().kind() {
             if !targets.is_empty() {
                 outln!(

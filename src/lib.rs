@@ -42,7 +42,9 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use warden_core::{Admission, Backend, CallLog, Protected, Rotation, Toolbox, ToolboxError};
+use warden_core::{
+    Admission, Backend, CallLog, ExecutorKind, Protected, Rotation, Toolbox, ToolboxError,
+};
 use warden_docker::{DockerBackend, Engine};
 use warden_host::{Helper, HostBackend};
 use warden_net::{Egress, Resolver};
@@ -288,9 +290,14 @@ impl Warden {
 pub struct Backends(Vec<Box<dyn Backend>>);
 
 impl Backends {
-    /// Every backend, as `Toolbox::load` and `Policy::load` take them.
+    /// Every backend, as `Toolbox::load` takes them.
     pub fn list(&self) -> Vec<&dyn Backend> {
         self.0.iter().map(|b| &**b).collect()
+    }
+
+    /// Every backend's executor kind, as `Policy::load` checks a policy against them.
+    pub fn kinds(&self) -> Vec<&dyn ExecutorKind> {
+        self.0.iter().map(|b| &**b as _).collect()
     }
 
     /// Loads the toolbox in `dir` with every backend, refusing grants that reach `protected`.

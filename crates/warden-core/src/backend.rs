@@ -1,7 +1,7 @@
 //! The seam between the toolbox and each executor kind: a [`Backend`] states what it can
 //! honour, turns a policy of its kind into tools, and reports what it enforces.
 
-use crate::capability::Capabilities;
+use crate::capability::ExecutorKind;
 use crate::executor::{BoxFuture, Executor};
 use crate::located::PolicyError;
 use crate::policy::Policy;
@@ -12,14 +12,7 @@ use std::sync::Arc;
 
 /// Turns policies of one executor kind into tools. A new kind is a crate implementing this,
 /// and one line adding it to the list the binary loads toolboxes with.
-pub trait Backend: Send + Sync {
-    /// The `kind` this backend serves (`"wasm"`).
-    fn kind(&self) -> &'static str;
-
-    /// What its tools can be granted and held to; the toolbox refuses every other grant or
-    /// limit at load, naming file and line.
-    fn capabilities(&self) -> Capabilities;
-
+pub trait Backend: ExecutorKind + Send + Sync {
     /// Parses the policy's `[executor]` table and prepares every tool of the policy; an error
     /// names what cannot be honoured.
     fn load(&self, policy: &Arc<Policy>) -> Result<Loaded, PolicyError>;

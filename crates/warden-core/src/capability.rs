@@ -32,6 +32,17 @@ pub enum NetHosts {
     AllOrNothing,
 }
 
+/// An executor kind as a policy's check sees it: its name, and what it honours. Every
+/// [`crate::Backend`] is one; the check needs nothing more of it.
+pub trait ExecutorKind {
+    /// The `kind` policies write for it (`"wasm"`).
+    fn kind(&self) -> &'static str;
+
+    /// What its tools can be granted and held to; the toolbox refuses every other grant or
+    /// limit at load, naming file and line.
+    fn capabilities(&self) -> Capabilities;
+}
+
 /// What one executor kind honours. Everything else a policy writes is refused at load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Capabilities {

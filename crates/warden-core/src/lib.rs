@@ -31,7 +31,7 @@ pub use backend::{Backend, Loaded, LoadedTool, Probe, Reach, Report, ReportLine}
 pub use calllog::{
     CallLog, CallOutcome, CallRecord, DenialRecord, PolicyFacts, PolicyRecord, Record, Rotation,
 };
-pub use capability::{Capabilities, NetHosts, Support};
+pub use capability::{Capabilities, ExecutorKind, NetHosts, Support};
 pub use dispatch::{CallObserver, Dispatcher};
 pub use executor::{
     BoxFuture, Denial, Denials, Executor, Invocation, Meter, Output, Reached, SessionId, Usage,

@@ -1,7 +1,6 @@
 //! Policy files: one TOML file per tool (or per component), deny by default.
 
-use crate::backend::Backend;
-use crate::capability::Checked;
+use crate::capability::{Checked, ExecutorKind};
 use crate::grants::{GrantLines, Grants, GrantsSpec};
 use crate::limits::{Limits, LimitsFile, LimitsSpec};
 use crate::located::{Located, PolicyError, line_of};
@@ -79,8 +78,9 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// Reads and checks one policy file against the backends this build has.
-    pub fn load(path: &Path, backends: &[&dyn Backend]) -> Result<Policy, PolicyError> {
+    /// Reads and checks one policy file against the executor kinds this build has (its
+    /// backends).
+    pub fn load(path: &Path, backends: &[&dyn ExecutorKind]) -> Result<Policy, PolicyError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| PolicyError::new(path, None, format!("cannot read the policy: {e}")))?;
         Self::parse(path, &text, backends)
@@ -90,7 +90,7 @@ impl Policy {
     pub fn parse(
         path: &Path,
         text: &str,
-        backends: &[&dyn Backend],
+        backends: &[&dyn ExecutorKind],
     ) -> Result<Policy, PolicyError> {
         let text: Arc<str> = Arc::from(text);
         let at = |span: Option<std::ops::Range<usize>>, message: String| {
@@ -199,11 +199,10 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Loaded;
     use crate::capability::{Capabilities, NetHosts, Support};
     use crate::grants::Paths;
 
-    /// A backend that honours everything, or what `caps` says.
+    /// An executor kind that honours everything, or what `caps` says.
     struct Fake(Capabilities);
 
     const ALL: Capabilities = Capabilities {
@@ -219,15 +218,13 @@ mod tests {
         roots_observed: true,
     };
 
-    impl Backend for Fake {
+    impl ExecutorKind for Fake {
         fn kind(&self) -> &'static str {
             "fake"
         }
+
         fn capabilities(&self) -> Capabilities {
             self.0
-        }
-        fn load(&self, _: &Arc<Policy>) -> Result<Loaded, PolicyError> {
-            unreachable!("policy tests only parse")
         }
     }
 

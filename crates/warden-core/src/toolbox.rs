@@ -3,6 +3,7 @@
 use crate::backend::{Backend, Report};
 use crate::calllog::PolicyFacts;
 use crate::capability::Capabilities;
+use crate::capability::ExecutorKind;
 use crate::executor::Executor;
 use crate::grants::{Access, FsGrant};
 use crate::limits::Limits;
@@ -134,9 +135,10 @@ impl Toolbox {
             .filter(|p| p.extension().is_some_and(|e| e == "toml") && p.is_file())
             .collect();
         files.sort();
+        let kinds: Vec<&dyn ExecutorKind> = backends.iter().map(|&b| b as _).collect();
         let mut toolbox = Toolbox::default();
         for file in files {
-            let policy = Arc::new(Policy::load(&file, backends)?);
+            let policy = Arc::new(Policy::load(&file, &kinds)?);
             check_protected(&policy, protected)?;
             toolbox.add_policy(policy, backends)?;
         }

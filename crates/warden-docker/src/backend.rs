@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use warden_command::{NetworkMode, Template, session_shell};
 use warden_core::{
-    Access, Backend, ByteSize, Capabilities, Grants, Loaded, LoadedTool, NetHosts, Paths, Policy,
-    PolicyError, Reach, Report, ReportLine, ToolSpec,
+    Access, Backend, ByteSize, Capabilities, ExecutorKind, Grants, Loaded, LoadedTool, NetHosts,
+    Paths, Policy, PolicyError, Reach, Report, ReportLine, ToolSpec,
 };
 use warden_net::{Egress, Gate};
 
@@ -79,7 +79,7 @@ impl DockerBackend {
     }
 }
 
-impl Backend for DockerBackend {
+impl ExecutorKind for DockerBackend {
     fn kind(&self) -> &'static str {
         "docker"
     }
@@ -87,7 +87,9 @@ impl Backend for DockerBackend {
     fn capabilities(&self) -> Capabilities {
         warden_command::capabilities(Paths::Guest, true, NetHosts::Enforced)
     }
+}
 
+impl Backend for DockerBackend {
     fn load(&self, policy: &Arc<Policy>) -> Result<Loaded, PolicyError> {
         let err = |line: Option<usize>, msg: String| PolicyError::new(&policy.path, line, msg);
         let cfg = &DockerConfig::from_policy(policy)?;

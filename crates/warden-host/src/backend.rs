@@ -9,8 +9,8 @@ use serde_json::json;
 use std::sync::{Arc, OnceLock};
 use warden_command::{NetworkMode, Template, session_shell};
 use warden_core::{
-    Backend, BoxFuture, ByteSize, Capabilities, HumanDuration, Loaded, LoadedTool, NetHosts, Paths,
-    Policy, PolicyError, Probe, Reach, Report, ReportLine, ToolSpec,
+    Backend, BoxFuture, ByteSize, Capabilities, ExecutorKind, HumanDuration, Loaded, LoadedTool,
+    NetHosts, Paths, Policy, PolicyError, Probe, Reach, Report, ReportLine, ToolSpec,
 };
 use warden_net::{Egress, Gate};
 
@@ -176,7 +176,7 @@ fn refuse_unreachable_roots(policy: &Policy, cfg: &HostConfig) -> Result<(), Pol
     Ok(())
 }
 
-impl Backend for HostBackend {
+impl ExecutorKind for HostBackend {
     fn kind(&self) -> &'static str {
         "host"
     }
@@ -184,7 +184,9 @@ impl Backend for HostBackend {
     fn capabilities(&self) -> Capabilities {
         warden_command::capabilities(Paths::Host, true, NetHosts::Enforced)
     }
+}
 
+impl Backend for HostBackend {
     fn probe(&self, policy: &Arc<Policy>) -> BoxFuture<'_, Option<Result<Probe, String>>> {
         let tool = self.tool(policy, 0);
         Box::pin(async move {

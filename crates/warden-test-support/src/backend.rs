@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::Arc;
 use warden_core::{
-    Backend, Capabilities, Executor, Loaded, LoadedTool, NetHosts, Paths, Policy, PolicyError,
-    Reach, Report, ReportLine, Support, ToolSpec, Toolbox,
+    Backend, Capabilities, Executor, ExecutorKind, Loaded, LoadedTool, NetHosts, Paths, Policy,
+    PolicyError, Reach, Report, ReportLine, Support, ToolSpec, Toolbox,
 };
 
 /// Tools that run the executors given, under policies of `kind = "test"`.
@@ -60,7 +60,7 @@ pub fn policy_text(rest: &str) -> String {
     format!("[executor]\nkind = \"test\"\n{rest}")
 }
 
-impl Backend for TestBackend {
+impl ExecutorKind for TestBackend {
     fn kind(&self) -> &'static str {
         "test"
     }
@@ -79,7 +79,9 @@ impl Backend for TestBackend {
             roots_observed: true,
         }
     }
+}
 
+impl Backend for TestBackend {
     fn load(&self, policy: &Arc<Policy>) -> Result<Loaded, PolicyError> {
         policy.executor.parse::<NoKnobs>()?;
         Ok(Loaded {

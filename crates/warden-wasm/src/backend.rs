@@ -13,8 +13,8 @@ use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
 use warden_core::{
-    Backend, Capabilities, Loaded, LoadedTool, NetHosts, Paths, Policy, PolicyError, Reach, Report,
-    ReportLine, Support, ToolSpec,
+    Backend, Capabilities, ExecutorKind, Loaded, LoadedTool, NetHosts, Paths, Policy, PolicyError,
+    Reach, Report, ReportLine, Support, ToolSpec,
 };
 use warden_net::Egress;
 use wasmtime::component::Linker;
@@ -134,7 +134,7 @@ impl WasmBackend {
     }
 }
 
-impl Backend for WasmBackend {
+impl ExecutorKind for WasmBackend {
     fn kind(&self) -> &'static str {
         "wasm"
     }
@@ -153,7 +153,9 @@ impl Backend for WasmBackend {
             roots_observed: true,
         }
     }
+}
 
+impl Backend for WasmBackend {
     fn load(&self, policy: &Arc<Policy>) -> Result<Loaded, PolicyError> {
         let err = |line: Option<usize>, msg: String| PolicyError::new(&policy.path, line, msg);
         let cfg = &WasmConfig::from_policy(policy)?;
