@@ -6,13 +6,14 @@ use crate::address::Place;
 use crate::cgroup::Cgroup;
 use crate::engine::{Engine, missing_image};
 use crate::files::{Copied, CopiedIn};
+use crate::removal::remove;
 use bollard::Docker;
 use bollard::container::{AttachContainerResults, LogOutput};
 use bollard::errors::Error as BollardError;
 use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::{
-    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder,
-    StatsOptionsBuilder, WaitContainerOptionsBuilder,
+    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, StatsOptionsBuilder,
+    WaitContainerOptionsBuilder,
 };
 use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
@@ -226,25 +227,6 @@ impl Drop for Container {
     }
 }
 
-/// Kills and removes a container with its volumes (they held its copied roots); true when it
-/// was there.
-pub(crate) async fn remove(docker: &Docker, id: &str) -> bool {
-    let options = RemoveContainerOptionsBuilder::new()
-        .force(true)
-        .v(true)
-        .build();
-    match docker.remove_container(id, Some(options)).await {
-        Ok(()) => true,
-        Err(BollardError::DockerResponseServerError {
-            status_code: 404, ..
-        }) => false,
-        Err(e) => {
-            tracing::warn!(container = %id, "cannot remove a container: {e}");
-            false
-        }
-    }
-}
-
 /// How a one-shot container ended.
 pub(crate) enum Ended {
     Exited {
@@ -365,7 +347,7 @@ pub(crate) async fn open_gate(
     gate: Gate,
     credentials: Credentials,
 ) -> Result<Proxy, ToolError> {
-    let listener = crate::gate::listen_in(engine, container).await?;
+    let listener = crate::gate::listen_in(engine, container.pid(engine).await?).await?;
     Proxy::start(listener, gate, credentials).map_err(|e| {
         ToolError::new(
             warden_core::ErrorKind::Internal,

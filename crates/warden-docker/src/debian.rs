@@ -21,10 +21,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
-/// The Debian image's repository: `:latest` names the newest build, `:<digest>` each recipe.
-pub const DEBIAN_REPOSITORY: &str = "warden-sandbox-debian";
-/// The Debian image as a policy names it.
-pub const DEBIAN_IMAGE: &str = "warden-sandbox-debian:latest";
 /// What writes the root filesystem (Debian: `apt-get install mmdebstrap`).
 pub const BOOTSTRAP_TOOL: &str = "mmdebstrap";
 /// The packages installed beyond mmdebstrap's `apt` variant (the essential packages and apt).

@@ -4,7 +4,7 @@
 //! containers of gone wardens removed ([`crate::lease`]).
 
 use crate::address::{EngineAddress, Place};
-use crate::files::Files;
+use crate::files::mode::Files;
 use crate::lease::{INSTANCE_LABEL, LABEL, LEASE, Lease, OWNER_LABEL};
 use bollard::Docker;
 use bollard::errors::Error as BollardError;
@@ -355,7 +355,7 @@ fn chain(e: &dyn std::error::Error) -> String {
 /// The image is not on the engine: name it and the command that makes it.
 pub(crate) fn missing_image(image: &str) -> ToolError {
     let debian = image
-        .strip_prefix(crate::debian::DEBIAN_REPOSITORY)
+        .strip_prefix(crate::names::DEBIAN_REPOSITORY)
         .is_some_and(|rest| rest.is_empty() || rest.starts_with(':'));
     let how = if image == SANDBOX_IMAGE {
         "build it with `warden sandbox-image` (offline, from Debian's busybox-static)".to_owned()
@@ -384,7 +384,7 @@ mod tests {
     fn a_missing_image_names_the_command_that_builds_it() {
         let busybox = missing_image(SANDBOX_IMAGE).message;
         assert!(busybox.contains("`warden sandbox-image`"), "{busybox}");
-        let debian = missing_image(crate::debian::DEBIAN_IMAGE).message;
+        let debian = missing_image(crate::names::DEBIAN_IMAGE).message;
         assert!(
             debian.contains("`warden sandbox-image --debian`"),
             "{debian}"

@@ -14,7 +14,6 @@
 //! load ([`REMOTE`] says why), and a container is never given an open network instead.
 
 use crate::address::Place;
-use crate::container::Container;
 use crate::engine::Engine;
 use bollard::models::{ContainerCreateBody, Mount, MountType};
 use std::fs::File;
@@ -109,11 +108,9 @@ pub(crate) const REMOTE: &str = "net grants for docker tools need a local engine
      engine's pids are not this machine's, even on loopback. Use a local engine, a host tool \
      (kind = \"host\"), or `network = \"unrestricted\"` to let the container reach every host";
 
-/// Binds the gate's listener in the running `container`'s network namespace.
-pub(crate) async fn listen_in(
-    engine: &Engine,
-    container: &Container,
-) -> Result<TcpListener, ToolError> {
+/// Binds the gate's listener in the network namespace of the running container whose
+/// process is `pid` (as this machine sees it).
+pub(crate) async fn listen_in(engine: &Engine, pid: i64) -> Result<TcpListener, ToolError> {
     let failed = |why: String| {
         ToolError::new(
             ErrorKind::Unavailable,
@@ -124,7 +121,6 @@ pub(crate) async fn listen_in(
     if engine.place() == Place::Remote {
         return Err(failed(REMOTE.into()));
     }
-    let pid = container.pid(engine).await?;
     let bind = move || -> Result<TcpListener, String> {
         let namespace = File::open(format!("/proc/{pid}/ns/net")).map_err(|e| {
             format!(

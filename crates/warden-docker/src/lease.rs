@@ -23,7 +23,7 @@
 //!
 //! [`Engine`]: crate::Engine
 
-use crate::container::remove;
+use crate::removal::remove;
 use bollard::Docker;
 use bollard::errors::Error as BollardError;
 use bollard::models::{ContainerCreateBody, HostConfig};

@@ -24,7 +24,9 @@ mod files;
 mod gate;
 mod image;
 mod lease;
+mod names;
 mod plan;
+mod removal;
 mod seccomp;
 mod session;
 mod tool;
@@ -33,10 +35,11 @@ pub use address::{CERT_FILES, EngineAddress, Place};
 pub use backend::DockerBackend;
 pub use config::{DEFAULT_NANO_CPUS, DEFAULT_PIDS, DockerConfig};
 pub use debian::{
-    BOOTSTRAP_TOOL, BuildTimes, DEBIAN_IMAGE, DEBIAN_PACKAGES, DEBIAN_REPOSITORY, DebianImage,
-    DebianRecipe, Progress, build_debian_image,
+    BOOTSTRAP_TOOL, BuildTimes, DEBIAN_PACKAGES, DebianImage, DebianRecipe, Progress,
+    build_debian_image,
 };
 pub use engine::{Engine, SANDBOX_IMAGE};
 pub use files::{DEFAULT_COPY_LIMIT, FILES_ENV, Files};
 pub use image::{BUSYBOX, IMAGE_LABEL, ImageError, build_sandbox_image};
 pub use lease::{INSTANCE_LABEL, LABEL, LEASE, LEASE_LABEL, OWNER_LABEL};
+pub use names::{DEBIAN_IMAGE, DEBIAN_REPOSITORY};

@@ -27,41 +27,13 @@ use warden_command::User;
 use warden_core::{ByteSize, ErrorKind, ToolError};
 
 mod back;
+pub(crate) mod mode;
 
-/// The environment variable that makes [`Engine::from_env`] copy roots (`copy`) or mount them
-/// (`mount`, the default).
-pub const FILES_ENV: &str = "WARDEN_DOCKER_FILES";
+pub use mode::{FILES_ENV, Files};
 
 /// Bytes of files a tool's roots may hold to be copied in, when the policy sets no
 /// `copy_limit`.
 pub const DEFAULT_COPY_LIMIT: u64 = 64 << 20;
-
-/// How granted roots reach an engine's containers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Files {
-    /// Bind-mounted: the engine runs on this machine and sees its folders.
-    Mounted,
-    /// Copied in at each container's start (and, for read-write roots with `copy_back`,
-    /// written back at its end): the engine's machine does not hold this one's folders.
-    Copied,
-}
-
-impl Files {
-    /// As [`FILES_ENV`] says; an unknown value copies (it never exposes a folder) and says so.
-    pub(crate) fn from_env() -> Files {
-        match std::env::var(FILES_ENV).as_deref() {
-            Err(_) | Ok("" | "mount" | "mounted") => Files::Mounted,
-            Ok("copy" | "copied") => Files::Copied,
-            Ok(other) => {
-                tracing::warn!(
-                    "{FILES_ENV}={other:?} is neither `copy` nor `mount`: granted roots are \
-                     copied into containers"
-                );
-                Files::Copied
-            }
-        }
-    }
-}
 
 /// One granted root, as it is copied.
 #[derive(Debug, Clone)]

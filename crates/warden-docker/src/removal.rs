@@ -1,0 +1,25 @@
+//! Removing a container: what its owner does when it ends, and what the reaper does for a
+//! warden that is gone.
+
+use bollard::Docker;
+use bollard::errors::Error as BollardError;
+use bollard::query_parameters::RemoveContainerOptionsBuilder;
+
+/// Kills and removes a container with its volumes (they held its copied roots); true when it
+/// was there.
+pub(crate) async fn remove(docker: &Docker, id: &str) -> bool {
+    let options = RemoveContainerOptionsBuilder::new()
+        .force(true)
+        .v(true)
+        .build();
+    match docker.remove_container(id, Some(options)).await {
+        Ok(()) => true,
+        Err(BollardError::DockerResponseServerError {
+            status_code: 404, ..
+        }) => false,
+        Err(e) => {
+            tracing::warn!(container = %id, "cannot remove a container: {e}");
+            false
+        }
+    }
+}
