@@ -191,10 +191,16 @@ fn use_name(used: SocketAddrUse) -> &'static str {
     }
 }
 
+/// A store's data that holds the call's network gate.
+pub(crate) trait NetView {
+    /// The call's network gate.
+    fn net(&self) -> &NetGate;
+}
+
 /// Answers guest name lookups with a failure, and records each as a denial. Linked over
 /// wasmtime's own lookup when a policy leaves `dns` off, which otherwise refuses silently.
-pub(crate) fn refuse_lookups(
-    linker: &mut wasmtime::component::Linker<crate::sandbox::CallState>,
+pub(crate) fn refuse_lookups<T: NetView + 'static>(
+    linker: &mut wasmtime::component::Linker<T>,
 ) -> wasmtime::Result<()> {
     use wasmtime::component::Resource;
     use wasmtime_wasi::p2::bindings::sockets::ip_name_lookup::ResolveAddressStream;

@@ -9,11 +9,11 @@
 //! `get-directories` hands out new table entries for the same handles), so a table slot that
 //! a dropped root leaves to another descriptor is never taken for the root.
 
-use crate::sandbox::CallState;
 use std::sync::Arc;
 use warden_core::Meter;
 use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, Resource, ResourceTable};
+use wasmtime_wasi::WasiView;
 use wasmtime_wasi::filesystem::{Descriptor as HostFd, WasiFilesystemView};
 use wasmtime_wasi::p2::bindings::filesystem::preopens;
 use wasmtime_wasi::p2::bindings::filesystem::types::{
@@ -66,13 +66,22 @@ impl Roots {
     }
 }
 
+/// A store's data that holds the call's roots: what the shadowed functions tell them.
+pub(crate) trait RootsView: WasiView {
+    /// Reports `fd`'s root when `fd` is one of the preopened roots.
+    fn note_root(&self, fd: &Resource<Descriptor>);
+
+    /// Learns the roots from what `get-directories` handed the guest.
+    fn learn_roots(&mut self, dirs: &[(Resource<Descriptor>, String)]);
+}
+
 /// Shadows one descriptor method: notes the roots among the descriptors named in `roots`,
 /// then calls wasmtime-wasi's implementation and converts its error as its bindings do.
 macro_rules! observed {
     ($inst:ident, $name:literal, $method:ident($($arg:ident: $ty:ty),*) -> $ok:ty, roots: [$($fd:ident),+]) => {
         $inst.func_wrap_async(
             $name,
-            |mut store: StoreContextMut<'_, CallState>, ($($arg,)*): ($($ty,)*)| {
+            |mut store: StoreContextMut<'_, T>, ($($arg,)*): ($($ty,)*)| {
                 Box::new(async move {
                     let state = store.data_mut();
                     $(state.note_root(&$fd);)+
@@ -99,7 +108,7 @@ macro_rules! observed {
 /// `get-flags`, `is-same-object`, `sync`, `sync-data` (they answer from the handle and reach
 /// nothing in the folder), and the file methods (`read`, `write`, the streams, `advise`,
 /// `set-size`), which fail on a directory.
-pub(crate) fn observe(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
+pub(crate) fn observe<T: RootsView + 'static>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
     {
         let mut t = linker.instance(TYPES)?;
@@ -141,7 +150,7 @@ pub(crate) fn observe(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
     }
     linker.instance(PREOPENS)?.func_wrap(
         "get-directories",
-        |mut store: StoreContextMut<'_, CallState>, (): ()| {
+        |mut store: StoreContextMut<'_, T>, (): ()| {
             let state = store.data_mut();
             let dirs = preopens::Host::get_directories(&mut state.filesystem())?;
             state.learn_roots(&dirs);

@@ -3,8 +3,8 @@
 
 use crate::capture::CappedPipe;
 use crate::http::Hooks;
-use crate::net::NetGate;
-use crate::roots::Roots;
+use crate::net::{NetGate, NetView};
+use crate::roots::{Roots, RootsView};
 use std::time::Instant;
 use warden_core::{Access, ErrorKind, Grants, Invocation, Limits, ToolError};
 use wasmtime::component::{Resource, ResourceTable};
@@ -27,19 +27,18 @@ pub(crate) struct CallState {
     roots: Roots,
 }
 
-impl CallState {
-    /// The call's network gate.
-    pub(crate) fn net(&self) -> &NetGate {
+impl NetView for CallState {
+    fn net(&self) -> &NetGate {
         &self.hooks.gate
     }
+}
 
-    /// Reports `fd`'s root when `fd` is one of the preopened roots.
-    pub(crate) fn note_root(&self, fd: &Resource<Descriptor>) {
+impl RootsView for CallState {
+    fn note_root(&self, fd: &Resource<Descriptor>) {
         self.roots.note(&self.table, fd);
     }
 
-    /// Learns the roots from what `get-directories` handed the guest.
-    pub(crate) fn learn_roots(&mut self, dirs: &[(Resource<Descriptor>, String)]) {
+    fn learn_roots(&mut self, dirs: &[(Resource<Descriptor>, String)]) {
         self.roots.learn(&self.table, dirs);
     }
 }
