@@ -43,7 +43,10 @@ impl Sandboxed {
                 format!("the container's CA bundle: {why}"),
             )
         };
-        let trust = match credentials.trust_bundle().map_err(failed)? {
+        let trust = match credentials
+            .trust_bundle()
+            .map_err(|e| failed(e.to_string()))?
+        {
             None => None,
             Some(bundle) => {
                 use std::os::unix::fs::PermissionsExt;

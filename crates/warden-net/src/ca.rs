@@ -24,6 +24,17 @@ const LIFETIME: Duration = Duration::days(1);
 /// How far before its making a certificate is valid from, for clocks a little behind.
 const SKEW: Duration = Duration::minutes(10);
 
+/// Why a sandbox's CA, or the server side it signs for a host, could not be made.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CaError {
+    #[error("making the sandbox's CA: {0}")]
+    Authority(rcgen::Error),
+    #[error("a certificate for {host}: {error}")]
+    Certificate { host: String, error: rcgen::Error },
+    #[error("the TLS server side for {host}: {error}")]
+    Tls { host: String, error: rustls::Error },
+}
+
 /// One sandbox's CA, and the server configurations it signed so far, by host.
 pub(crate) struct SessionCa {
     issuer: Issuer<'static, KeyPair>,
@@ -41,10 +52,10 @@ impl std::fmt::Debug for SessionCa {
 
 impl SessionCa {
     /// A CA for `hosts` (names, or IP literals, brackets allowed) alone.
-    pub(crate) fn new<'a>(hosts: impl IntoIterator<Item = &'a str>) -> Result<Self, String> {
-        let failed = |e: rcgen::Error| format!("making the sandbox's CA: {e}");
-        let key = KeyPair::generate().map_err(failed)?;
-        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(failed)?;
+    pub(crate) fn new<'a>(hosts: impl IntoIterator<Item = &'a str>) -> Result<Self, CaError> {
+        let key = KeyPair::generate().map_err(CaError::Authority)?;
+        let mut params =
+            CertificateParams::new(Vec::<String>::new()).map_err(CaError::Authority)?;
         // It signs host certificates only, never another CA.
         params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
@@ -54,7 +65,7 @@ impl SessionCa {
         params.name_constraints = Some(constraints(hosts));
         let made = OffsetDateTime::now_utc();
         (params.not_before, params.not_after) = (made - SKEW, made + LIFETIME);
-        let cert = params.self_signed(&key).map_err(failed)?;
+        let cert = params.self_signed(&key).map_err(CaError::Authority)?;
         Ok(Self {
             issuer: Issuer::new(params, key),
             pem: cert.pem(),
@@ -68,7 +79,7 @@ impl SessionCa {
     }
 
     /// The TLS server side for `host` (a name, or an IP literal, brackets allowed).
-    pub(crate) fn acceptor(&self, host: &str) -> Result<TlsAcceptor, String> {
+    pub(crate) fn acceptor(&self, host: &str) -> Result<TlsAcceptor, CaError> {
         let mut acceptors = self
             .acceptors
             .lock()
@@ -76,19 +87,26 @@ impl SessionCa {
         if let Some(a) = acceptors.get(host) {
             return Ok(a.clone());
         }
-        let failed = |e: rcgen::Error| format!("a certificate for {host}: {e}");
-        let key = KeyPair::generate().map_err(failed)?;
-        let leaf = self.leaf(host, &key).map_err(failed)?;
+        let certificate = |error| CaError::Certificate {
+            host: host.to_owned(),
+            error,
+        };
+        let tls = |error| CaError::Tls {
+            host: host.to_owned(),
+            error,
+        };
+        let key = KeyPair::generate().map_err(certificate)?;
+        let leaf = self.leaf(host, &key).map_err(certificate)?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
+            .map_err(tls)?
             .with_no_client_auth()
             .with_single_cert(
                 vec![CertificateDer::from(leaf.der().to_vec())],
                 PrivateKeyDer::Pkcs8(key.serialize_der().into()),
             )
-            .map_err(|e| format!("a certificate for {host}: {e}"))?;
+            .map_err(tls)?;
         let acceptor = TlsAcceptor::from(Arc::new(config));
         acceptors.insert(host.to_owned(), acceptor.clone());
         Ok(acceptor)

@@ -7,7 +7,7 @@
 //! a header a host echoes back (`X-Echo: $TOKEN`) echoes only the placeholder. What comes back
 //! from a credential's host is scrubbed of the values all the same (see `scrub`).
 
-use crate::ca::SessionCa;
+use crate::ca::{CaError, SessionCa};
 use std::sync::{Arc, OnceLock};
 use warden_core::Credential;
 
@@ -17,7 +17,7 @@ use warden_core::Credential;
 pub struct Credentials {
     held: Arc<Vec<Held>>,
     /// Made on first use: a wasm tool's HTTPS needs none.
-    ca: Arc<OnceLock<Result<SessionCa, String>>>,
+    ca: Arc<OnceLock<Result<SessionCa, CaError>>>,
 }
 
 #[derive(Debug)]
@@ -127,13 +127,13 @@ impl Credentials {
 
     /// The certificate (PEM) of this sandbox's CA, which the sandbox must trust for HTTPS to
     /// the credentials' hosts; its key never leaves warden.
-    pub fn ca_pem(&self) -> Result<String, String> {
+    pub fn ca_pem(&self) -> Result<String, CaError> {
         self.ca().map(|ca| ca.pem().to_owned())
     }
 
     /// What a sandbox whose credentials may go over HTTPS must trust, PEM: this machine's
     /// roots, then the sandbox's CA; `None` without credentials.
-    pub fn trust_bundle(&self) -> Result<Option<String>, String> {
+    pub fn trust_bundle(&self) -> Result<Option<String>, CaError> {
         if self.is_empty() {
             return Ok(None);
         }
@@ -154,11 +154,11 @@ impl Credentials {
     }
 
     /// The TLS server side the gate shows the sandbox for `host`.
-    pub(crate) fn acceptor(&self, host: &str) -> Result<tokio_rustls::TlsAcceptor, String> {
+    pub(crate) fn acceptor(&self, host: &str) -> Result<tokio_rustls::TlsAcceptor, CaError> {
         self.ca()?.acceptor(&normal(host))
     }
 
-    fn ca(&self) -> Result<&SessionCa, String> {
+    fn ca(&self) -> Result<&SessionCa, CaError> {
         self.ca
             .get_or_init(|| SessionCa::new(self.held.iter().map(|h| h.host.as_str())))
             .as_ref()
@@ -166,7 +166,7 @@ impl Credentials {
     }
 
     /// [`Credentials::apply`] on an `http` header map.
-    pub fn apply_to(&self, host: &str, map: &mut http::HeaderMap) -> Result<(), String> {
+    pub fn apply_to(&self, host: &str, map: &mut http::HeaderMap) -> Result<(), HeaderError> {
         if !self.covers(host) {
             return Ok(());
         }
@@ -178,14 +178,23 @@ impl Credentials {
         map.clear();
         for (name, value) in headers {
             let name = http::HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| format!("`{name}` is not a valid header name"))?;
+                .map_err(|_| HeaderError::Name(name.clone()))?;
             let mut value = http::HeaderValue::from_bytes(&value)
-                .map_err(|_| format!("the {name} credential is not a valid header value"))?;
+                .map_err(|_| HeaderError::Value(name.to_string()))?;
             value.set_sensitive(true);
             map.append(name, value);
         }
         Ok(())
     }
+}
+
+/// A credential that cannot go into an `http` header map.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum HeaderError {
+    #[error("`{0}` is not a valid header name")]
+    Name(String),
+    #[error("the {0} credential is not a valid header value")]
+    Value(String),
 }
 
 /// Where this machine keeps its roots: Debian's, then Fedora's.

@@ -13,7 +13,8 @@ mod proxy;
 mod resolver;
 mod scrub;
 
-pub use credentials::{Credentials, TRUST_VARIABLES};
+pub use ca::CaError;
+pub use credentials::{Credentials, HeaderError, TRUST_VARIABLES};
 pub use egress::{Egress, RootsError};
 pub use gate::{DialError, Gate, Vetting, connect};
 pub use proxy::{GATE_PORT, HEAD_WAIT, MAX_CONNECTIONS, Proxy, Scope, Traffic, proxy_env};

@@ -449,7 +449,7 @@ impl Connection {
         }
         let acceptor = match self.credentials.acceptor(host) {
             Ok(a) => a,
-            Err(why) => return reply(stream, "500 Internal Server Error", &why).await,
+            Err(why) => return reply(stream, "500 Internal Server Error", &why.to_string()).await,
         };
         let ok = b"HTTP/1.1 200 Connection established\r\n\r\n";
         if stream.write_all(ok).await.is_err() {

@@ -72,7 +72,7 @@ async fn send(
     }
     gate.credentials()
         .apply_to(&host, request.headers_mut())
-        .map_err(|why| Error::InternalError(Some(why)))?;
+        .map_err(|why| Error::InternalError(Some(why.to_string())))?;
     let deadline = gate.deadline();
     let connect_wait = bounded(options.and_then(|o| o.connect_timeout), deadline);
     let stream = warden_net::connect(&addrs, port, connect_wait)
