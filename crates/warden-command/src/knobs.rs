@@ -7,25 +7,20 @@ use warden_core::{
     Capabilities, ExecutorTable, Grants, Located, NetHosts, Paths, PolicyError, Support,
 };
 
-/// What a command executor honours: env and roots (seen at `paths`), hosts as `net` says
-/// (through warden's gate when [`NetHosts::Enforced`]); not the DNS switch, credentials,
-/// fuel or the response cap, which belong to wasm tools' host-side HTTP and instructions;
-/// which roots a command opened is not observed.
-pub fn capabilities(paths: Paths, sessions: bool, net: NetHosts) -> Capabilities {
+/// What a command executor honours: env and roots (seen at `paths`), hosts and credentials
+/// through warden's gate, sessions; not the DNS switch, fuel or the response cap, which
+/// belong to wasm tools' host-side HTTP and instructions; which roots a command opened is
+/// not observed.
+pub fn capabilities(paths: Paths) -> Capabilities {
     Capabilities {
         paths,
         env: Support::Honoured,
-        net,
+        net: NetHosts::Enforced,
         dns: Support::Refused(
             "the switch is for wasm tools' own lookups; a command's names are resolved by \
              warden's gate (a resolver inside the sandbox would be a way out)",
         ),
-        credentials: match net {
-            NetHosts::Enforced => Support::Honoured,
-            NetHosts::AllOrNothing => Support::Refused(
-                "credentials are added by warden's gate, which this executor does not have",
-            ),
-        },
+        credentials: Support::Honoured,
         fuel: Support::Refused(
             "fuel counts WebAssembly instructions; a command's CPU is bounded by its executor's \
              own knobs (`cpus`, `cpu_time`) and the timeout",
@@ -35,7 +30,7 @@ pub fn capabilities(paths: Paths, sessions: bool, net: NetHosts) -> Capabilities
              (what it answers is capped by `output`)",
         ),
         memory_ceiling: None,
-        sessions,
+        sessions: true,
         // A container or process opens its roots through the kernel, where warden does not
         // watch (fanotify needs privileges and sees every process on the mount).
         roots_observed: false,

@@ -21,15 +21,14 @@ pub enum Support {
     Refused(&'static str),
 }
 
-/// How an executor holds a tool to the hosts in `net`.
+/// How an executor holds a tool to the hosts in `net`: every executor checks each connection
+/// against the grants. One form left, kept so the audit's JSON keeps its `net` field for this
+/// release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NetHosts {
     /// Every connection is checked against the grants.
     Enforced,
-    /// The sandbox has no network or all of it: host grants need the executor's own opt-in
-    /// to every host, which its backend checks.
-    AllOrNothing,
 }
 
 /// An executor kind as a policy's check sees it: its name, and what it honours. Every

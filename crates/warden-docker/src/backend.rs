@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use warden_command::{NetworkMode, Template, session_shell};
 use warden_core::{
-    Access, Backend, ByteSize, Capabilities, ExecutorKind, Grants, Loaded, LoadedTool, NetHosts,
-    Paths, Policy, PolicyError, Reach, Report, ReportLine, ToolSpec,
+    Access, Backend, ByteSize, Capabilities, ExecutorKind, Grants, Loaded, LoadedTool, Paths,
+    Policy, PolicyError, Reach, Report, ReportLine, ToolSpec,
 };
 use warden_net::{Egress, Gate};
 
@@ -85,7 +85,7 @@ impl ExecutorKind for DockerBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        warden_command::capabilities(Paths::Guest, true, NetHosts::Enforced)
+        warden_command::capabilities(Paths::Guest)
     }
 }
 

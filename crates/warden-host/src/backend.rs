@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use warden_command::{NetworkMode, Template, session_shell};
 use warden_core::{
     Backend, BoxFuture, ByteSize, Capabilities, ExecutorKind, HumanDuration, Loaded, LoadedTool,
-    NetHosts, Paths, Policy, PolicyError, Probe, Reach, Report, ReportLine, ToolSpec,
+    Paths, Policy, PolicyError, Probe, Reach, Report, ReportLine, ToolSpec,
 };
 use warden_net::{Egress, Gate};
 
@@ -182,7 +182,7 @@ impl ExecutorKind for HostBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        warden_command::capabilities(Paths::Host, true, NetHosts::Enforced)
+        warden_command::capabilities(Paths::Host)
     }
 }
 
@@ -214,7 +214,7 @@ impl Backend for HostBackend {
             .grants
             .fs
             .iter()
-            .map(|g| format!("{} ({})", g.host.display(), access_word(g.access)))
+            .map(|g| format!("{} ({})", g.host.display(), g.access.as_str()))
             .collect();
         let description = cfg.description.clone().unwrap_or_else(|| {
             let what = if cfg.session {
@@ -322,13 +322,6 @@ fn report(cfg: &HostConfig, policy: &Policy) -> Report {
         ],
         network,
         flags,
-    }
-}
-
-fn access_word(access: warden_core::Access) -> &'static str {
-    match access {
-        warden_core::Access::ReadOnly => "read-only",
-        warden_core::Access::ReadWrite => "read-write",
     }
 }
 
