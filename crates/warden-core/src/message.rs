@@ -125,6 +125,11 @@ impl ToolError {
     }
 
     /// Adds one detail field; `details` becomes an object if it was not one.
+    /// Something went wrong on warden's side, not the call's: the model can only retry.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Internal, message)
+    }
+
     pub fn with_detail(mut self, key: &str, value: impl Into<Value>) -> Self {
         if !self.details.is_object() {
             self.details = Value::Object(Default::default());

@@ -62,8 +62,3 @@ pub(crate) fn unavailable(message: &str) -> ToolError {
         format!("the host sandbox could not run the command: {message}"),
     )
 }
-
-/// Something went wrong on warden's side of the sandbox.
-pub(crate) fn internal(message: String) -> ToolError {
-    ToolError::new(ErrorKind::Internal, message)
-}

@@ -10,7 +10,7 @@
 //! deadline, so it takes a parent-death signal (it dies with the fork server, which dies with
 //! warden); dropped with its tool, it is killed.
 
-use crate::failure::{internal, unavailable};
+use crate::failure::unavailable;
 use crate::forks::{Forked, Forker};
 use crate::plan::{Call, Sandbox, frame};
 use std::collections::VecDeque;
@@ -136,14 +136,14 @@ impl Sandboxes {
         };
         let pipe = || {
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-                .map_err(|e| internal(format!("a pipe for the sandbox's helper: {e}")))
+                .map_err(|e| ToolError::internal(format!("a pipe for the sandbox's helper: {e}")))
         };
         let ((stdin, stdin_ours), (stdout_ours, stdout), (stderr_ours, stderr)) =
             (pipe()?, pipe()?, pipe()?);
         let (reports_ours, reports) = pipe()?;
         let gate = if sandbox.gate {
             let (ours, theirs) = std::os::unix::net::UnixStream::pair()
-                .map_err(|e| internal(format!("a socket for the gate: {e}")))?;
+                .map_err(|e| ToolError::internal(format!("a socket for the gate: {e}")))?;
             Some((ours, OwnedFd::from(theirs)))
         } else {
             None
@@ -162,11 +162,11 @@ impl Sandboxes {
                 ours.set_nonblocking(true)
                     .and_then(|()| tokio::net::UnixStream::from_std(ours))
                     .map(Some)
-                    .map_err(|e| internal(format!("the gate's socket: {e}")))?
+                    .map_err(|e| ToolError::internal(format!("the gate's socket: {e}")))?
             }
             None => None,
         };
-        let ours = |e: std::io::Error| internal(format!("the helper's pipes: {e}"));
+        let ours = |e: std::io::Error| ToolError::internal(format!("the helper's pipes: {e}"));
         let mut started = Started {
             helper,
             stdin: pipe::Sender::from_owned_fd(stdin_ours).map_err(ours)?,
@@ -175,7 +175,7 @@ impl Sandboxes {
             reports: pipe::Receiver::from_owned_fd(reports_ours).map_err(ours)?,
             gate,
         };
-        let framed = frame(&sandbox).map_err(internal)?;
+        let framed = frame(&sandbox).map_err(ToolError::internal)?;
         // A helper that died early shows up as a missing report.
         let _ = started.stdin.write_all(&framed).await;
         Ok(started)
@@ -185,7 +185,7 @@ impl Sandboxes {
 impl Started {
     /// Hands a started sandbox its one call: the helper starts the call's deadline now.
     pub(crate) async fn send_call(&mut self, call: &Call) -> Result<(), ToolError> {
-        let framed = frame(call).map_err(internal)?;
+        let framed = frame(call).map_err(ToolError::internal)?;
         // A helper that died early shows up as a missing report.
         let _ = self.stdin.write_all(&framed).await;
         let _ = self.stdin.flush().await;

@@ -12,7 +12,7 @@
 //! largest resident set (`ru_maxrss`) as one maximum over the whole session, which no reading
 //! can start anew.
 
-use crate::failure::{internal, unavailable};
+use crate::failure::unavailable;
 use crate::forks::Forked;
 use crate::plan::{Protections, Report};
 use crate::sandboxes::Started;
@@ -190,8 +190,8 @@ impl Sandbox for ShellNamespace {
         };
         match tokio::time::timeout(CLOSE_WAIT, read).await {
             Ok(Some(code)) => Ok((code, false)),
-            _ => Err(internal(
-                "the session's shell ended without saying how".into(),
+            _ => Err(ToolError::internal(
+                "the session's shell ended without saying how",
             )),
         }
     }

@@ -2,7 +2,6 @@
 //! it, read with caps until its tree ends; shared by a tool's calls and its session shells.
 
 use crate::config::HostConfig;
-use crate::failure::internal;
 use crate::plan::{CA_BUNDLE, Call, Report, Rlimits};
 use crate::sandboxes::{Sandboxes, Started};
 use std::sync::Arc;
@@ -85,7 +84,7 @@ impl Starter {
         env.extend(credentials.sandbox_env());
         let ca_bundle = credentials
             .trust_bundle()
-            .map_err(|e| internal(format!("the sandbox's CA: {e}")))?;
+            .map_err(|e| ToolError::internal(format!("the sandbox's CA: {e}")))?;
         if ca_bundle.is_some() {
             env.extend(Credentials::trust_env(CA_BUNDLE));
         }
@@ -162,11 +161,15 @@ impl Starter {
         let listener = match tokio::time::timeout_at(by, crate::gate::receive(socket)).await {
             Ok(Ok(Some(listener))) => listener,
             Ok(Ok(None)) | Err(_) => return Ok(None),
-            Ok(Err(e)) => return Err(internal(format!("receiving the gate's listener: {e}"))),
+            Ok(Err(e)) => {
+                return Err(ToolError::internal(format!(
+                    "receiving the gate's listener: {e}"
+                )));
+            }
         };
         Proxy::start(listener, gate.clone(), credentials)
             .map(Some)
-            .map_err(|e| internal(format!("serving the gate: {e}")))
+            .map_err(|e| ToolError::internal(format!("serving the gate: {e}")))
     }
 }
 

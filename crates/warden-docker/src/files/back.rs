@@ -2,7 +2,7 @@
 //! compared with what was copied in, refused as a whole on a conflict, else applied change
 //! by change, each file written beside and renamed over, through cap-std handles.
 
-use super::{Copied, CopiedIn, Entry, Manifest, Root, internal, open_root, stays_inside};
+use super::{Copied, CopiedIn, Entry, Manifest, Root, open_root, stays_inside};
 use crate::engine::Engine;
 use bollard::Docker;
 use bollard::query_parameters::DownloadFromContainerOptionsBuilder;
@@ -88,7 +88,7 @@ impl CopiedIn {
         let tool = tool.to_owned();
         tokio::task::spawn_blocking(move || apply(&copies, &tool))
             .await
-            .map_err(|e| internal(format!("writing back: {e}")))?
+            .map_err(|e| ToolError::internal(format!("writing back: {e}")))?
     }
 }
 
@@ -241,7 +241,9 @@ fn read_copy(
     tar: &[u8],
     notes: &mut Vec<String>,
 ) -> Result<BTreeMap<PathBuf, Found>, ToolError> {
-    let bad = |e: io::Error| internal(format!("reading the copy of {}: {e}", root.host.display()));
+    let bad = |e: io::Error| {
+        ToolError::internal(format!("reading the copy of {}: {e}", root.host.display()))
+    };
     let mut found = BTreeMap::new();
     let mut archive = tar::Archive::new(tar);
     for entry in archive.entries().map_err(bad)? {

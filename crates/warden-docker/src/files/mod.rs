@@ -144,7 +144,7 @@ impl Copied {
         let this = self.clone();
         let (packed, notes) = tokio::task::spawn_blocking(move || this.pack())
             .await
-            .map_err(|e| internal(format!("packing the roots: {e}")))??;
+            .map_err(|e| ToolError::internal(format!("packing the roots: {e}")))??;
         let mut manifests = Vec::new();
         for (index, (root, packed)) in self.roots.iter().zip(packed).enumerate() {
             let options = UploadToContainerOptionsBuilder::new()
@@ -206,10 +206,9 @@ impl Copied {
             }
             total += walk.size;
             let manifest = std::mem::take(&mut walk.manifest);
-            let tar = walk
-                .tar
-                .into_inner()
-                .map_err(|e| internal(format!("packing {}: {e}", root.host.display())))?;
+            let tar = walk.tar.into_inner().map_err(|e| {
+                ToolError::internal(format!("packing {}: {e}", root.host.display()))
+            })?;
             packed.push(Packed { tar, manifest });
         }
         Ok((packed, notes))
@@ -359,10 +358,6 @@ fn host_error(host: &Path, what: &str, e: &io::Error) -> ToolError {
         ),
     )
     .with_detail("root", host.display().to_string())
-}
-
-fn internal(message: String) -> ToolError {
-    ToolError::new(ErrorKind::Internal, message)
 }
 
 #[cfg(test)]
