@@ -48,5 +48,5 @@ pub use run::{RunLimitHit, RunLimits, RunUsage};
 pub use spec::{ToolSpec, is_valid_tool_name};
 pub use table::ExecutorTable;
 pub use toolbox::{Keep, LoadedPolicy, Protected, Tool, Toolbox, ToolboxError};
-pub use units::{ByteSize, HumanDuration, millis};
+pub use units::{ByteSize, HumanDuration, UnitError, millis};
 pub use usage::{RepeatedRefusal, Suggestion, ToolUsage, UnusedGrant, UsageError, UsageReport};

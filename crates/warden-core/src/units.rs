@@ -5,20 +5,35 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+/// A size or duration a policy wrote that does not read as one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnitError {
+    #[error("`{0}` is not a size; write it like \"64MiB\" or \"1GiB\"")]
+    NotASize(String),
+    #[error("unknown size unit `{unit}` in `{written}`; use B, KB, MB, GB, KiB, MiB or GiB")]
+    SizeUnit { unit: String, written: String },
+    #[error("size `{0}` is too large")]
+    SizeTooLarge(String),
+    #[error("`{0}` is not a duration; write it like \"10s\" or \"500ms\"")]
+    NotADuration(String),
+    #[error("unknown duration unit `{unit}` in `{written}`; use ms, s, m, h or d")]
+    DurationUnit { unit: String, written: String },
+    #[error("duration `{0}` is out of range")]
+    DurationRange(String),
+}
+
 /// A byte count written as `"64MiB"`, `"1KiB"`, `"512KB"` or a bare integer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ByteSize(pub u64);
 
 impl FromStr for ByteSize {
-    type Err = String;
+    type Err = UnitError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, UnitError> {
         let s = s.trim();
         let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
         let (num, unit) = s.split_at(split);
-        let n: u64 = num
-            .parse()
-            .map_err(|_| format!("`{s}` is not a size; write it like \"64MiB\" or \"1GiB\""))?;
+        let n: u64 = num.parse().map_err(|_| UnitError::NotASize(s.to_owned()))?;
         let mult: u64 = match unit.trim() {
             "" | "B" => 1,
             "KB" => 1_000,
@@ -28,14 +43,15 @@ impl FromStr for ByteSize {
             "MiB" => 1 << 20,
             "GiB" => 1 << 30,
             other => {
-                return Err(format!(
-                    "unknown size unit `{other}` in `{s}`; use B, KB, MB, GB, KiB, MiB or GiB"
-                ));
+                return Err(UnitError::SizeUnit {
+                    unit: other.to_owned(),
+                    written: s.to_owned(),
+                });
             }
         };
         n.checked_mul(mult)
             .map(ByteSize)
-            .ok_or_else(|| format!("size `{s}` is too large"))
+            .ok_or_else(|| UnitError::SizeTooLarge(s.to_owned()))
     }
 }
 
@@ -61,9 +77,9 @@ pub fn millis(d: Duration) -> f64 {
 pub struct HumanDuration(pub Duration);
 
 impl FromStr for HumanDuration {
-    type Err = String;
+    type Err = UnitError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, UnitError> {
         let s = s.trim();
         let split = s
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -71,7 +87,7 @@ impl FromStr for HumanDuration {
         let (num, unit) = s.split_at(split);
         let n: f64 = num
             .parse()
-            .map_err(|_| format!("`{s}` is not a duration; write it like \"10s\" or \"500ms\""))?;
+            .map_err(|_| UnitError::NotADuration(s.to_owned()))?;
         let secs = match unit.trim() {
             "ms" => n / 1000.0,
             "" | "s" => n,
@@ -79,14 +95,15 @@ impl FromStr for HumanDuration {
             "h" => n * 3600.0,
             "d" => n * 86_400.0,
             other => {
-                return Err(format!(
-                    "unknown duration unit `{other}` in `{s}`; use ms, s, m, h or d"
-                ));
+                return Err(UnitError::DurationUnit {
+                    unit: other.to_owned(),
+                    written: s.to_owned(),
+                });
             }
         };
         Duration::try_from_secs_f64(secs)
             .map(HumanDuration)
-            .map_err(|_| format!("duration `{s}` is out of range"))
+            .map_err(|_| UnitError::DurationRange(s.to_owned()))
     }
 }
 

@@ -260,7 +260,10 @@ pub(crate) fn serve(helper: fn() -> !) -> ! {
         let answer = if (4..=MAX_FDS).contains(&fds.len()) {
             fork_child(&fds, helper)
         } else {
-            Err(format!("a request with {} descriptors", fds.len()))
+            Err(io::Error::other(format!(
+                "a request with {} descriptors",
+                fds.len()
+            )))
         };
         drop(fds);
         let sent = match &answer {
@@ -273,7 +276,7 @@ pub(crate) fn serve(helper: fn() -> !) -> ! {
             ),
             Err(why) => sendmsg::<()>(
                 0,
-                &[IoSlice::new(why.as_bytes())],
+                &[IoSlice::new(why.to_string().as_bytes())],
                 &[],
                 MsgFlags::empty(),
                 None,
@@ -298,11 +301,11 @@ fn reap() {
 }
 
 /// Forks a child that puts `fds` at 0, 1, 2, 3 (and 4) and runs `helper`; answers its pidfd.
-fn fork_child(fds: &[OwnedFd], helper: fn() -> !) -> Result<OwnedFd, String> {
+fn fork_child(fds: &[OwnedFd], helper: fn() -> !) -> io::Result<OwnedFd> {
     use nix::unistd::{ForkResult, fork};
     // SAFETY: this process has a single thread.
     match unsafe { fork() } {
-        Err(e) => Err(format!("fork: {e}")),
+        Err(e) => Err(io::Error::other(format!("fork: {e}"))),
         Ok(ForkResult::Child) => {
             // SAFETY: back to the default disposition, which the helper waits with.
             let _ = unsafe {
@@ -342,7 +345,7 @@ fn fork_child(fds: &[OwnedFd], helper: fn() -> !) -> Result<OwnedFd, String> {
             if fd < 0 {
                 let e = io::Error::last_os_error();
                 let _ = nix::sys::signal::kill(child, nix::sys::signal::Signal::SIGKILL);
-                return Err(format!("pidfd_open: {e}"));
+                return Err(io::Error::new(e.kind(), format!("pidfd_open: {e}")));
             }
             // SAFETY: the kernel just returned this descriptor.
             Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })

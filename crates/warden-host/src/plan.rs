@@ -73,10 +73,19 @@ pub(crate) struct Call {
     pub ca_bundle: Option<String>,
 }
 
+/// Why a plan could not be framed for the helper.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FrameError {
+    #[error("the helper's plan: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("the helper's plan is too large ({0} bytes)")]
+    TooLarge(usize),
+}
+
 /// One frame on the helper's stdin: its length (u32, little-endian), then its JSON.
-pub(crate) fn frame(value: &impl Serialize) -> Result<Vec<u8>, String> {
-    let json = serde_json::to_vec(value).map_err(|e| e.to_string())?;
-    let len = u32::try_from(json.len()).map_err(|_| "the helper's plan is too large")?;
+pub(crate) fn frame(value: &impl Serialize) -> Result<Vec<u8>, FrameError> {
+    let json = serde_json::to_vec(value)?;
+    let len = u32::try_from(json.len()).map_err(|_| FrameError::TooLarge(json.len()))?;
     let mut framed = Vec::with_capacity(json.len() + 4);
     framed.extend_from_slice(&len.to_le_bytes());
     framed.extend_from_slice(&json);

@@ -175,7 +175,7 @@ impl Sandboxes {
             reports: pipe::Receiver::from_owned_fd(reports_ours).map_err(ours)?,
             gate,
         };
-        let framed = frame(&sandbox).map_err(ToolError::internal)?;
+        let framed = frame(&sandbox).map_err(|e| ToolError::internal(e.to_string()))?;
         // A helper that died early shows up as a missing report.
         let _ = started.stdin.write_all(&framed).await;
         Ok(started)
@@ -185,7 +185,7 @@ impl Sandboxes {
 impl Started {
     /// Hands a started sandbox its one call: the helper starts the call's deadline now.
     pub(crate) async fn send_call(&mut self, call: &Call) -> Result<(), ToolError> {
-        let framed = frame(call).map_err(ToolError::internal)?;
+        let framed = frame(call).map_err(|e| ToolError::internal(e.to_string()))?;
         // A helper that died early shows up as a missing report.
         let _ = self.stdin.write_all(&framed).await;
         let _ = self.stdin.flush().await;
