@@ -101,7 +101,7 @@ pub struct Warden {
     /// Docker tools share one engine (connected on their first call, never at load).
     pub docker: DockerBackend,
     /// Host tools start their calls through [`HELPER_PROGRAM`] beside this program, or this
-    /// program re-executed as the helper.
+    /// program started as the helper.
     pub host: HostBackend,
     /// Called before a component is compiled.
     pub on_compile: CompileHook,

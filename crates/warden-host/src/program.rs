@@ -1,4 +1,4 @@
-//! Which helper program warden starts: this very program re-executed, or a small helper
+//! Which helper program warden starts as its fork server: this very program, or a small helper
 //! beside it, used only when it is of this build and no one but warden's owner could have
 //! written it.
 
@@ -49,7 +49,7 @@ impl Helper {
             }
             Err(Unused::Unsafe(why)) => {
                 tracing::warn!(
-                    "the host helper at {} not used, warden re-executes itself instead: {why}",
+                    "the host helper at {} not used, warden starts itself as the helper instead: {why}",
                     path.display()
                 );
                 None
