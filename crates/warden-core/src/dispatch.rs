@@ -5,7 +5,7 @@
 
 use crate::admission::{Admission, Gate};
 use crate::calllog::{CallLog, CallOutcome, CallRecord, DenialRecord, Record, now_ms};
-use crate::executor::{Denial, Denials, Invocation, Meter, Output, Reached, Usage};
+use crate::executor::{Denial, Denials, Invocation, Meter, Output, Reached, Sample, Usage};
 use crate::limits::cap_text;
 use crate::message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage};
 use crate::redact::Secrets;
@@ -348,19 +348,18 @@ impl Dispatcher {
         let start = Instant::now();
         let denials = Denials::default();
         let meter = Meter::default();
-        let (mut message, fuel, attempts, usage) =
-            self.answer(tool, call, arguments, &denials, &meter).await;
-        let (denied, denied_count) = denials.snapshot();
-        attach_denials(&mut message, &denied, denied_count);
-        let (reached, reached_count) = meter.reached();
-        attach_exercised(&mut message, "reached", &reached, reached_count);
-        let (roots_opened, roots_opened_count) = meter.roots_opened();
-        attach_exercised(
-            &mut message,
-            "roots_opened",
-            &roots_opened,
-            roots_opened_count,
-        );
+        let Answered {
+            mut message,
+            fuel,
+            attempts,
+            usage,
+        } = self.answer(tool, call, arguments, &denials, &meter).await;
+        let denied = denials.snapshot();
+        attach_denials(&mut message, &denied);
+        let reached = meter.reached();
+        attach_exercised(&mut message, "reached", &reached);
+        let roots_opened = meter.roots_opened();
+        attach_exercised(&mut message, "roots_opened", &roots_opened);
         let took = start.elapsed();
         attach_usage(&mut message, took, usage, fuel);
         redact_message(&secrets, &mut message);
@@ -369,12 +368,9 @@ impl Dispatcher {
             fuel,
             attempts,
             denied,
-            denied_count,
             usage,
             reached,
-            reached_count,
             roots_opened,
-            roots_opened_count,
         };
         self.write_log(call, Some(tool), &secrets, &message, &facts);
         self.tell_answered(&message);
@@ -390,7 +386,7 @@ impl Dispatcher {
         mut arguments: Value,
         denials: &Denials,
         meter: &Meter,
-    ) -> (ToolMessage, Option<u64>, u32, Usage) {
+    ) -> Answered {
         if tool.review_required {
             match self.review(tool, call).await {
                 Decision::Approve => {}
@@ -400,11 +396,11 @@ impl Dispatcher {
                         ErrorKind::Rejected,
                         format!("a reviewer rejected this call: {reason}"),
                     );
-                    return (ToolMessage::failure(call, err), None, 0, Usage::default());
+                    return Answered::before_running(ToolMessage::failure(call, err));
                 }
                 Decision::Respond { content } => {
                     let m = ToolMessage::success(call, content, None);
-                    return (m, None, 0, Usage::default());
+                    return Answered::before_running(m);
                 }
             }
         }
@@ -435,14 +431,25 @@ impl Dispatcher {
                 .await;
             match result {
                 Ok(output) => {
-                    let fuel = output.fuel_used;
-                    return (success(call, tool, output), fuel, attempt, meter.get());
+                    return Answered {
+                        fuel: output.fuel_used,
+                        message: success(call, tool, output),
+                        attempts: attempt,
+                        usage: meter.get(),
+                    };
                 }
                 Err(e) if retry && is_transient(e.kind) => {
                     tracing::info!(call = %call.id, attempt, "retrying after {}", e.kind);
                     tokio::time::sleep(BACKOFF * 2u32.pow(attempt - 1)).await;
                 }
-                Err(e) => return (ToolMessage::failure(call, e), None, attempt, meter.get()),
+                Err(e) => {
+                    return Answered {
+                        message: ToolMessage::failure(call, e),
+                        fuel: None,
+                        attempts: attempt,
+                        usage: meter.get(),
+                    };
+                }
             }
         }
     }
@@ -529,7 +536,7 @@ impl Dispatcher {
             return;
         };
         let ts_ms = now_ms();
-        for d in &facts.denied {
+        for d in &facts.denied.kept {
             let denial = DenialRecord {
                 ts_ms,
                 tool: call.name.clone(),
@@ -551,11 +558,11 @@ impl Dispatcher {
             attempts: facts.attempts,
             fuel: facts.fuel,
             usage: facts.usage,
-            denied: (facts.denied_count > 0).then_some(facts.denied_count),
-            reached: &facts.reached,
-            reached_count: (facts.reached_count > 0).then_some(facts.reached_count),
-            roots_opened: &facts.roots_opened,
-            roots_opened_count: (facts.roots_opened_count > 0).then_some(facts.roots_opened_count),
+            denied: counted(&facts.denied),
+            reached: &facts.reached.kept,
+            reached_count: counted(&facts.reached),
+            roots_opened: &facts.roots_opened.kept,
+            roots_opened_count: counted(&facts.roots_opened),
             executor: tool.map(|t| t.facts.executor.as_str()),
             policy_digest: tool.map(|t| t.facts.policy_digest.as_str()),
             message: m.error.as_ref().map(|e| e.message.as_str()),
@@ -567,19 +574,42 @@ impl Dispatcher {
 /// A call refused before it ran: the error, and the tool when there is one.
 type Refusal<'a> = (Option<&'a Tool>, ToolError);
 
+/// A known tool's message, with the fuel burnt, the attempts made and what the last
+/// attempt used.
+struct Answered {
+    message: ToolMessage,
+    fuel: Option<u64>,
+    attempts: u32,
+    usage: Usage,
+}
+
+impl Answered {
+    /// Answered without running the tool (a reviewer's rejection or response).
+    fn before_running(message: ToolMessage) -> Self {
+        Self {
+            message,
+            fuel: None,
+            attempts: 0,
+            usage: Usage::default(),
+        }
+    }
+}
+
 /// What the log says of one call besides its message.
 #[derive(Default)]
 struct Facts {
     took: Duration,
     fuel: Option<u64>,
     attempts: u32,
-    denied: Vec<Denial>,
-    denied_count: u64,
+    denied: Sample<Denial>,
     usage: Usage,
-    reached: Vec<Reached>,
-    reached_count: u64,
-    roots_opened: Vec<String>,
-    roots_opened_count: u64,
+    reached: Sample<Reached>,
+    roots_opened: Sample<String>,
+}
+
+/// The log's count of a sample: absent when there were none.
+fn counted<T>(sample: &Sample<T>) -> Option<u64> {
+    (sample.total > 0).then_some(sample.total)
 }
 
 /// What the call cost goes with every answer: `usage` in the artifact, or in an error's
@@ -597,12 +627,16 @@ fn attach_usage(m: &mut ToolMessage, took: Duration, usage: Usage, fuel: Option<
 
 /// What the call exercised goes with its answer too, when it did any: the list as `key`
 /// (`reached`, `roots_opened`) and every occurrence counted as `{key}_count`.
-fn attach_exercised<T: serde::Serialize>(m: &mut ToolMessage, key: &str, list: &[T], count: u64) {
-    if count == 0 {
+fn attach_exercised<T: serde::Serialize>(m: &mut ToolMessage, key: &str, sample: &Sample<T>) {
+    if sample.total == 0 {
         return;
     }
-    set_detail(m, key, serde_json::to_value(list).unwrap_or_default());
-    set_detail(m, &format!("{key}_count"), count.into());
+    set_detail(
+        m,
+        key,
+        serde_json::to_value(&sample.kept).unwrap_or_default(),
+    );
+    set_detail(m, &format!("{key}_count"), sample.total.into());
 }
 
 /// Sets `key` in an error's details, or in a success's artifact.
@@ -618,7 +652,8 @@ fn set_detail(m: &mut ToolMessage, key: &str, value: Value) {
 }
 
 /// Refusals are news to the model too: it should stop asking for what the policy forbids.
-fn attach_denials(m: &mut ToolMessage, denied: &[Denial], count: u64) {
+fn attach_denials(m: &mut ToolMessage, denied: &Sample<Denial>) {
+    let (count, denied) = (denied.total, &denied.kept);
     if count == 0 {
         return;
     }

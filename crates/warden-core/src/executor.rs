@@ -68,8 +68,8 @@ impl Usage {
 #[derive(Debug, Clone, Default)]
 pub struct Meter {
     usage: Arc<Mutex<Usage>>,
-    reached: Arc<Mutex<Bounded<Reached>>>,
-    roots: Arc<Mutex<Bounded<String>>>,
+    reached: Arc<Mutex<Sample<Reached>>>,
+    roots: Arc<Mutex<Sample<String>>>,
 }
 
 impl Meter {
@@ -104,28 +104,30 @@ impl Meter {
     /// A destination the sandbox let the call reach. Kept once however often it is reached
     /// (the first [`Denials::KEPT`] distinct ones), every reach counted.
     pub fn reach(&self, reach: Reached) {
-        self.reach_all([reach], 1);
+        self.reach_all(&Sample {
+            kept: vec![reach],
+            total: 1,
+        });
     }
 
-    /// Destinations reached elsewhere (through a gate), and the count of every reach.
-    pub fn reach_all(&self, reached: impl IntoIterator<Item = Reached>, count: u64) {
+    /// Destinations reached elsewhere (through a gate), with the count of every reach.
+    pub fn reach_all(&self, reached: &Sample<Reached>) {
         let mut list = self
             .reached
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for reach in reached {
-            list.keep_distinct(&reach);
+        for reach in &reached.kept {
+            list.keep_distinct(reach);
         }
-        list.total += count;
+        list.total += reached.total;
     }
 
     /// The destinations reached so far, and the count of every reach.
-    pub fn reached(&self) -> (Vec<Reached>, u64) {
-        let list = self
-            .reached
+    pub fn reached(&self) -> Sample<Reached> {
+        self.reached
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        (list.kept.clone(), list.total)
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// A granted filesystem root the call used, named by the path the tool sees it at: kept
@@ -140,12 +142,11 @@ impl Meter {
     }
 
     /// The roots opened so far, and the count of every use.
-    pub fn roots_opened(&self) -> (Vec<String>, u64) {
-        let list = self
-            .roots
+    pub fn roots_opened(&self) -> Sample<String> {
+        self.roots
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        (list.kept.clone(), list.total)
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -171,17 +172,19 @@ pub struct Denial {
 /// retries in a loop must not flood memory or the log: the first [`Denials::KEPT`] are kept,
 /// the rest only counted.
 #[derive(Debug, Clone, Default)]
-pub struct Denials(Arc<Mutex<Bounded<Denial>>>);
+pub struct Denials(Arc<Mutex<Sample<Denial>>>);
 
 /// The first few of something a sandbox reports, and the count of all of them: a tool that
 /// loops must not flood memory or the log.
-#[derive(Debug)]
-struct Bounded<T> {
-    kept: Vec<T>,
-    total: u64,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sample<T> {
+    /// The first [`Denials::KEPT`] of them (for destinations and roots: distinct ones).
+    pub kept: Vec<T>,
+    /// Every one of them, counted.
+    pub total: u64,
 }
 
-impl<T> Bounded<T> {
+impl<T> Sample<T> {
     /// Counts `item`, and keeps it while fewer than [`Denials::KEPT`] are kept.
     fn push(&mut self, item: T) {
         self.total += 1;
@@ -203,7 +206,7 @@ impl<T> Bounded<T> {
     }
 }
 
-impl<T> Default for Bounded<T> {
+impl<T> Default for Sample<T> {
     fn default() -> Self {
         Self {
             kept: Vec::new(),
@@ -225,12 +228,11 @@ impl Denials {
     }
 
     /// The refusals kept so far and the count of all of them.
-    pub fn snapshot(&self) -> (Vec<Denial>, u64) {
-        let list = self
-            .0
+    pub fn snapshot(&self) -> Sample<Denial> {
+        self.0
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        (list.kept.clone(), list.total)
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 

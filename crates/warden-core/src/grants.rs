@@ -1,6 +1,7 @@
 //! Grants: the env, filesystem roots and network a tool may use. Each kind is parsed,
 //! validated, resolved and described here, so the audit shows exactly what executors enforce.
 
+use crate::located::Mistake;
 use crate::message::{ErrorKind, ToolError};
 use crate::net::{Credential, HostGrant, NetGrants};
 use serde::{Deserialize, Serialize};
@@ -110,12 +111,6 @@ pub struct GrantLines {
     pub net_credentials: Vec<usize>,
 }
 
-/// A grant error, with the byte span of the offending value when known.
-pub(crate) struct GrantError {
-    pub span: Option<std::ops::Range<usize>>,
-    pub message: String,
-}
-
 impl GrantsSpec {
     /// The lines of the grants as written in `text`, the policy they were read from.
     pub(crate) fn lines(&self, text: &str) -> GrantLines {
@@ -134,10 +129,10 @@ impl GrantsSpec {
 
     /// Checks every grant against this machine; paths are relative to `base`. With
     /// [`Paths::Host`] each root is seen at its own canonical path.
-    pub(crate) fn resolve(self, base: &Path, paths: Paths) -> Result<Grants, GrantError> {
+    pub(crate) fn resolve(self, base: &Path, paths: Paths) -> Result<Grants, Mistake> {
         let env = self.env.map(Spanned::into_inner).unwrap_or_default();
         for name in env.keys() {
-            check_env_name(name).map_err(|message| GrantError {
+            check_env_name(name).map_err(|message| Mistake {
                 span: None,
                 message,
             })?;
@@ -146,12 +141,12 @@ impl GrantsSpec {
         for name in self.env_from_host {
             let span = name.span();
             let name = name.into_inner();
-            check_env_name(&name).map_err(|message| GrantError {
+            check_env_name(&name).map_err(|message| Mistake {
                 span: Some(span.clone()),
                 message,
             })?;
             if env.contains_key(&name) {
-                return Err(GrantError {
+                return Err(Mistake {
                     span: Some(span),
                     message: format!("`{name}` is granted both in env and in env_from_host"),
                 });
@@ -163,7 +158,7 @@ impl GrantsSpec {
             let span = name.span();
             let name = name.into_inner();
             if !env.contains_key(&name) {
-                return Err(GrantError {
+                return Err(Mistake {
                     span: Some(span),
                     message: format!("secret_env names `{name}`, which is not in env"),
                 });
@@ -174,7 +169,7 @@ impl GrantsSpec {
         for grant in self.fs {
             let span = grant.span();
             let spec = grant.into_inner();
-            let err = |message: String| GrantError {
+            let err = |message: String| Mistake {
                 span: Some(span.clone()),
                 message,
             };
@@ -223,7 +218,7 @@ impl GrantsSpec {
             ..NetGrants::default()
         };
         for text in self.net {
-            let grant = HostGrant::parse(text.get_ref()).map_err(|message| GrantError {
+            let grant = HostGrant::parse(text.get_ref()).map_err(|message| Mistake {
                 span: Some(text.span()),
                 message,
             })?;
@@ -243,7 +238,7 @@ impl GrantsSpec {
                     )),
                     _ => Ok(()),
                 })
-                .map_err(|message| GrantError {
+                .map_err(|message| Mistake {
                     span: Some(span),
                     message,
                 })?;

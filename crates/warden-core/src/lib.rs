@@ -34,7 +34,8 @@ pub use calllog::{
 pub use capability::{Capabilities, ExecutorKind, NetHosts, Support};
 pub use dispatch::{CallObserver, Dispatcher};
 pub use executor::{
-    BoxFuture, Denial, Denials, Executor, Invocation, Meter, Output, Reached, SessionId, Usage,
+    BoxFuture, Denial, Denials, Executor, Invocation, Meter, Output, Reached, Sample, SessionId,
+    Usage,
 };
 pub use grants::{Access, FsGrant, GrantLines, Grants, Paths};
 pub use limits::{Capped, Limits, LimitsSpec, MARKER_MAX, shorten};

@@ -1,5 +1,6 @@
 //! Limits: what a policy writes, and the safe defaults for what it does not.
 
+use crate::located::Mistake;
 use crate::units::{ByteSize, HumanDuration};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -69,8 +70,8 @@ pub(crate) struct LimitsFile {
 
 impl LimitsFile {
     /// Rejects limits no executor can honour; the error carries the offending span.
-    pub(crate) fn check(self) -> Result<LimitsSpec, (std::ops::Range<usize>, String)> {
-        let bad = |span: std::ops::Range<usize>, m: &str| Err((span, m.to_owned()));
+    pub(crate) fn check(self) -> Result<LimitsSpec, Mistake> {
+        let bad = |span: std::ops::Range<usize>, m: &str| Err(Mistake::at(span, m));
         if let Some(t) = &self.timeout
             && t.get_ref().0.is_zero()
         {

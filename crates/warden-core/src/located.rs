@@ -2,7 +2,34 @@
 //! part of a policy's reading shares; this module imports none of them.
 
 use std::fmt;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
+
+/// A mistake in a policy's text, before it is a [`PolicyError`]: the byte span of the
+/// offending value when known, and what is wrong with it.
+#[derive(Debug)]
+pub(crate) struct Mistake {
+    pub span: Option<Range<usize>>,
+    pub message: String,
+}
+
+impl Mistake {
+    /// A mistake at `span`.
+    pub(crate) fn at(span: Range<usize>, message: impl Into<String>) -> Self {
+        Self {
+            span: Some(span),
+            message: message.into(),
+        }
+    }
+
+    /// A mistake of the file as a whole.
+    pub(crate) fn whole(message: impl Into<String>) -> Self {
+        Self {
+            span: None,
+            message: message.into(),
+        }
+    }
+}
 
 /// A policy that cannot be honoured: names the file, and the line when known.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -98,7 +98,7 @@ impl Policy {
         };
         let toml_error = |e: toml::de::Error| at(e.span(), e.message().to_owned());
         let mut doc = DeTable::parse(&text).map_err(toml_error)?;
-        let (kind, _) = take_executor(&mut doc).map_err(|(span, m)| at(span, m))?;
+        let (kind, _) = take_executor(&mut doc).map_err(|m| at(m.span, m.message))?;
         let kind = Located {
             line: line_of(&text, kind.span().start),
             value: kind.into_inner(),
@@ -138,7 +138,7 @@ impl Policy {
         let limits = file
             .limits
             .check()
-            .map_err(|(span, m)| at(Some(span), format!("[limits]: {m}")))?;
+            .map_err(|m| at(m.span, format!("[limits]: {}", m.message)))?;
         let mut functions = BTreeMap::new();
         for (name, spec) in file.functions {
             let line = line_of(&text, spec.span().start);
@@ -148,7 +148,7 @@ impl Policy {
             let limits = spec
                 .limits
                 .check()
-                .map_err(|(span, m)| at(Some(span), format!("{table}: {m}")))?;
+                .map_err(|m| at(m.span, format!("{table}: {}", m.message)))?;
             functions.insert(
                 name,
                 FunctionOverride {

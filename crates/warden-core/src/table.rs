@@ -1,7 +1,7 @@
 //! A policy's `[executor]` table, kept with its positions so that the backend of its kind can
 //! parse it into its own config and still name the file and line of every mistake.
 
-use crate::located::{Located, PolicyError, line_of};
+use crate::located::{Located, Mistake, PolicyError, line_of};
 use serde::de::DeserializeOwned;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -36,7 +36,7 @@ impl ExecutorTable {
         };
         // Parsed again rather than kept: the parsed form borrows the text.
         let mut doc = DeTable::parse(&self.text).map_err(|e| error(e.span(), e.message()))?;
-        let (_, table) = take_executor(&mut doc).map_err(|(span, m)| error(span, &m))?;
+        let (_, table) = take_executor(&mut doc).map_err(|m| error(m.span, &m.message))?;
         T::deserialize(ValueDeserializer::from(table)).map_err(|e| error(e.span(), e.message()))
     }
 
@@ -98,9 +98,6 @@ fn lexical(path: &Path) -> PathBuf {
     out
 }
 
-/// A mistake in the policy text: where (when known), and what.
-type Mistake = (Option<std::ops::Range<usize>>, String);
-
 /// `[executor]` as written: its `kind`, and the rest of the table.
 type WrittenExecutor<'i> = (Spanned<String>, Spanned<DeValue<'i>>);
 
@@ -109,27 +106,21 @@ pub(crate) fn take_executor<'i>(
     doc: &mut Spanned<DeTable<'i>>,
 ) -> Result<WrittenExecutor<'i>, Mistake> {
     let executor = doc.get_mut().remove("executor").ok_or_else(|| {
-        (
-            None,
-            "a policy needs an [executor] table with its `kind` (wasm, docker, host)".into(),
-        )
+        Mistake::whole("a policy needs an [executor] table with its `kind` (wasm, docker, host)")
     })?;
     let span = executor.span();
     let mut value = executor.into_inner();
     let DeValue::Table(table) = &mut value else {
-        return Err((Some(span), "`executor` must be a table: [executor]".into()));
+        return Err(Mistake::at(span, "`executor` must be a table: [executor]"));
     };
-    let kind = table.remove("kind").ok_or_else(|| {
-        (
-            Some(span.clone()),
-            "[executor] needs `kind` (wasm, docker, host)".into(),
-        )
-    })?;
+    let kind = table
+        .remove("kind")
+        .ok_or_else(|| Mistake::at(span.clone(), "[executor] needs `kind` (wasm, docker, host)"))?;
     let kind_span = kind.span();
     let DeValue::String(name) = kind.into_inner() else {
-        return Err((
-            Some(kind_span),
-            "`kind` must be a string, such as \"wasm\"".into(),
+        return Err(Mistake::at(
+            kind_span,
+            "`kind` must be a string, such as \"wasm\"",
         ));
     };
     Ok((

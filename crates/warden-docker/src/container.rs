@@ -262,25 +262,45 @@ pub(crate) fn wrapped(argv: Vec<String>) -> Vec<String> {
 /// what was written back), or why its read-write roots were not written back.
 pub(crate) type FilesOutcome = Result<Vec<String>, ToolError>;
 
+/// One per-call container to run: its image and body, its output cap and deadline, and,
+/// when it has them, its gate (with the call's scope and credentials) and its copied roots
+/// (with the tool's name).
+pub(crate) struct OneCall<'a> {
+    pub image: &'a str,
+    pub body: ContainerCreateBody,
+    pub output_limit: u64,
+    pub deadline: Instant,
+    pub gate: Option<(Gate, Scope, Credentials)>,
+    pub copied: Option<(&'a Copied, &'a str)>,
+}
+
+/// What a per-call container came to: how its command ended, what went through its gate,
+/// what its cgroup counted, and what became of its copied roots.
+pub(crate) struct Ran {
+    pub ended: Ended,
+    pub traffic: Option<Traffic>,
+    pub used: Usage,
+    pub files: FilesOutcome,
+}
+
 /// Runs one container, whose command is [`wrapped`], to its end or its deadline, and removes
 /// it. With a gate, the command starts once the gate listens; with `copied` roots, once they
 /// are in, and its read-write roots are written back when it ends (not at the deadline),
 /// before the container does. Answers what went through the gate too, and the CPU and memory figures the
 /// container's cgroup had at the command's end (or at the deadline).
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one container's whole life, in one place"
-)]
 pub(crate) async fn run_once(
     engine: &Engine,
     docker: &Docker,
-    image: &str,
-    body: ContainerCreateBody,
-    output_limit: u64,
-    deadline: Instant,
-    gate: Option<(Gate, Scope, Credentials)>,
-    copied: Option<(&Copied, &str)>,
-) -> Result<(Ended, Option<Traffic>, Usage, FilesOutcome), ToolError> {
+    call: OneCall<'_>,
+) -> Result<Ran, ToolError> {
+    let OneCall {
+        image,
+        body,
+        output_limit,
+        deadline,
+        gate,
+        copied,
+    } = call;
     let container = Container::create(engine, docker, image, body).await?;
     let mut attached = container.attach_and_start(engine, true).await?;
     let copied_in = match copied {
@@ -337,7 +357,12 @@ pub(crate) async fn run_once(
         Some(Err(e)) => Err(e),
         None => Ok(notes),
     };
-    Ok((ended?, traffic, used, files))
+    Ok(Ran {
+        ended: ended?,
+        traffic,
+        used,
+        files,
+    })
 }
 
 /// The gate of a started container (nothing gets through before [`Proxy::begin`]).

@@ -1,6 +1,6 @@
 //! The executor of a docker tool: a container per call, or one shell per session.
 
-use crate::container::{Ended, run_once, wrapped};
+use crate::container::{Ended, OneCall, Ran, run_once, wrapped};
 use crate::engine::Engine;
 use crate::files::Copied;
 use crate::gate::Sandboxed;
@@ -94,23 +94,28 @@ impl DockerTool {
             denials: inv.denials.clone(),
             deadline: deadline.into_std(),
         };
-        let (ended, traffic, used, files) = run_once(
-            &self.engine,
-            &docker,
-            &self.plan.image,
+        let call = OneCall {
+            image: &self.plan.image,
             body,
-            inv.limits.output,
+            output_limit: inv.limits.output,
             deadline,
-            self.gate
+            gate: self
+                .gate
                 .clone()
                 .zip(sandboxed.as_ref())
                 .map(|(g, s)| (g, scope, s.credentials.clone())),
-            self.plan
+            copied: self
+                .plan
                 .copied
                 .as_ref()
                 .map(|c| (c, self.plan.tool.as_str())),
-        )
-        .await?;
+        };
+        let Ran {
+            ended,
+            traffic,
+            used,
+            files,
+        } = run_once(&self.engine, &docker, call).await?;
         inv.usage.record(|u| {
             u.cpu_ms = used.cpu_ms;
             u.peak_memory_bytes = used.peak_memory_bytes;

@@ -30,7 +30,7 @@ use rmcp::model::{
     JsonRpcRequest, JsonRpcVersion2_0, MetaObject, Request, RequestId, RequestMetaObject,
     ServerJsonRpcMessage,
 };
-use rmcp::model::{ClientNotification, ProtocolVersion, ServerResult};
+use rmcp::model::{ClientNotification, ErrorCode, ProtocolVersion, ServerResult};
 use rmcp::transport::Transport;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
@@ -312,7 +312,10 @@ where
             Ok(line) => line,
             Err(AnyDelimiterCodecError::MaxChunkLengthExceeded) => {
                 let message = format!("Invalid Request: a message is longer than {MAX_LINE} bytes");
-                refuse(out, error_reply(-32600, &message, Value::Null));
+                refuse(
+                    out,
+                    error_reply(ErrorCode::INVALID_REQUEST, &message, Value::Null),
+                );
                 continue;
             }
             Err(AnyDelimiterCodecError::Io(e)) => {
@@ -575,7 +578,11 @@ fn is_misshapen(request: &ClientRequest) -> bool {
 
 fn misshapen_reply(request: &ClientRequest, id: RequestId) -> Value {
     let ClientRequest::CustomRequest(custom) = request else {
-        return error_reply(-32602, "Invalid params", id.into_json_value());
+        return error_reply(
+            ErrorCode::INVALID_PARAMS,
+            "Invalid params",
+            id.into_json_value(),
+        );
     };
     let params = custom.params.clone().unwrap_or(Value::Null);
     let why = match custom.method.as_str() {
@@ -589,11 +596,11 @@ fn misshapen_reply(request: &ClientRequest, id: RequestId) -> Value {
         custom.method,
         why.unwrap_or_default()
     );
-    error_reply(-32602, &message, id.into_json_value())
+    error_reply(ErrorCode::INVALID_PARAMS, &message, id.into_json_value())
 }
 
-fn error_reply(code: i32, message: &str, id: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+fn error_reply(code: ErrorCode, message: &str, id: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code.0, "message": message}})
 }
 
 /// The answer to a line that is not a message warden understands; `None` when JSON-RPC says
@@ -602,14 +609,18 @@ fn refusal(line: &[u8], e: &serde_json::Error) -> Option<Value> {
     let Ok(value) = serde_json::from_slice::<Value>(line) else {
         tracing::debug!("a line that is not JSON: {e}");
         return Some(error_reply(
-            -32700,
+            ErrorCode::PARSE_ERROR,
             &format!("Parse error: {e}"),
             Value::Null,
         ));
     };
     let Some(object) = value.as_object() else {
         let message = "Invalid Request: a message is one JSON-RPC 2.0 object";
-        return Some(error_reply(-32600, message, Value::Null));
+        return Some(error_reply(
+            ErrorCode::INVALID_REQUEST,
+            message,
+            Value::Null,
+        ));
     };
     let id = object
         .get("id")
@@ -618,7 +629,7 @@ fn refusal(line: &[u8], e: &serde_json::Error) -> Option<Value> {
     let version_ok = object.get("jsonrpc").and_then(Value::as_str) == Some("2.0");
     match (object.get("method").and_then(Value::as_str), id) {
         (Some(method), Some(id)) if version_ok => Some(error_reply(
-            -32602,
+            ErrorCode::INVALID_PARAMS,
             &format!("Invalid params for `{method}`: {e}"),
             id,
         )),
@@ -631,7 +642,7 @@ fn refusal(line: &[u8], e: &serde_json::Error) -> Option<Value> {
             None
         }
         (_, id) => Some(error_reply(
-            -32600,
+            ErrorCode::INVALID_REQUEST,
             &format!("Invalid Request: not a JSON-RPC 2.0 request ({e})"),
             id.unwrap_or(Value::Null),
         )),

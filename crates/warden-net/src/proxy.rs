@@ -31,7 +31,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
-use warden_core::{Denial, Denials, Meter, Reached};
+use warden_core::{Denial, Denials, Meter, Reached, Sample};
 
 /// The port the gate listens on, on the loopback of the sandbox's own network namespace.
 pub const GATE_PORT: u16 = 3128;
@@ -82,10 +82,9 @@ pub struct Traffic {
     pub bytes_up: u64,
     /// Bytes from the destinations to the sandbox.
     pub bytes_down: u64,
-    /// The destinations let through, each once (the first [`Denials::KEPT`]).
-    pub reached: Vec<Reached>,
-    /// Every connection let through to its destination.
-    pub reached_count: u64,
+    /// The destinations let through, each once (the first [`Denials::KEPT`]), and every
+    /// connection let through to its destination, counted.
+    pub reached: Sample<Reached>,
 }
 
 impl Traffic {
@@ -96,7 +95,7 @@ impl Traffic {
             u.net_bytes_in = Some(u.net_bytes_in.unwrap_or(0) + self.bytes_down);
             u.net_connections = Some(u.net_connections.unwrap_or(0) + self.connections);
         });
-        meter.reach_all(self.reached.iter().cloned(), self.reached_count);
+        meter.reach_all(&self.reached);
     }
 }
 
@@ -185,13 +184,11 @@ impl Shared {
 
 impl Counts {
     fn traffic(&self) -> Traffic {
-        let (reached, reached_count) = self.reached.reached();
         Traffic {
             connections: self.connections.load(Ordering::Relaxed),
             bytes_up: self.up.load(Ordering::Relaxed),
             bytes_down: self.down.load(Ordering::Relaxed),
-            reached,
-            reached_count,
+            reached: self.reached.reached(),
         }
     }
 }

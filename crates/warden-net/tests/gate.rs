@@ -82,7 +82,7 @@ impl Bench {
     }
 
     fn denied(&self) -> String {
-        format!("{:?}", self.denials.snapshot().0)
+        format!("{:?}", self.denials.snapshot().kept)
     }
 
     /// Sends `request` to the gate as it is and reads the answer to its end.

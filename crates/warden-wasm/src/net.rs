@@ -260,8 +260,8 @@ mod tests {
         let other: SocketAddr = "127.0.0.2:8080".parse().unwrap();
         assert!(!gate.check_socket(other, SocketAddrUse::TcpConnect));
         // The call sees only what happened once it was bound.
-        let (denied, _) = denials.snapshot();
-        let (reached, _) = meter.reached();
+        let denied = denials.snapshot().kept;
+        let reached = meter.reached().kept;
         assert_eq!(denied.len(), 1, "{denied:?}");
         assert_eq!(denied[0].destination, "tcp 127.0.0.2:8080");
         assert_eq!(reached.len(), 1, "{reached:?}");

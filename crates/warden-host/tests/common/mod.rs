@@ -114,7 +114,7 @@ pub(crate) async fn call_metered(
             usage: usage.clone(),
         })
         .await;
-    let denied = denials.snapshot().0;
+    let denied = denials.snapshot().kept;
     let destinations = denied.into_iter().map(|d| d.destination).collect();
     (result, destinations, usage.get())
 }
