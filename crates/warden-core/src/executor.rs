@@ -104,10 +104,10 @@ impl Meter {
     /// A destination the sandbox let the call reach. Kept once however often it is reached
     /// (the first [`Denials::KEPT`] distinct ones), every reach counted.
     pub fn reach(&self, reach: Reached) {
-        self.reach_all(&Sample {
-            kept: vec![reach],
-            total: 1,
-        });
+        self.reached
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .count_distinct(&reach);
     }
 
     /// Destinations reached elsewhere (through a gate), with the count of every reach.
@@ -133,12 +133,10 @@ impl Meter {
     /// A granted filesystem root the call used, named by the path the tool sees it at: kept
     /// once (the first [`Denials::KEPT`] distinct ones), every use counted.
     pub fn open_root(&self, root: &str) {
-        let mut list = self
-            .roots
+        self.roots
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        list.keep_distinct(root);
-        list.total += 1;
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .count_distinct(root);
     }
 
     /// The roots opened so far, and the count of every use.
@@ -203,6 +201,16 @@ impl<T> Sample<T> {
         if self.kept.len() < Denials::KEPT && !self.kept.iter().any(|k| k.borrow() == item) {
             self.kept.push(item.to_owned());
         }
+    }
+
+    /// Counts `item`, and keeps it as [`Sample::keep_distinct`] does.
+    fn count_distinct<Q>(&mut self, item: &Q)
+    where
+        T: std::borrow::Borrow<Q>,
+        Q: ToOwned<Owned = T> + PartialEq + ?Sized,
+    {
+        self.keep_distinct(item);
+        self.total += 1;
     }
 }
 

@@ -132,24 +132,18 @@ impl GrantsSpec {
     pub(crate) fn resolve(self, base: &Path, paths: Paths) -> Result<Grants, Mistake> {
         let env = self.env.map(Spanned::into_inner).unwrap_or_default();
         for name in env.keys() {
-            check_env_name(name).map_err(|message| Mistake {
-                span: None,
-                message,
-            })?;
+            check_env_name(name).map_err(Mistake::whole)?;
         }
         let mut env_from_host = Vec::new();
         for name in self.env_from_host {
             let span = name.span();
             let name = name.into_inner();
-            check_env_name(&name).map_err(|message| Mistake {
-                span: Some(span.clone()),
-                message,
-            })?;
+            check_env_name(&name).map_err(|message| Mistake::at(span.clone(), message))?;
             if env.contains_key(&name) {
-                return Err(Mistake {
-                    span: Some(span),
-                    message: format!("`{name}` is granted both in env and in env_from_host"),
-                });
+                return Err(Mistake::at(
+                    span,
+                    format!("`{name}` is granted both in env and in env_from_host"),
+                ));
             }
             env_from_host.push(name);
         }
@@ -158,10 +152,10 @@ impl GrantsSpec {
             let span = name.span();
             let name = name.into_inner();
             if !env.contains_key(&name) {
-                return Err(Mistake {
-                    span: Some(span),
-                    message: format!("secret_env names `{name}`, which is not in env"),
-                });
+                return Err(Mistake::at(
+                    span,
+                    format!("secret_env names `{name}`, which is not in env"),
+                ));
             }
             secret_env.push(name);
         }
@@ -169,10 +163,7 @@ impl GrantsSpec {
         for grant in self.fs {
             let span = grant.span();
             let spec = grant.into_inner();
-            let err = |message: String| Mistake {
-                span: Some(span.clone()),
-                message,
-            };
+            let err = |message: String| Mistake::at(span.clone(), message);
             let joined = base.join(&spec.host);
             let host = joined.canonicalize().map_err(|e| {
                 err(format!(
@@ -218,10 +209,8 @@ impl GrantsSpec {
             ..NetGrants::default()
         };
         for text in self.net {
-            let grant = HostGrant::parse(text.get_ref()).map_err(|message| Mistake {
-                span: Some(text.span()),
-                message,
-            })?;
+            let grant = HostGrant::parse(text.get_ref())
+                .map_err(|message| Mistake::at(text.span(), message))?;
             net.hosts.push(grant);
         }
         for c in self.net_credentials {
@@ -238,10 +227,7 @@ impl GrantsSpec {
                     )),
                     _ => Ok(()),
                 })
-                .map_err(|message| Mistake {
-                    span: Some(span),
-                    message,
-                })?;
+                .map_err(|message| Mistake::at(span, message))?;
             net.credentials.push(c);
         }
         Ok(Grants {
