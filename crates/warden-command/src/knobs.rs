@@ -4,7 +4,7 @@
 use std::fmt;
 use toml::Spanned;
 use warden_core::{
-    Capabilities, ExecutorTable, Grants, Located, NetHosts, Paths, PolicyError, Support,
+    Capabilities, ExecutorTable, Grants, Located, NetHosts, Paths, PolicyError, Reach, Support,
 };
 
 /// What a command executor honours: env and roots (seen at `paths`), hosts and credentials
@@ -114,16 +114,28 @@ impl NetworkMode {
         }
     }
 
-    /// `network = "none" | "unrestricted"`, checked against the policy's `net` grants. With
-    /// `gated` (the executor puts warden's gate in the sandbox) net grants are kept under
-    /// `none` and contradict `unrestricted`; without it a process cannot be held to a host
-    /// allowlist, so only the explicit opt-in to every host allows them.
+    /// Whether a sandbox gets warden's gate: under `none` when `net` grants hosts, which the
+    /// gate alone lets through; `unrestricted` has the network itself instead.
+    pub fn gated(self, grants: &Grants) -> bool {
+        self == Self::None && !grants.net.hosts.is_empty()
+    }
+
+    /// What a sandbox of this mode reaches, for the audit.
+    pub fn reach(self, grants: &Grants) -> Reach {
+        match self {
+            Self::Unrestricted => Reach::Unrestricted,
+            Self::None if self.gated(grants) => Reach::Grants,
+            Self::None => Reach::None,
+        }
+    }
+
+    /// `network = "none" | "unrestricted"`, checked against the policy's `net` grants: they
+    /// are kept under `none` (by the gate) and contradict `unrestricted`.
     pub fn written(
         table: &ExecutorTable,
         kind: &str,
         network: Option<Spanned<String>>,
         grants: &Grants,
-        gated: bool,
     ) -> Result<Located<NetworkMode>, PolicyError> {
         let mode = match network {
             None => Located {
@@ -149,27 +161,17 @@ impl NetworkMode {
                 Located { value, line }
             }
         };
-        let has_hosts = !grants.net.hosts.is_empty();
-        match (has_hosts, mode.value, gated) {
-            (true, NetworkMode::Unrestricted, true) => Err(table.error(
+        if mode.value == NetworkMode::Unrestricted && !grants.net.hosts.is_empty() {
+            return Err(table.error(
                 mode.line,
                 format!(
                     "network = \"unrestricted\" gives a {kind} tool every host, so its net \
                      grants would hold nothing back: keep the net grants (warden's gate lets \
                      only them through) or remove them"
                 ),
-            )),
-            (true, NetworkMode::None, false) => Err(table.error(
-                mode.line,
-                format!(
-                    "a {kind} tool cannot be limited to the hosts in `net`: warden cannot \
-                     enforce a host allowlist for it. Remove the net grants (no network), or \
-                     write `network = \"unrestricted\"` under [executor] to give it every host \
-                     (the audit flags it)"
-                ),
-            )),
-            _ => Ok(mode),
+            ));
         }
+        Ok(mode)
     }
 }
 

@@ -92,6 +92,25 @@ impl Template {
         }
     }
 
+    /// What a model reads of a tool whose policy writes no description: what a call runs,
+    /// `sandbox` (where it runs and what it sees, e.g. "in a sandboxed container (IMAGE)"),
+    /// and what it answers. `session`: one shell kept for the conversation.
+    pub fn describe(&self, session: bool, sandbox: &str) -> String {
+        let what = if session {
+            "Runs a shell command in this conversation's own long-lived shell (`cd`, variables \
+             and files carry over to the next command; `restart: true` starts afresh)"
+                .to_owned()
+        } else if self.shell().is_some() {
+            "Runs a shell command".to_owned()
+        } else {
+            format!("Runs a command with arguments: {}", self.params.join(", "))
+        };
+        format!(
+            "{what} {sandbox}, with no network unless granted and an empty environment; answers \
+             its stdout, stderr and exit code."
+        )
+    }
+
     /// The argv for one call; every hole has a value (checked by [`Request::parse`]).
     pub fn render(&self, values: &BTreeMap<String, String>) -> Vec<String> {
         self.elements

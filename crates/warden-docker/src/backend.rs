@@ -11,7 +11,7 @@ use crate::tool::DockerTool;
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use warden_command::{NetworkMode, Template, session_shell};
+use warden_command::{Template, session_shell};
 use warden_core::{
     Access, Backend, ByteSize, Capabilities, ExecutorKind, Grants, Loaded, LoadedTool, Paths,
     Policy, PolicyError, Reach, Report, ReportLine, ToolSpec,
@@ -108,13 +108,12 @@ impl Backend for DockerBackend {
             description: cfg
                 .description
                 .clone()
-                .unwrap_or_else(|| describe(&template, shell.is_some(), &cfg.image.value)),
+                .unwrap_or_else(|| describe(&template, shell.is_some(), cfg)),
             input_schema: template.schema(limits.timeout, shell.is_some()),
             output_schema: None,
         };
         // With net grants and no opt-in to every host, each container gets warden's gate.
-        let gate = if cfg.network.value == NetworkMode::None && !policy.grants.net.hosts.is_empty()
-        {
+        let gate = if cfg.network.value.gated(&policy.grants) {
             if let Some(why) = crate::gate::unsupported() {
                 return Err(err(
                     Some(cfg.network.line),
@@ -141,7 +140,7 @@ impl Backend for DockerBackend {
         } else {
             None
         };
-        let report = report(cfg, &plan, &policy.grants, gate.is_some(), &engine);
+        let report = report(cfg, &plan, &policy.grants, &engine);
         let tool = DockerTool::new(engine, plan, template, policy.grants.clone(), shell, gate);
         Ok(Loaded {
             tools: vec![LoadedTool {
@@ -208,14 +207,7 @@ fn roots(plan: &Plan, grants: &Grants) -> Vec<String> {
 }
 
 /// What every container of the tool gets, for the audit.
-/// `gated`: the policy's net grants go through the gate.
-fn report(
-    cfg: &DockerConfig,
-    plan: &Plan,
-    grants: &Grants,
-    gated: bool,
-    engine: &Engine,
-) -> Report {
+fn report(cfg: &DockerConfig, plan: &Plan, grants: &Grants, engine: &Engine) -> Report {
     const HARDENING: [&str; 9] = [
         "read-only root filesystem",
         "all capabilities dropped",
@@ -231,18 +223,14 @@ fn report(
     let cpus = cfg.nano_cpus as f64 / 1e9;
     let tmp = ByteSize(cfg.tmp).to_string();
     let mut flags = Vec::new();
-    let network = match cfg.network.value {
-        NetworkMode::None if gated => Reach::Grants,
-        NetworkMode::None => Reach::None,
-        NetworkMode::Unrestricted => {
-            flags.push(
-                "unrestricted network: the container may reach any host (Docker cannot enforce \
-                 an allowlist)"
-                    .into(),
-            );
-            Reach::Unrestricted
-        }
-    };
+    let network = cfg.network.value.reach(grants);
+    if network == Reach::Unrestricted {
+        flags.push(
+            "unrestricted network: the container may reach any host (Docker cannot enforce an \
+             allowlist)"
+                .into(),
+        );
+    }
     if !cfg.image.value.contains("@sha256:") {
         flags.push(format!(
             "image by tag ({}), not by digest: whatever is tagged so runs",
@@ -308,22 +296,11 @@ fn report(
     }
 }
 
-fn describe(template: &Template, session: bool, image: &str) -> String {
-    if template.shell().is_some() {
-        let keep = if session {
-            " The shell persists for the session: `cd`, variables and files carry over to the \
-             next command; `restart: true` starts a fresh one."
-        } else {
-            " Each command runs in a fresh container."
-        };
-        format!(
-            "Runs a shell command in a sandboxed container ({image}) with no network unless \
-             granted; answers its stdout, stderr and exit code.{keep}"
-        )
-    } else {
-        format!(
-            "Runs a command in a sandboxed container ({image}) with arguments: {}.",
-            template.params().join(", ")
-        )
-    }
+/// The description of a tool whose policy writes none.
+fn describe(template: &Template, session: bool, cfg: &DockerConfig) -> String {
+    let fresh = if session { "" } else { "fresh " };
+    template.describe(
+        session,
+        &format!("in a {fresh}sandboxed container ({})", cfg.image.value),
+    )
 }

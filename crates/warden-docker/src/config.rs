@@ -106,7 +106,7 @@ impl DockerConfig {
             ));
         }
         let user = User::written(table, spec.user)?;
-        let network = NetworkMode::written(table, "docker", spec.network, &policy.grants, true)?;
+        let network = NetworkMode::written(table, "docker", spec.network, &policy.grants)?;
         let pids = count(table, "pids", spec.pids, DEFAULT_PIDS)?;
         let nano_cpus = match spec.cpus {
             None => DEFAULT_NANO_CPUS,

@@ -7,7 +7,7 @@ use crate::program::Helper;
 use crate::tool::HostTool;
 use serde_json::json;
 use std::sync::{Arc, OnceLock};
-use warden_command::{NetworkMode, Template, session_shell};
+use warden_command::{Template, session_shell};
 use warden_core::{
     Backend, BoxFuture, ByteSize, Capabilities, ExecutorKind, HumanDuration, Loaded, LoadedTool,
     Paths, Policy, PolicyError, Probe, Reach, Report, ReportLine, ToolSpec,
@@ -87,7 +87,7 @@ impl HostBackend {
         refuse_unreachable_roots(policy, &cfg)?;
         let shell = session_shell(&policy.executor, &cfg.argv, &template, cfg.session)?;
         // With net grants and no opt-in to every host, the namespace gets warden's gate.
-        let gate = (cfg.network.value == NetworkMode::None && !policy.grants.net.hosts.is_empty())
+        let gate = (cfg.network.value.gated(&policy.grants))
             .then(|| Gate::new(Arc::new(policy.grants.net.clone()), self.egress.clone()));
         Ok(HostTool::new(
             self.forker().clone(),
@@ -217,28 +217,17 @@ impl Backend for HostBackend {
             .map(|g| format!("{} ({})", g.host.display(), g.access.as_str()))
             .collect();
         let description = cfg.description.clone().unwrap_or_else(|| {
-            let what = if cfg.session {
-                "Runs a shell command in this conversation's own long-lived shell (cd, \
-                 variables and /tmp persist between calls; `restart: true` starts afresh)"
-                    .to_owned()
-            } else if template.shell().is_some() {
-                "Runs a shell command".to_owned()
-            } else {
-                format!(
-                    "Runs a command with arguments: {}",
-                    template.params().join(", ")
-                )
-            };
             let files = if roots.is_empty() {
                 "no folders".to_owned()
             } else {
                 roots.join(", ")
             };
-            format!(
-                "{what} as a confined host process: it sees only {files} (starting in {}), \
-                 no network unless granted, and an empty environment; answers its stdout, \
-                 stderr and exit code.",
-                cfg.start_dir(&policy.grants).display()
+            template.describe(
+                cfg.session,
+                &format!(
+                    "as a confined host process that sees only {files} (starting in {})",
+                    cfg.start_dir(&policy.grants).display()
+                ),
             )
         });
         let spec = ToolSpec {
@@ -268,16 +257,12 @@ fn report(cfg: &HostConfig, policy: &Policy) -> Report {
     let (file_size, tmp) = (ByteSize(cfg.file_size), ByteSize(cfg.tmp));
     let isolation = cfg.isolation.value.as_str();
     let mut flags = Vec::new();
-    let network = match cfg.network.value {
-        NetworkMode::None if policy.grants.net.hosts.is_empty() => Reach::None,
-        NetworkMode::None => Reach::Grants,
-        NetworkMode::Unrestricted => {
-            flags.push(
-                "unrestricted network: the process shares the host's network (no allowlist)".into(),
-            );
-            Reach::Unrestricted
-        }
-    };
+    let network = cfg.network.value.reach(&policy.grants);
+    if network == Reach::Unrestricted {
+        flags.push(
+            "unrestricted network: the process shares the host's network (no allowlist)".into(),
+        );
+    }
     if cfg.isolation.value == Isolation::BestEffort {
         flags.push(
             "isolation = \"best-effort\": runs even where this machine cannot confine it".into(),

@@ -106,7 +106,7 @@ impl HostConfig {
             None => None,
         };
         let user = User::written(table, spec.user)?.map_or(User::NOBODY, |u| u.value);
-        let network = NetworkMode::written(table, "host", spec.network, &policy.grants, true)?;
+        let network = NetworkMode::written(table, "host", spec.network, &policy.grants)?;
         let tmp = tmp_size(table, spec.tmp)?;
         let processes = count(table, "processes", spec.processes, DEFAULT_PROCESSES)?;
         let open_files = count(table, "open_files", spec.open_files, DEFAULT_OPEN_FILES)?;
