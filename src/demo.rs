@@ -20,6 +20,10 @@ use warden_net::Resolver;
 /// What the demo needs of a checkout: the example tools' sources and their policies.
 const NEEDS: [&str; 2] = ["guest-sdk/Cargo.toml", "policies"];
 
+/// The guest packages the tour calls: the shipped toolbox's tools and the hostile fixture (the
+/// endless loop). Not the other fixtures, which only the tests need: a first run builds less.
+const TOOLS: [&str; 5] = ["fetch", "files", "units", "wordcount", "hostile"];
+
 fn is_checkout(dir: &Path) -> bool {
     NEEDS.iter().all(|p| dir.join(p).exists())
 }
@@ -104,6 +108,7 @@ pub(crate) fn build_examples(root: &Path) -> Result<()> {
     let ok = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["build", "--release", "--quiet", "--target-dir"])
         .arg(root.join("target"))
+        .args(TOOLS.iter().flat_map(|t| ["-p", t]))
         .current_dir(root.join("guest-sdk"))
         .status()
         .context("running cargo")?
