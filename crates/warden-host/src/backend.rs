@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use warden_command::{NetworkMode, Template, session_shell};
 use warden_core::{
     Backend, BoxFuture, ByteSize, Capabilities, ExecutorKind, HumanDuration, Loaded, LoadedTool,
-    Paths, Policy, PolicyError, Probe, Reach, Report, ReportLine, ToolSpec,
+    Paths, Policy, PolicyError, Probe, ProbeError, Reach, Report, ReportLine, ToolSpec,
 };
 use warden_net::{Egress, Gate};
 
@@ -187,12 +187,12 @@ impl ExecutorKind for HostBackend {
 }
 
 impl Backend for HostBackend {
-    fn probe(&self, policy: &Arc<Policy>) -> BoxFuture<'_, Option<Result<Probe, String>>> {
+    fn probe(&self, policy: &Arc<Policy>) -> BoxFuture<'_, Option<Result<Probe, ProbeError>>> {
         let tool = self.tool(policy, 0);
         Box::pin(async move {
             let tool = match tool {
                 Ok(t) => t,
-                Err(e) => return Some(Err(e.to_string())),
+                Err(e) => return Some(Err(e.into())),
             };
             Some(
                 tool.probe()
@@ -201,7 +201,7 @@ impl Backend for HostBackend {
                         in_force: p.describe(),
                         missing: p.missing,
                     })
-                    .map_err(|e| e.message),
+                    .map_err(ProbeError::Call),
             )
         })
     }
