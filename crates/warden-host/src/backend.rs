@@ -82,7 +82,7 @@ impl HostBackend {
     fn tool(&self, policy: &Policy, prepared: usize) -> Result<HostTool, PolicyError> {
         let cfg = HostConfig::from_policy(policy)?;
         let err = |m: String| PolicyError::new(&policy.path, Some(cfg.argv.line), m);
-        let template = Template::parse(&cfg.argv.value).map_err(err)?;
+        let template = Template::parse(&cfg.argv.value).map_err(|e| err(e.to_string()))?;
         refuse_hidden_roots(policy)?;
         refuse_unreachable_roots(policy, &cfg)?;
         let shell = session_shell(&policy.executor, &cfg.argv, &template, cfg.session)?;
