@@ -9,7 +9,7 @@ use warden::Warden;
 use warden_core::shown::{Escaped, escape, escape_json};
 use warden_core::{
     Access, ByteSize, Capabilities, Grants, HostPattern, HumanDuration, Limits, Policy, Probe,
-    Reach, Report, Toolbox,
+    ProbeError, Reach, Report, Toolbox,
 };
 
 /// The whole audit, as `--json` prints it.
@@ -53,7 +53,11 @@ struct ToolAudit {
 }
 
 /// What a reviewer should look at in any policy, whatever its executor.
-fn flags(policy: &Policy, report: &Report, probe: Option<&Result<Probe, String>>) -> Vec<String> {
+fn flags(
+    policy: &Policy,
+    report: &Report,
+    probe: Option<&Result<Probe, ProbeError>>,
+) -> Vec<String> {
     let mut out = report.flags.clone();
     match probe {
         Some(Ok(p)) => out.extend(p.missing.iter().map(|m| format!("missing here: {m}"))),
@@ -98,7 +102,7 @@ fn flags(policy: &Policy, report: &Report, probe: Option<&Result<Probe, String>>
     out
 }
 
-fn describe(toolbox: &Toolbox, probes: Vec<Option<Result<Probe, String>>>) -> Audit {
+fn describe(toolbox: &Toolbox, probes: Vec<Option<Result<Probe, ProbeError>>>) -> Audit {
     let policies = toolbox
         .policies()
         .iter()
@@ -150,7 +154,7 @@ fn describe(toolbox: &Toolbox, probes: Vec<Option<Result<Probe, String>>>) -> Au
 }
 
 /// Probes each policy's sandbox on this machine, where its backend has something to probe.
-fn probes(ctx: &Warden, toolbox: &Toolbox) -> Result<Vec<Option<Result<Probe, String>>>> {
+fn probes(ctx: &Warden, toolbox: &Toolbox) -> Result<Vec<Option<Result<Probe, ProbeError>>>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

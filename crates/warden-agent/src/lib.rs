@@ -17,7 +17,7 @@ mod transcript;
 pub use client::{AssistantTurn, Attempt, ChatClient, ChatConfig, ChatError};
 pub use error::AgentError;
 pub use limits::{Limits, StopReason, Totals};
-pub use retry::RetryPolicy;
+pub use retry::{RetryPolicy, WaitTooLong};
 pub use review::{Decisions, DecisionsError, ReviewSource};
 pub use run::{Execution, Outcome, Previous, Run};
 pub use transcript::{Event, EventSink, Line, Transcript, TranscriptError};

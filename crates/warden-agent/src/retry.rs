@@ -28,17 +28,29 @@ impl Default for RetryPolicy {
     }
 }
 
+/// The provider asks for a longer wait than warden waits: the call is not retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the provider asks to wait {:.0} s, longer than warden waits ({:.0} s)",
+    .asked.as_secs_f64(),
+    .limit.as_secs_f64()
+)]
+pub struct WaitTooLong {
+    pub asked: Duration,
+    /// The policy's [`RetryPolicy::max_retry_after`].
+    pub limit: Duration,
+}
+
 impl RetryPolicy {
     /// The wait before attempt `failed + 1`, honouring the provider's `asked` wait; an error
     /// says why not to wait at all.
-    pub fn delay(&self, failed: u32, asked: Option<Duration>) -> Result<Duration, String> {
+    pub fn delay(&self, failed: u32, asked: Option<Duration>) -> Result<Duration, WaitTooLong> {
         if let Some(asked) = asked {
             if asked > self.max_retry_after {
-                return Err(format!(
-                    "the provider asks to wait {:.0} s, longer than warden waits ({:.0} s)",
-                    asked.as_secs_f64(),
-                    self.max_retry_after.as_secs_f64()
-                ));
+                return Err(WaitTooLong {
+                    asked,
+                    limit: self.max_retry_after,
+                });
             }
             return Ok(asked);
         }

@@ -40,6 +40,15 @@ pub fn capabilities(paths: Paths) -> Capabilities {
 /// Size of the private tmpfs at `/tmp` when the policy writes none.
 const DEFAULT_TMP: u64 = 64 << 20;
 
+/// Why a policy's `user` cannot be honoured.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UserError {
+    #[error("user 0 is root: a command tool never runs as root")]
+    Root,
+    #[error("user `{0}` must be numeric: \"uid\" or \"uid:gid\", such as \"65534:65534\"")]
+    NotNumeric(String),
+}
+
 /// A numeric user and group; never root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct User {
@@ -57,7 +66,7 @@ impl User {
     /// `uid` or `uid:gid`, numeric (names are not warden's to trust), never root. A bare uid
     /// gets the group of the same number (Docker would pick group 0, root's, for a uid the
     /// image does not know).
-    pub fn parse(written: &str) -> Result<User, String> {
+    pub fn parse(written: &str) -> Result<User, UserError> {
         let mut parts = written.splitn(2, ':');
         let uid = parts.next().and_then(|u| u.parse::<u32>().ok());
         let gid = match parts.next() {
@@ -65,12 +74,9 @@ impl User {
             None => uid,
         };
         match (uid, gid) {
-            (Some(0), Some(_)) => Err("user 0 is root: a command tool never runs as root".into()),
+            (Some(0), Some(_)) => Err(UserError::Root),
             (Some(uid), Some(gid)) => Ok(User { uid, gid }),
-            _ => Err(format!(
-                "user `{written}` must be numeric: \"uid\" or \"uid:gid\", such as \
-                 \"65534:65534\""
-            )),
+            _ => Err(UserError::NotNumeric(written.to_owned())),
         }
     }
 
@@ -83,7 +89,7 @@ impl User {
             let line = table.line(&u.span());
             User::parse(u.get_ref())
                 .map(|value| Located { value, line })
-                .map_err(|m| table.error(line, m))
+                .map_err(|e| table.error(line, e.to_string()))
         })
         .transpose()
     }
@@ -276,10 +282,20 @@ mod tests {
             })
         );
         assert_eq!(User::parse("1000:50"), Ok(User { uid: 1000, gid: 50 }));
-        assert!(User::parse("0").unwrap_err().contains("root"));
-        assert!(User::parse("0:0").unwrap_err().contains("root"));
-        assert!(User::parse("root").unwrap_err().contains("numeric"));
-        assert!(User::parse("1000:").unwrap_err().contains("numeric"));
+        assert!(User::parse("0").unwrap_err().to_string().contains("root"));
+        assert!(User::parse("0:0").unwrap_err().to_string().contains("root"));
+        assert!(
+            User::parse("root")
+                .unwrap_err()
+                .to_string()
+                .contains("numeric")
+        );
+        assert!(
+            User::parse("1000:")
+                .unwrap_err()
+                .to_string()
+                .contains("numeric")
+        );
         assert_eq!(User::NOBODY.to_string(), "65534:65534");
     }
 }

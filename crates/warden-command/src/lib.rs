@@ -8,7 +8,8 @@ pub mod session;
 mod template;
 
 pub use knobs::{
-    NetworkMode, User, capabilities, command_line, count, session_shell, tmp_size, tool_name,
+    NetworkMode, User, UserError, capabilities, command_line, count, session_shell, tmp_size,
+    tool_name,
 };
 pub use outcome::{answer, effective_timeout, render, timed_out};
-pub use template::{Request, Template};
+pub use template::{Request, Template, TemplateError};

@@ -18,6 +18,23 @@ enum Piece {
     Hole(String),
 }
 
+/// Why an argv template cannot be used; names the element and the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    /// A hole whose name is not one of letters, digits and `_`.
+    #[error(
+        "argv element `{element}` has a hole `{{{name}}}`: holes are names of letters, digits \
+         and _ (write `{{{{` for a brace)"
+    )]
+    BadHole { element: String, name: String },
+    /// A hole named like an argument every command tool has.
+    #[error("`{{{0}}}` cannot be a hole: `{0}` is an argument of every command tool")]
+    Reserved(String),
+    /// A `}` that closes nothing.
+    #[error("argv element `{0}` has a lone `}}`; write `}}}}` for a brace")]
+    LoneBrace(String),
+}
+
 /// A parsed argv template.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Template {
@@ -28,7 +45,7 @@ pub struct Template {
 
 impl Template {
     /// Parses `argv`; `{{` and `}}` are literal braces.
-    pub fn parse(argv: &[String]) -> Result<Template, String> {
+    pub fn parse(argv: &[String]) -> Result<Template, TemplateError> {
         let mut params: Vec<String> = Vec::new();
         let mut elements = Vec::new();
         for element in argv {
@@ -57,9 +74,7 @@ impl Template {
                         pieces.push(Piece::Hole(name));
                     }
                     '}' => {
-                        return Err(format!(
-                            "argv element `{element}` has a lone `}}`; write `}}}}` for a brace"
-                        ));
+                        return Err(TemplateError::LoneBrace(element.clone()));
                     }
                     other => text.push(other),
                 }
@@ -174,19 +189,17 @@ impl Template {
     }
 }
 
-fn check_name(name: &str, element: &str) -> Result<(), String> {
+fn check_name(name: &str, element: &str) -> Result<(), TemplateError> {
     let ok = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     if !ok {
-        return Err(format!(
-            "argv element `{element}` has a hole `{{{name}}}`: holes are names of letters, digits \
-             and _ (write `{{{{` for a brace)"
-        ));
+        return Err(TemplateError::BadHole {
+            element: element.to_owned(),
+            name: name.to_owned(),
+        });
     }
     if RESERVED.contains(&name) {
-        return Err(format!(
-            "`{{{name}}}` cannot be a hole: `{name}` is an argument of every command tool"
-        ));
+        return Err(TemplateError::Reserved(name.to_owned()));
     }
     Ok(())
 }
@@ -280,7 +293,7 @@ impl Request {
 mod tests {
     use super::*;
 
-    fn t(argv: &[&str]) -> Result<Template, String> {
+    fn t(argv: &[&str]) -> Result<Template, TemplateError> {
         Template::parse(
             &argv
                 .iter()
@@ -306,13 +319,14 @@ mod tests {
 
     #[test]
     fn bad_templates_are_refused() {
-        assert!(t(&["x", "{1x}"]).unwrap_err().contains("hole"));
+        assert!(t(&["x", "{1x}"]).unwrap_err().to_string().contains("hole"));
         assert!(
             t(&["x", "{timeout}"])
                 .unwrap_err()
+                .to_string()
                 .contains("every command tool")
         );
-        assert!(t(&["x", "a}b"]).unwrap_err().contains("lone"));
+        assert!(t(&["x", "a}b"]).unwrap_err().to_string().contains("lone"));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use crate::capability::ExecutorKind;
 use crate::executor::{BoxFuture, Executor};
 use crate::located::PolicyError;
+use crate::message::ToolError;
 use crate::policy::Policy;
 use crate::spec::ToolSpec;
 use serde::Serialize;
@@ -19,7 +20,7 @@ pub trait Backend: ExecutorKind + Send + Sync {
 
     /// Runs a harmless call as the policy's tools would, to tell what this machine puts in
     /// force; `None` when nothing depends on the machine.
-    fn probe(&self, policy: &Arc<Policy>) -> BoxFuture<'_, Option<Result<Probe, String>>> {
+    fn probe(&self, policy: &Arc<Policy>) -> BoxFuture<'_, Option<Result<Probe, ProbeError>>> {
         let _ = policy;
         Box::pin(async { None })
     }
@@ -91,4 +92,15 @@ pub struct Probe {
     pub in_force: Vec<String>,
     /// The protections this machine could not give.
     pub missing: Vec<String>,
+}
+
+/// Why a probe found that calls would be refused on this machine.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProbeError {
+    /// The policy cannot be turned into a tool here.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// The harmless call failed; its message says why, as the model would read it.
+    #[error("{}", .0.message)]
+    Call(#[source] ToolError),
 }

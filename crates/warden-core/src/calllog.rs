@@ -105,9 +105,14 @@ pub struct CallRecord<'a> {
     /// What the last attempt used, as far as its executor measured it.
     #[serde(skip_serializing_if = "Usage::is_empty")]
     pub usage: Usage,
-    /// Refusals of the call by its sandbox, when there were any.
+    /// Refusals of the call by its sandbox, counted, when there were any (the refusals
+    /// themselves are `denied` records of their own).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub denied: Option<u64>,
+    pub denied_count: Option<u64>,
+    /// The same count under its old name, `denied`: still written for one release, so that
+    /// readers of the log can move to `denied_count`; then dropped.
+    #[serde(rename = "denied", skip_serializing_if = "Option::is_none")]
+    pub old_denied: Option<u64>,
     /// The destinations the call reached, each once: the first [`Denials::KEPT`] of them.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     pub reached: &'a [Reached],
@@ -324,7 +329,8 @@ mod tests {
             attempts: 1,
             fuel: None,
             usage: Usage::default(),
-            denied: None,
+            denied_count: None,
+            old_denied: None,
             reached: &[],
             reached_count: None,
             roots_opened: &[],
@@ -387,11 +393,27 @@ mod tests {
         assert_eq!(v[1]["fuel"], Value::Null, "present, if null");
         assert_eq!(v[1]["message"], "[redacted:KEY] took too long");
         assert!(v[1].get("denied").is_none());
+        assert!(v[1].get("denied_count").is_none());
         assert_eq!(v[2]["outcome"], "success");
         assert!(v[2].get("executor").is_none() && v[2].get("message").is_none());
         assert_eq!(v[3]["event"], "denied");
         assert_eq!(v[3]["destination"], "http://x.test/?key=[redacted:KEY]");
         assert_eq!(v.len(), 4);
+    }
+
+    #[test]
+    fn a_calls_refusals_are_counted_under_both_names_for_one_release() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = CallLog::open(&dir.path().join("calls.jsonl")).unwrap();
+        let call = ToolCall::new("c1", "fetch", &serde_json::json!({}));
+        let ok = ToolMessage::success(&call, "fine".into(), None);
+        let mut record = call_record(&ok, None);
+        record.denied_count = Some(2);
+        record.old_denied = Some(2);
+        log.write(Record::Call(&record), &Secrets::default());
+        let v = lines(&log);
+        assert_eq!(v[0]["denied_count"], 2);
+        assert_eq!(v[0]["denied"], 2);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use crate::located::Mistake;
 use crate::message::{ErrorKind, ToolError};
-use crate::net::{Credential, HostGrant, NetGrants};
+use crate::net::{Credential, HostGrant, NetGrantError, NetGrants};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -132,13 +132,13 @@ impl GrantsSpec {
     pub(crate) fn resolve(self, base: &Path, paths: Paths) -> Result<Grants, Mistake> {
         let env = self.env.map(Spanned::into_inner).unwrap_or_default();
         for name in env.keys() {
-            check_env_name(name).map_err(Mistake::whole)?;
+            check_env_name(name).map_err(|e| Mistake::whole(e.to_string()))?;
         }
         let mut env_from_host = Vec::new();
         for name in self.env_from_host {
             let span = name.span();
             let name = name.into_inner();
-            check_env_name(&name).map_err(|message| Mistake::at(span.clone(), message))?;
+            check_env_name(&name).map_err(|e| Mistake::at(span.clone(), e.to_string()))?;
             if env.contains_key(&name) {
                 return Err(Mistake::at(
                     span,
@@ -186,7 +186,7 @@ impl GrantsSpec {
                         spec.host
                     )));
                 }
-                (Some(g), Paths::Guest) => normalise_guest(g).map_err(err)?,
+                (Some(g), Paths::Guest) => normalise_guest(g).map_err(|e| err(e.to_string()))?,
                 (None, Paths::Guest) => {
                     return Err(err(format!(
                         "the fs grant of `{}` needs `guest`, the absolute path the tool sees it \
@@ -210,24 +210,24 @@ impl GrantsSpec {
         };
         for text in self.net {
             let grant = HostGrant::parse(text.get_ref())
-                .map_err(|message| Mistake::at(text.span(), message))?;
+                .map_err(|e| Mistake::at(text.span(), e.to_string()))?;
             net.hosts.push(grant);
         }
         for c in self.net_credentials {
             let span = c.span();
             let c = c.into_inner();
             net.check_credential(&c)
+                .map_err(GrantError::from)
                 .and_then(|()| check_env_name(&c.from_host))
                 .and_then(|()| c.env.as_deref().map_or(Ok(()), check_env_name))
                 .and_then(|()| match &c.env {
-                    Some(name) if env.contains_key(name) => Err(format!(
-                        "`{name}` is both an env grant and the placeholder variable of the \
-                         credential for `{}`; keep one",
-                        c.host
-                    )),
+                    Some(name) if env.contains_key(name) => Err(GrantError::PlaceholderIsEnv {
+                        name: name.clone(),
+                        host: c.host.clone(),
+                    }),
                     _ => Ok(()),
                 })
-                .map_err(|message| Mistake::at(span, message))?;
+                .map_err(|e| Mistake::at(span, e.to_string()))?;
             net.credentials.push(c);
         }
         Ok(Grants {
@@ -339,24 +339,40 @@ impl Grants {
     }
 }
 
-fn check_env_name(name: &str) -> Result<(), String> {
+/// A grant's name or path that cannot be honoured; the policy's loader places it in the file.
+#[derive(Debug, thiserror::Error)]
+enum GrantError {
+    #[error("`{0}` is not a valid environment variable name (letters, digits, _)")]
+    EnvName(String),
+    #[error("fs grant guest `{0}` must be an absolute path")]
+    GuestRelative(String),
+    #[error("fs grant guest `{0}` must not contain `.` or `..`")]
+    GuestDots(String),
+    #[error(
+        "`{name}` is both an env grant and the placeholder variable of the credential for \
+         `{host}`; keep one"
+    )]
+    PlaceholderIsEnv { name: String, host: String },
+    #[error(transparent)]
+    Net(#[from] NetGrantError),
+}
+
+fn check_env_name(name: &str) -> Result<(), GrantError> {
     let ok = !name.is_empty()
         && !name.starts_with(|c: char| c.is_ascii_digit())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "`{name}` is not a valid environment variable name (letters, digits, _)"
-        ))
+        Err(GrantError::EnvName(name.to_owned()))
     }
 }
 
 /// An absolute guest path without `.` or `..`, so that two spellings cannot name one root.
-fn normalise_guest(guest: &str) -> Result<String, String> {
+fn normalise_guest(guest: &str) -> Result<String, GrantError> {
     let path = Path::new(guest);
     if !path.is_absolute() {
-        return Err(format!("fs grant guest `{guest}` must be an absolute path"));
+        return Err(GrantError::GuestRelative(guest.to_owned()));
     }
     let mut parts = Vec::new();
     for c in path.components() {
@@ -364,9 +380,7 @@ fn normalise_guest(guest: &str) -> Result<String, String> {
             Component::RootDir => {}
             Component::Normal(p) => parts.push(p.to_string_lossy().into_owned()),
             Component::CurDir | Component::ParentDir | Component::Prefix(_) => {
-                return Err(format!(
-                    "fs grant guest `{guest}` must not contain `.` or `..`"
-                ));
+                return Err(GrantError::GuestDots(guest.to_owned()));
             }
         }
     }
@@ -377,9 +391,10 @@ fn normalise_guest(guest: &str) -> Result<String, String> {
 mod tests {
     use super::*;
 
-    fn parse(text: &str, base: &Path) -> Result<Grants, String> {
-        let spec: GrantsSpec = toml::from_str(text).map_err(|e| e.to_string())?;
-        spec.resolve(base, Paths::Guest).map_err(|e| e.message)
+    /// The grants of `text`, or the message of the first mistake (TOML's own ones included).
+    fn parse(text: &str, base: &Path) -> Result<Grants, Mistake> {
+        let spec: GrantsSpec = toml::from_str(text).map_err(|e| Mistake::whole(e.to_string()))?;
+        spec.resolve(base, Paths::Guest)
     }
 
     #[test]
@@ -403,22 +418,27 @@ mod tests {
             r#"fs = [{ host = "nope", guest = "/w", access = "read-only" }]"#,
             dir.path(),
         );
-        assert!(missing.unwrap_err().contains("`nope` cannot be used"));
+        assert!(
+            missing
+                .unwrap_err()
+                .message
+                .contains("`nope` cannot be used")
+        );
         let relative = parse(
             r#"fs = [{ host = ".", guest = "w", access = "read-only" }]"#,
             dir.path(),
         );
-        assert!(relative.unwrap_err().contains("absolute"));
+        assert!(relative.unwrap_err().message.contains("absolute"));
         let dotdot = parse(
             r#"fs = [{ host = ".", guest = "/w/../etc", access = "read-only" }]"#,
             dir.path(),
         );
-        assert!(dotdot.unwrap_err().contains(".."));
+        assert!(dotdot.unwrap_err().message.contains(".."));
         let access = parse(
             r#"fs = [{ host = ".", guest = "/w", access = "everything" }]"#,
             dir.path(),
         );
-        assert!(access.unwrap_err().contains("everything"));
+        assert!(access.unwrap_err().message.contains("everything"));
         assert!(parse(r#"env = { "A B" = "x" }"#, dir.path()).is_err());
     }
 
@@ -437,7 +457,9 @@ mod tests {
         let ok = with("GH_TOKEN", "").unwrap();
         assert_eq!(ok.net.credentials[0].env.as_deref(), Some("GH_TOKEN"));
         assert!(with("GH TOKEN", "").is_err());
-        let both = with("GH_TOKEN", "env = { GH_TOKEN = \"x\" }\n").unwrap_err();
+        let both = with("GH_TOKEN", "env = { GH_TOKEN = \"x\" }\n")
+            .unwrap_err()
+            .message;
         assert!(
             both.contains("both an env grant and the placeholder"),
             "{both}"

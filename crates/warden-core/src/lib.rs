@@ -27,7 +27,7 @@ mod units;
 mod usage;
 
 pub use admission::Admission;
-pub use backend::{Backend, Loaded, LoadedTool, Probe, Reach, Report, ReportLine};
+pub use backend::{Backend, Loaded, LoadedTool, Probe, ProbeError, Reach, Report, ReportLine};
 pub use calllog::{
     CallLog, CallOutcome, CallRecord, DenialRecord, PolicyFacts, PolicyRecord, Record, Rotation,
 };
@@ -41,7 +41,7 @@ pub use grants::{Access, FsGrant, GrantLines, Grants, Paths};
 pub use limits::{Capped, Limits, LimitsSpec, MARKER_MAX, shorten};
 pub use located::{Located, PolicyError};
 pub use message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage, Violation};
-pub use net::{Credential, HostGrant, HostPattern, NetGrants};
+pub use net::{Credential, GrantFault, HostGrant, HostPattern, NetGrantError, NetGrants};
 pub use policy::{FunctionOverride, Policy};
 pub use redact::Secrets;
 pub use review::{Decision, Reviewer};

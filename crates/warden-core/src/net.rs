@@ -24,6 +24,41 @@ pub enum HostPattern {
     Addrs(IpNet),
 }
 
+/// Why a `net` grant or a network credential cannot be honoured.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NetGrantError {
+    /// The grant's text is not one of the forms a grant takes.
+    #[error(
+        "net grant `{text}` {fault}; write a host (`api.example.org`), `host:port`, \
+         `*.domain`, an IP address (`[::1]:8080` for IPv6 with a port) or a CIDR range"
+    )]
+    Malformed { text: String, fault: GrantFault },
+    /// A credential's header is not an HTTP header name.
+    #[error("`{0}` is not a valid header name")]
+    HeaderName(String),
+    /// A credential's host is one no grant lets the tool reach.
+    #[error("the credential for `{0}` names a host that no net grant allows")]
+    CredentialHost(String),
+}
+
+/// What is wrong with a malformed grant's text, worded to follow the grant.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GrantFault {
+    #[error("has no `]`")]
+    NoBracket,
+    #[error("has text after `]`")]
+    TextAfterBracket,
+    #[error("has a port that is not 1–65535")]
+    Port,
+    #[error("is not a valid CIDR range")]
+    Cidr,
+    /// The range as written has bits set below its prefix; this is the range it means.
+    #[error("has host bits set (the range is {0})")]
+    HostBits(IpNet),
+    #[error("is not a valid host name")]
+    HostName,
+}
+
 /// One `net` grant: a pattern and, optionally, the one port it allows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostGrant {
@@ -34,12 +69,10 @@ pub struct HostGrant {
 impl HostGrant {
     /// Parses `host`, `host:port`, `*.domain[:port]`, `*`, an IP (`[v6]:port` for a port) or a
     /// CIDR range.
-    pub fn parse(text: &str) -> Result<HostGrant, String> {
-        let bad = |why: &str| {
-            format!(
-                "net grant `{text}` {why}; write a host (`api.example.org`), `host:port`, \
-                 `*.domain`, an IP address (`[::1]:8080` for IPv6 with a port) or a CIDR range"
-            )
+    pub fn parse(text: &str) -> Result<HostGrant, NetGrantError> {
+        let bad = |fault: GrantFault| NetGrantError::Malformed {
+            text: text.to_owned(),
+            fault,
         };
         let text = text.trim();
         if text == "*" {
@@ -49,12 +82,14 @@ impl HostGrant {
             });
         }
         let (host, port) = if let Some(rest) = text.strip_prefix('[') {
-            let (inside, after) = rest.split_once(']').ok_or_else(|| bad("has no `]`"))?;
+            let (inside, after) = rest
+                .split_once(']')
+                .ok_or_else(|| bad(GrantFault::NoBracket))?;
             let port = match after {
                 "" => None,
                 p => Some(
                     p.strip_prefix(':')
-                        .ok_or_else(|| bad("has text after `]`"))?,
+                        .ok_or_else(|| bad(GrantFault::TextAfterBracket))?,
                 ),
             };
             (inside, port)
@@ -70,24 +105,21 @@ impl HostGrant {
             None => None,
             Some(p) => match p.parse::<u16>() {
                 Ok(n) if n > 0 => Some(n),
-                _ => return Err(bad("has a port that is not 1–65535")),
+                _ => return Err(bad(GrantFault::Port)),
             },
         };
         let pattern = if let Ok(ip) = host.parse::<IpAddr>() {
             HostPattern::Addrs(IpNet::from(ip))
         } else if host.contains('/') {
-            let net: IpNet = host.parse().map_err(|_| bad("is not a valid CIDR range"))?;
+            let net: IpNet = host.parse().map_err(|_| bad(GrantFault::Cidr))?;
             if net.trunc() != net {
-                return Err(bad(&format!(
-                    "has host bits set (the range is {})",
-                    net.trunc()
-                )));
+                return Err(bad(GrantFault::HostBits(net.trunc())));
             }
             HostPattern::Addrs(net)
         } else if let Some(domain) = host.strip_prefix("*.") {
-            HostPattern::Subdomains(dns_name(domain).map_err(|w| bad(&w))?)
+            HostPattern::Subdomains(dns_name(domain).map_err(bad)?)
         } else {
-            HostPattern::Name(dns_name(host).map_err(|w| bad(&w))?)
+            HostPattern::Name(dns_name(host).map_err(bad)?)
         };
         Ok(HostGrant { pattern, port })
     }
@@ -243,13 +275,13 @@ impl NetGrants {
     }
 
     /// Checks that each credential names a header and a host the policy grants.
-    pub(crate) fn check_credential(&self, c: &Credential) -> Result<(), String> {
+    pub(crate) fn check_credential(&self, c: &Credential) -> Result<(), NetGrantError> {
         let header_ok = !c.header.is_empty()
             && c.header
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
         if !header_ok {
-            return Err(format!("`{}` is not a valid header name", c.header));
+            return Err(NetGrantError::HeaderName(c.header.clone()));
         }
         let granted = match parse_ip_host(&c.host) {
             Some(ip) => self.hosts.iter().any(
@@ -263,10 +295,7 @@ impl NetGrants {
         if granted {
             Ok(())
         } else {
-            Err(format!(
-                "the credential for `{}` names a host that no net grant allows",
-                c.host
-            ))
+            Err(NetGrantError::CredentialHost(c.host.clone()))
         }
     }
 
@@ -365,7 +394,7 @@ fn public_v6(a: Ipv6Addr) -> bool {
 }
 
 /// A DNS name, lowercased: labels of letters, digits and `-`, at most 253 bytes.
-fn dns_name(name: &str) -> Result<String, String> {
+fn dns_name(name: &str) -> Result<String, GrantFault> {
     let name = name.trim_end_matches('.').to_ascii_lowercase();
     let label_ok = |l: &str| {
         !l.is_empty()
@@ -375,7 +404,7 @@ fn dns_name(name: &str) -> Result<String, String> {
             && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
     };
     if name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) {
-        return Err("is not a valid host name".into());
+        return Err(GrantFault::HostName);
     }
     Ok(name)
 }

@@ -29,6 +29,33 @@ pub enum Place {
     Remote,
 }
 
+/// Why a written engine address is refused; each says what to write instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddressError {
+    #[error("certificates are for tcp engines; `{0}` is a unix socket: drop them")]
+    CertsForUnix(String),
+    #[error("`{0}`: a unix socket needs an absolute path (unix:///var/run/docker.sock)")]
+    RelativeSocket(String),
+    #[error(
+        "`{0}` is not an engine address warden speaks to: write unix:///path/docker.sock \
+         or tcp://host:port (with mutual TLS)"
+    )]
+    UnknownScheme(String),
+    #[error("`{0}` needs a port (tcp://host:2376); names and IPs are both fine")]
+    NoPort(String),
+    /// Plain tcp to anything but a loopback address.
+    #[error(
+        "`{0}` without TLS is refused: whoever reaches that port is root on the \
+         engine's host. Give the folder of ca.pem, cert.pem and key.pem (DOCKER_TLS_VERIFY=1 \
+         and DOCKER_CERT_PATH, or `engine_certs` in a policy) for mutual TLS; plain tcp is \
+         accepted on a loopback address only (tcp://127.0.0.1:PORT)"
+    )]
+    PlainTcp(String),
+    /// `DOCKER_HOST` holds an address refused for one of the reasons above.
+    #[error("DOCKER_HOST: {0}")]
+    DockerHost(#[source] Box<AddressError>),
+}
+
 /// One engine's address.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum EngineAddress {
@@ -43,30 +70,21 @@ pub enum EngineAddress {
 impl EngineAddress {
     /// Reads `written` (`unix://…` or `tcp://host:port`); `certs` is the folder of the
     /// client certificates, which makes a tcp engine TLS. The answer's error says what to write.
-    pub fn parse(written: &str, certs: Option<PathBuf>) -> Result<EngineAddress, String> {
+    pub fn parse(written: &str, certs: Option<PathBuf>) -> Result<EngineAddress, AddressError> {
         if let Some(path) = written.strip_prefix("unix://") {
             if certs.is_some() {
-                return Err(format!(
-                    "certificates are for tcp engines; `{written}` is a unix socket: drop them"
-                ));
+                return Err(AddressError::CertsForUnix(written.to_owned()));
             }
             if !path.starts_with('/') {
-                return Err(format!(
-                    "`{written}`: a unix socket needs an absolute path (unix:///var/run/docker.sock)"
-                ));
+                return Err(AddressError::RelativeSocket(written.to_owned()));
             }
             return Ok(EngineAddress::Unix(PathBuf::from(path)));
         }
         let Some(host) = written.strip_prefix("tcp://") else {
-            return Err(format!(
-                "`{written}` is not an engine address warden speaks to: write unix:///path/docker.sock \
-                 or tcp://host:port (with mutual TLS)"
-            ));
+            return Err(AddressError::UnknownScheme(written.to_owned()));
         };
         let host = host.trim_end_matches('/');
-        let ip = split_port(host).ok_or_else(|| {
-            format!("`{written}` needs a port (tcp://host:2376); names and IPs are both fine")
-        })?;
+        let ip = split_port(host).ok_or_else(|| AddressError::NoPort(written.to_owned()))?;
         match certs {
             Some(certs) => Ok(EngineAddress::Tls {
                 host: host.to_owned(),
@@ -77,18 +95,13 @@ impl EngineAddress {
                     host: host.to_owned(),
                 })
             }
-            None => Err(format!(
-                "`{written}` without TLS is refused: whoever reaches that port is root on the \
-                 engine's host. Give the folder of ca.pem, cert.pem and key.pem (DOCKER_TLS_VERIFY=1 \
-                 and DOCKER_CERT_PATH, or `engine_certs` in a policy) for mutual TLS; plain tcp is \
-                 accepted on a loopback address only (tcp://127.0.0.1:PORT)"
-            )),
+            None => Err(AddressError::PlainTcp(written.to_owned())),
         }
     }
 
     /// `$DOCKER_HOST` as the docker CLI reads it (`DOCKER_TLS_VERIFY` set: TLS with the
     /// certificates of `$DOCKER_CERT_PATH`, else `~/.docker`), or the default unix socket.
-    pub fn from_env() -> Result<EngineAddress, String> {
+    pub fn from_env() -> Result<EngineAddress, AddressError> {
         let host = std::env::var("DOCKER_HOST").unwrap_or_default();
         if host.is_empty() {
             return Ok(EngineAddress::Unix(PathBuf::from(DEFAULT_SOCKET)));
@@ -107,7 +120,7 @@ impl EngineAddress {
                         .join(".docker")
                 })
         });
-        EngineAddress::parse(&host, certs).map_err(|e| format!("DOCKER_HOST: {e}"))
+        EngineAddress::parse(&host, certs).map_err(|e| AddressError::DockerHost(Box::new(e)))
     }
 
     /// Local for a unix socket, remote for tcp.
@@ -191,10 +204,12 @@ mod tests {
             ("ssh://me@host", "not an engine address"),
             ("unix://docker.sock", "absolute path"),
         ] {
-            let e = EngineAddress::parse(bad, None).unwrap_err();
+            let e = EngineAddress::parse(bad, None).unwrap_err().to_string();
             assert!(e.contains(words), "{bad}: {e}");
         }
-        let e = EngineAddress::parse("unix:///s", Some("c".into())).unwrap_err();
+        let e = EngineAddress::parse("unix:///s", Some("c".into()))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("drop them"), "{e}");
     }
 }

@@ -93,13 +93,14 @@ impl Backend for DockerBackend {
     fn load(&self, policy: &Arc<Policy>) -> Result<Loaded, PolicyError> {
         let err = |line: Option<usize>, msg: String| PolicyError::new(&policy.path, line, msg);
         let cfg = &DockerConfig::from_policy(policy)?;
-        let template = Template::parse(&cfg.argv.value).map_err(|m| err(Some(cfg.argv.line), m))?;
+        let template = Template::parse(&cfg.argv.value)
+            .map_err(|e| err(Some(cfg.argv.line), e.to_string()))?;
         let shell = session_shell(&policy.executor, &cfg.argv, &template, cfg.session)?;
         let engine = self.engine_for(policy, cfg)?;
         let files = engine.files();
         refuse_unwritten(policy, cfg, files)?;
-        let plan =
-            Plan::new(cfg, &policy.grants, files).map_err(|m| err(Some(cfg.argv.line), m))?;
+        let plan = Plan::new(cfg, &policy.grants, files)
+            .map_err(|e| err(Some(cfg.argv.line), e.to_string()))?;
         let user_line = cfg.user.as_ref().map(|u| u.line);
         refuse_engine_reach(policy, plan.user, engine.address().ok(), user_line)?;
         let limits = policy.limits_for(&cfg.name);
@@ -124,7 +125,7 @@ impl Backend for DockerBackend {
                 let line = cfg.engine.as_ref().map_or(cfg.network.line, |e| e.line);
                 let address = engine
                     .address()
-                    .map_or_else(str::to_owned, ToString::to_string);
+                    .map_or_else(ToString::to_string, ToString::to_string);
                 return Err(err(
                     Some(line),
                     format!(
@@ -239,10 +240,10 @@ fn report(cfg: &DockerConfig, plan: &Plan, grants: &Grants, engine: &Engine) -> 
     }
     let place = engine
         .address()
-        .map_or_else(str::to_owned, EngineAddress::describe);
+        .map_or_else(ToString::to_string, EngineAddress::describe);
     let address = engine
         .address()
-        .map_or_else(str::to_owned, ToString::to_string);
+        .map_or_else(ToString::to_string, ToString::to_string);
     if engine.place() == Place::Remote {
         flags.push(format!(
             "engine elsewhere ({address}): whoever holds its API is root there; no CPU or \

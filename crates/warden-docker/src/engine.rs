@@ -3,7 +3,7 @@
 //! person can act on, and, from first contact on, this instance's lease kept and the
 //! containers of gone wardens removed ([`crate::lease`]).
 
-use crate::address::{EngineAddress, Place};
+use crate::address::{AddressError, EngineAddress, Place};
 use crate::files::mode::Files;
 use crate::lease::{INSTANCE_LABEL, LABEL, LEASE, Lease, OWNER_LABEL};
 use bollard::Docker;
@@ -25,7 +25,7 @@ const REQUEST_TIMEOUT: u64 = 60;
 /// One Docker engine, shared by every docker tool of a process that uses it.
 pub struct Engine {
     /// Where it is, or why `DOCKER_HOST` names no engine warden accepts.
-    address: Result<EngineAddress, String>,
+    address: Result<EngineAddress, AddressError>,
     extra_labels: BTreeMap<String, String>,
     files: Files,
     lease: Arc<Lease>,
@@ -58,7 +58,7 @@ impl Engine {
         Self::new(Ok(address))
     }
 
-    fn new(address: Result<EngineAddress, String>) -> Self {
+    fn new(address: Result<EngineAddress, AddressError>) -> Self {
         let engine = Self {
             address,
             extra_labels: BTreeMap::new(),
@@ -112,8 +112,8 @@ impl Engine {
     }
 
     /// Where the engine is, or why the setting is refused.
-    pub fn address(&self) -> Result<&EngineAddress, &str> {
-        self.address.as_ref().map_err(String::as_str)
+    pub fn address(&self) -> Result<&EngineAddress, &AddressError> {
+        self.address.as_ref()
     }
 
     /// On this machine or not: only a local engine's containers have pids, cgroups and
@@ -241,7 +241,7 @@ impl Engine {
         let address = self
             .address
             .as_ref()
-            .map_or_else(std::clone::Clone::clone, ToString::to_string);
+            .map_or_else(ToString::to_string, ToString::to_string);
         let why = match e {
             BollardError::SocketNotFoundError(_) => "there is no socket there".to_owned(),
             other => chain(other),

@@ -111,6 +111,20 @@ pub(crate) const REMOTE: &str = "net grants for docker tools need a local engine
      engine's pids are not this machine's, even on loopback. Use a local engine, a host tool \
      (kind = \"host\"), or `network = \"unrestricted\"` to let the container reach every host";
 
+/// Why the gate's listener could not be bound inside a container.
+#[derive(Debug, thiserror::Error)]
+enum BindError {
+    #[error(
+        "the container's process {pid} is not visible here ({source}); the gate needs the \
+         Docker engine on this machine"
+    )]
+    Invisible { pid: i64, source: std::io::Error },
+    #[error("entering the container's network namespace: {0}")]
+    Namespace(#[source] nix::Error),
+    #[error("binding 127.0.0.1:{port}: {source}", port = GATE_PORT)]
+    Bind { source: std::io::Error },
+}
+
 /// Binds the gate's listener in the network namespace of the running container whose
 /// process is `pid` (as this machine sees it).
 pub(crate) async fn listen_in(engine: &Engine, pid: i64) -> Result<TcpListener, ToolError> {
@@ -124,17 +138,13 @@ pub(crate) async fn listen_in(engine: &Engine, pid: i64) -> Result<TcpListener, 
     if engine.place() == Place::Remote {
         return Err(failed(REMOTE.into()));
     }
-    let bind = move || -> Result<TcpListener, String> {
-        let namespace = File::open(format!("/proc/{pid}/ns/net")).map_err(|e| {
-            format!(
-                "the container's process {pid} is not visible here ({e}); the gate needs the \
-                 Docker engine on this machine"
-            )
-        })?;
+    let bind = move || -> Result<TcpListener, BindError> {
+        let namespace = File::open(format!("/proc/{pid}/ns/net"))
+            .map_err(|source| BindError::Invisible { pid, source })?;
         nix::sched::setns(namespace, nix::sched::CloneFlags::CLONE_NEWNET)
-            .map_err(|e| format!("entering the container's network namespace: {e}"))?;
+            .map_err(BindError::Namespace)?;
         TcpListener::bind((Ipv4Addr::LOCALHOST, GATE_PORT))
-            .map_err(|e| format!("binding 127.0.0.1:{GATE_PORT}: {e}"))
+            .map_err(|source| BindError::Bind { source })
     };
     // A thread of its own, which ends with it: this thread's namespace is the only one
     // `setns` changes, and no other task ever runs on it.
@@ -147,5 +157,5 @@ pub(crate) async fn listen_in(engine: &Engine, pid: i64) -> Result<TcpListener, 
         .map_err(|e| failed(format!("a thread: {e}")))?;
     rx.await
         .map_err(|_| failed("the binding thread died".into()))?
-        .map_err(failed)
+        .map_err(|e| failed(e.to_string()))
 }

@@ -31,7 +31,7 @@ mod seccomp;
 mod session;
 mod tool;
 
-pub use address::{CERT_FILES, EngineAddress, Place};
+pub use address::{AddressError, CERT_FILES, EngineAddress, Place};
 pub use backend::DockerBackend;
 pub use config::{DEFAULT_NANO_CPUS, DEFAULT_PIDS, DockerConfig};
 pub use debian::{

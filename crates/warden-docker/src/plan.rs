@@ -9,7 +9,7 @@ use bollard::models::{
 };
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use warden_command::{NetworkMode, User};
 use warden_core::{Access, Grants};
 
@@ -30,10 +30,41 @@ pub(crate) struct Plan {
     pub tmp: u64,
 }
 
+/// Why a container's user cannot write what the policy grants it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PlanError {
+    /// A read-write root's owner could not be read.
+    #[error("cannot read {}: {source}", .root.display())]
+    Unreadable {
+        root: PathBuf,
+        source: std::io::Error,
+    },
+    /// The container's user may not write a read-write root it mounts.
+    #[error(
+        "the read-write root {} is owned by {owner}:{group} (mode {mode:o}), so the container's \
+         user {user} could not write it (Docker does not remap owners, and a docker tool never \
+         runs as root): give the folder to a user (`chown -R 65534:65534 {}`, or your own \
+         user), or set `user` in [executor] to one that may write it",
+        .root.display(),
+        .root.display()
+    )]
+    NotWritable {
+        root: PathBuf,
+        owner: u32,
+        group: u32,
+        mode: u32,
+        user: User,
+    },
+}
+
 impl Plan {
     /// Checks what can only be checked against this machine: that every read-write root is
     /// writable by the container's user, when it is mounted.
-    pub(crate) fn new(cfg: &DockerConfig, grants: &Grants, files: Files) -> Result<Plan, String> {
+    pub(crate) fn new(
+        cfg: &DockerConfig,
+        grants: &Grants,
+        files: Files,
+    ) -> Result<Plan, PlanError> {
         let user = choose_user(cfg, grants, files)?;
         let copied = (files == Files::Copied).then(|| Copied {
             roots: grants
@@ -161,7 +192,7 @@ fn bind_mounts(grants: &Grants) -> Vec<Mount> {
 /// to whoever owns the folder); else nobody. Never root, and always one that can write every
 /// read-write root, since the engine does not remap owners (a copied root is the user's
 /// inside whoever owns it here: warden writes it back).
-fn choose_user(cfg: &DockerConfig, grants: &Grants, files: Files) -> Result<User, String> {
+fn choose_user(cfg: &DockerConfig, grants: &Grants, files: Files) -> Result<User, PlanError> {
     let writable: Vec<&Path> = grants
         .fs
         .iter()
@@ -172,8 +203,10 @@ fn choose_user(cfg: &DockerConfig, grants: &Grants, files: Files) -> Result<User
         Some(u) => u.value,
         None => match writable.first() {
             Some(first) => {
-                let meta = std::fs::metadata(first)
-                    .map_err(|e| format!("cannot read {}: {e}", first.display()))?;
+                let meta = std::fs::metadata(first).map_err(|source| PlanError::Unreadable {
+                    root: first.to_path_buf(),
+                    source,
+                })?;
                 if meta.uid() == 0 {
                     User::NOBODY
                 } else {
@@ -190,21 +223,18 @@ fn choose_user(cfg: &DockerConfig, grants: &Grants, files: Files) -> Result<User
         return Ok(user);
     }
     for dir in writable {
-        let meta =
-            std::fs::metadata(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+        let meta = std::fs::metadata(dir).map_err(|source| PlanError::Unreadable {
+            root: dir.to_path_buf(),
+            source,
+        })?;
         if !may_write(meta.uid(), meta.gid(), meta.mode(), user) {
-            return Err(format!(
-                "the read-write root {} is owned by {}:{} (mode {:o}), so the container's user \
-                 {} could not write it (Docker does not remap owners, and a docker tool never \
-                 runs as root): give the folder to a user (`chown -R 65534:65534 {}`, or your \
-                 own user), or set `user` in [executor] to one that may write it",
-                dir.display(),
-                meta.uid(),
-                meta.gid(),
-                meta.mode() & 0o7777,
+            return Err(PlanError::NotWritable {
+                root: dir.to_path_buf(),
+                owner: meta.uid(),
+                group: meta.gid(),
+                mode: meta.mode() & 0o7777,
                 user,
-                dir.display()
-            ));
+            });
         }
     }
     Ok(user)

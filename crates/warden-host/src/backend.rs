@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use warden_command::{Template, session_shell};
 use warden_core::{
     Backend, BoxFuture, ByteSize, Capabilities, ExecutorKind, HumanDuration, Loaded, LoadedTool,
-    Paths, Policy, PolicyError, Probe, Reach, Report, ReportLine, ToolSpec,
+    Paths, Policy, PolicyError, Probe, ProbeError, Reach, Report, ReportLine, ToolSpec,
 };
 use warden_net::{Egress, Gate};
 
@@ -82,7 +82,7 @@ impl HostBackend {
     fn tool(&self, policy: &Policy, prepared: usize) -> Result<HostTool, PolicyError> {
         let cfg = HostConfig::from_policy(policy)?;
         let err = |m: String| PolicyError::new(&policy.path, Some(cfg.argv.line), m);
-        let template = Template::parse(&cfg.argv.value).map_err(err)?;
+        let template = Template::parse(&cfg.argv.value).map_err(|e| err(e.to_string()))?;
         refuse_hidden_roots(policy)?;
         refuse_unreachable_roots(policy, &cfg)?;
         let shell = session_shell(&policy.executor, &cfg.argv, &template, cfg.session)?;
@@ -187,12 +187,12 @@ impl ExecutorKind for HostBackend {
 }
 
 impl Backend for HostBackend {
-    fn probe(&self, policy: &Arc<Policy>) -> BoxFuture<'_, Option<Result<Probe, String>>> {
+    fn probe(&self, policy: &Arc<Policy>) -> BoxFuture<'_, Option<Result<Probe, ProbeError>>> {
         let tool = self.tool(policy, 0);
         Box::pin(async move {
             let tool = match tool {
                 Ok(t) => t,
-                Err(e) => return Some(Err(e.to_string())),
+                Err(e) => return Some(Err(e.into())),
             };
             Some(
                 tool.probe()
@@ -201,7 +201,7 @@ impl Backend for HostBackend {
                         in_force: p.describe(),
                         missing: p.missing,
                     })
-                    .map_err(|e| e.message),
+                    .map_err(ProbeError::Call),
             )
         })
     }

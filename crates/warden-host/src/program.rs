@@ -68,7 +68,7 @@ fn pinned(path: &std::path::Path) -> Result<PathBuf, Unused> {
     // so no rename can swap it after the check) and the folder that names it.
     let meta = file.metadata().map_err(other)?;
     if !meta.is_file() {
-        return Err(Unused::Unsafe("it is not a regular file".to_owned()));
+        return Err(Unused::Unsafe(Unsafe::NotAFile));
     }
     only_owner_writes(&meta, "it").map_err(Unused::Unsafe)?;
     let folder = path.parent().unwrap_or(std::path::Path::new("/"));
@@ -93,26 +93,42 @@ enum Unused {
     /// It is missing, unreadable or of another build.
     Other(String),
     /// Someone other than warden's owner could have written it.
-    Unsafe(String),
+    Unsafe(Unsafe),
+}
+
+/// Why someone other than warden's owner could have written a helper or its folder.
+#[derive(Debug, thiserror::Error)]
+enum Unsafe {
+    #[error("it is not a regular file")]
+    NotAFile,
+    #[error("{what} belongs to user {owner}, neither root nor warden's own user {me}")]
+    Owner {
+        what: &'static str,
+        owner: u32,
+        me: u32,
+    },
+    #[error("{what} is writable by its group or by others (mode {mode:o}): `chmod go-w` it")]
+    Writable { what: &'static str, mode: u32 },
 }
 
 /// Refuses `meta` unless it belongs to root or to warden's own user, and its group and others
 /// cannot write it: then nothing warden starts (a sandbox maps to another user when warden
 /// is root; no read-write grant contains the helper's folder otherwise) could have written it.
-fn only_owner_writes(meta: &std::fs::Metadata, what: &str) -> Result<(), String> {
+fn only_owner_writes(meta: &std::fs::Metadata, what: &'static str) -> Result<(), Unsafe> {
     use std::os::unix::fs::MetadataExt;
     let me = nix::unistd::Uid::effective().as_raw();
     if meta.uid() != 0 && meta.uid() != me {
-        return Err(format!(
-            "{what} belongs to user {}, neither root nor warden's own user {me}",
-            meta.uid()
-        ));
+        return Err(Unsafe::Owner {
+            what,
+            owner: meta.uid(),
+            me,
+        });
     }
     if meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "{what} is writable by its group or by others (mode {:o}): `chmod go-w` it",
-            meta.mode() & 0o7777
-        ));
+        return Err(Unsafe::Writable {
+            what,
+            mode: meta.mode() & 0o7777,
+        });
     }
     Ok(())
 }

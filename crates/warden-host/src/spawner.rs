@@ -17,7 +17,7 @@ use std::sync::mpsc::{Sender, channel};
 type Job = Box<dyn FnOnce() + Send>;
 
 /// The spawning thread's queue; `Err` when the thread could not be started.
-static SPAWNER: OnceLock<Result<Sender<Job>, String>> = OnceLock::new();
+static SPAWNER: OnceLock<io::Result<Sender<Job>>> = OnceLock::new();
 
 /// Runs `spawn` on the long-lived spawning thread and answers what it returned.
 pub(crate) fn on_spawner<T: Send + 'static>(
@@ -34,7 +34,6 @@ pub(crate) fn on_spawner<T: Send + 'static>(
                     }
                 })
                 .map(|_| queue)
-                .map_err(|e| e.to_string())
         })
         .as_ref()
         .map_err(|e| io::Error::other(format!("starting the spawner thread: {e}")))?;

@@ -22,7 +22,7 @@
 
 use crate::credentials::{Credentials, normal};
 use crate::gate::{DialError, Gate, Vetting, connect};
-use crate::scrub::Returning;
+use crate::scrub::{Returning, Unpassable};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -315,7 +315,7 @@ impl Connection {
         let (mut ask, rest) = match read_head(stream, head_by).await {
             Ok((buf, len)) => match parse(&buf[..len]) {
                 Ok(ask) => (ask, buf[len..].to_vec()),
-                Err((status, why)) => return reply(stream, status, &why).await,
+                Err(bad) => return reply(stream, bad.status(), &bad.to_string()).await,
             },
             Err(HeadError::Closed) => return,
             Err(HeadError::TooLarge) => return too_large(stream).await,
@@ -334,8 +334,10 @@ impl Connection {
                     .deny(stream, "403 Forbidden", destination, reason)
                     .await;
             }
-            if let Err(reason) = names_target(&request.headers, host, port) {
-                return self.deny(stream, MISDIRECTED, destination, reason).await;
+            if let Err(wrong) = names_target(&request.headers, host, port) {
+                return self
+                    .deny(stream, MISDIRECTED, destination, wrong.to_string())
+                    .await;
             }
         }
         let addrs = match self.gate.vet(host, port, self.scope.deadline).await {
@@ -412,7 +414,7 @@ impl Connection {
         )
         .await;
         if let Some(reason) = refused {
-            self.record(destination, reason);
+            self.record(destination, reason.to_string());
         }
     }
 
@@ -497,14 +499,14 @@ impl Connection {
         let (mut request, rest) = match read_head(&mut sandbox, head_by).await {
             Ok((buf, len)) => match parse_origin_form(&buf[..len]) {
                 Ok(r) => (r, buf[len..].to_vec()),
-                Err(why) => return reply(&mut sandbox, "400 Bad Request", &why).await,
+                Err(bad) => return reply(&mut sandbox, bad.status(), &bad.to_string()).await,
             },
             Err(HeadError::TooLarge) => return too_large(&mut sandbox).await,
             Err(_) => return,
         };
-        if let Err(reason) = names_target(&request.headers, host, port) {
+        if let Err(wrong) = names_target(&request.headers, host, port) {
             return self
-                .deny(&mut sandbox, MISDIRECTED, destination, reason)
+                .deny(&mut sandbox, MISDIRECTED, destination, wrong.to_string())
                 .await;
         }
         self.credential(host, &mut request);
@@ -533,9 +535,14 @@ impl Connection {
         let mut back = Returning::new(self.credentials.secrets());
         let answer = match back.pass(&first[..n]) {
             Ok(answer) => answer,
-            Err(reason) => {
+            Err(refused) => {
                 return self
-                    .deny(&mut sandbox, "502 Bad Gateway", destination, reason)
+                    .deny(
+                        &mut sandbox,
+                        "502 Bad Gateway",
+                        destination,
+                        refused.to_string(),
+                    )
                     .await;
             }
         };
@@ -553,7 +560,7 @@ impl Connection {
         )
         .await;
         if let Some(reason) = refused {
-            self.record(destination, reason);
+            self.record(destination, reason.to_string());
         }
     }
 }
@@ -586,9 +593,22 @@ const MISDIRECTED: &str = "421 Misdirected Request";
 
 const FOR_ITS_HOST: &str = "a credential goes only to a request meant for its host";
 
+/// A credentialed request whose `Host` header names another server than the one it goes to.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the request's Host header is {named}, but it goes to {host}:{port}; {for_its_host}",
+    for_its_host = FOR_ITS_HOST
+)]
+struct Misdirected {
+    /// The header's value, escaped for printing.
+    named: String,
+    host: String,
+    port: u16,
+}
+
 /// Whether every `Host` header of a credentialed request names `host` (and `port`, if it
 /// names a port), so the credential goes to no server the request is meant for but its own.
-fn names_target(headers: &[(String, Vec<u8>)], host: &str, port: u16) -> Result<(), String> {
+fn names_target(headers: &[(String, Vec<u8>)], host: &str, port: u16) -> Result<(), Misdirected> {
     for (_, value) in headers
         .iter()
         .filter(|(n, _)| n.eq_ignore_ascii_case("host"))
@@ -603,10 +623,11 @@ fn names_target(headers: &[(String, Vec<u8>)], host: &str, port: u16) -> Result<
             normal(a.host()) == normal(host) && a.port_u16().is_none_or(|p| p == port)
         });
         if !same {
-            return Err(format!(
-                "the request's Host header is {}, but it goes to {host}:{port}; {FOR_ITS_HOST}",
-                text.escape_default()
-            ));
+            return Err(Misdirected {
+                named: text.escape_default().to_string(),
+                host: host.to_owned(),
+                port,
+            });
         }
     }
     Ok(())
@@ -631,7 +652,7 @@ async fn relay(
     (down_from, down_to): (impl AsyncRead + Unpin, impl AsyncWrite + Unpin),
     counts: &Counts,
     back: Option<Returning>,
-) -> Option<String> {
+) -> Option<Unpassable> {
     let up = pump(up_from, up_to, &counts.up, None);
     let down = pump(down_from, down_to, &counts.down, back);
     tokio::pin!(up, down);
@@ -657,7 +678,7 @@ enum Ended {
     /// Either side failed: the connection ends, as any network failure ends it.
     Io,
     /// A credential host's answer the gate would not pass on; the sandbox got a 502 instead.
-    Refused(String),
+    Refused(Unpassable),
 }
 
 impl From<io::Error> for Ended {
@@ -756,32 +777,62 @@ const HOP_BY_HOP: &[&str] = &[
     "upgrade",
 ];
 
-/// What the head asks for, or the status and reason to refuse it with.
-fn parse(head: &[u8]) -> Result<Ask, (&'static str, String)> {
-    let bad = |why: String| ("400 Bad Request", why);
+/// Why a request head is refused before anything is dialled: the sandbox gets an HTTP answer
+/// of its [status](BadHead::status) saying so.
+#[derive(Debug, thiserror::Error)]
+enum BadHead {
+    #[error("the request head is incomplete")]
+    Incomplete,
+    #[error("the request has more than 100 headers")]
+    TooManyHeaders,
+    #[error("a malformed request: {0}")]
+    Malformed(#[source] httparse::Error),
+    #[error("a malformed request line")]
+    MalformedLine,
+    #[error("CONNECT needs host:port, not `{0}`")]
+    ConnectTarget(String),
+    #[error("`{0}` is not a URL")]
+    NotUrl(String),
+    /// An origin-form request sent to the gate as if it were the server.
+    #[error(
+        "this is warden's egress gate, a proxy: ask for an absolute URL \
+         (`{method} http://host/path`) or `CONNECT host:port`, not `{target}`"
+    )]
+    NotAbsolute { method: String, target: String },
+    #[error("the gate forwards http:// URLs; for {0}:// open a tunnel with CONNECT")]
+    NotHttp(String),
+    /// Inside an intercepted tunnel, a request that names more than a path.
+    #[error("inside a tunnel a request names a path, not `{0}`")]
+    NotAPath(String),
+}
+
+impl BadHead {
+    /// The HTTP status the gate answers with.
+    fn status(&self) -> &'static str {
+        match self {
+            Self::TooManyHeaders => "431 Request Header Fields Too Large",
+            _ => "400 Bad Request",
+        }
+    }
+}
+
+/// What the head asks for, or why it is refused.
+fn parse(head: &[u8]) -> Result<Ask, BadHead> {
     let mut headers = [httparse::EMPTY_HEADER; 100];
     let mut request = httparse::Request::new(&mut headers);
     match request.parse(head) {
         Ok(httparse::Status::Complete(_)) => {}
-        Ok(httparse::Status::Partial) => return Err(bad("the request head is incomplete".into())),
-        Err(httparse::Error::TooManyHeaders) => {
-            return Err((
-                "431 Request Header Fields Too Large",
-                "the request has more than 100 headers".into(),
-            ));
-        }
-        Err(e) => return Err(bad(format!("a malformed request: {e}"))),
+        Ok(httparse::Status::Partial) => return Err(BadHead::Incomplete),
+        Err(httparse::Error::TooManyHeaders) => return Err(BadHead::TooManyHeaders),
+        Err(e) => return Err(BadHead::Malformed(e)),
     }
     let (Some(method), Some(target)) = (request.method, request.path) else {
-        return Err(bad("a malformed request line".into()));
+        return Err(BadHead::MalformedLine);
     };
     if method == "CONNECT" {
-        let authority: http::uri::Authority = target
-            .parse()
-            .map_err(|_| bad(format!("CONNECT needs host:port, not `{target}`")))?;
-        let port = authority
-            .port_u16()
-            .ok_or_else(|| bad(format!("CONNECT needs host:port, not `{target}`")))?;
+        let bad = || BadHead::ConnectTarget(target.to_owned());
+        let authority: http::uri::Authority = target.parse().map_err(|_| bad())?;
+        let port = authority.port_u16().ok_or_else(bad)?;
         return Ok(Ask::Tunnel {
             host: authority.host().to_owned(),
             port,
@@ -789,17 +840,15 @@ fn parse(head: &[u8]) -> Result<Ask, (&'static str, String)> {
     }
     let uri: http::Uri = target
         .parse()
-        .map_err(|_| bad(format!("`{target}` is not a URL")))?;
+        .map_err(|_| BadHead::NotUrl(target.to_owned()))?;
     let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
-        return Err(bad(format!(
-            "this is warden's egress gate, a proxy: ask for an absolute URL \
-             (`{method} http://host/path`) or `CONNECT host:port`, not `{target}`"
-        )));
+        return Err(BadHead::NotAbsolute {
+            method: method.to_owned(),
+            target: target.to_owned(),
+        });
     };
     if scheme != "http" {
-        return Err(bad(format!(
-            "the gate forwards http:// URLs; for {scheme}:// open a tunnel with CONNECT"
-        )));
+        return Err(BadHead::NotHttp(scheme.to_owned()));
     }
     let host = authority.host().to_owned();
     let port = authority.port_u16().unwrap_or(80);
@@ -818,21 +867,20 @@ fn parse(head: &[u8]) -> Result<Ask, (&'static str, String)> {
 }
 
 /// A request inside an intercepted tunnel: origin-form, as to a server.
-fn parse_origin_form(head: &[u8]) -> Result<Request, String> {
+fn parse_origin_form(head: &[u8]) -> Result<Request, BadHead> {
     let mut headers = [httparse::EMPTY_HEADER; 100];
     let mut request = httparse::Request::new(&mut headers);
     match request.parse(head) {
         Ok(httparse::Status::Complete(_)) => {}
-        Ok(httparse::Status::Partial) => return Err("the request head is incomplete".into()),
-        Err(e) => return Err(format!("a malformed request: {e}")),
+        Ok(httparse::Status::Partial) => return Err(BadHead::Incomplete),
+        // Too many headers included: inside a tunnel that is a 400 like any malformed head.
+        Err(e) => return Err(BadHead::Malformed(e)),
     }
     let (Some(method), Some(path)) = (request.method, request.path) else {
-        return Err("a malformed request line".into());
+        return Err(BadHead::MalformedLine);
     };
     if !path.starts_with('/') {
-        return Err(format!(
-            "inside a tunnel a request names a path, not `{path}`"
-        ));
+        return Err(BadHead::NotAPath(path.to_owned()));
     }
     Ok(Request {
         method: method.to_owned(),
@@ -875,7 +923,7 @@ mod tests {
                 (host, port, String::from_utf8(head).unwrap_or_default())
             }
             Ok(Ask::Tunnel { .. }) => panic!("a tunnel"),
-            Err((status, why)) => panic!("{status}: {why}"),
+            Err(bad) => panic!("{}: {bad}", bad.status()),
         }
     }
 
@@ -925,7 +973,8 @@ mod tests {
             ),
         ] {
             match parse(text.as_bytes()) {
-                Err((status, why)) => {
+                Err(bad) => {
+                    let (status, why) = (bad.status(), bad.to_string());
                     assert!(status.starts_with("400"), "{text:?}: {status}");
                     assert!(why.contains(says), "{text:?}: {why}");
                 }

@@ -78,6 +78,23 @@ fn mask(buf: &mut [u8], secret: &[u8]) {
     }
 }
 
+/// Why the gate refuses a credential host's response: the sandbox gets a 502 saying so.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Unpassable {
+    #[error("the response head is larger than {max} bytes", max = MAX_RESPONSE_HEAD)]
+    HeadTooLarge,
+    #[error("an incomplete response head")]
+    Incomplete,
+    #[error("a malformed response: {0}")]
+    Malformed(#[source] httparse::Error),
+    /// A body coding the scrubber cannot read through, so it could not hide the secret.
+    #[error(
+        "the response is encoded as `{0}`, which warden cannot scan for the credential's value; \
+         the gate asks for `Accept-Encoding: identity`"
+    )]
+    Encoded(String),
+}
+
 /// The response from a credential's host, as the gate passes it back: its heads read whole
 /// and checked, then every byte scrubbed.
 #[derive(Debug)]
@@ -96,7 +113,7 @@ impl Returning {
     }
 
     /// What of `chunk` goes on to the sandbox now, or why the response is refused.
-    pub(crate) fn pass(&mut self, chunk: &[u8]) -> Result<Vec<u8>, String> {
+    pub(crate) fn pass(&mut self, chunk: &[u8]) -> Result<Vec<u8>, Unpassable> {
         let Some(head) = self.head.as_mut() else {
             return Ok(self.scrubber.feed(chunk));
         };
@@ -105,9 +122,7 @@ impl Returning {
         while let Some(head) = self.head.as_mut() {
             let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") else {
                 if head.len() > MAX_RESPONSE_HEAD {
-                    return Err(format!(
-                        "the response head is larger than {MAX_RESPONSE_HEAD} bytes"
-                    ));
+                    return Err(Unpassable::HeadTooLarge);
                 }
                 break;
             };
@@ -132,13 +147,13 @@ impl Returning {
 
 /// Whether `head` is an interim (1xx) response, after which another head follows; refuses a
 /// final one whose body is encoded in a way the scrubber cannot read.
-fn check(head: &[u8]) -> Result<bool, String> {
+fn check(head: &[u8]) -> Result<bool, Unpassable> {
     let mut headers = [httparse::EMPTY_HEADER; 100];
     let mut response = httparse::Response::new(&mut headers);
     match response.parse(head) {
         Ok(httparse::Status::Complete(_)) => {}
-        Ok(httparse::Status::Partial) => return Err("an incomplete response head".into()),
-        Err(e) => return Err(format!("a malformed response: {e}")),
+        Ok(httparse::Status::Partial) => return Err(Unpassable::Incomplete),
+        Err(e) => return Err(Unpassable::Malformed(e)),
     }
     // 101 is final: the Upgrade it would answer never reaches the host.
     if matches!(response.code, Some(100..=199) if response.code != Some(101)) {
@@ -155,10 +170,7 @@ fn check(head: &[u8]) -> Result<bool, String> {
         let value = String::from_utf8_lossy(h.value);
         for coding in value.split(',').map(str::trim).filter(|c| !c.is_empty()) {
             if !allowed.iter().any(|a| coding.eq_ignore_ascii_case(a)) {
-                return Err(format!(
-                    "the response is encoded as `{coding}`, which warden cannot scan for the \
-                     credential's value; the gate asks for `Accept-Encoding: identity`"
-                ));
+                return Err(Unpassable::Encoded(coding.to_owned()));
             }
         }
     }
@@ -240,7 +252,7 @@ mod tests {
             "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-encoding: br\r\n\r\n",
         ] {
             let mut r = Returning::new(vec![SECRET.to_vec()]);
-            let refused = r.pass(encoded.as_bytes()).expect_err(encoded);
+            let refused = r.pass(encoded.as_bytes()).expect_err(encoded).to_string();
             assert!(refused.contains("cannot scan"), "{refused}");
         }
         let mut r = Returning::new(vec![SECRET.to_vec()]);

@@ -6,7 +6,7 @@ use crate::docs::WitDocs;
 use crate::engine::{self, Flavor, MAX_MEMORY, Workload};
 use crate::exports::{Export, exports};
 use crate::sandbox::CallState;
-use crate::schema::{params_schema, type_schema};
+use crate::schema::{Unsupported, params_schema, type_schema};
 use crate::shared::Shared;
 use crate::tool::{CommandTool, FunctionTool};
 use serde_json::json;
@@ -292,16 +292,16 @@ fn report(cfg: &WasmConfig, sha: &str) -> Report {
     }
 }
 
-fn function_spec(export: &Export, docs: &WitDocs) -> Result<ToolSpec, String> {
+fn function_spec(export: &Export, docs: &WitDocs) -> Result<ToolSpec, Unsupported> {
     let doc = docs.get(export.interface.as_deref(), &export.function);
     let param_doc = |name: &str| doc.and_then(|d| d.params.get(name).cloned());
-    let input_schema = params_schema(&export.params, &param_doc).map_err(|e| e.to_string())?;
+    let input_schema = params_schema(&export.params, &param_doc)?;
     let output_schema = match &export.result {
         Some(wasmtime::component::Type::Result(r)) => match r.ok() {
-            Some(t) => Some(type_schema(&t).map_err(|e| e.to_string())?),
+            Some(t) => Some(type_schema(&t)?),
             None => None,
         },
-        Some(t) => Some(type_schema(t).map_err(|e| e.to_string())?),
+        Some(t) => Some(type_schema(t)?),
         None => None,
     };
     let description = doc

@@ -28,11 +28,19 @@ pub struct FnDocs {
 #[derive(Debug, Clone, Default)]
 pub struct WitDocs(HashMap<String, FnDocs>);
 
+/// Why a WIT folder could not be read: wit-parser's message with its causes, as text (its
+/// error is an `anyhow::Error`, which this library does not take on as a dependency).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct WitError(String);
+
 impl WitDocs {
     /// Parses the WIT package in `dir` (with its `deps/`).
-    pub fn load(dir: &Path) -> Result<WitDocs, String> {
+    pub fn load(dir: &Path) -> Result<WitDocs, WitError> {
         let mut resolve = Resolve::default();
-        let (pkg, _) = resolve.push_dir(dir).map_err(|e| format!("{e:#}"))?;
+        let (pkg, _) = resolve
+            .push_dir(dir)
+            .map_err(|e| WitError(format!("{e:#}")))?;
         let mut docs = HashMap::new();
         for world in resolve.packages[pkg].worlds.values() {
             for (key, item) in &resolve.worlds[*world].exports {

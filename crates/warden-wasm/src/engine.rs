@@ -74,8 +74,10 @@ pub(crate) enum Flavor {
 }
 
 /// Why an engine could not be made.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("cannot start the WebAssembly engine: {0}")]
+// wasmtime's message, kept as text: the error is made once and handed to every caller, and
+// wasmtime's own error cannot be cloned.
 pub(crate) struct EngineError(String);
 
 fn pool() -> PoolingAllocationConfig {
@@ -119,7 +121,7 @@ pub fn engine_config(workload: Workload) -> Config {
 
 /// The engine of a flavor for a workload, made once per process.
 pub(crate) fn engine(flavor: Flavor, workload: Workload) -> Result<&'static Engine, EngineError> {
-    static ENGINES: [OnceLock<Result<Engine, String>>; 4] = [const { OnceLock::new() }; 4];
+    static ENGINES: [OnceLock<Result<Engine, EngineError>>; 4] = [const { OnceLock::new() }; 4];
     let cell = &ENGINES[match (flavor, workload) {
         (Flavor::Plain, Workload::Server) => 0,
         (Flavor::Fuel, Workload::Server) => 1,
@@ -127,12 +129,13 @@ pub(crate) fn engine(flavor: Flavor, workload: Workload) -> Result<&'static Engi
         (Flavor::Fuel, Workload::OneShot) => 3,
     }];
     cell.get_or_init(|| {
-        let engine = Engine::new(&config(flavor, workload)).map_err(|e| format!("{e:#}"))?;
+        let engine =
+            Engine::new(&config(flavor, workload)).map_err(|e| EngineError(format!("{e:#}")))?;
         start_ticker(engine.clone());
         Ok(engine)
     })
     .as_ref()
-    .map_err(|e| EngineError(e.clone()))
+    .map_err(EngineError::clone)
 }
 
 /// A short stable name for what compiled code depends on: code compiled by one engine setting

@@ -10,6 +10,17 @@ use warden_net::{Credentials, Egress};
 use wasmtime::Engine;
 use wasmtime::component::{ComponentExportIndex, Instance, InstancePre, Val};
 
+/// Why a sandbox could not be made ahead of its call.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PrepareError {
+    /// The sandbox itself (its env, its credentials) could not be made.
+    #[error("{}", .0.message)]
+    Sandbox(#[source] ToolError),
+    /// The component would not instantiate in it.
+    #[error("{0:#}")]
+    Instantiate(wasmtime::Error),
+}
+
 /// What every tool of one component shares.
 pub(crate) struct Shared {
     pub engine: Engine,
@@ -48,12 +59,12 @@ impl Shared {
     pub(crate) async fn prepare(
         &self,
         limits: &Limits,
-    ) -> Result<(Sandbox, (Instance, Duration)), String> {
+    ) -> Result<(Sandbox, (Instance, Duration)), PrepareError> {
         let mut sandbox = self
             .sandbox(limits, CallIo::NONE, Instant::now() + limits.timeout)
-            .map_err(|e| e.message)?;
+            .map_err(PrepareError::Sandbox)?;
         let (instance, cpu) = on_cpu(self.pre.instantiate_async(&mut sandbox.store)).await;
-        let instance = instance.map_err(|e| format!("{e:#}"))?;
+        let instance = instance.map_err(PrepareError::Instantiate)?;
         Ok((sandbox, (instance, cpu)))
     }
 

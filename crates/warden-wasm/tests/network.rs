@@ -162,6 +162,8 @@ async fn a_granted_address_works_and_nothing_else_does() {
         "{destinations:?}"
     );
     let calls: Vec<&Value> = records.iter().filter(|r| r["event"] == "call").collect();
+    assert_eq!(calls.iter().filter(|r| r["denied_count"] == 1).count(), 6);
+    // The count's old name is still written for one release.
     assert_eq!(calls.iter().filter(|r| r["denied"] == 1).count(), 6);
 }
 
