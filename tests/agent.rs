@@ -1,14 +1,7 @@
 //! `warden agent` end to end against a scripted OpenAI-compatible server: killed mid-batch and
 //! resumed without running a finished call twice; provider errors and pauses at the CLI.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::{root, wasm};
+use crate::common::{root, wasm};
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};

@@ -1,14 +1,7 @@
 //! The `warden` binary end to end: add, pin, tools, call, audit, and the compile cache shared
 //! between processes.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::{root, wasm};
+use crate::common::{root, wasm};
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

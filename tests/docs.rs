@@ -30,15 +30,8 @@
 //! prints how many lines it did not run, and why. Keep the marker rare.
 //!
 //! A broken sample fails the test, naming its file and line.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::{root, wasm};
+use crate::common::{root, wasm};
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};

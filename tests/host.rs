@@ -1,11 +1,6 @@
 //! The shipped host shell policy end to end through the `warden` binary, which starts the
 //! small `warden-helper` beside it as the sandbox helper (or re-executes itself when that is
 //! missing or of another build): usable as it is, confined, and honest in the audit.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -2,11 +2,6 @@
 //! sending their head a byte now and then) and a request for a foreign `Host`: a client that
 //! holds the token is answered all the same, the others are closed in time, and a session
 //! ends only by a request that passes every check.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};

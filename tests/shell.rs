@@ -1,11 +1,6 @@
 //! The shipped shell policy end to end through the `warden` binary: `warden call` in the busybox
 //! and the Debian image, the audit, `warden sandbox-image` (`--debian`), and the errors when
 //! Docker or the image is missing.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

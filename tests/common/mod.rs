@@ -1,5 +1,4 @@
 //! Shared by the binary's end-to-end tests: the repository root and the guest components,
 //! built from source on first use.
-#![allow(dead_code)]
 
 pub(crate) use warden_test_support::guests::{root, wasm};

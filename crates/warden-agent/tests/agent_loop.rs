@@ -1,15 +1,8 @@
 //! The loop against a scripted OpenAI-compatible server: batches, errors the model can correct,
 //! limits, retries and provider errors.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::scripted::{Scripted, answer, calls, error};
-use common::{Bench, execution, run, transcript};
+use crate::common::scripted::{Scripted, answer, calls, error};
+use crate::common::{Bench, execution, run, transcript};
 use serde_json::Value;
 use std::time::Duration;
 use warden_agent::{Limits, ReviewSource, Run, StopReason};
@@ -251,7 +244,10 @@ async fn a_resumed_run_keeps_counting_its_tool_calls() {
     server.push(vec![calls(&[("d", "noop", ""), ("e", "noop", "")])]);
     let exec = execution(&server.base_url(), limits(3), ReviewSource::Nobody);
     let resumed = Run::resume(&path).unwrap();
-    let outcome = resumed.execute(exec, bench.dispatcher()).await.unwrap();
+    let outcome = resumed
+        .execute(exec, bench.logging_dispatcher())
+        .await
+        .unwrap();
     assert_eq!(outcome.reason, StopReason::MaxToolCalls { limit: 3 });
     assert_eq!(outcome.totals.tool_calls, 3);
     assert_eq!(server.requests().len(), 3, "the model is not asked again");
@@ -313,7 +309,7 @@ async fn rate_limits_and_server_errors_are_retried_honouring_retry_after() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_model_that_times_out_is_retried_a_bounded_number_of_times() {
-    use common::scripted::Reply;
+    use crate::common::scripted::Reply;
     let bench = Bench::standard();
     let late = || Reply::Late(Duration::from_secs(5), Box::new(answer("too late")));
     let server = Scripted::start(vec![late(), answer("in time")]);

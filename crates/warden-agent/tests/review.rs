@@ -1,15 +1,8 @@
 //! Review in a run: decisions from a file, keyed by tool_call_id; a run pauses for calls the
 //! file has no decision for, and resumes once it has.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::scripted::{Scripted, answer, calls};
-use common::{Bench, execution, run, transcript};
+use crate::common::scripted::{Scripted, answer, calls};
+use crate::common::{Bench, execution, run, transcript};
 use serde_json::json;
 use std::sync::Arc;
 use warden_agent::{Decisions, Limits, ReviewSource, Run, StopReason};
@@ -144,7 +137,10 @@ async fn a_call_without_a_decision_pauses_the_run_until_resumed() {
     let exec = execution(&server.base_url(), Limits::default(), review);
     let resumed = Run::resume(&path).unwrap();
     assert_eq!(resumed.previous().unwrap().model, "scripted-model");
-    let outcome = resumed.execute(exec, bench.dispatcher()).await.unwrap();
+    let outcome = resumed
+        .execute(exec, bench.logging_dispatcher())
+        .await
+        .unwrap();
     assert_eq!(outcome.reason, StopReason::Answered);
     assert_eq!(outcome.totals.tool_calls, 3);
     let r = &server.requests()[1];

@@ -1,11 +1,6 @@
 //! The dispatcher's promises that hold for any executor, here a fake one: every call gets one
 //! message and one call-log record, and the observer hears of it — a panic, an unknown tool,
 //! malformed arguments, a run limit, a cancellation alike.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};

@@ -1,11 +1,6 @@
 //! Sessions: every call of a dispatcher (and its clones) carries one session id; a new session
 //! gets another; executors hear when a session ends — at `close`, or when the last dispatcher
 //! of the session is dropped.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
 use serde_json::json;
 use std::sync::{Arc, Mutex};

@@ -1,11 +1,6 @@
 //! The usage report read from call logs the dispatcher wrote: the same calls give the same
 //! report from one file as from many rotated ones, and grants are read against the policy's
 //! lines. The executor is a fake that reports what a sandbox would (reaches, refusals, CPU).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
 use serde_json::json;
 use std::path::Path;

@@ -10,32 +10,13 @@
     reason = "a bench panics on what it cannot go on without"
 )]
 
-/// The tests' harness: the bench needs only the second engine of it.
-#[allow(
-    dead_code,
-    reason = "the tests' harness, of which the bench uses a part"
-)]
-#[path = "../tests/common/second_engine.rs"]
-mod second_engine;
-
-/// What the harness asks of the tests' common module.
-fn under_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-fn is_root() -> bool {
-    std::fs::metadata("/proc/self")
-        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
-        .unwrap_or(false)
-}
-
-use second_engine::SecondEngine;
 use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use warden_core::{Dispatcher, Policy, Status, ToolCall, Toolbox};
 use warden_docker::{DockerBackend, Engine, SANDBOX_IMAGE};
+use warden_test_support::second_engine::SecondEngine;
 
 /// Rounds of commands, each engine in turn.
 const ROUNDS: usize = 5;

@@ -2,15 +2,8 @@
 //! HTTP and HTTPS (the container trusts its own CA through a mounted bundle), the container's
 //! variable holds a placeholder, and what the host echoes comes back masked by the gate. Real
 //! containers of the Debian image, HTTP and TLS servers on this machine's 127.0.0.1.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use warden_test_support::servers::{HttpServer, TlsServer};
 
 const VAR: &str = "WARDEN_TEST_DOCKER_TOKEN";
@@ -18,8 +11,8 @@ const TOKEN: &str = "real-docker-token-53be0a1c";
 
 #[tokio::test]
 async fn the_value_reaches_its_host_in_a_container_and_never_comes_back() {
-    // SAFETY: nextest runs each test in a process of its own; nothing reads the environment
-    // concurrently while it is set.
+    // SAFETY: this test alone sets it, to a value that never changes, and no other test writes
+    // the environment.
     unsafe { std::env::set_var(VAR, TOKEN) };
     let mut h = docker_or_skip!(Image::Debian);
     let web = HttpServer::start();

@@ -2,15 +2,8 @@
 //! read-only root, the network closed unless opened — proved with a client that reaches a server
 //! of the test's once the network is open — and the build's cache and its errors. The hardening
 //! checks shared with the busybox image are in `docker.rs` (`debian::…`).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::{Image, call, cmd, kind};
+use crate::common::{Image, call, cmd, kind};
 use warden_core::Status;
 use warden_docker::{DEBIAN_IMAGE, DEBIAN_REPOSITORY, DebianRecipe, ImageError};
 
@@ -150,7 +143,7 @@ async fn a_second_build_of_the_same_recipe_is_skipped() {
     let recipe = DebianRecipe::from_machine().expect("this machine's apt sources");
     let tag = format!("{DEBIAN_REPOSITORY}:{}", recipe.digest());
     let docker = h.engine().client().await.unwrap();
-    if docker.inspect_image(&tag).await.is_err() && !common::mmdebstrap_installed() {
+    if docker.inspect_image(&tag).await.is_err() && !crate::common::mmdebstrap_installed() {
         // The image on the engine is of another recipe, and this one cannot be built here.
         assert!(
             !std::env::var("CI").is_ok_and(|v| v == "true"),
@@ -165,7 +158,7 @@ async fn a_second_build_of_the_same_recipe_is_skipped() {
             &recipe,
             DEBIAN_REPOSITORY,
             false,
-            &common::show,
+            &crate::common::show,
         )
     };
     let first = build().await.expect("the Debian image builds or is there");
@@ -186,10 +179,10 @@ async fn a_second_build_of_the_same_recipe_is_skipped() {
 
 #[tokio::test]
 async fn a_failed_package_fetch_names_the_fix() {
-    let Some(h) = common::harness().await else {
+    let Some(h) = crate::common::harness().await else {
         return;
     };
-    if !common::mmdebstrap_installed() {
+    if !crate::common::mmdebstrap_installed() {
         assert!(
             !std::env::var("CI").is_ok_and(|v| v == "true"),
             "CI=true and mmdebstrap is not installed"

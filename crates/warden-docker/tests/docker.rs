@@ -2,15 +2,10 @@
 //! mounts and root, fork and memory bombs, endless commands, floods, a batch with a hang —
 //! each in both of warden's images, the static busybox and the Debian one (`busybox::…` and
 //! `debian::…`). Reaching a server, with and without the network, is in `debian.rs`.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::{HALF_A_SECOND_OF_CPU, Image, call, cmd, holds_fifty_mb, kind, shell_policy, usage};
+use crate::common::{
+    HALF_A_SECOND_OF_CPU, Image, call, cmd, holds_fifty_mb, kind, shell_policy, usage,
+};
 use serde_json::json;
 use std::time::{Duration, Instant};
 use warden_core::{Status, ToolCall};
@@ -57,8 +52,11 @@ fn cannot_fork(output: &str) -> bool {
 }
 
 async fn the_container_has_no_network_no_host_env_no_root_no_capabilities(image: Image) {
-    // SAFETY: nextest runs each test in its own process; no other thread reads the env here.
-    unsafe { std::env::set_var("WARDEN_TEST_MARKER", SECRET) };
+    // Once per process: `cargo test` runs the tests as threads of one process, where a
+    // `set_var` races any other thread reading the environment.
+    static MARKER: std::sync::Once = std::sync::Once::new();
+    // SAFETY: set once, to a value that never changes, and no other test writes the environment.
+    MARKER.call_once(|| unsafe { std::env::set_var("WARDEN_TEST_MARKER", SECRET) });
     let h = docker_or_skip!(image);
     let d = h.dispatcher("sh", &h.shell_policy("", "env = { GRANTED = \"yes\" }", ""));
     let m = call(
@@ -221,7 +219,7 @@ async fn a_fork_bomb_is_held_by_the_pids_limit(image: Image) {
     )
     .await;
     // Held: it runs into its deadline, or the shell itself can no longer fork and gives up.
-    match kind(&m).as_str() {
+    match kind(&m) {
         "timeout" => {}
         "exit_status" => assert!(cannot_fork(&m.content), "{}", m.content),
         other => panic!("{other}: {}", m.content),

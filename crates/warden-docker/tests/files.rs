@@ -20,7 +20,9 @@ use warden_core::{Status, ToolCall};
 
 /// The harness with its engine copying roots, as `WARDEN_DOCKER_FILES=copy` makes it.
 async fn copying() -> Option<Harness> {
-    // SAFETY: nextest runs each test in its own process; no other thread reads the env here.
+    // SAFETY: files.rs is a test binary of its own (Cargo.toml), so every test of the process
+    // wants this one value; under `cargo test` another of its threads may read the environment
+    // meanwhile, but none writes it.
     unsafe { std::env::set_var(warden_docker::FILES_ENV, "copy") };
     let h = common::harness().await?;
     assert_eq!(h.engine().files(), warden_docker::Files::Copied);

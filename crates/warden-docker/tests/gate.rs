@@ -2,15 +2,8 @@
 //! network namespace, which lets the granted hosts through and refuses the rest, each refusal
 //! a denial of the call. Real containers of the Debian image (curl, wget, python, pip, bash),
 //! servers on this machine's 127.0.0.1 and on all its addresses.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 use std::net::TcpListener;
 use std::sync::atomic::Ordering;

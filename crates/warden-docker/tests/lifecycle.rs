@@ -1,15 +1,8 @@
 //! The engine's edges: no daemon, no image, and containers left by a warden that died.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
+use crate::common::{call, cmd, kind};
 use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::RemoveContainerOptionsBuilder;
-use common::{call, cmd, kind};
 use std::collections::HashMap;
 use warden_core::ErrorKind;
 use warden_docker::{Engine, LABEL, OWNER_LABEL, SANDBOX_IMAGE};
@@ -65,7 +58,7 @@ async fn containers_of_a_dead_warden_are_removed_at_the_next_start() {
         let labels = HashMap::from([
             (LABEL.to_owned(), "1".to_owned()),
             (OWNER_LABEL.to_owned(), owner.to_owned()),
-            (common::TEST_LABEL.to_owned(), "lifecycle".to_owned()),
+            (crate::common::TEST_LABEL.to_owned(), "lifecycle".to_owned()),
         ]);
         let body = ContainerCreateBody {
             image: Some(SANDBOX_IMAGE.into()),

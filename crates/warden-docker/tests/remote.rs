@@ -1,17 +1,9 @@
 //! Docker engines elsewhere: a second engine on a loopback TCP port with mutual TLS
-//! (`common::second_engine`), certificates it refuses, what a remote engine cannot do, and the
-//! leases that let any warden remove what a gone one left there.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
+//! (`warden_test_support::second_engine`), certificates it refuses, what a remote engine cannot
+//! do, and the leases that let any warden remove what a gone one left there.
 
-mod common;
-
+use crate::common::{TEST_LABEL, call, cmd, kind, labelled, usage};
 use bollard::Docker;
-use common::second_engine::SecondEngine;
-use common::{TEST_LABEL, call, cmd, kind, labelled, usage};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -20,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use warden_core::{Backend, Dispatcher, ErrorKind, Policy, Toolbox};
 use warden_docker::{DockerBackend, Engine, INSTANCE_LABEL, LEASE_LABEL};
+use warden_test_support::second_engine::SecondEngine;
 
 /// The lease of the tests' wardens: short, so an expiry is seen in seconds.
 const SHORT_LEASE: Duration = Duration::from_secs(3);
@@ -156,7 +149,7 @@ async fn env_warden() {
     let backend = DockerBackend::new(engine);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sh.toml");
-    std::fs::write(&path, common::shell_policy("", "", "")).unwrap();
+    std::fs::write(&path, crate::common::shell_policy("", "", "")).unwrap();
     let policy = Policy::load(&path, &[&backend]).unwrap();
     let mut toolbox = Toolbox::default();
     toolbox.add_policy(Arc::new(policy), &[&backend]).unwrap();
@@ -169,7 +162,7 @@ async fn env_warden() {
 fn env_warden_says(env: &[(&str, &str)]) -> String {
     let mut child = Command::new(std::env::current_exe().unwrap());
     child
-        .args(["env_warden", "--exact", "--ignored", "--nocapture"])
+        .args(["remote::env_warden", "--exact", "--ignored", "--nocapture"])
         .env("WARDEN_TEST_ID", format!("env-{}", std::process::id()))
         .env_remove("DOCKER_HOST")
         .env_remove("DOCKER_TLS_VERIFY")
@@ -262,7 +255,7 @@ async fn wrong_or_missing_client_certificates_are_refused_with_a_clear_error() {
     // A policy naming a folder without them does not load, and says which line.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sh.toml");
-    let policy = common::shell_policy(&engine_lines(&e2, &certs.missing), "", "");
+    let policy = crate::common::shell_policy(&engine_lines(&e2, &certs.missing), "", "");
     std::fs::write(&path, &policy).unwrap();
     let backend = DockerBackend::new(Engine::from_env());
     let e = Policy::load(&path, &[&backend])
@@ -296,7 +289,7 @@ fn what_an_engine_elsewhere_cannot_do_is_refused_at_load() {
     let backend = DockerBackend::new(Engine::from_env());
     let load = |extra: &str, grants: &str| {
         let path = dir.path().join("sh.toml");
-        std::fs::write(&path, common::shell_policy(extra, grants, "")).unwrap();
+        std::fs::write(&path, crate::common::shell_policy(extra, grants, "")).unwrap();
         Policy::load(&path, &[&backend])
             .map(Arc::new)
             .and_then(|p| backend.load(&p).map(|_| ()))
@@ -390,7 +383,11 @@ async fn child_warden() {
     let docker = backend.engine().client().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sh.toml");
-    std::fs::write(&path, common::shell_policy("", "", "timeout = \"15m\"")).unwrap();
+    std::fs::write(
+        &path,
+        crate::common::shell_policy("", "", "timeout = \"15m\""),
+    )
+    .unwrap();
     let policy = Policy::load(&path, &[&backend]).unwrap();
     let mut toolbox = Toolbox::default();
     toolbox.add_policy(Arc::new(policy), &[&backend]).unwrap();
@@ -419,7 +416,12 @@ async fn child_warden() {
 /// its instance id.
 fn start_child(e2: &SecondEngine) -> (std::process::Child, String) {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["child_warden", "--exact", "--ignored", "--nocapture"])
+        .args([
+            "remote::child_warden",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
         .env("WARDEN_TEST_ENGINE", &e2.address)
         .env("WARDEN_TEST_CERTS", &e2.certs().good)
         .env("WARDEN_TEST_ID", format!("child-{}", std::process::id()))
@@ -499,7 +501,7 @@ async fn a_frozen_wardens_containers_are_removed_once_its_lease_ends_and_a_live_
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sh.toml");
     let extra = format!("session = true\n{}", engine_lines(&e2, &e2.certs().good));
-    std::fs::write(&path, common::shell_policy(&extra, "", "")).unwrap();
+    std::fs::write(&path, crate::common::shell_policy(&extra, "", "")).unwrap();
     let policy = Policy::load(&path, &[&backend]).unwrap();
     let mut toolbox = Toolbox::default();
     toolbox.add_policy(Arc::new(policy), &[&backend]).unwrap();
@@ -563,11 +565,16 @@ fn running(pid: &str) -> bool {
 
 #[test]
 fn a_killed_runs_engine_is_cleaned_up_by_the_next() {
-    if !common::second_engine::available() {
+    if !warden_test_support::second_engine::available() {
         return;
     }
     let mut holder = Command::new(std::env::current_exe().unwrap())
-        .args(["engine_holder", "--exact", "--ignored", "--nocapture"])
+        .args([
+            "remote::engine_holder",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
         .env("WARDEN_TEST_HOLDER", "1")
         .stdout(Stdio::piped())
         .spawn()
@@ -605,7 +612,7 @@ fn a_killed_runs_engine_is_cleaned_up_by_the_next() {
         running(&dockerd),
         "kill -9 of the run left its engine running"
     );
-    common::second_engine::clean_stale();
+    warden_test_support::second_engine::clean_stale();
     assert!(!Path::new(&dir).exists(), "its folder is removed");
     assert!(!running(&dockerd), "its dockerd is stopped");
     assert_eq!(sleepers(), 0, "its container's processes are gone");

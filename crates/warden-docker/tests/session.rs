@@ -1,19 +1,12 @@
 //! Session mode: one container and one long-lived shell per session, each command under its
 //! own deadline; sessions end with their dispatcher.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::{HALF_A_SECOND_OF_CPU, call, cmd, holds_fifty_mb, kind, shell_policy, usage};
+use crate::common::{HALF_A_SECOND_OF_CPU, call, cmd, holds_fifty_mb, kind, shell_policy, usage};
 use serde_json::json;
 use std::time::{Duration, Instant};
 use warden_core::{Status, ToolCall};
 
-fn session_policy(h: &common::Harness, limits: &str) -> String {
+fn session_policy(h: &crate::common::Harness, limits: &str) -> String {
     let ws = h.folder("ws");
     let grants = format!(
         "fs = [{{ host = \"{}\", guest = \"/workspace\", access = \"read-write\" }}]",

@@ -2,15 +2,8 @@
 //! and UDP over IPv4 and IPv6, work; vsock (outside every network namespace), MPTCP, raw,
 //! netlink, packet and every other family fail, each with its errno — per call and in a
 //! session, with no network and with the bridge.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::{Harness, Image, call, cmd};
+use crate::common::{Harness, Image, call, cmd};
 use warden_core::Status;
 use warden_test_support::sockets::{PROBE, check};
 

@@ -4,11 +4,6 @@
 //! placeholder that never becomes the value; what the host echoes comes back scrubbed, so the
 //! sandbox has nothing to encode and pass on; a request naming another host gets nothing. Real
 //! confined processes, real HTTP and TLS servers on 127.0.0.1 with a test CA.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
 use serde_json::json;
 use std::path::PathBuf;
@@ -22,10 +17,12 @@ use warden_test_support::servers::{EchoServer, HttpServer, TlsServer};
 const VAR: &str = "WARDEN_TEST_API_TOKEN";
 const TOKEN: &str = "real-token-8c1f27a9e4";
 
+/// Sets [`VAR`], once per process: `cargo test` runs the tests as threads of one process,
+/// where a `set_var` races any other thread reading the environment.
 fn set_token() {
-    // SAFETY: nextest runs each test in a process of its own, and nothing here reads the
-    // environment from another thread while it is set.
-    unsafe { std::env::set_var(VAR, TOKEN) };
+    static SET: std::sync::Once = std::sync::Once::new();
+    // SAFETY: set once, to a value that never changes, and no other test writes the environment.
+    SET.call_once(|| unsafe { std::env::set_var(VAR, TOKEN) });
 }
 
 /// A dispatcher over one bash tool with `grants`, test names resolved to 127.0.0.1 and

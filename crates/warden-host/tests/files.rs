@@ -1,15 +1,8 @@
 //! The filesystem boundary of a host command: the granted roots with their access, the
 //! system folders to start programs, a private /tmp, nothing else. Targets outside the roots are made
 //! world-readable and world-writable, so only the sandbox can be what stops the command.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use warden_core::ErrorKind;
 

@@ -1,15 +1,8 @@
 //! Net grants for host tools: the sandbox's only way out is warden's gate, which lets the
 //! granted hosts through and refuses the rest, each refusal a denial of the call. Real
 //! confined processes (curl, wget, python, pip, bash), servers on the test's 127.0.0.1.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use std::net::TcpListener;
 use std::sync::atomic::Ordering;

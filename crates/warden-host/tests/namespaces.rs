@@ -4,15 +4,8 @@
 //! Several attempts are made so that the kernel itself would answer differently were the
 //! filter not there (a flag combination it calls invalid, a bad descriptor): EPERM then comes
 //! from the filter alone.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 const PYTHON: &str = "[executor]\nkind = \"host\"\nname = \"py\"\n\

@@ -1,14 +1,7 @@
 //! No network without a grant: a server on the test's loopback is out of reach, and the same
 //! connection works once the policy opts in to the host's network.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use std::net::TcpListener;
 use std::time::Duration;

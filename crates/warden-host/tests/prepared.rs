@@ -1,14 +1,7 @@
 //! Sandboxes prepared ahead: each serves one call and is never reused, a call's deadline
 //! counts from the call, and a dropped tool leaves no helper behind.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::{Place, backend, call, shell, text};
+use crate::common::{Place, backend, call, shell, text};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

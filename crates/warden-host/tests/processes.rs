@@ -1,13 +1,6 @@
 //! Limits and process containment: fork bombs, CPU loops, leftovers, signals, timeouts.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use std::time::{Duration, Instant};
 use warden_core::ErrorKind;

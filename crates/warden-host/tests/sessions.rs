@@ -1,14 +1,7 @@
 //! Session mode: one confined shell per session, kept between commands, reset on timeouts
 //! and fork bombs, and gone with its session.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -2,15 +2,8 @@
 //! (outside every network namespace), MPTCP and raw sockets (beside Landlock's TCP rules),
 //! netlink, packet and every other family fail, each with its errno, with or without the
 //! host's network.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use warden_test_support::sockets::{PROBE, check};
 

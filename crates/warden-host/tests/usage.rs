@@ -1,15 +1,8 @@
 //! What a host call used comes back with it: CPU time and the largest resident set of every
 //! process the command ran (as `init` reaped them); a session's command, its CPU alone.
 //! Real confined processes.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use warden_core::{ErrorKind, SessionId};
 

@@ -1,11 +1,6 @@
 //! The server end to end over an in-memory pipe, with the test backend (no sandbox): result
 //! shapes (objects, wrapped scalars, results cut by the output limit), and a cancelled call's
 //! sandbox being dropped.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
 use serde_json::{Value, json};
 use std::path::Path;

@@ -1,10 +1,5 @@
 //! One MCP connection is one session: its calls share a session id, another connection gets
 //! another, and a session ends when its connection closes (a Docker shell is removed then).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
 use serde_json::{Value, json};
 use std::path::Path;

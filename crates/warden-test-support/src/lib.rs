@@ -1,7 +1,8 @@
 //! What warden's tests share (not published): the guest components built from source, the
 //! scripted OpenAI-compatible server that stands in for a model provider, a backend of its own
-//! executor kind whose tools are executors a test hands it, and the socket calls both
-//! sandboxes must allow and refuse.
+//! executor kind whose tools are executors a test hands it, the socket calls both sandboxes
+//! must allow and refuse, a message's outcome by name; with feature `wasm` a bench of wasm
+//! policies, with feature `docker` a second Docker engine.
 
 #![allow(
     clippy::unwrap_used,
@@ -10,9 +11,22 @@
 )]
 
 pub mod backend;
+#[cfg(feature = "wasm")]
+pub mod bench;
 pub mod guests;
+mod machine;
 pub mod scripted;
+#[cfg(feature = "docker")]
+pub mod second_engine;
 pub mod servers;
 pub mod sockets;
 
 pub use backend::TestBackend;
+#[cfg(feature = "wasm")]
+pub use bench::Bench;
+pub use machine::{is_root, under_ci};
+
+/// A message's outcome as the call log names it: `"success"`, or its error's kind.
+pub fn kind(m: &warden_core::ToolMessage) -> &'static str {
+    warden_core::CallOutcome::of(m).as_str()
+}

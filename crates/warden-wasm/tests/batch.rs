@@ -1,14 +1,7 @@
 //! Batches through the dispatcher with real components: N calls in, N messages out, in order,
 //! failures isolated; limits, retries, review, redaction and the call log.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::{Bench, kind};
+use crate::common::{Bench, kind};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -17,6 +10,9 @@ use warden_core::{
     Admission, BoxFuture, CallLog, Decision, Dispatcher, Reviewer, RunLimits, Status, ToolCall,
     ToolMessage, ToolSpec,
 };
+
+/// The secret WARDEN_TEST_TOKEN holds ([`crate::common::host_vars`]).
+pub(crate) const TOKEN: &str = "tok-3b9f0c11d2a7";
 
 fn call(id: &str, tool: &str, args: Value) -> ToolCall {
     ToolCall::new(id, tool, &args)
@@ -103,10 +99,10 @@ async fn a_hundred_calls_with_five_failures_answer_all_in_order() {
             42 => "trap",
             63 => "unknown_tool",
             88 => "malformed_arguments",
-            _ => "ok",
+            _ => "success",
         };
         assert_eq!(kind(m), expected, "call {i}: {m:?}");
-        if expected == "ok" && !(91..=94).contains(&i) {
+        if expected == "success" && !(91..=94).contains(&i) {
             assert_eq!(m.content, (i + 1000).to_string());
         }
     }
@@ -116,9 +112,7 @@ async fn a_hundred_calls_with_five_failures_answer_all_in_order() {
 
 #[tokio::test]
 async fn a_granted_secret_never_reaches_the_model_or_the_log() {
-    const TOKEN: &str = "tok-3b9f0c11d2a7";
-    // SAFETY: one process per test under nextest; set before any thread reads it.
-    unsafe { std::env::set_var("WARDEN_TEST_TOKEN", TOKEN) };
+    crate::common::host_vars();
     let bench = Bench::new();
     bench.policy(
         "hostile.toml",
@@ -234,7 +228,7 @@ async fn cancelling_a_batch_stops_its_calls_and_frees_their_places() {
     // The only slot of the tool is free again: a new call runs at once.
     let start = Instant::now();
     let m = d.call(call("c", "burn", json!({"iterations": 10}))).await;
-    assert_eq!(kind(&m), "ok", "{m:?}");
+    assert_eq!(kind(&m), "success", "{m:?}");
     assert!(
         start.elapsed() < Duration::from_secs(5),
         "waited {:?}",
@@ -261,14 +255,17 @@ async fn run_limits_refuse_calls_over_them_and_run_the_rest() {
         call("5", "noop", json!({})),
     ];
     let kinds: Vec<&str> = d.dispatch(batch).await.iter().map(kind).collect();
-    assert_eq!(kinds, ["ok", "ok", "limit_exceeded", "ok", "ok"]);
+    assert_eq!(
+        kinds,
+        ["success", "success", "limit_exceeded", "success", "success"]
+    );
     let next = d
         .dispatch(vec![
             call("6", "noop", json!({})),
             call("7", "burn", json!({"iterations": 1})),
         ])
         .await;
-    assert_eq!(kind(&next[0]), "ok", "the fifth counted call");
+    assert_eq!(kind(&next[0]), "success", "the fifth counted call");
     assert_eq!(kind(&next[1]), "limit_exceeded", "the run's sixth");
 }
 
@@ -318,7 +315,7 @@ async fn fail_fast_is_opt_in() {
     let kinds: Vec<&str> = d.dispatch(batch()).await.iter().map(kind).collect();
     assert_eq!(
         kinds,
-        ["trap", "ok", "ok"],
+        ["trap", "success", "success"],
         "by default one failure touches nothing else"
     );
     let start = Instant::now();
@@ -415,7 +412,11 @@ async fn review_decides_per_call_id() {
             json!({"quantity": {"value": 1, "unit": "meter"}, "to": "meter"}),
         ))
         .await;
-    assert_eq!(kind(&convert), "ok", "tools without review run at once");
+    assert_eq!(
+        kind(&convert),
+        "success",
+        "tools without review run at once"
+    );
     let unreviewed = bench.dispatcher().call(call("z", "add", args)).await;
     assert_eq!(kind(&unreviewed), "rejected");
     assert!(
@@ -474,14 +475,14 @@ proptest! {
             prop_assert_eq!(&m.tool_call_id, &c.id);
             prop_assert_eq!(&m.name, &c.name);
             let want = match &plan[i] {
-                Planned::Good(_) => "ok",
+                Planned::Good(_) => "success",
                 Planned::Unknown => "unknown_tool",
                 Planned::Malformed => "malformed_arguments",
                 Planned::Invalid => "invalid_arguments",
                 Planned::ToolError => "tool_error",
                 Planned::Trap => "trap",
                 Planned::Duplicate if i > 0 => "invalid_arguments",
-                Planned::Duplicate => "ok",
+                Planned::Duplicate => "success",
             };
             prop_assert_eq!(kind(m), want, "call {}: {:?}", i, m);
             if let Planned::Good(n) = plan[i] {
@@ -507,7 +508,7 @@ async fn each_answer_carries_what_its_call_used() {
         None => m.artifact.as_ref().unwrap()["usage"].clone(),
     };
     let big = d.call(call("a", "alloc", json!({"mib": 8}))).await;
-    assert_eq!(kind(&big), "ok", "{big:?}");
+    assert_eq!(kind(&big), "success", "{big:?}");
     assert!(
         usage(&big)["peak_memory_bytes"].as_u64() >= Some(8 << 20),
         "{big:?}"

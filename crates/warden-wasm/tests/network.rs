@@ -1,15 +1,8 @@
 //! Network grants hold: only the granted hosts, addresses and ports, no way into loopback by
 //! name, credentials the tool never sees, capped bodies, and every refusal logged. Against
 //! real HTTP, TCP and UDP servers on 127.0.0.1 and the netprobe fixture built from source.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::{Bench, kind};
+use crate::common::{Bench, kind};
 use serde_json::{Value, json};
 use std::net::UdpSocket;
 use std::sync::Arc;
@@ -19,7 +12,8 @@ use warden_core::{CallLog, Dispatcher, ToolCall, ToolMessage};
 use warden_net::Resolver;
 use warden_test_support::servers::{HttpServer, tcp_echo};
 
-const TOKEN: &str = "warden-test-token-5d1e9b";
+/// The credential WARDEN_TEST_API_TOKEN holds ([`crate::common::host_vars`]).
+pub(crate) const TOKEN: &str = "warden-test-token-5d1e9b";
 
 fn udp_echo() -> u16 {
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -107,7 +101,7 @@ async fn a_granted_address_works_and_nothing_else_does() {
     );
 
     let ok = http(&d, &format!("http://127.0.0.1:{}/hi", web.port), json!([])).await;
-    assert_eq!(kind(&ok), "ok", "{ok:?}");
+    assert_eq!(kind(&ok), "success", "{ok:?}");
     assert_eq!(
         ok.artifact.as_ref().unwrap()["result"]["body"],
         "hello from /hi"
@@ -207,7 +201,7 @@ async fn guest_lookups_need_their_own_switch() {
     let m = d
         .call(ToolCall::new("l", "lookup", &json!({"name": "localhost"})))
         .await;
-    assert_eq!(kind(&m), "ok", "{m:?}");
+    assert_eq!(kind(&m), "success", "{m:?}");
     assert!(
         m.content.contains("127.0.0.1") || m.content.contains("::1"),
         "{m:?}"
@@ -234,7 +228,7 @@ async fn a_wildcard_matches_subdomains_only() {
         json!([]),
     )
     .await;
-    assert_eq!(kind(&ok), "ok", "{ok:?}");
+    assert_eq!(kind(&ok), "success", "{ok:?}");
     for name in &names[1..] {
         let m = http(&d, &format!("http://{name}:{}/", web.port), json!([])).await;
         assert_eq!(
@@ -267,14 +261,13 @@ async fn a_name_that_resolves_to_loopback_needs_loopback_granted() {
         &["svc.test"],
     );
     let m = http(&d, &url, json!([])).await;
-    assert_eq!(kind(&m), "ok", "{m:?}");
+    assert_eq!(kind(&m), "success", "{m:?}");
     assert!(web.heads()[0].contains("host: svc.test") || web.heads()[0].contains("Host: svc.test"));
 }
 
 #[tokio::test]
 async fn credentials_reach_their_host_only_and_never_the_tool() {
-    // SAFETY: nextest runs each test in its own process; nothing else reads the env here.
-    unsafe { std::env::set_var("WARDEN_TEST_API_TOKEN", TOKEN) };
+    crate::common::host_vars();
     let web = HttpServer::start();
     let grants = format!(
         "net = [\"api.test:{0}\", \"other.test:{0}\", \"127.0.0.1:{0}\"]\n\
@@ -285,9 +278,9 @@ async fn credentials_reach_their_host_only_and_never_the_tool() {
     let (_bench, d, log) = probe(&grants, "", &["api.test", "other.test"]);
     let forged = json!([["Authorization", "Bearer forged"]]);
     let api = http(&d, &format!("http://api.test:{}/a", web.port), forged).await;
-    assert_eq!(kind(&api), "ok", "{api:?}");
+    assert_eq!(kind(&api), "success", "{api:?}");
     let other = http(&d, &format!("http://other.test:{}/b", web.port), json!([])).await;
-    assert_eq!(kind(&other), "ok", "{other:?}");
+    assert_eq!(kind(&other), "success", "{other:?}");
     // A server that echoes the header back: the tool now holds the secret; the message and
     // the log still must not.
     let echoed = http(
@@ -296,7 +289,7 @@ async fn credentials_reach_their_host_only_and_never_the_tool() {
         json!([]),
     )
     .await;
-    assert_eq!(kind(&echoed), "ok", "{echoed:?}");
+    assert_eq!(kind(&echoed), "success", "{echoed:?}");
 
     let heads = web.heads();
     let auth = |head: &str| {
@@ -341,8 +334,7 @@ async fn credentials_reach_their_host_only_and_never_the_tool() {
 /// as for shell tools.
 #[tokio::test]
 async fn a_placeholder_never_becomes_the_value() {
-    // SAFETY: nextest runs each test in its own process; nothing else reads the env here.
-    unsafe { std::env::set_var("WARDEN_TEST_API_TOKEN", TOKEN) };
+    crate::common::host_vars();
     let web = HttpServer::start();
     let grants = format!(
         "net = [\"api.test:{0}\", \"other.test:{0}\", \"127.0.0.1:{0}\"]\n\
@@ -356,9 +348,9 @@ async fn a_placeholder_never_becomes_the_value() {
         ["Authorization", "Bearer $API_TOKEN"]
     ]);
     let api = http(&d, &format!("http://api.test:{}/a", web.port), sent.clone()).await;
-    assert_eq!(kind(&api), "ok", "{api:?}");
+    assert_eq!(kind(&api), "success", "{api:?}");
     let other = http(&d, &format!("http://other.test:{}/b", web.port), sent).await;
-    assert_eq!(kind(&other), "ok", "{other:?}");
+    assert_eq!(kind(&other), "success", "{other:?}");
     let heads = web.heads();
     let header = |head: &str, name: &str| {
         head.lines()
@@ -386,8 +378,7 @@ async fn a_placeholder_never_becomes_the_value() {
 /// host is denied before any connection.
 #[tokio::test]
 async fn a_credential_goes_over_plain_http_only_with_leave() {
-    // SAFETY: nextest runs each test in its own process; nothing else reads the env here.
-    unsafe { std::env::set_var("WARDEN_TEST_API_TOKEN", TOKEN) };
+    crate::common::host_vars();
     let web = HttpServer::start();
     let grants = format!(
         "net = [\"api.test:{0}\", \"127.0.0.1:{0}\"]\n\
@@ -447,5 +438,5 @@ async fn big_bodies_are_cut_and_slow_servers_meet_the_deadline() {
     );
 
     let after = http(&d, &format!("http://127.0.0.1:{}/ok", web.port), json!([])).await;
-    assert_eq!(kind(&after), "ok", "the host stays healthy: {after:?}");
+    assert_eq!(kind(&after), "success", "the host stays healthy: {after:?}");
 }

@@ -2,15 +2,8 @@
 //! like the destinations it reached, and read back by the usage report, which names the roots
 //! no call opened with their policy lines. Components built from source (guest-sdk's `files`
 //! tool and `hostile` fixture).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::{Bench, call, kind};
+use crate::common::{Bench, call, kind};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use warden_core::{CallLog, Dispatcher, ToolMessage, UsageReport};
@@ -112,7 +105,7 @@ async fn a_call_names_the_root_it_opened_and_the_audit_the_root_never_opened() {
         json!({"path": "/other/new.txt", "contents": "x"}),
     )
     .await;
-    assert_eq!(kind(&wrote), "ok", "{wrote:?}");
+    assert_eq!(kind(&wrote), "success", "{wrote:?}");
     assert_eq!(opened(&wrote).0, ["/other"], "{wrote:?}");
     let r = report(&bench, &log);
     assert_eq!(unused(&r), [], "{r:#?}");

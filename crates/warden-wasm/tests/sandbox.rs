@@ -1,31 +1,21 @@
 //! The sandbox holds: default deny, filesystem boundaries, and every limit, attacked for real
 //! by components built from source (guest-sdk/fixtures/hostile).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::{Bench, call, kind};
+use crate::common::{Bench, SECRET, call, host_vars, kind};
 use serde_json::json;
 use std::time::{Duration, Instant};
 use warden_core::ToolMessage;
 use warden_core::after_answer::answering;
 
-const SECRET: &str = "warden-test-marker-secret-7f3a";
-
 #[tokio::test]
 async fn an_empty_policy_grants_no_env_no_files() {
-    // SAFETY: nextest runs each test in its own process; nothing else reads the env here.
-    unsafe { std::env::set_var("WARDEN_TEST_SECRET", SECRET) };
+    host_vars();
     let bench = Bench::new();
     bench.policy("hostile.toml", "hostile", "");
     let d = bench.dispatcher();
 
     let env = call(&d, "env", json!({})).await;
-    assert_eq!(kind(&env), "ok", "{env:?}");
+    assert_eq!(kind(&env), "success", "{env:?}");
     assert_eq!(
         env.content, "[]",
         "the guest saw variables: {}",
@@ -44,11 +34,7 @@ async fn an_empty_policy_grants_no_env_no_files() {
 
 #[tokio::test]
 async fn env_grants_are_exactly_what_is_written() {
-    // SAFETY: as above, one process per test.
-    unsafe {
-        std::env::set_var("WARDEN_TEST_SECRET", SECRET);
-        std::env::set_var("WARDEN_TEST_GRANTED", "from-host");
-    }
+    host_vars();
     let bench = Bench::new();
     bench.policy(
         "hostile.toml",
@@ -104,7 +90,7 @@ async fn a_filesystem_grant_is_a_boundary() {
         json!({"path": "/rw/new.txt", "contents": "data"}),
     )
     .await;
-    assert_eq!(kind(&wrote), "ok", "{wrote:?}");
+    assert_eq!(kind(&wrote), "success", "{wrote:?}");
     assert_eq!(std::fs::read_to_string(rw.join("new.txt")).unwrap(), "data");
 
     let refused_write = call(
@@ -171,7 +157,7 @@ async fn an_endless_loop_times_out_and_the_host_goes_on() {
         start.elapsed()
     );
     let next = call(&d, "burn", json!({"iterations": 1000})).await;
-    assert_eq!(kind(&next), "ok", "{next:?}");
+    assert_eq!(kind(&next), "success", "{next:?}");
 }
 
 #[tokio::test]
@@ -197,7 +183,7 @@ async fn fuel_runs_out() {
     let m = call(&d, "burn", json!({"iterations": 1_000_000_000_000u64})).await;
     assert_eq!(kind(&m), "out_of_fuel", "{m:?}");
     let small = call(&d, "burn", json!({"iterations": 100})).await;
-    assert_eq!(kind(&small), "ok", "{small:?}");
+    assert_eq!(kind(&small), "success", "{small:?}");
 }
 
 #[tokio::test]
@@ -208,7 +194,7 @@ async fn a_memory_bomb_is_out_of_memory() {
     let m = call(&d, "alloc", json!({"mib": 1024})).await;
     assert_eq!(kind(&m), "out_of_memory", "{m:?}");
     let fits = call(&d, "alloc", json!({"mib": 16})).await;
-    assert_eq!(kind(&fits), "ok", "{fits:?}");
+    assert_eq!(kind(&fits), "success", "{fits:?}");
 }
 
 #[tokio::test]
@@ -231,7 +217,7 @@ async fn a_stdout_flood_is_capped_with_a_marker() {
     );
     let d = bench.dispatcher();
     let m = call(&d, "flood", json!({"bytes": 100_000_000u64})).await;
-    assert_eq!(kind(&m), "ok", "{m:?}");
+    assert_eq!(kind(&m), "success", "{m:?}");
     assert_eq!(
         m.content, "100000000",
         "the guest was not allowed to finish writing"
@@ -275,7 +261,7 @@ async fn a_huge_result_is_capped_everywhere() {
     );
     let d = bench.dispatcher();
     let m = call(&d, "read", json!({"path": "/ro/big.txt"})).await;
-    assert_eq!(kind(&m), "ok", "{}", &m.content[..100]);
+    assert_eq!(kind(&m), "success", "{}", &m.content[..100]);
     assert!(
         m.content.len() < 70 * 1024,
         "content kept {} bytes",
@@ -316,10 +302,10 @@ async fn a_sandbox_made_ahead_is_fresh_and_timed_from_its_call() {
         |m: &ToolMessage| m.artifact.as_ref().unwrap()["usage"]["peak_memory_bytes"].as_u64();
 
     let big = answered(&d, "alloc", json!({"mib": 16})).await;
-    assert_eq!(kind(&big), "ok", "{big:?}");
+    assert_eq!(kind(&big), "success", "{big:?}");
     assert!(peak(&big) >= Some(16 << 20), "{big:?}");
     let small = answered(&d, "alloc", json!({"mib": 0})).await;
-    assert_eq!(kind(&small), "ok", "{small:?}");
+    assert_eq!(kind(&small), "success", "{small:?}");
     assert!(
         peak(&small) < Some(16 << 20),
         "the instance was not fresh: {small:?}"
@@ -330,11 +316,11 @@ async fn a_sandbox_made_ahead_is_fresh_and_timed_from_its_call() {
     );
 
     let first = answered(&d, "sleep", json!({"ms": 1})).await;
-    assert_eq!(kind(&first), "ok", "{first:?}");
+    assert_eq!(kind(&first), "success", "{first:?}");
     // Longer than the timeout: a deadline counted from the sandbox's making has passed.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let late = answered(&d, "sleep", json!({"ms": 50})).await;
-    assert_eq!(kind(&late), "ok", "{late:?}");
+    assert_eq!(kind(&late), "success", "{late:?}");
     let stopped = answered(&d, "sleep", json!({"ms": 600_000})).await;
     assert_eq!(kind(&stopped), "timeout", "{stopped:?}");
 }
@@ -344,7 +330,8 @@ async fn a_sandbox_made_ahead_is_fresh_and_timed_from_its_call() {
 /// a replaced folder is what the next call sees, and a stale secret never leaks unredacted.
 #[tokio::test]
 async fn grants_read_at_call_time_are_read_for_each_call() {
-    // SAFETY: nextest runs each test in its own process; nothing else reads the env here.
+    // SAFETY: this test alone reads WARDEN_TEST_ROTATED; under `cargo test` other threads may
+    // read the environment meanwhile, a race taken for the one variable whose change is tested.
     unsafe { std::env::set_var("WARDEN_TEST_ROTATED", "first-secret-value") };
     let bench = Bench::new();
     let data = bench.folder("data");

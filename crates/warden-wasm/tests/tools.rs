@@ -1,14 +1,7 @@
 //! Tools as a model sees them: names, schemas and descriptions from real components, argument
 //! errors with paths, results and errors, commands, and bad components and policies.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    reason = "a test panics on what it cannot go on without"
-)]
 
-mod common;
-
-use common::{Bench, call, kind, root, wasm};
+use crate::common::{Bench, call, kind, root, wasm};
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -89,7 +82,7 @@ async fn values_round_trip_through_every_type() {
         "m": "blue", "n": ["read", "exec"], "o": {"rect": [2.0, 3.0]}
     });
     let m = call(&d, "types-echo", json!({"value": everything})).await;
-    assert_eq!(kind(&m), "ok", "{m:?}");
+    assert_eq!(kind(&m), "success", "{m:?}");
     assert_eq!(m.artifact.unwrap()["result"], everything);
 
     let m = call(&d, "types-maybe", json!({"a": 5})).await;
@@ -174,7 +167,7 @@ async fn a_command_component_is_a_tool() {
     bench.policy("wordcount.toml", "wordcount", "name = \"wc\"");
     let d = bench.dispatcher();
     let m = call(&d, "wc", json!({"stdin": "one two\nthree\n"})).await;
-    assert_eq!(kind(&m), "ok", "{m:?}");
+    assert_eq!(kind(&m), "success", "{m:?}");
     let counts: Vec<&str> = m.content.split_whitespace().collect();
     assert_eq!(counts, ["2", "3", "14"]);
     let m = call(&d, "wc", json!({"args": ["-w"], "stdin": "a b c"})).await;

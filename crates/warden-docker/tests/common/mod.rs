@@ -1,9 +1,10 @@
 //! Real containers on a real engine. Without one the tests say they were skipped; under
 //! `CI=true` a missing engine fails them.
 
-#![allow(dead_code)]
-
-pub(crate) mod second_engine;
+#![allow(
+    dead_code,
+    reason = "shared by two test binaries (files.rs has its own), each using a part"
+)]
 
 use bollard::query_parameters::ListContainersOptionsBuilder;
 use serde_json::{Value, json};
@@ -43,9 +44,7 @@ pub(crate) struct Harness {
     image: Image,
 }
 
-pub(crate) fn under_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
+pub(crate) use warden_test_support::{is_root, kind, under_ci};
 
 /// The harness, or `None` (after saying why) when no engine answers outside CI.
 pub(crate) async fn harness() -> Option<Harness> {
@@ -130,13 +129,13 @@ pub(crate) fn mmdebstrap_installed() -> bool {
 #[macro_export]
 macro_rules! docker_or_skip {
     () => {
-        match common::harness().await {
+        match $crate::common::harness().await {
             Some(h) => h,
             None => return,
         }
     };
     ($image:expr) => {
-        match common::harness_in($image).await {
+        match $crate::common::harness_in($image).await {
             Some(h) => h,
             None => return,
         }
@@ -289,12 +288,6 @@ pub(crate) async fn labelled(docker: &bollard::Docker, labels: &[&str]) -> Vec<S
         .collect()
 }
 
-pub(crate) fn is_root() -> bool {
-    std::fs::metadata("/proc/self")
-        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
-        .unwrap_or(false)
-}
-
 /// One call through the dispatcher.
 pub(crate) async fn call(d: &Dispatcher, tool: &str, args: Value) -> ToolMessage {
     d.call(ToolCall::new("c1", tool, &args)).await
@@ -410,11 +403,4 @@ pub(crate) async fn holds_fifty_mb(d: &Dispatcher) {
         used["peak_memory_bytes"].as_u64().unwrap() >= 50_000_000,
         "{used}"
     );
-}
-
-/// The error kind of a message, or "success".
-pub(crate) fn kind(m: &ToolMessage) -> String {
-    m.error
-        .as_ref()
-        .map_or("success".into(), |e| e.kind.as_str().to_owned())
 }

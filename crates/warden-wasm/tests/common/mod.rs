@@ -1,14 +1,39 @@
-//! Shared by the integration tests: fixtures built from source once, toolboxes in temp dirs.
-#![allow(dead_code)]
+//! Shared by the integration tests: fixtures built from source once, toolboxes in temp dirs
+//! (warden-test-support's bench), the host variables the tests grant.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-use std::sync::{Arc, OnceLock};
-use warden_core::{Dispatcher, Protected, ToolCall, ToolMessage, Toolbox, ToolboxError};
-use warden_net::{Egress, Resolver};
-use warden_wasm::{Artifacts, WasmBackend};
+use std::sync::{Once, OnceLock};
+use warden_core::{Dispatcher, ToolCall, ToolMessage};
 
 pub(crate) use warden_test_support::guests::{root, wasm};
+pub(crate) use warden_test_support::{Bench, kind};
+
+/// A host variable no policy grants: a sandbox that shows it leaked it.
+pub(crate) const SECRET: &str = "warden-test-marker-secret-7f3a";
+/// The host variables the tests read through grants, each with a value that never changes;
+/// [`host_vars`] sets them.
+const HOST_VARS: [(&str, &str); 4] = [
+    ("WARDEN_TEST_SECRET", SECRET),
+    ("WARDEN_TEST_GRANTED", "from-host"),
+    ("WARDEN_TEST_TOKEN", crate::batch::TOKEN),
+    ("WARDEN_TEST_API_TOKEN", crate::network::TOKEN),
+];
+
+/// Sets [`HOST_VARS`], once per process: `cargo test` runs the tests as threads of one
+/// process, where a `set_var` races any other thread reading the environment, so it happens
+/// once rather than in each test that needs them.
+pub(crate) fn host_vars() {
+    static SET: Once = Once::new();
+    SET.call_once(|| {
+        for (name, value) in HOST_VARS {
+            // SAFETY: each is set once, to a value that never changes; nothing in the tests
+            // writes the environment at the same time (the one variable a test changes is
+            // its own), and nothing reads these names before a test has set them.
+            unsafe { std::env::set_var(name, value) };
+        }
+    });
+}
 
 /// A Python or JavaScript component from `scripts/build-polyglot`, built on first use; `None`
 /// (the test skips) when the toolchains are not installed, except under `CI=true`.
@@ -22,10 +47,9 @@ pub(crate) fn polyglot(name: &str) -> Option<PathBuf> {
             .current_dir(root())
             .status()
             .expect("scripts/build-polyglot runs");
-        let in_ci = std::env::var("CI").is_ok_and(|v| v == "true");
         match status.code() {
             Some(0) => true,
-            Some(3) if !in_ci => {
+            Some(3) if !warden_test_support::under_ci() => {
                 eprintln!("skipped: componentize-py / componentize-js are not installed");
                 false
             }
@@ -35,83 +59,7 @@ pub(crate) fn polyglot(name: &str) -> Option<PathBuf> {
     built.then(|| root().join(format!("target/polyglot/{name}.wasm")))
 }
 
-/// A toolbox in a temp dir. The compile cache is shared by all tests of a run, so each
-/// fixture compiles once.
-pub(crate) struct Bench {
-    pub dir: tempfile::TempDir,
-    pub toolbox: PathBuf,
-    pub artifacts: Artifacts,
-    /// How tools' HTTP hosts resolve (tests pin names to loopback: there is no DNS here).
-    pub resolver: Resolver,
-}
-
-impl Bench {
-    pub(crate) fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let toolbox = dir.path().join("policies");
-        std::fs::create_dir(&toolbox).unwrap();
-        let artifacts = Artifacts {
-            store: dir.path().join("store"),
-            cache: root().join("target/warden-test-cache"),
-        };
-        Self {
-            dir,
-            toolbox,
-            artifacts,
-            resolver: Resolver::default(),
-        }
-    }
-
-    /// Writes a policy whose `[executor]` runs the named fixture; `rest` adds tables.
-    pub(crate) fn policy(&self, file: &str, fixture: &str, rest: &str) -> PathBuf {
-        let path = self.toolbox.join(file);
-        let text = format!(
-            "[executor]\nkind = \"wasm\"\ncomponent = {:?}\n{rest}\n",
-            wasm(fixture).display().to_string()
-        );
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-
-    /// Writes a policy running the component at `path`; `rest` adds tables.
-    pub(crate) fn policy_at(&self, file: &str, path: &Path, rest: &str) -> PathBuf {
-        let policy = self.toolbox.join(file);
-        let text = format!(
-            "[executor]\nkind = \"wasm\"\ncomponent = {:?}\n{rest}\n",
-            path.display().to_string()
-        );
-        std::fs::write(&policy, text).unwrap();
-        policy
-    }
-
-    /// A folder inside the bench, created.
-    pub(crate) fn folder(&self, name: &str) -> PathBuf {
-        let p = self.dir.path().join(name);
-        std::fs::create_dir_all(&p).unwrap();
-        p
-    }
-
-    pub(crate) fn load(&self) -> Result<Toolbox, ToolboxError> {
-        let backend =
-            WasmBackend::new(self.artifacts.clone()).egress(Egress::new(self.resolver.clone()));
-        let protected = [
-            Protected::new("the toolbox", self.toolbox.clone()),
-            Protected::new("the component store", self.artifacts.store.clone()),
-        ];
-        Toolbox::load(&self.toolbox, &[&backend], &protected)
-    }
-
-    pub(crate) fn dispatcher(&self) -> Dispatcher {
-        Dispatcher::new(Arc::new(self.load().expect("toolbox loads")))
-    }
-}
-
 /// Runs one call on a fresh runtime.
 pub(crate) async fn call(d: &Dispatcher, tool: &str, args: serde_json::Value) -> ToolMessage {
     d.call(ToolCall::new("t1", tool, &args)).await
-}
-
-/// The error kind of a message, as its stable name ("ok" for a success).
-pub(crate) fn kind(m: &ToolMessage) -> &'static str {
-    m.error.as_ref().map_or("ok", |e| e.kind.as_str())
 }

@@ -34,7 +34,7 @@ const INNER_PORT: u16 = 2376;
 const START_WAIT: Duration = Duration::from_secs(60);
 
 /// The running second engine.
-pub(crate) struct SecondEngine {
+pub struct SecondEngine {
     dir: PathBuf,
     dockerd: Mutex<Child>,
     /// `tcp://127.0.0.1:PORT`, the forwarder's port.
@@ -43,7 +43,7 @@ pub(crate) struct SecondEngine {
 }
 
 /// A client certificate folder (ca.pem, cert.pem, key.pem) for the engine.
-pub(crate) struct Certs {
+pub struct Certs {
     /// Signed by the CA the engine trusts.
     pub good: PathBuf,
     /// A client certificate of a CA the engine does not trust.
@@ -57,7 +57,7 @@ pub(crate) struct Certs {
 impl SecondEngine {
     /// The engine of this test process, started on first use; `None` (after saying why) when
     /// it cannot run here outside CI (under `CI=true` a missing capability fails).
-    pub(crate) fn get() -> Option<Arc<SecondEngine>> {
+    pub fn get() -> Option<Arc<SecondEngine>> {
         static SHARED: Mutex<Weak<SecondEngine>> = Mutex::new(Weak::new());
         let mut shared = SHARED
             .lock()
@@ -170,28 +170,28 @@ impl SecondEngine {
     }
 
     /// An engine (a warden instance) reaching it with the client certificates in `certs`.
-    pub(crate) fn engine(&self, certs: &Path) -> Engine {
+    pub fn engine(&self, certs: &Path) -> Engine {
         Engine::at(self.tls_address(certs))
     }
 
-    pub(crate) fn tls_address(&self, certs: &Path) -> EngineAddress {
+    pub fn tls_address(&self, certs: &Path) -> EngineAddress {
         EngineAddress::parse(&self.address, Some(certs.to_owned())).expect("a tcp address")
     }
 
     /// Its folder (named by this test process's id).
-    pub(crate) fn dir(&self) -> &Path {
+    pub fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// The pid of its dockerd.
-    pub(crate) fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.dockerd
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .id()
     }
 
-    pub(crate) fn certs(&self) -> Certs {
+    pub fn certs(&self) -> Certs {
         let c = self.dir.join("client");
         Certs {
             good: c.join("good"),
@@ -225,18 +225,18 @@ impl Drop for SecondEngine {
 
 /// True when the second engine can run here; else says why and answers false, outside CI
 /// (under `CI=true` a missing capability fails).
-pub(crate) fn available() -> bool {
+pub fn available() -> bool {
     let Some(why) = missing_capability() else {
         return true;
     };
-    assert!(!super::under_ci(), "CI=true and {why}");
+    assert!(!crate::under_ci(), "CI=true and {why}");
     eprintln!("SKIPPED: {why}");
     false
 }
 
 /// Why the second engine cannot run here, if it cannot.
 fn missing_capability() -> Option<String> {
-    if !super::is_root() {
+    if !crate::is_root() {
         return Some("the second Docker engine needs root (dockerd, namespaces)".into());
     }
     for tool in ["dockerd", "unshare", "ip"] {
@@ -288,7 +288,7 @@ fn forward(listener: TcpListener, netns: PathBuf) {
 }
 
 /// Cleans up the folders of test processes that are gone.
-pub(crate) fn clean_stale() {
+pub fn clean_stale() {
     let Ok(entries) = std::fs::read_dir(base()) else {
         return;
     };
