@@ -87,7 +87,10 @@ impl HostBackend {
         refuse_unreachable_roots(policy, &cfg)?;
         let shell = session_shell(&policy.executor, &cfg.argv, &template, cfg.session)?;
         // With net grants and no opt-in to every host, the namespace gets warden's gate.
-        let gate = (cfg.network.value.gated(&policy.grants))
+        let gate = cfg
+            .network
+            .value
+            .gated(&policy.grants)
             .then(|| Gate::new(Arc::new(policy.grants.net.clone()), self.egress.clone()));
         Ok(HostTool::new(
             self.forker().clone(),
