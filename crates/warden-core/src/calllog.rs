@@ -106,13 +106,10 @@ pub struct CallRecord<'a> {
     #[serde(skip_serializing_if = "Usage::is_empty")]
     pub usage: Usage,
     /// Refusals of the call by its sandbox, counted, when there were any (the refusals
-    /// themselves are `denied` records of their own).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// themselves are `denied` records of their own). Written as `denied_count` and, for one
+    /// release, under its old name `denied` too, so that readers of the log can move over.
+    #[serde(flatten, serialize_with = "under_both_names")]
     pub denied_count: Option<u64>,
-    /// The same count under its old name, `denied`: still written for one release, so that
-    /// readers of the log can move to `denied_count`; then dropped.
-    #[serde(rename = "denied", skip_serializing_if = "Option::is_none")]
-    pub old_denied: Option<u64>,
     /// The destinations the call reached, each once: the first [`Denials::KEPT`] of them.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     pub reached: &'a [Reached],
@@ -136,6 +133,18 @@ pub struct CallRecord<'a> {
     /// The error's message, when the call failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<&'a str>,
+}
+
+/// A call's refusal count under `denied_count` and its old name `denied`, or neither when
+/// there were none.
+fn under_both_names<S: Serializer>(count: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(None)?;
+    if let Some(n) = count {
+        map.serialize_entry("denied_count", n)?;
+        map.serialize_entry("denied", n)?;
+    }
+    map.end()
 }
 
 /// What a tool's policy gave it, as the log's `policy` record tells it.
@@ -330,7 +339,6 @@ mod tests {
             fuel: None,
             usage: Usage::default(),
             denied_count: None,
-            old_denied: None,
             reached: &[],
             reached_count: None,
             roots_opened: &[],
@@ -409,7 +417,6 @@ mod tests {
         let ok = ToolMessage::success(&call, "fine".into(), None);
         let mut record = call_record(&ok, None);
         record.denied_count = Some(2);
-        record.old_denied = Some(2);
         log.write(Record::Call(&record), &Secrets::default());
         let v = lines(&log);
         assert_eq!(v[0]["denied_count"], 2);

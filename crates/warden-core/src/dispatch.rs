@@ -559,7 +559,6 @@ impl Dispatcher {
             fuel: facts.fuel,
             usage: facts.usage,
             denied_count: counted(&facts.denied),
-            old_denied: counted(&facts.denied),
             reached: &facts.reached.kept,
             reached_count: counted(&facts.reached),
             roots_opened: &facts.roots_opened.kept,

@@ -123,9 +123,7 @@ impl Backend for DockerBackend {
             }
             if engine.place() == Place::Remote {
                 let line = cfg.engine.as_ref().map_or(cfg.network.line, |e| e.line);
-                let address = engine
-                    .address()
-                    .map_or_else(ToString::to_string, ToString::to_string);
+                let address = engine.shown_address();
                 return Err(err(
                     Some(line),
                     format!(
@@ -241,9 +239,7 @@ fn report(cfg: &DockerConfig, plan: &Plan, grants: &Grants, engine: &Engine) -> 
     let place = engine
         .address()
         .map_or_else(ToString::to_string, EngineAddress::describe);
-    let address = engine
-        .address()
-        .map_or_else(ToString::to_string, ToString::to_string);
+    let address = engine.shown_address();
     if engine.place() == Place::Remote {
         flags.push(format!(
             "engine elsewhere ({address}): whoever holds its API is root there; no CPU or \

@@ -116,6 +116,13 @@ impl Engine {
         self.address.as_ref()
     }
 
+    /// The address as messages show it, or why the setting is refused.
+    pub(crate) fn shown_address(&self) -> String {
+        self.address
+            .as_ref()
+            .map_or_else(ToString::to_string, ToString::to_string)
+    }
+
     /// On this machine or not: only a local engine's containers have pids, cgroups and
     /// network namespaces warden can use. A refused setting counts as remote.
     pub fn place(&self) -> Place {
@@ -238,10 +245,7 @@ impl Engine {
 
     /// The engine cannot be reached: `unavailable`, naming its address and what to do.
     fn unreachable(&self, e: &BollardError) -> ToolError {
-        let address = self
-            .address
-            .as_ref()
-            .map_or_else(ToString::to_string, ToString::to_string);
+        let address = self.shown_address();
         let why = match e {
             BollardError::SocketNotFoundError(_) => "there is no socket there".to_owned(),
             other => chain(other),
