@@ -16,6 +16,7 @@ mod audit;
 mod batch;
 mod context;
 mod demo;
+mod exec;
 mod progress;
 mod review;
 mod serve;
@@ -108,6 +109,9 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Langchain)]
         format: Format,
     },
+    /// Run a whole program in the sandbox a call of a docker or host tool gets, its stdin,
+    /// stdout and stderr passed through and its exit status warden's (125: warden failed).
+    Exec(exec::ExecArgs),
     /// Run one model turn's tool calls as a batch and print their ToolMessages in order.
     Run {
         /// An OpenAI assistant message, a LangChain AIMessage, or a list of calls (JSON);
@@ -240,6 +244,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Add(args) => add::add(&ctx, args),
         Command::Pin { targets } => add::pin(&ctx, &targets),
         Command::Tools { json } => tools(&ctx, json),
+        Command::Exec(args) => exec::exec(&ctx, args),
         Command::Call {
             tool,
             arguments,

@@ -40,9 +40,10 @@ pub(crate) fn usage(ctx: &Warden, since: Option<HumanDuration>, json: bool) -> R
     }
     outln!();
     outln!(
-        "{:<24} {:>6} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9}  errors",
+        "{:<24} {:>6} {:>6} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9}  errors",
         "tool",
         "calls",
+        "execs",
         "p50 ms",
         "p95 ms",
         "cpu ms",
@@ -57,9 +58,10 @@ pub(crate) fn usage(ctx: &Warden, since: Option<HumanDuration>, json: bool) -> R
             .map(|(k, n)| format!("{} {n}", Escaped(k)))
             .collect();
         outln!(
-            "{:<24} {:>6} {:>9.1} {:>9.1} {:>10} {:>9} {:>9} {:>9}  {}",
+            "{:<24} {:>6} {:>6} {:>9.1} {:>9.1} {:>10} {:>9} {:>9} {:>9}  {}",
             Escaped(&t.tool),
             t.calls,
+            t.execs,
             t.wall_ms_p50,
             t.wall_ms_p95,
             t.cpu_ms.map_or("-".into(), |c| format!("{c:.1}")),

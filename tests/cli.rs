@@ -113,6 +113,18 @@ fn add_writes_a_pinned_policy_and_the_tool_can_be_called() {
 }
 
 #[test]
+fn a_wasm_tool_is_called_not_execd() {
+    let env = Env::new();
+    env.ok(&["add", path_str(&wasm("units"))]);
+    let out = env.warden(&["exec", "convert", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("`convert` is a wasm tool"), "{stderr}");
+    assert!(stderr.contains("warden call convert"), "{stderr}");
+    assert!(stderr.contains("no docker or host tool"), "{stderr}");
+}
+
+#[test]
 fn add_refuses_what_is_not_a_component_and_keeps_nothing_of_it() {
     let env = Env::new();
     let store = env.dir.path().join("home/store");

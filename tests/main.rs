@@ -12,6 +12,7 @@ mod common;
 mod agent;
 mod cli;
 mod docs;
+mod exec;
 mod host;
 mod http;
 mod shell;

@@ -280,3 +280,170 @@ fn the_audit_shows_the_container_and_its_hardening() {
         "{p}"
     );
 }
+
+/// `warden exec ARGS` with the shipped shell, fed `input`.
+fn exec(env: &Env, args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .arg("exec")
+        .args(args)
+        .env("WARDEN_TOOLBOX", env.dir.path().join("policies"))
+        .env("WARDEN_HOME", env.home())
+        .env("WARDEN_TEST_MARKER", "MARKER-docker-exec")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("warden runs");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn no_container_left(tool: &str) {
+    let ps = Command::new("docker")
+        .args([
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=warden.tool={tool}"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&ps.stdout).trim(),
+        "",
+        "containers left"
+    );
+}
+
+#[test]
+fn a_whole_program_runs_in_the_shipped_shells_container() {
+    let env = Env::new();
+    if ready(&env).is_none() {
+        return;
+    }
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let out = exec(
+        &env,
+        &[
+            "shell",
+            "--",
+            "sh",
+            "-c",
+            "id -u; cat README.txt; env; touch x",
+        ],
+        b"",
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("65534\ngranted file\n"),
+        "{stdout}{}",
+        text(&out.stderr)
+    );
+    assert!(
+        !stdout.contains("MARKER-docker-exec"),
+        "warden's env: {stdout}"
+    );
+    assert!(
+        text(&out.stderr).contains("Read-only"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let out = exec(&env, &["shell", "--", "wc", "-l"], b"a\nb\n");
+    assert_eq!(text(&out.stdout).trim(), "2", "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0));
+    let out = exec(&env, &["shell", "--", "sh", "-c", "exit 3"], b"");
+    assert_eq!(out.status.code(), Some(3));
+    let out = exec(&env, &["shell", "--", "sh", "-c", "kill -9 $$"], b"");
+    assert_eq!(out.status.code(), Some(137));
+    // No program: the tool's shell, reading its commands on stdin.
+    let out = exec(&env, &["shell"], b"cd /tmp && pwd\nexit 4\n");
+    assert_eq!(text(&out.stdout), "/tmp\n", "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(4));
+    let out = exec(
+        &env,
+        &["shell", "--timeout", "1s", "--", "sleep", "60"],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
+    no_container_left("shell");
+}
+
+#[test]
+fn a_programs_container_takes_sigterm_and_reaches_only_its_grants() {
+    use std::io::{Read, Write};
+    use std::process::Stdio;
+    let env = Env::new();
+    if ready(&env).is_none() {
+        return;
+    }
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in server.incoming().flatten().take(2) {
+            let mut head = [0u8; 4096];
+            let _ = stream.read(&mut head);
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\nConnection: close\r\n\r\nexec-reach!\n",
+            );
+        }
+    });
+    let path = env.dir.path().join("policies/shell-docker.toml");
+    let shipped = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        shipped.replace(
+            "# net = [\"pypi.org\", \"files.pythonhosted.org\"]",
+            &format!("net = [\"127.0.0.1:{port}\"]"),
+        ),
+    )
+    .unwrap();
+    let script =
+        format!("curl -sS http://127.0.0.1:{port}/; curl -sS -m 5 http://127.0.0.2:{port}/");
+    let out = exec(&env, &["shell", "--", "sh", "-c", &script], b"");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("exec-reach!\n"), "{stdout}");
+    assert!(
+        stdout.contains("warden denied http://127.0.0.2"),
+        "{stdout}"
+    );
+    let log = std::fs::read_to_string(env.home().join("calls.jsonl")).unwrap();
+    let exec_record: Value = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["exec"] == true)
+        .unwrap();
+    assert_eq!(exec_record["denied_count"], 1, "{exec_record}");
+
+    let script = "trap 'echo got-term; exit 7' TERM; echo ready; while :; do sleep 0.1; done";
+    let mut child = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["exec", "shell", "--", "sh", "-c", script])
+        .env("WARDEN_TOOLBOX", env.dir.path().join("policies"))
+        .env("WARDEN_HOME", env.home())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut ready_line = [0u8; 6];
+    stdout.read_exact(&mut ready_line).unwrap();
+    assert_eq!(&ready_line, b"ready\n");
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        rest,
+        "got-term\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(7));
+    no_container_left("shell");
+}

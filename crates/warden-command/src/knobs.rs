@@ -31,6 +31,7 @@ pub fn capabilities(paths: Paths) -> Capabilities {
         ),
         memory_ceiling: None,
         sessions: true,
+        programs: true,
         // A container or process opens its roots through the kernel, where warden does not
         // watch (fanotify needs privileges and sees every process on the mount).
         roots_observed: false,

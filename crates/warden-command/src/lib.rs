@@ -4,6 +4,7 @@
 
 mod knobs;
 mod outcome;
+pub mod program;
 pub mod session;
 mod template;
 

@@ -7,7 +7,7 @@
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;
-use warden_core::Violation;
+use warden_core::{ErrorKind, ToolError, Violation};
 
 /// Names a template may not use: they are the executor's own arguments.
 const RESERVED: [&str; 2] = ["timeout", "restart"];
@@ -104,6 +104,22 @@ impl Template {
                 _ => None,
             },
             _ => None,
+        }
+    }
+
+    /// The command line of a whole program in this tool's sandbox (`warden exec`): `argv`
+    /// as given, or for none the tool's shell, when its command line runs one.
+    pub fn program(&self, argv: Vec<String>) -> Result<Vec<String>, ToolError> {
+        if !argv.is_empty() {
+            return Ok(argv);
+        }
+        match self.shell() {
+            Some(shell) => Ok(vec![shell.to_owned()]),
+            None => Err(ToolError::new(
+                ErrorKind::InvalidArguments,
+                "this tool's command line does not run a shell, so there is none to start: \
+                 name the program after `--` (`warden exec TOOL -- PROGRAM ARGS…`)",
+            )),
         }
     }
 

@@ -133,6 +133,44 @@ pub struct CallRecord<'a> {
     /// The error's message, when the call failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<&'a str>,
+    /// A whole program's record (`warden exec`) rather than a call's.
+    #[serde(flatten)]
+    pub exec: Option<ExecRecord<'a>>,
+}
+
+/// What a record of `warden exec` adds: `"exec": true`, the command line and how it ended.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExecRecord<'a> {
+    exec: ExecMark,
+    /// The command line; empty for the policy's own shell.
+    pub argv: &'a [String],
+    /// The status it ended with (128 + a signal; 124 at its time limit), when it started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_status: Option<i32>,
+    /// It ran with no wall-clock limit (`--timeout none`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unlimited_time: bool,
+}
+
+impl<'a> ExecRecord<'a> {
+    pub fn new(argv: &'a [String], exit_status: Option<i32>, unlimited_time: bool) -> Self {
+        Self {
+            exec: ExecMark,
+            argv,
+            exit_status,
+            unlimited_time,
+        }
+    }
+}
+
+/// Written as `true`: marks a record as a program's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct ExecMark;
+
+impl Serialize for ExecMark {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bool(true)
+    }
 }
 
 /// A call's refusal count under `denied_count` and its old name `denied`, or neither when
@@ -346,6 +384,7 @@ mod tests {
             executor: policy.map(|p| p.executor.as_str()),
             policy_digest: policy.map(|p| p.policy_digest.as_str()),
             message: message.error.as_ref().map(|e| e.message.as_str()),
+            exec: None,
         }
     }
 

@@ -63,6 +63,8 @@ pub struct Capabilities {
     pub memory_ceiling: Option<u64>,
     /// State kept per session (a long-lived shell), freed at `Executor::end_session`.
     pub sessions: bool,
+    /// Whole programs run in the sandbox a call gets (`Executor::exec`, `warden exec`).
+    pub programs: bool,
     /// Each call reports the filesystem roots it opened ([`crate::Meter::open_root`]), so the
     /// usage report can name the roots no call opened.
     pub roots_observed: bool,

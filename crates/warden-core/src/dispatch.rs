@@ -4,7 +4,7 @@
 //! a check, panicked, cancelled) takes the early path: the same message, record and observer.
 
 use crate::admission::{Admission, Gate};
-use crate::calllog::{CallLog, CallOutcome, CallRecord, DenialRecord, Record, now_ms};
+use crate::calllog::{CallLog, CallOutcome, CallRecord, DenialRecord, ExecRecord, Record, now_ms};
 use crate::executor::{Denial, Denials, Invocation, Meter, Output, Reached, Sample, Usage};
 use crate::limits::cap_text;
 use crate::message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage};
@@ -20,6 +20,8 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
+
+mod exec;
 
 /// Attempts of an idempotent call that keeps failing transiently.
 const MAX_ATTEMPTS: u32 = 3;
@@ -371,6 +373,7 @@ impl Dispatcher {
             usage,
             reached,
             roots_opened,
+            exec: None,
         };
         self.write_log(call, Some(tool), &secrets, &message, &facts);
         self.tell_answered(&message);
@@ -566,6 +569,10 @@ impl Dispatcher {
             executor: tool.map(|t| t.facts.executor.as_str()),
             policy_digest: tool.map(|t| t.facts.policy_digest.as_str()),
             message: m.error.as_ref().map(|e| e.message.as_str()),
+            exec: facts
+                .exec
+                .as_ref()
+                .map(|e| ExecRecord::new(&e.argv, e.exit_status, e.unlimited_time)),
         };
         log.write(Record::Call(&record), secrets);
     }
@@ -605,6 +612,15 @@ struct Facts {
     usage: Usage,
     reached: Sample<Reached>,
     roots_opened: Sample<String>,
+    /// A program's (`warden exec`), not a call's.
+    exec: Option<ExecFacts>,
+}
+
+/// What the log says of a program run by `warden exec`.
+struct ExecFacts {
+    argv: Vec<String>,
+    exit_status: Option<i32>,
+    unlimited_time: bool,
 }
 
 /// The log's count of a sample: absent when there were none.

@@ -1,7 +1,8 @@
 //! The seam between the dispatcher and the sandboxes.
 
 use crate::limits::Limits;
-use crate::message::ToolError;
+use crate::message::{ErrorKind, ToolError};
+use crate::program::{Exit, Held, Program};
 use serde_json::Value;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -285,6 +286,18 @@ pub struct Output {
 /// and free its sandbox when its future is dropped.
 pub trait Executor: Send + Sync {
     fn execute(&self, invocation: Invocation) -> BoxFuture<'_, Result<Output, ToolError>>;
+
+    /// Runs a whole program in the sandbox a call of this tool gets, its streams passed
+    /// through (`warden exec`). Executors that run only calls refuse.
+    fn exec(&self, program: Program, held: Held) -> BoxFuture<'_, Result<Exit, ToolError>> {
+        drop((program, held));
+        Box::pin(async {
+            Err(ToolError::new(
+                ErrorKind::Unavailable,
+                "this tool runs calls, not programs: call it with `warden call`",
+            ))
+        })
+    }
 
     /// Frees what the executor keeps for `session` (a container, a shell). Called once when
     /// the session ends; calls of that session may follow only as a new start.

@@ -15,6 +15,7 @@ mod located;
 mod message;
 mod net;
 mod policy;
+mod program;
 mod redact;
 mod review;
 mod run;
@@ -29,7 +30,8 @@ mod usage;
 pub use admission::Admission;
 pub use backend::{Backend, Loaded, LoadedTool, Probe, ProbeError, Reach, Report, ReportLine};
 pub use calllog::{
-    CallLog, CallOutcome, CallRecord, DenialRecord, PolicyFacts, PolicyRecord, Record, Rotation,
+    CallLog, CallOutcome, CallRecord, DenialRecord, ExecRecord, PolicyFacts, PolicyRecord, Record,
+    Rotation,
 };
 pub use capability::{Capabilities, ExecutorKind, NetHosts, Support};
 pub use dispatch::{CallObserver, Dispatcher};
@@ -43,7 +45,8 @@ pub use located::{Located, PolicyError};
 pub use message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage, Violation};
 pub use net::{Credential, GrantFault, HostGrant, HostPattern, NetGrantError, NetGrants};
 pub use policy::{FunctionOverride, Policy};
-pub use redact::Secrets;
+pub use program::{Exit, Held, Input, Program, Sink};
+pub use redact::{Secrets, StreamRedactor};
 pub use review::{Decision, Reviewer};
 pub use run::{RunLimitHit, RunLimits, RunUsage};
 pub use spec::{ToolSpec, is_valid_tool_name};

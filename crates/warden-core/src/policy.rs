@@ -215,6 +215,7 @@ mod tests {
         response: Support::Honoured,
         memory_ceiling: Some(1 << 30),
         sessions: false,
+        programs: false,
         roots_observed: true,
     };
 

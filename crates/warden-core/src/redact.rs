@@ -29,6 +29,20 @@ impl Secrets {
         out
     }
 
+    /// A redactor for a stream of bytes (a program's output as it flows), replacing each
+    /// value with `[redacted:NAME]` as [`Secrets::redact`] does.
+    pub fn stream(&self) -> StreamRedactor {
+        StreamRedactor::new(
+            self.0
+                .iter()
+                .map(|(name, value)| {
+                    let replacement = format!("[redacted:{name}]");
+                    (value.as_bytes().to_vec(), replacement.into_bytes())
+                })
+                .collect(),
+        )
+    }
+
     /// Redacts every string (and object key) inside `value`.
     pub fn redact_value(&self, value: &mut Value) {
         if self.is_empty() {
@@ -49,9 +63,120 @@ impl Secrets {
     }
 }
 
+/// Replaces each secret value in a byte stream however the stream is cut into reads, holding
+/// back at most a value's length less one byte: the tail that could be the start of a value
+/// the next read completes. What is not such a tail goes on at once, so a terminal is not kept
+/// waiting.
+#[derive(Debug)]
+pub struct StreamRedactor {
+    /// Each value and what replaces it, longest value first.
+    secrets: Vec<(Vec<u8>, Vec<u8>)>,
+    carry: Vec<u8>,
+}
+
+impl StreamRedactor {
+    /// Replaces each `(value, replacement)`; empty values are ignored.
+    pub fn new(mut secrets: Vec<(Vec<u8>, Vec<u8>)>) -> Self {
+        secrets.retain(|(value, _)| !value.is_empty());
+        secrets.sort_by_key(|(value, _)| std::cmp::Reverse(value.len()));
+        Self {
+            secrets,
+            carry: Vec::new(),
+        }
+    }
+
+    /// Whether it replaces nothing (every byte passes as fed).
+    pub fn is_empty(&self) -> bool {
+        self.secrets.is_empty()
+    }
+
+    /// The bytes that may go on now: what was held and `chunk`, redacted, less a new tail.
+    pub fn feed(&mut self, chunk: &[u8]) -> Vec<u8> {
+        let mut buf = std::mem::take(&mut self.carry);
+        buf.extend_from_slice(chunk);
+        for (value, replacement) in &self.secrets {
+            buf = replace(buf, value, replacement);
+        }
+        let hold = self.held_tail(&buf);
+        self.carry = buf.split_off(buf.len() - hold);
+        buf
+    }
+
+    /// What is still held, once the stream has ended: no value can complete it now.
+    pub fn finish(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.carry)
+    }
+
+    /// The length of the longest tail of `buf` that begins some value without ending it.
+    fn held_tail(&self, buf: &[u8]) -> usize {
+        let longest = self.secrets.first().map_or(0, |(v, _)| v.len() - 1);
+        (1..=longest.min(buf.len()))
+            .rev()
+            .find(|&n| {
+                let tail = &buf[buf.len() - n..];
+                self.secrets
+                    .iter()
+                    .any(|(v, _)| v.len() > n && v.starts_with(tail))
+            })
+            .unwrap_or(0)
+    }
+}
+
+/// `buf` with every occurrence of `value` replaced by `replacement`.
+fn replace(buf: Vec<u8>, value: &[u8], replacement: &[u8]) -> Vec<u8> {
+    let Some(first) = find(&buf, value, 0) else {
+        return buf;
+    };
+    let mut out = Vec::with_capacity(buf.len());
+    let (mut from, mut at) = (0, Some(first));
+    while let Some(found) = at {
+        out.extend_from_slice(&buf[from..found]);
+        out.extend_from_slice(replacement);
+        from = found + value.len();
+        at = find(&buf, value, from);
+    }
+    out.extend_from_slice(&buf[from..]);
+    out
+}
+
+fn find(buf: &[u8], value: &[u8], from: usize) -> Option<usize> {
+    buf.get(from..)?
+        .windows(value.len())
+        .position(|w| w == value)
+        .map(|at| from + at)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stream_is_redacted_however_it_is_cut() {
+        let secrets = Secrets::new(vec![("TOKEN".into(), "tok-0123456789".into())]);
+        let text = b"a tok-0123456789 b tok-01 tok-0123456789tok-0123456789";
+        for cut in 1..text.len() {
+            let mut r = secrets.stream();
+            let mut out = Vec::new();
+            for piece in text.chunks(cut) {
+                out.extend(r.feed(piece));
+            }
+            out.extend(r.finish());
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                "a [redacted:TOKEN] b tok-01 [redacted:TOKEN][redacted:TOKEN]",
+                "cut every {cut} bytes"
+            );
+        }
+    }
+
+    #[test]
+    fn a_stream_holds_back_only_what_could_begin_a_secret() {
+        let mut r = Secrets::new(vec![("TOKEN".into(), "secret".into())]).stream();
+        assert_eq!(r.feed(b"plain text "), b"plain text ");
+        assert_eq!(r.feed(b"then sec"), b"then ");
+        assert_eq!(r.feed(b"ond"), b"second");
+        assert_eq!(r.finish(), b"");
+    }
 
     #[test]
     fn replaces_values_everywhere() {

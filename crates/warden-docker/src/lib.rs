@@ -25,6 +25,7 @@ mod gate;
 mod image;
 mod lease;
 mod names;
+mod passthrough;
 mod plan;
 mod removal;
 mod seccomp;

@@ -4,13 +4,16 @@ use crate::container::{Ended, OneCall, Ran, run_once, wrapped};
 use crate::engine::Engine;
 use crate::files::Copied;
 use crate::gate::Sandboxed;
+use crate::passthrough::Made;
 use crate::plan::Plan;
 use crate::session::DockerShells;
 use std::sync::Arc;
 use tokio::time::Instant;
 use warden_command::session::Sessions;
 use warden_command::{Request, Template, answer, effective_timeout, timed_out};
-use warden_core::{BoxFuture, Executor, Grants, Invocation, Output, SessionId, ToolError};
+use warden_core::{
+    BoxFuture, Executor, Exit, Grants, Held, Invocation, Output, Program, SessionId, ToolError,
+};
 use warden_net::{Gate, Scope};
 
 /// One docker tool.
@@ -171,6 +174,19 @@ impl DockerTool {
 impl Executor for DockerTool {
     fn execute(&self, invocation: Invocation) -> BoxFuture<'_, Result<Output, ToolError>> {
         Box::pin(self.run(invocation))
+    }
+
+    fn exec(&self, mut program: Program, held: Held) -> BoxFuture<'_, Result<Exit, ToolError>> {
+        Box::pin(async move {
+            let argv = self.template.program(std::mem::take(&mut program.argv))?;
+            let made = Made {
+                engine: &self.engine,
+                plan: &self.plan,
+                grants: &self.grants,
+                gate: self.gate.as_ref(),
+            };
+            crate::passthrough::run(made, argv, program, held).await
+        })
     }
 
     fn end_session(&self, session: SessionId) -> BoxFuture<'_, ()> {

@@ -61,8 +61,9 @@ pub(crate) fn command(
     )?;
     std::env::set_current_dir(&plan.sandbox.cwd)
         .map_err(|e| setup(format!("entering {}: {e}", plan.sandbox.cwd.display())))?;
-    // A session's shell reads its commands on the helper's stdin; anything else reads nothing.
-    if !plan.sandbox.session {
+    // A session's shell reads its commands on the helper's stdin, a program of `warden exec`
+    // its input; anything else reads nothing.
+    if !plan.sandbox.reads_stdin {
         let devnull = File::open("/dev/null").map_err(|e| setup(format!("/dev/null: {e}")))?;
         nix::unistd::dup2_stdin(&devnull).map_err(|e| setup(format!("stdin: {e}")))?;
     }

@@ -11,9 +11,10 @@
 //!
 //! The server is single-threaded, does nothing but fork and reap, and dies with warden (a
 //! parent-death signal, spawned from warden's long-lived thread, and its socket's end).
-//! Its children die with it when their plan asks (`Sandbox::dies_with_warden`). warden holds
-//! each child by a pidfd ([`Forked`]): it sees the child end and kills it, and the server
-//! reaps it.
+//! Its children die with it (their own parent-death signal). It runs in a process group of
+//! its own, so a person's ^C at warden's terminal reaches warden alone, which ends or passes
+//! it on (`crate::signals`). warden holds each child by a pidfd ([`Forked`]): it sees the
+//! child end, signals it and kills it, and the server reaps it.
 
 use crate::program::Helper;
 use nix::sys::socket::{
@@ -101,6 +102,7 @@ impl Forker {
             .env_clear()
             .stdin(theirs)
             .stdout(std::process::Stdio::null());
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
         let process = crate::spawner::on_spawner(move || command.spawn()).map_err(|e| {
             io::Error::new(
                 e.kind(),
@@ -208,12 +210,18 @@ impl Forked {
 
     /// Sends the helper SIGKILL (nothing when it has ended).
     pub(crate) fn kill(&self) {
+        self.signal(nix::libc::SIGKILL);
+    }
+
+    /// Sends the helper `signal` (nothing when it has ended), which it passes on to the
+    /// command (`crate::signals`).
+    pub(crate) fn signal(&self, signal: nix::libc::c_int) {
         // SAFETY: pidfd_send_signal with a valid pidfd, no siginfo and no flags.
         unsafe {
             nix::libc::syscall(
                 nix::libc::SYS_pidfd_send_signal,
                 self.pidfd.get_ref().as_raw_fd(),
-                nix::libc::SIGKILL,
+                signal,
                 std::ptr::null::<nix::libc::siginfo_t>(),
                 0,
             );

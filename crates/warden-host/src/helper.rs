@@ -67,11 +67,11 @@ const MAX_PLAN: usize = 16 << 20;
 
 /// The call's frame, from warden: the call's deadline starts now, whenever the sandbox was
 /// prepared. Answers the call and its frame as read, for `init`.
-fn receive_call(sandbox: &Sandbox, stdin: &File) -> Result<(Call, Vec<u8>), Failure> {
+fn receive_call(stdin: &File) -> Result<(Call, Vec<u8>), Failure> {
     let (call, framed): (Call, _) = read_frame(stdin)?;
-    if !sandbox.session {
+    if call.deadline_secs > 0 {
         // Should warden die without killing us, the command still ends.
-        nix::unistd::alarm::set(call.deadline_secs.clamp(1, u32::MAX as u64) as u32);
+        nix::unistd::alarm::set(call.deadline_secs.min(u32::MAX as u64) as u32);
     }
     Ok((call, framed))
 }
@@ -81,17 +81,15 @@ fn receive_call(sandbox: &Sandbox, stdin: &File) -> Result<(Call, Vec<u8>), Fail
 /// starts the command. Waits for `init`; the helper's exit code is the command's (128 +
 /// signal when killed).
 fn run(sandbox: &Sandbox, stdin: &File, reports: &mut File) -> Result<i32, Failure> {
-    if sandbox.dies_with_warden {
-        // A session's shell, or a sandbox prepared ahead, waits as long as warden wants it,
-        // and no longer: should the warden thread that started the helper end, the helper
-        // is killed, and `init` with it (its own parent-death signal), which ends everything
-        // in the namespace. warden starts such helpers from a thread that ends only with its
-        // process (`crate::spawner`), so this fires when warden is gone, however it ended.
-        prctl::set_pdeathsig(Signal::SIGKILL)
-            .map_err(|e| setup(format!("parent-death signal: {e}")))?;
-        if nix::unistd::getppid() == Pid::from_raw(1) {
-            return Err(setup("warden ended before the sandbox was set up"));
-        }
+    // A sandbox lives as long as warden wants it, and no longer: should the fork server end
+    // (it ends with warden, however warden ended: `crate::spawner`), the helper is killed, and
+    // `init` with it (its own parent-death signal), which ends everything in the namespace.
+    // The fork server keeps out of the terminal's process group, so a person's ^C reaches
+    // warden alone, which passes it on to a program of `warden exec` or ends.
+    prctl::set_pdeathsig(Signal::SIGKILL)
+        .map_err(|e| setup(format!("parent-death signal: {e}")))?;
+    if nix::unistd::getppid() == Pid::from_raw(1) {
+        return Err(setup("warden ended before the sandbox was set up"));
     }
     let root = Uid::effective().is_root();
     let mut protections = Protections::default();
@@ -186,7 +184,7 @@ fn run(sandbox: &Sandbox, stdin: &File, reports: &mut File) -> Result<i32, Failu
                 .map_err(|e| setup(format!("pipe: {e}")))?;
             send(reports, &Report::Init { pid: pid.as_raw() });
             // `init` gone meanwhile shows in its exit status and reports.
-            let _ = receive_call(sandbox, stdin).map(|(_, framed)| go_write.write_all(&framed));
+            let _ = receive_call(stdin).map(|(_, framed)| go_write.write_all(&framed));
             pid
         }
         // Net grants are kept by the namespace's gate: without one they would be the host's
@@ -203,7 +201,7 @@ fn run(sandbox: &Sandbox, stdin: &File, reports: &mut File) -> Result<i32, Failu
             }
             let plan = Plan {
                 sandbox: sandbox.clone(),
-                call: receive_call(sandbox, stdin)?.0,
+                call: receive_call(stdin)?.0,
             };
             // SAFETY: this process has a single thread.
             match unsafe { fork() }.map_err(|e| setup(format!("fork: {e}")))? {
@@ -231,6 +229,7 @@ fn run(sandbox: &Sandbox, stdin: &File, reports: &mut File) -> Result<i32, Failu
             )));
         }
     };
+    crate::signals::pass_to(child);
     drop(go_write);
     if sandbox.gate {
         // `init` holds its own copy; warden must see the socket close if `init` dies early.
@@ -334,6 +333,8 @@ fn init(plan: &Plan, reports: &mut File, protections: Protections, root: bool) -
         }
         Ok(ForkResult::Parent { child }) => child,
     };
+    // The command leads its own session, so its process group has its pid.
+    crate::signals::pass_to(Pid::from_raw(-command.as_raw()));
     let report = loop {
         match waitpid(None, None) {
             Ok(WaitStatus::Exited(pid, code)) if pid == command => {

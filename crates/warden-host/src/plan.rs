@@ -46,15 +46,11 @@ pub(crate) struct Sandbox {
     /// The policy has credentials: a tmpfs of the command's user at [`TRUST_MOUNT`] holds the
     /// bundle it trusts ([`CA_BUNDLE`]), read-only once written.
     pub trust: bool,
-    /// A session's long-lived shell: its stdin is the helper's (warden writes commands to
-    /// it) rather than `/dev/null`, and there is no overall deadline.
-    pub session: bool,
+    /// The command reads the helper's stdin after the plan (a session's shell, a program of
+    /// `warden exec`) rather than `/dev/null`.
+    pub reads_stdin: bool,
     /// Run with what the kernel offers instead of refusing.
     pub best_effort: bool,
-    /// The helper was spawned from warden's long-lived spawning thread (`crate::spawner`):
-    /// it takes a parent-death signal, so that a helper waiting with no deadline (a session's,
-    /// or one prepared ahead) dies with warden.
-    pub dies_with_warden: bool,
 }
 
 /// The helper's second frame: one call in the sandbox.
@@ -65,8 +61,9 @@ pub(crate) struct Call {
     /// The whole environment of the command: the grants, nothing else.
     pub env: Vec<(String, String)>,
     pub rlimits: Rlimits,
-    /// Seconds after which the helper kills the command on its own, should warden be gone;
-    /// counted from when the helper reads this frame. Not used for a session's shell.
+    /// Seconds after which the helper kills the command on its own, should warden fail to;
+    /// counted from when the helper reads this frame. 0 for none (a session's shell, a
+    /// program without a time limit).
     pub deadline_secs: u64,
     /// With credentials: this machine's roots and the sandbox's CA (PEM), written read-only
     /// to [`CA_BUNDLE`].

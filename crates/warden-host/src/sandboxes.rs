@@ -7,8 +7,8 @@
 //! is prepared in the background. A sandbox serves exactly one call and is never reused; a
 //! sandbox prepared for a tool is only ever taken by that tool's calls, so a reloaded policy
 //! (a new tool) never meets a sandbox of the old one. A prepared helper waits with no
-//! deadline, so it takes a parent-death signal (it dies with the fork server, which dies with
-//! warden); dropped with its tool, it is killed.
+//! deadline; like every helper it dies with the fork server, which dies with warden, and
+//! dropped with its tool, it is killed.
 
 use crate::failure::unavailable;
 use crate::forks::{Forked, Forker};
@@ -113,7 +113,7 @@ impl Sandboxes {
         for _ in 0..wanted {
             let sandboxes = self.clone();
             tokio::spawn(async move {
-                let started = sandboxes.start(true).await;
+                let started = sandboxes.start(false).await;
                 if let Err(e) = &started {
                     tracing::debug!("preparing a host sandbox: {}", e.message);
                 }
@@ -127,11 +127,11 @@ impl Sandboxes {
     }
 
     /// Forks a helper and hands it the sandbox part of the plan; its stdin stays open, for
-    /// the call part ([`Started::send_call`]) and a session's commands. `ahead`: the helper
-    /// may wait long for its call (prepared ahead, or a session's), so it dies with warden.
-    pub(crate) async fn start(&self, ahead: bool) -> Result<Started, ToolError> {
+    /// the call part ([`Started::send_call`]) and, when the command `reads_stdin`, what it
+    /// reads (a session's commands, a program's input).
+    pub(crate) async fn start(&self, reads_stdin: bool) -> Result<Started, ToolError> {
         let sandbox = Sandbox {
-            dies_with_warden: ahead,
+            reads_stdin,
             ..self.sandbox.clone()
         };
         let pipe = || {

@@ -65,9 +65,11 @@ impl Starter {
         self.plan_for(vec![shell], env, limits, None, credentials)
     }
 
-    /// With a gate, the sandbox's env also points at it, holds the credentials' placeholders,
-    /// and (with credentials) names the bundle that trusts the sandbox's CA.
-    fn plan_for(
+    /// The call part of a plan: `argv` under `timeout` (`None`: no deadline, for a session's
+    /// shell or a program without a time limit). With a gate, the sandbox's env also points
+    /// at it, holds the credentials' placeholders, and (with credentials) names the bundle
+    /// that trusts the sandbox's CA.
+    pub(crate) fn plan_for(
         &self,
         argv: Vec<String>,
         env: Vec<(String, String)>,

@@ -15,8 +15,8 @@ use tokio::time::Instant;
 use warden_command::session::Sessions;
 use warden_command::{NetworkMode, Request, Template, answer, effective_timeout, timed_out};
 use warden_core::{
-    Access, BoxFuture, Denials, ErrorKind, Executor, Grants, Invocation, Limits, Output, SessionId,
-    ToolError,
+    Access, BoxFuture, Denials, ErrorKind, Executor, Exit, Grants, Held, Invocation, Limits,
+    Output, Program, SessionId, ToolError,
 };
 use warden_net::Gate;
 
@@ -65,9 +65,9 @@ impl HostTool {
             roots,
             tmp,
             trust: gate.is_some() && !grants.net.credentials.is_empty(),
-            session: shell.is_some(),
+            // Each start says what its command reads.
+            reads_stdin: false,
             best_effort: config.isolation.value == Isolation::BestEffort,
-            dies_with_warden: false,
         };
         let starter = Arc::new(Starter {
             config,
@@ -263,6 +263,13 @@ fn killed(signal: i32, cfg: &HostConfig, limits: &Limits, stdout: &str, stderr: 
 impl Executor for HostTool {
     fn execute(&self, invocation: Invocation) -> BoxFuture<'_, Result<Output, ToolError>> {
         Box::pin(self.run(invocation))
+    }
+
+    fn exec(&self, mut program: Program, held: Held) -> BoxFuture<'_, Result<Exit, ToolError>> {
+        Box::pin(async move {
+            let argv = self.template.program(std::mem::take(&mut program.argv))?;
+            crate::passthrough::run(&self.starter, argv, program, held).await
+        })
     }
 
     fn end_session(&self, session: SessionId) -> BoxFuture<'_, ()> {

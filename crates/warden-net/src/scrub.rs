@@ -8,73 +8,41 @@
 //! What no scrubber can catch is a host that transforms the value before echoing it (base64,
 //! hex, reversed): that host is trusted with the value, and with what it sends back.
 
+use warden_core::StreamRedactor;
+
 /// Stands in for a secret value, cut or padded with `*` to its length.
 pub(crate) const MARKER: &[u8] = b"[warden:redacted]";
 
 /// The largest response head the gate reads before scanning what follows.
 const MAX_RESPONSE_HEAD: usize = 64 << 10;
 
-/// Replaces each secret in a byte stream, holding back at most a secret's length less one
-/// byte: the tail that could be the start of a secret the next read completes.
+/// Replaces each secret in a byte stream with the marker at the secret's length (warden-core's
+/// [`StreamRedactor`], which holds back only a tail that could begin a secret).
 #[derive(Debug)]
-pub(crate) struct Scrubber {
-    secrets: Vec<Vec<u8>>,
-    carry: Vec<u8>,
-}
+pub(crate) struct Scrubber(StreamRedactor);
 
 impl Scrubber {
     pub(crate) fn new(secrets: Vec<Vec<u8>>) -> Self {
-        let secrets = secrets.into_iter().filter(|s| !s.is_empty()).collect();
-        Self {
-            secrets,
-            carry: Vec::new(),
-        }
+        let masked = secrets
+            .into_iter()
+            .map(|secret| {
+                let marker = (0..secret.len())
+                    .map(|i| MARKER.get(i).copied().unwrap_or(b'*'))
+                    .collect();
+                (secret, marker)
+            })
+            .collect();
+        Self(StreamRedactor::new(masked))
     }
 
     /// The bytes that may go on now: what was held and `chunk`, scrubbed, less a new tail.
     pub(crate) fn feed(&mut self, chunk: &[u8]) -> Vec<u8> {
-        let mut buf = std::mem::take(&mut self.carry);
-        buf.extend_from_slice(chunk);
-        for secret in &self.secrets {
-            mask(&mut buf, secret);
-        }
-        let hold = self.held_tail(&buf);
-        self.carry = buf.split_off(buf.len() - hold);
-        buf
+        self.0.feed(chunk)
     }
 
     /// What is still held, once the stream has ended: no secret can complete it now.
     pub(crate) fn finish(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.carry)
-    }
-
-    /// The length of the longest tail of `buf` that begins some secret without ending it.
-    fn held_tail(&self, buf: &[u8]) -> usize {
-        let longest = self.secrets.iter().map(|s| s.len() - 1).max().unwrap_or(0);
-        (1..=longest.min(buf.len()))
-            .rev()
-            .find(|&n| {
-                let tail = &buf[buf.len() - n..];
-                self.secrets
-                    .iter()
-                    .any(|s| s.len() > n && s.starts_with(tail))
-            })
-            .unwrap_or(0)
-    }
-}
-
-/// Overwrites every occurrence of `secret` in `buf` with the marker, at the secret's length.
-fn mask(buf: &mut [u8], secret: &[u8]) {
-    let mut from = 0;
-    while let Some(at) = buf[from..]
-        .windows(secret.len())
-        .position(|w| w == secret)
-        .map(|at| from + at)
-    {
-        for (i, b) in buf[at..at + secret.len()].iter_mut().enumerate() {
-            *b = MARKER.get(i).copied().unwrap_or(b'*');
-        }
-        from = at + secret.len();
+        self.0.finish()
     }
 }
 

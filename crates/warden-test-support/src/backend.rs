@@ -76,6 +76,7 @@ impl ExecutorKind for TestBackend {
             response: Support::Honoured,
             memory_ceiling: None,
             sessions: true,
+            programs: false,
             roots_observed: true,
         }
     }

@@ -150,6 +150,7 @@ impl ExecutorKind for WasmBackend {
             response: Support::Honoured,
             memory_ceiling: Some(MAX_MEMORY),
             sessions: false,
+            programs: false,
             roots_observed: true,
         }
     }

@@ -46,6 +46,8 @@ pub struct UsageReport {
 pub struct ToolUsage {
     pub tool: String,
     pub calls: u64,
+    /// How many of the calls were programs of `warden exec`.
+    pub execs: u64,
     /// Failed calls by error kind.
     pub errors: BTreeMap<String, u64>,
     /// Wall time: the median call and the 95th percentile, in milliseconds.
@@ -163,6 +165,7 @@ fn tool_usage(name: &str, t: &ToolSeen) -> ToolUsage {
     ToolUsage {
         tool: name.to_owned(),
         calls: wall.len() as u64,
+        execs: t.execs,
         errors: t.errors.clone(),
         wall_ms_p50: percentile(&wall, 50),
         wall_ms_p95: percentile(&wall, 95),

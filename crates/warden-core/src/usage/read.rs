@@ -47,6 +47,9 @@ struct CallLine {
     reached: Vec<Reached>,
     #[serde(default)]
     roots_opened: Vec<String>,
+    /// A program of `warden exec`, not a call.
+    #[serde(default)]
+    exec: bool,
 }
 
 #[derive(Deserialize)]
@@ -62,6 +65,8 @@ struct DeniedLine {
 pub(crate) struct ToolSeen {
     /// Wall time of each call, in milliseconds.
     pub durations: Vec<f64>,
+    /// How many of them were programs of `warden exec`.
+    pub execs: u64,
     /// Failed calls by error kind.
     pub errors: BTreeMap<String, u64>,
     /// CPU summed over the calls that measured it.
@@ -140,6 +145,7 @@ impl Seen {
         self.calls += 1;
         let tool = self.tools.entry(call.tool).or_default();
         tool.durations.push(call.duration_ms);
+        tool.execs += u64::from(call.exec);
         if call.outcome != "success" {
             *tool.errors.entry(call.outcome).or_default() += 1;
         }

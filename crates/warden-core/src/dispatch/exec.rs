@@ -1,0 +1,87 @@
+//! `warden exec`'s path: a whole program in the sandbox a call of a tool gets. It takes the
+//! tool's admission like a call, its output is redacted of the tool's secret values as it
+//! flows, and it is logged as a call record marked `exec`.
+
+use super::{Dispatcher, ExecFacts, Facts, secrets_of};
+use crate::executor::{Denials, Meter};
+use crate::message::{ErrorKind, ToolCall, ToolError, ToolMessage};
+use crate::program::{Exit, Held, Program, Redacting};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+impl Dispatcher {
+    /// Runs `program` in the sandbox a call of `tool` gets, under the tool's limits and its
+    /// admission, and answers how it ended, or why it could not start (an unknown tool, one
+    /// whose executor runs only calls, a sandbox that could not be set up). Either way a
+    /// record marked `exec` goes to the call log.
+    pub async fn exec(&self, tool: &str, mut program: Program) -> Result<Exit, ToolError> {
+        static EXECS: AtomicU64 = AtomicU64::new(1);
+        let start = Instant::now();
+        let call = ToolCall {
+            id: format!("exec-{}", EXECS.fetch_add(1, Ordering::Relaxed)),
+            name: tool.to_owned(),
+            arguments: serde_json::json!({ "argv": program.argv }).to_string(),
+        };
+        let tool = self
+            .toolbox
+            .get(tool)
+            .ok_or_else(|| self.unknown_tool(tool))?;
+        let secrets = secrets_of(tool);
+        program.stdout = Redacting::wrap(program.stdout, &secrets);
+        program.stderr = Redacting::wrap(program.stderr, &secrets);
+        let held = Held {
+            limits: tool.limits,
+            denials: Denials::default(),
+            usage: Meter::default(),
+        };
+        let facts = ExecFacts {
+            argv: program.argv.clone(),
+            exit_status: None,
+            unlimited_time: program.timeout.is_none(),
+        };
+        let ended = match self.gate.admit(tool).await {
+            Ok(_permit) => {
+                self.session.touch();
+                tool.executor.exec(program, held.clone()).await
+            }
+            Err(e) => Err(e),
+        };
+        let message = match &ended {
+            Ok(Exit::Code(0)) => ToolMessage::success(&call, "exited with status 0".into(), None),
+            Ok(exit) => ToolMessage::failure(&call, ended_badly(*exit)),
+            Err(e) => ToolMessage::failure(&call, e.clone()),
+        };
+        let facts = Facts {
+            took: start.elapsed(),
+            attempts: 1,
+            denied: held.denials.snapshot(),
+            usage: held.usage.get(),
+            reached: held.usage.reached(),
+            exec: Some(ExecFacts {
+                exit_status: ended.as_ref().ok().map(|exit| exit.status()),
+                ..facts
+            }),
+            ..Facts::default()
+        };
+        self.write_log(&call, Some(tool), &secrets, &message, &facts);
+        ended
+    }
+}
+
+/// The record's error for a program that did not exit with 0.
+fn ended_badly(exit: Exit) -> ToolError {
+    match exit {
+        Exit::TimedOut => ToolError::new(
+            ErrorKind::Timeout,
+            "the program outlived its time limit and was killed",
+        ),
+        Exit::Signal(signal) => ToolError::new(
+            ErrorKind::ExitStatus,
+            format!("the program was killed by signal {signal}"),
+        ),
+        Exit::Code(code) => ToolError::new(
+            ErrorKind::ExitStatus,
+            format!("the program exited with status {code}"),
+        ),
+    }
+}

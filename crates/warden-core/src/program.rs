@@ -1,0 +1,186 @@
+//! A whole program in a tool's sandbox (`warden exec`): the sandbox a call of the tool gets,
+//! with the program's streams passed through as it reads and writes rather than captured.
+
+use crate::executor::{Denials, Meter};
+use crate::limits::Limits;
+use crate::redact::{Secrets, StreamRedactor};
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::mpsc;
+
+/// A byte stream the program reads.
+pub type Input = Box<dyn AsyncRead + Send + Unpin>;
+/// A byte stream the program writes.
+pub type Sink = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// One program to run in a tool's sandbox.
+pub struct Program {
+    /// The command line; empty for the policy's own shell.
+    pub argv: Vec<String>,
+    pub stdin: Input,
+    pub stdout: Sink,
+    pub stderr: Sink,
+    /// When the program is killed; `None` lets it run as long as it likes.
+    pub timeout: Option<Duration>,
+    /// Signals to pass on to the program, by number (`SIGINT`, `SIGTERM`, …). After a
+    /// `SIGTERM` or `SIGHUP` the program has [`Program::GRACE`] to end before it is killed.
+    pub signals: mpsc::UnboundedReceiver<i32>,
+}
+
+impl Program {
+    /// How long a program may take to end after a `SIGTERM` or `SIGHUP` passed on to it.
+    pub const GRACE: Duration = Duration::from_secs(5);
+}
+
+/// What the dispatcher hands an executor beside the program: the tool's limits (CPU, memory,
+/// processes; the wall clock is the program's own `timeout`) and where the sandbox reports.
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub limits: Limits,
+    /// Where the sandbox reports what it refused.
+    pub denials: Denials,
+    /// Where the sandbox reports what the program used.
+    pub usage: Meter,
+}
+
+/// How a program ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// It exited with this code.
+    Code(i32),
+    /// A signal killed it.
+    Signal(i32),
+    /// It outlived its time limit and was killed.
+    TimedOut,
+}
+
+impl Exit {
+    /// The status a shell shows for it: the code, 128 + the signal, or 124 for the time
+    /// limit, as `timeout(1)` answers.
+    pub fn status(self) -> i32 {
+        match self {
+            Exit::Code(code) => code,
+            Exit::Signal(signal) => 128 + signal,
+            Exit::TimedOut => 124,
+        }
+    }
+}
+
+/// A sink that redacts secret values from what goes through it, however the writes cut
+/// them: what could begin a value waits for the next write, or for the shutdown.
+pub(crate) struct Redacting {
+    inner: Sink,
+    redactor: StreamRedactor,
+    /// Redacted bytes not yet written, from `written` on.
+    pending: Vec<u8>,
+    written: usize,
+    finished: bool,
+}
+
+impl Redacting {
+    /// `inner`, redacted of `secrets` (unwrapped when there are none).
+    pub(crate) fn wrap(inner: Sink, secrets: &Secrets) -> Sink {
+        if secrets.is_empty() {
+            return inner;
+        }
+        Box::new(Self {
+            inner,
+            redactor: secrets.stream(),
+            pending: Vec::new(),
+            written: 0,
+            finished: false,
+        })
+    }
+
+    /// Writes what is pending.
+    fn drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.written < self.pending.len() {
+            let n =
+                ready!(Pin::new(&mut self.inner).poll_write(cx, &self.pending[self.written..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.written += n;
+        }
+        self.pending.clear();
+        self.written = 0;
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Redacting {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        ready!(this.drain(cx))?;
+        this.pending = this.redactor.feed(buf);
+        // Accepted whether or not it goes out now: the next write or flush drains it.
+        if let Poll::Ready(Err(e)) = this.drain(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.drain(cx))?;
+        Pin::new(&mut this.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.finished {
+            ready!(this.drain(cx))?;
+            this.pending = this.redactor.finish();
+            this.finished = true;
+        }
+        ready!(this.drain(cx))?;
+        Pin::new(&mut this.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    /// A sink that takes at most 3 bytes a write, into a shared buffer.
+    struct Slow(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl AsyncWrite for Slow {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            let n = buf.len().min(3);
+            self.0.lock().unwrap().extend_from_slice(&buf[..n]);
+            Poll::Ready(Ok(n))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_sink_redacts_across_writes_and_lets_the_held_tail_out_at_shutdown() {
+        let got = std::sync::Arc::default();
+        let secrets = Secrets::new(vec![("KEY".into(), "s3cr3t-value".into())]);
+        let mut sink = Redacting::wrap(Box::new(Slow(std::sync::Arc::clone(&got))), &secrets);
+        for piece in ["one s3cr", "3t-value two s3", "cr"] {
+            sink.write_all(piece.as_bytes()).await.unwrap();
+        }
+        sink.shutdown().await.unwrap();
+        let text = String::from_utf8(got.lock().unwrap().clone()).unwrap();
+        assert_eq!(text, "one [redacted:KEY] two s3cr");
+    }
+}

@@ -1,0 +1,187 @@
+//! A program of `warden exec` in a docker sandbox: a container with the body a call's gets,
+//! attached before it starts, its streams relayed to and from the program's own as they flow,
+//! driven by `warden_command::program`, and removed when the program ends.
+
+use crate::container::{Container, open_gate};
+use crate::engine::Engine;
+use crate::gate::Sandboxed;
+use crate::plan::Plan;
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::query_parameters::KillContainerOptionsBuilder;
+use futures::StreamExt;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use warden_command::program::{Driven, Running, drive};
+use warden_core::{BoxFuture, ErrorKind, Exit, Grants, Held, Program, ToolError};
+use warden_net::{Gate, Scope};
+
+/// A deadline for the gate of a program without one: far enough never to come.
+const NEVER: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// What a docker tool's containers are made of.
+pub(crate) struct Made<'a> {
+    pub engine: &'a Engine,
+    pub plan: &'a Plan,
+    pub grants: &'a Grants,
+    /// The net grants' gate, when the policy grants hosts (and not every host).
+    pub gate: Option<&'a Gate>,
+}
+
+/// Runs `argv` as the program, in a container of the tool `made` describes.
+pub(crate) async fn run(
+    made: Made<'_>,
+    argv: Vec<String>,
+    program: Program,
+    held: Held,
+) -> Result<Exit, ToolError> {
+    let Made {
+        engine,
+        plan,
+        grants,
+        gate,
+    } = made;
+    if plan.copied.is_some() {
+        return Err(ToolError::new(
+            ErrorKind::Unavailable,
+            "this engine cannot mount the tool's roots, so its calls get copies; `warden exec` \
+             runs programs only where the roots are mounted: use an engine on this machine",
+        ));
+    }
+    let Program {
+        stdin,
+        stdout,
+        stderr,
+        timeout,
+        mut signals,
+        ..
+    } = program;
+    let sandboxed = gate.map(|_| Sandboxed::new(grants)).transpose()?;
+    let env = grants
+        .resolve_env()?
+        .into_iter()
+        .chain(sandboxed.iter().flat_map(Sandboxed::env))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let docker = engine.client().await?;
+    engine.ensure_image(&docker, &plan.image).await?;
+    let mut body = plan.container(
+        held_until_told(argv),
+        env,
+        held.limits.memory,
+        engine.labels(&plan.tool, "exec"),
+        true,
+    );
+    if let Some(s) = &sandboxed {
+        s.mount_into(&mut body);
+    }
+    let container = Container::create(engine, &docker, &plan.image, body).await?;
+    let attached = container.attach_and_start(engine, true).await?;
+    let proxy = match gate.zip(sandboxed) {
+        Some((gate, s)) => match open_gate(engine, &container, gate.clone(), s.credentials).await {
+            Ok(proxy) => {
+                let ends = tokio::time::Instant::now() + timeout.unwrap_or(NEVER);
+                proxy.begin(Scope {
+                    denials: held.denials.clone(),
+                    deadline: ends.into_std(),
+                });
+                Some(proxy)
+            }
+            Err(e) => {
+                container.remove().await;
+                return Err(e);
+            }
+        },
+        None => None,
+    };
+    let mut input = attached.input;
+    // The program starts here; a failed write shows as its container's exit status (125).
+    let _ = input.write_all(b"go\n").await;
+    let running = InContainer {
+        docker: &docker,
+        id: &container.id,
+    };
+    let output = relay_frames(attached.output, stdout, stderr, &running);
+    let driven = drive(&running, (stdin, input), output, &mut signals, timeout).await;
+    let status = container.exit_status(engine).await;
+    if let Some(traffic) = proxy.map(|p| p.end()) {
+        traffic.count_in(&held.usage);
+    }
+    container.remove().await;
+    match (driven, status) {
+        (Driven::TimedOut, _) => Ok(Exit::TimedOut),
+        (Driven::Killed, _) => Ok(Exit::Signal(9)),
+        (Driven::Ended, Ok((code, _))) => Ok(Exit::Code(i32::try_from(code).unwrap_or(-1))),
+        (Driven::Ended, Err(e)) => Err(e),
+    }
+}
+
+/// The command line of a program's container: `/bin/sh` waits for one line (sent once the
+/// gate listens, when there is one), then becomes the program, which reads the rest of stdin.
+fn held_until_told(argv: Vec<String>) -> Vec<String> {
+    let mut held = vec![
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        "IFS= read -r w || exit 125; exec \"$@\"".to_owned(),
+        "sh".to_owned(),
+    ];
+    held.extend(argv);
+    held
+}
+
+/// Copies the attached frames to the program's stdout and stderr as they come, then shuts
+/// both down. A reader gone (warden's stdout closed early) kills the program, which has no
+/// other way to learn that nobody reads it.
+async fn relay_frames(
+    mut frames: impl futures::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Unpin,
+    mut stdout: impl AsyncWrite + Unpin,
+    mut stderr: impl AsyncWrite + Unpin,
+    running: &InContainer<'_>,
+) {
+    while let Some(Ok(frame)) = frames.next().await {
+        let written = match frame {
+            LogOutput::StdErr { message } => write(&mut stderr, &message).await,
+            LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                write(&mut stdout, &message).await
+            }
+            LogOutput::StdIn { .. } => Ok(()),
+        };
+        if written.is_err() {
+            running.kill().await;
+            break;
+        }
+    }
+    let _ = stdout.shutdown().await;
+    let _ = stderr.shutdown().await;
+}
+
+async fn write(to: &mut (impl AsyncWrite + Unpin), bytes: &[u8]) -> std::io::Result<()> {
+    to.write_all(bytes).await?;
+    to.flush().await
+}
+
+/// A program's running container, as the driver reaches it: signals go to its init, which
+/// passes them on to the program.
+struct InContainer<'a> {
+    docker: &'a Docker,
+    id: &'a str,
+}
+
+impl InContainer<'_> {
+    async fn send(&self, signal: i32) {
+        let options = KillContainerOptionsBuilder::new()
+            .signal(&signal.to_string())
+            .build();
+        // A container that has just ended has nothing left to signal.
+        let _ = self.docker.kill_container(self.id, Some(options)).await;
+    }
+}
+
+impl Running for InContainer<'_> {
+    fn signal(&self, signal: i32) -> BoxFuture<'_, ()> {
+        Box::pin(self.send(signal))
+    }
+
+    fn kill(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.send(9))
+    }
+}

@@ -1,0 +1,139 @@
+//! A program of `warden exec` in a host sandbox: the sandbox a call of the tool gets, with the
+//! helper's stdin, stdout and stderr relayed to and from the program's own streams as they
+//! flow (never held whole), driven by `warden_command::program`.
+
+use crate::failure::unavailable;
+use crate::forks::Forked;
+use crate::plan::Report;
+use crate::sandboxes::Started;
+use crate::starter::Starter;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::time::Instant;
+use warden_command::program::{Driven, Running, drive, relay};
+use warden_core::{BoxFuture, Exit, Held, Program, ToolError};
+use warden_net::Scope;
+
+/// How long the helper has to hand over the gate's listener, and to end once its tree is gone.
+const SETUP_WAIT: Duration = Duration::from_secs(10);
+
+/// A deadline for the gate of a program without one: far enough never to come.
+const NEVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// Runs `argv` as the program, in a sandbox of `starter`'s tool.
+pub(crate) async fn run(
+    starter: &Arc<Starter>,
+    argv: Vec<String>,
+    program: Program,
+    held: Held,
+) -> Result<Exit, ToolError> {
+    let Program {
+        stdin,
+        stdout,
+        stderr,
+        timeout,
+        mut signals,
+        ..
+    } = program;
+    let credentials = starter.credentials()?;
+    let call = starter.plan_for(
+        argv,
+        starter.grants.resolve_env()?,
+        &held.limits,
+        timeout,
+        &credentials,
+    )?;
+    let mut started = starter.sandboxes.start(true).await?;
+    started.send_call(&call).await?;
+    let Started {
+        helper,
+        stdin: input,
+        stdout: from_out,
+        stderr: from_err,
+        reports,
+        gate,
+    } = started;
+    let proxy = match gate {
+        Some(socket) => {
+            let by = Instant::now() + SETUP_WAIT;
+            starter.serve_gate(socket, by, credentials).await?
+        }
+        None => None,
+    };
+    if let Some(proxy) = &proxy {
+        let ends = Instant::now() + timeout.unwrap_or(NEVER);
+        proxy.begin(Scope {
+            denials: held.denials.clone(),
+            deadline: ends.into_std(),
+        });
+    }
+    let mut reported = Vec::new();
+    let output = async {
+        let ((), (), told) = tokio::join!(
+            relay(from_out, stdout),
+            relay(from_err, stderr),
+            read_reports(reports)
+        );
+        reported = told;
+    };
+    let driven = drive(&helper, (stdin, input), output, &mut signals, timeout).await;
+    if let Some(traffic) = proxy.map(|p| p.end()) {
+        traffic.count_in(&held.usage);
+    }
+    // The tree is gone: the helper exits at once.
+    let _ = tokio::time::timeout(SETUP_WAIT, helper.ended()).await;
+    let mut exit = None;
+    for report in reported {
+        match report {
+            Report::Failed { message, .. } => return Err(unavailable(&message)),
+            Report::Used {
+                cpu_ms,
+                max_rss_bytes,
+            } => held.usage.record(|u| {
+                u.cpu_ms = Some(cpu_ms);
+                u.peak_memory_bytes = Some(max_rss_bytes);
+            }),
+            Report::Exited {
+                code: Some(code), ..
+            } => exit = Some(Exit::Code(code)),
+            Report::Exited {
+                signal: Some(signal),
+                ..
+            } => exit = Some(Exit::Signal(signal)),
+            Report::Exited { .. } | Report::Ready(_) | Report::Init { .. } => {}
+        }
+    }
+    match (driven, exit) {
+        (Driven::TimedOut, _) => Ok(Exit::TimedOut),
+        (Driven::Killed, _) => Ok(Exit::Signal(nix::libc::SIGKILL)),
+        (Driven::Ended, Some(exit)) => Ok(exit),
+        (Driven::Ended, None) => Err(unavailable(
+            "the host sandbox ended without saying how the program ended",
+        )),
+    }
+}
+
+impl Running for Forked {
+    fn signal(&self, signal: i32) -> BoxFuture<'_, ()> {
+        Forked::signal(self, signal);
+        Box::pin(async {})
+    }
+
+    fn kill(&self) -> BoxFuture<'_, ()> {
+        Forked::kill(self);
+        Box::pin(async {})
+    }
+}
+
+/// Every report line until the helper and `init` close the descriptor.
+async fn read_reports(reports: impl AsyncRead + Unpin) -> Vec<Report> {
+    let mut bytes = Vec::new();
+    // Reports are a few lines; a runaway helper cannot make this grow far.
+    let _ = reports.take(1 << 20).read_to_end(&mut bytes).await;
+    bytes
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| serde_json::from_slice(l).ok())
+        .collect()
+}

@@ -1,0 +1,147 @@
+//! `warden exec TOOL [-- PROGRAM ARGS…]`: a whole program in the sandbox a call of a shell
+//! tool gets, its stdin, stdout and stderr passed through, its exit status warden's.
+
+use crate::context;
+use anyhow::{Result, anyhow, bail};
+use std::process::ExitCode;
+use std::time::Duration;
+use tokio::signal::unix::{SignalKind, signal};
+use warden::Warden;
+use warden_core::shown::Escaped;
+use warden_core::{Exit, HumanDuration, Program, RunLimits, Tool, Toolbox};
+
+/// warden's own failure (the program never ran), as `docker run` answers it: distinct from
+/// any status a program that ran can end with but 125 itself.
+const WARDEN_FAILED: u8 = 125;
+
+/// The signals passed on to the program; warden takes them while the program runs.
+fn passed() -> [SignalKind; 7] {
+    [
+        SignalKind::interrupt(),
+        SignalKind::terminate(),
+        SignalKind::hangup(),
+        SignalKind::quit(),
+        SignalKind::user_defined1(),
+        SignalKind::user_defined2(),
+        SignalKind::window_change(),
+    ]
+}
+
+#[derive(clap::Args)]
+pub(crate) struct ExecArgs {
+    /// The docker or host tool whose sandbox the program runs in.
+    tool: String,
+    /// The wall-clock limit: a duration (`90s`, `10m`, `2h`), or `none` for an interactive
+    /// shell (flagged in the call log) [default: the policy's timeout].
+    #[arg(long, value_name = "DURATION|none")]
+    timeout: Option<TimeLimit>,
+    /// The program and its arguments [default: the tool's shell].
+    #[arg(last = true, value_name = "PROGRAM")]
+    program: Vec<String>,
+}
+
+/// `--timeout`: a duration, or none at all.
+#[derive(Clone, Copy)]
+enum TimeLimit {
+    After(Duration),
+    Never,
+}
+
+impl std::str::FromStr for TimeLimit {
+    type Err = warden_core::UnitError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.trim() == "none" {
+            return Ok(TimeLimit::Never);
+        }
+        s.parse::<HumanDuration>().map(|d| TimeLimit::After(d.0))
+    }
+}
+
+pub(crate) fn exec(ctx: &Warden, args: ExecArgs) -> Result<ExitCode> {
+    let ended = run(ctx, args);
+    match ended {
+        Ok(code) => Ok(code),
+        Err(e) => {
+            eprintln!("warden exec: {}", Escaped(format_args!("{e:#}")));
+            Ok(ExitCode::from(WARDEN_FAILED))
+        }
+    }
+}
+
+fn run(ctx: &Warden, args: ExecArgs) -> Result<ExitCode> {
+    let dispatcher = context::dispatcher(ctx, RunLimits::default())?;
+    let tool = runnable(dispatcher.toolbox(), &args.tool)?;
+    let timeout = match args.timeout {
+        None => Some(tool.limits.timeout),
+        Some(TimeLimit::After(d)) => Some(d),
+        Some(TimeLimit::Never) => None,
+    };
+    let runtime = context::runtime()?;
+    let ended = runtime.block_on(async {
+        let (pass, signals) = tokio::sync::mpsc::unbounded_channel();
+        for kind in passed() {
+            let mut arrivals = signal(kind)?;
+            let (pass, number) = (pass.clone(), kind.as_raw_value());
+            tokio::spawn(async move {
+                while arrivals.recv().await.is_some() && pass.send(number).is_ok() {}
+            });
+        }
+        let program = Program {
+            argv: args.program,
+            stdin: Box::new(tokio::io::stdin()),
+            stdout: Box::new(tokio::io::stdout()),
+            stderr: Box::new(tokio::io::stderr()),
+            timeout,
+            signals,
+        };
+        let ended = dispatcher.exec(&args.tool, program).await;
+        dispatcher.close().await;
+        anyhow::Ok(ended)
+    })?;
+    // warden's stdin may still be read by a thread that waits on a terminal: not waited for.
+    runtime.shutdown_background();
+    let exit = ended.map_err(|e| anyhow!("{}", e.message))?;
+    if exit == Exit::TimedOut {
+        let limit = timeout.map_or(String::new(), |t| format!(" of {}", HumanDuration(t)));
+        eprintln!(
+            "warden exec: the program outlived its time limit{limit} and was killed \
+             (--timeout sets another, or none)"
+        );
+    }
+    Ok(ExitCode::from(
+        u8::try_from(exit.status()).unwrap_or(u8::MAX),
+    ))
+}
+
+/// The tool named `name`, if `warden exec` can run programs in its sandbox; else an error
+/// that says which tools it can.
+fn runnable<'a>(toolbox: &'a Toolbox, name: &str) -> Result<&'a Tool> {
+    let runs_programs = |tool: &Tool| {
+        toolbox
+            .policies()
+            .iter()
+            .any(|p| std::sync::Arc::ptr_eq(&p.policy, &tool.policy) && p.capabilities.programs)
+    };
+    let shells: Vec<&str> = toolbox
+        .tools()
+        .filter(|t| runs_programs(t))
+        .map(|t| t.spec.name.as_str())
+        .collect();
+    let listed = if shells.is_empty() {
+        "this toolbox has no docker or host tool".to_owned()
+    } else {
+        format!("the tools it runs programs in: {}", shells.join(", "))
+    };
+    let Some(tool) = toolbox.get(name) else {
+        bail!("there is no tool named `{name}`; {listed}");
+    };
+    if !runs_programs(tool) {
+        bail!(
+            "`{name}` is a {} tool: those are called, not exec'd (`warden call {name} \
+             '{{...}}'`); {listed}",
+            tool.policy.kind.value
+        );
+    }
+    Ok(tool)
+}

@@ -1,0 +1,433 @@
+//! `warden exec` with the shipped host shell: a whole program in the sandbox a call of the
+//! tool gets, its streams passed through, its exit status warden's, its signals passed on,
+//! and nothing of it left once it ends.
+
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A temp toolbox holding the shipped `policies/shell-host.toml`, run as a user of its own
+/// (so that what it leaves behind can be counted), with `grants` lines added.
+struct Env {
+    dir: tempfile::TempDir,
+    uid: u32,
+}
+
+impl Env {
+    fn new(uid: u32, grants: &str) -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        // The command runs as another user: the granted folder must be reachable by others.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::create_dir(dir.path().join("policies")).unwrap();
+        std::fs::create_dir(dir.path().join("workspace")).unwrap();
+        std::fs::write(dir.path().join("workspace/README.txt"), "granted file\n").unwrap();
+        std::fs::write(dir.path().join("secret.txt"), "MARKER-exec-5e2\n").unwrap();
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/shell-host.toml");
+        let text = std::fs::read_to_string(shipped)
+            .unwrap()
+            .replace(
+                "# user = \"65534:65534\"",
+                &format!("user = \"{uid}:{uid}\""),
+            )
+            .replace("[grants]\n", &format!("[grants]\n{grants}\n"));
+        assert!(text.contains(&format!("\nuser = \"{uid}")), "{text}");
+        std::fs::write(dir.path().join("policies/shell-host.toml"), text).unwrap();
+        assert_eq!(processes_of(uid), 0, "user {uid} already runs processes");
+        Self { dir, uid }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
+        command
+            .arg("exec")
+            .args(args)
+            .env("WARDEN_TOOLBOX", self.dir.path().join("policies"))
+            .env("WARDEN_HOME", self.dir.path().join("home"))
+            .env("WARDEN_TEST_MARKER", "MARKER-env-77a");
+        command
+    }
+
+    /// `warden exec ARGS`, fed `input`.
+    fn exec(&self, args: &[&str], input: &[u8]) -> Output {
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("warden runs");
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    /// The call log's records.
+    fn records(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.dir.path().join("home/calls.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// Everything of the sandbox's user is gone, soon.
+    fn leaves_nothing(&self) {
+        assert!(
+            eventually(Duration::from_secs(5), || processes_of(self.uid) == 0),
+            "processes of {} left: {:?}",
+            self.uid,
+            pids_of(self.uid)
+        );
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn a_program_runs_in_the_sandbox_a_call_gets() {
+    let env = Env::new(65_471, "");
+    let script = "id -u; cat README.txt; env; cat ../secret.txt; echo x > planted";
+    let out = env.exec(&["host-shell", "--", "/bin/sh", "-c", script], b"");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        stdout.starts_with("65471\ngranted file\n"),
+        "{stdout}{stderr}"
+    );
+    assert!(!stdout.contains("MARKER-env-77a"), "warden's env: {stdout}");
+    for name in stdout.lines().skip(2).filter_map(|l| l.split_once('=')) {
+        assert!(["PATH", "LANG", "PWD"].contains(&name.0), "{name:?} leaked");
+    }
+    assert!(!stdout.contains("MARKER-exec-5e2"), "{stdout}");
+    assert!(stderr.contains("Permission denied"), "{stderr}");
+    assert!(!env.dir.path().join("workspace/planted").exists());
+    // The last command's failure is the program's status, and warden's.
+    let code = out.status.code().unwrap();
+    assert!(code != 0 && code != 125, "{code}: {stderr}");
+    env.leaves_nothing();
+}
+
+#[test]
+fn stdin_flows_through_and_the_exit_status_is_wardens() {
+    let env = Env::new(65_472, "");
+    let out = env.exec(&["host-shell", "--", "wc", "-l"], b"a\nb\n");
+    assert_eq!(text(&out.stdout).trim(), "2", "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0));
+    let out = env.exec(&["host-shell", "--", "sh", "-c", "exit 3"], b"");
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let out = env.exec(&["host-shell", "--", "sh", "-c", "kill -9 $$"], b"");
+    assert_eq!(out.status.code(), Some(137), "{}", text(&out.stderr));
+    // No program: the tool's shell, reading its commands on stdin.
+    let out = env.exec(&["host-shell"], b"cd /tmp && pwd\nexit 4\n");
+    assert_eq!(text(&out.stdout), "/tmp\n", "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(4));
+    // Each is a call record marked `exec`, and the audit counts them.
+    let records: Vec<Value> = env
+        .records()
+        .into_iter()
+        .filter(|r| r["exec"] == true)
+        .collect();
+    assert_eq!(records.len(), 4, "{records:?}");
+    assert_eq!(
+        records[1]["argv"],
+        serde_json::json!(["sh", "-c", "exit 3"])
+    );
+    assert_eq!(records[1]["exit_status"], 3);
+    assert_eq!(records[1]["outcome"], "exit_status");
+    assert_eq!(records[0]["outcome"], "success");
+    assert!(records[0]["policy_digest"].is_string(), "{:?}", records[0]);
+    let usage = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["audit", "--usage", "--json"])
+        .env("WARDEN_TOOLBOX", env.dir.path().join("policies"))
+        .env("WARDEN_HOME", env.dir.path().join("home"))
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&usage.stdout).unwrap();
+    assert_eq!(report["tools"][0]["execs"], 4, "{report}");
+}
+
+/// Runs `warden exec` writing `bytes` of zeros to a reader that counts them; answers the
+/// count and warden's largest resident set, in KiB.
+fn stream(env: &Env, bytes: u64) -> (u64, i64) {
+    let mut child = env
+        .command(&[
+            "host-shell",
+            "--",
+            "head",
+            "-c",
+            &bytes.to_string(),
+            "/dev/zero",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut counted = 0u64;
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match stdout.read(&mut buf).unwrap() {
+            0 => break,
+            n => counted += n as u64,
+        }
+    }
+    (counted, max_rss_kib(child))
+}
+
+/// Waits for `child` and answers its largest resident set, in KiB.
+fn max_rss_kib(child: Child) -> i64 {
+    let mut status = 0;
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child, writing into locals.
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    usage.ru_maxrss
+}
+
+#[test]
+fn a_long_stream_passes_without_warden_holding_it() {
+    let env = Env::new(65_473, "");
+    let (small, small_rss) = stream(&env, 1 << 20);
+    let (large, large_rss) = stream(&env, 200_000_000);
+    assert_eq!((small, large), (1 << 20, 200_000_000));
+    // 200 MB through warden leave its memory where 1 MiB does: it streams.
+    assert!(
+        large_rss < small_rss + 16 * 1024,
+        "{large_rss} KiB for 200 MB against {small_rss} KiB for 1 MiB"
+    );
+}
+
+#[test]
+fn a_program_past_its_time_limit_is_killed_and_leaves_nothing() {
+    let env = Env::new(65_474, "");
+    let start = Instant::now();
+    let out = env.exec(
+        &[
+            "host-shell",
+            "--timeout",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            "sleep 100 & sleep 100",
+        ],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("time limit of 1s"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(start.elapsed() < Duration::from_secs(20));
+    env.leaves_nothing();
+    // A fork bomb meets the policy's process limit, then the time limit.
+    let out = env.exec(
+        &[
+            "host-shell",
+            "--timeout",
+            "3s",
+            "--",
+            "sh",
+            "-c",
+            "b() { b | b & }; b; sleep 60",
+        ],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
+    env.leaves_nothing();
+}
+
+#[test]
+fn sigterm_reaches_the_program_and_the_sandbox_ends() {
+    let env = Env::new(65_475, "");
+    let script = "trap 'echo got-term; exit 7' TERM; echo ready; while :; do sleep 0.1; done";
+    let mut child = env
+        .command(&["host-shell", "--timeout", "none", "--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut ready = [0u8; 6];
+    stdout.read_exact(&mut ready).unwrap();
+    assert_eq!(&ready, b"ready\n");
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(rest, "got-term\n", "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+    env.leaves_nothing();
+    let record = env
+        .records()
+        .into_iter()
+        .find(|r| r["exec"] == true)
+        .unwrap();
+    assert_eq!(record["unlimited_time"], true, "{record}");
+    // A program that ignores SIGTERM is killed once its grace period is over.
+    let script = "trap '' TERM; echo ready; while :; do sleep 0.1; done";
+    let mut child = env
+        .command(&["host-shell", "--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdout.take().unwrap().read_exact(&mut ready).unwrap();
+    let start = Instant::now();
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(137), "{}", text(&out.stderr));
+    assert!(
+        start.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        start.elapsed()
+    );
+    env.leaves_nothing();
+}
+
+#[test]
+fn secret_values_are_redacted_from_the_stream_however_it_is_cut() {
+    let env = Env::new(65_476, "env_from_host = [\"WARDEN_TEST_EXEC_TOKEN\"]");
+    // One byte a write: the value crosses every read warden makes; then whole.
+    let script = "v=$WARDEN_TEST_EXEC_TOKEN; for ((i = 0; i < ${#v}; i++)); do \
+                  printf '%s' \"${v:i:1}\"; sleep 0.01; done; echo; echo \"$v\"";
+    let out = env
+        .command(&["host-shell", "--", "bash", "-c", script])
+        .env("WARDEN_TEST_EXEC_TOKEN", "tok-4d9f0c2b")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&out.stdout),
+        "[redacted:WARDEN_TEST_EXEC_TOKEN]\n[redacted:WARDEN_TEST_EXEC_TOKEN]\n",
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_net_grant_is_reached_through_the_gate_and_the_rest_refused() {
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in server.incoming().flatten().take(2) {
+            let mut head = [0u8; 4096];
+            let _ = stream.read(&mut head);
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\nConnection: close\r\n\r\nexec-reach!\n",
+            );
+        }
+    });
+    let env = Env::new(65_477, &format!("net = [\"127.0.0.1:{port}\"]"));
+    let script =
+        format!("curl -sS http://127.0.0.1:{port}/; curl -sS -m 5 http://127.0.0.2:{port}/");
+    let out = env.exec(&["host-shell", "--", "sh", "-c", &script], b"");
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("exec-reach!\n"),
+        "{stdout}{}",
+        text(&out.stderr)
+    );
+    assert!(
+        stdout.contains("warden denied http://127.0.0.2"),
+        "{stdout}"
+    );
+    let records = env.records();
+    let denied = records.iter().find(|r| r["event"] == "denied");
+    assert!(denied.is_some(), "{records:?}");
+    let exec = records.iter().find(|r| r["exec"] == true).unwrap();
+    assert_eq!(exec["denied_count"], 1, "{exec}");
+    assert!(
+        exec["usage"]["net_connections"].as_u64() >= Some(2),
+        "{exec}"
+    );
+}
+
+#[test]
+fn a_parent_drives_the_shell_command_by_command_as_langchains_shell_tool_does() {
+    use std::io::BufRead;
+    let env = Env::new(65_479, "");
+    let mut child = env
+        .command(&["host-shell", "--timeout", "none", "--", "bash"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    // One command at a time, each answered before the next is written: the shell waits on
+    // its stdin in between, and `cd` and variables carry over.
+    let mut run = |command: &str, marker: &str| -> Vec<String> {
+        writeln!(stdin, "{command}; printf '\\n{marker} %s\\n' $?").unwrap();
+        stdin.flush().unwrap();
+        let mut out = Vec::new();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            if line.starts_with(marker) {
+                out.push(line);
+                return out;
+            }
+            out.push(line);
+        }
+        panic!("the shell ended before {marker}: {out:?}");
+    };
+    assert_eq!(run("cd /tmp && X=kept", "__M1__"), ["", "__M1__ 0"]);
+    assert_eq!(
+        run("pwd; echo $X; false", "__M2__"),
+        ["/tmp", "kept", "", "__M2__ 1"]
+    );
+    // Its input closed, the shell exits with its last command's status (the marker's).
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    env.leaves_nothing();
+}
+
+#[test]
+fn an_unknown_tool_is_refused_with_the_tools_exec_runs() {
+    let env = Env::new(65_478, "");
+    let out = env.exec(&["no-such-tool", "--", "true"], b"");
+    assert_eq!(out.status.code(), Some(125));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("no tool named `no-such-tool`"), "{stderr}");
+    assert!(stderr.contains("host-shell"), "{stderr}");
+}
+
+/// Pids of the processes owned by `uid`.
+fn pids_of(uid: u32) -> Vec<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+            (e.metadata().ok()?.uid() == uid).then_some(pid)
+        })
+        .collect()
+}
+
+fn processes_of(uid: u32) -> usize {
+    pids_of(uid).len()
+}
+
+/// Waits up to `within` for `done`; answers whether it came true.
+fn eventually(within: Duration, done: impl Fn() -> bool) -> bool {
+    let until = Instant::now() + within;
+    while !done() {
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
