@@ -2,13 +2,13 @@
 //! tool gets, its stdin, stdout and stderr passed through, its exit status warden's.
 
 use crate::context;
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Context as _, Result, anyhow, bail};
 use std::process::ExitCode;
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 use warden::Warden;
 use warden_core::shown::Escaped;
-use warden_core::{Exit, HumanDuration, Program, RunLimits, Tool, Toolbox};
+use warden_core::{Exit, HumanDuration, Program, RunLimits, Tool, Toolbox, WindowSize};
 
 /// warden's own failure (the program never ran), as `docker run` answers it: distinct from
 /// any status a program that ran can end with but 125 itself.
@@ -77,14 +77,37 @@ fn run(ctx: &Warden, args: ExecArgs) -> Result<ExitCode> {
         Some(TimeLimit::After(d)) => Some(d),
         Some(TimeLimit::Never) => None,
     };
+    // At a terminal (stdin and stdout both), the program gets one of its own; warden's is
+    // raw meanwhile, so that every key reaches the program's terminal as typed.
+    let raw = Raw::if_terminal()?;
     let runtime = context::runtime()?;
     let ended = runtime.block_on(async {
         let (pass, signals) = tokio::sync::mpsc::unbounded_channel();
+        let (resized, terminal) = match &raw {
+            Some(_) => {
+                let (resized, size) = tokio::sync::watch::channel(window_size());
+                (Some(resized), Some(size))
+            }
+            None => (None, None),
+        };
         for kind in passed() {
             let mut arrivals = signal(kind)?;
             let (pass, number) = (pass.clone(), kind.as_raw_value());
+            // At a terminal a new size goes to the program's terminal, whose kernel tells
+            // the program; elsewhere the signal is passed on like the others.
+            let resized = (kind == SignalKind::window_change())
+                .then(|| resized.clone())
+                .flatten();
             tokio::spawn(async move {
-                while arrivals.recv().await.is_some() && pass.send(number).is_ok() {}
+                while arrivals.recv().await.is_some() {
+                    let sent = match &resized {
+                        Some(resized) => resized.send(window_size()).is_ok(),
+                        None => pass.send(number).is_ok(),
+                    };
+                    if !sent {
+                        break;
+                    }
+                }
             });
         }
         let program = Program {
@@ -93,12 +116,15 @@ fn run(ctx: &Warden, args: ExecArgs) -> Result<ExitCode> {
             stdout: Box::new(tokio::io::stdout()),
             stderr: Box::new(tokio::io::stderr()),
             timeout,
+            terminal,
             signals,
         };
         let ended = dispatcher.exec(&args.tool, program).await;
         dispatcher.close().await;
         anyhow::Ok(ended)
-    })?;
+    });
+    drop(raw);
+    let ended = ended?;
     // warden's stdin may still be read by a thread that waits on a terminal: not waited for.
     runtime.shutdown_background();
     let exit = ended.map_err(|e| anyhow!("{}", e.message))?;
@@ -112,6 +138,59 @@ fn run(ctx: &Warden, args: ExecArgs) -> Result<ExitCode> {
     Ok(ExitCode::from(
         u8::try_from(exit.status()).unwrap_or(u8::MAX),
     ))
+}
+
+/// warden's terminal in raw mode, restored when dropped.
+struct Raw(nix::sys::termios::Termios);
+
+impl Raw {
+    /// Raw mode when stdin and stdout are a terminal; `None` otherwise.
+    fn if_terminal() -> Result<Option<Raw>> {
+        use nix::sys::termios::{SetArg, cfmakeraw, tcgetattr, tcsetattr};
+        use std::io::IsTerminal;
+        if !(std::io::stdin().is_terminal() && std::io::stdout().is_terminal()) {
+            return Ok(None);
+        }
+        let saved = tcgetattr(std::io::stdin()).context("reading the terminal's settings")?;
+        let mut raw = saved.clone();
+        cfmakeraw(&mut raw);
+        tcsetattr(std::io::stdin(), SetArg::TCSANOW, &raw)
+            .context("setting the terminal to raw mode")?;
+        Ok(Some(Raw(saved)))
+    }
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        use nix::sys::termios::{SetArg, tcsetattr};
+        let _ = tcsetattr(std::io::stdin(), SetArg::TCSANOW, &self.0);
+    }
+}
+
+/// The size of warden's terminal (on stdout); 24×80 when it cannot be read.
+fn window_size() -> WindowSize {
+    use std::os::fd::AsRawFd;
+    let mut size = nix::libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes one winsize into a valid pointer.
+    let read = unsafe {
+        nix::libc::ioctl(
+            std::io::stdout().as_raw_fd(),
+            nix::libc::TIOCGWINSZ,
+            &raw mut size,
+        )
+    };
+    if read < 0 || size.ws_row == 0 || size.ws_col == 0 {
+        return WindowSize { rows: 24, cols: 80 };
+    }
+    WindowSize {
+        rows: size.ws_row,
+        cols: size.ws_col,
+    }
 }
 
 /// The tool named `name`, if `warden exec` can run programs in its sandbox; else an error

@@ -2,6 +2,7 @@
 //! tool gets, its streams passed through, its exit status warden's, its signals passed on,
 //! and nothing of it left once it ends.
 
+use crate::common::terminal::Terminal;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::path::Path;
@@ -291,6 +292,54 @@ fn sigterm_reaches_the_program_and_the_sandbox_ends() {
         "{:?}",
         start.elapsed()
     );
+    env.leaves_nothing();
+}
+
+#[test]
+fn at_a_terminal_the_program_gets_one_that_follows_its_size() {
+    let env = Env::new(65_479, "");
+    let script = "tty; stty size; while read x; do stty size; done; exit 5";
+    let command = env.command(&["host-shell", "--", "sh", "-c", script]);
+    let terminal = Terminal::start(command, 24, 80);
+    terminal.wait_for("24 80");
+    assert!(
+        terminal.screen().starts_with("/dev/pts/"),
+        "{}",
+        terminal.screen()
+    );
+    terminal.resize(30, 100);
+    // The new size reaches the program's terminal a moment after warden hears of it.
+    terminal.wait_until("30 100", || terminal.type_keys(b"\r"));
+    // ^D at the start of a line ends the input of a terminal in its usual mode.
+    terminal.type_keys(b"\x04");
+    let (code, shown) = terminal.wait();
+    assert_eq!(code, Some(5), "{shown}");
+    env.leaves_nothing();
+}
+
+#[test]
+fn an_interactive_bash_at_a_terminal_has_job_control() {
+    let env = Env::new(65_480, "");
+    let command = env.command(&["host-shell", "--", "bash", "--norc", "--noprofile", "-i"]);
+    let terminal = Terminal::start(command, 24, 80);
+    terminal.type_keys(b"echo sta''rted\r");
+    terminal.wait_for("started");
+    // ^C reaches the program's foreground job, not warden (whose terminal is raw).
+    terminal.type_keys(b"sleep 60\r");
+    std::thread::sleep(Duration::from_millis(300));
+    terminal.type_keys(b"\x03");
+    terminal.type_keys(b"echo after-\"$?\"\r");
+    terminal.wait_for("after-130");
+    // ^Z stops it and hands the terminal back to bash; `fg` gives it back to the job.
+    terminal.type_keys(b"sleep 3\r");
+    std::thread::sleep(Duration::from_millis(300));
+    terminal.type_keys(b"\x1a");
+    terminal.wait_for("Stopped");
+    terminal.type_keys(b"fg\r");
+    terminal.type_keys(b"echo fg-\"$?\"; exit 6\r");
+    terminal.wait_for("fg-0");
+    let (code, shown) = terminal.wait();
+    assert_eq!(code, Some(6), "{shown}");
     env.leaves_nothing();
 }
 

@@ -447,3 +447,47 @@ fn a_programs_container_takes_sigterm_and_reaches_only_its_grants() {
     assert_eq!(out.status.code(), Some(7));
     no_container_left("shell");
 }
+
+#[test]
+fn a_programs_container_at_a_terminal_gets_one_that_follows_its_size() {
+    use crate::common::terminal::Terminal;
+    let env = Env::new();
+    if ready(&env).is_none() {
+        return;
+    }
+    let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
+    let script = "tty; stty size; while read x; do stty size; done; exit 5";
+    command
+        .args(["exec", "shell", "--", "sh", "-c", script])
+        .env("WARDEN_TOOLBOX", env.dir.path().join("policies"))
+        .env("WARDEN_HOME", env.home());
+    let terminal = Terminal::start(command, 24, 80);
+    terminal.wait_for("24 80");
+    // The line that starts the program is not echoed: the program's output comes first.
+    assert!(
+        terminal.screen().starts_with("/dev/pts/"),
+        "{}",
+        terminal.screen()
+    );
+    terminal.resize(30, 100);
+    terminal.wait_until("30 100", || terminal.type_keys(b"\r"));
+    terminal.type_keys(b"\x04");
+    let (code, shown) = terminal.wait();
+    assert_eq!(code, Some(5), "{shown}");
+
+    // An interactive bash: ^C reaches its foreground job, not warden.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
+    command
+        .args(["exec", "shell", "--", "bash", "--norc", "-i"])
+        .env("WARDEN_TOOLBOX", env.dir.path().join("policies"))
+        .env("WARDEN_HOME", env.home());
+    let terminal = Terminal::start(command, 24, 80);
+    terminal.type_keys(b"sleep 60\r");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    terminal.type_keys(b"\x03");
+    terminal.type_keys(b"echo after-\"$?\"; exit 6\r");
+    let (code, shown) = terminal.wait();
+    assert_eq!(code, Some(6), "{shown}");
+    assert!(shown.contains("after-130"), "{shown}");
+    no_container_left("shell");
+}

@@ -2,3 +2,5 @@
 //! built from source on first use.
 
 pub(crate) use warden_test_support::guests::{root, wasm};
+
+pub(crate) mod terminal;

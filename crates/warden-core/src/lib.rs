@@ -45,7 +45,7 @@ pub use located::{Located, PolicyError};
 pub use message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage, Violation};
 pub use net::{Credential, GrantFault, HostGrant, HostPattern, NetGrantError, NetGrants};
 pub use policy::{FunctionOverride, Policy};
-pub use program::{Exit, Held, Input, Program, Sink};
+pub use program::{Exit, Held, Input, Program, Sink, WindowSize};
 pub use redact::{Secrets, StreamRedactor};
 pub use review::{Decision, Reviewer};
 pub use run::{RunLimitHit, RunLimits, RunUsage};

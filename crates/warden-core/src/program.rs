@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 /// A byte stream the program reads.
 pub type Input = Box<dyn AsyncRead + Send + Unpin>;
@@ -25,6 +25,10 @@ pub struct Program {
     pub stderr: Sink,
     /// When the program is killed; `None` lets it run as long as it likes.
     pub timeout: Option<Duration>,
+    /// `Some` when the program gets a pseudo-terminal (warden's own stdin and stdout are a
+    /// terminal): its size now and as it changes. The program's stdout and stderr are then
+    /// one stream, through `stdout`, and `stderr` gets nothing.
+    pub terminal: Option<watch::Receiver<WindowSize>>,
     /// Signals to pass on to the program, by number (`SIGINT`, `SIGTERM`, …). After a
     /// `SIGTERM` or `SIGHUP` the program has [`Program::GRACE`] to end before it is killed.
     pub signals: mpsc::UnboundedReceiver<i32>,
@@ -33,6 +37,13 @@ pub struct Program {
 impl Program {
     /// How long a program may take to end after a `SIGTERM` or `SIGHUP` passed on to it.
     pub const GRACE: Duration = Duration::from_secs(5);
+}
+
+/// A terminal's size, in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowSize {
+    pub rows: u16,
+    pub cols: u16,
 }
 
 /// What the dispatcher hands an executor beside the program: the tool's limits (CPU, memory,

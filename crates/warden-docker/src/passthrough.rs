@@ -8,11 +8,12 @@ use crate::gate::Sandboxed;
 use crate::plan::Plan;
 use bollard::Docker;
 use bollard::container::LogOutput;
-use bollard::query_parameters::KillContainerOptionsBuilder;
+use bollard::query_parameters::{KillContainerOptionsBuilder, ResizeContainerTTYOptionsBuilder};
 use futures::StreamExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
 use warden_command::program::{Driven, Running, drive};
-use warden_core::{BoxFuture, ErrorKind, Exit, Grants, Held, Program, ToolError};
+use warden_core::{BoxFuture, ErrorKind, Exit, Grants, Held, Program, ToolError, WindowSize};
 use warden_net::{Gate, Scope};
 
 /// A deadline for the gate of a program without one: far enough never to come.
@@ -53,6 +54,7 @@ pub(crate) async fn run(
         stderr,
         timeout,
         mut signals,
+        terminal,
         ..
     } = program;
     let sandboxed = gate.map(|_| Sandboxed::new(grants)).transpose()?;
@@ -65,7 +67,7 @@ pub(crate) async fn run(
     let docker = engine.client().await?;
     engine.ensure_image(&docker, &plan.image).await?;
     let mut body = plan.container(
-        held_until_told(argv),
+        held_until_told(argv, terminal.is_some()),
         env,
         held.limits.memory,
         engine.labels(&plan.tool, "exec"),
@@ -74,6 +76,7 @@ pub(crate) async fn run(
     if let Some(s) = &sandboxed {
         s.mount_into(&mut body);
     }
+    body.tty = Some(terminal.is_some());
     let container = Container::create(engine, &docker, &plan.image, body).await?;
     let attached = container.attach_and_start(engine, true).await?;
     let proxy = match gate.zip(sandboxed) {
@@ -93,15 +96,31 @@ pub(crate) async fn run(
         },
         None => None,
     };
-    let mut input = attached.input;
-    // The program starts here; a failed write shows as its container's exit status (125).
-    let _ = input.write_all(b"go\n").await;
     let running = InContainer {
         docker: &docker,
         id: &container.id,
     };
-    let output = relay_frames(attached.output, stdout, stderr, &running);
-    let driven = drive(&running, (stdin, input), output, &mut signals, timeout).await;
+    let (mut input, mut frames) = (attached.input, attached.output);
+    let mut early = Vec::new();
+    if let Some(size) = &terminal {
+        let now = *size.borrow();
+        running.resize(now).await;
+        // The terminal would echo the line that starts the program: it is sent once the
+        // shell has turned the echo off and said so.
+        early = echo_off(&mut frames).await;
+    }
+    // The program starts here; a failed write shows as its container's exit status (125).
+    let _ = input.write_all(b"go\n").await;
+    let output = relay_frames(early, frames, stdout, stderr, &running);
+    let driven = match terminal {
+        Some(size) => {
+            tokio::select! {
+                driven = drive(&running, (stdin, input), output, &mut signals, timeout) => driven,
+                never = running.follow(size) => match never {},
+            }
+        }
+        None => drive(&running, (stdin, input), output, &mut signals, timeout).await,
+    };
     let status = container.exit_status(engine).await;
     if let Some(traffic) = proxy.map(|p| p.end()) {
         traffic.count_in(&held.usage);
@@ -117,26 +136,62 @@ pub(crate) async fn run(
 
 /// The command line of a program's container: `/bin/sh` waits for one line (sent once the
 /// gate listens, when there is one), then becomes the program, which reads the rest of stdin.
-fn held_until_told(argv: Vec<String>) -> Vec<String> {
+/// At a terminal it first turns the echo off and says so with [`ECHO_OFF`], and turns the
+/// echo back on after the line.
+fn held_until_told(argv: Vec<String>, terminal: bool) -> Vec<String> {
+    let script = if terminal {
+        "stty -echo 2>/dev/null; printf '\\006'; IFS= read -r w || exit 125; \
+         stty echo 2>/dev/null; exec \"$@\""
+    } else {
+        "IFS= read -r w || exit 125; exec \"$@\""
+    };
     let mut held = vec![
         "/bin/sh".to_owned(),
         "-c".to_owned(),
-        "IFS= read -r w || exit 125; exec \"$@\"".to_owned(),
+        script.to_owned(),
         "sh".to_owned(),
     ];
     held.extend(argv);
     held
 }
 
+/// What a program's shell at a terminal prints once the echo is off (ACK). Not 0, 1 or 2:
+/// the engine's attach stream of a terminal is raw, and its client takes a read that
+/// begins with one of those for a frame header.
+const ECHO_OFF: u8 = 6;
+
+/// How long a program's shell at a terminal may take to turn the echo off.
+const ECHO_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Reads frames up to [`ECHO_OFF`] and answers what came after it in its frame.
+async fn echo_off(
+    frames: &mut (impl futures::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Unpin),
+) -> Vec<u8> {
+    let waited = tokio::time::timeout(ECHO_WAIT, async {
+        while let Some(Ok(frame)) = frames.next().await {
+            let bytes = frame.into_bytes();
+            if let Some(at) = bytes.iter().position(|&b| b == ECHO_OFF) {
+                return bytes[at + 1..].to_vec();
+            }
+        }
+        Vec::new()
+    });
+    waited.await.unwrap_or_default()
+}
+
 /// Copies the attached frames to the program's stdout and stderr as they come, then shuts
 /// both down. A reader gone (warden's stdout closed early) kills the program, which has no
 /// other way to learn that nobody reads it.
 async fn relay_frames(
+    early: Vec<u8>,
     mut frames: impl futures::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Unpin,
     mut stdout: impl AsyncWrite + Unpin,
     mut stderr: impl AsyncWrite + Unpin,
     running: &InContainer<'_>,
 ) {
+    if !early.is_empty() && write(&mut stdout, &early).await.is_err() {
+        running.kill().await;
+    }
     while let Some(Ok(frame)) = frames.next().await {
         let written = match frame {
             LogOutput::StdErr { message } => write(&mut stderr, &message).await,
@@ -167,6 +222,28 @@ struct InContainer<'a> {
 }
 
 impl InContainer<'_> {
+    /// Sets the container's terminal to `size`.
+    async fn resize(&self, size: WindowSize) {
+        let options = ResizeContainerTTYOptionsBuilder::new()
+            .h(i32::from(size.rows))
+            .w(i32::from(size.cols))
+            .build();
+        if let Err(e) = self.docker.resize_container_tty(self.id, options).await {
+            tracing::debug!(container = %self.id, "resizing its terminal: {e}");
+        }
+    }
+
+    /// Follows `size` onto the container's terminal until dropped.
+    async fn follow(&self, mut size: watch::Receiver<WindowSize>) -> std::convert::Infallible {
+        loop {
+            if size.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            let now = *size.borrow_and_update();
+            self.resize(now).await;
+        }
+    }
+
     async fn send(&self, signal: i32) {
         let options = KillContainerOptionsBuilder::new()
             .signal(&signal.to_string())

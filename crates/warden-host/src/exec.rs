@@ -3,7 +3,7 @@
 
 use crate::failure::{Failure, send, setup};
 use crate::landlock::restrict;
-use crate::plan::{CA_BUNDLE, Plan, Protections, REPORT_FD, Report};
+use crate::plan::{CA_BUNDLE, Plan, Protections, REPORT_FD, Report, Stdin};
 use nix::sys::prctl;
 use nix::sys::resource::{Resource, setrlimit};
 use nix::sys::signal::Signal;
@@ -61,11 +61,26 @@ pub(crate) fn command(
     )?;
     std::env::set_current_dir(&plan.sandbox.cwd)
         .map_err(|e| setup(format!("entering {}: {e}", plan.sandbox.cwd.display())))?;
-    // A session's shell reads its commands on the helper's stdin, a program of `warden exec`
-    // its input; anything else reads nothing.
-    if !plan.sandbox.reads_stdin {
-        let devnull = File::open("/dev/null").map_err(|e| setup(format!("/dev/null: {e}")))?;
-        nix::unistd::dup2_stdin(&devnull).map_err(|e| setup(format!("stdin: {e}")))?;
+    match plan.sandbox.stdin {
+        Stdin::Nothing => {
+            let devnull = File::open("/dev/null").map_err(|e| setup(format!("/dev/null: {e}")))?;
+            nix::unistd::dup2_stdin(&devnull).map_err(|e| setup(format!("stdin: {e}")))?;
+        }
+        // A session's shell reads its commands there, a program of `warden exec` its input.
+        Stdin::Helper => {}
+        Stdin::Terminal => {
+            // SAFETY: dup2 of our own descriptors.
+            if unsafe { nix::libc::dup2(1, 0) } < 0 {
+                return Err(setup(format!("stdin: {}", std::io::Error::last_os_error())));
+            }
+            // The session this process leads (setsid above) takes the terminal as its own,
+            // so ^C and job control reach its foreground process group.
+            // SAFETY: TIOCSCTTY on our own descriptor, with no argument to read.
+            if unsafe { nix::libc::ioctl(0, nix::libc::TIOCSCTTY, 0) } < 0 {
+                let e = std::io::Error::last_os_error();
+                return Err(setup(format!("taking the terminal: {e}")));
+            }
+        }
     }
     close_other_fds();
     // Landlock opens the roots while still privileged, then the user is dropped.

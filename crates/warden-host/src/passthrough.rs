@@ -5,14 +5,16 @@
 use crate::failure::unavailable;
 use crate::forks::Forked;
 use crate::plan::Report;
-use crate::sandboxes::Started;
+use crate::plan::Stdin;
+use crate::sandboxes::{Started, resize};
 use crate::starter::Starter;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::time::Instant;
 use warden_command::program::{Driven, Running, drive, relay};
-use warden_core::{BoxFuture, Exit, Held, Program, ToolError};
+use warden_core::{BoxFuture, Exit, Held, Program, Sink, ToolError};
 use warden_net::Scope;
 
 /// How long the helper has to hand over the gate's listener, and to end once its tree is gone.
@@ -34,6 +36,7 @@ pub(crate) async fn run(
         stderr,
         timeout,
         mut signals,
+        terminal,
         ..
     } = program;
     let credentials = starter.credentials()?;
@@ -44,16 +47,32 @@ pub(crate) async fn run(
         timeout,
         &credentials,
     )?;
-    let mut started = starter.sandboxes.start(true).await?;
+    let mut started = match &terminal {
+        Some(size) => {
+            let now = *size.borrow();
+            starter.sandboxes.start_at_terminal(now).await?
+        }
+        None => starter.sandboxes.start(Stdin::Helper).await?,
+    };
     started.send_call(&call).await?;
     let Started {
         helper,
-        stdin: input,
+        stdin: helpers_stdin,
         stdout: from_out,
         stderr: from_err,
         reports,
         gate,
+        terminal: at_terminal,
     } = started;
+    // At a terminal the program reads the terminal, and the helper's stdin has served.
+    let (input, resizing) = match (at_terminal, terminal) {
+        (Some(at), Some(size)) => {
+            drop(helpers_stdin);
+            let resizing = follow(at.as_raw_fd(), size);
+            (Box::new(at) as Sink, Some(resizing))
+        }
+        _ => (Box::new(helpers_stdin) as Sink, None),
+    };
     let proxy = match gate {
         Some(socket) => {
             let by = Instant::now() + SETUP_WAIT;
@@ -77,7 +96,15 @@ pub(crate) async fn run(
         );
         reported = told;
     };
-    let driven = drive(&helper, (stdin, input), output, &mut signals, timeout).await;
+    let driven = match resizing {
+        Some(resizing) => {
+            tokio::select! {
+                driven = drive(&helper, (stdin, input), output, &mut signals, timeout) => driven,
+                never = resizing => match never {},
+            }
+        }
+        None => drive(&helper, (stdin, input), output, &mut signals, timeout).await,
+    };
     if let Some(traffic) = proxy.map(|p| p.end()) {
         traffic.count_in(&held.usage);
     }
@@ -123,6 +150,30 @@ impl Running for Forked {
     fn kill(&self) -> BoxFuture<'_, ()> {
         Forked::kill(self);
         Box::pin(async {})
+    }
+}
+
+/// Follows `size` onto the terminal `fd` (warden's side, which outlives this) until dropped.
+async fn follow(
+    fd: std::os::fd::RawFd,
+    mut size: tokio::sync::watch::Receiver<warden_core::WindowSize>,
+) -> std::convert::Infallible {
+    let terminal = RawTerminal(fd);
+    loop {
+        if size.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        let now = *size.borrow_and_update();
+        resize(&terminal, now);
+    }
+}
+
+/// A terminal's descriptor, borrowed for [`resize`].
+struct RawTerminal(std::os::fd::RawFd);
+
+impl AsRawFd for RawTerminal {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0
     }
 }
 

@@ -46,11 +46,23 @@ pub(crate) struct Sandbox {
     /// The policy has credentials: a tmpfs of the command's user at [`TRUST_MOUNT`] holds the
     /// bundle it trusts ([`CA_BUNDLE`]), read-only once written.
     pub trust: bool,
-    /// The command reads the helper's stdin after the plan (a session's shell, a program of
-    /// `warden exec`) rather than `/dev/null`.
-    pub reads_stdin: bool,
+    /// What the command's stdin is.
+    pub stdin: Stdin,
     /// Run with what the kernel offers instead of refusing.
     pub best_effort: bool,
+}
+
+/// What a command reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Stdin {
+    /// `/dev/null`: a call's command reads nothing.
+    Nothing,
+    /// The helper's stdin after the plan: a session's commands, a program's input.
+    Helper,
+    /// The terminal its stdout is: a program of `warden exec` at a person's terminal, whose
+    /// stdin, stdout and stderr are one pseudo-terminal, its controlling terminal.
+    Terminal,
 }
 
 /// The helper's second frame: one call in the sandbox.

@@ -12,13 +12,13 @@
 
 use crate::failure::unavailable;
 use crate::forks::{Forked, Forker};
-use crate::plan::{Call, Sandbox, frame};
+use crate::plan::{Call, Sandbox, Stdin, frame};
 use std::collections::VecDeque;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
-use warden_core::ToolError;
+use warden_core::{ToolError, WindowSize};
 
 /// A helper just forked with the sandbox part of its plan: its process, its stdin (for the
 /// call part and a session's commands), stdout, stderr and reports.
@@ -30,6 +30,42 @@ pub(crate) struct Started {
     pub reports: pipe::Receiver,
     /// Where the helper hands over the gate's listener, when the plan has one.
     pub gate: Option<tokio::net::UnixStream>,
+    /// A command at a terminal: the terminal's side where its input goes, and whose size
+    /// warden sets ([`resize`]).
+    pub terminal: Option<pipe::Sender>,
+}
+
+/// Sets the size of the terminal whose warden side is `terminal`; the kernel tells the
+/// program's foreground process group (`SIGWINCH`).
+pub(crate) fn resize(terminal: &impl AsRawFd, size: WindowSize) {
+    let size = winsize(size);
+    // SAFETY: TIOCSWINSZ reads one winsize from a valid pointer.
+    unsafe {
+        nix::libc::ioctl(terminal.as_raw_fd(), nix::libc::TIOCSWINSZ, &raw const size);
+    }
+}
+
+fn winsize(size: WindowSize) -> nix::pty::Winsize {
+    nix::pty::Winsize {
+        ws_row: size.rows,
+        ws_col: size.cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    }
+}
+
+/// A new pseudo-terminal of `size`, both sides closed on exec.
+fn open_terminal(size: WindowSize) -> Result<nix::pty::OpenptyResult, ToolError> {
+    let pty = nix::pty::openpty(&winsize(size), None)
+        .map_err(|e| ToolError::internal(format!("a pseudo-terminal for the program: {e}")))?;
+    for fd in [&pty.master, &pty.slave] {
+        nix::fcntl::fcntl(
+            fd,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        )
+        .map_err(|e| ToolError::internal(format!("the terminal: {e}")))?;
+    }
+    Ok(pty)
 }
 
 /// A tool's sandboxes prepared ahead, each for one call.
@@ -113,7 +149,7 @@ impl Sandboxes {
         for _ in 0..wanted {
             let sandboxes = self.clone();
             tokio::spawn(async move {
-                let started = sandboxes.start(false).await;
+                let started = sandboxes.start(Stdin::Nothing).await;
                 if let Err(e) = &started {
                     tracing::debug!("preparing a host sandbox: {}", e.message);
                 }
@@ -122,24 +158,47 @@ impl Sandboxes {
         }
         match taken {
             Some(sandbox) => Ok(sandbox),
-            None => self.start(false).await,
+            None => self.start(Stdin::Nothing).await,
         }
     }
 
     /// Forks a helper and hands it the sandbox part of the plan; its stdin stays open, for
-    /// the call part ([`Started::send_call`]) and, when the command `reads_stdin`, what it
-    /// reads (a session's commands, a program's input).
-    pub(crate) async fn start(&self, reads_stdin: bool) -> Result<Started, ToolError> {
+    /// the call part ([`Started::send_call`]) and what the command reads from it
+    /// ([`Stdin::Helper`]: a session's commands, a program's input). A command at a terminal
+    /// ([`Stdin::Terminal`]) gets a new pseudo-terminal of `size` as its stdin, stdout and
+    /// stderr, whose other side is [`Started::terminal`] and [`Started::stdout`].
+    pub(crate) async fn start(&self, stdin: Stdin) -> Result<Started, ToolError> {
+        self.start_at(stdin, None).await
+    }
+
+    /// [`Sandboxes::start`] for a program at a terminal of `size`.
+    pub(crate) async fn start_at_terminal(&self, size: WindowSize) -> Result<Started, ToolError> {
+        self.start_at(Stdin::Terminal, Some(size)).await
+    }
+
+    async fn start_at(&self, input: Stdin, size: Option<WindowSize>) -> Result<Started, ToolError> {
         let sandbox = Sandbox {
-            reads_stdin,
+            stdin: input,
             ..self.sandbox.clone()
         };
         let pipe = || {
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
                 .map_err(|e| ToolError::internal(format!("a pipe for the sandbox's helper: {e}")))
         };
-        let ((stdin, stdin_ours), (stdout_ours, stdout), (stderr_ours, stderr)) =
-            (pipe()?, pipe()?, pipe()?);
+        let (stdin, stdin_ours) = pipe()?;
+        let ((stdout_ours, stdout), (stderr_ours, stderr), terminal) = match size {
+            None => (pipe()?, pipe()?, None),
+            // The terminal is the command's stdout and stderr; warden reads it on stdout's
+            // side, and nothing comes on stderr's (a pipe whose writer is gone).
+            Some(size) => {
+                let pty = open_terminal(size)?;
+                let ours = |e: std::io::Error| ToolError::internal(format!("the terminal: {e}"));
+                let reader = pty.master.try_clone().map_err(ours)?;
+                let slave2 = pty.slave.try_clone().map_err(ours)?;
+                let (nothing, _) = pipe()?;
+                ((reader, pty.slave), (nothing, slave2), Some(pty.master))
+            }
+        };
         let (reports_ours, reports) = pipe()?;
         let gate = if sandbox.gate {
             let (ours, theirs) = std::os::unix::net::UnixStream::pair()
@@ -170,10 +229,15 @@ impl Sandboxes {
         let mut started = Started {
             helper,
             stdin: pipe::Sender::from_owned_fd(stdin_ours).map_err(ours)?,
-            stdout: pipe::Receiver::from_owned_fd(stdout_ours).map_err(ours)?,
+            // A terminal's side is no pipe, but reads and polls like one.
+            stdout: pipe::Receiver::from_owned_fd_unchecked(stdout_ours).map_err(ours)?,
             stderr: pipe::Receiver::from_owned_fd(stderr_ours).map_err(ours)?,
             reports: pipe::Receiver::from_owned_fd(reports_ours).map_err(ours)?,
             gate,
+            terminal: terminal
+                .map(pipe::Sender::from_owned_fd_unchecked)
+                .transpose()
+                .map_err(ours)?,
         };
         let framed = frame(&sandbox).map_err(|e| ToolError::internal(e.to_string()))?;
         // A helper that died early shows up as a missing report.

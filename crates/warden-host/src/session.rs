@@ -14,7 +14,7 @@
 
 use crate::failure::unavailable;
 use crate::forks::Forked;
-use crate::plan::{Protections, Report};
+use crate::plan::{Protections, Report, Stdin};
 use crate::sandboxes::Started;
 use crate::starter::Starter;
 use nix::sys::signal::{Signal, kill};
@@ -65,7 +65,7 @@ impl Launcher for HostShells {
         let plan =
             self.starter
                 .session_plan(self.shell.clone(), env.to_vec(), limits, &credentials)?;
-        let mut started = self.starter.sandboxes.start(true).await?;
+        let mut started = self.starter.sandboxes.start(Stdin::Helper).await?;
         started.send_call(&plan).await?;
         let Started {
             helper,
@@ -74,6 +74,7 @@ impl Launcher for HostShells {
             stderr,
             reports,
             gate,
+            ..
         } = started;
         // The helper hands the gate over before it starts the shell.
         let gate = match gate {

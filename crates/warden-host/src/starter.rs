@@ -125,6 +125,7 @@ impl Starter {
             stderr,
             reports,
             gate,
+            ..
         } = sandbox;
         // The command reads /dev/null; the helper needs nothing more.
         drop(stdin);

@@ -5,7 +5,7 @@
 use crate::config::{HostConfig, Isolation};
 use crate::failure::unavailable;
 use crate::forks::Forker;
-use crate::plan::{Protections, Report, Root, Sandbox};
+use crate::plan::{Protections, Report, Root, Sandbox, Stdin};
 use crate::sandboxes::Sandboxes;
 use crate::session::HostShells;
 use crate::starter::Starter;
@@ -66,7 +66,7 @@ impl HostTool {
             tmp,
             trust: gate.is_some() && !grants.net.credentials.is_empty(),
             // Each start says what its command reads.
-            reads_stdin: false,
+            stdin: Stdin::Nothing,
             best_effort: config.isolation.value == Isolation::BestEffort,
         };
         let starter = Arc::new(Starter {
