@@ -8,6 +8,7 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use warden_test_support::servers::EchoServer;
 
 /// A temp toolbox holding the shipped `policies/shell-host.toml`, run as a user of its own
 /// (so that what it leaves behind can be counted), with `grants` lines added.
@@ -399,6 +400,50 @@ fn a_net_grant_is_reached_through_the_gate_and_the_rest_refused() {
         exec["usage"]["net_connections"].as_u64() >= Some(2),
         "{exec}"
     );
+}
+
+#[test]
+fn a_credential_reaches_its_host_and_the_program_never_holds_it() {
+    let server = EchoServer::http();
+    let port = server.port;
+    let env = Env::new(65_481, &credential_grants(port));
+    // The program sends its placeholder in the credential's header and in one of its own.
+    let script = format!(
+        "echo \"env=$API_TOKEN\"; curl -sS -H \"X-Mine: $API_TOKEN\" http://127.0.0.1:{port}/"
+    );
+    let out = env
+        .command(&["host-shell", "--", "sh", "-c", &script])
+        .env("WARDEN_TEST_EXEC_CRED", EXEC_CREDENTIAL)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("env=warden-placeholder-api_token-"),
+        "{stdout}{}",
+        text(&out.stderr)
+    );
+    assert!(!stdout.contains(EXEC_CREDENTIAL), "{stdout}");
+    let received = server.received().join("\n").to_ascii_lowercase();
+    assert!(
+        received.contains(&format!("authorization: bearer {EXEC_CREDENTIAL}")),
+        "{received}"
+    );
+    assert_eq!(received.matches(EXEC_CREDENTIAL).count(), 1, "{received}");
+    env.leaves_nothing();
+}
+
+/// The value of the credential the exec tests grant (from `WARDEN_TEST_EXEC_CRED`).
+pub(crate) const EXEC_CREDENTIAL: &str = "cred-91be7d3a55";
+
+/// Grants reaching 127.0.0.1:`port`, with a credential for it in `Authorization`, over plain
+/// HTTP, its placeholder in `API_TOKEN`.
+pub(crate) fn credential_grants(port: u16) -> String {
+    format!(
+        "net = [\"127.0.0.1:{port}\"]\nnet_credentials = [{{ host = \"127.0.0.1\", \
+         header = \"Authorization\", from_host = \"WARDEN_TEST_EXEC_CRED\", prefix = \"Bearer \", \
+         env = \"API_TOKEN\", allow_plain_http = true }}]"
+    )
 }
 
 #[test]

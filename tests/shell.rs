@@ -491,3 +491,47 @@ fn a_programs_container_at_a_terminal_gets_one_that_follows_its_size() {
     assert!(shown.contains("after-130"), "{shown}");
     no_container_left("shell");
 }
+
+#[test]
+fn a_programs_container_uses_a_credential_it_never_holds() {
+    use crate::exec::{EXEC_CREDENTIAL, credential_grants};
+    let env = Env::new();
+    if ready(&env).is_none() {
+        return;
+    }
+    let server = warden_test_support::servers::EchoServer::http();
+    let port = server.port;
+    let path = env.dir.path().join("policies/shell-docker.toml");
+    let shipped = std::fs::read_to_string(&path).unwrap();
+    let with_credential = shipped.replace(
+        "# net = [\"pypi.org\", \"files.pythonhosted.org\"]",
+        &credential_grants(port),
+    );
+    assert_ne!(with_credential, shipped);
+    std::fs::write(&path, with_credential).unwrap();
+    let script = format!(
+        "echo \"env=$API_TOKEN\"; curl -sS -H \"X-Mine: $API_TOKEN\" http://127.0.0.1:{port}/"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["exec", "shell", "--", "sh", "-c", &script])
+        .env("WARDEN_TOOLBOX", env.dir.path().join("policies"))
+        .env("WARDEN_HOME", env.home())
+        .env("WARDEN_TEST_EXEC_CRED", EXEC_CREDENTIAL)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with("env=warden-placeholder-api_token-"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!stdout.contains(EXEC_CREDENTIAL), "{stdout}");
+    let received = server.received().join("\n").to_ascii_lowercase();
+    assert!(
+        received.contains(&format!("authorization: bearer {EXEC_CREDENTIAL}")),
+        "{received}"
+    );
+    assert_eq!(received.matches(EXEC_CREDENTIAL).count(), 1, "{received}");
+    no_container_left("shell");
+}
