@@ -337,8 +337,13 @@ fn an_interactive_bash_at_a_terminal_has_job_control() {
     terminal.type_keys(b"\x1a");
     terminal.wait_for("Stopped");
     terminal.type_keys(b"fg\r");
-    terminal.type_keys(b"echo fg-\"$?\"; exit 6\r");
+    terminal.type_keys(b"echo fg-\"$?\"\r");
     terminal.wait_for("fg-0");
+    // Raw mode, as an editor sets it: a key reaches the program without a newline.
+    terminal.type_keys(b"stty raw -echo; head -c 1 | od -An -c; stty sane; exit 6\r");
+    std::thread::sleep(Duration::from_millis(300));
+    terminal.type_keys(b"q");
+    terminal.wait_for("   q");
     let (code, shown) = terminal.wait();
     assert_eq!(code, Some(6), "{shown}");
     env.leaves_nothing();
