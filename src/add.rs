@@ -11,59 +11,112 @@ use warden_wasm::WasmConfig;
 
 #[derive(clap::Args)]
 pub(crate) struct AddArgs {
-    /// The component (`.wasm`, built for wasm32-wasip2).
-    component: PathBuf,
+    /// The component: a `.wasm` file built for wasm32-wasip2, or an artifact in a registry,
+    /// `oci://REGISTRY/REPOSITORY:TAG` or `…@sha256:DIGEST` ([Tools that travel]).
+    source: String,
     /// A folder of WIT files whose doc comments describe the tools.
     #[arg(long)]
     wit: Option<PathBuf>,
-    /// The policy's name (and a command component's tool name) [default: the file stem].
+    /// The policy's name (and a command component's tool name) [default: the file stem, or
+    /// the repository's last part].
     #[arg(long)]
     name: Option<String>,
     /// Overwrite an existing policy of that name.
     #[arg(long)]
     force: bool,
+    #[command(flatten)]
+    pub(crate) oci: crate::oci::PullArgs,
 }
 
 pub(crate) fn add(ctx: &Warden, args: AddArgs) -> Result<ExitCode> {
-    if !args.component.is_file() {
-        bail!("{} is not a file", args.component.display());
+    if args.source.starts_with(warden_oci::SCHEME) {
+        if args.wit.is_some() {
+            bail!("--wit describes a local component; an artifact's docs travel in it");
+        }
+        return crate::oci::add(ctx, args.source, args.name, args.force, &args.oci);
     }
-    let stem = args
-        .component
+    let component = PathBuf::from(&args.source);
+    if !component.is_file() {
+        bail!("{} is not a file", component.display());
+    }
+    let stem = component
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .context("the component path has no file name")?;
     let name = args.name.clone().unwrap_or(stem);
-    if !warden_core::is_valid_tool_name(&name) {
+    let policy_path = policy_path(ctx, &name, args.force)?;
+    refuse_non_component(&component)?;
+    let wit = match &args.wit {
+        Some(w) => Some(
+            w.canonicalize()
+                .with_context(|| format!("the WIT folder {}", w.display()))?,
+        ),
+        None => None,
+    };
+    install(
+        ctx,
+        &Install {
+            name: &name,
+            named: args.name.is_some(),
+            component: &component,
+            wit: wit.as_deref(),
+            origin: None,
+            grants: None,
+        },
+        &policy_path,
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Where the policy of `name` goes in the toolbox, refused when it exists and not `force`.
+pub(crate) fn policy_path(ctx: &Warden, name: &str, force: bool) -> Result<PathBuf> {
+    if !warden_core::is_valid_tool_name(name) {
         bail!("`{name}` is not a valid name: use letters, digits, _ and - (at most 64)");
     }
     std::fs::create_dir_all(&ctx.toolbox)
         .with_context(|| format!("creating the toolbox {}", ctx.toolbox.display()))?;
-    let policy_path = ctx.toolbox.join(format!("{name}.toml"));
-    if policy_path.exists() && !args.force {
+    let path = ctx.toolbox.join(format!("{name}.toml"));
+    if path.exists() && !force {
         bail!(
             "{} already exists; pass --force to overwrite it, or --name to pick another",
-            policy_path.display()
+            path.display()
         );
     }
-    refuse_non_component(&args.component)?;
-    let stored_before = warden_wasm::sha256_file(&args.component)
+    Ok(path)
+}
+
+/// A component to store and the policy to write for it.
+pub(crate) struct Install<'a> {
+    pub name: &'a str,
+    /// The name was given (`--name`): a command component's tool takes it.
+    pub named: bool,
+    pub component: &'a Path,
+    pub wit: Option<&'a Path>,
+    /// Comment lines saying where the component came from.
+    pub origin: Option<String>,
+    /// The `[grants]` and `[limits]` to write instead of the deny-by-default ones.
+    pub grants: Option<String>,
+}
+
+/// Stores the component, checks it loads under its policy and writes the policy; a component
+/// refused leaves nothing in the store.
+pub(crate) fn install(ctx: &Warden, install: &Install<'_>, policy_path: &Path) -> Result<()> {
+    let stored_before = warden_wasm::sha256_file(install.component)
         .is_ok_and(|sha| ctx.artifacts.stored(&sha).is_file());
-    let sha = ctx.artifacts.put(&args.component)?;
+    let sha = ctx.artifacts.put(install.component)?;
     let toolbox = ctx.toolbox.canonicalize()?;
-    let component = relative_to(&toolbox, &args.component.canonicalize()?);
-    let wit = match &args.wit {
-        Some(w) => Some(relative_to(
-            &toolbox,
-            &w.canonicalize()
-                .with_context(|| format!("the WIT folder {}", w.display()))?,
-        )),
-        None => None,
-    };
-    let text = policy_text(&name, &component, &sha, wit.as_deref(), args.name.is_some());
+    let component = relative_to(&toolbox, &install.component.canonicalize()?);
+    let wit = install.wit.map(|w| relative_to(&toolbox, w));
+    let text = policy_text(install, &component, &sha, wit.as_deref());
     let backend = ctx.wasm();
-    let policy = Policy::parse(&policy_path, &text, &[&backend])?;
-    let loaded = backend.load(&Arc::new(policy)).map(|loaded| loaded.tools);
+    let loaded = Policy::parse(policy_path, &text, &[&backend])
+        .map_err(|e| e.to_string())
+        .and_then(|policy| {
+            backend
+                .load(&Arc::new(policy))
+                .map(|loaded| loaded.tools)
+                .map_err(|e| e.message)
+        });
     let tools = match loaded {
         Ok(tools) => tools,
         Err(e) => {
@@ -71,16 +124,22 @@ pub(crate) fn add(ctx: &Warden, args: AddArgs) -> Result<ExitCode> {
             if !stored_before {
                 let _ = std::fs::remove_file(ctx.artifacts.stored(&sha));
             }
-            bail!("checking {}: {}", args.component.display(), e.message);
+            bail!("checking {}: {e}", install.component.display());
         }
     };
-    std::fs::write(&policy_path, text)
+    std::fs::write(policy_path, text)
         .with_context(|| format!("writing {}", policy_path.display()))?;
-    outln!("stored {} as {sha}", args.component.display());
-    outln!(
-        "wrote {} (nothing granted; widen it on purpose)",
-        policy_path.display()
-    );
+    outln!("stored {} as {sha}", install.component.display());
+    match install.grants {
+        Some(_) => outln!(
+            "wrote {} with the publisher's grants",
+            policy_path.display()
+        ),
+        None => outln!(
+            "wrote {} (nothing granted; widen it on purpose)",
+            policy_path.display()
+        ),
+    }
     for tool in tools {
         outln!(
             "  tool {}: {}",
@@ -88,10 +147,11 @@ pub(crate) fn add(ctx: &Warden, args: AddArgs) -> Result<ExitCode> {
             Escaped(tool.spec.description.lines().next().unwrap_or_default())
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
-fn policy_text(name: &str, component: &Path, sha: &str, wit: Option<&Path>, named: bool) -> String {
+fn policy_text(install: &Install<'_>, component: &Path, sha: &str, wit: Option<&Path>) -> String {
+    let name = install.name;
     let mut exec = format!(
         "[executor]\nkind = \"wasm\"\ncomponent = {}\nsha256 = \"{sha}\"\n",
         toml_string(component)
@@ -99,21 +159,28 @@ fn policy_text(name: &str, component: &Path, sha: &str, wit: Option<&Path>, name
     if let Some(w) = wit {
         exec.push_str(&format!("wit = {}\n", toml_string(w)));
     }
-    if named {
+    if install.named {
         exec.push_str(&format!("name = \"{name}\"\n"));
     }
-    format!(
-        "# Policy for `{name}`, written by `warden add`. Nothing is granted: widen it on purpose.\n\
-         {exec}\n\
-         [grants]\n\
-         # env = {{ KEY = \"value\" }}\n\
-         # env_from_host = [\"NAME\"]\n\
-         # fs = [{{ host = \"../workspace\", guest = \"/workspace\", access = \"read-only\" }}]\n\n\
-         [limits]\n\
-         timeout = \"30s\"\n\
-         memory = \"256MiB\"\n\
-         output = \"1MiB\"\n"
-    )
+    let origin = install.origin.as_deref().unwrap_or_default();
+    match &install.grants {
+        Some(grants) => format!(
+            "# Policy for `{name}`, written by `warden add` with the publisher's grants \
+             (--accept-grants).\n{origin}{exec}\n{grants}"
+        ),
+        None => format!(
+            "# Policy for `{name}`, written by `warden add`. Nothing is granted: widen it on purpose.\n\
+             {origin}{exec}\n\
+             [grants]\n\
+             # env = {{ KEY = \"value\" }}\n\
+             # env_from_host = [\"NAME\"]\n\
+             # fs = [{{ host = \"../workspace\", guest = \"/workspace\", access = \"read-only\" }}]\n\n\
+             [limits]\n\
+             timeout = \"30s\"\n\
+             memory = \"256MiB\"\n\
+             output = \"1MiB\"\n"
+        ),
+    }
 }
 
 fn toml_string(path: &Path) -> String {

@@ -17,6 +17,7 @@ mod batch;
 mod context;
 mod demo;
 mod exec;
+mod oci;
 mod progress;
 mod review;
 mod serve;
@@ -90,6 +91,10 @@ struct Cli {
 enum Command {
     /// Store a component and write a deny-by-default policy for it.
     Add(add::AddArgs),
+    /// Publish a wasm tool's component to an OCI registry, its grants and limits beside it.
+    Push(oci::PushArgs),
+    /// Write a key pair that signs what `warden push` publishes.
+    Keygen(oci::KeygenArgs),
     /// Re-pin policies to their components after a rebuild.
     Pin {
         /// Policy files or tool names; all policies when none is given.
@@ -242,6 +247,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
     match cli.command {
         Command::Add(args) => add::add(&ctx, args),
+        Command::Push(args) => oci::push(&ctx, &args),
+        Command::Keygen(args) => oci::keygen(&args),
         Command::Pin { targets } => add::pin(&ctx, &targets),
         Command::Tools { json } => tools(&ctx, json),
         Command::Exec(args) => exec::exec(&ctx, args),

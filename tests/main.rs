@@ -15,4 +15,5 @@ mod docs;
 mod exec;
 mod host;
 mod http;
+mod oci;
 mod shell;

@@ -3,4 +3,5 @@
 
 pub(crate) use warden_test_support::guests::{root, wasm};
 
+pub(crate) mod registry;
 pub(crate) mod terminal;

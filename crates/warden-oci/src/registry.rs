@@ -1,0 +1,205 @@
+//! The distribution API as warden speaks it: manifests and blobs fetched with a size limit and
+//! checked against their digests, pushes of blobs (once) and manifests. TLS to every registry
+//! but one on this machine's loopback.
+
+use crate::error::OciError;
+use crate::layout::{MANIFEST, MANIFEST_LIMIT, Manifest};
+use crate::reference::{Digest, Reference, Target};
+use reqwest::{Method, StatusCode};
+
+/// A client for the repository of one reference.
+pub struct Registry {
+    http: reqwest::Client,
+    base: String,
+    reference: Reference,
+}
+
+impl Registry {
+    /// A client for `reference`'s repository: HTTPS, or plain HTTP to a loopback registry
+    /// (`plain_http`).
+    pub fn new(reference: &Reference, plain_http: bool) -> Result<Registry, OciError> {
+        if plain_http && !reference.is_loopback() {
+            return Err(OciError::PlainHttp {
+                registry: reference.registry.clone(),
+            });
+        }
+        let scheme = if plain_http { "http" } else { "https" };
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("warden/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| OciError::Unreachable {
+                registry: reference.registry.clone(),
+                why: e.to_string(),
+            })?;
+        Ok(Registry {
+            http,
+            base: format!(
+                "{scheme}://{}/v2/{}",
+                reference.registry, reference.repository
+            ),
+            reference: reference.clone(),
+        })
+    }
+
+    async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+        what: &str,
+    ) -> Result<reqwest::Response, OciError> {
+        let response = request.send().await.map_err(|e| OciError::Unreachable {
+            registry: self.reference.registry.clone(),
+            why: std::error::Error::source(&e).map_or_else(|| e.to_string(), ToString::to_string),
+        })?;
+        match response.status() {
+            s if s.is_success() => Ok(response),
+            StatusCode::NOT_FOUND => Err(OciError::NotFound {
+                what: what.to_owned(),
+            }),
+            s @ (StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => Err(OciError::Unauthorised {
+                registry: self.reference.registry.clone(),
+                status: s.as_u16(),
+            }),
+            s => {
+                let body = response.text().await.unwrap_or_default();
+                Err(OciError::Registry {
+                    registry: self.reference.registry.clone(),
+                    what: what.to_owned(),
+                    status: s.as_u16(),
+                    body: body.chars().take(300).collect(),
+                })
+            }
+        }
+    }
+
+    /// Reads a response's body, refusing past `limit` bytes.
+    async fn body(
+        mut response: reqwest::Response,
+        what: &str,
+        limit: u64,
+    ) -> Result<Vec<u8>, OciError> {
+        let too_large = || OciError::TooLarge {
+            what: what.to_owned(),
+            limit,
+        };
+        if response.content_length().is_some_and(|n| n > limit) {
+            return Err(too_large());
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| OciError::Unreachable {
+            registry: String::new(),
+            why: format!("reading {what}: {e}"),
+        })? {
+            if body.len() as u64 + chunk.len() as u64 > limit {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    }
+
+    /// The manifest the reference names, its digest taken from its bytes (never from the
+    /// registry's word), and checked against the reference's digest when it has one.
+    pub async fn manifest(&self, target: &Target) -> Result<(Digest, Vec<u8>), OciError> {
+        let (path, what) = match target {
+            Target::Tag(tag) => (tag.clone(), format!("the tag {}", self.at(target))),
+            Target::Digest(d) => (d.to_string(), format!("the manifest {}", self.at(target))),
+        };
+        let request = self
+            .http
+            .get(format!("{}/manifests/{path}", self.base))
+            .header(reqwest::header::ACCEPT, MANIFEST);
+        let response = self.send(request, &what).await?;
+        let bytes = Self::body(response, &what, MANIFEST_LIMIT).await?;
+        let digest = Digest::of(&bytes);
+        if let Target::Digest(expected) = target
+            && &digest != expected
+        {
+            return Err(OciError::DigestMismatch {
+                what,
+                expected: expected.to_string(),
+                got: digest.to_string(),
+            });
+        }
+        Ok((digest, bytes))
+    }
+
+    /// The blob at `digest`, at most `limit` bytes, checked against its digest.
+    pub async fn blob(&self, digest: &Digest, limit: u64, what: &str) -> Result<Vec<u8>, OciError> {
+        let request = self.http.get(format!("{}/blobs/{digest}", self.base));
+        let response = self.send(request, what).await?;
+        let bytes = Self::body(response, what, limit).await?;
+        let got = Digest::of(&bytes);
+        if &got != digest {
+            return Err(OciError::DigestMismatch {
+                what: what.to_owned(),
+                expected: digest.to_string(),
+                got: got.to_string(),
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Uploads `bytes` as a blob unless the registry has it.
+    pub async fn push_blob(&self, bytes: &[u8]) -> Result<Digest, OciError> {
+        let digest = Digest::of(bytes);
+        let what = format!("the blob {digest}");
+        let head = self
+            .http
+            .request(Method::HEAD, format!("{}/blobs/{digest}", self.base));
+        match self.send(head, &what).await {
+            Ok(_) => return Ok(digest),
+            Err(OciError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        let start = self.http.post(format!("{}/blobs/uploads/", self.base));
+        let started = self.send(start, "starting an upload").await?;
+        let location = started
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .ok_or_else(|| OciError::Registry {
+                registry: self.reference.registry.clone(),
+                what: "starting an upload".into(),
+                status: started.status().as_u16(),
+                body: "no Location header".into(),
+            })?;
+        let url = started
+            .url()
+            .join(location)
+            .map_err(|e| OciError::Layout(format!("the upload's location {location}: {e}")))?;
+        let separator = if url.query().is_some() { '&' } else { '?' };
+        let put = self
+            .http
+            .put(format!("{url}{separator}digest={digest}"))
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+            .body(bytes.to_vec());
+        self.send(put, &what).await?;
+        Ok(digest)
+    }
+
+    /// Pushes `manifest` under `tag` (or its digest when `None`); answers its digest.
+    pub async fn push_manifest(
+        &self,
+        manifest: &Manifest,
+        tag: Option<&str>,
+    ) -> Result<Digest, OciError> {
+        let bytes = manifest.to_bytes();
+        let digest = Digest::of(&bytes);
+        let at = tag.map_or_else(|| digest.to_string(), str::to_owned);
+        let put = self
+            .http
+            .put(format!("{}/manifests/{at}", self.base))
+            .header(reqwest::header::CONTENT_TYPE, MANIFEST)
+            .body(bytes);
+        self.send(put, &format!("the manifest {at}")).await?;
+        Ok(digest)
+    }
+
+    /// The reference at `target`, for messages.
+    fn at(&self, target: &Target) -> Reference {
+        Reference {
+            target: target.clone(),
+            ..self.reference.clone()
+        }
+    }
+}

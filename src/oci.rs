@@ -1,0 +1,243 @@
+//! `warden keygen`, `warden push` and `warden add oci://…`: tools that travel through OCI
+//! registries, signed, verified by digest before anything is stored.
+
+use crate::add::{Install, install, policy_path};
+use crate::context;
+use anyhow::{Context as _, Result, bail};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use warden::Warden;
+use warden_core::{Backend, Policy};
+use warden_oci::{Reference, SigningKey, Target, Trust, TrustedKey};
+use warden_wasm::WasmConfig;
+
+/// The tables of a policy a publisher may suggest; anything else is dropped.
+const SUGGESTED_TABLES: [&str; 2] = ["grants", "limits"];
+
+#[derive(clap::Args)]
+pub(crate) struct KeygenArgs {
+    /// Writes PREFIX.key (the private key, readable by its owner only) and PREFIX.pub.
+    #[arg(long, default_value = "warden")]
+    out: PathBuf,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct PushArgs {
+    /// The wasm tool (its policy's name) whose component is pushed.
+    tool: String,
+    /// Where: oci://REGISTRY/REPOSITORY:TAG. A registry on this machine's loopback is reached
+    /// over plain HTTP, every other over HTTPS.
+    reference: String,
+    /// Sign the component's manifest and the policy's with this private key (PEM, PKCS#8).
+    #[arg(long, value_name = "KEY.pem")]
+    sign: Option<PathBuf>,
+}
+
+/// How `warden add oci://…` trusts what it pulls.
+#[derive(clap::Args)]
+pub(crate) struct PullArgs {
+    /// A public key (PEM) whose signature the artifact must carry; repeatable.
+    #[arg(long = "key", value_name = "PUBLIC.pem")]
+    keys: Vec<PathBuf>,
+    /// Take an artifact that no trusted key signed (its policy says so).
+    #[arg(long)]
+    allow_unsigned: bool,
+    /// Write the publisher's suggested grants and limits into the policy instead of showing
+    /// them as comments.
+    #[arg(long)]
+    accept_grants: bool,
+}
+
+pub(crate) fn keygen(args: &KeygenArgs) -> Result<ExitCode> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    let private = args.out.with_extension("key");
+    let public = args.out.with_extension("pub");
+    for path in [&private, &public] {
+        if path.exists() {
+            bail!(
+                "{} exists: pick another --out, or remove it",
+                path.display()
+            );
+        }
+    }
+    let (private_pem, public_pem) = warden_oci::generate()?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&private)
+        .and_then(|mut f| f.write_all(private_pem.as_bytes()))
+        .with_context(|| format!("writing {}", private.display()))?;
+    std::fs::write(&public, &public_pem)
+        .with_context(|| format!("writing {}", public.display()))?;
+    let fingerprint = TrustedKey::from_pem(&public_pem)?.fingerprint();
+    outln!(
+        "wrote {} (private: keep it) and {}",
+        private.display(),
+        public.display()
+    );
+    outln!("key {fingerprint}");
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn push(ctx: &Warden, args: &PushArgs) -> Result<ExitCode> {
+    let reference = Reference::parse(&args.reference)?;
+    let path = ctx.toolbox.join(format!("{}.toml", args.tool));
+    if !path.is_file() {
+        bail!(
+            "there is no policy {} in the toolbox {}: `warden tools` lists the tools",
+            Path::new(&path).display(),
+            ctx.toolbox.display()
+        );
+    }
+    let backend = ctx.wasm();
+    let policy = Policy::load(&path, &[&backend as &dyn Backend])?;
+    let config = WasmConfig::from_policy(&policy)?;
+    let component = &config.component.value;
+    let bytes = std::fs::read(component)
+        .with_context(|| format!("reading the component {}", component.display()))?;
+    let text = std::fs::read_to_string(&path)?;
+    let suggestion = suggestion_of(&text, &path)?;
+    let key = args
+        .sign
+        .as_deref()
+        .map(|k| {
+            let pem = std::fs::read_to_string(k)
+                .with_context(|| format!("reading the signing key {}", k.display()))?;
+            SigningKey::from_pem(&pem).with_context(|| k.display().to_string())
+        })
+        .transpose()?;
+    let pushed = context::runtime()?.block_on(warden_oci::push(
+        &reference,
+        bytes,
+        Some(suggestion),
+        key.as_ref(),
+        reference.is_loopback(),
+    ))?;
+    outln!(
+        "pushed {} as {}",
+        component.display(),
+        reference.at(&pushed.component)
+    );
+    if let Some(policy) = &pushed.policy {
+        outln!("  its grants and limits beside it: {policy}");
+    }
+    match &key {
+        Some(key) => outln!("  signed by {}", key.public().fingerprint()),
+        None => outln!("  unsigned: `warden add` takes it only with --allow-unsigned"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The `[grants]` and `[limits]` of a policy's text.
+fn suggestion_of(text: &str, path: &Path) -> Result<String> {
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .with_context(|| format!("{}", path.display()))?;
+    let names: Vec<String> = doc.iter().map(|(k, _)| k.to_owned()).collect();
+    for name in names {
+        if !SUGGESTED_TABLES.contains(&name.as_str()) {
+            doc.remove(&name);
+        }
+    }
+    Ok(doc.to_string().trim_start().to_owned())
+}
+
+pub(crate) fn add(
+    ctx: &Warden,
+    source: String,
+    name: Option<String>,
+    force: bool,
+    args: &PullArgs,
+) -> Result<ExitCode> {
+    let reference = Reference::parse(&source)?;
+    let stem = reference
+        .repository
+        .rsplit('/')
+        .next()
+        .unwrap_or(&reference.repository)
+        .to_owned();
+    let named = name.is_some();
+    let name = name.unwrap_or(stem);
+    let policy = policy_path(ctx, &name, force)?;
+    let component_path = ctx.toolbox.join(format!("{name}.wasm"));
+    if component_path.exists() && !force {
+        bail!(
+            "{} already exists; pass --force to overwrite it, or --name to pick another",
+            component_path.display()
+        );
+    }
+    let mut keys = Vec::new();
+    for k in &args.keys {
+        let pem = std::fs::read_to_string(k)
+            .with_context(|| format!("reading the public key {}", k.display()))?;
+        keys.push(TrustedKey::from_pem(&pem).with_context(|| k.display().to_string())?);
+    }
+    let trust = if args.allow_unsigned {
+        Trust::Unsigned(keys)
+    } else {
+        Trust::Keys(keys)
+    };
+    let pulled = context::runtime()?.block_on(warden_oci::pull(
+        &reference,
+        &trust,
+        reference.is_loopback(),
+    ))?;
+    let pinned = reference.at(&pulled.digest);
+    let signer = match &pulled.signer {
+        Some(key) => format!("signed by {}", key.fingerprint()),
+        None => "UNSIGNED (taken with --allow-unsigned)".to_owned(),
+    };
+    let mut origin = format!("# origin: {pinned}\n#   {signer}\n");
+    if matches!(reference.target, Target::Tag(_)) {
+        origin.push_str(&format!("#   pulled as {reference}\n"));
+    }
+    let suggestion = match &pulled.suggestion {
+        Some(text) => Some(suggestion_of(
+            text,
+            Path::new("the publisher's suggestion"),
+        )?),
+        None => None,
+    };
+    let grants = match (&suggestion, args.accept_grants) {
+        (Some(text), true) => Some(text.clone()),
+        (Some(text), false) => {
+            origin.push_str(
+                "# The publisher suggests these grants and limits (written with --accept-grants):\n",
+            );
+            for line in text.lines() {
+                origin.push_str(format!("#   {line}").trim_end());
+                origin.push('\n');
+            }
+            None
+        }
+        (None, _) => None,
+    };
+    std::fs::write(&component_path, &pulled.component)
+        .with_context(|| format!("writing {}", component_path.display()))?;
+    let installed = install(
+        ctx,
+        &Install {
+            name: &name,
+            named,
+            component: &component_path,
+            wit: None,
+            origin: Some(origin),
+            grants,
+        },
+        &policy,
+    );
+    if let Err(e) = installed {
+        let _ = std::fs::remove_file(&component_path);
+        return Err(e);
+    }
+    outln!("  from {pinned}, {signer}");
+    if let (Some(text), false) = (&suggestion, args.accept_grants) {
+        outln!("  the publisher suggests (not granted; --accept-grants writes them):");
+        for line in text.lines() {
+            outln!("    {line}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,108 @@
+//! A real OCI registry for a test: Debian's `docker-registry` (CNCF distribution 2.8) on
+//! 127.0.0.1, its storage in a temporary folder, stopped when dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where Debian's package puts the registry.
+const PROGRAM: &str = "/usr/bin/docker-registry";
+
+pub(crate) struct Registry {
+    child: Child,
+    pub(crate) port: u16,
+    storage: tempfile::TempDir,
+}
+
+impl Registry {
+    /// A registry, or `None` (said on stderr) when it is not installed and not under CI.
+    pub(crate) fn start() -> Option<Registry> {
+        if !Path::new(PROGRAM).is_file() {
+            assert!(
+                !warden_test_support::under_ci(),
+                "CI=true and {PROGRAM} is missing (.ci/run installs Debian's docker-registry)"
+            );
+            eprintln!("SKIPPED: {PROGRAM} is not installed (apt-get install docker-registry)");
+            return None;
+        }
+        let storage = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let config = storage.path().join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
+                 http:\n  addr: 127.0.0.1:{port}\n",
+                storage.path().join("data").display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(PROGRAM)
+            .arg("serve")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let registry = Registry {
+            child,
+            port,
+            storage,
+        };
+        let until = Instant::now() + Duration::from_secs(20);
+        while registry.get("/v2/").is_none() {
+            assert!(
+                Instant::now() < until,
+                "the registry did not answer on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(registry)
+    }
+
+    /// `oci://` reference to `repository:tag` here.
+    pub(crate) fn reference(&self, repository_and_tag: &str) -> String {
+        format!("oci://127.0.0.1:{}/{repository_and_tag}", self.port)
+    }
+
+    /// The body of a GET of `path`, when it answers 2xx.
+    pub(crate) fn get(&self, path: &str) -> Option<Vec<u8>> {
+        let out = Command::new("curl")
+            .args([
+                "-sfL",
+                "-H",
+                "Accept: application/vnd.oci.image.manifest.v1+json",
+            ])
+            .arg(format!("http://127.0.0.1:{}{path}", self.port))
+            .output()
+            .unwrap();
+        out.status.success().then_some(out.stdout)
+    }
+
+    /// Where the registry keeps the blob `sha256:HEX`.
+    pub(crate) fn blob_file(&self, digest: &str) -> PathBuf {
+        let hex = digest.strip_prefix("sha256:").unwrap();
+        self.storage
+            .path()
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+
+    /// Stops it.
+    pub(crate) fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

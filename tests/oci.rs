@@ -1,0 +1,310 @@
+//! Tools that travel: `warden push` to a real registry (Debian's docker-registry on
+//! 127.0.0.1), `warden add oci://…` back, signatures checked by digest, and every refusal
+//! leaving nothing in the toolbox or the store.
+
+use crate::common::registry::Registry;
+use crate::common::wasm;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A publisher's toolbox (units added, with grants and limits to suggest), a consumer's
+/// empty one, and a key pair, in one temp folder.
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Self {
+        let env = Self {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        for side in ["publisher", "consumer"] {
+            std::fs::create_dir_all(env.dir.path().join(side).join("policies")).unwrap();
+        }
+        env.ok("publisher", &["add", wasm("units").to_str().unwrap()]);
+        let policy = env.dir.path().join("publisher/policies/units.toml");
+        let text = std::fs::read_to_string(&policy).unwrap().replace(
+            "[grants]\n",
+            "[grants]\nenv = { UNITS_SYSTEM = \"metric\" }\n",
+        );
+        std::fs::write(
+            &policy,
+            text.replace("timeout = \"30s\"", "timeout = \"7s\""),
+        )
+        .unwrap();
+        env.ok(
+            "publisher",
+            &["keygen", "--out", env.key("signer").to_str().unwrap()],
+        );
+        env
+    }
+
+    fn key(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn warden(&self, side: &str, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_warden"))
+            .args(args)
+            .env(
+                "WARDEN_TOOLBOX",
+                self.dir.path().join(side).join("policies"),
+            )
+            .env("WARDEN_HOME", self.dir.path().join(side).join("home"))
+            .output()
+            .expect("warden runs")
+    }
+
+    fn ok(&self, side: &str, args: &[&str]) -> String {
+        let out = self.warden(side, args);
+        assert!(
+            out.status.success(),
+            "warden {args:?} failed: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    }
+
+    /// `warden add ARGS` on the consumer's side, refused: its error, with nothing left behind.
+    fn refused(&self, args: &[&str]) -> String {
+        let out = self.warden("consumer", args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "warden {args:?}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        assert_eq!(self.files("consumer/policies"), Vec::<String>::new());
+        assert_eq!(self.files("consumer/home/store"), Vec::<String>::new());
+        text(&out.stderr)
+    }
+
+    fn files(&self, folder: &str) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.dir.path().join(folder))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    fn consumer_policy(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("consumer/policies/units.toml")).unwrap()
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// The JSON at `path` in the registry.
+fn json_at(registry: &Registry, path: &str) -> Value {
+    serde_json::from_slice(&registry.get(path).unwrap_or_else(|| panic!("{path}"))).unwrap()
+}
+
+#[test]
+fn a_signed_tool_travels_and_answers_pinned_to_its_layer() {
+    let Some(registry) = Registry::start() else {
+        return;
+    };
+    let env = Env::new();
+    let reference = registry.reference("tools/units:1.0");
+    let signer = env.key("signer.key");
+    let pushed = env.ok(
+        "publisher",
+        &["push", "units", &reference, "--sign", path(&signer)],
+    );
+    assert!(pushed.contains("signed by sha256:"), "{pushed}");
+
+    // The standard layout, byte for byte where it is fixed.
+    let manifest = json_at(&registry, "/v2/tools/units/manifests/1.0");
+    assert_eq!(manifest["schemaVersion"], 2);
+    assert_eq!(
+        manifest["mediaType"],
+        "application/vnd.oci.image.manifest.v1+json"
+    );
+    assert_eq!(
+        manifest["config"]["mediaType"],
+        "application/vnd.wasm.config.v0+json"
+    );
+    let layers = manifest["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 1, "{manifest}");
+    assert_eq!(layers[0]["mediaType"], "application/wasm");
+    let layer = layers[0]["digest"].as_str().unwrap().to_owned();
+    let component = std::fs::read(wasm("units")).unwrap();
+    assert_eq!(layers[0]["size"], component.len());
+    let config_digest = manifest["config"]["digest"].as_str().unwrap();
+    let config = json_at(&registry, &format!("/v2/tools/units/blobs/{config_digest}"));
+    assert_eq!(config["architecture"], "wasm");
+    assert_eq!(config["os"], "wasip2");
+    assert_eq!(config["layerDigests"][0], layer.as_str());
+    let exports = config["component"]["exports"].to_string();
+    assert!(exports.contains("convert"), "{config}");
+
+    // Default: the publisher's grants are shown, not written.
+    let added = env.ok(
+        "consumer",
+        &["add", &reference, "--key", path(&env.key("signer.pub"))],
+    );
+    assert!(added.contains("UNITS_SYSTEM"), "{added}");
+    let policy = env.consumer_policy();
+    let pin = format!("sha256 = \"{}\"", layer.strip_prefix("sha256:").unwrap());
+    assert!(policy.contains(&pin), "{policy}");
+    assert!(policy.contains("#   signed by sha256:"), "{policy}");
+    assert!(policy.contains("#   env = { UNITS_SYSTEM"), "{policy}");
+    assert!(!policy.contains("\nenv = "), "{policy}");
+    let answer: Value = serde_json::from_str(&env.ok(
+        "consumer",
+        &[
+            "call",
+            "convert",
+            r#"{"quantity": {"value": 1, "unit": "kilometer"}, "to": "meter"}"#,
+        ],
+    ))
+    .unwrap();
+    assert_eq!(answer["content"], "1000.0", "{answer}");
+
+    // --accept-grants writes them.
+    env.ok(
+        "consumer",
+        &[
+            "add",
+            &reference,
+            "--key",
+            path(&env.key("signer.pub")),
+            "--force",
+            "--accept-grants",
+        ],
+    );
+    let policy = env.consumer_policy();
+    assert!(
+        policy.contains("\nenv = { UNITS_SYSTEM = \"metric\" }"),
+        "{policy}"
+    );
+    assert!(policy.contains("timeout = \"7s\""), "{policy}");
+}
+
+#[test]
+fn what_no_trusted_key_signed_or_the_registry_changed_is_refused_and_nothing_kept() {
+    let Some(mut registry) = Registry::start() else {
+        return;
+    };
+    let env = Env::new();
+    env.ok(
+        "publisher",
+        &["keygen", "--out", path(&env.key("stranger"))],
+    );
+    let signed = registry.reference("tools/units:signed");
+    env.ok(
+        "publisher",
+        &[
+            "push",
+            "units",
+            &signed,
+            "--sign",
+            path(&env.key("signer.key")),
+        ],
+    );
+    let public = env.key("signer.pub");
+
+    // A key that did not sign it.
+    let err = env.refused(&["add", &signed, "--key", path(&env.key("stranger.pub"))]);
+    assert!(err.contains("none by a trusted key"), "{err}");
+    // No key at all.
+    let err = env.refused(&["add", &signed]);
+    assert!(err.contains("pass --key"), "{err}");
+    // Unsigned (another component: a signature belongs to a digest, whatever tag names it).
+    env.ok(
+        "publisher",
+        &["add", path(&wasm("wordcount")), "--name", "other"],
+    );
+    let unsigned = registry.reference("tools/units:unsigned");
+    env.ok("publisher", &["push", "other", &unsigned]);
+    let err = env.refused(&["add", &unsigned, "--key", path(&public)]);
+    assert!(err.contains("is not signed"), "{err}");
+    // ... unless asked for, which the policy says.
+    env.ok("consumer", &["add", &unsigned, "--allow-unsigned"]);
+    let policy = std::fs::read_to_string(env.dir.path().join("consumer/policies/units.toml"));
+    assert!(policy.unwrap().contains("UNSIGNED"));
+    for file in ["consumer/policies", "consumer/home/store"] {
+        std::fs::remove_dir_all(env.dir.path().join(file)).unwrap();
+    }
+    std::fs::create_dir(env.dir.path().join("consumer/policies")).unwrap();
+
+    // A tag moved, after signing, to a component nobody signed.
+    env.ok("publisher", &["push", "other", &signed]);
+    let err = env.refused(&["add", &signed, "--key", path(&public)]);
+    assert!(err.contains("is not signed"), "{err}");
+
+    // A blob changed in the registry's storage.
+    let tampered = registry.reference("tools/units:tampered");
+    env.ok(
+        "publisher",
+        &[
+            "push",
+            "units",
+            &tampered,
+            "--sign",
+            path(&env.key("signer.key")),
+        ],
+    );
+    let manifest = json_at(&registry, "/v2/tools/units/manifests/tampered");
+    let layer = manifest["layers"][0]["digest"].as_str().unwrap();
+    let blob = registry.blob_file(layer);
+    let mut bytes = std::fs::read(&blob).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&blob, bytes).unwrap();
+    let err = env.refused(&["add", &tampered, "--key", path(&public)]);
+    assert!(err.contains("does not match its digest"), "{err}");
+
+    // No such tag; then a stopped registry.
+    let err = env.refused(&[
+        "add",
+        &registry.reference("tools/units:nope"),
+        "--key",
+        path(&public),
+    ]);
+    assert!(err.contains("is not in the registry"), "{err}");
+    registry.stop();
+    let err = env.refused(&["add", &signed, "--key", path(&public)]);
+    assert!(err.contains("is not reachable"), "{err}");
+}
+
+#[test]
+fn bad_references_and_keys_are_refused_with_the_fix() {
+    let env = Env::new();
+    let err = env.refused(&["add", "oci://Registry/UPPER:x"]);
+    assert!(err.contains("lowercase"), "{err}");
+    let err = env.refused(&["add", "oci://r.example/a@sha256:12"]);
+    assert!(err.contains("not a sha256 digest"), "{err}");
+    std::fs::write(env.key("bad.pub"), "not a key").unwrap();
+    let err = env.refused(&[
+        "add",
+        "oci://127.0.0.1:1/a:b",
+        "--key",
+        path(&env.key("bad.pub")),
+    ]);
+    assert!(err.contains("not PEM"), "{err}");
+    // Plain HTTP is for this machine's loopback only: a push elsewhere goes over TLS.
+    let out = env.warden("publisher", &["push", "units", "oci://r.invalid/a:b"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("https://") || text(&out.stderr).contains("not reachable"));
+    // A key is never overwritten.
+    let out = env.warden("publisher", &["keygen", "--out", path(&env.key("signer"))]);
+    assert!(
+        text(&out.stderr).contains("exists"),
+        "{}",
+        text(&out.stderr)
+    );
+}
