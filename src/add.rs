@@ -60,6 +60,7 @@ pub(crate) fn add(ctx: &Warden, args: AddArgs) -> Result<ExitCode> {
             named: args.name.is_some(),
             component: &component,
             wit: wit.as_deref(),
+            comments: None,
             origin: None,
             grants: None,
         },
@@ -92,7 +93,9 @@ pub(crate) struct Install<'a> {
     pub named: bool,
     pub component: &'a Path,
     pub wit: Option<&'a Path>,
-    /// Comment lines saying where the component came from.
+    /// Comment lines for the policy's head (the publisher's suggestion, not granted).
+    pub comments: Option<String>,
+    /// Where the component came from: an `[origin]` table's text.
     pub origin: Option<String>,
     /// The `[grants]` and `[limits]` to write instead of the deny-by-default ones.
     pub grants: Option<String>,
@@ -111,14 +114,9 @@ pub(crate) fn install(ctx: &Warden, install: &Install<'_>, policy_path: &Path) -
     let backend = ctx.wasm();
     let loaded = Policy::parse(policy_path, &text, &[&backend])
         .map_err(|e| e.to_string())
-        .and_then(|policy| {
-            backend
-                .load(&Arc::new(policy))
-                .map(|loaded| loaded.tools)
-                .map_err(|e| e.message)
-        });
-    let tools = match loaded {
-        Ok(tools) => tools,
+        .and_then(|policy| backend.load(&Arc::new(policy)).map_err(|e| e.message));
+    let loaded = match loaded {
+        Ok(loaded) => loaded,
         Err(e) => {
             // What was refused is not kept: the store holds only what some policy runs.
             if !stored_before {
@@ -140,12 +138,16 @@ pub(crate) fn install(ctx: &Warden, install: &Install<'_>, policy_path: &Path) -
             policy_path.display()
         ),
     }
-    for tool in tools {
+    for tool in loaded.tools {
         outln!(
             "  tool {}: {}",
             Escaped(&tool.spec.name),
             Escaped(tool.spec.description.lines().next().unwrap_or_default())
         );
+    }
+    // What the audit would flag of it (an import the grants leave refused, …).
+    for flag in loaded.report.flags {
+        outln!("  ! {}", Escaped(flag));
     }
     Ok(())
 }
@@ -162,15 +164,20 @@ fn policy_text(install: &Install<'_>, component: &Path, sha: &str, wit: Option<&
     if install.named {
         exec.push_str(&format!("name = \"{name}\"\n"));
     }
-    let origin = install.origin.as_deref().unwrap_or_default();
+    let comments = install.comments.as_deref().unwrap_or_default();
+    let origin = install
+        .origin
+        .as_deref()
+        .map(|o| format!("\n{o}"))
+        .unwrap_or_default();
     match &install.grants {
         Some(grants) => format!(
             "# Policy for `{name}`, written by `warden add` with the publisher's grants \
-             (--accept-grants).\n{origin}{exec}\n{grants}"
+             (--accept-grants).\n{comments}{exec}\n{grants}{origin}"
         ),
         None => format!(
             "# Policy for `{name}`, written by `warden add`. Nothing is granted: widen it on purpose.\n\
-             {origin}{exec}\n\
+             {comments}{exec}\n\
              [grants]\n\
              # env = {{ KEY = \"value\" }}\n\
              # env_from_host = [\"NAME\"]\n\
@@ -178,7 +185,7 @@ fn policy_text(install: &Install<'_>, component: &Path, sha: &str, wit: Option<&
              [limits]\n\
              timeout = \"30s\"\n\
              memory = \"256MiB\"\n\
-             output = \"1MiB\"\n"
+             output = \"1MiB\"\n{origin}"
         ),
     }
 }

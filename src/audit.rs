@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use warden::Warden;
 use warden_core::shown::{Escaped, escape, escape_json};
 use warden_core::{
-    Access, ByteSize, Capabilities, Grants, HostPattern, HumanDuration, Limits, Policy, Probe,
-    ProbeError, Reach, Report, Toolbox,
+    Access, ByteSize, Capabilities, Grants, HostPattern, HumanDuration, Limits, Origin, Policy,
+    Probe, ProbeError, Reach, Report, Toolbox,
 };
 
 /// The whole audit, as `--json` prints it.
@@ -29,6 +29,9 @@ struct PolicyAudit {
     capabilities: Capabilities,
     tools: Vec<ToolAudit>,
     flags: Vec<String>,
+    /// Where the component came from, when from a registry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    origin: Option<Origin>,
     #[serde(skip)]
     lines: Vec<(&'static str, String)>,
 }
@@ -99,7 +102,34 @@ fn flags(
     if policy.limits.timeout.is_none() {
         out.push("no timeout written: the default applies".into());
     }
+    if policy
+        .origin
+        .as_ref()
+        .is_some_and(|o| o.signed_by.is_none())
+    {
+        out.push(
+            "unsigned: added from a registry with --allow-unsigned; no trusted key signed it"
+                .into(),
+        );
+    }
     out
+}
+
+/// The `[origin]` of a component from a registry, as one line.
+fn origin_line(origin: &Origin) -> String {
+    let signer = origin
+        .signed_by
+        .as_deref()
+        .map_or_else(|| "UNSIGNED".to_owned(), |k| format!("signed by {k}"));
+    let mut line = format!("{} ({signer}", origin.reference);
+    if let Some(tag) = &origin.pulled_as {
+        line.push_str(&format!(", pulled as {tag}"));
+    }
+    if let Some(added) = &origin.added {
+        line.push_str(&format!(", added {added}"));
+    }
+    line.push(')');
+    line
 }
 
 fn describe(toolbox: &Toolbox, probes: Vec<Option<Result<Probe, ProbeError>>>) -> Audit {
@@ -124,6 +154,9 @@ fn describe(toolbox: &Toolbox, probes: Vec<Option<Result<Probe, ProbeError>>>) -
                 .iter()
                 .map(|l| (l.label, l.text.clone()))
                 .collect();
+            if let Some(origin) = &p.origin {
+                lines.push(("origin", origin_line(origin)));
+            }
             let in_force_here = probe.as_ref().map(|probe| match probe {
                 Ok(found) => {
                     lines.extend(found.in_force.iter().map(|l| ("in force", l.clone())));
@@ -146,6 +179,7 @@ fn describe(toolbox: &Toolbox, probes: Vec<Option<Result<Probe, ProbeError>>>) -
                 capabilities: loaded.capabilities,
                 tools,
                 flags: flags(p, report, probe.as_ref()),
+                origin: p.origin.clone(),
                 lines,
             }
         })

@@ -130,6 +130,18 @@ pub(crate) fn push(ctx: &Warden, args: &PushArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Now, RFC 3339 in UTC.
+fn now_utc() -> String {
+    time::OffsetDateTime::now_utc()
+        .replace_nanosecond(0)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default()
+}
+
 /// The `[grants]` and `[limits]` of a policy's text.
 fn suggestion_of(text: &str, path: &Path) -> Result<String> {
     let mut doc: toml_edit::DocumentMut = text
@@ -189,10 +201,17 @@ pub(crate) fn add(
         Some(key) => format!("signed by {}", key.fingerprint()),
         None => "UNSIGNED (taken with --allow-unsigned)".to_owned(),
     };
-    let mut origin = format!("# origin: {pinned}\n#   {signer}\n");
-    if matches!(reference.target, Target::Tag(_)) {
-        origin.push_str(&format!("#   pulled as {reference}\n"));
+    let mut origin = toml_edit::Table::new();
+    origin["reference"] = toml_edit::value(pinned.to_string());
+    if let Some(key) = &pulled.signer {
+        origin["signed_by"] = toml_edit::value(key.fingerprint().to_string());
     }
+    if matches!(reference.target, Target::Tag(_)) {
+        origin["pulled_as"] = toml_edit::value(reference.to_string());
+    }
+    origin["added"] = toml_edit::value(now_utc());
+    let mut doc = toml_edit::DocumentMut::new();
+    doc["origin"] = toml_edit::Item::Table(origin);
     let suggestion = match &pulled.suggestion {
         Some(text) => Some(suggestion_of(
             text,
@@ -200,15 +219,16 @@ pub(crate) fn add(
         )?),
         None => None,
     };
+    let mut comments = String::new();
     let grants = match (&suggestion, args.accept_grants) {
         (Some(text), true) => Some(text.clone()),
         (Some(text), false) => {
-            origin.push_str(
+            comments.push_str(
                 "# The publisher suggests these grants and limits (written with --accept-grants):\n",
             );
             for line in text.lines() {
-                origin.push_str(format!("#   {line}").trim_end());
-                origin.push('\n');
+                comments.push_str(format!("#   {line}").trim_end());
+                comments.push('\n');
             }
             None
         }
@@ -223,7 +243,8 @@ pub(crate) fn add(
             named,
             component: &component_path,
             wit: None,
-            origin: Some(origin),
+            comments: Some(comments),
+            origin: Some(doc.to_string()),
             grants,
         },
         &policy,

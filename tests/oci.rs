@@ -160,7 +160,14 @@ fn a_signed_tool_travels_and_answers_pinned_to_its_layer() {
     let policy = env.consumer_policy();
     let pin = format!("sha256 = \"{}\"", layer.strip_prefix("sha256:").unwrap());
     assert!(policy.contains(&pin), "{policy}");
-    assert!(policy.contains("#   signed by sha256:"), "{policy}");
+    assert!(
+        policy.contains("\n[origin]\nreference = \"oci://"),
+        "{policy}"
+    );
+    assert!(policy.contains("\nsigned_by = \"sha256:"), "{policy}");
+    let audit = env.ok("consumer", &["audit"]);
+    assert!(audit.contains("origin    oci://"), "{audit}");
+    assert!(audit.contains("signed by sha256:"), "{audit}");
     assert!(policy.contains("#   env = { UNITS_SYSTEM"), "{policy}");
     assert!(!policy.contains("\nenv = "), "{policy}");
     let answer: Value = serde_json::from_str(&env.ok(
@@ -234,8 +241,12 @@ fn what_no_trusted_key_signed_or_the_registry_changed_is_refused_and_nothing_kep
     assert!(err.contains("is not signed"), "{err}");
     // ... unless asked for, which the policy says.
     env.ok("consumer", &["add", &unsigned, "--allow-unsigned"]);
-    let policy = std::fs::read_to_string(env.dir.path().join("consumer/policies/units.toml"));
-    assert!(policy.unwrap().contains("UNSIGNED"));
+    let audit = env.ok("consumer", &["audit"]);
+    assert!(audit.contains("UNSIGNED"), "{audit}");
+    assert!(
+        audit.contains("! unsigned: added from a registry"),
+        "{audit}"
+    );
     for file in ["consumer/policies", "consumer/home/store"] {
         std::fs::remove_dir_all(env.dir.path().join(file)).unwrap();
     }
@@ -306,5 +317,19 @@ fn bad_references_and_keys_are_refused_with_the_fix() {
         text(&out.stderr).contains("exists"),
         "{}",
         text(&out.stderr)
+    );
+}
+
+#[test]
+fn an_import_its_grants_refuse_is_said_at_add_and_in_the_audit() {
+    let env = Env::new();
+    let added = env.ok("consumer", &["add", path(&wasm("fetch"))]);
+    let flag = "imports wasi:http but the policy grants no hosts: every request will be refused";
+    assert!(added.contains(flag), "{added}");
+    let audit = env.ok("consumer", &["audit"]);
+    assert!(audit.contains(flag), "{audit}");
+    assert!(
+        audit.contains("imports   wasi:cli, wasi:http, wasi:io"),
+        "{audit}"
     );
 }

@@ -44,7 +44,7 @@ pub use limits::{Capped, Limits, LimitsSpec, MARKER_MAX, shorten};
 pub use located::{Located, PolicyError};
 pub use message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage, Violation};
 pub use net::{Credential, GrantFault, HostGrant, HostPattern, NetGrantError, NetGrants};
-pub use policy::{FunctionOverride, Policy};
+pub use policy::{FunctionOverride, Origin, Policy};
 pub use program::{Exit, Held, Input, Program, Sink, WindowSize};
 pub use redact::{Secrets, StreamRedactor};
 pub use review::{Decision, Reviewer};

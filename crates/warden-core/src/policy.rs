@@ -45,6 +45,26 @@ struct PolicyFile {
     review: ReviewSpec,
     #[serde(default)]
     functions: BTreeMap<String, Spanned<FunctionSpec>>,
+    #[serde(default)]
+    origin: Option<Origin>,
+}
+
+/// Where a tool's component came from, as `warden add oci://…` writes it (`[origin]`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Origin {
+    /// The artifact, pinned by its manifest digest: `oci://REGISTRY/REPO@sha256:…`.
+    pub reference: String,
+    /// The fingerprint (`sha256:` of the public key's DER) of the key whose signature was
+    /// verified; absent when it was taken unsigned (`--allow-unsigned`).
+    #[serde(default)]
+    pub signed_by: Option<String>,
+    /// The reference as it was asked for (a tag), when it was not a digest.
+    #[serde(default)]
+    pub pulled_as: Option<String>,
+    /// When it was added, RFC 3339 in UTC.
+    #[serde(default)]
+    pub added: Option<String>,
 }
 
 /// Per-function overrides of limits and review.
@@ -75,6 +95,8 @@ pub struct Policy {
     pub limits: LimitsSpec,
     pub review_required: bool,
     pub functions: BTreeMap<String, FunctionOverride>,
+    /// Where the component came from, when it came from a registry.
+    pub origin: Option<Origin>,
 }
 
 impl Policy {
@@ -183,6 +205,7 @@ impl Policy {
             limits,
             review_required: file.review.required,
             functions,
+            origin: file.origin,
         })
     }
 

@@ -260,15 +260,20 @@ impl Backend for WasmBackend {
                 "the component exports no function warden can call".into(),
             ));
         }
+        let imports: Vec<String> = component
+            .component_type()
+            .imports(engine)
+            .map(|(name, _)| name.to_owned())
+            .collect();
         Ok(Loaded {
             tools,
-            report: report(cfg, &sha),
+            report: report(cfg, &sha, &imports, policy),
         })
     }
 }
 
-/// The component that runs, for the audit.
-fn report(cfg: &WasmConfig, sha: &str) -> Report {
+/// The component that runs and what it imports against what its policy grants, for the audit.
+fn report(cfg: &WasmConfig, sha: &str, imports: &[String], policy: &Policy) -> Report {
     let component = cfg.component.value.display().to_string();
     let pin = match &cfg.sha256 {
         Some(pin) => format!("sha256 {}…", &pin.value[..12]),
@@ -278,16 +283,41 @@ fn report(cfg: &WasmConfig, sha: &str) -> Report {
     if cfg.sha256.is_none() {
         flags.push("unpinned: any rebuild of the component runs unreviewed (`warden pin`)".into());
     }
+    let imports_http = imports
+        .iter()
+        .any(|i| i.starts_with("wasi:http/outgoing-handler"));
+    if imports_http && policy.grants.net.hosts.is_empty() {
+        flags.push(
+            "imports wasi:http but the policy grants no hosts: every request will be refused"
+                .into(),
+        );
+    }
+    let mut packages: Vec<&str> = imports
+        .iter()
+        .map(|i| i.split('/').next().unwrap_or(i))
+        .collect();
+    packages.sort_unstable();
+    packages.dedup();
     let settings = json!({
         "component": component,
         "sha256": cfg.sha256.as_ref().map(|s| s.value.clone()),
     });
     Report {
         settings: settings.as_object().cloned().unwrap_or_default(),
-        lines: vec![ReportLine {
-            label: "executor",
-            text: format!("wasm {component} ({pin})"),
-        }],
+        lines: vec![
+            ReportLine {
+                label: "executor",
+                text: format!("wasm {component} ({pin})"),
+            },
+            ReportLine {
+                label: "imports",
+                text: if packages.is_empty() {
+                    "nothing".to_owned()
+                } else {
+                    packages.join(", ")
+                },
+            },
+        ],
         network: Reach::Grants,
         flags,
     }
