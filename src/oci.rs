@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use warden::Warden;
 use warden_core::{Backend, Policy};
-use warden_oci::{Reference, SigningKey, Target, Trust, TrustedKey};
+use warden_oci::{Credentials, Reference, SigningKey, Target, Trust, TrustedKey};
 use warden_wasm::WasmConfig;
 
 /// The tables of a policy a publisher may suggest; anything else is dropped.
@@ -114,6 +114,7 @@ pub(crate) fn push(ctx: &Warden, args: &PushArgs) -> Result<ExitCode> {
         Some(suggestion),
         key.as_ref(),
         reference.is_loopback(),
+        Credentials::for_registry(&reference.registry)?,
     ))?;
     outln!(
         "pushed {} as {}",
@@ -195,6 +196,7 @@ pub(crate) fn add(
         &reference,
         &trust,
         reference.is_loopback(),
+        Credentials::for_registry(&reference.registry)?,
     ))?;
     let pinned = reference.at(&pulled.digest);
     let signer = match &pulled.signer {

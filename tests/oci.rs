@@ -45,6 +45,11 @@ impl Env {
     }
 
     fn warden(&self, side: &str, args: &[&str]) -> Output {
+        self.warden_with(side, args, &[])
+    }
+
+    /// `warden ARGS` with `vars` set; no registry credentials but those.
+    fn warden_with(&self, side: &str, args: &[&str], vars: &[(&str, &str)]) -> Output {
         Command::new(env!("CARGO_BIN_EXE_warden"))
             .args(args)
             .env(
@@ -52,6 +57,10 @@ impl Env {
                 self.dir.path().join(side).join("policies"),
             )
             .env("WARDEN_HOME", self.dir.path().join(side).join("home"))
+            .env("DOCKER_CONFIG", self.dir.path().join(side).join("docker"))
+            .env_remove("WARDEN_REGISTRY_USERNAME")
+            .env_remove("WARDEN_REGISTRY_PASSWORD")
+            .envs(vars.iter().copied())
             .output()
             .expect("warden runs")
     }
@@ -332,4 +341,54 @@ fn an_import_its_grants_refuse_is_said_at_add_and_in_the_audit() {
         audit.contains("imports   wasi:cli, wasi:http, wasi:io"),
         "{audit}"
     );
+}
+
+#[test]
+fn a_registry_that_wants_credentials_gets_them_from_the_environment_or_dockers_config() {
+    let Some(registry) = Registry::start_for(&[("alice", "s3cret-9f2")]) else {
+        return;
+    };
+    let env = Env::new();
+    let reference = registry.reference("tools/units:1.0");
+    let signer = path(&env.key("signer.key")).to_owned();
+    let out = env.warden(
+        "publisher",
+        &["push", "units", &reference, "--sign", &signer],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("needs credentials"),
+        "{}",
+        text(&out.stderr)
+    );
+    let alice = [
+        ("WARDEN_REGISTRY_USERNAME", "alice"),
+        ("WARDEN_REGISTRY_PASSWORD", "s3cret-9f2"),
+    ];
+    let out = env.warden_with(
+        "publisher",
+        &["push", "units", &reference, "--sign", &signer],
+        &alice,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let public = path(&env.key("signer.pub")).to_owned();
+    let err = env.refused(&["add", &reference, "--key", &public]);
+    assert!(err.contains("needs credentials"), "{err}");
+    // A wrong password is refused as none is.
+    let docker = env.dir.path().join("consumer/docker");
+    std::fs::create_dir_all(&docker).unwrap();
+    let auth = |password: &str| {
+        use base64::Engine as _;
+        let encoded = base64::engine::general_purpose::STANDARD.encode(format!("alice:{password}"));
+        format!(
+            "{{\"auths\": {{\"127.0.0.1:{}\": {{\"auth\": \"{encoded}\"}}}}}}",
+            registry.port
+        )
+    };
+    std::fs::write(docker.join("config.json"), auth("wrong")).unwrap();
+    let err = env.refused(&["add", &reference, "--key", &public]);
+    assert!(err.contains("needs credentials"), "{err}");
+    std::fs::write(docker.join("config.json"), auth("s3cret-9f2")).unwrap();
+    env.ok("consumer", &["add", &reference, "--key", &public]);
 }

@@ -17,6 +17,12 @@ pub(crate) struct Registry {
 impl Registry {
     /// A registry, or `None` (said on stderr) when it is not installed and not under CI.
     pub(crate) fn start() -> Option<Registry> {
+        Self::start_for(&[])
+    }
+
+    /// A registry that lets in only `users` (name, password) when there are any, by Basic
+    /// authentication against an htpasswd file (bcrypt, written by apache2-utils' `htpasswd`).
+    pub(crate) fn start_for(users: &[(&str, &str)]) -> Option<Registry> {
         if !Path::new(PROGRAM).is_file() {
             assert!(
                 !warden_test_support::under_ci(),
@@ -32,15 +38,29 @@ impl Registry {
             .unwrap()
             .port();
         let config = storage.path().join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
-                 http:\n  addr: 127.0.0.1:{port}\n",
-                storage.path().join("data").display()
-            ),
-        )
-        .unwrap();
+        let mut yaml = format!(
+            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
+             http:\n  addr: 127.0.0.1:{port}\n",
+            storage.path().join("data").display()
+        );
+        if !users.is_empty() {
+            let htpasswd = storage.path().join("htpasswd");
+            let mut lines = String::new();
+            for (user, password) in users {
+                let out = Command::new("htpasswd")
+                    .args(["-Bbn", user, password])
+                    .output()
+                    .expect("htpasswd (apache2-utils) is installed");
+                lines.push_str(String::from_utf8(out.stdout).unwrap().trim());
+                lines.push('\n');
+            }
+            std::fs::write(&htpasswd, lines).unwrap();
+            yaml.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: warden-test\n    path: {}\n",
+                htpasswd.display()
+            ));
+        }
+        std::fs::write(&config, yaml).unwrap();
         let child = Command::new(PROGRAM)
             .arg("serve")
             .arg(&config)
@@ -54,7 +74,7 @@ impl Registry {
             storage,
         };
         let until = Instant::now() + Duration::from_secs(20);
-        while registry.get("/v2/").is_none() {
+        while !registry.answers() {
             assert!(
                 Instant::now() < until,
                 "the registry did not answer on {port}"
@@ -62,6 +82,16 @@ impl Registry {
             std::thread::sleep(Duration::from_millis(50));
         }
         Some(registry)
+    }
+
+    /// Whether it answers on `/v2/` (with 200, or 401 when it wants credentials).
+    fn answers(&self) -> bool {
+        let out = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+            .arg(format!("http://127.0.0.1:{}/v2/", self.port))
+            .output()
+            .unwrap();
+        matches!(&out.stdout[..], b"200" | b"401")
     }
 
     /// `oci://` reference to `repository:tag` here.

@@ -3,12 +3,14 @@
 //! signatures; pulled by digest once the tag's digest is verified against trusted keys, every
 //! blob checked against its digest, size limit and media type before anything is kept.
 
+mod auth;
 mod error;
 pub mod layout;
 mod reference;
 mod registry;
 pub mod sign;
 
+pub use auth::Credentials;
 pub use error::OciError;
 pub use reference::{Digest, Reference, SCHEME, Target};
 pub use registry::Registry;
@@ -47,13 +49,14 @@ pub async fn push(
     suggestion: Option<String>,
     key: Option<&SigningKey>,
     plain_http: bool,
+    credentials: Option<Credentials>,
 ) -> Result<Pushed, OciError> {
     let Target::Tag(tag) = &reference.target else {
         return Err(OciError::BadReference(format!(
             "`{reference}`: push to a tag (oci://REGISTRY/REPOSITORY:TAG), not a digest"
         )));
     };
-    let registry = Registry::new(reference, plain_http)?;
+    let registry = Registry::new(reference, plain_http, credentials)?;
     let artifact = ComponentArtifact::new(component)?;
     registry.push_blob(&artifact.config).await?;
     registry.push_blob(&artifact.component).await?;
@@ -131,8 +134,9 @@ pub async fn pull(
     reference: &Reference,
     trust: &Trust,
     plain_http: bool,
+    credentials: Option<Credentials>,
 ) -> Result<Pulled, OciError> {
-    let registry = Registry::new(reference, plain_http)?;
+    let registry = Registry::new(reference, plain_http, credentials)?;
     let (digest, bytes) = registry.manifest(&reference.target).await?;
     let at = reference.at(&digest);
     let manifest = Manifest::parse(&bytes, &format!("the manifest of {reference}"))?;

@@ -2,6 +2,7 @@
 //! checked against their digests, pushes of blobs (once) and manifests. TLS to every registry
 //! but one on this machine's loopback.
 
+use crate::auth::{Challenge, Credentials, answer};
 use crate::error::OciError;
 use crate::layout::{MANIFEST, MANIFEST_LIMIT, Manifest};
 use crate::reference::{Digest, Reference, Target};
@@ -12,12 +13,19 @@ pub struct Registry {
     http: reqwest::Client,
     base: String,
     reference: Reference,
+    credentials: Option<Credentials>,
+    /// The `Authorization` the last challenge was answered with, sent up front after it.
+    authorization: std::sync::Mutex<Option<String>>,
 }
 
 impl Registry {
     /// A client for `reference`'s repository: HTTPS, or plain HTTP to a loopback registry
-    /// (`plain_http`).
-    pub fn new(reference: &Reference, plain_http: bool) -> Result<Registry, OciError> {
+    /// (`plain_http`); `credentials` answer the registry's challenges.
+    pub fn new(
+        reference: &Reference,
+        plain_http: bool,
+        credentials: Option<Credentials>,
+    ) -> Result<Registry, OciError> {
         if plain_http && !reference.is_loopback() {
             return Err(OciError::PlainHttp {
                 registry: reference.registry.clone(),
@@ -38,18 +46,64 @@ impl Registry {
                 reference.registry, reference.repository
             ),
             reference: reference.clone(),
+            credentials,
+            authorization: std::sync::Mutex::new(None),
         })
     }
 
+    /// Sends the request `make` builds, answering a 401's challenge once.
     async fn send(
         &self,
-        request: reqwest::RequestBuilder,
+        make: impl Fn() -> reqwest::RequestBuilder,
         what: &str,
     ) -> Result<reqwest::Response, OciError> {
-        let response = request.send().await.map_err(|e| OciError::Unreachable {
+        let mut response = self.attempt(&make).await?;
+        let challenge = response
+            .headers()
+            .get(reqwest::header::WWW_AUTHENTICATE)
+            .and_then(|h| h.to_str().ok())
+            .and_then(Challenge::parse);
+        if let (StatusCode::UNAUTHORIZED, Some(challenge)) = (response.status(), challenge) {
+            let header = answer(
+                &self.http,
+                &challenge,
+                self.credentials.as_ref(),
+                &self.reference.registry,
+            )
+            .await?;
+            *self
+                .authorization
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(header);
+            response = self.attempt(&make).await?;
+        }
+        self.checked(response, what).await
+    }
+
+    async fn attempt(
+        &self,
+        make: &impl Fn() -> reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, OciError> {
+        let mut request = make();
+        let authorization = self
+            .authorization
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        if let Some(header) = authorization {
+            request = request.header(reqwest::header::AUTHORIZATION, header);
+        }
+        request.send().await.map_err(|e| OciError::Unreachable {
             registry: self.reference.registry.clone(),
             why: std::error::Error::source(&e).map_or_else(|| e.to_string(), ToString::to_string),
-        })?;
+        })
+    }
+
+    async fn checked(
+        &self,
+        response: reqwest::Response,
+        what: &str,
+    ) -> Result<reqwest::Response, OciError> {
         match response.status() {
             s if s.is_success() => Ok(response),
             StatusCode::NOT_FOUND => Err(OciError::NotFound {
@@ -104,10 +158,12 @@ impl Registry {
             Target::Tag(tag) => (tag.clone(), format!("the tag {}", self.at(target))),
             Target::Digest(d) => (d.to_string(), format!("the manifest {}", self.at(target))),
         };
-        let request = self
-            .http
-            .get(format!("{}/manifests/{path}", self.base))
-            .header(reqwest::header::ACCEPT, MANIFEST);
+        let url = format!("{}/manifests/{path}", self.base);
+        let request = || {
+            self.http
+                .get(&url)
+                .header(reqwest::header::ACCEPT, MANIFEST)
+        };
         let response = self.send(request, &what).await?;
         let bytes = Self::body(response, &what, MANIFEST_LIMIT).await?;
         let digest = Digest::of(&bytes);
@@ -125,8 +181,8 @@ impl Registry {
 
     /// The blob at `digest`, at most `limit` bytes, checked against its digest.
     pub async fn blob(&self, digest: &Digest, limit: u64, what: &str) -> Result<Vec<u8>, OciError> {
-        let request = self.http.get(format!("{}/blobs/{digest}", self.base));
-        let response = self.send(request, what).await?;
+        let url = format!("{}/blobs/{digest}", self.base);
+        let response = self.send(|| self.http.get(&url), what).await?;
         let bytes = Self::body(response, what, limit).await?;
         let got = Digest::of(&bytes);
         if &got != digest {
@@ -143,16 +199,19 @@ impl Registry {
     pub async fn push_blob(&self, bytes: &[u8]) -> Result<Digest, OciError> {
         let digest = Digest::of(bytes);
         let what = format!("the blob {digest}");
-        let head = self
-            .http
-            .request(Method::HEAD, format!("{}/blobs/{digest}", self.base));
-        match self.send(head, &what).await {
+        let url = format!("{}/blobs/{digest}", self.base);
+        match self
+            .send(|| self.http.request(Method::HEAD, &url), &what)
+            .await
+        {
             Ok(_) => return Ok(digest),
             Err(OciError::NotFound { .. }) => {}
             Err(e) => return Err(e),
         }
-        let start = self.http.post(format!("{}/blobs/uploads/", self.base));
-        let started = self.send(start, "starting an upload").await?;
+        let url = format!("{}/blobs/uploads/", self.base);
+        let started = self
+            .send(|| self.http.post(&url), "starting an upload")
+            .await?;
         let location = started
             .headers()
             .get(reqwest::header::LOCATION)
@@ -168,11 +227,13 @@ impl Registry {
             .join(location)
             .map_err(|e| OciError::Layout(format!("the upload's location {location}: {e}")))?;
         let separator = if url.query().is_some() { '&' } else { '?' };
-        let put = self
-            .http
-            .put(format!("{url}{separator}digest={digest}"))
-            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
-            .body(bytes.to_vec());
+        let upload = format!("{url}{separator}digest={digest}");
+        let put = || {
+            self.http
+                .put(&upload)
+                .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+                .body(bytes.to_vec())
+        };
         self.send(put, &what).await?;
         Ok(digest)
     }
@@ -186,11 +247,13 @@ impl Registry {
         let bytes = manifest.to_bytes();
         let digest = Digest::of(&bytes);
         let at = tag.map_or_else(|| digest.to_string(), str::to_owned);
-        let put = self
-            .http
-            .put(format!("{}/manifests/{at}", self.base))
-            .header(reqwest::header::CONTENT_TYPE, MANIFEST)
-            .body(bytes);
+        let url = format!("{}/manifests/{at}", self.base);
+        let put = || {
+            self.http
+                .put(&url)
+                .header(reqwest::header::CONTENT_TYPE, MANIFEST)
+                .body(bytes.clone())
+        };
         self.send(put, &format!("the manifest {at}")).await?;
         Ok(digest)
     }
