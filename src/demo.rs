@@ -134,6 +134,7 @@ pub(crate) fn demo(ctx: &Warden, root: Option<&Path>) -> Result<ExitCode> {
         call_log: ctx.call_log.clone(),
         call_log_rotation: ctx.call_log_rotation,
         runs: ctx.runs.clone(),
+        trust: ctx.trust.clone(),
         docker: ctx.docker.clone(),
         host: ctx.host.clone(),
         on_compile: ctx.on_compile.clone(),

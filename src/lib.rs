@@ -96,6 +96,9 @@ pub struct Warden {
     pub call_log_rotation: Rotation,
     /// The agent's run transcripts.
     pub runs: PathBuf,
+    /// The keys `warden add oci://…` and `warden pull` trust per registry or repository
+    /// prefix ([`warden_oci::TrustFile`]).
+    pub trust: PathBuf,
     /// How warden reaches out for tools: names it pins, roots it verifies upstream TLS with.
     pub egress: Egress,
     /// Docker tools share one engine (connected on their first call, never at load).
@@ -185,6 +188,7 @@ impl Builder {
             call_log: self.call_log.unwrap_or_else(|| home.join("calls.jsonl")),
             call_log_rotation: self.call_log_rotation,
             runs: home.join("runs"),
+            trust: home.join("trust.toml"),
             toolbox: self.toolbox,
             egress: self.egress,
             docker: DockerBackend::new(Engine::from_env()),

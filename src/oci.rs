@@ -8,11 +8,19 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use warden::Warden;
 use warden_core::{Backend, Policy};
-use warden_oci::{Credentials, Reference, SigningKey, Target, Trust, TrustedKey};
+use warden_oci::{Credentials, Reference, SigningKey, Target, Trust, TrustFile, TrustedKey};
 use warden_wasm::WasmConfig;
 
 /// The tables of a policy a publisher may suggest; anything else is dropped.
 const SUGGESTED_TABLES: [&str; 2] = ["grants", "limits"];
+
+#[derive(clap::Args)]
+pub(crate) struct PullToolArgs {
+    /// The tool's policy name, as `warden add oci://…` wrote it.
+    name: String,
+    #[command(flatten)]
+    trust: PullArgs,
+}
 
 #[derive(clap::Args)]
 pub(crate) struct KeygenArgs {
@@ -46,6 +54,21 @@ pub(crate) struct PullArgs {
     /// them as comments.
     #[arg(long)]
     accept_grants: bool,
+}
+
+/// The keys `args` and the trust file name for `reference`, and whether unsigned is taken.
+fn trust(ctx: &Warden, reference: &Reference, args: &PullArgs) -> Result<Trust> {
+    let mut keys = TrustFile::load(&ctx.trust)?.keys_for(reference);
+    for k in &args.keys {
+        let pem = std::fs::read_to_string(k)
+            .with_context(|| format!("reading the public key {}", k.display()))?;
+        keys.push(TrustedKey::from_pem(&pem).with_context(|| k.display().to_string())?);
+    }
+    Ok(if args.allow_unsigned {
+        Trust::Unsigned(keys)
+    } else {
+        Trust::Keys(keys)
+    })
 }
 
 pub(crate) fn keygen(args: &KeygenArgs) -> Result<ExitCode> {
@@ -181,17 +204,7 @@ pub(crate) fn add(
             component_path.display()
         );
     }
-    let mut keys = Vec::new();
-    for k in &args.keys {
-        let pem = std::fs::read_to_string(k)
-            .with_context(|| format!("reading the public key {}", k.display()))?;
-        keys.push(TrustedKey::from_pem(&pem).with_context(|| k.display().to_string())?);
-    }
-    let trust = if args.allow_unsigned {
-        Trust::Unsigned(keys)
-    } else {
-        Trust::Keys(keys)
-    };
+    let trust = trust(ctx, &reference, args)?;
     let pulled = context::runtime()?.block_on(warden_oci::pull(
         &reference,
         &trust,
@@ -261,6 +274,126 @@ pub(crate) fn add(
         for line in text.lines() {
             outln!("    {line}");
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `warden pull NAME`: the tag its component was added from, resolved and verified again; a
+/// new digest signed as the old one was replaces the component, its grants kept.
+pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
+    let policy_path = ctx.toolbox.join(format!("{}.toml", args.name));
+    let backend = ctx.wasm();
+    let policy = Policy::load(&policy_path, &[&backend as &dyn Backend])?;
+    let Some(origin) = &policy.origin else {
+        bail!(
+            "{} has no [origin]: only a tool added from a registry (`warden add oci://…`) can be \
+             pulled again",
+            policy_path.display()
+        );
+    };
+    let Some(tag) = &origin.pulled_as else {
+        bail!(
+            "{} was added by digest ({}): there is nothing newer to look for",
+            args.name,
+            origin.reference
+        );
+    };
+    let reference = Reference::parse(tag)?;
+    let trust = trust(ctx, &reference, &args.trust)?;
+    let pulled = context::runtime()?.block_on(warden_oci::pull(
+        &reference,
+        &trust,
+        reference.is_loopback(),
+        Credentials::for_registry(&reference.registry)?,
+    ))?;
+    let pinned = reference.at(&pulled.digest);
+    if pinned.to_string() == origin.reference {
+        outln!(
+            "{}: {tag} is still {}; nothing to do",
+            args.name,
+            pulled.digest
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let new_signer = pulled.signer.as_ref().map(|k| k.fingerprint().to_string());
+    if origin.signed_by.is_some() && new_signer != origin.signed_by && args.trust.keys.is_empty() {
+        bail!(
+            "{tag} now points to {} signed by {}, not by {} as before: refused. If the publisher \
+             changed keys, pass the new one with --key",
+            pulled.digest,
+            new_signer.as_deref().unwrap_or("no trusted key"),
+            origin.signed_by.as_deref().unwrap_or_default()
+        );
+    }
+    let config = WasmConfig::from_policy(&policy)?;
+    let component_path = config.component.value;
+    let old = std::fs::read(&component_path).ok();
+    let text = std::fs::read_to_string(&policy_path)?;
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .with_context(|| policy_path.display().to_string())?;
+    std::fs::write(&component_path, &pulled.component)
+        .with_context(|| format!("writing {}", component_path.display()))?;
+    let sha = ctx.artifacts.put(&component_path)?;
+    doc["executor"]["sha256"] = toml_edit::value(sha.clone());
+    doc["origin"]["reference"] = toml_edit::value(pinned.to_string());
+    match &new_signer {
+        Some(k) => doc["origin"]["signed_by"] = toml_edit::value(k.clone()),
+        None => {
+            if let Some(origin) = doc["origin"].as_table_mut() {
+                origin.remove("signed_by");
+            }
+        }
+    }
+    doc["origin"]["added"] = toml_edit::value(now_utc());
+    let suggestion = pulled
+        .suggestion
+        .as_deref()
+        .map(|t| suggestion_of(t, Path::new("the publisher's suggestion")))
+        .transpose()?;
+    let current = suggestion_of(&text, &policy_path)?;
+    let changed = suggestion.as_ref().filter(|s| **s != current);
+    if let (Some(new), true) = (changed, args.trust.accept_grants) {
+        let new: toml_edit::DocumentMut = new.parse()?;
+        for table in SUGGESTED_TABLES {
+            match new.get(table) {
+                Some(item) => doc[table] = item.clone(),
+                None => {
+                    doc.remove(table);
+                }
+            }
+        }
+    }
+    let updated = doc.to_string();
+    let checked = Policy::parse(&policy_path, &updated, &[&backend as &dyn Backend])
+        .map_err(|e| e.to_string())
+        .and_then(|p| backend.load(&std::sync::Arc::new(p)).map_err(|e| e.message));
+    if let Err(e) = checked {
+        match old {
+            Some(bytes) => std::fs::write(&component_path, bytes)?,
+            None => std::fs::remove_file(&component_path)?,
+        }
+        bail!(
+            "checking the new component of {}: {e}; the old one is kept",
+            args.name
+        );
+    }
+    std::fs::write(&policy_path, updated)
+        .with_context(|| format!("writing {}", policy_path.display()))?;
+    outln!("{}: {} -> {}", args.name, origin.reference, pinned);
+    outln!(
+        "  {}; stored as {sha}",
+        new_signer.map_or_else(|| "UNSIGNED".to_owned(), |k| format!("signed by {k}"))
+    );
+    match (changed, args.trust.accept_grants) {
+        (Some(_), true) => outln!("  the publisher's new grants and limits are written"),
+        (Some(new), false) => {
+            outln!("  the publisher now suggests (not granted; --accept-grants writes them):");
+            for line in new.lines() {
+                outln!("    {line}");
+            }
+        }
+        (None, _) => outln!("  the grants are as the publisher suggests"),
     }
     Ok(ExitCode::SUCCESS)
 }

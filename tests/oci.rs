@@ -392,3 +392,90 @@ fn a_registry_that_wants_credentials_gets_them_from_the_environment_or_dockers_c
     std::fs::write(docker.join("config.json"), auth("s3cret-9f2")).unwrap();
     env.ok("consumer", &["add", &reference, "--key", &public]);
 }
+
+#[test]
+fn pull_takes_a_new_version_signed_as_before_and_refuses_any_other() {
+    let Some(registry) = Registry::start() else {
+        return;
+    };
+    let env = Env::new();
+    env.ok(
+        "publisher",
+        &["keygen", "--out", path(&env.key("stranger"))],
+    );
+    env.ok(
+        "publisher",
+        &["add", path(&wasm("wordcount")), "--name", "other"],
+    );
+    let stable = registry.reference("tools/units:stable");
+    let (signer, stranger) = (env.key("signer.key"), env.key("stranger.key"));
+    env.ok(
+        "publisher",
+        &["push", "units", &stable, "--sign", path(&signer)],
+    );
+    // The consumer trusts both keys for the registry's `tools/` in its trust.toml.
+    let home = env.dir.path().join("consumer/home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(
+        home.join("trust.toml"),
+        format!(
+            "[trust]\n\"127.0.0.1:{}/tools\" = [{:?}, {:?}]\n",
+            registry.port,
+            env.key("signer.pub"),
+            env.key("stranger.pub")
+        ),
+    )
+    .unwrap();
+    env.ok("consumer", &["add", &stable]);
+    let first = env.consumer_policy();
+    let said = env.ok("consumer", &["pull", "units"]);
+    assert!(said.contains("nothing to do"), "{said}");
+
+    // Moved to a component another trusted key signed: refused, the old one kept.
+    env.ok(
+        "publisher",
+        &["push", "other", &stable, "--sign", path(&stranger)],
+    );
+    let out = env.warden("consumer", &["pull", "units"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("not by sha256:"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(env.consumer_policy(), first);
+    // Moved to one nobody signed: refused.
+    let unsigned_version = registry.reference("tools/units:stable");
+    std::fs::write(
+        env.dir.path().join("publisher/policies/other.toml"),
+        std::fs::read_to_string(env.dir.path().join("publisher/policies/other.toml"))
+            .unwrap()
+            .replace("timeout = \"30s\"", "timeout = \"9s\""),
+    )
+    .unwrap();
+    env.ok("publisher", &["push", "other", &unsigned_version]);
+    let out = env.warden("consumer", &["pull", "units"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(env.consumer_policy(), first);
+
+    // Signed as before: taken, the consumer's grants kept and the publisher's new ones shown.
+    env.ok(
+        "publisher",
+        &["push", "other", &stable, "--sign", path(&signer)],
+    );
+    let said = env.ok("consumer", &["pull", "units"]);
+    assert!(said.contains("signed by sha256:"), "{said}");
+    assert!(said.contains("timeout = \"9s\""), "{said}");
+    let policy = env.consumer_policy();
+    assert_ne!(policy, first);
+    assert!(policy.contains("timeout = \"30s\""), "{policy}");
+    let sha = |p: &str| {
+        p.lines()
+            .find(|l| l.starts_with("sha256 = "))
+            .unwrap()
+            .to_owned()
+    };
+    assert_ne!(sha(&policy), sha(&first));
+    let component = std::fs::read(env.dir.path().join("consumer/policies/units.wasm")).unwrap();
+    assert_eq!(component, std::fs::read(wasm("wordcount")).unwrap());
+}

@@ -9,12 +9,14 @@ pub mod layout;
 mod reference;
 mod registry;
 pub mod sign;
+mod trust;
 
 pub use auth::Credentials;
 pub use error::OciError;
 pub use reference::{Digest, Reference, SCHEME, Target};
 pub use registry::Registry;
 pub use sign::{SigningKey, TrustedKey, generate};
+pub use trust::TrustFile;
 
 use layout::{
     ComponentArtifact, Descriptor, EMPTY, MANIFEST_LIMIT, Manifest, POLICY_ARTIFACT, POLICY_LAYER,
@@ -192,7 +194,8 @@ async fn signer(
         Trust::Unsigned(_) => Ok(None),
         Trust::Keys(keys) if keys.is_empty() => Err(OciError::Unsigned(format!(
             "no key is trusted for {reference}: pass --key PUBLIC.pem (the publisher's public \
-             key), or --allow-unsigned to take it without a signature"
+             key) or name one for it in trust.toml in warden's home, or pass --allow-unsigned \
+             to take it without a signature"
         ))),
         Trust::Keys(keys) if signatures.is_empty() => Err(OciError::Unsigned(format!(
             "{reference} ({digest}) is not signed: ask its publisher to sign it \
