@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use warden::Warden;
 use warden_core::{Backend, Policy};
-use warden_oci::{Credentials, Reference, SigningKey, Target, Trust, TrustFile, TrustedKey};
+use warden_oci::{Credentials, Reach, Reference, SigningKey, Target, Trust, TrustFile, TrustedKey};
 use warden_wasm::WasmConfig;
 
 /// The tables of a policy a publisher may suggest; anything else is dropped.
@@ -54,6 +54,15 @@ pub(crate) struct PullArgs {
     /// them as comments.
     #[arg(long)]
     accept_grants: bool,
+}
+
+/// How `reference`'s registry is reached: with the roots warden trusts (`--upstream-roots`
+/// among them) and the credentials the environment or Docker's config hold for it.
+fn reach(ctx: &Warden, reference: &Reference) -> Result<Reach> {
+    Ok(Reach {
+        tls: ctx.egress.tls(),
+        credentials: Credentials::for_registry(&reference.registry)?,
+    })
 }
 
 /// The keys `args` and the trust file name for `reference`, and whether unsigned is taken.
@@ -136,8 +145,7 @@ pub(crate) fn push(ctx: &Warden, args: &PushArgs) -> Result<ExitCode> {
         bytes,
         Some(suggestion),
         key.as_ref(),
-        reference.is_loopback(),
-        Credentials::for_registry(&reference.registry)?,
+        &reach(ctx, &reference)?,
     ))?;
     outln!(
         "pushed {} as {}",
@@ -208,8 +216,7 @@ pub(crate) fn add(
     let pulled = context::runtime()?.block_on(warden_oci::pull(
         &reference,
         &trust,
-        reference.is_loopback(),
-        Credentials::for_registry(&reference.registry)?,
+        &reach(ctx, &reference)?,
     ))?;
     let pinned = reference.at(&pulled.digest);
     let signer = match &pulled.signer {
@@ -303,8 +310,7 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
     let pulled = context::runtime()?.block_on(warden_oci::pull(
         &reference,
         &trust,
-        reference.is_loopback(),
-        Credentials::for_registry(&reference.registry)?,
+        &reach(ctx, &reference)?,
     ))?;
     let pinned = reference.at(&pulled.digest);
     if pinned.to_string() == origin.reference {

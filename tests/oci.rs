@@ -479,3 +479,39 @@ fn pull_takes_a_new_version_signed_as_before_and_refuses_any_other() {
     let component = std::fs::read(env.dir.path().join("consumer/policies/units.wasm")).unwrap();
     assert_eq!(component, std::fs::read(wasm("wordcount")).unwrap());
 }
+
+#[test]
+fn a_registry_over_tls_is_verified_against_the_roots_warden_trusts() {
+    let identity = warden_test_support::servers::Identity::new(&["127.0.0.1"]);
+    let Some(registry) = Registry::start_tls(&identity) else {
+        return;
+    };
+    let env = Env::new();
+    let reference = registry.reference("tools/units:1.0");
+    let signer = path(&env.key("signer.key")).to_owned();
+    // Its CA is no root warden trusts: refused, never downgraded to plain HTTP.
+    let out = env.warden(
+        "publisher",
+        &["push", "units", &reference, "--sign", &signer],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("certificate is not trusted") && err.contains("--upstream-roots"),
+        "{err}"
+    );
+    // Trusted with --upstream-roots: pushed and added over TLS.
+    let roots = env.dir.path().join("ca.pem");
+    std::fs::write(&roots, &identity.ca_pem).unwrap();
+    let trusting = ["--upstream-roots", path(&roots)];
+    let push = [
+        &trusting[..],
+        &["push", "units", &reference, "--sign", &signer],
+    ]
+    .concat();
+    env.ok("publisher", &push);
+    let public = path(&env.key("signer.pub")).to_owned();
+    let add = [&trusting[..], &["add", &reference, "--key", &public]].concat();
+    let added = env.ok("consumer", &add);
+    assert!(added.contains("signed by sha256:"), "{added}");
+}

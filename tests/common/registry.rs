@@ -12,6 +12,8 @@ pub(crate) struct Registry {
     child: Child,
     pub(crate) port: u16,
     storage: tempfile::TempDir,
+    /// It speaks TLS (curl here does not verify it: the test checks that warden does).
+    tls: bool,
 }
 
 impl Registry {
@@ -23,6 +25,18 @@ impl Registry {
     /// A registry that lets in only `users` (name, password) when there are any, by Basic
     /// authentication against an htpasswd file (bcrypt, written by apache2-utils' `htpasswd`).
     pub(crate) fn start_for(users: &[(&str, &str)]) -> Option<Registry> {
+        Self::start_with(users, None)
+    }
+
+    /// A registry that speaks only TLS, with `identity`'s certificate.
+    pub(crate) fn start_tls(identity: &warden_test_support::servers::Identity) -> Option<Registry> {
+        Self::start_with(&[], Some(identity))
+    }
+
+    fn start_with(
+        users: &[(&str, &str)],
+        identity: Option<&warden_test_support::servers::Identity>,
+    ) -> Option<Registry> {
         if !Path::new(PROGRAM).is_file() {
             assert!(
                 !warden_test_support::under_ci(),
@@ -60,6 +74,19 @@ impl Registry {
                 htpasswd.display()
             ));
         }
+        if let Some(identity) = identity {
+            let (cert, key) = (
+                storage.path().join("cert.pem"),
+                storage.path().join("key.pem"),
+            );
+            std::fs::write(&cert, &identity.cert_pem).unwrap();
+            std::fs::write(&key, &identity.key_pem).unwrap();
+            yaml.push_str(&format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                cert.display(),
+                key.display()
+            ));
+        }
         std::fs::write(&config, yaml).unwrap();
         let child = Command::new(PROGRAM)
             .arg("serve")
@@ -72,6 +99,7 @@ impl Registry {
             child,
             port,
             storage,
+            tls: identity.is_some(),
         };
         let until = Instant::now() + Duration::from_secs(20);
         while !registry.answers() {
@@ -87,8 +115,8 @@ impl Registry {
     /// Whether it answers on `/v2/` (with 200, or 401 when it wants credentials).
     fn answers(&self) -> bool {
         let out = Command::new("curl")
-            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
-            .arg(format!("http://127.0.0.1:{}/v2/", self.port))
+            .args(["-sk", "-o", "/dev/null", "-w", "%{http_code}"])
+            .arg(format!("{}://127.0.0.1:{}/v2/", self.scheme(), self.port))
             .output()
             .unwrap();
         matches!(&out.stdout[..], b"200" | b"401")
@@ -111,6 +139,10 @@ impl Registry {
             .output()
             .unwrap();
         out.status.success().then_some(out.stdout)
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.tls { "https" } else { "http" }
     }
 
     /// Where the registry keeps the blob `sha256:HEX`.

@@ -9,6 +9,11 @@ pub enum OciError {
     Key(String),
     #[error("the registry {registry} is not reachable ({why}): check the address and that it runs")]
     Unreachable { registry: String, why: String },
+    #[error(
+        "the registry {registry}'s certificate is not trusted ({why}): give warden its CA with \
+         --upstream-roots CA.pem (WARDEN_UPSTREAM_ROOTS)"
+    )]
+    Untrusted { registry: String, why: String },
     #[error("{what} is not in the registry: check the repository and the tag")]
     NotFound { what: String },
     #[error(
@@ -40,9 +45,4 @@ pub enum OciError {
     Unsigned(String),
     #[error("{0}")]
     BadSignature(String),
-    #[error(
-        "plain HTTP to {registry} is refused: only a registry on this machine's loopback is \
-         reached without TLS"
-    )]
-    PlainHttp { registry: String },
 }

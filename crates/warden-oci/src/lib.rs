@@ -14,7 +14,7 @@ mod trust;
 pub use auth::Credentials;
 pub use error::OciError;
 pub use reference::{Digest, Reference, SCHEME, Target};
-pub use registry::Registry;
+pub use registry::{Reach, Registry};
 pub use sign::{SigningKey, TrustedKey, generate};
 pub use trust::TrustFile;
 
@@ -50,15 +50,14 @@ pub async fn push(
     component: Vec<u8>,
     suggestion: Option<String>,
     key: Option<&SigningKey>,
-    plain_http: bool,
-    credentials: Option<Credentials>,
+    reach: &Reach,
 ) -> Result<Pushed, OciError> {
     let Target::Tag(tag) = &reference.target else {
         return Err(OciError::BadReference(format!(
             "`{reference}`: push to a tag (oci://REGISTRY/REPOSITORY:TAG), not a digest"
         )));
     };
-    let registry = Registry::new(reference, plain_http, credentials)?;
+    let registry = Registry::connect(reference, reach).await?;
     let artifact = ComponentArtifact::new(component)?;
     registry.push_blob(&artifact.config).await?;
     registry.push_blob(&artifact.component).await?;
@@ -132,13 +131,8 @@ pub struct Pulled {
 
 /// Resolves `reference` to a digest once, verifies its signature by `trust`, then fetches the
 /// component by digest, checking every blob.
-pub async fn pull(
-    reference: &Reference,
-    trust: &Trust,
-    plain_http: bool,
-    credentials: Option<Credentials>,
-) -> Result<Pulled, OciError> {
-    let registry = Registry::new(reference, plain_http, credentials)?;
+pub async fn pull(reference: &Reference, trust: &Trust, reach: &Reach) -> Result<Pulled, OciError> {
+    let registry = Registry::connect(reference, reach).await?;
     let (digest, bytes) = registry.manifest(&reference.target).await?;
     let at = reference.at(&digest);
     let manifest = Manifest::parse(&bytes, &format!("the manifest of {reference}"))?;

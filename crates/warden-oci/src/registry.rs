@@ -8,6 +8,14 @@ use crate::layout::{MANIFEST, MANIFEST_LIMIT, Manifest};
 use crate::reference::{Digest, Reference, Target};
 use reqwest::{Method, StatusCode};
 
+/// How warden reaches registries: the TLS it verifies them with (the roots warden trusts
+/// whenever it speaks TLS itself) and the credentials it answers their challenges with.
+#[derive(Debug, Clone)]
+pub struct Reach {
+    pub tls: std::sync::Arc<rustls::ClientConfig>,
+    pub credentials: Option<Credentials>,
+}
+
 /// A client for the repository of one reference.
 pub struct Registry {
     http: reqwest::Client,
@@ -19,26 +27,30 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// A client for `reference`'s repository: HTTPS, or plain HTTP to a loopback registry
-    /// (`plain_http`); `credentials` answer the registry's challenges.
-    pub fn new(
-        reference: &Reference,
-        plain_http: bool,
-        credentials: Option<Credentials>,
-    ) -> Result<Registry, OciError> {
-        if plain_http && !reference.is_loopback() {
-            return Err(OciError::PlainHttp {
-                registry: reference.registry.clone(),
-            });
-        }
-        let scheme = if plain_http { "http" } else { "https" };
+    /// A client for `reference`'s repository over HTTPS, verified by `reach`'s TLS settings. A
+    /// registry on this machine's loopback that does not speak TLS is reached over plain HTTP
+    /// (found by asking `/v2/` over HTTPS first, as Docker does).
+    pub async fn connect(reference: &Reference, reach: &Reach) -> Result<Registry, OciError> {
         let http = reqwest::Client::builder()
             .user_agent(concat!("warden/", env!("CARGO_PKG_VERSION")))
+            .use_preconfigured_tls((*reach.tls).clone())
             .build()
             .map_err(|e| OciError::Unreachable {
                 registry: reference.registry.clone(),
                 why: e.to_string(),
             })?;
+        let https = format!("https://{}/v2/", reference.registry);
+        let scheme = if reference.is_loopback()
+            && http
+                .get(&https)
+                .send()
+                .await
+                .is_err_and(|e| speaks_no_tls(&e))
+        {
+            "http"
+        } else {
+            "https"
+        };
         Ok(Registry {
             http,
             base: format!(
@@ -46,7 +58,7 @@ impl Registry {
                 reference.registry, reference.repository
             ),
             reference: reference.clone(),
-            credentials,
+            credentials: reach.credentials.clone(),
             authorization: std::sync::Mutex::new(None),
         })
     }
@@ -93,9 +105,18 @@ impl Registry {
         if let Some(header) = authorization {
             request = request.header(reqwest::header::AUTHORIZATION, header);
         }
-        request.send().await.map_err(|e| OciError::Unreachable {
-            registry: self.reference.registry.clone(),
-            why: std::error::Error::source(&e).map_or_else(|| e.to_string(), ToString::to_string),
+        request.send().await.map_err(|e| {
+            let registry = self.reference.registry.clone();
+            let why = deepest(&e);
+            let certificate = causes(&e).any(|c| {
+                c.downcast_ref::<rustls::Error>()
+                    .is_some_and(|t| matches!(t, rustls::Error::InvalidCertificate(_)))
+            });
+            if certificate {
+                OciError::Untrusted { registry, why }
+            } else {
+                OciError::Unreachable { registry, why }
+            }
         })
     }
 
@@ -265,4 +286,34 @@ impl Registry {
             ..self.reference.clone()
         }
     }
+}
+
+/// Whether a request failed because the server answered the TLS handshake with something
+/// that is not TLS (a plain HTTP server), as opposed to a certificate warden does not trust
+/// or a server that is not there.
+fn speaks_no_tls(error: &reqwest::Error) -> bool {
+    causes(error).any(|e| {
+        e.downcast_ref::<rustls::Error>()
+            .is_some_and(|tls| matches!(tls, rustls::Error::InvalidMessage(_)))
+    })
+}
+
+/// What went wrong at the bottom of `error`: a certificate not trusted, a refused connection.
+fn deepest(error: &reqwest::Error) -> String {
+    causes(error)
+        .last()
+        .map_or_else(|| error.to_string(), ToString::to_string)
+}
+
+/// `error` and its causes, looking inside the I/O errors that wrap TLS and socket errors
+/// (whose `source` skips the error they wrap).
+fn causes<'e>(
+    error: &'e (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'e (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(error), |e| match e.downcast_ref::<std::io::Error>() {
+        Some(io) => io
+            .get_ref()
+            .map(|inner| inner as &(dyn std::error::Error + 'static)),
+        None => e.source(),
+    })
 }

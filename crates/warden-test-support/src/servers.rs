@@ -198,29 +198,55 @@ impl TlsServer {
 
 /// A server configuration with a certificate for `names` from a CA made for it alone, and
 /// that CA's certificate (PEM); with `client_certificates`, clients must show one from it.
+/// A test CA and a server certificate it issued for `names` (host names or IP addresses).
+pub struct Identity {
+    /// The CA's certificate: what a client must trust.
+    pub ca_pem: String,
+    /// The server's certificate and its private key (PKCS#8).
+    pub cert_pem: String,
+    pub key_pem: String,
+    ca_der: rustls::pki_types::CertificateDer<'static>,
+    cert_der: rustls::pki_types::CertificateDer<'static>,
+    key_der: Vec<u8>,
+}
+
+impl Identity {
+    pub fn new(names: &[&str]) -> Identity {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "warden test CA");
+        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca_params, ca_key);
+        let key = KeyPair::generate().unwrap();
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let cert = CertificateParams::new(names)
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        Identity {
+            ca_pem: ca_cert.pem(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            ca_der: ca_cert.der().clone(),
+            cert_der: cert.der().clone(),
+            key_der: key.serialize_der(),
+        }
+    }
+}
+
 fn tls_config(names: &[&str], client_certificates: bool) -> (Arc<rustls::ServerConfig>, String) {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "warden test CA");
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-    let key = KeyPair::generate().unwrap();
-    let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
-    let cert = CertificateParams::new(names)
-        .unwrap()
-        .signed_by(&key, &issuer)
-        .unwrap();
+    let identity = Identity::new(names);
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .unwrap();
     let builder = if client_certificates {
         let mut roots = rustls::RootCertStore::empty();
-        roots.add(ca_cert.der().clone()).unwrap();
+        roots.add(identity.ca_der.clone()).unwrap();
         let verifier =
             rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
@@ -231,11 +257,11 @@ fn tls_config(names: &[&str], client_certificates: bool) -> (Arc<rustls::ServerC
     };
     let config = builder
         .with_single_cert(
-            vec![cert.der().clone()],
-            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            vec![identity.cert_der],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(identity.key_der.into()),
         )
         .unwrap();
-    (Arc::new(config), ca_cert.pem())
+    (Arc::new(config), identity.ca_pem)
 }
 
 /// A credential host at its most careless, on 127.0.0.1: it answers every request with the
