@@ -288,6 +288,18 @@ fn what_no_trusted_key_signed_or_the_registry_changed_is_refused_and_nothing_kep
     let err = env.refused(&["add", &tampered, "--key", path(&public)]);
     assert!(err.contains("does not match its digest"), "{err}");
 
+    // A layer that says it is larger than warden reads of a component: refused before a byte
+    // of it is fetched.
+    let mut oversize = json_at(&registry, "/v2/tools/units/manifests/signed");
+    oversize["layers"][0]["size"] = serde_json::json!(200_000_000);
+    registry.put_manifest("/v2/tools/units/manifests/oversize", &oversize);
+    let err = env.refused(&[
+        "add",
+        &registry.reference("tools/units:oversize"),
+        "--allow-unsigned",
+    ]);
+    assert!(err.contains("is larger than"), "{err}");
+
     // No such tag; then a stopped registry.
     let err = env.refused(&[
         "add",

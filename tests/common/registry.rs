@@ -112,6 +112,26 @@ impl Registry {
         Some(registry)
     }
 
+    /// PUTs `manifest` (JSON) at `path`, as a client that checks nothing would.
+    pub(crate) fn put_manifest(&self, path: &str, manifest: &serde_json::Value) {
+        use std::io::Write as _;
+        let mut curl = Command::new("curl")
+            .args(["-skf", "-X", "PUT", "--data-binary", "@-", "-H"])
+            .arg("Content-Type: application/vnd.oci.image.manifest.v1+json")
+            .arg(format!("{}://127.0.0.1:{}{path}", self.scheme(), self.port))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = curl.stdin.take().unwrap();
+        stdin.write_all(manifest.to_string().as_bytes()).unwrap();
+        drop(stdin);
+        assert!(
+            curl.wait().unwrap().success(),
+            "the registry refused {path}"
+        );
+    }
+
     /// Whether it answers on `/v2/` (with 200, or 401 when it wants credentials).
     fn answers(&self) -> bool {
         let out = Command::new("curl")

@@ -1,0 +1,150 @@
+"""Helpers of the langchain-warden tests: toolboxes with the shipped shell policies copied
+into temp folders, the warden binary, and Docker's state."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, ToolCall
+
+ROOT = Path(__file__).resolve().parents[2]
+WASM = ROOT / "target" / "wasm32-wasip2" / "release"
+CACHE = ROOT / "target" / "warden-pytest-cache"
+
+
+def warden_bin() -> str:
+    """The binary under test: WARDEN_BIN, else target/debug/warden."""
+    path = Path(os.environ.get("WARDEN_BIN", ROOT / "target" / "debug" / "warden"))
+    if not path.is_absolute():
+        path = ROOT / path
+    if not path.is_file():
+        pytest.fail(f"no warden binary at {path}: run `cargo build` (or set WARDEN_BIN)")
+    return str(path)
+
+
+@contextlib.contextmanager
+def scratch() -> Iterator[Path]:
+    """A temp folder that the host shell's user (nobody) may pass through, removed after. It
+    lies in the checkout's target/, not /tmp: a host shell granted a root below /tmp gets no
+    private /tmp (docs/host.md), and the sandbox suite writes there."""
+    parent = ROOT / "target" / "langchain-tests"
+    parent.mkdir(parents=True, exist_ok=True)
+    base = Path(tempfile.mkdtemp(prefix="run-", dir=parent))
+    base.chmod(0o755)
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def shell_toolbox(
+    base: Path, *, output: str | None = None, extra: dict[str, str] | None = None
+) -> Path:
+    """`base/policies` holding policies/shell-host.toml and policies/shell-docker.toml as
+    shipped (their `../workspace` is `base/workspace`, world-readable so nobody can reach it),
+    with their `output` limit set to `output` when given; `extra` adds files by name."""
+    base.chmod(0o755)
+    box = base / "policies"
+    box.mkdir()
+    workspace = base / "workspace"
+    workspace.mkdir()
+    workspace.chmod(0o755)
+    (workspace / "README.txt").write_text("the workspace of the langchain-warden tests\n")
+    (workspace / "README.txt").chmod(0o644)
+    for name in ("shell-host.toml", "shell-docker.toml"):
+        text = (ROOT / "policies" / name).read_text()
+        if output is not None:
+            assert 'output = "64KiB"' in text, name
+            text = text.replace('output = "64KiB"', f'output = "{output}"')
+        (box / name).write_text(text)
+    for name, text in (extra or {}).items():
+        (box / name).write_text(text)
+    return box
+
+
+def warden_env(base: Path) -> dict[str, str]:
+    """The environment a test's warden runs with: its own home and the shared compile cache."""
+    return {"WARDEN_HOME": str(base / "home"), "WARDEN_CACHE": str(CACHE)}
+
+
+def docker_ok() -> bool:
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def require_docker() -> None:
+    if not docker_ok():
+        if os.environ.get("CI") == "true":
+            pytest.fail("no Docker engine answers (.ci/run starts one)")
+        pytest.skip("no Docker engine answers")
+
+
+def containers_of(pid: int) -> list[str]:
+    """Containers warden's process `pid` made: their owner label is `boot-id:pid:start`."""
+    columns = '{{.ID}} {{.Label "warden.owner"}}'
+    listed = subprocess.run(
+        ["docker", "ps", "-a", "--filter", "label=warden", "--format", columns],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    rows = [line.split() for line in listed.splitlines()]
+    return [row[0] for row in rows if len(row) == 2 and row[1].split(":")[1:2] == [str(pid)]]
+
+
+def copy_policy(name: str, box: Path) -> None:
+    """Copies policies/NAME into the toolbox folder `box`, its relative paths kept working by
+    making them absolute."""
+    text = (ROOT / "policies" / name).read_text()
+    text = text.replace('"../', f'"{ROOT}/')
+    (box / name).write_text(text)
+
+
+class ScriptedChatModel(GenericFakeChatModel):
+    """LangChain's fake chat model answering a script of messages in turn, tool calls
+    included; `bind_tools` accepts any tools (the script decides what is called)."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedChatModel:  # type: ignore[override]
+        return self
+
+
+def scripted(*turns: AIMessage | str) -> ScriptedChatModel:
+    """A scripted model answering `turns` in order."""
+    return ScriptedChatModel(messages=iter(list(turns)))
+
+
+def call(name: str, args: dict[str, Any], call_id: str) -> ToolCall:
+    """A tool call as a model writes it."""
+    return ToolCall(name=name, args=args, id=call_id, type="tool_call")
+
+
+def host_tool(name: str, argv: list[str], workspace: Path, rest: str = "") -> str:
+    """A host tool's policy (not a session): `argv` with `{holes}`, `workspace` granted
+    read-only, then `rest` (more tables)."""
+    args = ", ".join(f'"{a}"' for a in argv)
+    return f"""
+[executor]
+kind = "host"
+name = "{name}"
+argv = [{args}]
+
+[grants]
+env = {{ PATH = "/usr/local/bin:/usr/bin:/bin" }}
+fs = [{{ host = "{workspace}", access = "read-only" }}]
+
+[limits]
+timeout = "10s"
+{rest}
+"""

@@ -1,0 +1,61 @@
+"""WardenSandbox beyond the standard suite: what `execute` answers, a small `output` limit, and
+the `python` alias."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from langchain_harness import scratch, shell_toolbox, warden_bin
+from langchain_warden import WardenSandbox
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def small() -> Iterator[WardenSandbox]:
+    """The host shell with an `output` limit of 4 KiB."""
+    with scratch() as base:
+        box = shell_toolbox(base, output="4KiB")
+        with WardenSandbox("host-shell", box, base / "home", warden_bin()) as sandbox:
+            yield sandbox
+
+
+def test_execute_answers_output_stderr_and_exit_code(small):
+    done = small.execute("echo out; echo err >&2; echo '[stderr]'; exit 3")
+    assert done.exit_code == 3
+    lines = done.output.split("\n")
+    assert lines[:3] == ["out", "[stderr]", "[stderr] err"]
+    assert "next command starts in a fresh shell" in lines[-1]
+    assert small.execute("true").exit_code == 0
+
+
+def test_a_timeout_is_124_and_the_next_command_gets_a_fresh_shell(small):
+    small.execute("cd /tmp && X=1")
+    stopped = small.execute("sleep 10", timeout=1)
+    assert stopped.exit_code == 124
+    assert "did not finish within" in stopped.output
+    assert small.execute("pwd; echo ${X:-gone}").output.split("\n")[1] == "gone"
+
+
+async def test_the_output_limit_truncates_and_downloads_shrink_their_chunks(small):
+    cut = small.execute("head -c 20000 /dev/zero | tr '\\0' x")
+    assert cut.truncated is True
+    assert "[warden: output truncated," in cut.output
+    data = bytes(range(256)) * 80  # 20 KiB: a 44 KiB chunk's base64 does not fit in 4 KiB
+    assert [r.error for r in small.upload_files([("/tmp/blob", data)])] == [None]
+    [sync] = small.download_files(["/tmp/blob"])
+    [async_] = await small.adownload_files(["/tmp/blob"])
+    assert sync.content == data and async_.content == data
+
+
+def test_python_runs_python3_unless_told_not_to():
+    with scratch() as base:
+        box = shell_toolbox(base)
+        with WardenSandbox("host-shell", box, base / "home", warden_bin()) as aliased:
+            assert aliased.execute("python -c 'print(6 * 7)'").output.strip() == "42"
+        with WardenSandbox(
+            "host-shell", box, base / "home", warden_bin(), python_alias=False
+        ) as plain:
+            assert ".warden-langchain" not in plain.execute("echo $PATH; ls -a /tmp").output
