@@ -1,0 +1,19 @@
+"""The package's exceptions: each says what went wrong and what to do about it."""
+
+from __future__ import annotations
+
+
+class WardenError(RuntimeError):
+    """Something between Python and the `warden` process failed."""
+
+
+class WardenNotFoundError(WardenError, FileNotFoundError):
+    """No `warden` binary could be found or run."""
+
+
+class WardenStartError(WardenError):
+    """`warden serve` did not start: its toolbox did not load, or it exited at once."""
+
+
+class WardenProcessError(WardenError):
+    """The `warden` process ended, or stopped answering, while calls were waiting on it."""

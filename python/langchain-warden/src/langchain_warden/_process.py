@@ -1,0 +1,371 @@
+"""One long-lived `warden serve` process and a small MCP client for it (JSON-RPC lines on its
+stdin and stdout).
+
+A `WardenProcess` is one MCP connection, so one warden session: a docker or host shell tool in
+session mode keeps one shell (its `cd`, variables and `/tmp`) for the life of the process.
+Requests may be in flight at once from any thread or event loop; warden runs them
+concurrently through its dispatcher. The process ends with `close()`, with the garbage
+collection of its owner, or at interpreter exit, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import collections
+import concurrent.futures
+import itertools
+import json
+import os
+import subprocess
+import threading
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._binary import find_warden
+from ._errors import WardenError, WardenProcessError, WardenStartError
+
+PROTOCOL_VERSION = "2025-06-18"
+
+Reviewer = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+"""Answers an MCP `elicitation/create` request (a call that needs review): given its params,
+returns the elicitation result, e.g. `{"action": "accept", "content": {"decision": "approve",
+"reason": "..."}}`."""
+
+_LIVE: weakref.WeakSet[WardenProcess] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for process in list(_LIVE):
+        process.close()
+
+
+class McpError(WardenError):
+    """warden answered a request with a JSON-RPC error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"warden answered JSON-RPC error {code}: {message}")
+        self.code = code
+
+
+def resolve_toolbox(toolbox: str | os.PathLike[str]) -> Path:
+    """The toolbox folder as an absolute path; `WardenStartError` when it is no folder."""
+    path = Path(toolbox).expanduser().resolve()
+    if not path.is_dir():
+        raise WardenStartError(
+            f"the toolbox {str(toolbox)!r} is not a folder (resolved to {path}): pass "
+            "toolbox= the folder of warden policy files (*.toml)"
+        )
+    return path
+
+
+def warden_argv(
+    warden: str | os.PathLike[str] | None,
+    command: str,
+    toolbox: str | os.PathLike[str],
+    home: str | os.PathLike[str] | None,
+) -> list[str]:
+    """`warden COMMAND --toolbox DIR [--home DIR]`, the binary found as `find_warden` does."""
+    argv = [find_warden(warden), command, "--toolbox", str(resolve_toolbox(toolbox))]
+    if home is not None:
+        argv += ["--home", str(Path(home).expanduser().resolve())]
+    return argv
+
+
+class WardenProcess:
+    """A running `warden serve` over stdio, initialised, with requests in flight by id."""
+
+    def __init__(
+        self,
+        *,
+        toolbox: str | os.PathLike[str] = "policies",
+        home: str | os.PathLike[str] | None = None,
+        warden: str | os.PathLike[str] | None = None,
+        reviewer: Reviewer | None = None,
+        env: Mapping[str, str] | None = None,
+        startup_timeout: float = 120.0,
+    ) -> None:
+        argv = warden_argv(warden, "serve", toolbox, home)
+        self.argv: Sequence[str] = argv
+        self._reviewer = reviewer
+        self._ids = itertools.count(1)
+        self._pending: dict[int, concurrent.futures.Future[dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._stderr: collections.deque[str] = collections.deque(maxlen=40)
+        self._closed = False
+        self._dead: str | None = None
+        try:
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,
+            )
+        except OSError as err:
+            raise WardenStartError(f"could not start {argv[0]}: {err}") from err
+        _LIVE.add(self)
+        self._stdout_thread = threading.Thread(
+            target=self._read_stdout, name="warden-stdout", daemon=True
+        )
+        self._stderr_thread = threading.Thread(
+            target=self._read_stderr, name="warden-stderr", daemon=True
+        )
+        self._stdout_thread.start()
+        self._stderr_thread.start()
+        weakref.finalize(self, _finalize, self._proc)
+        try:
+            capabilities: dict[str, Any] = {}
+            if reviewer is not None:
+                capabilities["elicitation"] = {}
+            self.server_info = self.request(
+                "initialize",
+                {
+                    "protocolVersion": PROTOCOL_VERSION,
+                    "capabilities": capabilities,
+                    "clientInfo": {"name": "langchain-warden", "version": "0.1.0"},
+                },
+                timeout=startup_timeout,
+            )
+            self.notify("notifications/initialized", {})
+        except WardenError as err:
+            self.close()
+            raise WardenStartError(f"`warden serve` did not start: {err}") from None
+
+    # -- requests ------------------------------------------------------------------------
+
+    def _send(self, message: Mapping[str, Any]) -> None:
+        data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+        with self._write_lock:
+            if self._proc.stdin is None or self._proc.stdin.closed:
+                raise WardenProcessError(self._death_message())
+            try:
+                self._proc.stdin.write(data)
+                self._proc.stdin.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                raise WardenProcessError(self._death_message()) from None
+
+    def notify(self, method: str, params: Mapping[str, Any]) -> None:
+        """Sends a notification (no answer)."""
+        self._send({"jsonrpc": "2.0", "method": method, "params": dict(params)})
+
+    def start_request(
+        self, method: str, params: Mapping[str, Any]
+    ) -> tuple[int, concurrent.futures.Future[dict[str, Any]]]:
+        """Sends a request; returns its id and a future of its result."""
+        future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
+        with self._lock:
+            if self._dead is not None or self._closed:
+                raise WardenProcessError(self._death_message())
+            request_id = next(self._ids)
+            self._pending[request_id] = future
+        try:
+            self._send(
+                {"jsonrpc": "2.0", "id": request_id, "method": method, "params": dict(params)}
+            )
+        except WardenError:
+            with self._lock:
+                self._pending.pop(request_id, None)
+            raise
+        return request_id, future
+
+    def request(
+        self, method: str, params: Mapping[str, Any], timeout: float | None = None
+    ) -> dict[str, Any]:
+        """Sends a request and waits for its result (`timeout` seconds at most)."""
+        request_id, future = self.start_request(method, params)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            self._cancel(request_id, "no answer in time")
+            raise WardenProcessError(f"warden did not answer {method} within {timeout} s") from None
+
+    async def arequest(self, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The async twin of `request`: the event loop is never blocked."""
+        request_id, future = self.start_request(method, params)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            self._cancel(request_id, "the caller was cancelled")
+            raise
+
+    def _cancel(self, request_id: int, reason: str) -> None:
+        with self._lock:
+            future = self._pending.pop(request_id, None)
+        if future is not None:
+            future.cancel()
+            try:
+                self.notify("notifications/cancelled", {"requestId": request_id, "reason": reason})
+            except WardenError:
+                pass
+
+    # -- the reader ----------------------------------------------------------------------
+
+    def _read_stdout(self) -> None:
+        stdout = self._proc.stdout
+        assert stdout is not None
+        try:
+            for line in stdout:
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(message, dict):
+                    self._dispatch(message)
+        except (OSError, ValueError):
+            pass
+        self._fail_all()
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        if "method" in message:
+            if "id" in message:
+                self._answer_server_request(message)
+            return
+        request_id = message.get("id")
+        if not isinstance(request_id, int):
+            return
+        with self._lock:
+            future = self._pending.pop(request_id, None)
+        if future is None or future.done():
+            return
+        error = message.get("error")
+        if isinstance(error, dict):
+            future.set_exception(McpError(int(error.get("code", 0)), str(error.get("message"))))
+        else:
+            result = message.get("result")
+            future.set_result(result if isinstance(result, dict) else {})
+
+    def _answer_server_request(self, message: dict[str, Any]) -> None:
+        method = message.get("method")
+        params = message.get("params") or {}
+        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": message["id"]}
+        if method == "ping":
+            reply["result"] = {}
+        elif method == "elicitation/create":
+            # Run the reviewer off the reader thread: it may take a person's time.
+            threading.Thread(target=self._elicit, args=(message["id"], params), daemon=True).start()
+            return
+        elif method == "roots/list":
+            reply["result"] = {"roots": []}
+        else:
+            reply["error"] = {"code": -32601, "message": f"method not found: {method}"}
+        try:
+            self._send(reply)
+        except WardenError:
+            pass
+
+    def _elicit(self, request_id: Any, params: Mapping[str, Any]) -> None:
+        try:
+            if self._reviewer is None:
+                result: Mapping[str, Any] = {"action": "decline"}
+            else:
+                result = self._reviewer(params)
+        except Exception as err:  # noqa: BLE001 (a failing reviewer rejects, never approves)
+            result = {
+                "action": "accept",
+                "content": {"decision": "reject", "reason": f"the reviewer failed: {err}"},
+            }
+        try:
+            self._send({"jsonrpc": "2.0", "id": request_id, "result": dict(result)})
+        except WardenError:
+            pass
+
+    def _read_stderr(self) -> None:
+        stderr = self._proc.stderr
+        assert stderr is not None
+        try:
+            for line in stderr:
+                self._stderr.append(line.decode(errors="replace").rstrip())
+        except (OSError, ValueError):
+            pass
+
+    def _fail_all(self) -> None:
+        # The stderr reader may still hold the last words: give it a moment.
+        self._stderr_thread.join(timeout=2)
+        with self._lock:
+            self._dead = self._death_message(wait=True)
+            pending = list(self._pending.values())
+            self._pending.clear()
+        for future in pending:
+            if not future.done():
+                future.set_exception(WardenProcessError(self._dead))
+
+    def _death_message(self, wait: bool = False) -> str:
+        if self._dead is not None:
+            return self._dead
+        if self._closed:
+            return "this warden process was closed"
+        code = self._proc.poll()
+        if code is None and wait:
+            try:
+                code = self._proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                code = None
+        status = (
+            "is no longer answering"
+            if code is None
+            else f"exited with status {code}"
+            if code >= 0
+            else f"was killed by signal {-code}"
+        )
+        tail = "\n".join(self._stderr)
+        said = f"; its last words on stderr:\n{tail}" if tail else " (nothing on stderr)"
+        return f"`{' '.join(self.argv)}` {status}{said}"
+
+    # -- life ----------------------------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        """Whether the process is running and not closed."""
+        return not self._closed and self._dead is None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int:
+        """The process id of `warden serve`."""
+        return self._proc.pid
+
+    def stderr_tail(self) -> str:
+        """The last lines warden wrote on stderr."""
+        return "\n".join(self._stderr)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Ends the MCP connection, so warden ends the session (its shells and containers),
+        and waits for the process; kills it when it does not end within `timeout` s."""
+        if self._closed:
+            return
+        self._closed = True
+        _LIVE.discard(self)
+        _stop(self._proc, timeout)
+        with self._lock:
+            pending = list(self._pending.values())
+            self._pending.clear()
+        for future in pending:
+            if not future.done():
+                future.set_exception(WardenProcessError("this warden process was closed"))
+
+
+def _stop(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    if proc.stdin is not None:
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _finalize(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        _stop(proc, 5.0)
