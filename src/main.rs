@@ -17,6 +17,7 @@ mod batch;
 mod context;
 mod demo;
 mod exec;
+mod install;
 mod oci;
 mod progress;
 mod review;

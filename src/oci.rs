@@ -1,8 +1,8 @@
 //! `warden keygen`, `warden push` and `warden add oci://…`: tools that travel through OCI
 //! registries, signed, verified by digest before anything is stored.
 
-use crate::add::{Install, install, policy_path};
 use crate::context;
+use crate::install::{Install, install, policy_path};
 use anyhow::{Context as _, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -63,6 +63,13 @@ fn reach(ctx: &Warden, reference: &Reference) -> Result<Reach> {
         tls: ctx.egress.tls(),
         credentials: Credentials::for_registry(&reference.registry)?,
     })
+}
+
+/// `reference` pulled and verified with the keys `args` and the trust file name.
+fn fetch(ctx: &Warden, reference: &Reference, args: &PullArgs) -> Result<warden_oci::Pulled> {
+    let trust = trust(ctx, reference, args)?;
+    let reach = reach(ctx, reference)?;
+    Ok(context::runtime()?.block_on(warden_oci::pull(reference, &trust, &reach))?)
 }
 
 /// The keys `args` and the trust file name for `reference`, and whether unsigned is taken.
@@ -212,12 +219,7 @@ pub(crate) fn add(
             component_path.display()
         );
     }
-    let trust = trust(ctx, &reference, args)?;
-    let pulled = context::runtime()?.block_on(warden_oci::pull(
-        &reference,
-        &trust,
-        &reach(ctx, &reference)?,
-    ))?;
+    let pulled = fetch(ctx, &reference, args)?;
     let pinned = reference.at(&pulled.digest);
     let signer = match &pulled.signer {
         Some(key) => format!("signed by {}", key.fingerprint()),
@@ -306,12 +308,7 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
         );
     };
     let reference = Reference::parse(tag)?;
-    let trust = trust(ctx, &reference, &args.trust)?;
-    let pulled = context::runtime()?.block_on(warden_oci::pull(
-        &reference,
-        &trust,
-        &reach(ctx, &reference)?,
-    ))?;
+    let pulled = fetch(ctx, &reference, &args.trust)?;
     let pinned = reference.at(&pulled.digest);
     if pinned.to_string() == origin.reference {
         outln!(

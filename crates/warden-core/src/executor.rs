@@ -2,7 +2,7 @@
 
 use crate::limits::Limits;
 use crate::message::{ErrorKind, ToolError};
-use crate::program::{Exit, Held, Program};
+use crate::program::{Exit, Program};
 use serde_json::Value;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -60,6 +60,17 @@ impl Usage {
     pub fn is_empty(&self) -> bool {
         *self == Usage::default()
     }
+}
+
+/// What the dispatcher hands an executor beside the program: the tool's limits (CPU, memory,
+/// processes; the wall clock is the program's own `timeout`) and where the sandbox reports.
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub limits: Limits,
+    /// Where the sandbox reports what it refused.
+    pub denials: Denials,
+    /// Where the sandbox reports what the program used.
+    pub usage: Meter,
 }
 
 /// Where an executor reports what one call used, shared with the dispatcher like

@@ -36,8 +36,8 @@ pub use calllog::{
 pub use capability::{Capabilities, ExecutorKind, NetHosts, Support};
 pub use dispatch::{CallObserver, Dispatcher};
 pub use executor::{
-    BoxFuture, Denial, Denials, Executor, Invocation, Meter, Output, Reached, Sample, SessionId,
-    Usage,
+    BoxFuture, Denial, Denials, Executor, Held, Invocation, Meter, Output, Reached, Sample,
+    SessionId, Usage,
 };
 pub use grants::{Access, FsGrant, GrantLines, Grants, Paths};
 pub use limits::{Capped, Limits, LimitsSpec, MARKER_MAX, shorten};
@@ -45,7 +45,7 @@ pub use located::{Located, PolicyError};
 pub use message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage, Violation};
 pub use net::{Credential, GrantFault, HostGrant, HostPattern, NetGrantError, NetGrants};
 pub use policy::{FunctionOverride, Origin, Policy};
-pub use program::{Exit, Held, Input, Program, Sink, WindowSize};
+pub use program::{Exit, Input, Program, Sink, WindowSize};
 pub use redact::{Secrets, StreamRedactor};
 pub use review::{Decision, Reviewer};
 pub use run::{RunLimitHit, RunLimits, RunUsage};

@@ -1,8 +1,6 @@
 //! A whole program in a tool's sandbox (`warden exec`): the sandbox a call of the tool gets,
 //! with the program's streams passed through as it reads and writes rather than captured.
 
-use crate::executor::{Denials, Meter};
-use crate::limits::Limits;
 use crate::redact::{Secrets, StreamRedactor};
 use std::io;
 use std::pin::Pin;
@@ -44,17 +42,6 @@ impl Program {
 pub struct WindowSize {
     pub rows: u16,
     pub cols: u16,
-}
-
-/// What the dispatcher hands an executor beside the program: the tool's limits (CPU, memory,
-/// processes; the wall clock is the program's own `timeout`) and where the sandbox reports.
-#[derive(Debug, Clone)]
-pub struct Held {
-    pub limits: Limits,
-    /// Where the sandbox reports what it refused.
-    pub denials: Denials,
-    /// Where the sandbox reports what the program used.
-    pub usage: Meter,
 }
 
 /// How a program ended.

@@ -3,9 +3,10 @@
 //! flows, and it is logged as a call record marked `exec`.
 
 use super::{Dispatcher, ExecFacts, Facts, secrets_of};
+use crate::executor::Held;
 use crate::executor::{Denials, Meter};
 use crate::message::{ErrorKind, ToolCall, ToolError, ToolMessage};
-use crate::program::{Exit, Held, Program, Redacting};
+use crate::program::{Exit, Program, Redacting};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
