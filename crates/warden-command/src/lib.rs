@@ -6,6 +6,7 @@ mod knobs;
 mod outcome;
 pub mod program;
 pub mod session;
+pub mod spares;
 mod template;
 
 pub use knobs::{

@@ -310,6 +310,11 @@ pub trait Executor: Send + Sync {
         })
     }
 
+    /// Gets ready ahead of the first call (a warm pool starts filling). Long-running front
+    /// ends call it once the toolbox is loaded, inside a tokio runtime; calling it again does
+    /// no more. Nothing by default.
+    fn warm(&self) {}
+
     /// Frees what the executor keeps for `session` (a container, a shell). Called once when
     /// the session ends; calls of that session may follow only as a new start.
     fn end_session(&self, session: SessionId) -> BoxFuture<'_, ()> {

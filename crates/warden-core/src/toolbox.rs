@@ -247,6 +247,14 @@ impl Toolbox {
         self.tools.get(name)
     }
 
+    /// Gets every tool ready ahead of its first call ([`crate::Executor::warm`]): inside a
+    /// tokio runtime.
+    pub fn warm(&self) {
+        for tool in self.tools() {
+            tool.executor.warm();
+        }
+    }
+
     /// Every tool, sorted by name.
     pub fn tools(&self) -> impl Iterator<Item = &Tool> {
         self.tools.values()

@@ -6,7 +6,10 @@ use crate::config::DockerConfig;
 use crate::engine::Engine;
 use crate::engine_guard::refuse_engine_reach;
 use crate::files::{FILES_ENV, Files};
+use crate::launch::Recipe;
 use crate::plan::Plan;
+use crate::pool::Pool;
+use crate::runtime::Runtime;
 use crate::tool::DockerTool;
 use serde_json::json;
 use std::collections::HashMap;
@@ -99,7 +102,7 @@ impl Backend for DockerBackend {
         let engine = self.engine_for(policy, cfg)?;
         let files = engine.files();
         refuse_unwritten(policy, cfg, files)?;
-        let plan = Plan::new(cfg, &policy.grants, files)
+        let mut plan = Plan::new(cfg, &policy.grants, files)
             .map_err(|e| err(Some(cfg.argv.line), e.to_string()))?;
         let user_line = cfg.user.as_ref().map(|u| u.line);
         refuse_engine_reach(policy, plan.user, engine.address().ok(), user_line)?;
@@ -139,8 +142,30 @@ impl Backend for DockerBackend {
         } else {
             None
         };
-        let report = report(cfg, &plan, &policy.grants, &engine);
-        let tool = DockerTool::new(engine, plan, template, policy.grants.clone(), shell, gate);
+        let runtime =
+            runtime(cfg, &engine, gate.is_some()).map_err(|(line, why)| err(line, why))?;
+        // A runtime the engine did not describe is taken for gVisor by its usual name.
+        plan.gvisor = match &runtime {
+            Some(found) => found.is_gvisor(),
+            None => cfg
+                .runtime
+                .as_ref()
+                .is_some_and(|r| r.value.starts_with("runsc")),
+        };
+        let report = report(cfg, &plan, &policy.grants, &engine, runtime.as_ref());
+        let session = shell.is_some();
+        let recipe = Recipe {
+            engine,
+            plan,
+            shell: shell.unwrap_or_else(|| crate::container::SHELL.to_owned()),
+            grants: policy.grants.clone(),
+            gate,
+        };
+        let pool = cfg
+            .pool
+            .as_ref()
+            .map(|p| Pool::new(recipe.clone(), p.value as usize, limits.memory));
+        let tool = DockerTool::new(recipe, template, session, pool);
         Ok(Loaded {
             tools: vec![LoadedTool {
                 function: cfg.name.clone(),
@@ -150,6 +175,32 @@ impl Backend for DockerBackend {
             report,
         })
     }
+}
+
+/// The runtime the policy names, as the engine has it: `None` when it names none, or when the
+/// engine did not answer (its calls will say what it says). A name the engine lacks, or a
+/// runtime that cannot keep a gate for a gated tool, is refused with the line.
+fn runtime(
+    cfg: &DockerConfig,
+    engine: &Engine,
+    gated: bool,
+) -> Result<Option<Runtime>, (Option<usize>, String)> {
+    let (Some(named), Ok(address)) = (&cfg.runtime, engine.address()) else {
+        return Ok(None);
+    };
+    let found = crate::runtime::find(address, &named.value)
+        .map_err(|e| (Some(named.line), e.to_string()))?;
+    if gated && let Some(why) = found.as_ref().and_then(Runtime::refuses_gate) {
+        return Err((
+            Some(named.line),
+            format!("net grants cannot be kept for this docker tool: {why}"),
+        ));
+    }
+    if found.is_none() {
+        tracing::warn!(runtime = %named.value,
+            "the Docker engine did not answer: the runtime is not checked until a call");
+    }
+    Ok(found)
 }
 
 /// On an engine that gets roots copied in, a read-write root needs `copy_back = true`:
@@ -206,7 +257,13 @@ fn roots(plan: &Plan, grants: &Grants) -> Vec<String> {
 }
 
 /// What every container of the tool gets, for the audit.
-fn report(cfg: &DockerConfig, plan: &Plan, grants: &Grants, engine: &Engine) -> Report {
+fn report(
+    cfg: &DockerConfig,
+    plan: &Plan,
+    grants: &Grants,
+    engine: &Engine,
+    runtime: Option<&Runtime>,
+) -> Report {
     const HARDENING: [&str; 9] = [
         "read-only root filesystem",
         "all capabilities dropped",
@@ -246,8 +303,25 @@ fn report(cfg: &DockerConfig, plan: &Plan, grants: &Grants, engine: &Engine) -> 
              memory figures from this machine"
         ));
     }
+    let runtime = match (&cfg.runtime, runtime) {
+        (_, Some(found)) => found.describe(),
+        (Some(named), None) => format!("{} (not checked: the engine did not answer)", named.value),
+        (None, None) => "the engine's default (runc: the host's kernel)".to_owned(),
+    };
+    let pool = cfg.pool.as_ref().map(|p| p.value);
+    let pids = if plan.gvisor {
+        format!(
+            "{} (a cgroup of {} host pids under gVisor)",
+            cfg.pids,
+            plan.pids_limit()
+        )
+    } else {
+        cfg.pids.to_string()
+    };
     let settings = json!({
         "engine": address,
+        "runtime": runtime,
+        "pool": pool,
         "image": cfg.image.value,
         "argv": cfg.argv.value,
         "workdir": cfg.workdir.as_ref().map(|w| w.value.clone()),
@@ -272,15 +346,29 @@ fn report(cfg: &DockerConfig, plan: &Plan, grants: &Grants, engine: &Engine) -> 
             text: place,
         },
         ReportLine {
+            label: "runtime",
+            text: runtime,
+        },
+        ReportLine {
             label: "container",
             text: format!(
-                "user {}, pids {}, cpus {cpus}, /tmp {tmp}; {}",
+                "user {}, pids {pids}, cpus {cpus}, /tmp {tmp}; {}",
                 plan.user,
-                cfg.pids,
                 HARDENING.join(", ")
             ),
         },
     ];
+    if let Some(n) = pool {
+        let each = if cfg.session {
+            "each for one session"
+        } else {
+            "each for one call and removed after"
+        };
+        lines.push(ReportLine {
+            label: "pool",
+            text: format!("{n} containers kept started and waiting, {each}"),
+        });
+    }
     lines.extend(roots(plan, grants).into_iter().map(|text| ReportLine {
         label: "root",
         text,

@@ -13,6 +13,9 @@ use warden_core::{ByteSize, Located, Policy, PolicyError};
 pub const DEFAULT_PIDS: u32 = 128;
 /// CPUs of one container, in billionths, when the policy writes none: one CPU.
 pub const DEFAULT_NANO_CPUS: u64 = 1_000_000_000;
+/// The most containers a tool's warm pool may keep (`pool = N`); none are kept when the
+/// policy writes none.
+pub const MAX_POOL: u32 = 64;
 
 /// A tool run in a Docker container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +32,12 @@ pub struct DockerConfig {
     pub workdir: Option<Located<String>>,
     /// One container and one long-lived shell per session instead of one container per call.
     pub session: bool,
+    /// Containers kept created, started and waiting, each for one call (or one session's
+    /// first command); `None`: each is started on its call's path.
+    pub pool: Option<Located<u32>>,
+    /// The engine's OCI runtime to run the containers (`runsc` for gVisor), by the name the
+    /// engine's `runtimes` give it; `None`: the engine's default (runc).
+    pub runtime: Option<Located<String>>,
     /// `None` picks the owner of the read-write roots, else nobody.
     pub user: Option<Located<User>>,
     pub network: Located<NetworkMode>,
@@ -66,6 +75,8 @@ struct DockerSpec {
     argv: Option<Spanned<Vec<String>>>,
     workdir: Option<Spanned<String>>,
     session: Option<bool>,
+    pool: Option<Spanned<i64>>,
+    runtime: Option<Spanned<String>>,
     user: Option<Spanned<String>>,
     network: Option<Spanned<String>>,
     pids: Option<Spanned<i64>>,
@@ -122,6 +133,35 @@ impl DockerConfig {
             }
         };
         let tmp = tmp_size(table, spec.tmp)?;
+        let pool = match spec.pool {
+            None => None,
+            Some(p) => {
+                let line = table.line(&p.span());
+                match u32::try_from(*p.get_ref()) {
+                    Ok(n) if (1..=MAX_POOL).contains(&n) => Some(Located { value: n, line }),
+                    _ => {
+                        return Err(table.error(
+                            line,
+                            format!(
+                                "pool must be from 1 to {MAX_POOL} (containers kept started, \
+                                 each for one call); drop it to start each container on its \
+                                 call's path"
+                            ),
+                        ));
+                    }
+                }
+            }
+        };
+        let runtime = spec.runtime.map(|r| table.located(r));
+        if let Some(r) = &runtime
+            && (r.value.is_empty() || !r.value.chars().all(|c| c.is_ascii_graphic()))
+        {
+            return Err(table.error(
+                r.line,
+                "runtime must name one of the engine's runtimes (`docker info` lists them: \
+                 runc, runsc, …)",
+            ));
+        }
         let copy_limit = match spec.copy_limit {
             None => DEFAULT_COPY_LIMIT,
             Some(c) if c.get_ref().0 == 0 => {
@@ -142,6 +182,8 @@ impl DockerConfig {
             argv,
             workdir,
             session: spec.session.unwrap_or(false),
+            pool,
+            runtime,
             user,
             network,
             pids,
@@ -228,6 +270,7 @@ mod tests {
         assert_eq!(cfg.pids, DEFAULT_PIDS);
         assert_eq!(cfg.nano_cpus, DEFAULT_NANO_CPUS);
         assert!(cfg.user.is_none() && !cfg.session);
+        assert!(cfg.pool.is_none() && cfg.runtime.is_none());
     }
 
     #[test]
@@ -256,6 +299,9 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(cfg.copy_limit, 256 << 20);
+        let pooled = parse(&format!("{SHELL}pool = 8\nruntime = \"runsc\"\n")).unwrap();
+        assert_eq!(pooled.pool.map(|p| (p.value, p.line)), Some((8, 6)));
+        assert_eq!(pooled.runtime.map(|r| r.value), Some("runsc".to_owned()));
         assert_eq!(cfg.copy_back.map(|c| (c.value, c.line)), Some((true, 7)));
         assert_eq!(parse(SHELL).unwrap().copy_limit, DEFAULT_COPY_LIMIT);
     }
@@ -350,6 +396,13 @@ mod tests {
             (format!("{SHELL}pids = 0\n"), 6, "pids"),
             (format!("{SHELL}cpus = 0\n"), 6, "cpus"),
             (format!("{SHELL}copy_limit = \"0\"\n"), 6, "copy_limit"),
+            (format!("{SHELL}pool = 0\n"), 6, "pool must be from 1 to 64"),
+            (
+                format!("{SHELL}pool = 65\n"),
+                6,
+                "pool must be from 1 to 64",
+            ),
+            (format!("{SHELL}runtime = \"\"\n"), 6, "runtime must name"),
             (
                 format!("{SHELL}component = \"x.wasm\"\n"),
                 6,

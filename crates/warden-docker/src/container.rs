@@ -6,6 +6,7 @@ use crate::address::Place;
 use crate::cgroup::Cgroup;
 use crate::engine::{Engine, missing_image};
 use crate::files::{Copied, CopiedIn};
+use crate::launch::Started;
 use crate::removal::remove;
 use bollard::Docker;
 use bollard::container::{AttachContainerResults, LogOutput};
@@ -20,7 +21,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 use warden_command::session::{Frames, nonce};
 use warden_core::{Capped, ToolError, Usage};
-use warden_net::{Credentials, Gate, Proxy, Scope, Traffic};
+use warden_net::{Proxy, Scope, Traffic};
 
 /// How often, and how far apart, a SIGKILLed container's OOM flag is asked for again: the
 /// engine's OOM event trails the exit by a few milliseconds under load.
@@ -188,6 +189,12 @@ impl Container {
         }
     }
 
+    /// Its id, its removal left to the caller: the guard is disarmed.
+    pub(crate) fn disarm(mut self) -> String {
+        self.removed = true;
+        std::mem::take(&mut self.id)
+    }
+
     /// Kills and removes it, and waits until the engine has. The removal runs in a task of
     /// its own, so it completes even if the caller is dropped meanwhile.
     pub(crate) async fn remove(mut self) {
@@ -227,7 +234,7 @@ impl Drop for Container {
     }
 }
 
-/// How a one-shot container ended.
+/// How a per-call container's command ended.
 pub(crate) enum Ended {
     Exited {
         code: i64,
@@ -239,38 +246,40 @@ pub(crate) enum Ended {
     TimedOut { stdout: String, stderr: String },
 }
 
-/// The command line of a per-call container: `/bin/sh` reads one line, the nonce of the end
-/// line (sent once the gate listens, when there is one), runs `argv` with stdin on
-/// `/dev/null`, prints the end line and waits for its stdin to close before it exits with the
-/// command's status: the container, and its cgroup's counters, outlive the command until
-/// warden has read them. The nonce travels on stdin, not in argv, so the command cannot read
-/// it and end its output early.
-pub(crate) fn wrapped(argv: Vec<String>) -> Vec<String> {
-    let mut wrapped = vec![
-        "/bin/sh".to_owned(),
-        "-c".to_owned(),
-        "IFS= read -r w || exit 125; \"$@\" </dev/null; r=$?; printf '\\n%s\\n' \"$w\"; \
-         read -r w; exit \"$r\""
-            .to_owned(),
-        "sh".to_owned(),
-    ];
-    wrapped.extend(argv);
-    wrapped
+/// The shell of a per-call container, reading its command on stdin.
+pub(crate) const SHELL: &str = "/bin/sh";
+
+/// What a per-call container's shell is sent: one `{ …; }` list, which the shell reads whole
+/// before it runs any of it. It prints the start line, runs `argv` with stdin on `/dev/null`,
+/// prints the end line, and waits for its stdin to close before it exits with the command's
+/// status: the container, and its cgroup's counters, outlive the command until warden has
+/// read them. The lines' nonces travel on stdin, never in argv, so the command cannot read
+/// them and end its output early; each argument is one single-quoted word (a template refuses
+/// NUL, the one byte a word cannot carry). The start line tells warden that the shell took the
+/// command: a pooled container that died while it waited never prints it.
+pub(crate) fn script(argv: &[String], start: &str, end: &str) -> String {
+    let words: Vec<String> = argv
+        .iter()
+        .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+        .collect();
+    format!(
+        "{{ printf '\\n%s\\n' '{start}'; set -- {}; \"$@\" </dev/null; r=$?; \
+         printf '\\n%s\\n' '{end}'; IFS= read -r w; exit \"$r\"; }}\n",
+        words.join(" ")
+    )
 }
 
 /// What a per-call container's roots came to: the notes for its answer (what was left out,
 /// what was written back), or why its read-write roots were not written back.
 pub(crate) type FilesOutcome = Result<Vec<String>, ToolError>;
 
-/// One per-call container to run: its image and body, its output cap and deadline, and,
-/// when it has them, its gate (with the call's scope and credentials) and its copied roots
-/// (with the tool's name).
+/// One command for a started per-call container: its argv, output cap and deadline, the scope
+/// its gate (if any) refuses into, and its copied roots (with the tool's name), if any.
 pub(crate) struct OneCall<'a> {
-    pub image: &'a str,
-    pub body: ContainerCreateBody,
+    pub argv: &'a [String],
     pub output_limit: u64,
     pub deadline: Instant,
-    pub gate: Option<(Gate, Scope, Credentials)>,
+    pub scope: Scope,
     pub copied: Option<(&'a Copied, &'a str)>,
 }
 
@@ -283,71 +292,57 @@ pub(crate) struct Ran {
     pub files: FilesOutcome,
 }
 
-/// Runs one container, whose command is [`wrapped`], to its end or its deadline, and removes
-/// it. With a gate, the command starts once the gate listens; with `copied` roots, once they
-/// are in, and its read-write roots are written back when it ends (not at the deadline),
-/// before the container does. Answers what went through the gate too, and the CPU and memory figures the
-/// container's cgroup had at the command's end (or at the deadline).
+/// Runs one command in `started`, a per-call container, to its end or its deadline; the
+/// caller removes the container after. With `copied` roots, the command starts once they are
+/// in, and its read-write roots are written back when it ends (not at the deadline). Answers
+/// what went through the gate too, and the CPU and memory figures the container's cgroup had
+/// at the command's end (or at the deadline); `None` when the container's shell ended before
+/// it took the command (it died while it waited).
 pub(crate) async fn run_once(
     engine: &Engine,
-    docker: &Docker,
+    started: &mut Started,
     call: OneCall<'_>,
-) -> Result<Ran, ToolError> {
+) -> Result<Option<Ran>, ToolError> {
     let OneCall {
-        image,
-        body,
+        argv,
         output_limit,
         deadline,
-        gate,
+        scope,
         copied,
     } = call;
-    let container = Container::create(engine, docker, image, body).await?;
-    let mut attached = container.attach_and_start(engine, true).await?;
     let copied_in = match copied {
-        Some((copied, _)) => match copied.copy_in(engine, docker, &container.id).await {
-            Ok(copied_in) => Some(copied_in),
-            Err(e) => {
-                container.remove().await;
-                return Err(e);
-            }
-        },
+        Some((copied, _)) => Some(
+            copied
+                .copy_in(engine, &started.docker, &started.container.id)
+                .await?,
+        ),
         None => None,
     };
-    let proxy = match gate {
-        Some((gate, scope, credentials)) => {
-            match open_gate(engine, &container, gate, credentials).await {
-                Ok(proxy) => {
-                    proxy.begin(scope);
-                    Some(proxy)
-                }
-                Err(e) => {
-                    container.remove().await;
-                    return Err(e);
-                }
-            }
-        }
-        None => None,
-    };
-    let end = nonce();
-    // The command starts here. A failed write shows as output ending without the end line.
-    let _ = attached
+    if let Some(gate) = &started.gate {
+        gate.begin(scope);
+    }
+    let (start, end) = (nonce(), nonce());
+    // The command starts here. A failed write shows as output ending without the start line.
+    let _ = started
+        .attached
         .input
-        .write_all(format!("{end}\n").as_bytes())
+        .write_all(script(argv, &start, &end).as_bytes())
         .await;
     let run = Run {
-        container: &container,
+        container: &started.container,
         engine,
-        docker,
-        end: &end,
+        docker: &started.docker,
         output_limit,
         deadline,
         copied: copied
             .zip(copied_in.as_ref())
             .map(|((c, tool), i)| (c, i, tool)),
     };
-    let (ended, used, files) = run.read_to_end(&mut attached).await;
-    let traffic = proxy.map(|p| p.end());
-    container.remove().await;
+    let read = run.read_to_end(&mut started.attached, &start, &end).await;
+    let traffic = started.gate.as_ref().map(Proxy::end);
+    let Some((ended, used, files)) = read else {
+        return Ok(None);
+    };
     let mut notes = copied_in.map(|c| c.notes).unwrap_or_default();
     let files = match files {
         Some(Ok(written)) => {
@@ -357,28 +352,12 @@ pub(crate) async fn run_once(
         Some(Err(e)) => Err(e),
         None => Ok(notes),
     };
-    Ok(Ran {
+    Ok(Some(Ran {
         ended: ended?,
         traffic,
         used,
         files,
-    })
-}
-
-/// The gate of a started container (nothing gets through before [`Proxy::begin`]).
-pub(crate) async fn open_gate(
-    engine: &Engine,
-    container: &Container,
-    gate: Gate,
-    credentials: Credentials,
-) -> Result<Proxy, ToolError> {
-    let listener = crate::gate::listen_in(engine, container.pid(engine).await?).await?;
-    Proxy::start(listener, gate, credentials).map_err(|e| {
-        ToolError::new(
-            warden_core::ErrorKind::Internal,
-            format!("serving the gate: {e}"),
-        )
-    })
+    }))
 }
 
 /// One per-call container while it runs.
@@ -388,21 +367,27 @@ struct Run<'a> {
     docker: &'a Docker,
     /// Its copied roots, what was copied in, and the tool's name.
     copied: Option<(&'a Copied, &'a CopiedIn, &'a str)>,
-    /// The nonce of its end line.
-    end: &'a str,
     output_limit: u64,
     deadline: Instant,
 }
 
 impl Run<'_> {
-    /// Reads its output until it ends or the deadline. At the end line, or at the deadline,
-    /// the container's counters are read first: they go with its cgroup. At the end line its
-    /// read-write roots are written back, while it still runs (their copies go with it).
+    /// Reads its output, from the start line `start` until the end line `end` or the
+    /// deadline. At the end line, or at the deadline, the container's counters are read first:
+    /// they go with its cgroup. At the end line its read-write roots are written back, while
+    /// it still runs (their copies go with it). `None` when the output ended before the start
+    /// line: the shell never took the command.
     async fn read_to_end(
         &self,
         attached: &mut AttachContainerResults,
-    ) -> (Result<Ended, ToolError>, Usage, Option<FilesOutcome>) {
-        let mut stdout = Frames::until(&format!("\n{}", self.end), self.output_limit);
+        start: &str,
+        end: &str,
+    ) -> Option<(Result<Ended, ToolError>, Usage, Option<FilesOutcome>)> {
+        let mut stdout = Frames::between(
+            &format!("\n{start}"),
+            &format!("\n{end}"),
+            self.output_limit,
+        );
         let mut stderr = Capped::new(self.output_limit);
         let mut used = None;
         let mut written = None;
@@ -419,8 +404,9 @@ impl Run<'_> {
                         stdout: stdout.text(),
                         stderr: stderr.text(),
                     };
-                    return (Ok(ended), used, written);
+                    return Some((Ok(ended), used, written));
                 }
+                Ok(None) if !stdout.started() => return None,
                 Ok(None) => break,
                 Ok(Some(Ok(LogOutput::StdErr { message }))) => stderr.push(&message),
                 Ok(Some(Ok(frame))) => {
@@ -459,7 +445,7 @@ impl Run<'_> {
         if written.is_none() {
             written = self.write_back().await;
         }
-        (ended, used.unwrap_or_default(), written)
+        Some((ended, used.unwrap_or_default(), written))
     }
 
     /// Writes its read-write roots back; `None` without copied roots.

@@ -19,6 +19,9 @@ pub(crate) const TOOL_LABEL: &str = "warden.tool";
 /// warden's own sandbox image, built offline by `warden sandbox-image`.
 pub const SANDBOX_IMAGE: &str = "warden-sandbox:latest";
 
+/// How long the first contact waits for the containers of gone wardens to be removed.
+const REAP_WAIT: Duration = Duration::from_secs(5);
+
 /// Seconds bollard waits for the headers of one response.
 const REQUEST_TIMEOUT: u64 = 60;
 
@@ -187,8 +190,17 @@ impl Engine {
             .negotiate_version()
             .await
             .map_err(|e| self.unreachable(&e))?;
-        if let Err(e) = self.lease.reap(&docker).await {
-            tracing::warn!("cannot remove containers left by earlier warden processes: {e}");
+        // Bounded: a container the engine cannot remove (a runtime stuck starting it) must not
+        // hold up this process's first call; the next start tries again.
+        match tokio::time::timeout(REAP_WAIT, self.lease.reap(&docker)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!("cannot remove containers left by earlier warden processes: {e}");
+            }
+            Err(_) => tracing::warn!(
+                "removing the containers left by earlier warden processes took over {REAP_WAIT:?}: \
+                 left for the next start"
+            ),
         }
         *self
             .keeper
@@ -197,6 +209,14 @@ impl Engine {
             Some(self.lease.clone().keep(docker.clone()));
         *slot = Some(docker.clone());
         Ok(docker)
+    }
+
+    /// A client of its own, not the shared one, for a runtime of its own (the shared one's
+    /// connections belong to the runtime that made them); `None` when the engine does not
+    /// answer.
+    pub(crate) async fn fresh_client(&self) -> Option<Docker> {
+        let address = self.address.as_ref().ok()?;
+        connect(address).ok()?.negotiate_version().await.ok()
     }
 
     /// Takes this instance's lease on the engine, if it holds none yet: before its first
@@ -322,7 +342,7 @@ impl Drop for Engine {
 }
 
 /// A client for `address` (nothing is sent yet).
-fn connect(address: &EngineAddress) -> Result<Docker, BollardError> {
+pub(crate) fn connect(address: &EngineAddress) -> Result<Docker, BollardError> {
     let version = bollard::API_DEFAULT_VERSION;
     match address {
         EngineAddress::Unix(path) => {

@@ -23,18 +23,21 @@ mod engine_guard;
 mod files;
 mod gate;
 mod image;
+mod launch;
 mod lease;
 mod names;
 mod passthrough;
 mod plan;
+mod pool;
 mod removal;
+mod runtime;
 mod seccomp;
 mod session;
 mod tool;
 
 pub use address::{AddressError, CERT_FILES, EngineAddress, Place};
 pub use backend::DockerBackend;
-pub use config::{DEFAULT_NANO_CPUS, DEFAULT_PIDS, DockerConfig};
+pub use config::{DEFAULT_NANO_CPUS, DEFAULT_PIDS, DockerConfig, MAX_POOL};
 pub use debian::{
     BOOTSTRAP_TOOL, BuildTimes, DEBIAN_PACKAGES, DebianImage, DebianRecipe, Progress,
     build_debian_image,

@@ -2,10 +2,7 @@
 //! attached before it starts, its streams relayed to and from the program's own as they flow,
 //! driven by `warden_command::program`, and removed when the program ends.
 
-use crate::container::{Container, open_gate};
-use crate::engine::Engine;
-use crate::gate::Sandboxed;
-use crate::plan::Plan;
+use crate::launch::{Recipe, Started};
 use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::query_parameters::{KillContainerOptionsBuilder, ResizeContainerTTYOptionsBuilder};
@@ -13,35 +10,21 @@ use futures::StreamExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use warden_command::program::{Driven, Running, drive};
-use warden_core::{BoxFuture, ErrorKind, Exit, Grants, Held, Program, ToolError, WindowSize};
-use warden_net::{Gate, Scope};
+use warden_core::{BoxFuture, ErrorKind, Exit, Held, Program, ToolError, WindowSize};
+use warden_net::Scope;
 
 /// A deadline for the gate of a program without one: far enough never to come.
 const NEVER: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
 
-/// What a docker tool's containers are made of.
-pub(crate) struct Made<'a> {
-    pub engine: &'a Engine,
-    pub plan: &'a Plan,
-    pub grants: &'a Grants,
-    /// The net grants' gate, when the policy grants hosts (and not every host).
-    pub gate: Option<&'a Gate>,
-}
-
-/// Runs `argv` as the program, in a container of the tool `made` describes.
+/// Runs `argv` as the program, in a container `recipe` makes for the tool.
 pub(crate) async fn run(
-    made: Made<'_>,
+    recipe: &Recipe,
     argv: Vec<String>,
     program: Program,
     held: Held,
 ) -> Result<Exit, ToolError> {
-    let Made {
-        engine,
-        plan,
-        grants,
-        gate,
-    } = made;
-    if plan.copied.is_some() {
+    let engine = &*recipe.engine;
+    if recipe.plan.copied.is_some() {
         return Err(ToolError::new(
             ErrorKind::Unavailable,
             "this engine cannot mount the tool's roots, so its calls get copies; `warden exec` \
@@ -57,45 +40,29 @@ pub(crate) async fn run(
         terminal,
         ..
     } = program;
-    let sandboxed = gate.map(|_| Sandboxed::new(grants)).transpose()?;
-    let env = grants
-        .resolve_env()?
-        .into_iter()
-        .chain(sandboxed.iter().flat_map(Sandboxed::env))
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    let docker = engine.client().await?;
-    engine.ensure_image(&docker, &plan.image).await?;
-    let mut body = plan.container(
-        held_until_told(argv, terminal.is_some()),
-        env,
-        held.limits.memory,
-        engine.labels(&plan.tool, "exec"),
-        true,
-    );
-    if let Some(s) = &sandboxed {
-        s.mount_into(&mut body);
+    let started = recipe
+        .launch(
+            held_until_told(argv, terminal.is_some()),
+            &recipe.grants.resolve_env()?,
+            held.limits.memory,
+            "exec",
+            terminal.is_some(),
+        )
+        .await?;
+    let Started {
+        docker,
+        container,
+        attached,
+        gate,
+        sandboxed: _sandboxed,
+    } = started;
+    if let Some(proxy) = &gate {
+        let ends = tokio::time::Instant::now() + timeout.unwrap_or(NEVER);
+        proxy.begin(Scope {
+            denials: held.denials.clone(),
+            deadline: ends.into_std(),
+        });
     }
-    body.tty = Some(terminal.is_some());
-    let container = Container::create(engine, &docker, &plan.image, body).await?;
-    let attached = container.attach_and_start(engine, true).await?;
-    let proxy = match gate.zip(sandboxed) {
-        Some((gate, s)) => match open_gate(engine, &container, gate.clone(), s.credentials).await {
-            Ok(proxy) => {
-                let ends = tokio::time::Instant::now() + timeout.unwrap_or(NEVER);
-                proxy.begin(Scope {
-                    denials: held.denials.clone(),
-                    deadline: ends.into_std(),
-                });
-                Some(proxy)
-            }
-            Err(e) => {
-                container.remove().await;
-                return Err(e);
-            }
-        },
-        None => None,
-    };
     let running = InContainer {
         docker: &docker,
         id: &container.id,
@@ -122,7 +89,7 @@ pub(crate) async fn run(
         None => drive(&running, (stdin, input), output, &mut signals, timeout).await,
     };
     let status = container.exit_status(engine).await;
-    if let Some(traffic) = proxy.map(|p| p.end()) {
+    if let Some(traffic) = gate.map(|p| p.end()) {
         traffic.count_in(&held.usage);
     }
     container.remove().await;

@@ -28,7 +28,19 @@ pub(crate) struct Plan {
     pub pids: u32,
     pub nano_cpus: u64,
     pub tmp: u64,
+    /// The engine's OCI runtime, by name; `None`: its default.
+    pub runtime: Option<String>,
+    /// The runtime is gVisor, whose processes cost the host more than one pid each.
+    pub gvisor: bool,
 }
+
+/// Under gVisor's ptrace platform a sandbox holds about 40 host pids of its own (its kernel's
+/// threads and its file server's) and about 10 more for each process inside it (the process's
+/// stub and the threads that trace it): measured with runsc 2022-12-19. A cgroup limit of
+/// `pids` would let it start barely a few processes, or not start at all, so the container's
+/// limit is scaled to hold `pids` processes inside.
+const GVISOR_BASE_PIDS: u32 = 48;
+const GVISOR_PIDS_PER_PROCESS: u32 = 12;
 
 /// Why a container's user cannot write what the policy grants it.
 #[derive(Debug, thiserror::Error)]
@@ -94,7 +106,18 @@ impl Plan {
             pids: cfg.pids,
             nano_cpus: cfg.nano_cpus,
             tmp: cfg.tmp,
+            runtime: cfg.runtime.as_ref().map(|r| r.value.clone()),
+            gvisor: false,
         })
+    }
+
+    /// The limit of the container's pids cgroup: the policy's processes, in host pids.
+    pub(crate) fn pids_limit(&self) -> u32 {
+        if self.gvisor {
+            GVISOR_BASE_PIDS.saturating_add(self.pids.saturating_mul(GVISOR_PIDS_PER_PROCESS))
+        } else {
+            self.pids
+        }
     }
 
     /// The container for one command (or one session shell when `stdin` is true).
@@ -126,7 +149,7 @@ impl Plan {
                 "no-new-privileges".into(),
                 crate::seccomp::SECURITY_OPT.clone(),
             ]),
-            pids_limit: Some(i64::from(self.pids)),
+            pids_limit: Some(i64::from(self.pids_limit())),
             memory: Some(memory),
             // Equal to memory: no swap, so the memory limit is the limit.
             memory_swap: Some(memory),
@@ -141,6 +164,7 @@ impl Plan {
             ipc_mode: Some("private".into()),
             privileged: Some(false),
             auto_remove: Some(false),
+            runtime: self.runtime.clone(),
             ..Default::default()
         };
         ContainerCreateBody {
@@ -153,7 +177,10 @@ impl Plan {
             working_dir: self.workdir.clone(),
             hostname: Some("sandbox".into()),
             labels: Some(labels),
-            network_disabled: Some(self.network == NetworkMode::None),
+            // Under a runtime the policy names, `none`'s namespace is all: gVisor serves its
+            // host network (where the gate listens) from that namespace, which a disabled
+            // network takes away from it.
+            network_disabled: Some(self.network == NetworkMode::None && self.runtime.is_none()),
             attach_stdin: Some(stdin),
             open_stdin: Some(stdin),
             // The shell sees end-of-input when warden detaches, so a crash ends the session.

@@ -4,32 +4,29 @@
 //! (26–43 ms here), would not keep `cd` and cannot be killed.
 
 use crate::cgroup::Cgroup;
-use crate::container::{Container, open_gate};
+use crate::container::Container;
 use crate::engine::Engine;
 use crate::files::CopiedIn;
 use crate::gate::Sandboxed;
+use crate::launch::{Recipe, Started};
 use crate::plan::Plan;
+use crate::pool::Pool;
 use bollard::container::LogOutput;
 use futures::StreamExt;
 use std::io;
 use std::sync::Arc;
 use warden_command::session::{Chunk, Counters, Launched, Launcher, Processes, Sandbox};
-use warden_core::{Grants, Limits, ToolError};
-use warden_net::{Gate, Proxy, Scope, Traffic};
+use warden_core::{Limits, ToolError};
+use warden_net::{Proxy, Scope, Traffic};
 
 /// Where a container's pids cgroup shows inside it: cgroup v2, then v1.
 const PIDS_CGROUPS: [&str; 2] = ["/sys/fs/cgroup", "/sys/fs/cgroup/pids"];
 
-/// Starts a tool's session shells, each in a new container.
+/// Starts a tool's session shells, each in a new container (a pooled one when ready).
 pub(crate) struct DockerShells {
-    pub engine: Arc<Engine>,
-    pub plan: Plan,
-    /// The shell of the tool's template (`/bin/sh`).
-    pub shell: String,
-    /// The net grants' gate, when the policy grants hosts.
-    pub gate: Option<Gate>,
-    /// The grants, for each session's own credentials.
-    pub grants: Grants,
+    /// Its shell is the template's (`/bin/sh`).
+    pub recipe: Recipe,
+    pub pool: Option<Pool>,
 }
 
 impl Launcher for DockerShells {
@@ -38,7 +35,8 @@ impl Launcher for DockerShells {
 
     fn processes(&self) -> Option<Processes> {
         Some(Processes {
-            limit: u64::from(self.plan.pids),
+            // What the cgroup counts and holds (host pids, under gVisor more than processes).
+            limit: u64::from(self.recipe.plan.pids_limit()),
             cgroups: PIDS_CGROUPS.map(str::to_owned).to_vec(),
         })
     }
@@ -48,35 +46,24 @@ impl Launcher for DockerShells {
         env: &[(String, String)],
         limits: &Limits,
     ) -> Result<Launched<ShellContainer>, ToolError> {
-        let docker = self.engine.client().await?;
-        self.engine.ensure_image(&docker, &self.plan.image).await?;
-        // A session's own credentials: its placeholders and CA last as long as its container.
-        let sandboxed = match &self.gate {
-            Some(_) => Some(Sandboxed::new(&self.grants)?),
-            None => None,
+        let (engine, plan) = (&self.recipe.engine, &self.recipe.plan);
+        let started = match self.pool.as_ref().and_then(|p| p.take(limits.memory)) {
+            Some(started) => started,
+            None => self.recipe.start(env, limits.memory, "session").await?,
         };
-        let mut body = self.plan.container(
-            vec![self.shell.clone()],
-            env.iter()
-                .cloned()
-                .chain(sandboxed.iter().flat_map(Sandboxed::env))
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect(),
-            limits.memory,
-            self.engine.labels(&self.plan.tool, "session"),
-            true,
-        );
-        if let Some(s) = &sandboxed {
-            s.mount_into(&mut body);
-        }
-        let container = Container::create(&self.engine, &docker, &self.plan.image, body).await?;
-        let attached = container.attach_and_start(&self.engine, true).await?;
+        let Started {
+            docker,
+            container,
+            attached,
+            gate,
+            sandboxed,
+        } = started;
         // In before the first command is sent.
-        let copied_in = match &self.plan.copied {
-            Some(copied) => match copied.copy_in(&self.engine, &docker, &container.id).await {
+        let copied_in = match &plan.copied {
+            Some(copied) => match copied.copy_in(engine, &docker, &container.id).await {
                 Ok(copied_in) => {
                     for note in &copied_in.notes {
-                        tracing::info!(tool = %self.plan.tool, "{note}");
+                        tracing::info!(tool = %plan.tool, "{note}");
                     }
                     Some(copied_in)
                 }
@@ -87,21 +74,7 @@ impl Launcher for DockerShells {
             },
             None => None,
         };
-        // Bound before the first command is sent; open only while a command runs.
-        let gate = match self.gate.clone().zip(sandboxed.as_ref()) {
-            Some((gate, s)) => {
-                let proxy = open_gate(&self.engine, &container, gate, s.credentials.clone()).await;
-                match proxy {
-                    Ok(proxy) => Some(proxy),
-                    Err(e) => {
-                        container.remove().await;
-                        return Err(e);
-                    }
-                }
-            }
-            None => None,
-        };
-        let cgroup = container.cgroup(&self.engine).await;
+        let cgroup = container.cgroup(engine).await;
         let output = attached.output.map(|frame| match frame {
             Ok(LogOutput::StdErr { message }) => Ok(Chunk::Stderr(message.to_vec())),
             Ok(frame) => Ok(Chunk::Stdout(frame.into_bytes().to_vec())),
@@ -109,9 +82,9 @@ impl Launcher for DockerShells {
         });
         Ok(Launched {
             sandbox: ShellContainer {
-                engine: self.engine.clone(),
+                engine: engine.clone(),
                 docker,
-                plan: self.plan.clone(),
+                plan: plan.clone(),
                 copied_in,
                 container,
                 oom_seen: false,

@@ -1,59 +1,49 @@
-//! The executor of a docker tool: a container per call, or one shell per session.
+//! The executor of a docker tool: a container per call, or one shell per session; from its
+//! warm pool when it keeps one.
 
-use crate::container::{Ended, OneCall, Ran, run_once, wrapped};
-use crate::engine::Engine;
+use crate::container::{Ended, OneCall, Ran, run_once};
 use crate::files::Copied;
-use crate::gate::Sandboxed;
-use crate::passthrough::Made;
-use crate::plan::Plan;
+use crate::launch::Recipe;
+use crate::pool::Pool;
 use crate::session::DockerShells;
-use std::sync::Arc;
 use tokio::time::Instant;
 use warden_command::session::Sessions;
 use warden_command::{Request, Template, answer, effective_timeout, timed_out};
 use warden_core::{
-    BoxFuture, Executor, Exit, Grants, Held, Invocation, Output, Program, SessionId, ToolError,
+    BoxFuture, ErrorKind, Executor, Exit, Held, Invocation, Output, Program, SessionId, ToolError,
 };
-use warden_net::{Gate, Scope};
+use warden_net::Scope;
 
 /// One docker tool.
 pub(crate) struct DockerTool {
-    engine: Arc<Engine>,
-    plan: Plan,
+    recipe: Recipe,
     template: Template,
-    grants: Grants,
     /// `Some` in session mode: the shells of its sessions.
     sessions: Option<Sessions<DockerShells>>,
-    /// The net grants' gate, when the policy grants hosts (and not every host).
-    gate: Option<Gate>,
+    /// Containers started ahead of their calls, when the policy keeps a pool.
+    pool: Option<Pool>,
 }
 
 impl DockerTool {
-    /// `shell` is `Some` in session mode: the shell that drives every session.
+    /// `recipe.shell` is the session's shell in session mode (`session` true), else the
+    /// shell of a per-call container.
     pub(crate) fn new(
-        engine: Arc<Engine>,
-        plan: Plan,
+        recipe: Recipe,
         template: Template,
-        grants: Grants,
-        shell: Option<String>,
-        gate: Option<Gate>,
+        session: bool,
+        pool: Option<Pool>,
     ) -> Self {
-        let sessions = shell.map(|shell| {
+        let sessions = session.then(|| {
             Sessions::new(DockerShells {
-                engine: engine.clone(),
-                plan: plan.clone(),
-                shell,
-                gate: gate.clone(),
-                grants: grants.clone(),
+                recipe: recipe.clone(),
+                pool: pool.clone(),
             })
         });
         Self {
-            engine,
-            plan,
+            recipe,
             template,
-            grants,
             sessions,
-            gate,
+            pool,
         }
     }
 
@@ -66,59 +56,58 @@ impl DockerTool {
             .timeout
             .map_or(inv.limits.timeout, |t| t.min(inv.limits.timeout));
         let timeout = effective_timeout(request.timeout, inv.limits.timeout);
-        let env = self.grants.resolve_env()?;
+        let env = self.recipe.grants.resolve_env()?;
         if let Some(sessions) = &self.sessions {
             return sessions.run(&inv, &request, &env, (timeout, limit)).await;
         }
-        let sandboxed = self
-            .gate
-            .as_ref()
-            .map(|_| Sandboxed::new(&self.grants))
-            .transpose()?;
-        let env = env
-            .into_iter()
-            .chain(sandboxed.iter().flat_map(Sandboxed::env))
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
         let deadline = Instant::now() + timeout;
-        let docker = self.engine.client().await?;
-        self.engine.ensure_image(&docker, &self.plan.image).await?;
-        let mut body = self.plan.container(
-            wrapped(self.template.render(&request.values)),
-            env,
-            inv.limits.memory,
-            self.engine.labels(&self.plan.tool, "call"),
-            true,
-        );
-        if let Some(s) = &sandboxed {
-            s.mount_into(&mut body);
-        }
-        let scope = Scope {
-            denials: inv.denials.clone(),
-            deadline: deadline.into_std(),
-        };
-        let call = OneCall {
-            image: &self.plan.image,
-            body,
-            output_limit: inv.limits.output,
-            deadline,
-            gate: self
-                .gate
-                .clone()
-                .zip(sandboxed.as_ref())
-                .map(|(g, s)| (g, scope, s.credentials.clone())),
-            copied: self
-                .plan
-                .copied
-                .as_ref()
-                .map(|c| (c, self.plan.tool.as_str())),
-        };
+        let argv = self.template.render(&request.values);
+        let plan = &self.recipe.plan;
         let Ran {
             ended,
             traffic,
             used,
             files,
-        } = run_once(&self.engine, &docker, call).await?;
+        } = loop {
+            let (mut started, pooled) =
+                match self.pool.as_ref().and_then(|p| p.take(inv.limits.memory)) {
+                    Some(started) => (started, true),
+                    None => (
+                        self.recipe.start(&env, inv.limits.memory, "call").await?,
+                        false,
+                    ),
+                };
+            let call = OneCall {
+                argv: &argv,
+                output_limit: inv.limits.output,
+                deadline,
+                scope: Scope {
+                    denials: inv.denials.clone(),
+                    deadline: deadline.into_std(),
+                },
+                copied: plan.copied.as_ref().map(|c| (c, plan.tool.as_str())),
+            };
+            let ran = run_once(&self.recipe.engine, &mut started, call).await;
+            match (&self.pool, pooled) {
+                (Some(pool), true) => pool.dispose(started),
+                _ => started.container.remove().await,
+            }
+            match ran? {
+                Some(ran) => break ran,
+                // It died while it waited in the pool: the next one runs the command.
+                None if pooled => continue,
+                None => {
+                    return Err(ToolError::new(
+                        ErrorKind::Unavailable,
+                        format!(
+                            "the container's shell ({}) ended before it took the command: \
+                             the image {} needs a POSIX shell there",
+                            self.recipe.shell, plan.image
+                        ),
+                    ));
+                }
+            }
+        };
         inv.usage.record(|u| {
             u.cpu_ms = used.cpu_ms;
             u.peak_memory_bytes = used.peak_memory_bytes;
@@ -150,7 +139,7 @@ impl DockerTool {
                 limit,
                 &stdout,
                 &stderr,
-                if self.plan.copied.as_ref().is_some_and(Copied::writes_back) {
+                if plan.copied.as_ref().is_some_and(Copied::writes_back) {
                     "its container was killed and removed, with what it wrote to its \
                      read-write roots: nothing was written back"
                 } else {
@@ -179,17 +168,17 @@ impl Executor for DockerTool {
     fn exec(&self, mut program: Program, held: Held) -> BoxFuture<'_, Result<Exit, ToolError>> {
         Box::pin(async move {
             let argv = self.template.program(std::mem::take(&mut program.argv))?;
-            let made = Made {
-                engine: &self.engine,
-                plan: &self.plan,
-                grants: &self.grants,
-                gate: self.gate.as_ref(),
-            };
-            crate::passthrough::run(made, argv, program, held).await
+            crate::passthrough::run(&self.recipe, argv, program, held).await
         })
     }
 
     fn end_session(&self, session: SessionId) -> BoxFuture<'_, ()> {
         Box::pin(self.end(session))
+    }
+
+    fn warm(&self) {
+        if let Some(pool) = &self.pool {
+            pool.fill();
+        }
     }
 }

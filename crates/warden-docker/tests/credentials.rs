@@ -6,15 +6,16 @@
 use crate::common::*;
 use warden_test_support::servers::{HttpServer, TlsServer};
 
+under_runc_and_gvisor!(the_value_reaches_its_host_in_a_container_and_never_comes_back);
+
 const VAR: &str = "WARDEN_TEST_DOCKER_TOKEN";
 const TOKEN: &str = "real-docker-token-53be0a1c";
 
-#[tokio::test]
-async fn the_value_reaches_its_host_in_a_container_and_never_comes_back() {
-    // SAFETY: this test alone sets it, to a value that never changes, and no other test writes
-    // the environment.
+async fn the_value_reaches_its_host_in_a_container_and_never_comes_back(sandbox: Sandbox) {
+    // SAFETY: these tests alone set it, to a value that never changes, and no other test
+    // writes the environment.
     unsafe { std::env::set_var(VAR, TOKEN) };
-    let mut h = docker_or_skip!(Image::Debian);
+    let mut h = docker_or_skip!(sandbox);
     let web = HttpServer::start();
     let tls = TlsServer::start(&["api.test"]);
     h.trust_upstream(&tls.ca_pem);

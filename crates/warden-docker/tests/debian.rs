@@ -3,7 +3,7 @@
 //! of the test's once the network is open — and the build's cache and its errors. The hardening
 //! checks shared with the busybox image are in `docker.rs` (`debian::…`).
 
-use crate::common::{Image, call, cmd, kind};
+use crate::common::{Sandbox, call, cmd, kind};
 use warden_core::Status;
 use warden_docker::{DEBIAN_IMAGE, DEBIAN_REPOSITORY, DebianRecipe, ImageError};
 
@@ -13,7 +13,7 @@ const GIT_IDENTITY: &str = "export GIT_AUTHOR_NAME=agent GIT_AUTHOR_EMAIL=agent@
 
 #[tokio::test]
 async fn python_pip_git_and_curl_run_as_nobody_under_a_read_only_root() {
-    let h = docker_or_skip!(Image::Debian);
+    let h = docker_or_skip!(Sandbox::Debian);
     let d = h.dispatcher("sh", &h.shell_policy("workdir = \"/tmp\"", "", ""));
     let m = call(
         &d,
@@ -63,7 +63,7 @@ async fn python_pip_git_and_curl_run_as_nobody_under_a_read_only_root() {
 
 #[tokio::test]
 async fn git_commits_in_a_granted_read_write_root() {
-    let h = docker_or_skip!(Image::Debian);
+    let h = docker_or_skip!(Sandbox::Debian);
     let work = h.folder("work");
     let grants = format!(
         "fs = [{{ host = \"{}\", guest = \"/work\", access = \"read-write\" }}]",
@@ -90,7 +90,7 @@ async fn git_commits_in_a_granted_read_write_root() {
 /// fail the test rather than pass unseen.
 #[tokio::test]
 async fn the_network_is_closed_unless_opened_and_the_same_client_reaches_a_server_once_open() {
-    let h = docker_or_skip!(Image::Debian);
+    let h = docker_or_skip!(Sandbox::Debian);
     let server = h.host_server().await;
     let probe = format!(
         "curl -sS -m 5 {url}; echo \" curl=$?\"; \
@@ -139,7 +139,7 @@ async fn the_network_is_closed_unless_opened_and_the_same_client_reaches_a_serve
 
 #[tokio::test]
 async fn a_second_build_of_the_same_recipe_is_skipped() {
-    let h = docker_or_skip!(Image::Debian);
+    let h = docker_or_skip!(Sandbox::Debian);
     let recipe = DebianRecipe::from_machine().expect("this machine's apt sources");
     let tag = format!("{DEBIAN_REPOSITORY}:{}", recipe.digest());
     let docker = h.engine().client().await.unwrap();
@@ -215,7 +215,7 @@ async fn a_failed_package_fetch_names_the_fix() {
 
 #[tokio::test]
 async fn a_shell_session_in_the_debian_image_keeps_its_state() {
-    let h = docker_or_skip!(Image::Debian);
+    let h = docker_or_skip!(Sandbox::Debian);
     let d = h.dispatcher(
         "sh",
         &h.shell_policy("session = true\nworkdir = \"/tmp\"", "", ""),

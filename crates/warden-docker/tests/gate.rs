@@ -11,6 +11,19 @@ use std::time::{Duration, Instant};
 use warden_core::{Status, ToolMessage};
 use warden_test_support::servers::{HttpServer, PackageIndex, TlsServer, accepted};
 
+under_runc_and_gvisor!(
+    granted_hosts_are_reached_through_the_gate_and_nothing_else,
+    nothing_gets_around_a_containers_gate,
+    a_session_containers_gate_is_its_own_and_its_commands,
+    pip_reaches_a_granted_package_index_through_a_containers_gate,
+    https_reaches_a_granted_tls_server_through_a_containers_tunnel,
+    a_redirect_to_an_ungranted_host_is_refused_at_its_hop,
+    a_containers_gate_answers_malformed_requests_with_400,
+    a_thousand_connections_leave_a_containers_gate_serving,
+    a_tunnel_that_never_ends_ends_with_the_calls_deadline,
+    one_sessions_container_cannot_reach_anothers_gate_or_listener,
+);
+
 /// The destinations the call was refused, from its message.
 fn denied(m: &ToolMessage) -> Vec<String> {
     let list = match &m.error {
@@ -28,9 +41,8 @@ fn granted(port: u16) -> String {
     format!("net = [\"api.test:{port}\", \"127.0.0.1:{port}\"]")
 }
 
-#[tokio::test]
-async fn granted_hosts_are_reached_through_the_gate_and_nothing_else() {
-    let h = docker_or_skip!(Image::Debian);
+async fn granted_hosts_are_reached_through_the_gate_and_nothing_else(sandbox: Sandbox) {
+    let h = docker_or_skip!(sandbox);
     let server = HttpServer::start();
     let other = HttpServer::start();
     let (port, other_port) = (server.port, other.port);
@@ -81,9 +93,8 @@ async fn granted_hosts_are_reached_through_the_gate_and_nothing_else() {
 /// Raw sockets to the granted server, to a host service on all addresses (through the
 /// bridge's gateway), the proxy variables dropped, UDP: none get out. With
 /// `network = "unrestricted"` the host service is reached, so the test can see a reach.
-#[tokio::test]
-async fn nothing_gets_around_a_containers_gate() {
-    let h = docker_or_skip!(Image::Debian);
+async fn nothing_gets_around_a_containers_gate(sandbox: Sandbox) {
+    let h = docker_or_skip!(sandbox);
     let server = HttpServer::start();
     let port = server.port;
     let gateway = h.bridge_gateway().await;
@@ -123,9 +134,8 @@ async fn nothing_gets_around_a_containers_gate() {
 
 /// A session's gate opens with each command and answers for it; another session has a gate
 /// (and a loopback) of its own.
-#[tokio::test]
-async fn a_session_containers_gate_is_its_own_and_its_commands() {
-    let h = docker_or_skip!(Image::Debian);
+async fn a_session_containers_gate_is_its_own_and_its_commands(sandbox: Sandbox) {
+    let h = docker_or_skip!(sandbox);
     let server = HttpServer::start();
     let port = server.port;
     let d = h.dispatcher(
@@ -167,9 +177,8 @@ async fn a_session_containers_gate_is_its_own_and_its_commands() {
 /// `pip download` and `pip install` from a local package index through the gate, and, with the
 /// index's host not granted, pip refused at the gate: a denial named at the end of the error,
 /// and the index never reached.
-#[tokio::test]
-async fn pip_reaches_a_granted_package_index_through_a_containers_gate() {
-    let h = docker_or_skip!(Image::Debian);
+async fn pip_reaches_a_granted_package_index_through_a_containers_gate(sandbox: Sandbox) {
+    let h = docker_or_skip!(sandbox);
     let index = PackageIndex::start("wardenprobe");
     let port = index.port;
     // No version check (it would ask pypi.org), no cache, and the index trusted though it is
@@ -230,9 +239,8 @@ async fn pip_reaches_a_granted_package_index_through_a_containers_gate() {
 /// HTTPS through a CONNECT tunnel to a real TLS server: the container's client checks the
 /// certificate against the test CA (mounted read-only), so the gate never sees inside; without
 /// the CA the handshake fails; an ungranted name's tunnel is refused before any dial.
-#[tokio::test]
-async fn https_reaches_a_granted_tls_server_through_a_containers_tunnel() {
-    let h = docker_or_skip!(Image::Debian);
+async fn https_reaches_a_granted_tls_server_through_a_containers_tunnel(sandbox: Sandbox) {
+    let h = docker_or_skip!(sandbox);
     let server = TlsServer::start(&["api.test"]);
     let port = server.port;
     let certs = h.folder("certs");
@@ -272,9 +280,8 @@ async fn https_reaches_a_granted_tls_server_through_a_containers_tunnel() {
 
 /// A redirect is followed hop by hop, each hop a request of its own through the gate: the
 /// granted first hop is served, the ungranted second is refused and never reached.
-#[tokio::test]
-async fn a_redirect_to_an_ungranted_host_is_refused_at_its_hop() {
-    let h = docker_or_skip!(Image::Debian);
+async fn a_redirect_to_an_ungranted_host_is_refused_at_its_hop(sandbox: Sandbox) {
+    let h = docker_or_skip!(sandbox);
     let server = HttpServer::start();
     let other = HttpServer::start();
     let (port, other_port) = (server.port, other.port);
@@ -314,9 +321,8 @@ async fn a_redirect_to_an_ungranted_host_is_refused_at_its_hop() {
 
 /// What is not a proxy request gets a 400 that says why, from bash's `/dev/tcp` straight to
 /// the gate.
-#[tokio::test]
-async fn a_containers_gate_answers_malformed_requests_with_400() {
-    let h = docker_or_skip!(Image::Debian);
+async fn a_containers_gate_answers_malformed_requests_with_400(sandbox: Sandbox) {
+    let h = docker_or_skip!(sandbox);
     let server = HttpServer::start();
     let d = h.dispatcher(
         "sh",
@@ -344,9 +350,8 @@ async fn a_containers_gate_answers_malformed_requests_with_400() {
 /// A thousand connections held open from inside the container: the gate keeps its bound (the
 /// rest get a `503` at once), serves a request once they close, the call still ends at its
 /// deadline, and the next call is served.
-#[tokio::test]
-async fn a_thousand_connections_leave_a_containers_gate_serving() {
-    let h = docker_or_skip!(Image::Debian);
+async fn a_thousand_connections_leave_a_containers_gate_serving(sandbox: Sandbox) {
+    let h = docker_or_skip!(sandbox);
     let server = HttpServer::start();
     let port = server.port;
     let d = h.dispatcher(
@@ -387,9 +392,8 @@ async fn a_thousand_connections_leave_a_containers_gate_serving() {
 
 /// A tunnel whose far end never answers ends with the call's deadline, not the server's; in a
 /// session, a tunnel a background job holds is closed when the command that opened it ends.
-#[tokio::test]
-async fn a_tunnel_that_never_ends_ends_with_the_calls_deadline() {
-    let h = docker_or_skip!(Image::Debian);
+async fn a_tunnel_that_never_ends_ends_with_the_calls_deadline(sandbox: Sandbox) {
+    let h = docker_or_skip!(sandbox);
     let server = HttpServer::start();
     let port = server.port;
     let d = h.dispatcher(
@@ -451,9 +455,8 @@ async fn a_tunnel_that_never_ends_ends_with_the_calls_deadline() {
 /// Two sessions at once, each granted its own server: B listens on a port of its own loopback;
 /// A's 127.0.0.1 is A's own (nothing there), A's gate refuses B's listener and B's server (not
 /// granted to A, each refusal A's), and each session still reaches its own server.
-#[tokio::test]
-async fn one_sessions_container_cannot_reach_anothers_gate_or_listener() {
-    let h = docker_or_skip!(Image::Debian);
+async fn one_sessions_container_cannot_reach_anothers_gate_or_listener(sandbox: Sandbox) {
+    let h = docker_or_skip!(sandbox);
     let (a_server, b_server) = (HttpServer::start(), HttpServer::start());
     let (a_port, b_port) = (a_server.port, b_server.port);
     let session = |port| h.shell_policy("session = true", &granted(port), "timeout = \"30s\"");

@@ -16,6 +16,8 @@ mod debian;
 mod docker;
 mod gate;
 mod lifecycle;
+mod pool;
 mod remote;
+mod runtime;
 mod session;
 mod sockets;

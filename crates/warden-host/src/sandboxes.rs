@@ -13,11 +13,11 @@
 use crate::failure::unavailable;
 use crate::forks::{Forked, Forker};
 use crate::plan::{Call, Sandbox, Stdin, frame};
-use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
+use warden_command::spares::{Spare, Spares, Taken};
 use warden_core::{ToolError, WindowSize};
 
 /// A helper just forked with the sandbox part of its plan: its process, its stdin (for the
@@ -68,58 +68,11 @@ fn open_terminal(size: WindowSize) -> Result<nix::pty::OpenptyResult, ToolError>
     Ok(pty)
 }
 
-/// A tool's sandboxes prepared ahead, each for one call.
-struct Prepared {
-    /// How many to keep ready; 0 starts every call's sandbox on the call's path.
-    depth: usize,
-    state: Mutex<Ready>,
-}
-
-#[derive(Default)]
-struct Ready {
-    sandboxes: VecDeque<Started>,
-    /// Being prepared in the background.
-    starting: usize,
-}
-
-impl Prepared {
-    fn new(depth: usize) -> Self {
-        Self {
-            depth,
-            state: Mutex::default(),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Ready> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// A prepared sandbox whose helper still runs, if one is ready, and how many to start in
-    /// the background to make up the depth again (counted as starting from now).
-    fn take(&self) -> (Option<Started>, usize) {
-        let mut ready = self.lock();
-        let mut taken = None;
-        while let Some(sandbox) = ready.sandboxes.pop_front() {
-            // One that failed its set-up (or was killed) is dropped: the call starts one now,
-            // whose report says what went wrong.
-            if sandbox.helper.running() {
-                taken = Some(sandbox);
-                break;
-            }
-        }
-        let wanted = self
-            .depth
-            .saturating_sub(ready.sandboxes.len() + ready.starting);
-        ready.starting += wanted;
-        (taken, wanted)
-    }
-
-    fn ready(&self, sandbox: Option<Started>) {
-        let mut ready = self.lock();
-        ready.starting = ready.starting.saturating_sub(1);
-        ready.sandboxes.extend(sandbox);
+impl Spare for Started {
+    /// One that failed its set-up (or was killed) is not: the call starts one now, whose
+    /// report says what went wrong.
+    fn alive(&self) -> bool {
+        self.helper.running()
     }
 }
 
@@ -129,7 +82,7 @@ pub(crate) struct Sandboxes {
     forker: Arc<Forker>,
     /// The sandbox part of every plan of this tool, made once at load.
     sandbox: Sandbox,
-    prepared: Prepared,
+    prepared: Spares<Started>,
 }
 
 impl Sandboxes {
@@ -138,25 +91,25 @@ impl Sandboxes {
         Self {
             forker,
             sandbox,
-            prepared: Prepared::new(prepared),
+            prepared: Spares::new(prepared),
         }
     }
 
     /// A sandbox for one call: a prepared one when ready, else one started now; either way the
     /// tool's prepared sandboxes are made up again in the background.
     pub(crate) async fn for_call(self: &Arc<Self>) -> Result<Started, ToolError> {
-        let (taken, wanted) = self.prepared.take();
-        for _ in 0..wanted {
+        let Taken { spare, make, .. } = self.prepared.take();
+        for _ in 0..make {
             let sandboxes = self.clone();
             tokio::spawn(async move {
                 let started = sandboxes.start(Stdin::Nothing).await;
                 if let Err(e) = &started {
                     tracing::debug!("preparing a host sandbox: {}", e.message);
                 }
-                sandboxes.prepared.ready(started.ok());
+                sandboxes.prepared.made(started.ok());
             });
         }
-        match taken {
+        match spare {
             Some(sandbox) => Ok(sandbox),
             None => self.start(Stdin::Nothing).await,
         }

@@ -133,6 +133,7 @@ impl HttpServer {
 
     /// Serves until the process ends.
     pub async fn run(self, server: Server) -> Result<(), Error> {
+        server.shared.warm();
         let _watcher = watch::spawn(server.shared.clone()).map(AbortOnDrop);
         // The guard checks `Host` for every method (rmcp's own check would miss the
         // `DELETE`s answered here), so there is one rule, the guard's.

@@ -108,6 +108,12 @@ impl Shared {
             .clone()
     }
 
+    /// Gets the tools in force ready ahead of their first calls (warm pools fill): when
+    /// serving starts, and for each reloaded toolbox.
+    pub(crate) fn warm(&self) {
+        self.snapshot().dispatcher.toolbox().warm();
+    }
+
     /// A `tool_call_id` unique in this process (JSON-RPC ids repeat across sessions).
     pub(crate) fn next_call_id(&self) -> String {
         // Written by hand: `format!`'s machinery took ~1 % of the server's CPU a call.
@@ -166,6 +172,7 @@ impl Shared {
             }
         };
         let next = Arc::new(snapshot(toolbox, &self.options, &self.reviewer));
+        next.dispatcher.toolbox().warm();
         let changed = {
             let mut current = self
                 .current

@@ -70,6 +70,7 @@ impl Server {
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
+        self.shared.warm();
         let watcher = watch::spawn(self.shared.clone());
         let handler = Handler::new(self.shared.clone());
         let session = handler.session.clone();

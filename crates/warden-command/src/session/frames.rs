@@ -6,7 +6,7 @@
 //! What comes before the start line, or after the end line, was written between commands by
 //! background jobs: it is counted, not shown.
 //!
-//! A docker tool's per-call container ends its output the same way ([`Frames::until`]).
+//! A docker tool's per-call container frames its output the same way ([`Frames::between`]).
 
 use warden_core::Capped;
 
@@ -59,13 +59,15 @@ impl Frames {
         }
     }
 
-    /// A stream that is output from its first byte up to the exact line `end` (which begins
-    /// with `\n`), with nothing after the marker on that line.
-    pub fn until(end: &str, limit: u64) -> Self {
-        Self {
-            phase: Phase::In,
-            ..Self::new("", end, <[u8]>::is_empty, limit)
-        }
+    /// A stream whose output runs from the exact line `start` up to the exact line `end`
+    /// (both beginning with `\n`), with nothing after either marker on its line.
+    pub fn between(start: &str, end: &str, limit: u64) -> Self {
+        Self::new(start, end, <[u8]>::is_empty, limit)
+    }
+
+    /// True once the start line has been seen.
+    pub fn started(&self) -> bool {
+        self.phase != Phase::Before
     }
 
     /// Takes more of the stream.
@@ -234,10 +236,12 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_without_a_start_line_is_output_up_to_its_end() {
-        let mut f = Frames::until("\n__E", 1 << 20);
-        f.push(b"no newline at the end\n__E 1\n\n_");
-        assert!(!f.done());
+    fn a_per_call_stream_is_output_between_its_lines_and_tells_whether_it_started() {
+        let mut f = Frames::between("\n__S", "\n__E", 1 << 20);
+        f.push(b"\n__S");
+        assert!(!f.started(), "the start line is not whole yet");
+        f.push(b"\nno newline at the end\n__E 1\n\n_");
+        assert!(f.started() && !f.done());
         f.push(b"_E\nafter");
         assert!(f.done());
         assert_eq!(f.text(), "no newline at the end\n__E 1\n");

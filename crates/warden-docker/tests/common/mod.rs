@@ -21,18 +21,31 @@ use warden_docker::{
 /// value tells one test's containers from another's.
 pub(crate) const TEST_LABEL: &str = "warden.test";
 
-/// The sandbox image a test runs in: warden's busybox, or its Debian image.
+/// The sandbox a test runs in: warden's busybox image, its Debian image, or the Debian image
+/// under gVisor (the engine's `runsc`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Image {
+pub(crate) enum Sandbox {
     Busybox,
     Debian,
+    Gvisor,
 }
 
-impl Image {
+/// The name the tests' engine registers gVisor under (`.ci/run` does, with `--network=host`).
+pub(crate) const RUNSC: &str = "runsc";
+
+impl Sandbox {
     pub(crate) fn tag(self) -> &'static str {
         match self {
-            Image::Busybox => SANDBOX_IMAGE,
-            Image::Debian => DEBIAN_IMAGE,
+            Sandbox::Busybox => SANDBOX_IMAGE,
+            Sandbox::Debian | Sandbox::Gvisor => DEBIAN_IMAGE,
+        }
+    }
+
+    /// Its `[executor]` line naming the runtime, if it names one.
+    pub(crate) fn runtime_line(self) -> &'static str {
+        match self {
+            Sandbox::Gvisor => "runtime = \"runsc\"\n",
+            Sandbox::Busybox | Sandbox::Debian => "",
         }
     }
 }
@@ -41,19 +54,20 @@ pub(crate) struct Harness {
     pub dir: tempfile::TempDir,
     backend: DockerBackend,
     id: String,
-    image: Image,
+    sandbox: Sandbox,
 }
 
 pub(crate) use warden_test_support::{is_root, kind, under_ci};
 
 /// The harness, or `None` (after saying why) when no engine answers outside CI.
 pub(crate) async fn harness() -> Option<Harness> {
-    harness_in(Image::Busybox).await
+    harness_in(Sandbox::Busybox).await
 }
 
-/// The harness for tests in `image`; `None` (after saying why) when no engine answers, or when
-/// the Debian image is missing and cannot be built here, outside CI.
-pub(crate) async fn harness_in(image: Image) -> Option<Harness> {
+/// The harness for tests in `sandbox`; `None` (after saying why) when no engine answers, when
+/// the Debian image is missing and cannot be built here, or when the engine has no gVisor,
+/// outside CI.
+pub(crate) async fn harness_in(sandbox: Sandbox) -> Option<Harness> {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let id = format!(
         "{}-{}",
@@ -77,14 +91,17 @@ pub(crate) async fn harness_in(image: Image) -> Option<Harness> {
             .await
             .expect("the sandbox image builds (apt-get install busybox-static)");
     }
-    if image == Image::Debian && !debian_image(&engine, &docker).await {
+    if sandbox != Sandbox::Busybox && !debian_image(&engine, &docker).await {
+        return None;
+    }
+    if sandbox == Sandbox::Gvisor && !has_runsc(&docker).await {
         return None;
     }
     Some(Harness {
         dir: tempfile::tempdir().expect("a temp dir"),
         backend: DockerBackend::new(engine).egress(warden_net::Egress::new(test_names())),
         id,
-        image,
+        sandbox,
     })
 }
 
@@ -111,6 +128,21 @@ async fn debian_image(engine: &Engine, docker: &bollard::Docker) -> bool {
     true
 }
 
+/// True when the engine has gVisor's runtime; else skipped, or a failure under CI.
+async fn has_runsc(docker: &bollard::Docker) -> bool {
+    let info = docker.info().await.expect("the engine's info");
+    if info.runtimes.is_some_and(|r| r.contains_key(RUNSC)) {
+        return true;
+    }
+    let why = format!(
+        "the Docker engine has no runtime `{RUNSC}` (apt-get install runsc, and register it in \
+         daemon.json with \"runtimeArgs\": [\"--network=host\"], as .ci/run does)"
+    );
+    assert!(!under_ci(), "CI=true and {why}");
+    eprintln!("SKIPPED: {why}");
+    false
+}
+
 /// A build's progress, on the test's stderr.
 pub(crate) fn show(p: Progress<'_>) {
     match p {
@@ -124,8 +156,8 @@ pub(crate) fn mmdebstrap_installed() -> bool {
         .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(BOOTSTRAP_TOOL).is_file()))
 }
 
-/// Skips the test (returns) when there is no engine (or, given `Image::Debian`, no Debian
-/// image and no way to build it).
+/// Skips the test (returns) when there is no engine (or, given a sandbox, no Debian image and
+/// no way to build it, or no gVisor).
 #[macro_export]
 macro_rules! docker_or_skip {
     () => {
@@ -134,10 +166,34 @@ macro_rules! docker_or_skip {
             None => return,
         }
     };
-    ($image:expr) => {
-        match $crate::common::harness_in($image).await {
+    ($sandbox:expr) => {
+        match $crate::common::harness_in($sandbox).await {
             Some(h) => h,
             None => return,
+        }
+    };
+}
+
+/// Each check named runs in the Debian image under runc (`runc::…`) and under gVisor
+/// (`gvisor::…`).
+#[macro_export]
+macro_rules! under_runc_and_gvisor {
+    ($($check:ident),* $(,)?) => {
+        mod runc {
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    super::$check($crate::common::Sandbox::Debian).await;
+                }
+            )*
+        }
+        mod gvisor {
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    super::$check($crate::common::Sandbox::Gvisor).await;
+                }
+            )*
         }
     };
 }
@@ -166,14 +222,14 @@ impl Harness {
         self.backend.engine()
     }
 
-    /// The image this harness's tests run in.
-    pub(crate) fn image(&self) -> Image {
-        self.image
+    /// The sandbox this harness's tests run in.
+    pub(crate) fn sandbox(&self) -> Sandbox {
+        self.sandbox
     }
 
-    /// [`shell_policy`] in this harness's image.
+    /// [`shell_policy`] in this harness's sandbox.
     pub(crate) fn shell_policy(&self, executor_extra: &str, grants: &str, limits: &str) -> String {
-        shell_policy_in(self.image, executor_extra, grants, limits)
+        shell_policy_in(self.sandbox, executor_extra, grants, limits)
     }
 
     /// An HTTP server on this machine where a container on Docker's default bridge would reach
@@ -300,21 +356,22 @@ pub(crate) fn cmd(command: &str) -> Value {
 
 /// The shell policy used by most tests, with extra `[executor]` lines and a `[limits]` body.
 pub(crate) fn shell_policy(executor_extra: &str, grants: &str, limits: &str) -> String {
-    shell_policy_in(Image::Busybox, executor_extra, grants, limits)
+    shell_policy_in(Sandbox::Busybox, executor_extra, grants, limits)
 }
 
-/// The same in `image`.
+/// The same in `sandbox`.
 pub(crate) fn shell_policy_in(
-    image: Image,
+    sandbox: Sandbox,
     executor_extra: &str,
     grants: &str,
     limits: &str,
 ) -> String {
     format!(
         "[executor]\nkind = \"docker\"\nname = \"sh\"\nimage = \"{}\"\n\
-         argv = [\"/bin/sh\", \"-c\", \"{{command}}\"]\n{executor_extra}\n\
+         argv = [\"/bin/sh\", \"-c\", \"{{command}}\"]\n{}{executor_extra}\n\
          [grants]\n{grants}\n[limits]\n{limits}\n",
-        image.tag()
+        sandbox.tag(),
+        sandbox.runtime_line()
     )
 }
 

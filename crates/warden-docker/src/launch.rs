@@ -1,0 +1,118 @@
+//! Starting a tool's container: every container warden starts runs a shell that reads what to
+//! run on its stdin, so a per-call container, a pooled one and a session's are started alike
+//! and can be started before their call. What each is sent then differs: one command and the
+//! end of its input ([`crate::container::run_once`]), or a session's commands.
+
+use crate::container::Container;
+use crate::engine::Engine;
+use crate::gate::Sandboxed;
+use crate::plan::Plan;
+use bollard::Docker;
+use bollard::container::AttachContainerResults;
+use std::sync::Arc;
+use warden_core::{ErrorKind, Grants, ToolError};
+use warden_net::{Credentials, Gate, Proxy};
+
+/// How a tool's containers are started.
+#[derive(Clone)]
+pub(crate) struct Recipe {
+    pub engine: Arc<Engine>,
+    pub plan: Plan,
+    /// The shell the container runs, reading commands on its stdin: the session's (the
+    /// template's), or `/bin/sh` for a container per call.
+    pub shell: String,
+    /// The grants, for each container's own credentials.
+    pub grants: Grants,
+    /// The net grants' gate, when the policy grants hosts.
+    pub gate: Option<Gate>,
+}
+
+/// A container started and waiting for its commands: its shell reads its stdin, its gate
+/// (when it has one) is bound and lets nothing through until a command starts.
+pub(crate) struct Started {
+    pub docker: Docker,
+    pub container: Container,
+    pub attached: AttachContainerResults,
+    pub gate: Option<Proxy>,
+    /// Its credentials and the bundle it trusts, kept as long as it runs.
+    pub sandboxed: Option<Sandboxed>,
+}
+
+impl Recipe {
+    /// Starts a container running the shell with `env` (the tool's granted env), `memory`
+    /// bytes at most, and the label `warden.mode=mode`.
+    pub(crate) async fn start(
+        &self,
+        env: &[(String, String)],
+        memory: u64,
+        mode: &str,
+    ) -> Result<Started, ToolError> {
+        self.launch(vec![self.shell.clone()], env, memory, mode, false)
+            .await
+    }
+
+    /// Starts a container running `cmd` instead, at a terminal when `tty`.
+    pub(crate) async fn launch(
+        &self,
+        cmd: Vec<String>,
+        env: &[(String, String)],
+        memory: u64,
+        mode: &str,
+        tty: bool,
+    ) -> Result<Started, ToolError> {
+        let engine = &self.engine;
+        let docker = engine.client().await?;
+        engine.ensure_image(&docker, &self.plan.image).await?;
+        // Its own credentials: placeholders drawn for it alone, and its CA.
+        let sandboxed = match &self.gate {
+            Some(_) => Some(Sandboxed::new(&self.grants)?),
+            None => None,
+        };
+        let env = env
+            .iter()
+            .cloned()
+            .chain(sandboxed.iter().flat_map(Sandboxed::env))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let mut body =
+            self.plan
+                .container(cmd, env, memory, engine.labels(&self.plan.tool, mode), true);
+        body.tty = Some(tty);
+        if let Some(s) = &sandboxed {
+            s.mount_into(&mut body);
+        }
+        let container = Container::create(engine, &docker, &self.plan.image, body).await?;
+        let attached = container.attach_and_start(engine, true).await?;
+        let gate = match self.gate.clone().zip(sandboxed.as_ref()) {
+            Some((gate, s)) => {
+                match open_gate(engine, &container, gate, s.credentials.clone()).await {
+                    Ok(proxy) => Some(proxy),
+                    Err(e) => {
+                        container.remove().await;
+                        return Err(e);
+                    }
+                }
+            }
+            None => None,
+        };
+        Ok(Started {
+            docker,
+            container,
+            attached,
+            gate,
+            sandboxed,
+        })
+    }
+}
+
+/// The gate of a started container (nothing gets through before [`Proxy::begin`]).
+async fn open_gate(
+    engine: &Engine,
+    container: &Container,
+    gate: Gate,
+    credentials: Credentials,
+) -> Result<Proxy, ToolError> {
+    let listener = crate::gate::listen_in(engine, container.pid(engine).await?).await?;
+    Proxy::start(listener, gate, credentials)
+        .map_err(|e| ToolError::new(ErrorKind::Internal, format!("serving the gate: {e}")))
+}
