@@ -535,3 +535,79 @@ fn a_programs_container_uses_a_credential_it_never_holds() {
     assert_eq!(received.matches(EXEC_CREDENTIAL).count(), 1, "{received}");
     no_container_left("shell");
 }
+
+/// The running containers of `tool`'s warm pool.
+fn pooled(tool: &str) -> Vec<String> {
+    let ps = Command::new("docker")
+        .args(["ps", "-q", "--no-trunc", "--filter"])
+        .arg(format!("label=warden.tool={tool}"))
+        .args(["--filter", "label=warden.mode=pool"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&ps.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Waits until `check` holds, for up to 30 s.
+fn eventually(what: &str, check: impl Fn() -> bool) {
+    for _ in 0..300 {
+        if check() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("never: {what}");
+}
+
+#[test]
+fn a_killed_servers_pool_is_reaped_at_the_next_start_and_a_stopped_one_removes_its_own() {
+    use std::process::Stdio;
+    let env = Env::new();
+    if ready(&env).is_none() {
+        return;
+    }
+    let tool = format!("pooled-{}", std::process::id());
+    std::fs::write(
+        env.dir.path().join("policies/pooled.toml"),
+        format!(
+            "[executor]\nkind = \"docker\"\nname = \"{tool}\"\nimage = \"warden-sandbox:latest\"\n\
+             argv = [\"/bin/sh\", \"-c\", \"{{command}}\"]\npool = 2\n"
+        ),
+    )
+    .unwrap();
+    let serve = || {
+        Command::new(env!("CARGO_BIN_EXE_warden"))
+            .arg("serve")
+            .env("WARDEN_TOOLBOX", env.dir.path().join("policies"))
+            .env("WARDEN_HOME", env.home())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("warden serve runs")
+    };
+    // `warden serve` fills the pool as it starts, before any request.
+    let mut first = serve();
+    eventually("the first server's pool is full", || pooled(&tool).len() == 2);
+    let old = pooled(&tool);
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert_eq!(pooled(&tool), old, "a killed warden removes nothing");
+    let mut second = serve();
+    let gone = |id: &String| {
+        !Command::new("docker")
+            .args(["inspect", id])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    eventually("the killed server's pool is reaped", || old.iter().all(gone));
+    eventually("the second server's pool is full", || pooled(&tool).len() == 2);
+    // Its end (stdin closed) removes its pool before it exits.
+    drop(second.stdin.take());
+    assert!(second.wait().unwrap().success());
+    no_container_left(&tool);
+}
