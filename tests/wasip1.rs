@@ -2,10 +2,11 @@
 //! (guest-sdk/go, built from source by scripts/build-polyglot) and of modules written here in
 //! the text format, then `warden call`, `warden run`, `warden audit` and `warden pin`.
 
+use crate::common::{polyglot, root};
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use warden_test_support::guests::polyglot;
 
 /// A temp toolbox and home; every command runs against them.
 struct Env {
@@ -146,6 +147,17 @@ fn the_go_tool_is_added_pinned_and_answers_through_call_and_run() {
     let log = std::fs::read_to_string(env.dir.path().join("home/calls.jsonl")).unwrap();
     let calls = log.lines().filter(|l| json(l)["event"] == "call").count();
     assert_eq!(calls, 6, "every call is logged: {log}");
+
+    // The example policy of policies/go runs the same tool.
+    let example = root().join("policies/go");
+    let out = env.ok(&[
+        "--toolbox",
+        path_str(&example),
+        "call",
+        "gowordcount",
+        r#"{"args": ["-l"], "stdin": "a\nb\n"}"#,
+    ]);
+    assert_eq!(json(&out)["content"], "2\n");
 }
 
 #[test]

@@ -54,13 +54,14 @@ pub enum ModuleError {
     Wrap(String),
 }
 
-/// What identifies the wrapping in the compile cache's keys: the adapter and warden's exit
-/// interface. Compiled code of a module wrapped otherwise is never taken for this one's.
+/// What identifies the wrapping in the compile cache's keys: the adapter, and this file, whose
+/// code does the wrapping. Compiled code of a module wrapped otherwise (another adapter, an
+/// earlier build of warden that wrapped differently) is never taken for this one's.
 pub(crate) fn wrapping_key() -> &'static str {
     static KEY: LazyLock<String> = LazyLock::new(|| {
         let mut hasher = Sha256::new();
         hasher.update(WASI_SNAPSHOT_PREVIEW1_COMMAND_ADAPTER);
-        hasher.update(EXIT_WIT);
+        hasher.update(include_str!("wasip1.rs"));
         format!("wasip1.{}", &hex::encode(hasher.finalize())[..12])
     });
     &KEY
@@ -69,6 +70,33 @@ pub(crate) fn wrapping_key() -> &'static str {
 /// The command component that runs `module`: its imports checked, its `proc_exit` routed to
 /// `warden:wasip1/exit`, the rest of WASI 0.1 served by the command adapter.
 pub(crate) fn wrap(module: &[u8]) -> Result<Vec<u8>, ModuleError> {
+    let mut bytes = rerouted(module)?;
+    let mut resolve = wit_parser::Resolve::default();
+    let package = resolve
+        .push_str("warden-wasip1.wit", EXIT_WIT)
+        .map_err(wrap_err)?;
+    let world = resolve
+        .select_world(&[package], Some("module"))
+        .map_err(wrap_err)?;
+    // Declares `warden:wasip1/exit` to wit-component, which lifts it like any WIT import.
+    wit_component::embed_component_metadata(
+        &mut bytes,
+        &resolve,
+        world,
+        wit_component::StringEncoding::UTF8,
+    )
+    .map_err(wrap_err)?;
+    wit_component::ComponentEncoder::default()
+        .validate(true)
+        .module(&bytes)
+        .and_then(|e| e.adapter(PREVIEW1, WASI_SNAPSHOT_PREVIEW1_COMMAND_ADAPTER))
+        .and_then(|mut e| e.encode())
+        .map_err(wrap_err)
+}
+
+/// `module` with `proc_exit` imported from `warden:wasip1/exit`, every other section as it
+/// was; refused when it imports what the adapter does not implement or exports no `_start`.
+fn rerouted(module: &[u8]) -> Result<Vec<u8>, ModuleError> {
     let provided = adapter_functions()?;
     let invalid = |e: wasmparser::BinaryReaderError| ModuleError::Invalid(e.to_string());
     let mut out = wasm_encoder::Module::new();
@@ -123,27 +151,7 @@ pub(crate) fn wrap(module: &[u8]) -> Result<Vec<u8>, ModuleError> {
     if !start {
         return Err(ModuleError::NotACommand);
     }
-    let mut bytes = out.finish();
-    let mut resolve = wit_parser::Resolve::default();
-    let package = resolve
-        .push_str("warden-wasip1.wit", EXIT_WIT)
-        .map_err(wrap_err)?;
-    let world = resolve
-        .select_world(&[package], Some("module"))
-        .map_err(wrap_err)?;
-    wit_component::embed_component_metadata(
-        &mut bytes,
-        &resolve,
-        world,
-        wit_component::StringEncoding::UTF8,
-    )
-    .map_err(wrap_err)?;
-    wit_component::ComponentEncoder::default()
-        .validate(true)
-        .module(&bytes)
-        .and_then(|e| e.adapter(PREVIEW1, WASI_SNAPSHOT_PREVIEW1_COMMAND_ADAPTER))
-        .and_then(|mut e| e.encode())
-        .map_err(wrap_err)
+    Ok(out.finish())
 }
 
 /// An error of wit-component or wit-parser, with its causes.
