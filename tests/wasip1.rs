@@ -229,4 +229,12 @@ fn a_rebuilt_module_needs_a_new_pin_and_its_exit_code_reaches_the_caller() {
     let message = json(&String::from_utf8_lossy(&out.stdout));
     assert_eq!(message["error"]["details"]["exit_code"], 3, "{message}");
     assert_eq!(message["error"]["details"]["stdout"], "bye", "{message}");
+
+    let audit = json(&env.ok(&["audit", "--json"]));
+    let executor = &audit["policies"][0]["executor"];
+    assert_eq!(executor["form"], "wasi-0.1-module", "{executor}");
+    assert_eq!(
+        executor["sha256"],
+        warden_wasm::sha256_file(&module).unwrap().as_str()
+    );
 }

@@ -61,14 +61,14 @@ impl Binary {
     /// Reads the first 8 bytes of `path`: `\0asm`, then a version and a layer (1 and 0 for a
     /// core module, 0x0d and 1 for a component).
     pub fn of(path: &Path) -> Result<Binary, ArtifactError> {
-        let mut head = [0u8; 8];
-        let read = std::fs::File::open(path)
-            .and_then(|mut f| f.read(&mut head))
+        let mut head = Vec::with_capacity(8);
+        std::fs::File::open(path)
+            .and_then(|f| f.take(8).read_to_end(&mut head))
             .map_err(|error| ArtifactError::Read {
                 path: path.to_owned(),
                 error,
             })?;
-        match &head[..read] {
+        match head.as_slice() {
             [0, b'a', b's', b'm', 0x0d, 0x00, 0x01, 0x00] => Ok(Binary::Component),
             [0, b'a', b's', b'm', 0x01, 0x00, 0x00, 0x00] => Ok(Binary::Module),
             _ => Err(ArtifactError::NotWasm {
@@ -255,9 +255,15 @@ impl Artifacts {
                 error,
             })?,
         };
-        let invalid = |e: wasmtime::Error| ArtifactError::Invalid {
-            path: wasm.to_owned(),
-            reason: format!("{e:#}"),
+        let invalid = |e: wasmtime::Error| match binary {
+            Binary::Component => ArtifactError::Invalid {
+                path: wasm.to_owned(),
+                reason: format!("{e:#}"),
+            },
+            Binary::Module => ArtifactError::Module {
+                path: wasm.to_owned(),
+                error: ModuleError::Invalid(format!("{e:#}")),
+            },
         };
         let component = Component::from_binary(engine, &bytes).map_err(invalid)?;
         let serialized = component.serialize().map_err(invalid)?;
