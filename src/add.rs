@@ -10,7 +10,8 @@ use warden_wasm::WasmConfig;
 
 #[derive(clap::Args)]
 pub(crate) struct AddArgs {
-    /// The component: a `.wasm` file built for wasm32-wasip2, or an artifact in a registry,
+    /// The component: a `.wasm` file built for wasm32-wasip2, a WASI 0.1 command module
+    /// (wasip1: Go, C, Zig, Rust), or an artifact in a registry,
     /// `oci://REGISTRY/REPOSITORY:TAG` or `…@sha256:DIGEST` ([Tools that travel]).
     source: String,
     /// A folder of WIT files whose doc comments describe the tools.
@@ -44,7 +45,9 @@ pub(crate) fn add(ctx: &Warden, args: AddArgs) -> Result<ExitCode> {
         .context("the component path has no file name")?;
     let name = args.name.clone().unwrap_or(stem);
     let policy_path = policy_path(ctx, &name, args.force)?;
-    refuse_non_component(&component)?;
+    // What is not WebAssembly is refused before anything is stored; a component and a WASI
+    // 0.1 module both go on, the module checked when it is loaded.
+    warden_wasm::Binary::of(&component)?;
     let wit = match &args.wit {
         Some(w) => Some(
             w.canonicalize()
@@ -120,28 +123,4 @@ pub(crate) fn pin(ctx: &Warden, targets: &[String]) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Refuses a file that is not a WebAssembly component by its first 8 bytes, before anything
-/// is stored: not WebAssembly at all, or a core module (which needs wrapping into a component).
-fn refuse_non_component(path: &Path) -> Result<()> {
-    use std::io::Read;
-    let mut head = [0u8; 8];
-    let read = std::fs::File::open(path)
-        .and_then(|mut f| f.read(&mut head))
-        .with_context(|| format!("reading {}", path.display()))?;
-    // `\0asm`, then a version and a layer: 1 and 0 for a core module, 0x0d and 1 for a component.
-    match (&head[..read.min(4)], &head[4..read.max(4)]) {
-        (b"\0asm", [0x0d, 0x00, 0x01, 0x00]) => Ok(()),
-        (b"\0asm", [0x01, 0x00, 0x00, 0x00]) => bail!(
-            "{} is a WebAssembly core module, not a component: build it for wasm32-wasip2 (or \
-             wrap it with `wasm-tools component new`)",
-            path.display()
-        ),
-        _ => bail!(
-            "{} is not a WebAssembly component (it does not start with WebAssembly's magic \
-             bytes): build the tool for wasm32-wasip2 and add the .wasm it makes",
-            path.display()
-        ),
-    }
 }

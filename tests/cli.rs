@@ -125,12 +125,13 @@ fn a_wasm_tool_is_called_not_execd() {
 }
 
 #[test]
-fn add_refuses_what_is_not_a_component_and_keeps_nothing_of_it() {
+fn add_refuses_what_is_no_tool_and_keeps_nothing_of_it() {
     let env = Env::new();
     let store = env.dir.path().join("home/store");
     let cases: [(&str, &[u8], &str); 3] = [
         ("text.wasm", b"not WebAssembly at all", "magic bytes"),
-        ("module.wasm", b"\0asm\x01\0\0\0", "core module"),
+        // A core module, but no WASI 0.1 command.
+        ("module.wasm", b"\0asm\x01\0\0\0", "no `_start`"),
         // A component's header, and nothing a component needs after it.
         ("broken.wasm", b"\0asm\x0d\0\x01\0\xff\xff", "not a valid"),
     ];

@@ -17,3 +17,4 @@ mod host;
 mod http;
 mod oci;
 mod shell;
+mod wasip1;

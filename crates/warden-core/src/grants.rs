@@ -109,6 +109,8 @@ pub struct GrantLines {
     pub net: Vec<usize>,
     /// The line of each `net_credentials` entry.
     pub net_credentials: Vec<usize>,
+    /// The line of `dns`, when it is written.
+    pub dns: Option<usize>,
 }
 
 impl GrantsSpec {
@@ -124,6 +126,7 @@ impl GrantsSpec {
                 .iter()
                 .map(|g| line(g.span()))
                 .collect(),
+            dns: self.dns.as_ref().map(|d| line(d.span())),
         }
     }
 

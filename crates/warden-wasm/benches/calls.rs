@@ -40,7 +40,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use warden_core::{Dispatcher, Invocation, Protected, ToolCall, ToolMessage, Toolbox};
-use warden_wasm::{Artifacts, WasmBackend, sha256_file};
+use warden_wasm::{Artifacts, Binary, WasmBackend, sha256_file};
 use wasmtime::component::{ComponentExportIndex, InstancePre, Linker, ResourceTable, Val};
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store,
@@ -176,7 +176,7 @@ fn raw_setup(kind: RawKind, store_dir: &Path) -> RawSetup {
     let path = trivial();
     let sha = sha256_file(&path).expect("hash");
     let component = artifacts(store_dir)
-        .compiled(&engine, &sha, &path, &|_| {})
+        .compiled(&engine, &sha, &path, Binary::Component, &|_| {})
         .expect("trivial.wasm compiles");
     let mut linker: Linker<Raw> = Linker::new(&engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker).expect("WASI links");

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use warden_core::{Protected, Toolbox};
-use warden_wasm::{Artifacts, CompileHook, WasmBackend, sha256_file};
+use warden_wasm::{Artifacts, Binary, CompileHook, WasmBackend, sha256_file};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 /// The example tools and the test fixtures.
@@ -83,7 +83,7 @@ fn check_engine(engine: &Engine, dir: &Path) {
     let path = wasm("trivial");
     let sha = sha256_file(&path).expect("hash");
     artifacts
-        .compiled(engine, &sha, &path, &|_| {})
+        .compiled(engine, &sha, &path, Binary::Component, &|_| {})
         .expect("trivial.wasm compiles");
     let toolbox = dir.join("check-policies");
     std::fs::create_dir_all(&toolbox).expect("toolbox folder");
@@ -136,7 +136,7 @@ fn main() {
         };
         let start = Instant::now();
         artifacts
-            .compiled(&engine, &sha, &path, &|_| {})
+            .compiled(&engine, &sha, &path, Binary::Component, &|_| {})
             .expect("compiles");
         let cold = ms(start.elapsed());
 
@@ -146,7 +146,7 @@ fn main() {
                 let flag = compiled.clone();
                 let start = Instant::now();
                 artifacts
-                    .compiled(&engine, &sha, &path, &move |_| {
+                    .compiled(&engine, &sha, &path, Binary::Component, &move |_| {
                         flag.store(true, Ordering::SeqCst)
                     })
                     .expect("loads");

@@ -1,11 +1,13 @@
 //! The content-addressed component store and the on-disk compile cache.
 //!
-//! The store holds `<sha256>.wasm`, verified once when stored. The cache holds
-//! `<sha256>-<engine key>.cwasm`, which only warden writes, so a second process deserialises
-//! instead of compiling, and `stamps/`: what each hashed source file looked like, so an
-//! unchanged 18 MB component is not hashed again on every start (~9 ms).
+//! The store holds `<sha256>.wasm`, verified once when stored: a component, or a WASI 0.1
+//! module exactly as its author built it. The cache holds `<sha256>-<engine key>.cwasm`, which
+//! only warden writes, so a second process deserialises instead of compiling (a module's key
+//! also names its wrapping, [`crate::wasip1`]), and `stamps/`: what each hashed source file
+//! looked like, so an unchanged 18 MB component is not hashed again on every start (~9 ms).
 
 use crate::engine::compatibility_key;
+use crate::wasip1::{self, ModuleError};
 use sha2::{Digest, Sha256};
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
@@ -36,6 +38,44 @@ pub enum ArtifactError {
     },
     #[error("{path} is not a valid WebAssembly component ({reason}); rebuild it for wasm32-wasip2")]
     Invalid { path: PathBuf, reason: String },
+    #[error(
+        "{path} is not WebAssembly (it does not start with WebAssembly's magic bytes): build \
+         the tool for wasm32-wasip2 (a component) or as a WASI 0.1 command (wasip1) and add \
+         the .wasm it makes"
+    )]
+    NotWasm { path: PathBuf },
+    #[error("{path} is a WASI 0.1 module that cannot be a tool: {error}")]
+    Module { path: PathBuf, error: ModuleError },
+}
+
+/// What a `.wasm` file holds, by its header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Binary {
+    /// A component (WASI 0.2): run as it is.
+    Component,
+    /// A core module: a WASI 0.1 command, wrapped into a component before it is compiled.
+    Module,
+}
+
+impl Binary {
+    /// Reads the first 8 bytes of `path`: `\0asm`, then a version and a layer (1 and 0 for a
+    /// core module, 0x0d and 1 for a component).
+    pub fn of(path: &Path) -> Result<Binary, ArtifactError> {
+        let mut head = Vec::with_capacity(8);
+        std::fs::File::open(path)
+            .and_then(|f| f.take(8).read_to_end(&mut head))
+            .map_err(|error| ArtifactError::Read {
+                path: path.to_owned(),
+                error,
+            })?;
+        match head.as_slice() {
+            [0, b'a', b's', b'm', 0x0d, 0x00, 0x01, 0x00] => Ok(Binary::Component),
+            [0, b'a', b's', b'm', 0x01, 0x00, 0x00, 0x00] => Ok(Binary::Module),
+            _ => Err(ArtifactError::NotWasm {
+                path: path.to_owned(),
+            }),
+        }
+    }
 }
 
 /// The sha256 of a file, as lowercase hex.
@@ -176,17 +216,21 @@ impl Artifacts {
     }
 
     /// The compiled component for `sha`, from the cache or compiled now from `wasm` (and then
-    /// cached). `on_compile` is told before a compile starts, for progress reporting.
+    /// cached); a WASI 0.1 module is checked and wrapped first. `on_compile` is told before a
+    /// compile starts, for progress reporting.
     pub fn compiled(
         &self,
         engine: &Engine,
         sha: &str,
         wasm: &Path,
+        binary: Binary,
         on_compile: &dyn Fn(&Path),
     ) -> Result<Component, ArtifactError> {
-        let cached = self
-            .cache
-            .join(format!("{sha}-{}.cwasm", compatibility_key(engine)));
+        let key = match binary {
+            Binary::Component => compatibility_key(engine),
+            Binary::Module => format!("{}-{}", compatibility_key(engine), wasip1::wrapping_key()),
+        };
+        let cached = self.cache.join(format!("{sha}-{key}.cwasm"));
         if cached.is_file() {
             // SAFETY: files in the cache are written only by `compiled` below, from a
             // component wasmtime compiled with this engine's settings (the key says so), and
@@ -204,9 +248,22 @@ impl Artifacts {
             path: wasm.to_owned(),
             error: source,
         })?;
-        let invalid = |e: wasmtime::Error| ArtifactError::Invalid {
-            path: wasm.to_owned(),
-            reason: format!("{e:#}"),
+        let bytes = match binary {
+            Binary::Component => bytes,
+            Binary::Module => wasip1::wrap(&bytes).map_err(|error| ArtifactError::Module {
+                path: wasm.to_owned(),
+                error,
+            })?,
+        };
+        let invalid = |e: wasmtime::Error| match binary {
+            Binary::Component => ArtifactError::Invalid {
+                path: wasm.to_owned(),
+                reason: format!("{e:#}"),
+            },
+            Binary::Module => ArtifactError::Module {
+                path: wasm.to_owned(),
+                error: ModuleError::Invalid(format!("{e:#}")),
+            },
         };
         let component = Component::from_binary(engine, &bytes).map_err(invalid)?;
         let serialized = component.serialize().map_err(invalid)?;

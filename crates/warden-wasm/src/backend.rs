@@ -1,6 +1,6 @@
 //! The wasm backend: turns a policy into tools, one per exported function.
 
-use crate::artifacts::{ArtifactError, Artifacts};
+use crate::artifacts::{ArtifactError, Artifacts, Binary};
 use crate::config::WasmConfig;
 use crate::docs::WitDocs;
 use crate::engine::{self, Flavor, MAX_MEMORY, Workload};
@@ -166,13 +166,21 @@ impl Backend for WasmBackend {
         let flavor = if fuel { Flavor::Fuel } else { Flavor::Plain };
         let engine = engine::engine(flavor, self.workload).map_err(|e| err(None, e.to_string()))?;
         let (wasm, sha) = self.resolve(policy, cfg)?;
+        let binary = Binary::of(&wasm).map_err(|e| err(Some(cfg.component.line), e.to_string()))?;
+        if binary == Binary::Module {
+            refuse_net(policy)?;
+        }
         let component = self
             .artifacts
-            .compiled(engine, &sha, &wasm, &*self.on_compile)
+            .compiled(engine, &sha, &wasm, binary, &*self.on_compile)
             .map_err(|e| err(Some(cfg.component.line), e.to_string()))?;
         let mut linker: Linker<CallState> = Linker::new(engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .and_then(|()| wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker))
+            .and_then(|()| match binary {
+                Binary::Module => crate::wasip1::link_exit(&mut linker),
+                Binary::Component => Ok(()),
+            })
             .and_then(|()| {
                 if policy.grants.net.dns {
                     Ok(())
@@ -267,17 +275,51 @@ impl Backend for WasmBackend {
             .collect();
         Ok(Loaded {
             tools,
-            report: report(cfg, &sha, &imports, policy),
+            report: report(cfg, &sha, binary, &imports, policy),
         })
     }
 }
 
+/// Refuses a network grant to a WASI 0.1 module, at the grant's line: WASI 0.1 has no sockets,
+/// so the grant could only mislead a reader of the policy or the audit. Whether the tool is a
+/// module is read from the pinned bytes themselves, not from anything a policy says.
+fn refuse_net(policy: &Policy) -> Result<(), PolicyError> {
+    let net = &policy.grants.net;
+    if net.is_empty() && net.credentials.is_empty() {
+        return Ok(());
+    }
+    let lines = &policy.grant_lines;
+    let line = lines
+        .net
+        .first()
+        .or(lines.net_credentials.first())
+        .copied()
+        .or(lines.dns);
+    Err(PolicyError::new(
+        &policy.path,
+        line,
+        "network grants cannot be honoured for a WASI 0.1 module: WASI 0.1 has no sockets, \
+         so it could reach no host; remove `net`, `dns` and `net_credentials` from [grants] \
+         (a tool that needs the network is built as a WASI 0.2 component)",
+    ))
+}
+
 /// The component that runs and what it imports against what its policy grants, for the audit.
-fn report(cfg: &WasmConfig, sha: &str, imports: &[String], policy: &Policy) -> Report {
+fn report(
+    cfg: &WasmConfig,
+    sha: &str,
+    binary: Binary,
+    imports: &[String],
+    policy: &Policy,
+) -> Report {
     let component = cfg.component.value.display().to_string();
     let pin = match &cfg.sha256 {
         Some(pin) => format!("sha256 {}…", &pin.value[..12]),
         None => format!("UNPINNED, now sha256 {}…", &sha[..12.min(sha.len())]),
+    };
+    let form = match binary {
+        Binary::Component => "",
+        Binary::Module => ", a WASI 0.1 module run through the preview-1 adapter",
     };
     let mut flags = Vec::new();
     if cfg.sha256.is_none() {
@@ -301,13 +343,17 @@ fn report(cfg: &WasmConfig, sha: &str, imports: &[String], policy: &Policy) -> R
     let settings = json!({
         "component": component,
         "sha256": cfg.sha256.as_ref().map(|s| s.value.clone()),
+        "form": match binary {
+            Binary::Component => "component",
+            Binary::Module => "wasi-0.1-module",
+        },
     });
     Report {
         settings: settings.as_object().cloned().unwrap_or_default(),
         lines: vec![
             ReportLine {
                 label: "executor",
-                text: format!("wasm {component} ({pin})"),
+                text: format!("wasm {component} ({pin}{form})"),
             },
             ReportLine {
                 label: "imports",

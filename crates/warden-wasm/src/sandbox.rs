@@ -245,6 +245,20 @@ impl Sandbox {
         Some(fuel.saturating_sub(left))
     }
 
+    /// The answer for a call that asked for more memory than `limits` allow, if it did.
+    pub(crate) fn out_of_memory(&self, limits: &Limits) -> Option<ToolError> {
+        self.store.data().limiter.refused.then(|| {
+            ToolError::new(
+                ErrorKind::OutOfMemory,
+                format!(
+                    "the tool ran out of memory: it asked for more than its limit of {} MiB; \
+                     try a smaller input",
+                    limits.memory >> 20
+                ),
+            )
+        })
+    }
+
     /// Explains why the guest stopped, for the model first and for people in the details.
     pub(crate) fn failure(&self, err: wasmtime::Error, limits: &Limits) -> ToolError {
         let stderr = self.stderr.contents();
@@ -262,15 +276,8 @@ impl Sandbox {
                      ({full}); try again when some have finished"
                 ),
             )
-        } else if self.store.data().limiter.refused {
-            ToolError::new(
-                ErrorKind::OutOfMemory,
-                format!(
-                    "the tool ran out of memory: it asked for more than its limit of {} MiB; \
-                     try a smaller input",
-                    limits.memory >> 20
-                ),
-            )
+        } else if let Some(oom) = self.out_of_memory(limits) {
+            oom
         } else {
             match trap {
                 Some(Trap::Interrupt) => ToolError::new(

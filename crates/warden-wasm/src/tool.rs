@@ -204,6 +204,13 @@ impl CommandTool {
         let stdout = sandbox.stdout.contents();
         let stderr = sandbox.stderr.contents();
         if code != 0 {
+            // A refused `memory.grow` makes most guests trap, but a runtime that checks it (Go's)
+            // exits with a failing code: either way the memory limit is why the call failed.
+            if let Some(oom) = sandbox.out_of_memory(&inv.limits) {
+                return Err(oom
+                    .with_detail("exit_code", code)
+                    .with_detail("stderr", stderr));
+            }
             let mut message = format!("the command exited with status {code}");
             if !stderr.trim().is_empty() {
                 message.push_str(&format!(": {}", stderr.trim()));

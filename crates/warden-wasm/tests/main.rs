@@ -15,3 +15,4 @@ mod polyglot;
 mod roots;
 mod sandbox;
 mod tools;
+mod wasip1;

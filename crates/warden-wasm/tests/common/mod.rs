@@ -1,12 +1,10 @@
 //! Shared by the integration tests: fixtures built from source once, toolboxes in temp dirs
 //! (warden-test-support's bench), the host variables the tests grant.
 
-use std::path::PathBuf;
-use std::process::Command;
-use std::sync::{Once, OnceLock};
+use std::sync::Once;
 use warden_core::{Dispatcher, ToolCall, ToolMessage};
 
-pub(crate) use warden_test_support::guests::{root, wasm};
+pub(crate) use warden_test_support::guests::{polyglot, root, wasm};
 pub(crate) use warden_test_support::{Bench, kind};
 
 /// A host variable no policy grants: a sandbox that shows it leaked it.
@@ -33,30 +31,6 @@ pub(crate) fn host_vars() {
             unsafe { std::env::set_var(name, value) };
         }
     });
-}
-
-/// A Python or JavaScript component from `scripts/build-polyglot`, built on first use; `None`
-/// (the test skips) when the toolchains are not installed, except under `CI=true`.
-pub(crate) fn polyglot(name: &str) -> Option<PathBuf> {
-    static BUILT: OnceLock<bool> = OnceLock::new();
-    let built = *BUILT.get_or_init(|| {
-        if std::env::var_os("WARDEN_POLYGLOT_BUILT").is_some() {
-            return true;
-        }
-        let status = Command::new(root().join("scripts/build-polyglot"))
-            .current_dir(root())
-            .status()
-            .expect("scripts/build-polyglot runs");
-        match status.code() {
-            Some(0) => true,
-            Some(3) if !warden_test_support::under_ci() => {
-                eprintln!("skipped: componentize-py / componentize-js are not installed");
-                false
-            }
-            _ => panic!("scripts/build-polyglot failed ({status})"),
-        }
-    });
-    built.then(|| root().join(format!("target/polyglot/{name}.wasm")))
 }
 
 /// Runs one call on a fresh runtime.

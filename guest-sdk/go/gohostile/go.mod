@@ -1,0 +1,3 @@
+module warden.example/gohostile
+
+go 1.21

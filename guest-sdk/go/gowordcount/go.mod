@@ -1,0 +1,3 @@
+module warden.example/gowordcount
+
+go 1.21
