@@ -96,12 +96,19 @@ class Server:
 
 
 def waiting(n=None):
-    """How many pooled containers wait now; with n, waits until that many do."""
+    """The pooled containers running now; with n, waits until n run and no used one is left
+    (a used container still stands while it is removed), then a moment for warden to take
+    the last one in."""
+    def ps(*extra):
+        return subprocess.run(["docker", "ps", "-q", "--filter", "label=warden.mode=pool", *extra],
+                              capture_output=True, text=True, check=True).stdout.split()
     for _ in range(600):
-        out = subprocess.run(["docker", "ps", "-q", "--filter", "label=warden.mode=pool"],
-                             capture_output=True, text=True, check=True).stdout.split()
-        if n is None or len(out) >= n:
-            return out
+        running = ps("--filter", "status=running")
+        if n is None:
+            return running
+        if len(running) == n and len(ps("-a")) == n:
+            time.sleep(0.3)
+            return running
         time.sleep(0.05)
     raise SystemExit(f"the pool never held {n} containers")
 
@@ -213,22 +220,25 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--runtimes", default="runc,runsc",
+                        help="which runtimes to measure (runc is the engine's default)")
     args = parser.parse_args()
     warden = os.environ.get("WARDEN_BIN", str(ROOT / "target/release/warden"))
     print("| `echo hi` through `warden serve` (MCP stdio), end to end | calls | min | median | p90 |")
     print("|---|---:|---:|---:|---:|")
-    for runtime in [None, "runsc"]:
+    runtimes = [None if r == "runc" else r for r in args.runtimes.split(",")]
+    for runtime in runtimes:
         docker_run(runtime, args)
         per_call(warden, runtime, args)
         session(warden, runtime, 0, args)
         session(warden, runtime, 1, args)
     print("\n| 200,000 `getppid` in Python | total | each |")
     print("|---|---:|---:|")
-    for runtime in [None, "runsc"]:
+    for runtime in runtimes:
         syscalls(runtime)
     print("\n| an idle pool of 8 | memory | CPU |")
     print("|---|---:|---:|")
-    for runtime in [None, "runsc"]:
+    for runtime in runtimes:
         idle_pool(warden, runtime)
     print(f"\nLoad average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores.")
 

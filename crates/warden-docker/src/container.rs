@@ -20,17 +20,13 @@ use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 use warden_command::session::{Frames, nonce};
-use warden_core::{Capped, ToolError, Usage};
+use warden_core::{ToolError, Usage};
 use warden_net::{Proxy, Scope, Traffic};
 
 /// How often, and how far apart, a SIGKILLed container's OOM flag is asked for again: the
 /// engine's OOM event trails the exit by a few milliseconds under load.
 const OOM_FLAG_TRIES: u32 = 10;
 const OOM_FLAG_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
-
-/// How long finding a per-call container's counters may take (one inspect): an engine slower
-/// than that costs the call its CPU and memory figures, not its answer.
-const COUNTERS_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A container that is removed (killed first if running) when this is dropped.
 pub(crate) struct Container {
@@ -126,7 +122,7 @@ impl Container {
     /// learns of the exit and of the OOM kill from two events (on cgroup v1, the kill from an
     /// eventfd of its own), which can arrive in either order: the flag is asked again for a
     /// short while before the answer is "no".
-    async fn oom_killed_after_exit(&self) -> bool {
+    pub(crate) async fn oom_killed_after_exit(&self) -> bool {
         for _ in 0..OOM_FLAG_TRIES {
             if self.oom_killed().await {
                 return true;
@@ -250,23 +246,34 @@ pub(crate) enum Ended {
 pub(crate) const SHELL: &str = "/bin/sh";
 
 /// What a per-call container's shell is sent: one `{ …; }` list, which the shell reads whole
-/// before it runs any of it. It prints the start line, runs `argv` with stdin on `/dev/null`,
-/// prints the end line, and waits for its stdin to close before it exits with the command's
-/// status: the container, and its cgroup's counters, outlive the command until warden has
-/// read them. The lines' nonces travel on stdin, never in argv, so the command cannot read
-/// them and end its output early; each argument is one single-quoted word (a template refuses
-/// NUL, the one byte a word cannot carry). The start line tells warden that the shell took the
-/// command: a pooled container that died while it waited never prints it.
+/// before it runs any of it. It prints the start line on both streams, runs `argv` with stdin
+/// on `/dev/null`, prints the end line on both streams (stdout's with the command's status),
+/// and waits for its stdin to close before it exits: warden has the answer at the end line,
+/// while the container, and its cgroup's counters, still stand. The lines' nonces travel on
+/// stdin, never in argv, so the command cannot read them and end its output early; each
+/// argument is one single-quoted word (a template refuses NUL, the one byte a word cannot
+/// carry). The start line tells warden that the shell took the command: a pooled container
+/// that died while it waited never prints it.
 pub(crate) fn script(argv: &[String], start: &str, end: &str) -> String {
     let words: Vec<String> = argv
         .iter()
         .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
         .collect();
     format!(
-        "{{ printf '\\n%s\\n' '{start}'; set -- {}; \"$@\" </dev/null; r=$?; \
-         printf '\\n%s\\n' '{end}'; IFS= read -r w; exit \"$r\"; }}\n",
+        "{{ printf '\\n%s\\n' '{start}' >&2; printf '\\n%s\\n' '{start}'; set -- {}; \
+         \"$@\" </dev/null; r=$?; printf '\\n%s\\n' '{end}' >&2; printf '\\n%s %s\\n' '{end}' \"$r\"; \
+         IFS= read -r w; exit \"$r\"; }}\n",
         words.join(" ")
     )
+}
+
+/// The status on stdout's end line (` 0`), if that is what follows its marker.
+fn status(rest: &[u8]) -> Option<i64> {
+    let digits = rest.strip_prefix(b" ")?;
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
 /// What a per-call container's roots came to: the notes for its answer (what was left out,
@@ -330,6 +337,7 @@ pub(crate) async fn run_once(
         .await;
     let run = Run {
         container: &started.container,
+        cgroup: started.cgroup.as_ref(),
         engine,
         docker: &started.docker,
         output_limit,
@@ -363,6 +371,8 @@ pub(crate) async fn run_once(
 /// One per-call container while it runs.
 struct Run<'a> {
     container: &'a Container,
+    /// Its cgroup's counters, when they are on this machine.
+    cgroup: Option<&'a Cgroup>,
     engine: &'a Engine,
     docker: &'a Docker,
     /// Its copied roots, what was copied in, and the tool's name.
@@ -372,59 +382,60 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    /// Reads its output, from the start line `start` until the end line `end` or the
-    /// deadline. At the end line, or at the deadline, the container's counters are read first:
-    /// they go with its cgroup. At the end line its read-write roots are written back, while
-    /// it still runs (their copies go with it). `None` when the output ended before the start
-    /// line: the shell never took the command.
+    /// Reads its output, from the start lines `start` until the end lines `end` or the
+    /// deadline. At the end lines, or at the deadline, the container's counters are read
+    /// first: they go with its cgroup. At the end lines its read-write roots are written back,
+    /// while it still runs (their copies go with it), and the command's status is on stdout's:
+    /// the answer needs nothing more of the container. `None` when the output ended before the
+    /// start line: the shell never took the command.
     async fn read_to_end(
         &self,
         attached: &mut AttachContainerResults,
         start: &str,
         end: &str,
     ) -> Option<(Result<Ended, ToolError>, Usage, Option<FilesOutcome>)> {
-        let mut stdout = Frames::between(
-            &format!("\n{start}"),
-            &format!("\n{end}"),
-            self.output_limit,
-        );
-        let mut stderr = Capped::new(self.output_limit);
-        let mut used = None;
-        let mut written = None;
+        let (start, end) = (format!("\n{start}"), format!("\n{end}"));
+        let is_status = |rest: &[u8]| status(rest).is_some();
+        let mut stdout = Frames::new(&start, &end, is_status, self.output_limit);
+        let mut stderr = Frames::between(&start, &end, self.output_limit);
         loop {
             match tokio::time::timeout_at(self.deadline, attached.output.next()).await {
                 Err(_) => {
-                    let used = match used {
-                        Some(used) => used,
-                        None => self.used().await,
-                    };
                     // No write-back: the call's time is up, and stopping the call midway
                     // would leave it to chance. The answer says so.
                     let ended = Ended::TimedOut {
                         stdout: stdout.text(),
                         stderr: stderr.text(),
                     };
-                    return Some((Ok(ended), used, written));
+                    return Some((Ok(ended), self.used(), None));
                 }
                 Ok(None) if !stdout.started() => return None,
                 Ok(None) => break,
                 Ok(Some(Ok(LogOutput::StdErr { message }))) => stderr.push(&message),
-                Ok(Some(Ok(frame))) => {
-                    stdout.push(&frame.into_bytes());
-                    if stdout.done() && used.is_none() {
-                        used = Some(self.used().await);
-                        written = self.write_back().await;
-                        // The shell exits with the command's status; what a background job
-                        // writes to stdout meanwhile is past the end line, and dropped.
-                        let _ = attached.input.shutdown().await;
-                    }
-                }
+                Ok(Some(Ok(frame))) => stdout.push(&frame.into_bytes()),
                 Ok(Some(Err(e))) => {
                     tracing::warn!(container = %self.container.id, "reading output failed: {e}");
                     break;
                 }
             }
+            if let (true, Some(code)) = (stderr.done(), stdout.rest().and_then(status)) {
+                let used = self.used();
+                let written = self.write_back().await;
+                // The shell exits once its stdin closes; the container is removed after.
+                let _ = attached.input.shutdown().await;
+                let oom = code == 137 && self.container.oom_killed_after_exit().await;
+                let ended = Ended::Exited {
+                    code,
+                    oom,
+                    stdout: stdout.text(),
+                    stderr: stderr.text(),
+                };
+                return Some((Ok(ended), used, written));
+            }
         }
+        // Without its end lines the container ended first (its shell was killed: the memory
+        // limit, say): its status is the container's, nothing was measured, and its
+        // read-write copies are gone (which the write-back finds, and says).
         let status =
             tokio::time::timeout_at(self.deadline, self.container.exit_status(self.engine)).await;
         let ended = match status {
@@ -440,12 +451,7 @@ impl Run<'_> {
                 stderr: stderr.text(),
             }),
         };
-        // Without its end line the command's container ended first: nothing was measured,
-        // and its read-write copies are gone (which the write-back finds, and says).
-        if written.is_none() {
-            written = self.write_back().await;
-        }
-        Some((ended, used.unwrap_or_default(), written))
+        Some((ended, Usage::default(), self.write_back().await))
     }
 
     /// Writes its read-write roots back; `None` without copied roots.
@@ -459,9 +465,8 @@ impl Run<'_> {
     }
 
     /// The container's CPU and memory peak so far.
-    async fn used(&self) -> Usage {
-        let found = tokio::time::timeout(COUNTERS_WAIT, self.container.cgroup(self.engine)).await;
-        let Ok(Some(cgroup)) = found else {
+    fn used(&self) -> Usage {
+        let Some(cgroup) = self.cgroup else {
             return Usage::default();
         };
         Usage {

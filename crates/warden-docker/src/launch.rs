@@ -3,6 +3,7 @@
 //! and can be started before their call. What each is sent then differs: one command and the
 //! end of its input ([`crate::container::run_once`]), or a session's commands.
 
+use crate::cgroup::Cgroup;
 use crate::container::Container;
 use crate::engine::Engine;
 use crate::gate::Sandboxed;
@@ -12,6 +13,10 @@ use bollard::container::AttachContainerResults;
 use std::sync::Arc;
 use warden_core::{ErrorKind, Grants, ToolError};
 use warden_net::{Credentials, Gate, Proxy};
+
+/// How long finding a container's counters may take (one inspect): an engine slower than
+/// that costs its calls their CPU and memory figures, not their answers.
+const COUNTERS_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How a tool's containers are started.
 #[derive(Clone)]
@@ -36,6 +41,8 @@ pub(crate) struct Started {
     pub gate: Option<Proxy>,
     /// Its credentials and the bundle it trusts, kept as long as it runs.
     pub sandboxed: Option<Sandboxed>,
+    /// Its cgroup's counters, when they are on this machine.
+    pub cgroup: Option<Cgroup>,
 }
 
 impl Recipe {
@@ -95,12 +102,17 @@ impl Recipe {
             }
             None => None,
         };
+        let cgroup = tokio::time::timeout(COUNTERS_WAIT, container.cgroup(engine))
+            .await
+            .ok()
+            .flatten();
         Ok(Started {
             docker,
             container,
             attached,
             gate,
             sandboxed,
+            cgroup,
         })
     }
 }

@@ -55,6 +55,7 @@ pub(crate) async fn run(
         attached,
         gate,
         sandboxed: _sandboxed,
+        ..
     } = started;
     if let Some(proxy) = &gate {
         let ends = tokio::time::Instant::now() + timeout.unwrap_or(NEVER);

@@ -6,7 +6,8 @@
 //!   the call's path; a session's runs that session. A pooled container is the same container
 //!   a call would have started (same plan, limits, labels, lease, its own credentials and
 //!   gate), only started earlier.
-//! - **Refilled in the background**: every take makes up the depth again. Filling starts
+//! - **Refilled in the background**, one container at a time: every take makes up the depth
+//!   again, and the used ones are removed in the same lane. Filling starts
 //!   when a long-running front end gets the tool ready ([`warden_core::Executor::warm`]:
 //!   `warden serve` at its start and at each reload); until then (`warden call`, `warden
 //!   run`) the pool stays empty and each call starts its own container, as without a pool.
@@ -53,6 +54,10 @@ struct Inner {
     warmed: AtomicBool,
     /// Used containers still being removed, by id.
     removing: Mutex<HashSet<String>>,
+    /// The pool's work with the engine, one thing at a time: a refill or a removal. Calls
+    /// that come in a burst then share the engine (and the machine) with one start or removal,
+    /// not with one for each call before them.
+    lane: Arc<tokio::sync::Semaphore>,
 }
 
 /// A container waiting in the pool, and what watches it.
@@ -79,6 +84,7 @@ impl Pool {
                 spares: Spares::new(depth),
                 warmed: AtomicBool::new(false),
                 removing: Mutex::default(),
+                lane: Arc::new(tokio::sync::Semaphore::new(1)),
             }),
         }
     }
@@ -110,8 +116,10 @@ impl Pool {
         let id = started.container.id.clone();
         lock(&self.inner.removing).insert(id.clone());
         let inner = Arc::downgrade(&self.inner);
+        let lane = self.inner.lane.clone();
         tokio::spawn(async move {
             drop(started.attached);
+            let _turn = lane.acquire_owned().await;
             started.container.remove().await;
             if let Some(inner) = inner.upgrade() {
                 lock(&inner.removing).remove(&id);
@@ -128,7 +136,10 @@ impl Pool {
         for _ in 0..make {
             let inner = self.inner.clone();
             tokio::spawn(async move {
-                let made = inner.make().await;
+                let made = match inner.lane.clone().acquire_owned().await {
+                    Ok(_turn) => inner.make().await,
+                    Err(_) => None,
+                };
                 inner.spares.made(made);
             });
         }

@@ -57,6 +57,7 @@ impl Launcher for DockerShells {
             attached,
             gate,
             sandboxed,
+            cgroup,
         } = started;
         // In before the first command is sent.
         let copied_in = match &plan.copied {
@@ -74,7 +75,6 @@ impl Launcher for DockerShells {
             },
             None => None,
         };
-        let cgroup = container.cgroup(engine).await;
         let output = attached.output.map(|frame| match frame {
             Ok(LogOutput::StdErr { message }) => Ok(Chunk::Stderr(message.to_vec())),
             Ok(frame) => Ok(Chunk::Stdout(frame.into_bytes().to_vec())),

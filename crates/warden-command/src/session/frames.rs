@@ -45,7 +45,7 @@ pub struct Frames {
 impl Frames {
     /// `start` and `end` begin with `\n`; `end_rest` says whether what follows the end marker
     /// on its line is what the framing writes there.
-    pub(crate) fn new(start: &str, end: &str, end_rest: fn(&[u8]) -> bool, limit: u64) -> Self {
+    pub fn new(start: &str, end: &str, end_rest: fn(&[u8]) -> bool, limit: u64) -> Self {
         Self {
             start: start.as_bytes().to_vec(),
             end: end.as_bytes().to_vec(),
@@ -137,7 +137,7 @@ impl Frames {
     }
 
     /// The rest of the end line.
-    pub(crate) fn rest(&self) -> Option<&[u8]> {
+    pub fn rest(&self) -> Option<&[u8]> {
         self.rest.as_deref()
     }
 
