@@ -157,7 +157,7 @@ impl Backend for DockerBackend {
         let recipe = Recipe {
             engine,
             plan,
-            shell: shell.unwrap_or_else(|| crate::container::SHELL.to_owned()),
+            shell: shell.unwrap_or_else(|| crate::per_call::SHELL.to_owned()),
             grants: policy.grants.clone(),
             gate,
         };

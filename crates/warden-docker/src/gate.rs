@@ -5,9 +5,9 @@
 //! container reaches the gate and, through it, the granted hosts, and nothing else: nothing
 //! routes out of its namespace, and nothing else listens in it.
 //!
-//! A per-call container would run its command before the gate is bound, so its command waits
-//! for the line on stdin that starts it ([`crate::container::wrapped`]), which warden sends
-//! once the gate listens.
+//! Every container's shell waits for its commands on stdin ([`crate::launch`]), which warden
+//! sends once the gate listens. Under gVisor registered with `--network=host`, the namespace
+//! gVisor's network uses is this same one ([`crate::runtime`]).
 //!
 //! Entering the namespace takes the container's pid as this machine sees it, so only a local
 //! engine's containers can have a gate: a policy with net grants on a tcp engine does not

@@ -1,7 +1,7 @@
 //! Starting a tool's container: every container warden starts runs a shell that reads what to
 //! run on its stdin, so a per-call container, a pooled one and a session's are started alike
 //! and can be started before their call. What each is sent then differs: one command and the
-//! end of its input ([`crate::container::run_once`]), or a session's commands.
+//! end of its input ([`crate::per_call::run_once`]), or a session's commands.
 
 use crate::cgroup::Cgroup;
 use crate::container::Container;

@@ -27,6 +27,7 @@ mod launch;
 mod lease;
 mod names;
 mod passthrough;
+mod per_call;
 mod plan;
 mod pool;
 mod removal;

@@ -1,9 +1,9 @@
 //! The executor of a docker tool: a container per call, or one shell per session; from its
 //! warm pool when it keeps one.
 
-use crate::container::{Ended, OneCall, Ran, run_once};
 use crate::files::Copied;
 use crate::launch::Recipe;
+use crate::per_call::{Ended, OneCall, Ran, run_once};
 use crate::pool::Pool;
 use crate::session::DockerShells;
 use tokio::time::Instant;

@@ -34,11 +34,14 @@ async fn waiting(h: &Harness) -> HashSet<String> {
         .collect()
 }
 
-/// Waits until `n` pooled containers wait (the engine starts one in about 0.1–0.3 s).
+/// Waits until `n` pooled containers wait (the engine starts one in about 0.1–0.3 s), and
+/// then a moment more: the engine shows a container running before warden has bound its gate
+/// and put it in the pool.
 async fn filled(h: &Harness, n: usize) -> HashSet<String> {
     for _ in 0..300 {
         let now = waiting(h).await;
         if now.len() >= n {
+            tokio::time::sleep(Duration::from_millis(500)).await;
             return now;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
