@@ -275,6 +275,15 @@ fn report(
         "only granted folders mounted",
         "only granted env",
     ];
+    // Under gVisor what runs inside meets gVisor's kernel: the profile holds gVisor itself.
+    let mut hardening = HARDENING.to_vec();
+    if plan.gvisor
+        && let Some(seccomp) = hardening.iter_mut().find(|h| h.starts_with("seccomp"))
+    {
+        *seccomp = "seccomp: the engine's default profile on gVisor's own processes; \
+            inside, gVisor's kernel, whose sockets are unix, TCP and UDP (netlink route and \
+            uevent answered by gVisor itself)";
+    }
     let mode = if cfg.session { "session" } else { "call" };
     let cpus = cfg.nano_cpus as f64 / 1e9;
     let tmp = ByteSize(cfg.tmp).to_string();
@@ -330,7 +339,7 @@ fn report(
         "pids": cfg.pids,
         "cpus": cpus,
         "tmp": tmp,
-        "hardening": HARDENING,
+        "hardening": hardening,
         "roots": roots(plan, grants),
     });
     let mut lines = vec![
@@ -354,7 +363,7 @@ fn report(
             text: format!(
                 "user {}, pids {pids}, cpus {cpus}, /tmp {tmp}; {}",
                 plan.user,
-                HARDENING.join(", ")
+                hardening.join(", ")
             ),
         },
     ];
