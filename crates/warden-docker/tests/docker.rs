@@ -356,6 +356,11 @@ async fn a_templated_tool_puts_arguments_in_argv_without_a_shell(sandbox: Sandbo
     let d = h.dispatcher("echo", &policy);
     let m = call(&d, "echo", json!({"text": "$(id); `reboot`"})).await;
     assert_eq!(m.content, "[$(id); `reboot`]\n[exit code 0]");
+    // The container's shell is sent the argv as words of a script: quotes, a line break and
+    // what would end the script stay one argument, as they are.
+    let hostile = "it's '\\'' }; exit 3\n'; id; '\\";
+    let m = call(&d, "echo", json!({ "text": hostile })).await;
+    assert_eq!(m.content, format!("[{hostile}]\n[exit code 0]"));
     let m = call(&d, "echo", json!({"txt": "x"})).await;
     assert_eq!(kind(&m), "invalid_arguments", "{}", m.content);
     h.assert_clean().await;
