@@ -4,7 +4,7 @@
 //! its id is in the paths of the files the engine mounts into it.
 
 use crate::common::*;
-use bollard::query_parameters::{KillContainerOptions, ListContainersOptionsBuilder};
+use bollard::query_parameters::KillContainerOptions;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use warden_core::{Dispatcher, Status, ToolCall};
@@ -17,21 +17,11 @@ const WHICH: &str =
 async fn waiting(h: &Harness) -> HashSet<String> {
     let docker = h.engine().client().await.expect("engine");
     let label = h.test_label();
-    let filters: HashMap<&str, Vec<&str>> = HashMap::from([
+    let filters = HashMap::from([
         ("label", vec![label.as_str(), "warden.mode=pool"]),
         ("status", vec!["running"]),
     ]);
-    let options = ListContainersOptionsBuilder::new()
-        .all(true)
-        .filters(&filters)
-        .build();
-    docker
-        .list_containers(Some(options))
-        .await
-        .expect("list containers")
-        .into_iter()
-        .filter_map(|c| c.id)
-        .collect()
+    listed(&docker, &filters).await.into_iter().collect()
 }
 
 /// Waits until `n` pooled containers wait (the engine starts one in about 0.1–0.3 s), and

@@ -330,10 +330,18 @@ impl Harness {
 
 /// The ids of the containers (running or not) carrying every one of `labels` (`key=value`).
 pub(crate) async fn labelled(docker: &bollard::Docker, labels: &[&str]) -> Vec<String> {
-    let filters: HashMap<&str, Vec<&str>> = HashMap::from([("label", labels.to_vec())]);
+    listed(docker, &HashMap::from([("label", labels.to_vec())])).await
+}
+
+/// The ids of the containers (running or not) that `filters` let through, as the engine's
+/// list filters them (`label`, `status`, …).
+pub(crate) async fn listed(
+    docker: &bollard::Docker,
+    filters: &HashMap<&str, Vec<&str>>,
+) -> Vec<String> {
     let options = ListContainersOptionsBuilder::new()
         .all(true)
-        .filters(&filters)
+        .filters(filters)
         .build();
     docker
         .list_containers(Some(options))
