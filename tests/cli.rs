@@ -1,68 +1,26 @@
 //! The `warden` binary end to end: add, pin, tools, call, audit, and the compile cache shared
 //! between processes.
 
+use crate::common::toolbox::{Env, json, path_str};
 use crate::common::{root, wasm};
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 /// A host value granted by name: the audit may name it, never show it.
 const AUDIT_SECRET: &str = "audit-secret-value-91c2";
 
-/// A temp toolbox and home; every command runs against them.
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Self {
-        let env = Self {
-            dir: tempfile::tempdir().unwrap(),
-        };
-        std::fs::create_dir(env.toolbox()).unwrap();
-        env
-    }
-
-    fn toolbox(&self) -> PathBuf {
-        self.dir.path().join("policies")
-    }
-
-    fn warden(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_warden"))
-            .args(args)
-            .env("WARDEN_TOOLBOX", self.toolbox())
-            .env("WARDEN_HOME", self.dir.path().join("home"))
-            .env("RUST_LOG", "warden_wasm=info")
-            .env_remove("WARDEN_CACHE")
-            .env("WARDEN_AUDIT_SECRET", AUDIT_SECRET)
-            .output()
-            .expect("warden runs")
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.warden(args);
-        assert!(
-            out.status.success(),
-            "warden {args:?} failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-}
-
-fn json(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
-
-fn path_str(p: &Path) -> &str {
-    p.to_str().unwrap()
+/// A temp toolbox and home, with wasm's logs on and the audit's secret in the environment.
+fn cli_env() -> Env {
+    Env::new()
+        .var("RUST_LOG", "warden_wasm=info")
+        .var("WARDEN_AUDIT_SECRET", AUDIT_SECRET)
 }
 
 #[test]
 fn add_writes_a_pinned_policy_and_the_tool_can_be_called() {
-    let env = Env::new();
+    let env = cli_env();
     let wit = root().join("guest-sdk/tools/units/wit");
     env.ok(&["add", path_str(&wasm("units")), "--wit", path_str(&wit)]);
     let policy = std::fs::read_to_string(env.toolbox().join("units.toml")).unwrap();
@@ -114,7 +72,7 @@ fn add_writes_a_pinned_policy_and_the_tool_can_be_called() {
 
 #[test]
 fn a_wasm_tool_is_called_not_execd() {
-    let env = Env::new();
+    let env = cli_env();
     env.ok(&["add", path_str(&wasm("units"))]);
     let out = env.warden(&["exec", "convert", "--", "true"]);
     assert_eq!(out.status.code(), Some(125));
@@ -126,7 +84,7 @@ fn a_wasm_tool_is_called_not_execd() {
 
 #[test]
 fn add_refuses_what_is_no_tool_and_keeps_nothing_of_it() {
-    let env = Env::new();
+    let env = cli_env();
     let store = env.dir.path().join("home/store");
     let cases: [(&str, &[u8], &str); 3] = [
         ("text.wasm", b"not WebAssembly at all", "magic bytes"),
@@ -153,7 +111,7 @@ fn add_refuses_what_is_no_tool_and_keeps_nothing_of_it() {
 
 #[test]
 fn a_broken_policy_is_named_once_with_its_line() {
-    let env = Env::new();
+    let env = cli_env();
     std::fs::write(
         env.toolbox().join("x.toml"),
         "[executor]\nkind = \"host\"\nname = \"x\"\nargv = [\"/bin/true\"]\nbogus = 1\n",
@@ -176,7 +134,7 @@ fn warden_sha(path: &Path) -> String {
 
 #[test]
 fn a_rebuilt_component_needs_a_new_pin() {
-    let env = Env::new();
+    let env = cli_env();
     let component = env.dir.path().join("calc.wasm");
     std::fs::copy(wasm("trivial"), &component).unwrap();
     env.ok(&["add", path_str(&component)]);
@@ -195,7 +153,7 @@ fn a_rebuilt_component_needs_a_new_pin() {
 
 #[test]
 fn a_second_process_loads_compiled_code_instead_of_compiling() {
-    let env = Env::new();
+    let env = cli_env();
     env.ok(&["add", path_str(&wasm("trivial"))]);
     // `add` compiled it once to check it; every later process must only load it.
     for _ in 0..2 {
@@ -212,7 +170,7 @@ fn a_second_process_loads_compiled_code_instead_of_compiling() {
 
 #[test]
 fn audit_shows_grants_limits_and_flags() {
-    let env = Env::new();
+    let env = cli_env();
     let ws = env.dir.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
     std::fs::write(
@@ -264,7 +222,7 @@ fn audit_shows_grants_limits_and_flags() {
 
 #[test]
 fn audit_shows_network_grants_and_flags_wide_ones() {
-    let env = Env::new();
+    let env = cli_env();
     std::fs::write(
         env.toolbox().join("netprobe.toml"),
         format!(
@@ -314,7 +272,7 @@ fn audit_shows_network_grants_and_flags_wide_ones() {
 /// is refused at load otherwise).
 #[test]
 fn audit_shows_a_shell_tools_hosts_like_a_wasm_tools() {
-    let env = Env::new();
+    let env = cli_env();
     const NET: &str = r#"net = ["*", "10.0.0.0/8", "api.test:443"]"#;
     let shell = |kind: &str, extra: &str, grants: &str| {
         format!(
@@ -416,7 +374,7 @@ fn resolve_pins_a_name_for_tools_http() {
             );
         }
     });
-    let env = Env::new();
+    let env = cli_env();
     std::fs::write(
         env.toolbox().join("netprobe.toml"),
         format!(
@@ -442,7 +400,7 @@ fn resolve_pins_a_name_for_tools_http() {
 
 #[test]
 fn run_answers_a_model_turn_in_order_in_either_format() {
-    let env = Env::new();
+    let env = cli_env();
     env.ok(&["add", path_str(&wasm("trivial"))]);
     let turn = r#"{"role": "assistant", "content": null, "tool_calls": [
         {"id": "x1", "type": "function", "function": {"name": "add", "arguments": "{\"a\": 1, \"b\": 2}"}},
@@ -500,7 +458,7 @@ fn run_answers_a_model_turn_in_order_in_either_format() {
 
 #[test]
 fn a_tool_needing_review_is_rejected_without_a_terminal() {
-    let env = Env::new();
+    let env = cli_env();
     env.ok(&["add", path_str(&wasm("trivial"))]);
     let policy = env.toolbox().join("trivial.toml");
     let text = std::fs::read_to_string(&policy).unwrap();
@@ -515,7 +473,7 @@ fn a_tool_needing_review_is_rejected_without_a_terminal() {
 /// answering as it says.
 #[test]
 fn the_demo_takes_its_tour() {
-    let env = Env::new();
+    let env = cli_env();
     let out = env.warden(&["demo"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -544,7 +502,7 @@ fn the_demo_takes_its_tour() {
 /// --root naming one) instead of building nothing or guessing a path.
 #[test]
 fn the_demo_outside_a_checkout_says_what_it_needs() {
-    let env = Env::new();
+    let env = cli_env();
     let elsewhere = tempfile::tempdir().unwrap();
     let demo = |args: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_warden"))
@@ -590,7 +548,7 @@ fn the_demo_outside_a_checkout_says_what_it_needs() {
 /// digest, described at the head of each file (once per process writing it), not per call.
 #[test]
 fn the_call_log_rotates_and_stays_compact() {
-    let env = Env::new();
+    let env = cli_env();
     env.ok(&["add", path_str(&wasm("trivial"))]);
     let batch: Vec<Value> = (0..40)
         .map(|i| serde_json::json!({"id": format!("c{i}"), "name": "add", "arguments": {"a": i, "b": 1}}))
@@ -646,7 +604,7 @@ fn the_call_log_rotates_and_stays_compact() {
 
 #[test]
 fn a_trap_carries_the_guest_backtrace_and_never_warden_s_whatever_rust_backtrace_says() {
-    let env = Env::new();
+    let env = cli_env();
     std::fs::write(
         env.toolbox().join("hostile.toml"),
         format!(
@@ -679,7 +637,7 @@ fn a_trap_carries_the_guest_backtrace_and_never_warden_s_whatever_rust_backtrace
 #[test]
 fn audit_usage_names_hosts_no_call_reached() {
     let port = warden_test_support::servers::HttpServer::start().port;
-    let env = Env::new();
+    let env = cli_env();
     let missing = env.warden(&["audit", "--usage"]);
     assert_eq!(missing.status.code(), Some(2));
     let said = String::from_utf8_lossy(&missing.stderr);
@@ -753,7 +711,7 @@ fn audit_usage_names_hosts_no_call_reached() {
 fn serve_stopped_by_sigterm_keeps_every_answered_call_in_the_log() {
     use std::io::{BufRead, BufReader, Write};
     use std::process::Stdio;
-    let env = Env::new();
+    let env = cli_env();
     env.ok(&["add", path_str(&wasm("trivial"))]);
     let mut serve = Command::new(env!("CARGO_BIN_EXE_warden"))
         .arg("serve")
@@ -817,7 +775,7 @@ fn obeyed(c: char) -> bool {
 /// its JSON keeps them, as inert `\u` escapes.
 #[test]
 fn model_chosen_names_are_printed_escaped() {
-    let env = Env::new();
+    let env = cli_env();
     let erase = "erase\x1b[2K\x1b[1A\r\x1b[2Kforged                        999";
     let title = "title\x1b]0;pwned\x07\u{9b}2J\u{202e}txt\x7f";
     let split = "split\nforged                        999";
@@ -870,7 +828,7 @@ fn model_chosen_names_are_printed_escaped() {
 /// the policy's values escaped.
 #[test]
 fn tool_descriptions_and_policy_values_are_printed_escaped() {
-    let env = Env::new();
+    let env = cli_env();
     std::fs::write(
         env.toolbox().join("t.toml"),
         "[executor]\nkind = \"host\"\nname = \"t\"\nargv = [\"/bin/true\"]\n\

@@ -2,65 +2,16 @@
 //! (guest-sdk/go, built from source by scripts/build-polyglot) and of modules written here in
 //! the text format, then `warden call`, `warden run`, `warden audit` and `warden pin`.
 
+use crate::common::toolbox::{Env, json, path_str};
 use crate::common::{polyglot, root};
 
-use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::PathBuf;
 
-/// A temp toolbox and home; every command runs against them.
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Self {
-        let env = Self {
-            dir: tempfile::tempdir().unwrap(),
-        };
-        std::fs::create_dir(env.toolbox()).unwrap();
-        env
-    }
-
-    fn toolbox(&self) -> PathBuf {
-        self.dir.path().join("policies")
-    }
-
-    fn warden(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_warden"))
-            .args(args)
-            .env("WARDEN_TOOLBOX", self.toolbox())
-            .env("WARDEN_HOME", self.dir.path().join("home"))
-            .env_remove("WARDEN_CACHE")
-            .output()
-            .expect("warden runs")
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.warden(args);
-        assert!(
-            out.status.success(),
-            "warden {args:?} failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    /// A WASI 0.1 command written as text, as a binary module in the temp folder.
-    fn module(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.dir.path().join(format!("{name}.wasm"));
-        std::fs::write(&path, wat::parse_str(text).unwrap()).unwrap();
-        path
-    }
-}
-
-fn json(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
-}
-
-fn path_str(p: &Path) -> &str {
-    p.to_str().unwrap()
+/// A WASI 0.1 command written as text, as a binary module in `env`'s temp folder.
+fn text_module(env: &Env, name: &str, text: &str) -> PathBuf {
+    let path = env.dir.path().join(format!("{name}.wasm"));
+    std::fs::write(&path, wat::parse_str(text).unwrap()).unwrap();
+    path
 }
 
 /// A command that writes `text` (no quotes or backslashes) to stdout and exits with `code`.
@@ -163,7 +114,8 @@ fn the_go_tool_is_added_pinned_and_answers_through_call_and_run() {
 #[test]
 fn add_refuses_a_module_importing_an_unknown_function_naming_it_and_keeps_nothing() {
     let env = Env::new();
-    let module = env.module(
+    let module = text_module(
+        &env,
         "spawner",
         r#"(module
              (import "wasi" "thread-spawn" (func (param i32) (result i32)))
@@ -186,7 +138,7 @@ fn add_refuses_a_module_importing_an_unknown_function_naming_it_and_keeps_nothin
 #[test]
 fn net_grants_on_a_module_are_refused_at_load_naming_the_line() {
     let env = Env::new();
-    let module = env.module("hello", &command("hello", 0));
+    let module = text_module(&env, "hello", &command("hello", 0));
     env.ok(&["add", path_str(&module)]);
     let policy = env.toolbox().join("hello.toml");
     let text = std::fs::read_to_string(&policy).unwrap();
@@ -212,11 +164,11 @@ fn net_grants_on_a_module_are_refused_at_load_naming_the_line() {
 fn a_rebuilt_module_needs_a_new_pin_and_its_exit_code_reaches_the_caller() {
     let env = Env::new();
     let module = env.dir.path().join("greet.wasm");
-    std::fs::copy(env.module("first", &command("hello", 0)), &module).unwrap();
+    std::fs::copy(text_module(&env, "first", &command("hello", 0)), &module).unwrap();
     env.ok(&["add", path_str(&module)]);
     assert_eq!(json(&env.ok(&["call", "greet", "{}"]))["content"], "hello");
 
-    std::fs::copy(env.module("second", &command("bye", 3)), &module).unwrap();
+    std::fs::copy(text_module(&env, "second", &command("bye", 3)), &module).unwrap();
     let out = env.warden(&["tools"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
