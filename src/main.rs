@@ -29,9 +29,13 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 use warden::Warden;
 use warden_core::shown::{Escaped, escape_json};
 use warden_core::{RunLimits, Status, ToolCall, ToolMessage};
+use warden_telemetry::Telemetry;
 
 #[derive(Parser)]
 #[command(
@@ -84,6 +88,11 @@ struct Cli {
     /// private PKI. Never trusted by sandboxes, and never warden's own sandbox CAs.
     #[arg(long, global = true, env = "WARDEN_UPSTREAM_ROOTS", value_name = "PEM")]
     upstream_roots: Option<PathBuf>,
+    /// Export traces and metrics over OTLP (HTTP/protobuf) to this base URL, as
+    /// OTEL_EXPORTER_OTLP_ENDPOINT does (for example http://127.0.0.1:4318). Off by default;
+    /// the other OTEL_* variables apply (docs/telemetry.md).
+    #[arg(long, global = true, value_name = "URL")]
+    otlp_endpoint: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -203,21 +212,43 @@ impl Format {
 fn main() -> ExitCode {
     // Before anything else, while this process has one thread: the helper forks.
     warden::run_host_helper_if_asked();
-    tracing_subscriber::fmt()
-        .with_env_filter(
+    let cli = Cli::parse();
+    // Before any async runtime: the exporters' HTTP client blocks on threads of its own.
+    let telemetry = match telemetry(cli.otlp_endpoint.as_deref()) {
+        Ok(telemetry) => telemetry,
+        Err(e) => return failed(&e.into()),
+    };
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
+        );
+    tracing_subscriber::registry()
+        .with(logs)
+        .with(telemetry.as_ref().map(Telemetry::layer))
         .init();
-    match run(Cli::parse()) {
-        Ok(code) => code,
-        Err(e) => {
-            // An error can quote what a model or a file chose (a tool's name, a path).
-            eprintln!("error: {}", Escaped(format_args!("{e:#}")));
-            ExitCode::from(2)
-        }
+    let code = run(cli);
+    // Whatever the command did, what is queued goes out (within a bounded time).
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
     }
+    code.unwrap_or_else(|e| failed(&e))
+}
+
+fn failed(e: &anyhow::Error) -> ExitCode {
+    // An error can quote what a model or a file chose (a tool's name, a path).
+    eprintln!("error: {}", Escaped(format_args!("{e:#}")));
+    ExitCode::from(2)
+}
+
+/// OTLP export, when `--otlp-endpoint` or the `OTEL_*` variables ask for it.
+fn telemetry(endpoint: Option<&str>) -> Result<Option<Telemetry>, warden_telemetry::Error> {
+    let Some(config) = warden_telemetry::Config::new(endpoint)? else {
+        return Ok(None);
+    };
+    warden_core::capture_content(config.capture_content);
+    Telemetry::start(&config).map(Some)
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {

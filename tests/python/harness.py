@@ -42,6 +42,8 @@ class Toolbox:
         self.dir.mkdir()
         self.home = root / "home"
         self.stderr = root / "stderr.log"
+        # More variables for warden's processes (OTEL_*, a credential's value).
+        self.extra_env: dict[str, str] = {}
 
     def policy(self, file: str, fixture: str, rest: str = "", top: str = "") -> Path:
         """Writes a policy running `fixture`; `top` goes before [executor] (a prefix), `rest`
@@ -60,6 +62,7 @@ class Toolbox:
             "WARDEN_HOME": str(self.home),
             "WARDEN_CACHE": str(CACHE),
             "RUST_LOG": os.environ.get("RUST_LOG", "warn"),
+            **self.extra_env,
         }
 
     def call_log(self) -> str:

@@ -1,9 +1,11 @@
 //! A Chat Completions client for any OpenAI-compatible endpoint, retrying what is transient.
 
 use crate::retry::{RetryPolicy, retry_after};
+use crate::trace;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
+use tracing::Instrument as _;
 use warden_core::{ToolCall, ToolSpec};
 
 /// Where the model is and how to talk to it; the OpenAI SDKs' settings.
@@ -97,6 +99,8 @@ pub struct ChatClient {
     config: ChatConfig,
     http: reqwest::Client,
     url: String,
+    /// The URL read, for the spans' server address (an unreadable one fails when sent).
+    parsed: Option<reqwest::Url>,
 }
 
 impl ChatClient {
@@ -108,7 +112,13 @@ impl ChatClient {
             .build()
             .map_err(|e| ChatError::Setup(format!("cannot build the HTTP client: {e}")))?;
         let url = format!("{}/chat/completions", config.base_url.trim_end_matches('/'));
-        Ok(Self { config, http, url })
+        let parsed = reqwest::Url::parse(&url).ok();
+        Ok(Self {
+            config,
+            http,
+            url,
+            parsed,
+        })
     }
 
     /// The settings it was made with.
@@ -135,7 +145,14 @@ impl ChatClient {
         loop {
             number += 1;
             let start = Instant::now();
-            let (status, message, asked) = match self.send(&body).await {
+            let span = trace::chat_span(&self.config.model, self.parsed.as_ref(), number);
+            let sent = self.send(&body).instrument(span.clone()).await;
+            match &sent {
+                Ok(reply) => trace::replied(&span, reply),
+                Err(Failure::Fatal(e)) => trace::failed(&span, status_of(e), Some(e)),
+                Err(Failure::Transient { status, .. }) => trace::failed(&span, *status, None),
+            }
+            let (status, message, asked) = match sent {
                 Ok(reply) => {
                     on_attempt(&Attempt {
                         number,

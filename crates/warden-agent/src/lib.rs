@@ -12,6 +12,7 @@ mod retry;
 mod review;
 mod run;
 mod session;
+mod trace;
 mod transcript;
 
 pub use client::{AssistantTurn, Attempt, ChatClient, ChatConfig, ChatError};

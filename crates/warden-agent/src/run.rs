@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+use tracing::Instrument as _;
 use warden_core::Dispatcher;
 
 /// How this process carries a run on: the model, the limits, the reviewer.
@@ -214,7 +215,9 @@ impl Run {
             steps: done.steps,
             model_calls: done.model_calls,
         };
-        let (reason, answer) = session.drive(open).await?;
+        let span = crate::trace::run_span(&session.client.config().model);
+        let (reason, answer) = session.drive(open).instrument(span.clone()).await?;
+        crate::trace::stopped(&span, &reason);
         let totals = session.totals();
         self.transcript.write(Event::Stop {
             reason: reason.clone(),

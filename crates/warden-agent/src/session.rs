@@ -6,11 +6,13 @@ use crate::error::AgentError;
 use crate::limits::{Limits, StopReason, Totals};
 use crate::replay::OpenTurn;
 use crate::review::{Ledger, full_message};
+use crate::trace;
 use crate::transcript::{Event, Transcript};
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tracing::Instrument as _;
 use warden_core::millis;
 use warden_core::{Dispatcher, ErrorKind, RunLimitHit, ToolCall, ToolError, ToolMessage};
 
@@ -63,14 +65,16 @@ impl Session {
             let Some(time_left) = self.time_left() else {
                 return Ok((self.out_of_time(), None));
             };
-            let turn = match self.ask_model(calls_left, time_left).await? {
+            let step = trace::step_span(self.steps + 1);
+            let asked = self.ask_model(calls_left, time_left);
+            let turn = match asked.instrument(step.clone()).await? {
                 Ok(turn) => turn,
                 Err(stop) => return Ok((stop, None)),
             };
             if turn.tool_calls.is_empty() {
                 return Ok((StopReason::Answered, Some(turn.content.unwrap_or_default())));
             }
-            if let Some(stop) = self.run_turn(turn.tool_calls).await? {
+            if let Some(stop) = self.run_turn(turn.tool_calls).instrument(step).await? {
                 return Ok((stop, None));
             }
         }

@@ -124,6 +124,13 @@ pub struct CallRecord<'a> {
     /// there were any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub roots_opened_count: Option<u64>,
+    /// The hosts the gate set a credential for in the call's requests, each once: the first
+    /// [`Denials::KEPT`] of them. The credential itself is never written.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub credentials_used: &'a [String],
+    /// Every request that carried a credential, counted, when there were any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credentials_used_count: Option<u64>,
     /// The executor kind, when the tool exists.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub executor: Option<&'a str>,
@@ -381,6 +388,8 @@ mod tests {
             reached_count: None,
             roots_opened: &[],
             roots_opened_count: None,
+            credentials_used: &[],
+            credentials_used_count: None,
             executor: policy.map(|p| p.executor.as_str()),
             policy_digest: policy.map(|p| p.policy_digest.as_str()),
             message: message.error.as_ref().map(|e| e.message.as_str()),

@@ -20,8 +20,13 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
+use tracing::Instrument as _;
 
 mod exec;
+mod span;
+
+use span::{Answer, CallSpan};
+pub use span::{METRICS_TARGET, capture_content};
 
 /// Attempts of an idempotent call that keeps failing transiently.
 const MAX_ATTEMPTS: u32 = 3;
@@ -158,23 +163,31 @@ impl Dispatcher {
     /// Runs one call, in the caller's task: handing a lone call to another worker thread and
     /// back costs more than the sandbox itself. A panic is still caught and answered.
     pub async fn call(&self, call: ToolCall) -> ToolMessage {
+        let span = CallSpan::new(&call, None);
+        let traced = span.span().clone();
+        self.call_in(&call, &span).instrument(traced).await
+    }
+
+    async fn call_in(&self, call: &ToolCall, span: &CallSpan) -> ToolMessage {
         let start = Instant::now();
-        let (tool, arguments) = match self.admit_call(&call).and_then(|tool| {
+        let (tool, arguments) = match self.admit_call(call).and_then(|tool| {
             parse_arguments(&call.arguments)
                 .map(|a| (tool, a))
                 .map_err(|e| (Some(tool), e))
         }) {
             Ok(checked) => checked,
-            Err((tool, error)) => return self.answer_early(&call, tool, error, start.elapsed()),
+            Err((tool, error)) => {
+                return self.answer_early(span, call, tool, error, start.elapsed());
+            }
         };
-        match AssertUnwindSafe(self.run(&call, tool, arguments))
+        match AssertUnwindSafe(self.run(span, call, tool, arguments))
             .catch_unwind()
             .await
         {
             Ok(message) => message,
             Err(_) => {
                 tracing::error!(call = %call.id, "the executor panicked");
-                self.answer_early(&call, Some(tool), panicked(), start.elapsed())
+                self.answer_early(span, call, Some(tool), panicked(), start.elapsed())
             }
         }
     }
@@ -182,17 +195,28 @@ impl Dispatcher {
     /// Runs a batch concurrently and answers in the order of `calls`, whatever happens to each.
     /// Dropping the future cancels every call still running and frees its sandbox.
     pub async fn dispatch(&self, calls: Vec<ToolCall>) -> Vec<ToolMessage> {
+        let batch = span::batch_span(calls.len());
+        let traced = batch.clone();
+        let answers = self.dispatch_in(calls, &batch).instrument(traced).await;
+        let failed = answers.iter().filter(|m| m.status == Status::Error);
+        batch.record("warden.batch.failed", failed.count() as i64);
+        answers
+    }
+
+    async fn dispatch_in(&self, calls: Vec<ToolCall>, batch: &tracing::Span) -> Vec<ToolMessage> {
         let start = Instant::now();
         let mut answers: Vec<Option<ToolMessage>> = vec![None; calls.len()];
         let mut seen = HashSet::new();
         let mut set = JoinSet::new();
         let mut index_of = HashMap::new();
         for (i, call) in calls.iter().enumerate() {
+            let span = CallSpan::new(call, Some(batch));
             if !seen.insert(call.id.as_str()) {
                 // Logged but not told to the observer: it knows calls by id, and this id is
                 // the earlier call's, which may still be running.
                 let tool = self.toolbox.get(&call.name);
                 answers[i] = Some(self.log_early(
+                    &span,
                     call,
                     tool,
                     ToolError::reused_id(&call.id),
@@ -201,14 +225,15 @@ impl Dispatcher {
                 continue;
             }
             if let Err((tool, error)) = self.admit_call(call) {
-                answers[i] = Some(self.answer_early(call, tool, error, start.elapsed()));
+                answers[i] = Some(self.answer_early(&span, call, tool, error, start.elapsed()));
                 continue;
             }
             let this = self.clone();
             let call = call.clone();
             // Arguments are parsed in the call's own task, so a batch's parsing spreads over
             // the runtime's threads like the rest of its work.
-            let handle = set.spawn(async move {
+            let traced = span.span().clone();
+            let task = async move {
                 let checked = this
                     .tool_for(&call)
                     .map_err(|e| (None, e))
@@ -218,10 +243,13 @@ impl Dispatcher {
                             .map_err(|e| (Some(tool), e))
                     });
                 match checked {
-                    Ok((tool, arguments)) => this.run(&call, tool, arguments).await,
-                    Err((tool, error)) => this.answer_early(&call, tool, error, start.elapsed()),
+                    Ok((tool, arguments)) => this.run(&span, &call, tool, arguments).await,
+                    Err((tool, error)) => {
+                        this.answer_early(&span, &call, tool, error, start.elapsed())
+                    }
                 }
-            });
+            };
+            let handle = set.spawn(task.instrument(traced));
             index_of.insert(handle.id(), i);
         }
         let mut failed: Option<usize> = answers
@@ -247,10 +275,10 @@ impl Dispatcher {
                     let call = &calls[i];
                     tracing::error!(call = %call.id, "the executor panicked: {e}");
                     let tool = self.toolbox.get(&call.name);
-                    (
-                        i,
-                        self.answer_early(call, tool, panicked(), start.elapsed()),
-                    )
+                    // The call's span ended with the task, saying it failed.
+                    let none = CallSpan::none();
+                    let took = start.elapsed();
+                    (i, self.answer_early(&none, call, tool, panicked(), took))
                 }
             };
             if message.status == Status::Error && failed.is_none() {
@@ -277,7 +305,9 @@ impl Dispatcher {
                         ),
                         _ => ToolError::new(ErrorKind::Internal, "no answer was produced"),
                     };
-                    self.answer_early(call, self.toolbox.get(&call.name), error, took)
+                    // An aborted task's span ended with it.
+                    let tool = self.toolbox.get(&call.name);
+                    self.answer_early(&CallSpan::none(), call, tool, error, took)
                 })
             })
             .collect()
@@ -293,7 +323,9 @@ impl Dispatcher {
         error: ToolError,
         took: Duration,
     ) -> ToolMessage {
-        self.answer_early(call, self.toolbox.get(&call.name), error, took)
+        // The call's span ended with its future, saying it was cancelled.
+        let tool = self.toolbox.get(&call.name);
+        self.answer_early(&CallSpan::none(), call, tool, error, took)
     }
 
     /// The checks before a call may run, in this order: its tool exists, and the run's
@@ -314,12 +346,13 @@ impl Dispatcher {
     /// panicked, cancelled. Logged and told to the observer like any other answer.
     fn answer_early(
         &self,
+        span: &CallSpan,
         call: &ToolCall,
         tool: Option<&Tool>,
         error: ToolError,
         took: Duration,
     ) -> ToolMessage {
-        let message = self.log_early(call, tool, error, took);
+        let message = self.log_early(span, call, tool, error, took);
         self.tell_answered(&message);
         message
     }
@@ -327,6 +360,7 @@ impl Dispatcher {
     /// The early path's message, redacted and logged (the observer is not told).
     fn log_early(
         &self,
+        span: &CallSpan,
         call: &ToolCall,
         tool: Option<&Tool>,
         error: ToolError,
@@ -340,12 +374,18 @@ impl Dispatcher {
             took,
             ..Facts::default()
         };
-        self.write_log(call, tool, &secrets, &message, &facts);
+        self.write_log(span, call, tool, &secrets, &message, &facts);
         message
     }
 
     /// The normal path: review, admission, the executor under its deadline, retries.
-    async fn run(&self, call: &ToolCall, tool: &Tool, arguments: Value) -> ToolMessage {
+    async fn run(
+        &self,
+        span: &CallSpan,
+        call: &ToolCall,
+        tool: &Tool,
+        arguments: Value,
+    ) -> ToolMessage {
         let secrets = secrets_of(tool);
         let start = Instant::now();
         let denials = Denials::default();
@@ -362,6 +402,8 @@ impl Dispatcher {
         attach_exercised(&mut message, "reached", &reached);
         let roots_opened = meter.roots_opened();
         attach_exercised(&mut message, "roots_opened", &roots_opened);
+        let credentials = meter.credentials_used();
+        attach_exercised(&mut message, "credentials_used", &credentials);
         let took = start.elapsed();
         attach_usage(&mut message, took, usage, fuel);
         redact_message(&secrets, &mut message);
@@ -373,9 +415,10 @@ impl Dispatcher {
             usage,
             reached,
             roots_opened,
+            credentials,
             exec: None,
         };
-        self.write_log(call, Some(tool), &secrets, &message, &facts);
+        self.write_log(span, call, Some(tool), &secrets, &message, &facts);
         self.tell_answered(&message);
         message
     }
@@ -528,6 +571,7 @@ impl Dispatcher {
 
     fn write_log(
         &self,
+        span: &CallSpan,
         call: &ToolCall,
         tool: Option<&Tool>,
         secrets: &Secrets,
@@ -535,6 +579,14 @@ impl Dispatcher {
         facts: &Facts,
     ) {
         self.run.spend(m.status == Status::Error, &facts.usage);
+        span.answered(Answer {
+            call,
+            tool,
+            secrets,
+            message: m,
+            facts,
+            session: self.session.id.get(),
+        });
         let Some(log) = &self.log else {
             return;
         };
@@ -566,6 +618,8 @@ impl Dispatcher {
             reached_count: counted(&facts.reached),
             roots_opened: &facts.roots_opened.kept,
             roots_opened_count: counted(&facts.roots_opened),
+            credentials_used: &facts.credentials.kept,
+            credentials_used_count: counted(&facts.credentials),
             executor: tool.map(|t| t.facts.executor.as_str()),
             policy_digest: tool.map(|t| t.facts.policy_digest.as_str()),
             message: m.error.as_ref().map(|e| e.message.as_str()),
@@ -612,6 +666,8 @@ struct Facts {
     usage: Usage,
     reached: Sample<Reached>,
     roots_opened: Sample<String>,
+    /// The hosts whose credentials the gate set in the call's requests.
+    credentials: Sample<String>,
     /// A program's (`warden exec`), not a call's.
     exec: Option<ExecFacts>,
 }

@@ -82,6 +82,7 @@ pub struct Meter {
     usage: Arc<Mutex<Usage>>,
     reached: Arc<Mutex<Sample<Reached>>>,
     roots: Arc<Mutex<Sample<String>>>,
+    credentials: Arc<Mutex<Sample<String>>>,
 }
 
 impl Meter {
@@ -92,6 +93,7 @@ impl Meter {
             usage: Arc::default(),
             reached: self.reached.clone(),
             roots: self.roots.clone(),
+            credentials: self.credentials.clone(),
         }
     }
 
@@ -149,6 +151,35 @@ impl Meter {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .count_distinct(root);
+    }
+
+    /// A request to `host` that the gate set a credential in: the host kept once (the first
+    /// [`Denials::KEPT`] distinct ones), every use counted. Never the credential itself.
+    pub fn use_credential(&self, host: &str) {
+        self.credentials
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .count_distinct(host);
+    }
+
+    /// Credential uses elsewhere (through a gate), with the count of every use.
+    pub fn use_credentials(&self, used: &Sample<String>) {
+        let mut list = self
+            .credentials
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for host in &used.kept {
+            list.keep_distinct(host);
+        }
+        list.total += used.total;
+    }
+
+    /// The hosts whose credentials were used so far, and the count of every use.
+    pub fn credentials_used(&self) -> Sample<String> {
+        self.credentials
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// The roots opened so far, and the count of every use.
@@ -240,7 +271,8 @@ impl Denials {
     pub const KEPT: usize = 100;
 
     pub fn push(&self, denial: Denial) {
-        tracing::info!(destination = %denial.destination, "denied: {}", denial.reason);
+        // Debug, not info: the call's span reports its refusals, redacted, once it is answered.
+        tracing::debug!(destination = %denial.destination, "denied: {}", denial.reason);
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -111,6 +111,11 @@ impl Answered {
         Self { message, wrapped }
     }
 
+    /// The answer is an error result (`isError`): the call failed, or its result was cut.
+    pub(crate) fn is_error(&self) -> bool {
+        self.view().error.is_some()
+    }
+
     fn view(&self) -> View<'_> {
         let m = &self.message;
         let usage = match &m.error {

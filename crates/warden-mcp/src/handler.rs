@@ -3,6 +3,7 @@
 use crate::convert::Answered;
 use crate::session::{SESSION_ID_HEADER, Session};
 use crate::state::Shared;
+use crate::trace::{self, Incoming};
 use rmcp::Peer;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, InitializeResult,
@@ -13,6 +14,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Instant;
+use tracing::Instrument as _;
 use warden_core::{ErrorKind, ToolCall, ToolError};
 
 const INSTRUCTIONS: &str = "Each tool runs in its own sandbox with only the files and \
@@ -112,8 +114,9 @@ impl ServerHandler for Handler {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        let _span = request_span("tools/list", None, &context).entered();
         let snapshot = self.shared.snapshot();
         Ok(ListToolsResult::with_all_items(snapshot.tools.clone()))
     }
@@ -128,12 +131,22 @@ impl ServerHandler for Handler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        match self
+        let span = request_span("tools/call", Some(&request.name), &context);
+        let answered = self
             .call(request, Some(&context.peer), context.ct.cancelled())
-            .await
-        {
-            Some(result) => Ok(result.into()),
-            None => Err(ErrorData::internal_error("the call was cancelled", None)),
+            .instrument(span.clone())
+            .await;
+        match answered {
+            Some(result) => {
+                if result.is_error == Some(true) {
+                    trace::failed(&span, "tool_error");
+                }
+                Ok(result.into())
+            }
+            None => {
+                trace::failed(&span, "cancelled");
+                Err(ErrorData::internal_error("the call was cancelled", None))
+            }
         }
     }
 
@@ -150,6 +163,25 @@ impl ServerHandler for Handler {
         }
         self.shared.add_peer(context.peer);
     }
+}
+
+/// The span of a request rmcp hands warden.
+fn request_span(
+    method: &'static str,
+    tool: Option<&str>,
+    context: &RequestContext<RoleServer>,
+) -> tracing::Span {
+    let head = context.extensions.get::<http::request::Parts>();
+    trace::request_span(&Incoming {
+        method,
+        tool,
+        id: &context.id,
+        session: head
+            .and_then(|h| h.headers.get(SESSION_ID_HEADER))
+            .and_then(|id| id.to_str().ok()),
+        http: head.is_some(),
+        meta: Some(&context.meta.0.0),
+    })
 }
 
 /// A call the client cancelled. `unavailable`, as for the calls of a batch that fail_fast

@@ -15,6 +15,7 @@ mod review;
 mod session;
 mod state;
 mod stdio;
+mod trace;
 mod watch;
 
 pub use http::{ConnectionLimits, HttpOptions, HttpServer, generate_token};

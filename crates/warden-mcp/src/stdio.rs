@@ -21,6 +21,7 @@
 use crate::convert::Answered;
 use crate::handler::Handler;
 use crate::state::Server;
+use crate::trace::{self, Incoming};
 use crate::{Error, watch};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -46,6 +47,7 @@ use tokio::sync::{Mutex, Notify, mpsc};
 use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
+use tracing::Instrument as _;
 use warden_core::after_answer::Deferred;
 
 /// The longest message read; a longer line is refused and skipped.
@@ -194,28 +196,43 @@ impl Direct {
         let token = CancellationToken::new();
         let id = call.id;
         let name = call.params.name.into_owned();
+        let span = trace::request_span(&Incoming {
+            method: "tools/call",
+            tool: Some(&name),
+            id: &id,
+            session: None,
+            http: false,
+            meta: None,
+        });
         let arguments = call.params.arguments.map_or("{}", RawValue::get).to_owned();
         let (handler, out, cancelled) = (self.handler.clone(), out.clone(), token.clone());
         let answering_id = id.clone();
-        let mut answer = Box::pin(async move {
-            let (answered, deferred) = warden_core::after_answer::answering(handler.call_text(
-                name,
-                arguments,
-                None,
-                cancelled.cancelled(),
-            ))
-            .await;
-            if let Some(answered) = answered {
-                let written = match legacy_response(&answered, &answering_id) {
-                    Ok(line) => write_line(&out, line).await,
-                    Err(e) => Err(io::Error::other(e)),
-                };
-                if let Err(e) = written {
-                    tracing::error!("cannot answer call {answering_id}: {e}");
+        let traced = span.clone();
+        let mut answer =
+            Box::pin(
+                async move {
+                    let (answered, deferred) = warden_core::after_answer::answering(
+                        handler.call_text(name, arguments, None, cancelled.cancelled()),
+                    )
+                    .await;
+                    match &answered {
+                        Some(a) if a.is_error() => trace::failed(&span, "tool_error"),
+                        Some(_) => {}
+                        None => trace::failed(&span, "cancelled"),
+                    }
+                    if let Some(answered) = answered {
+                        let written = match legacy_response(&answered, &answering_id) {
+                            Ok(line) => write_line(&out, line).await,
+                            Err(e) => Err(io::Error::other(e)),
+                        };
+                        if let Err(e) = written {
+                            tracing::error!("cannot answer call {answering_id}: {e}");
+                        }
+                    }
+                    deferred
                 }
-            }
-            deferred
-        });
+                .instrument(traced),
+            );
         let first = std::future::poll_fn(|cx| Poll::Ready(answer.as_mut().poll(cx))).await;
         match first {
             // The call is over: its sandbox ends, and its function's next one is prepared.

@@ -85,6 +85,8 @@ pub struct Traffic {
     /// The destinations let through, each once (the first [`Denials::KEPT`]), and every
     /// connection let through to its destination, counted.
     pub reached: Sample<Reached>,
+    /// The hosts the gate set a credential for, each once, and every request it set one in.
+    pub credentials: Sample<String>,
 }
 
 impl Traffic {
@@ -96,6 +98,7 @@ impl Traffic {
             u.net_connections = Some(u.net_connections.unwrap_or(0) + self.connections);
         });
         meter.reach_all(&self.reached);
+        meter.use_credentials(&self.credentials);
     }
 }
 
@@ -124,7 +127,7 @@ struct Counts {
     connections: AtomicU64,
     up: AtomicU64,
     down: AtomicU64,
-    /// The destinations let through, kept as a call's are.
+    /// The destinations let through and the credentials set, kept as a call's are.
     reached: Meter,
 }
 
@@ -189,6 +192,7 @@ impl Counts {
             bytes_up: self.up.load(Ordering::Relaxed),
             bytes_down: self.down.load(Ordering::Relaxed),
             reached: self.reached.reached(),
+            credentials: self.reached.credentials_used(),
         }
     }
 }
@@ -421,6 +425,7 @@ impl Connection {
     /// Sets `host`'s credentials in `request`, and asks for a body the gate can scan.
     fn credential(&self, host: &str, request: &mut Request) {
         self.credentials.apply(host, &mut request.headers);
+        self.counts.reached.use_credential(host);
         request
             .headers
             .retain(|(name, _)| !name.eq_ignore_ascii_case("accept-encoding"));

@@ -82,6 +82,9 @@ async fn send(
             DialError::Io(e) => Error::Connect(e),
         })?;
     gate.reached(destination, stream.peer_addr().ok());
+    if gate.credentials().covers(&host) {
+        gate.credential_used(&host);
+    }
     let io: Box<dyn Stream> = if tls {
         Box::new(tls_connect(gate.gate().egress().tls(), &host, stream, connect_wait).await?)
     } else {

@@ -124,6 +124,13 @@ impl NetGate {
         }
     }
 
+    /// A request to `host` that carries the host's credential.
+    pub(crate) fn credential_used(&self, host: &str) {
+        if let Some(call) = self.serving() {
+            call.meter.use_credential(host);
+        }
+    }
+
     /// Applies the socket grants to a WASI context: TCP and UDP only to granted addresses,
     /// name lookups only when the policy turns them on.
     pub(crate) fn configure_sockets(&self, b: &mut WasiCtxBuilder) {

@@ -351,6 +351,16 @@ async fn a_placeholder_never_becomes_the_value() {
     assert_eq!(kind(&api), "success", "{api:?}");
     let other = http(&d, &format!("http://other.test:{}/b", web.port), sent).await;
     assert_eq!(kind(&other), "success", "{other:?}");
+    // The answer names the host whose credential went out (never the value); the other
+    // host's request carried none.
+    let artifact = api.artifact.as_ref().expect("a success has an artifact");
+    assert_eq!(artifact["credentials_used"], json!(["api.test"]));
+    assert_eq!(artifact["credentials_used_count"], 1);
+    let other_artifact = other.artifact.as_ref().expect("a success has an artifact");
+    assert!(
+        other_artifact.get("credentials_used").is_none(),
+        "{other:?}"
+    );
     let heads = web.heads();
     let header = |head: &str, name: &str| {
         head.lines()

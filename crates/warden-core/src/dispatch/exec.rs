@@ -2,6 +2,7 @@
 //! tool's admission like a call, its output is redacted of the tool's secret values as it
 //! flows, and it is logged as a call record marked `exec`.
 
+use super::span::CallSpan;
 use super::{Dispatcher, ExecFacts, Facts, secrets_of};
 use crate::executor::Held;
 use crate::executor::{Denials, Meter};
@@ -9,6 +10,7 @@ use crate::message::{ErrorKind, ToolCall, ToolError, ToolMessage};
 use crate::program::{Exit, Program, Redacting};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
+use tracing::Instrument as _;
 
 impl Dispatcher {
     /// Runs `program` in the sandbox a call of `tool` gets, under the tool's limits and its
@@ -27,6 +29,7 @@ impl Dispatcher {
             .toolbox
             .get(tool)
             .ok_or_else(|| self.unknown_tool(tool))?;
+        let span = CallSpan::new(&call, None);
         let secrets = secrets_of(tool);
         program.stdout = Redacting::wrap(program.stdout, &secrets);
         program.stderr = Redacting::wrap(program.stderr, &secrets);
@@ -43,7 +46,11 @@ impl Dispatcher {
         let ended = match self.gate.admit(tool).await {
             Ok(_permit) => {
                 self.session.touch();
-                tool.executor.exec(program, held.clone()).await
+                let traced = span.span().clone();
+                tool.executor
+                    .exec(program, held.clone())
+                    .instrument(traced)
+                    .await
             }
             Err(e) => Err(e),
         };
@@ -58,13 +65,14 @@ impl Dispatcher {
             denied: held.denials.snapshot(),
             usage: held.usage.get(),
             reached: held.usage.reached(),
+            credentials: held.usage.credentials_used(),
             exec: Some(ExecFacts {
                 exit_status: ended.as_ref().ok().map(|exit| exit.status()),
                 ..facts
             }),
             ..Facts::default()
         };
-        self.write_log(&call, Some(tool), &secrets, &message, &facts);
+        self.write_log(&span, &call, Some(tool), &secrets, &message, &facts);
         ended
     }
 }
