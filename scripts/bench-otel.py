@@ -23,6 +23,7 @@ WARDEN_BIN names this build's binary (default target/release/warden).
 import argparse
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -69,15 +70,19 @@ def mcp_round_trip(binary, env, calls) -> float:
     return statistics.median(times)
 
 
-def batch_run(binary, env, batch) -> tuple[float, str]:
+def batch_run(binary, env, batch) -> tuple[float, float, str]:
+    """The wall time and CPU time (all threads) of one `warden run`, and what it lost."""
+    before = os.times()
     start = time.perf_counter()
     p = subprocess.run([binary, "run", "-"], env=env, input=batch, capture_output=True, text=True)
     wall = time.perf_counter() - start
+    after = os.times()
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
     answers = json.loads(p.stdout)
     if any(a["status"] != "success" for a in answers):
         raise SystemExit(f"warden run failed: {p.stderr[-2000:]}")
-    lost = [line for line in p.stderr.splitlines() if "not delivered" in line]
-    return wall, lost[-1].split(": ", 1)[-1] if lost else ""
+    lost = re.findall(r"not delivered to \S+ (\d+ of \d+ spans)", p.stderr)
+    return wall, cpu, lost[-1] if lost else ""
 
 
 def main():
@@ -94,7 +99,7 @@ def main():
     component = ROOT / "target/wasm32-wasip2/release/trivial.wasm"
     (toolbox / "trivial.toml").write_text(f'[executor]\nkind = "wasm"\ncomponent = "{component}"\n')
     base = {**os.environ, "WARDEN_TOOLBOX": str(toolbox), "WARDEN_HOME": str(home / "home"),
-            "RUST_LOG": "warn"}
+            "RUST_LOG": "warn", "NO_COLOR": "1"}
     base.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
     live_port, dead_port = free_port(), free_port()
     receiver = subprocess.Popen(
@@ -113,12 +118,14 @@ def main():
         subprocess.run([binary, "call", "add", '{"a":1,"b":2}'], env=env, capture_output=True)
     mcp = {k: [] for k in servers}
     run = {k: [] for k in servers}
+    cpu = {k: [] for k in servers}
     losses = {k: "" for k in servers}
     for r in range(args.rounds):
         for name, (binary, env) in servers.items():
             mcp[name].append(mcp_round_trip(binary, env, args.calls))
-            wall, lost = batch_run(binary, env, batch)
+            wall, used, lost = batch_run(binary, env, batch)
             run[name].append(wall)
+            cpu[name].append(used)
             losses[name] = lost or losses[name]
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
     receiver.send_signal(2)
@@ -129,12 +136,13 @@ def main():
 
     print(f"\nMCP stdio round trip (median of {args.calls} calls; median over {args.rounds} rounds) "
           f"and `warden run` of {args.batch} calls (wall), each beside the build before:\n")
-    print("| Build | MCP round trip | × before | `warden run` | × before | not delivered |")
-    print("|---|---|---|---|---|---|")
+    print("| Build | MCP round trip | × before | `warden run` wall | × before | CPU a call | not delivered |")
+    print("|---|---|---|---|---|---|---|")
     for name in servers:
         m, w = statistics.median(mcp[name]), statistics.median(run[name])
+        per_call = statistics.median(cpu[name]) / args.batch
         print(f"| {name} | {m * 1e6:.0f} µs | {ratio(mcp, name):.3f} | {w * 1e3:.0f} ms "
-              f"| {ratio(run, name):.3f} | {losses[name] or '—'} |")
+              f"| {ratio(run, name):.3f} | {per_call * 1e6:.1f} µs | {losses[name] or '—'} |")
     print(f"\nthe live receiver took: {took}")
 
 

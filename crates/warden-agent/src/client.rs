@@ -49,6 +49,18 @@ pub enum ChatError {
     Setup(String),
 }
 
+impl ChatError {
+    /// A short name for the failure, as traces name errors.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Provider { .. } => "provider",
+            Self::Exhausted { .. } => "exhausted",
+            Self::BadReply(_) => "bad_reply",
+            Self::Setup(_) => "setup",
+        }
+    }
+}
+
 /// One request to the model, as it went: for the transcript and the progress display.
 #[derive(Debug, Clone)]
 pub struct Attempt {
@@ -149,8 +161,10 @@ impl ChatClient {
             let sent = self.send(&body).instrument(span.clone()).await;
             match &sent {
                 Ok(reply) => trace::replied(&span, reply),
-                Err(Failure::Fatal(e)) => trace::failed(&span, status_of(e), Some(e)),
-                Err(Failure::Transient { status, .. }) => trace::failed(&span, *status, None),
+                Err(Failure::Fatal(e)) => trace::failed(&span, status_of(e), e.kind()),
+                Err(Failure::Transient { status, .. }) => {
+                    trace::failed(&span, *status, "transport");
+                }
             }
             let (status, message, asked) = match sent {
                 Ok(reply) => {

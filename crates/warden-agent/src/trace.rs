@@ -2,7 +2,6 @@
 //! step, and each request to the model (`chat {model}`, a client span). A step's tool calls
 //! are its children through the dispatcher's batch span.
 
-use crate::client::ChatError;
 use crate::limits::StopReason;
 use serde_json::Value;
 use tracing::Span;
@@ -78,8 +77,8 @@ pub(crate) fn replied(span: &Span, reply: &Value) {
     );
 }
 
-/// A request that failed: by its HTTP status when it has one, else by what went wrong.
-pub(crate) fn failed(span: &Span, status: Option<u16>, error: Option<&ChatError>) {
+/// A request that failed: by its HTTP status when it has one, else by `kind` (what went wrong).
+pub(crate) fn failed(span: &Span, status: Option<u16>, kind: &str) {
     span.record("otel.status_code", "ERROR");
     match status {
         Some(code) => {
@@ -87,11 +86,6 @@ pub(crate) fn failed(span: &Span, status: Option<u16>, error: Option<&ChatError>
             span.record("error.type", code.to_string().as_str());
         }
         None => {
-            let kind = match error {
-                Some(ChatError::BadReply(_)) => "bad_reply",
-                Some(ChatError::Setup(_)) => "setup",
-                _ => "transport",
-            };
             span.record("error.type", kind);
         }
     }

@@ -163,9 +163,10 @@ impl Dispatcher {
     /// Runs one call, in the caller's task: handing a lone call to another worker thread and
     /// back costs more than the sandbox itself. A panic is still caught and answered.
     pub async fn call(&self, call: ToolCall) -> ToolMessage {
+        // Not entered while the call runs: entering a span at each poll cost more than the
+        // call's own bookkeeping, and nothing inside a call opens spans of its own.
         let span = CallSpan::new(&call, None);
-        let traced = span.span().clone();
-        self.call_in(&call, &span).instrument(traced).await
+        self.call_in(&call, &span).await
     }
 
     async fn call_in(&self, call: &ToolCall, span: &CallSpan) -> ToolMessage {
@@ -232,7 +233,6 @@ impl Dispatcher {
             let call = call.clone();
             // Arguments are parsed in the call's own task, so a batch's parsing spreads over
             // the runtime's threads like the rest of its work.
-            let traced = span.span().clone();
             let task = async move {
                 let checked = this
                     .tool_for(&call)
@@ -249,7 +249,7 @@ impl Dispatcher {
                     }
                 }
             };
-            let handle = set.spawn(task.instrument(traced));
+            let handle = set.spawn(task);
             index_of.insert(handle.id(), i);
         }
         let mut failed: Option<usize> = answers

@@ -125,21 +125,28 @@ impl CallSpan {
         }
         span.record("warden.session.id", int(session));
         span.record("warden.attempts", i64::from(facts.attempts));
-        span.record("warden.fuel", facts.fuel.map(int));
+        // Only what was measured, and counts that are not zero: each record costs.
         let u = &facts.usage;
-        span.record("warden.usage.cpu_ms", u.cpu_ms);
-        span.record(
-            "warden.usage.peak_memory_bytes",
-            u.peak_memory_bytes.map(int),
-        );
-        span.record("warden.usage.net_bytes_out", u.net_bytes_out.map(int));
-        span.record("warden.usage.net_bytes_in", u.net_bytes_in.map(int));
-        span.record("warden.usage.net_connections", u.net_connections.map(int));
-        span.record("warden.denied_count", int(facts.denied.total));
-        span.record("warden.reached_count", int(facts.reached.total));
-        span.record("warden.credential_uses", int(facts.credentials.total));
-        if let Some(exec) = &facts.exec {
-            span.record("warden.exec.exit_status", exec.exit_status);
+        let measured = [
+            ("warden.fuel", facts.fuel),
+            ("warden.usage.peak_memory_bytes", u.peak_memory_bytes),
+            ("warden.usage.net_bytes_out", u.net_bytes_out),
+            ("warden.usage.net_bytes_in", u.net_bytes_in),
+            ("warden.usage.net_connections", u.net_connections),
+            ("warden.denied_count", Some(facts.denied.total)),
+            ("warden.reached_count", Some(facts.reached.total)),
+            ("warden.credential_uses", Some(facts.credentials.total)),
+        ];
+        for (field, value) in measured {
+            if let Some(n) = value.filter(|n| *n > 0) {
+                span.record(field, int(n));
+            }
+        }
+        if let Some(cpu_ms) = u.cpu_ms {
+            span.record("warden.usage.cpu_ms", cpu_ms);
+        }
+        if let Some(status) = facts.exec.as_ref().and_then(|e| e.exit_status) {
+            span.record("warden.exec.exit_status", status);
         }
         for d in &facts.denied.kept {
             tracing::info!(
@@ -196,16 +203,12 @@ pub(super) struct Answer<'a> {
     pub(super) session: u64,
 }
 
-/// The call's metric event: its duration by tool, executor and outcome; its refusals, its
-/// credential uses and its bytes through the gate, counted.
+/// The call's metric events: its duration by tool, executor and outcome; then, when there are
+/// any, its refusals, its credential uses and its bytes through the gate, counted.
 fn metrics(tool_name: &str, tool: Option<&Tool>, error: Option<&str>, facts: &Facts) {
     let executor = tool.map_or("none", |t| t.facts.executor.as_str());
     let seconds = facts.took.as_secs_f64();
-    let denials = facts.denied.total;
-    let credentials = facts.credentials.total;
-    let out = facts.usage.net_bytes_out.unwrap_or(0);
-    let back = facts.usage.net_bytes_in.unwrap_or(0);
-    // Two forms: `error.type` is absent on success, as the conventions want.
+    // Two forms each: `error.type` is absent on success, as the conventions want.
     match error {
         Some(kind) => tracing::event!(
             target: METRICS_TARGET,
@@ -214,6 +217,29 @@ fn metrics(tool_name: &str, tool: Option<&Tool>, error: Option<&str>, facts: &Fa
             warden.executor = executor,
             error.type = kind,
             histogram.gen_ai.execute_tool.duration = seconds,
+        ),
+        None => tracing::event!(
+            target: METRICS_TARGET,
+            tracing::Level::TRACE,
+            gen_ai.tool.name = tool_name,
+            warden.executor = executor,
+            histogram.gen_ai.execute_tool.duration = seconds,
+        ),
+    }
+    let denials = facts.denied.total;
+    let credentials = facts.credentials.total;
+    let out = facts.usage.net_bytes_out.unwrap_or(0);
+    let back = facts.usage.net_bytes_in.unwrap_or(0);
+    if denials == 0 && credentials == 0 && out == 0 && back == 0 {
+        return;
+    }
+    match error {
+        Some(kind) => tracing::event!(
+            target: METRICS_TARGET,
+            tracing::Level::TRACE,
+            gen_ai.tool.name = tool_name,
+            warden.executor = executor,
+            error.type = kind,
             monotonic_counter.warden.denials = denials,
             monotonic_counter.warden.credential.uses = credentials,
             monotonic_counter.warden.gate.bytes_out = out,
@@ -224,7 +250,6 @@ fn metrics(tool_name: &str, tool: Option<&Tool>, error: Option<&str>, facts: &Fa
             tracing::Level::TRACE,
             gen_ai.tool.name = tool_name,
             warden.executor = executor,
-            histogram.gen_ai.execute_tool.duration = seconds,
             monotonic_counter.warden.denials = denials,
             monotonic_counter.warden.credential.uses = credentials,
             monotonic_counter.warden.gate.bytes_out = out,
