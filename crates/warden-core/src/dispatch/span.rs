@@ -204,28 +204,24 @@ pub(super) struct Answer<'a> {
 }
 
 /// The call's metric events: its duration by tool, executor and outcome; then, when there are
-/// any, its refusals, its credential uses and its bytes through the gate, counted.
+/// any, its refusals, its credential uses and its bytes through the gate, counted. `error.type`
+/// is absent on success, as the conventions want (a `None` field is not recorded).
 fn metrics(tool_name: &str, tool: Option<&Tool>, error: Option<&str>, facts: &Facts) {
     let executor = tool.map_or("none", |t| t.facts.executor.as_str());
-    let seconds = facts.took.as_secs_f64();
-    // Two forms each: `error.type` is absent on success, as the conventions want.
-    match error {
-        Some(kind) => tracing::event!(
-            target: METRICS_TARGET,
-            tracing::Level::TRACE,
-            gen_ai.tool.name = tool_name,
-            warden.executor = executor,
-            error.type = kind,
-            histogram.gen_ai.execute_tool.duration = seconds,
-        ),
-        None => tracing::event!(
-            target: METRICS_TARGET,
-            tracing::Level::TRACE,
-            gen_ai.tool.name = tool_name,
-            warden.executor = executor,
-            histogram.gen_ai.execute_tool.duration = seconds,
-        ),
+    // One set of attributes for both events.
+    macro_rules! metric {
+        ($($figures:tt)*) => {
+            tracing::event!(
+                target: METRICS_TARGET,
+                tracing::Level::TRACE,
+                gen_ai.tool.name = tool_name,
+                warden.executor = executor,
+                error.type = error,
+                $($figures)*
+            )
+        };
     }
+    metric!(histogram.gen_ai.execute_tool.duration = facts.took.as_secs_f64());
     let denials = facts.denied.total;
     let credentials = facts.credentials.total;
     let out = facts.usage.net_bytes_out.unwrap_or(0);
@@ -233,27 +229,10 @@ fn metrics(tool_name: &str, tool: Option<&Tool>, error: Option<&str>, facts: &Fa
     if denials == 0 && credentials == 0 && out == 0 && back == 0 {
         return;
     }
-    match error {
-        Some(kind) => tracing::event!(
-            target: METRICS_TARGET,
-            tracing::Level::TRACE,
-            gen_ai.tool.name = tool_name,
-            warden.executor = executor,
-            error.type = kind,
-            monotonic_counter.warden.denials = denials,
-            monotonic_counter.warden.credential.uses = credentials,
-            monotonic_counter.warden.gate.bytes_out = out,
-            monotonic_counter.warden.gate.bytes_in = back,
-        ),
-        None => tracing::event!(
-            target: METRICS_TARGET,
-            tracing::Level::TRACE,
-            gen_ai.tool.name = tool_name,
-            warden.executor = executor,
-            monotonic_counter.warden.denials = denials,
-            monotonic_counter.warden.credential.uses = credentials,
-            monotonic_counter.warden.gate.bytes_out = out,
-            monotonic_counter.warden.gate.bytes_in = back,
-        ),
-    }
+    metric!(
+        monotonic_counter.warden.denials = denials,
+        monotonic_counter.warden.credential.uses = credentials,
+        monotonic_counter.warden.gate.bytes_out = out,
+        monotonic_counter.warden.gate.bytes_in = back,
+    );
 }
