@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use warden::Warden;
 use warden_core::{Backend, Policy};
+use warden_oci::layout::WitFile;
 use warden_oci::{Credentials, Reach, Reference, SigningKey, Target, Trust, TrustFile, TrustedKey};
 use warden_wasm::WasmConfig;
 
@@ -138,6 +139,10 @@ pub(crate) fn push(ctx: &Warden, args: &PushArgs) -> Result<ExitCode> {
         .with_context(|| format!("reading the component {}", component.display()))?;
     let text = std::fs::read_to_string(&path)?;
     let suggestion = suggestion_of(&text, &path)?;
+    let docs = match &config.wit {
+        Some(folder) => wit_files(&folder.value)?,
+        None => Vec::new(),
+    };
     let key = args
         .sign
         .as_deref()
@@ -151,6 +156,7 @@ pub(crate) fn push(ctx: &Warden, args: &PushArgs) -> Result<ExitCode> {
         &reference,
         bytes,
         Some(suggestion),
+        &docs,
         key.as_ref(),
         &reach(ctx, &reference)?,
     ))?;
@@ -162,11 +168,42 @@ pub(crate) fn push(ctx: &Warden, args: &PushArgs) -> Result<ExitCode> {
     if let Some(policy) = &pushed.policy {
         outln!("  its grants and limits beside it: {policy}");
     }
+    if !docs.is_empty() {
+        let names: Vec<&str> = docs.iter().map(|d| d.name.as_str()).collect();
+        outln!("  its WIT docs with them: {}", names.join(", "));
+    }
     match &key {
         Some(key) => outln!("  signed by {}", key.public().fingerprint()),
         None => outln!("  unsigned: `warden add` takes it only with --allow-unsigned"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `*.wit` files of a policy's WIT folder, to travel with the tool. Only a flat folder
+/// travels: a `deps` folder would need its own layout, so it is refused rather than left out.
+fn wit_files(folder: &Path) -> Result<Vec<WitFile>> {
+    let entries = std::fs::read_dir(folder)
+        .with_context(|| format!("reading the WIT folder {}", folder.display()))?;
+    let mut docs = Vec::new();
+    for entry in entries {
+        let entry = entry.with_context(|| format!("reading {}", folder.display()))?;
+        let path = entry.path();
+        if path.is_dir() {
+            bail!(
+                "the WIT folder {} has a subfolder, {}: `warden push` carries a flat folder of                  .wit files; merge its packages into the folder, or push from a policy without                  `wit`",
+                folder.display(),
+                path.display()
+            );
+        }
+        if path.extension().is_some_and(|e| e == "wit") {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let text =
+                std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            docs.push(WitFile::new(&name, text).with_context(|| path.display().to_string())?);
+        }
+    }
+    docs.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(docs)
 }
 
 /// Now, RFC 3339 in UTC.
@@ -219,6 +256,13 @@ pub(crate) fn add(
             component_path.display()
         );
     }
+    let docs_folder = ctx.toolbox.join(format!("{name}.wit"));
+    if docs_folder.exists() && !force {
+        bail!(
+            "{} already exists; pass --force to overwrite it, or --name to pick another",
+            docs_folder.display()
+        );
+    }
     let pulled = fetch(ctx, &reference, args)?;
     let pinned = reference.at(&pulled.digest);
     let signer = match &pulled.signer {
@@ -260,21 +304,27 @@ pub(crate) fn add(
     };
     std::fs::write(&component_path, &pulled.component)
         .with_context(|| format!("writing {}", component_path.display()))?;
-    let installed = install(
-        ctx,
-        &Install {
-            name: &name,
-            named,
-            component: &component_path,
-            wit: None,
-            comments: Some(comments),
-            origin: Some(doc.to_string()),
-            grants,
-        },
-        &policy,
-    );
+    let wrote_docs = write_docs(&docs_folder, &pulled.docs);
+    let installed = wrote_docs.and_then(|wit| {
+        install(
+            ctx,
+            &Install {
+                name: &name,
+                named,
+                component: &component_path,
+                wit,
+                comments: Some(comments),
+                origin: Some(doc.to_string()),
+                grants,
+            },
+            &policy,
+        )
+    });
     if let Err(e) = installed {
         let _ = std::fs::remove_file(&component_path);
+        if !pulled.docs.is_empty() {
+            let _ = std::fs::remove_dir_all(&docs_folder);
+        }
         return Err(e);
     }
     outln!("  from {pinned}, {signer}");
@@ -285,6 +335,24 @@ pub(crate) fn add(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the WIT docs that came with a tool into `folder` (afresh), for its policy's `wit`;
+/// `None` when none came.
+fn write_docs<'a>(folder: &'a Path, docs: &[WitFile]) -> Result<Option<&'a Path>> {
+    if docs.is_empty() {
+        return Ok(None);
+    }
+    if folder.exists() {
+        std::fs::remove_dir_all(folder)
+            .with_context(|| format!("removing the old {}", folder.display()))?;
+    }
+    std::fs::create_dir_all(folder).with_context(|| format!("creating {}", folder.display()))?;
+    for doc in docs {
+        let path = folder.join(&doc.name);
+        std::fs::write(&path, &doc.text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(Some(folder))
 }
 
 /// `warden pull NAME`: the tag its component was added from, resolved and verified again; a

@@ -210,6 +210,58 @@ fn a_signed_tool_travels_and_answers_pinned_to_its_layer() {
     assert!(policy.contains("timeout = \"7s\""), "{policy}");
 }
 
+/// A tool whose policy names a WIT folder takes its docs along: the consumer's tool has the
+/// publisher's descriptions, from the files written beside its policy.
+#[test]
+fn a_tools_wit_docs_travel_with_its_policy() {
+    let Some(registry) = Registry::start() else {
+        return;
+    };
+    let env = Env::new();
+    let wit = crate::common::root().join("guest-sdk/tools/units/wit");
+    env.ok(
+        "publisher",
+        &["add", path(&wasm("units")), "--force", "--wit", path(&wit)],
+    );
+    let reference = registry.reference("tools/units:docs");
+    let pushed = env.ok("publisher", &["push", "units", &reference]);
+    assert!(
+        pushed.contains("its WIT docs with them: world.wit"),
+        "{pushed}"
+    );
+    let added = env.ok("consumer", &["add", &reference, "--allow-unsigned"]);
+    assert!(added.contains("units"), "{added}");
+    assert_eq!(env.files("consumer/policies/units.wit"), ["world.wit"]);
+    assert_eq!(
+        std::fs::read(env.dir.path().join("consumer/policies/units.wit/world.wit")).unwrap(),
+        std::fs::read(wit.join("world.wit")).unwrap()
+    );
+    assert!(
+        env.consumer_policy().contains("\nwit = \"units.wit\"\n"),
+        "{}",
+        env.consumer_policy()
+    );
+    let descriptions = |side: &str| -> Vec<(String, String)> {
+        let tools: Value = serde_json::from_str(&env.ok(side, &["tools", "--json"])).unwrap();
+        let mut d: Vec<(String, String)> = tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| (t["name"].to_string(), t["description"].to_string()))
+            .collect();
+        d.sort();
+        d
+    };
+    let published = descriptions("publisher");
+    assert!(
+        published
+            .iter()
+            .any(|(_, d)| d.contains("Converts a length")),
+        "{published:?}"
+    );
+    assert_eq!(descriptions("consumer"), published);
+}
+
 #[test]
 fn what_no_trusted_key_signed_or_the_registry_changed_is_refused_and_nothing_kept() {
     let Some(mut registry) = Registry::start() else {

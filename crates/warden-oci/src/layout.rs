@@ -18,6 +18,10 @@ pub const WASM_LAYER: &str = "application/wasm";
 pub const POLICY_ARTIFACT: &str = "application/vnd.warden.policy.v1";
 /// The suggestion's layer: the policy's `[grants]` and `[limits]`, as TOML.
 pub const POLICY_LAYER: &str = "application/vnd.warden.policy.v1+toml";
+/// A WIT file of the tool's docs, beside its suggestion; its file name in [`TITLE`].
+pub const WIT_LAYER: &str = "application/vnd.warden.wit.v1";
+/// The OCI annotation that names a layer's file.
+pub const TITLE: &str = "org.opencontainers.image.title";
 /// The OCI empty config, for artifacts that need none.
 pub const EMPTY_CONFIG: &str = "application/vnd.oci.empty.v1+json";
 
@@ -27,6 +31,10 @@ pub const MANIFEST_LIMIT: u64 = 4 << 20;
 pub const COMPONENT_LIMIT: u64 = 100 << 20;
 /// The most warden reads of a policy's suggestion.
 pub const POLICY_LIMIT: u64 = 256 << 10;
+/// The most warden reads of one WIT file.
+pub const WIT_LIMIT: u64 = 256 << 10;
+/// The most WIT files a tool's docs may have.
+pub const WIT_FILES: usize = 32;
 
 /// A blob as a manifest names it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -167,8 +175,50 @@ impl ComponentArtifact {
     }
 }
 
-/// The policy's suggestion, made ready to push beside the component whose manifest is
-/// `subject`.
+/// A WIT file that travels with its tool: the folder a policy's `wit` names holds the docs
+/// the tool's description and schema come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WitFile {
+    /// A plain file name ending in `.wit`: never a path.
+    pub name: String,
+    pub text: Vec<u8>,
+}
+
+impl WitFile {
+    /// Checks that `name` is a plain `*.wit` file name, so that what a registry says cannot
+    /// name a path on this machine.
+    pub fn new(name: &str, text: Vec<u8>) -> Result<WitFile, OciError> {
+        let plain = name
+            .strip_suffix(".wit")
+            .is_some_and(|stem| !stem.is_empty() && !stem.starts_with('.'))
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !plain {
+            return Err(OciError::Layout(format!(
+                "`{}` is not a WIT file's name (letters, digits, `-`, `_` and `.`, ending in \
+                 `.wit`)",
+                name.escape_default()
+            )));
+        }
+        Ok(WitFile {
+            name: name.to_owned(),
+            text,
+        })
+    }
+
+    /// Its layer: the text as [`WIT_LAYER`], its name in [`TITLE`].
+    pub fn descriptor(&self) -> Descriptor {
+        let mut layer = Descriptor::of(WIT_LAYER, &self.text);
+        layer
+            .annotations
+            .insert(TITLE.to_owned(), self.name.clone());
+        layer
+    }
+}
+
+/// The policy's suggestion and the tool's WIT docs, made ready to push beside the component
+/// whose manifest is `subject`.
 #[derive(Debug, Clone)]
 pub struct PolicyArtifact {
     pub manifest: Manifest,
@@ -179,12 +229,12 @@ pub struct PolicyArtifact {
 pub const EMPTY: &[u8] = b"{}";
 
 impl PolicyArtifact {
-    pub fn new(suggestion: String, subject: Descriptor) -> PolicyArtifact {
+    /// The suggestion's manifest: its layer first, then one layer per file of `docs`.
+    pub fn new(suggestion: String, docs: &[WitFile], subject: Descriptor) -> PolicyArtifact {
         let suggestion = suggestion.into_bytes();
-        let mut manifest = Manifest::new(
-            Descriptor::of(EMPTY_CONFIG, EMPTY),
-            vec![Descriptor::of(POLICY_LAYER, &suggestion)],
-        );
+        let mut layers = vec![Descriptor::of(POLICY_LAYER, &suggestion)];
+        layers.extend(docs.iter().map(WitFile::descriptor));
+        let mut manifest = Manifest::new(Descriptor::of(EMPTY_CONFIG, EMPTY), layers);
         manifest.artifact_type = Some(POLICY_ARTIFACT.to_owned());
         manifest.subject = Some(subject);
         PolicyArtifact {
@@ -260,4 +310,43 @@ pub fn world_of(component: &[u8]) -> Result<ComponentWorld, OciError> {
         }
     }
     Ok(world)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wit_file_is_named_by_a_plain_name_and_never_a_path() {
+        for good in ["world.wit", "my-tool_v2.wit", "a.b.wit"] {
+            assert!(WitFile::new(good, Vec::new()).is_ok(), "{good}");
+        }
+        for bad in [
+            "../world.wit",
+            "deps/world.wit",
+            "/etc/world.wit",
+            ".wit",
+            ".hidden.wit",
+            "world.txt",
+            "world",
+            "",
+            "wörld.wit",
+            "a\\b.wit",
+        ] {
+            assert!(WitFile::new(bad, Vec::new()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_docs_follow_the_suggestion_each_named_by_its_title() {
+        let docs = [WitFile::new("world.wit", b"package a:b;".to_vec()).unwrap()];
+        let subject = Descriptor::of(MANIFEST, b"{}");
+        let artifact = PolicyArtifact::new("[grants]\n".into(), &docs, subject);
+        let layers = &artifact.manifest.layers;
+        assert_eq!(layers.len(), 2);
+        assert_eq!(layers[0].media_type, POLICY_LAYER);
+        assert_eq!(layers[1].media_type, WIT_LAYER);
+        assert_eq!(layers[1].annotations[TITLE], "world.wit");
+        assert_eq!(layers[1].digest, Digest::of(b"package a:b;").to_string());
+    }
 }

@@ -20,7 +20,8 @@ pub use trust::TrustFile;
 
 use layout::{
     ComponentArtifact, Descriptor, EMPTY, MANIFEST_LIMIT, Manifest, POLICY_ARTIFACT, POLICY_LAYER,
-    POLICY_LIMIT, PolicyArtifact, WasmConfig, component_layer,
+    POLICY_LIMIT, PolicyArtifact, TITLE, WIT_FILES, WIT_LAYER, WIT_LIMIT, WasmConfig, WitFile,
+    component_layer,
 };
 
 /// The most warden reads of a signature's payload.
@@ -44,11 +45,13 @@ pub struct Pushed {
 }
 
 /// Publishes `component` (a component's bytes) at `reference`'s tag, with `suggestion` (the
-/// policy's grants and limits as TOML) beside it, each signed by `key` when given.
+/// policy's grants and limits as TOML) and the tool's WIT `docs` beside it, each signed by
+/// `key` when given.
 pub async fn push(
     reference: &Reference,
     component: Vec<u8>,
     suggestion: Option<String>,
+    docs: &[WitFile],
     key: Option<&SigningKey>,
     reach: &Reach,
 ) -> Result<Pushed, OciError> {
@@ -71,9 +74,12 @@ pub async fn push(
     let policy = match suggestion {
         Some(text) => {
             let subject = Descriptor::of(layout::MANIFEST, &artifact.manifest.to_bytes());
-            let policy = PolicyArtifact::new(text, subject);
+            let policy = PolicyArtifact::new(text, docs, subject);
             registry.push_blob(EMPTY).await?;
             registry.push_blob(&policy.suggestion).await?;
+            for doc in docs {
+                registry.push_blob(&doc.text).await?;
+            }
             let at = policy_tag(&digest);
             let policy_digest = registry.push_manifest(&policy.manifest, Some(&at)).await?;
             if let Some(key) = key {
@@ -127,6 +133,8 @@ pub struct Pulled {
     /// The publisher's suggested grants and limits, when there is one signed as the component
     /// is (or the component was taken unsigned).
     pub suggestion: Option<String>,
+    /// The tool's WIT docs that travelled with the suggestion (none without one).
+    pub docs: Vec<WitFile>,
 }
 
 /// Resolves `reference` to a digest once, verifies its signature by `trust`, then fetches the
@@ -161,12 +169,17 @@ pub async fn pull(reference: &Reference, trust: &Trust, reach: &Reach) -> Result
         )
         .await?;
     layout::world_of(&component)?;
-    let suggestion = suggestion(&registry, &digest, trust, signer.is_some(), reference).await?;
+    let (suggestion, docs) =
+        match suggestion(&registry, &digest, trust, signer.is_some(), reference).await? {
+            Some((text, docs)) => (Some(text), docs),
+            None => (None, Vec::new()),
+        };
     Ok(Pulled {
         digest,
         component,
         signer,
         suggestion,
+        docs,
     })
 }
 
@@ -237,15 +250,15 @@ async fn signatures(
     Ok(signatures)
 }
 
-/// The policy suggestion published beside the component at `digest`, when it is signed as the
-/// component is.
+/// The policy suggestion published beside the component at `digest`, with the WIT docs that
+/// travel in it, when it is signed as the component is.
 async fn suggestion(
     registry: &Registry,
     digest: &Digest,
     trust: &Trust,
     component_signed: bool,
     reference: &Reference,
-) -> Result<Option<String>, OciError> {
+) -> Result<Option<(String, Vec<WitFile>)>, OciError> {
     let tag = Target::Tag(policy_tag(digest));
     let (policy_digest, bytes) = match registry.manifest(&tag).await {
         Ok(found) => found,
@@ -286,7 +299,41 @@ async fn suggestion(
     let text = registry
         .blob(&layer.digest()?, POLICY_LIMIT, "the policy suggestion")
         .await?;
-    String::from_utf8(text)
-        .map(Some)
-        .map_err(|_| OciError::Layout("the policy suggestion is not UTF-8 text".into()))
+    let text = String::from_utf8(text)
+        .map_err(|_| OciError::Layout("the policy suggestion is not UTF-8 text".into()))?;
+    let docs = docs(registry, &manifest).await?;
+    Ok(Some((text, docs)))
+}
+
+/// The WIT files a suggestion's manifest carries, each checked for name, size and digest.
+async fn docs(registry: &Registry, manifest: &Manifest) -> Result<Vec<WitFile>, OciError> {
+    let layers: Vec<&Descriptor> = manifest
+        .layers
+        .iter()
+        .filter(|l| l.media_type == WIT_LAYER)
+        .collect();
+    if layers.len() > WIT_FILES {
+        return Err(OciError::Layout(format!(
+            "the tool's docs are {} WIT files, more than the {WIT_FILES} warden takes",
+            layers.len()
+        )));
+    }
+    let mut docs: Vec<WitFile> = Vec::new();
+    for layer in layers {
+        let name = layer.annotations.get(TITLE).map_or("", String::as_str);
+        let what = format!("the WIT file `{}`", name.escape_default());
+        if layer.size > WIT_LIMIT {
+            return Err(OciError::TooLarge {
+                what,
+                limit: WIT_LIMIT,
+            });
+        }
+        let text = registry.blob(&layer.digest()?, WIT_LIMIT, &what).await?;
+        let doc = WitFile::new(name, text)?;
+        if docs.iter().any(|d| d.name == doc.name) {
+            return Err(OciError::Layout(format!("{what} is there twice")));
+        }
+        docs.push(doc);
+    }
+    Ok(docs)
 }
