@@ -384,3 +384,30 @@ def test_an_agent_run_has_its_steps_and_model_requests(toolbox, receiver, tmp_pa
     [batch] = named(spans, "warden.batch")
     assert call["parent_span_id"] == batch["span_id"]
     assert batch["parent_span_id"] in steps
+
+
+def test_a_langchain_toolkit_call_continues_the_applications_trace(toolbox, receiver, monkeypatch):
+    # The application's span, as any OpenTelemetry SDK would have it current.
+    from langchain_warden import WardenToolkit
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
+    monkeypatch.setenv("WARDEN_CACHE", toolbox.env()["WARDEN_CACHE"])
+    parent = SpanContext(
+        trace_id=int(TRACE_ID, 16),
+        span_id=int(PARENT_ID, 16),
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+    with WardenToolkit(toolbox=toolbox.dir, home=toolbox.home, warden=warden_bin()) as kit:
+        with trace.use_span(NonRecordingSpan(parent)):
+            inside = kit.call("add", {"a": 1, "b": 2})
+        outside = kit.call("add", {"a": 2, "b": 2})
+    assert (inside.text, outside.text) == ("3", "4")
+    requests = named(receiver.wait_for_spans(4), "tools/call add")
+    assert len(requests) == 2, requests
+    [continued] = [s for s in requests if s["trace_id"] == TRACE_ID]
+    assert continued["parent_span_id"] == PARENT_ID
+    [own] = [s for s in requests if s["trace_id"] != TRACE_ID]
+    assert own["parent_span_id"] == ""

@@ -20,6 +20,7 @@ from deepagents.backends.sandbox import BaseSandbox
 from ._errors import WardenError, WardenStartError
 from ._process import WardenProcess
 from ._results import CallResult, ShellOutput, parse_shell
+from ._trace import call_params
 from ._transfer import ChunkTooLarge, download, upload
 
 T = TypeVar("T")
@@ -117,7 +118,7 @@ class WardenSandbox(BaseSandbox):
     def _run(self, command: str, timeout: float | None = None) -> ShellOutput:
         try:
             result = self._process.request(
-                "tools/call", {"name": self._tool, "arguments": self._arguments(command, timeout)}
+                "tools/call", call_params(self._tool, self._arguments(command, timeout))
             )
         except WardenError as err:
             return ShellOutput("", f"warden failed: {err}", 1, [], False)
@@ -126,7 +127,7 @@ class WardenSandbox(BaseSandbox):
     async def _arun(self, command: str, timeout: float | None = None) -> ShellOutput:
         try:
             result = await self._process.arequest(
-                "tools/call", {"name": self._tool, "arguments": self._arguments(command, timeout)}
+                "tools/call", call_params(self._tool, self._arguments(command, timeout))
             )
         except WardenError as err:
             return ShellOutput("", f"warden failed: {err}", 1, [], False)

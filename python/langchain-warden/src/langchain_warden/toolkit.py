@@ -21,6 +21,7 @@ from pydantic import ConfigDict, PrivateAttr
 from ._errors import WardenError, WardenStartError
 from ._process import WardenProcess
 from ._results import CallResult
+from ._trace import call_params
 
 # The id of the tool call being run, when the tool was invoked with a ToolCall (as
 # create_agent's tool node does): the tool then answers a ToolMessage of its own.
@@ -170,7 +171,7 @@ class WardenToolkit(BaseToolkit):
         token = self._approve_while(name, dict(arguments))
         try:
             return CallResult.from_mcp(
-                self._process.request("tools/call", {"name": name, "arguments": dict(arguments)})
+                self._process.request("tools/call", call_params(name, arguments))
             )
         except WardenError as err:
             return _failed(err)
@@ -182,9 +183,7 @@ class WardenToolkit(BaseToolkit):
         token = self._approve_while(name, dict(arguments))
         try:
             return CallResult.from_mcp(
-                await self._process.arequest(
-                    "tools/call", {"name": name, "arguments": dict(arguments)}
-                )
+                await self._process.arequest("tools/call", call_params(name, arguments))
             )
         except WardenError as err:
             return _failed(err)
