@@ -37,7 +37,8 @@ pub(crate) struct PushArgs {
     /// Where: oci://REGISTRY/REPOSITORY:TAG. A registry on this machine's loopback is reached
     /// over plain HTTP, every other over HTTPS.
     reference: String,
-    /// Sign the component's manifest and the policy's with this private key (PEM, PKCS#8).
+    /// Sign the component's manifest and the policy's with this private key: PEM, PKCS#8
+    /// (`warden keygen`, openssl) or cosign's encrypted key, opened with COSIGN_PASSWORD.
     #[arg(long, value_name = "KEY.pem")]
     sign: Option<PathBuf>,
 }
@@ -149,7 +150,10 @@ pub(crate) fn push(ctx: &Warden, args: &PushArgs) -> Result<ExitCode> {
         .map(|k| {
             let pem = std::fs::read_to_string(k)
                 .with_context(|| format!("reading the signing key {}", k.display()))?;
-            SigningKey::from_pem(&pem).with_context(|| k.display().to_string())
+            // cosign's variable, so that a key of `cosign generate-key-pair` signs as there.
+            let password = std::env::var_os("COSIGN_PASSWORD");
+            let password = password.as_ref().map(|p| p.as_encoded_bytes());
+            SigningKey::from_pem(&pem, password).with_context(|| k.display().to_string())
         })
         .transpose()?;
     let pushed = context::runtime()?.block_on(warden_oci::push(

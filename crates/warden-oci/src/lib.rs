@@ -4,6 +4,7 @@
 //! blob checked against its digest, size limit and media type before anything is kept.
 
 mod auth;
+mod encrypted;
 mod error;
 pub mod layout;
 mod reference;

@@ -60,21 +60,27 @@ pub fn generate() -> Result<(String, String), OciError> {
 
 impl SigningKey {
     /// Reads a PEM private key: PKCS#8 (`BEGIN PRIVATE KEY`, as `warden keygen` and
-    /// `openssl genpkey` write it).
-    pub fn from_pem(text: &str) -> Result<SigningKey, OciError> {
+    /// `openssl genpkey` write it), or cosign's encrypted key (`cosign generate-key-pair`),
+    /// opened with `password` (cosign's `COSIGN_PASSWORD`).
+    pub fn from_pem(text: &str, password: Option<&[u8]>) -> Result<SigningKey, OciError> {
         let pem = pem::parse(text)
             .map_err(|e| OciError::Key(format!("the signing key is not PEM: {e}")))?;
         match pem.tag() {
             "PRIVATE KEY" => SigningKey::from_pkcs8(pem.contents()),
+            "ENCRYPTED SIGSTORE PRIVATE KEY" | "ENCRYPTED COSIGN PRIVATE KEY" => {
+                let Some(password) = password else {
+                    return Err(OciError::Key(
+                        "the signing key is cosign's encrypted key: set COSIGN_PASSWORD to its \
+                         password, as cosign reads it (empty for a key made without one)"
+                            .into(),
+                    ));
+                };
+                let der = crate::encrypted::open(pem.contents(), password)?;
+                SigningKey::from_pkcs8(&der)
+            }
             "EC PRIVATE KEY" => Err(OciError::Key(
                 "the signing key is a SEC1 EC key: convert it to PKCS#8 with \
                  `openssl pkcs8 -topk8 -nocrypt -in KEY -out KEY.pkcs8.pem`"
-                    .into(),
-            )),
-            "ENCRYPTED SIGSTORE PRIVATE KEY" | "ENCRYPTED COSIGN PRIVATE KEY" => Err(OciError::Key(
-                "the signing key is cosign's encrypted key, which warden cannot read yet: sign \
-                 with a PKCS#8 key (`warden keygen`, or `openssl genpkey -algorithm EC -pkeyopt \
-                 ec_paramgen_curve:P-256`)"
                     .into(),
             )),
             other => Err(OciError::Key(format!(
@@ -248,7 +254,7 @@ mod tests {
     #[test]
     fn a_signature_verifies_with_its_key_only_and_for_its_digest_only() {
         let (private, public) = generate().unwrap();
-        let key = SigningKey::from_pem(&private).unwrap();
+        let key = SigningKey::from_pem(&private, None).unwrap();
         let trusted = TrustedKey::from_pem(&public).unwrap();
         assert_eq!(key.public(), trusted);
         let digest = Digest::of(b"manifest");
