@@ -341,6 +341,76 @@ pub(crate) fn add(
     Ok(ExitCode::SUCCESS)
 }
 
+/// Whether two paths name the same file (both must exist).
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// A pulled version's WIT docs, written over the old ones, which are kept aside until the new
+/// version is checked: [`Docs::keep`] drops them, [`Docs::restore`] puts them back.
+struct Docs {
+    folder: PathBuf,
+    /// The old folder, moved aside; `None` when there was none.
+    aside: Option<PathBuf>,
+    replaced: bool,
+}
+
+impl Docs {
+    /// Writes `docs` into `folder`, unless none came or the consumer's policy names docs of its
+    /// own (`own`).
+    fn replace(folder: &Path, docs: &[WitFile], own: bool) -> Result<Docs> {
+        let mut this = Docs {
+            folder: folder.to_owned(),
+            aside: None,
+            replaced: false,
+        };
+        if docs.is_empty() || own {
+            return Ok(this);
+        }
+        if folder.exists() {
+            let aside = folder.with_extension("wit.old");
+            if aside.exists() {
+                std::fs::remove_dir_all(&aside)
+                    .with_context(|| format!("removing {}", aside.display()))?;
+            }
+            std::fs::rename(folder, &aside)
+                .with_context(|| format!("moving {} aside", folder.display()))?;
+            this.aside = Some(aside);
+        }
+        this.replaced = true;
+        write_docs(folder, docs)?;
+        Ok(this)
+    }
+
+    fn replaced(&self) -> bool {
+        self.replaced
+    }
+
+    /// The new version is in: the old docs go.
+    fn keep(self) {
+        if let Some(aside) = &self.aside {
+            let _ = std::fs::remove_dir_all(aside);
+        }
+    }
+
+    /// The new version was refused: the old docs come back.
+    fn restore(self) -> Result<()> {
+        if !self.replaced {
+            return Ok(());
+        }
+        std::fs::remove_dir_all(&self.folder)
+            .with_context(|| format!("removing {}", self.folder.display()))?;
+        if let Some(aside) = &self.aside {
+            std::fs::rename(aside, &self.folder)
+                .with_context(|| format!("restoring {}", self.folder.display()))?;
+        }
+        Ok(())
+    }
+}
+
 /// Writes the WIT docs that came with a tool into `folder` (afresh), for its policy's `wit`;
 /// `None` when none came.
 fn write_docs<'a>(folder: &'a Path, docs: &[WitFile]) -> Result<Option<&'a Path>> {
@@ -403,6 +473,14 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
     let config = WasmConfig::from_policy(&policy)?;
     let component_path = config.component.value;
     let old = std::fs::read(&component_path).ok();
+    // The docs that came are written where `add` puts them, unless the policy's `wit` names a
+    // folder of the consumer's own.
+    let docs_folder = ctx.toolbox.join(format!("{}.wit", args.name));
+    let own_docs = config
+        .wit
+        .as_ref()
+        .is_some_and(|w| !same_file(&w.value, &docs_folder));
+    let docs = Docs::replace(&docs_folder, &pulled.docs, own_docs)?;
     let text = std::fs::read_to_string(&policy_path)?;
     let mut doc: toml_edit::DocumentMut = text
         .parse()
@@ -421,6 +499,9 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
         }
     }
     doc["origin"]["added"] = toml_edit::value(now_utc());
+    if docs.replaced() {
+        doc["executor"]["wit"] = toml_edit::value(format!("{}.wit", args.name));
+    }
     let suggestion = pulled
         .suggestion
         .as_deref()
@@ -448,6 +529,7 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
             Some(bytes) => std::fs::write(&component_path, bytes)?,
             None => std::fs::remove_file(&component_path)?,
         }
+        docs.restore()?;
         bail!(
             "checking the new component of {}: {e}; the old one is kept",
             args.name
@@ -455,6 +537,7 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
     }
     std::fs::write(&policy_path, updated)
         .with_context(|| format!("writing {}", policy_path.display()))?;
+    docs.keep();
     outln!("{}: {} -> {}", args.name, origin.reference, pinned);
     outln!(
         "  {}; stored as {sha}",

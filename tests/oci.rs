@@ -262,6 +262,70 @@ fn a_tools_wit_docs_travel_with_its_policy() {
     assert_eq!(descriptions("consumer"), published);
 }
 
+/// `warden pull` of a new version brings its docs: the folder `add` wrote is replaced, the old
+/// one gone.
+#[test]
+fn pull_brings_a_new_versions_docs() {
+    let Some(registry) = Registry::start() else {
+        return;
+    };
+    let env = Env::new();
+    let wit = env.dir.path().join("publisher/units-wit");
+    std::fs::create_dir_all(&wit).unwrap();
+    let world = crate::common::root().join("guest-sdk/tools/units/wit/world.wit");
+    std::fs::copy(&world, wit.join("world.wit")).unwrap();
+    env.ok(
+        "publisher",
+        &["add", path(&wasm("units")), "--force", "--wit", path(&wit)],
+    );
+    let reference = registry.reference("tools/units:latest");
+    env.ok("publisher", &["push", "units", &reference]);
+    env.ok("consumer", &["add", &reference, "--allow-unsigned"]);
+
+    // Version 2: the same code with a custom section more (so another digest), its docs
+    // reworded.
+    let text = std::fs::read_to_string(wit.join("world.wit")).unwrap();
+    assert!(text.contains("Converts a length"), "{text}");
+    std::fs::write(
+        wit.join("world.wit"),
+        text.replace("Converts a length", "Turns a length"),
+    )
+    .unwrap();
+    let mut component = std::fs::read(wasm("units")).unwrap();
+    component.extend_from_slice(&[0, 7, 4, b'n', b'o', b't', b'e', b'v', b'2']);
+    let stored = env.dir.path().join("publisher/policies/units-v2.wasm");
+    std::fs::write(&stored, component).unwrap();
+    let policy = env.dir.path().join("publisher/policies/units.toml");
+    let text = std::fs::read_to_string(&policy).unwrap();
+    let old_component = text
+        .lines()
+        .find_map(|l| l.strip_prefix("component = "))
+        .unwrap()
+        .to_owned();
+    std::fs::write(
+        &policy,
+        text.replace(
+            &format!("component = {old_component}"),
+            &format!("component = {:?}", path(&stored)),
+        ),
+    )
+    .unwrap();
+    env.ok("publisher", &["pin", "units"]);
+    env.ok("publisher", &["push", "units", &reference]);
+
+    let said = env.ok("consumer", &["pull", "units", "--allow-unsigned"]);
+    assert!(said.contains("units: oci://"), "{said}");
+    let docs = env.dir.path().join("consumer/policies/units.wit/world.wit");
+    let docs = std::fs::read_to_string(docs).unwrap();
+    assert!(docs.contains("Turns a length"), "{docs}");
+    assert_eq!(
+        env.files("consumer/policies"),
+        ["units.toml", "units.wasm", "units.wit"]
+    );
+    let tools = env.ok("consumer", &["tools"]);
+    assert!(tools.contains("Turns a length"), "{tools}");
+}
+
 #[test]
 fn what_no_trusted_key_signed_or_the_registry_changed_is_refused_and_nothing_kept() {
     let Some(mut registry) = Registry::start() else {
