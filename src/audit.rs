@@ -112,6 +112,13 @@ fn flags(
                 .into(),
         );
     }
+    if policy.origin.as_ref().is_some_and(|o| o.plain_http) {
+        out.push(
+            "plain HTTP: fetched from a registry off this machine with --insecure-registry; \
+             its signature was checked, its transport was not private"
+                .into(),
+        );
+    }
     out
 }
 
@@ -127,6 +134,9 @@ fn origin_line(origin: &Origin) -> String {
     }
     if let Some(added) = &origin.added {
         line.push_str(&format!(", added {added}"));
+    }
+    if origin.plain_http {
+        line.push_str(", over PLAIN HTTP");
     }
     line.push(')');
     line

@@ -41,6 +41,18 @@ pub(crate) struct PushArgs {
     /// (`warden keygen`, openssl) or cosign's encrypted key, opened with COSIGN_PASSWORD.
     #[arg(long, value_name = "KEY.pem")]
     sign: Option<PathBuf>,
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
+
+/// How a registry is reached, beyond the roots and credentials warden finds itself.
+#[derive(clap::Args)]
+pub(crate) struct RegistryArgs {
+    /// Allow plain HTTP to this registry (HOST or HOST:PORT) though it is not on loopback, as
+    /// Docker's insecure-registries does: HTTPS first, HTTP when it speaks no TLS. Repeatable;
+    /// what comes so is flagged in the audit.
+    #[arg(long = "insecure-registry", value_name = "HOST[:PORT]")]
+    insecure: Vec<String>,
 }
 
 /// How `warden add oci://…` trusts what it pulls.
@@ -56,21 +68,36 @@ pub(crate) struct PullArgs {
     /// them as comments.
     #[arg(long)]
     accept_grants: bool,
+    #[command(flatten)]
+    registry: RegistryArgs,
 }
 
 /// How `reference`'s registry is reached: with the roots warden trusts (`--upstream-roots`
-/// among them) and the credentials the environment or Docker's config hold for it.
-fn reach(ctx: &Warden, reference: &Reference) -> Result<Reach> {
+/// among them), the credentials the environment or Docker's config hold for it, its name's
+/// addresses when `--resolve` pins them, and plain HTTP when `--insecure-registry` names it.
+fn reach(ctx: &Warden, reference: &Reference, args: &RegistryArgs) -> Result<Reach> {
+    let (host, _) = reference.host_and_port();
+    let insecure = args
+        .insecure
+        .iter()
+        .any(|r| r.eq_ignore_ascii_case(&reference.registry) || r.eq_ignore_ascii_case(host));
     Ok(Reach {
         tls: ctx.egress.tls(),
         credentials: Credentials::for_registry(&reference.registry)?,
+        pinned: ctx
+            .egress
+            .resolver()
+            .pinned(host)
+            .unwrap_or_default()
+            .to_vec(),
+        insecure,
     })
 }
 
 /// `reference` pulled and verified with the keys `args` and the trust file name.
 fn fetch(ctx: &Warden, reference: &Reference, args: &PullArgs) -> Result<warden_oci::Pulled> {
     let trust = trust(ctx, reference, args)?;
-    let reach = reach(ctx, reference)?;
+    let reach = reach(ctx, reference, &args.registry)?;
     Ok(context::runtime()?.block_on(warden_oci::pull(reference, &trust, &reach))?)
 }
 
@@ -162,7 +189,7 @@ pub(crate) fn push(ctx: &Warden, args: &PushArgs) -> Result<ExitCode> {
         Some(suggestion),
         &docs,
         key.as_ref(),
-        &reach(ctx, &reference)?,
+        &reach(ctx, &reference, &args.registry)?,
     ))?;
     outln!(
         "pushed {} as {}",
@@ -282,6 +309,9 @@ pub(crate) fn add(
         origin["pulled_as"] = toml_edit::value(reference.to_string());
     }
     origin["added"] = toml_edit::value(now_utc());
+    if pulled.plain_http && !reference.is_loopback() {
+        origin["plain_http"] = toml_edit::value(true);
+    }
     let mut doc = toml_edit::DocumentMut::new();
     doc["origin"] = toml_edit::Item::Table(origin);
     let suggestion = match &pulled.suggestion {
@@ -499,6 +529,14 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
         }
     }
     doc["origin"]["added"] = toml_edit::value(now_utc());
+    if let Some(origin) = doc["origin"].as_table_mut() {
+        match pulled.plain_http && !reference.is_loopback() {
+            true => origin["plain_http"] = toml_edit::value(true),
+            false => {
+                origin.remove("plain_http");
+            }
+        }
+    }
     if docs.replaced() {
         doc["executor"]["wit"] = toml_edit::value(format!("{}.wit", args.name));
     }

@@ -326,6 +326,44 @@ fn pull_brings_a_new_versions_docs() {
     assert!(tools.contains("Turns a length"), "{tools}");
 }
 
+/// A registry off loopback that speaks plain HTTP (here a name pinned to the test's registry
+/// by `--resolve`) is refused, naming `--insecure-registry`; with it, it is reached, and the
+/// tool's origin and audit say it came over plain HTTP.
+#[test]
+fn plain_http_off_loopback_only_with_insecure_registry_and_flagged() {
+    let Some(registry) = Registry::start() else {
+        return;
+    };
+    let env = Env::new();
+    let name = format!("registry.test:{}", registry.port);
+    let reference = format!("oci://{name}/tools/units:1");
+    let pin = "--resolve=registry.test:127.0.0.1";
+    let out = env.warden("publisher", &[pin, "push", "units", &reference]);
+    assert_eq!(out.status.code(), Some(2));
+    let said = text(&out.stderr);
+    assert!(said.contains("answers plain HTTP, not HTTPS"), "{said}");
+    assert!(
+        said.contains(&format!("--insecure-registry {name}")),
+        "{said}"
+    );
+    let insecure = format!("--insecure-registry={name}");
+    env.ok("publisher", &[pin, "push", "units", &reference, &insecure]);
+    let refused = env.refused(&[pin, "add", &reference, "--allow-unsigned"]);
+    assert!(refused.contains("--insecure-registry"), "{refused}");
+    env.ok(
+        "consumer",
+        &[pin, "add", &reference, "--allow-unsigned", &insecure],
+    );
+    let policy = env.consumer_policy();
+    assert!(policy.contains("\nplain_http = true"), "{policy}");
+    let audit = env.ok("consumer", &["audit"]);
+    assert!(audit.contains("over PLAIN HTTP"), "{audit}");
+    assert!(
+        audit.contains("plain HTTP: fetched from a registry off this machine"),
+        "{audit}"
+    );
+}
+
 #[test]
 fn what_no_trusted_key_signed_or_the_registry_changed_is_refused_and_nothing_kept() {
     let Some(mut registry) = Registry::start() else {

@@ -65,6 +65,9 @@ pub struct Origin {
     /// When it was added, RFC 3339 in UTC.
     #[serde(default)]
     pub added: Option<String>,
+    /// It came over plain HTTP from a registry that is not on loopback (`--insecure-registry`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plain_http: bool,
 }
 
 /// Per-function overrides of limits and review.

@@ -57,6 +57,12 @@ impl Resolver {
         })
     }
 
+    /// The addresses `name` is pinned to by an override, if it is.
+    pub fn pinned(&self, name: &str) -> Option<&[IpAddr]> {
+        let key = name.trim_end_matches('.').to_ascii_lowercase();
+        self.overrides.get(&key).map(Vec::as_slice)
+    }
+
     /// The addresses of `name`; an override replaces the system's answer entirely.
     pub async fn resolve(&self, name: &str, port: u16) -> std::io::Result<Vec<IpAddr>> {
         let key = name.trim_end_matches('.').to_ascii_lowercase();

@@ -136,6 +136,8 @@ pub struct Pulled {
     pub suggestion: Option<String>,
     /// The tool's WIT docs that travelled with the suggestion (none without one).
     pub docs: Vec<WitFile>,
+    /// It came over plain HTTP (a loopback registry, or `--insecure-registry`).
+    pub plain_http: bool,
 }
 
 /// Resolves `reference` to a digest once, verifies its signature by `trust`, then fetches the
@@ -181,6 +183,7 @@ pub async fn pull(reference: &Reference, trust: &Trust, reach: &Reach) -> Result
         signer,
         suggestion,
         docs,
+        plain_http: registry.plain_http(),
     })
 }
 

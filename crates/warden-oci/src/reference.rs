@@ -138,15 +138,22 @@ impl Reference {
 
     /// Whether the registry is on this machine's loopback, where plain HTTP is allowed.
     pub fn is_loopback(&self) -> bool {
-        let host = match self.registry.rsplit_once(':') {
-            Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
-            _ => self.registry.as_str(),
-        };
-        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let (host, _) = self.host_and_port();
         host == "localhost"
             || host
                 .parse::<std::net::IpAddr>()
                 .is_ok_and(|ip| ip.is_loopback())
+    }
+
+    /// The registry's host (without brackets) and port (443 when it names none).
+    pub fn host_and_port(&self) -> (&str, u16) {
+        let (host, port) = match self.registry.rsplit_once(':') {
+            Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => {
+                (host, port.parse().unwrap_or(443))
+            }
+            _ => (self.registry.as_str(), 443),
+        };
+        (host.trim_start_matches('[').trim_end_matches(']'), port)
     }
 }
 

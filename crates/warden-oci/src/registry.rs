@@ -14,6 +14,11 @@ use reqwest::{Method, StatusCode};
 pub struct Reach {
     pub tls: std::sync::Arc<rustls::ClientConfig>,
     pub credentials: Option<Credentials>,
+    /// The addresses the registry's name is pinned to (`--resolve`), if it is.
+    pub pinned: Vec<std::net::IpAddr>,
+    /// Plain HTTP is allowed for this registry, though it is not on loopback
+    /// (`--insecure-registry`): as for loopback, HTTPS first, HTTP when it speaks no TLS.
+    pub insecure: bool,
 }
 
 /// A client for the repository of one reference.
@@ -31,16 +36,24 @@ impl Registry {
     /// registry on this machine's loopback that does not speak TLS is reached over plain HTTP
     /// (found by asking `/v2/` over HTTPS first, as Docker does).
     pub async fn connect(reference: &Reference, reach: &Reach) -> Result<Registry, OciError> {
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .user_agent(concat!("warden/", env!("CARGO_PKG_VERSION")))
-            .use_preconfigured_tls((*reach.tls).clone())
-            .build()
-            .map_err(|e| OciError::Unreachable {
-                registry: reference.registry.clone(),
-                why: e.to_string(),
-            })?;
+            .use_preconfigured_tls((*reach.tls).clone());
+        if !reach.pinned.is_empty() {
+            let (host, port) = reference.host_and_port();
+            let addrs: Vec<std::net::SocketAddr> = reach
+                .pinned
+                .iter()
+                .map(|ip| std::net::SocketAddr::new(*ip, port))
+                .collect();
+            builder = builder.resolve_to_addrs(host, &addrs);
+        }
+        let http = builder.build().map_err(|e| OciError::Unreachable {
+            registry: reference.registry.clone(),
+            why: e.to_string(),
+        })?;
         let https = format!("https://{}/v2/", reference.registry);
-        let scheme = if reference.is_loopback()
+        let scheme = if (reference.is_loopback() || reach.insecure)
             && http
                 .get(&https)
                 .send()
@@ -51,6 +64,12 @@ impl Registry {
         } else {
             "https"
         };
+        if scheme == "http" && !reference.is_loopback() {
+            tracing::warn!(
+                "{} speaks plain HTTP: reached so, as --insecure-registry allows",
+                reference.registry
+            );
+        }
         Ok(Registry {
             http,
             base: format!(
@@ -64,6 +83,11 @@ impl Registry {
     }
 
     /// Sends the request `make` builds, answering a 401's challenge once.
+    /// Whether it is reached over plain HTTP.
+    pub fn plain_http(&self) -> bool {
+        self.base.starts_with("http://")
+    }
+
     async fn send(
         &self,
         make: impl Fn() -> reqwest::RequestBuilder,
@@ -107,7 +131,13 @@ impl Registry {
         }
         request.send().await.map_err(|e| {
             let registry = self.reference.registry.clone();
-            let why = deepest(&e);
+            let mut why = deepest(&e);
+            if speaks_no_tls(&e) {
+                why = format!(
+                    "it answers plain HTTP, not HTTPS ({why}); if the network to it is trusted, \
+                     pass --insecure-registry {registry} (the audit flags what came so)"
+                );
+            }
             let certificate = causes(&e).any(|c| {
                 c.downcast_ref::<rustls::Error>()
                     .is_some_and(|t| matches!(t, rustls::Error::InvalidCertificate(_)))
