@@ -73,7 +73,7 @@ pub(crate) struct PullArgs {
 }
 
 /// How `reference`'s registry is reached: with the roots warden trusts (`--upstream-roots`
-/// among them), the credentials the environment or Docker's config hold for it, its name's
+/// among them) and the system's, the credentials the environment or Docker's config hold for it, its name's
 /// addresses when `--resolve` pins them, and plain HTTP when `--insecure-registry` names it.
 fn reach(ctx: &Warden, reference: &Reference, args: &RegistryArgs) -> Result<Reach> {
     let (host, _) = reference.host_and_port();
@@ -82,7 +82,7 @@ fn reach(ctx: &Warden, reference: &Reference, args: &RegistryArgs) -> Result<Rea
         .iter()
         .any(|r| r.eq_ignore_ascii_case(&reference.registry) || r.eq_ignore_ascii_case(host));
     Ok(Reach {
-        tls: ctx.egress.tls(),
+        tls: ctx.egress.clone().with_system_roots().tls(),
         credentials: Credentials::for_registry(&reference.registry)?,
         pinned: ctx
             .egress

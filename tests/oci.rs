@@ -680,4 +680,12 @@ fn a_registry_over_tls_is_verified_against_the_roots_warden_trusts() {
     let add = [&trusting[..], &["add", &reference, "--key", &public]].concat();
     let added = env.ok("consumer", &add);
     assert!(added.contains("signed by sha256:"), "{added}");
+    // Or in the system's store (here SSL_CERT_FILE, as OpenSSL reads it): a registry is
+    // reached as any program on the machine reaches it.
+    let store = [("SSL_CERT_FILE", path(&roots))];
+    let again = [
+        "add", &reference, "--key", &public, "--force", "--name", "units",
+    ];
+    let out = env.warden_with("consumer", &again, &store);
+    assert!(out.status.success(), "{}", text(&out.stderr));
 }

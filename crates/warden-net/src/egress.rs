@@ -13,6 +13,8 @@ use std::sync::{Arc, OnceLock};
 pub struct Egress {
     resolver: Resolver,
     tls: Arc<rustls::ClientConfig>,
+    /// The roots trusted beside Mozilla's, which `tls` was built with.
+    extra: Arc<Vec<CertificateDer<'static>>>,
 }
 
 /// Extra roots that could not be read.
@@ -32,19 +34,42 @@ impl Egress {
     pub fn new(resolver: Resolver) -> Self {
         static DEFAULT: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
         let tls = DEFAULT.get_or_init(|| client_config(&[])).clone();
-        Self { resolver, tls }
+        Self {
+            resolver,
+            tls,
+            extra: Arc::default(),
+        }
     }
 
     /// Also trusts the CA certificates in `pem` upstream: a private PKI, or a test's CA.
-    pub fn with_roots_pem(mut self, pem: &[u8]) -> Result<Self, RootsError> {
+    pub fn with_roots_pem(self, pem: &[u8]) -> Result<Self, RootsError> {
         let extra = CertificateDer::pem_slice_iter(pem)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| RootsError(e.to_string()))?;
         if extra.is_empty() {
             return Err(RootsError("no certificate found".into()));
         }
+        Ok(self.trusting(extra))
+    }
+
+    /// Also trusts the system's store (`/etc/ssl/certs`, or `SSL_CERT_FILE` and
+    /// `SSL_CERT_DIR`): for what an administrator reaches as any program on the machine does,
+    /// such as an OCI registry; never for tools, which get Mozilla's roots and `--upstream-roots`
+    /// only. What cannot be read is skipped and logged.
+    pub fn with_system_roots(self) -> Self {
+        let found = rustls_native_certs::load_native_certs();
+        for error in &found.errors {
+            tracing::debug!("the system's certificate store: {error}");
+        }
+        self.trusting(found.certs)
+    }
+
+    fn trusting(mut self, more: Vec<CertificateDer<'static>>) -> Self {
+        let mut extra = (*self.extra).clone();
+        extra.extend(more);
         self.tls = client_config(&extra);
-        Ok(self)
+        self.extra = Arc::new(extra);
+        self
     }
 
     /// The same, resolving with `resolver`.
