@@ -1,6 +1,6 @@
 //! A call as `tracing` sees it, under OpenTelemetry's names: an `execute_tool {tool}` span
 //! (GenAI semantic conventions, warden's own attributes under `warden.`), an event per
-//! refusal and per credential use, and one metric event. Nothing here exports: with no
+//! refusal and per credential use, and its metric events. Nothing here exports: with no
 //! subscriber that wants them (warden-telemetry's, when an operator turns export on) the
 //! spans are disabled and cost a check each.
 
