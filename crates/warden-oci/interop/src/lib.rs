@@ -1,0 +1,1 @@
+//! No library: the tests in tests/ are the crate.
