@@ -44,6 +44,11 @@ pub(super) struct CallSpan {
 impl CallSpan {
     /// A span for `call`, the child of `parent` (the batch's span), or of the current span.
     pub(super) fn new(call: &ToolCall, parent: Option<&Span>) -> CallSpan {
+        // Off (no layer wants `info` spans), a call costs one compare, not a lookup of the
+        // current span.
+        if !tracing::level_enabled!(tracing::Level::INFO) {
+            return CallSpan::none();
+        }
         let parent = match parent {
             Some(p) => p.id(),
             None => Span::current().id(),
