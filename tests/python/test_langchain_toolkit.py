@@ -3,6 +3,8 @@ tool node, with review through HumanInTheLoopMiddleware."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,6 +150,25 @@ async def test_parallel_calls_run_concurrently(toolkit, mode):
     answers = [m for m in result["messages"] if isinstance(m, ToolMessage)]
     assert [m.status for m in answers] == ["success"] * 3
     assert took < 2.5, f"three 1 s calls took {took:.2f} s: they did not run side by side"
+
+
+async def test_a_quick_call_is_answered_while_another_thread_reads_for_a_slow_one(toolkit):
+    # Reading warden's output is a role taken by a waiting thread: a call whose answer comes
+    # while another thread holds it is woken at once, from a thread and from the event loop.
+    slow: list = []
+    holder = threading.Thread(
+        target=lambda: slow.append(toolkit.call("host-sleep", {"seconds": "2"}))
+    )
+    holder.start()
+    time.sleep(0.3)  # the slow call's thread is reading by now
+    started = time.monotonic()
+    from_thread = await asyncio.to_thread(toolkit.call, "host-echo", {"text": "a"})
+    from_loop = await toolkit.acall("host-echo", {"text": "b"})
+    took = time.monotonic() - started
+    holder.join(10)
+    assert [from_thread.text, from_loop.text] == ["a\n[exit code 0]", "b\n[exit code 0]"]
+    assert took < 1.5, f"the quick calls waited {took:.2f} s, behind the slow one"
+    assert [r.is_error for r in slow] == [False]
 
 
 def test_review_without_a_person_is_rejected(toolkit):

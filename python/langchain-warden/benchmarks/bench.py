@@ -8,10 +8,13 @@ them), in a venv holding langchain-warden, its test requirements and, for the ad
 `pip install langchain-mcp-adapters==0.3.2`. It prints a Markdown table: per call or command,
 the median and p90 over the runs after a warm-up.
 
-- a tool call (`add` of the trivial fixture, a wasm tool) invoked with a ToolCall: a plain
-  `@tool` Python function (the floor), `WardenToolkit`, the same `tools/call` on
-  langchain-warden's MCP connection without LangChain (warden's bare round trip), and
-  langchain-mcp-adapters' tool at its defaults (a `warden serve` per call);
+- a tool call (`add` of the trivial fixture, a wasm tool) invoked with a ToolCall, in
+  interleaved rounds (each round's toolkit/bare ratio goes to stderr): a plain `@tool` Python
+  function (the floor), LangChain alone (a JSON Schema tool answering a constant),
+  `WardenToolkit`, the same `tools/call` on langchain-warden's MCP
+  connection without LangChain, and MCP's bare round trip (a JSON-lines client on a `warden
+  serve` of its own); then langchain-mcp-adapters' tool at its defaults (a `warden serve` per
+  call);
 - `execute("true")`: deepagents' unsandboxed `LocalShellBackend` (the floor) and
   `WardenSandbox` on the host shell and, when Docker answers, the Debian docker shell.
 """
@@ -19,6 +22,7 @@ the median and p90 over the runs after a warm-up.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import statistics
@@ -28,8 +32,9 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from langchain_core.tools import tool
+from langchain_core.tools import BaseTool, tool
 
 from langchain_warden import WardenSandbox, WardenToolkit
 
@@ -47,6 +52,86 @@ def measure(run: Callable[[], object], count: int, warmup: int = 20) -> tuple[fl
         times.append(time.perf_counter() - started)
     times.sort()
     return statistics.median(times), times[int(len(times) * 0.9)]
+
+
+def interleaved(
+    runs: dict[str, Callable[[], object]], rounds: int = 5, count: int = 400
+) -> list[tuple[str, float, float]]:
+    """Each run's median and p90 over `rounds` rounds that take turns (a machine that slows
+    down slows them alike); the toolkit's ratio to the bare round trip is printed per round."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for name, run in runs.items():
+        measure(run, 1, warmup=200)
+    for _ in range(rounds):
+        medians = {}
+        for name, run in runs.items():
+            samples = []
+            for _ in range(count):
+                started = time.perf_counter()
+                run()
+                samples.append(time.perf_counter() - started)
+            times[name] += samples
+            medians[name] = statistics.median(samples)
+        toolkit, bare = medians["`WardenToolkit` tool"], list(medians.values())[-1]
+        ratio = toolkit / bare
+        print(f"round: toolkit {fmt(toolkit)}, bare {fmt(bare)}, {ratio:.2f}×", file=sys.stderr)
+    rows = []
+    for name, samples in times.items():
+        samples.sort()
+        rows.append((name, statistics.median(samples), samples[int(len(samples) * 0.9)]))
+    return rows
+
+
+class Constant(BaseTool):
+    """What LangChain's invoke costs on its own: a tool with warden's JSON Schema (so no
+    pydantic model, as the toolkit's) whose run answers at once."""
+
+    name: str = "add"
+    description: str = "Adds two numbers."
+
+    def _run(self, **arguments: Any) -> Any:
+        return "5"
+
+
+def json_schema(box: Path) -> dict:
+    """The input schema warden lists for `add`."""
+    with WardenToolkit(toolbox=box) as kit:
+        return {t.name: t for t in kit.get_tools()}["add"].args_schema
+
+
+class BareClient:
+    """MCP's bare round trip: a `warden serve` of its own, JSON-RPC lines written and read on
+    the caller's thread, nothing else."""
+
+    def __init__(self, box: Path) -> None:
+        from langchain_warden import find_warden
+
+        self.proc = subprocess.Popen(
+            [find_warden(), "serve", "--toolbox", str(box)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        self.id = 0
+        self.send("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                 "clientInfo": {"name": "bench", "version": "0"}})
+        self.proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+
+    def send(self, method: str, params: dict) -> dict:
+        self.id += 1
+        line = {"jsonrpc": "2.0", "id": self.id, "method": method, "params": params}
+        self.proc.stdin.write((json.dumps(line) + "\n").encode())
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def call(self, name: str, arguments: dict) -> dict:
+        return self.send("tools/call", {"name": name, "arguments": arguments})
+
+    def __enter__(self) -> "BareClient":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(10)
 
 
 def toolbox(base: Path) -> Path:
@@ -91,27 +176,25 @@ def main() -> None:
             n += 1
             return {"type": "tool_call", "name": name, "args": args, "id": f"b{n}"}
 
-        rows.append(
-            (
-                "`@tool` Python function (floor)",
-                *measure(lambda: add.invoke(tool_call("add")), 2000),
-            )
-        )
-        with WardenToolkit(toolbox=box) as kit:
+        constant = Constant(args_schema=json_schema(box))
+        with WardenToolkit(toolbox=box) as kit, BareClient(box) as bare:
             warden_add = {t.name: t for t in kit.get_tools()}["add"]
             assert warden_add.invoke(tool_call("add")).status == "success"
-            rows.append(
-                (
-                    "`WardenToolkit` tool",
-                    *measure(lambda: warden_add.invoke(tool_call("add")), 2000),
-                )
-            )
-            bare = {"name": "add", "arguments": args}
-            rows.append(
-                (
-                    "the same `tools/call`, no LangChain (warden's round trip)",
-                    *measure(lambda: kit.process.request("tools/call", bare), 2000),
-                )
+            same_call = {"name": "add", "arguments": args}
+            rows += interleaved(
+                {
+                    "`@tool` Python function (floor)": lambda: add.invoke(tool_call("add")),
+                    "LangChain alone: a JSON Schema `BaseTool` answering a constant": lambda: (
+                        constant.invoke(tool_call("add"))
+                    ),
+                    "`WardenToolkit` tool": lambda: warden_add.invoke(tool_call("add")),
+                    "the same `tools/call` on the toolkit's connection, no LangChain": lambda: (
+                        kit.process.request("tools/call", same_call)
+                    ),
+                    "MCP's bare round trip (a JSON-lines client on its own `warden serve`)": (
+                        lambda: bare.call("add", args)
+                    ),
+                },
             )
         try:
             from langchain_mcp_adapters.client import MultiServerMCPClient
