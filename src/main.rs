@@ -226,7 +226,7 @@ fn main() -> ExitCode {
         );
     tracing_subscriber::registry()
         .with(logs)
-        .with(telemetry.as_ref().map(Telemetry::layer))
+        .with(telemetry.as_ref().and_then(Telemetry::layer))
         .init();
     let code = run(cli);
     // Whatever the command did, what is queued goes out (within a bounded time).
@@ -247,8 +247,9 @@ fn telemetry(endpoint: Option<&str>) -> Result<Option<Telemetry>, warden_telemet
     let Some(config) = warden_telemetry::Config::new(endpoint)? else {
         return Ok(None);
     };
-    warden_core::capture_content(config.capture_content);
-    Telemetry::start(&config).map(Some)
+    let telemetry = Telemetry::start(&config)?;
+    warden_core::export_calls(telemetry.calls());
+    Ok(Some(telemetry))
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {

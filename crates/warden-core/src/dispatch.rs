@@ -20,13 +20,12 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
-use tracing::Instrument as _;
 
 mod exec;
 mod span;
 
 use span::{Answer, CallSpan};
-pub use span::{METRICS_TARGET, capture_content};
+pub use span::{CallTelemetry, EndedCall, export_calls};
 
 /// Attempts of an idempotent call that keeps failing transiently.
 const MAX_ATTEMPTS: u32 = 3;
@@ -163,8 +162,6 @@ impl Dispatcher {
     /// Runs one call, in the caller's task: handing a lone call to another worker thread and
     /// back costs more than the sandbox itself. A panic is still caught and answered.
     pub async fn call(&self, call: ToolCall) -> ToolMessage {
-        // Not entered while the call runs: entering a span at each poll cost more than the
-        // call's own bookkeeping, and nothing inside a call opens spans of its own.
         let span = CallSpan::new(&call, None);
         self.call_in(&call, &span).await
     }
@@ -196,9 +193,10 @@ impl Dispatcher {
     /// Runs a batch concurrently and answers in the order of `calls`, whatever happens to each.
     /// Dropping the future cancels every call still running and frees its sandbox.
     pub async fn dispatch(&self, calls: Vec<ToolCall>) -> Vec<ToolMessage> {
+        // Not entered while the batch runs (entering a span at each of its polls cost more
+        // than the span): its calls name it as their parent.
         let batch = span::batch_span(calls.len());
-        let traced = batch.clone();
-        let answers = self.dispatch_in(calls, &batch).instrument(traced).await;
+        let answers = self.dispatch_in(calls, &batch).await;
         let failed = answers.iter().filter(|m| m.status == Status::Error);
         batch.record("warden.batch.failed", failed.count() as i64);
         answers

@@ -34,7 +34,7 @@ pub use calllog::{
     Rotation,
 };
 pub use capability::{Capabilities, ExecutorKind, NetHosts, Support};
-pub use dispatch::{CallObserver, Dispatcher, METRICS_TARGET, capture_content};
+pub use dispatch::{CallObserver, CallTelemetry, Dispatcher, EndedCall, export_calls};
 pub use executor::{
     BoxFuture, Denial, Denials, Executor, Held, Invocation, Meter, Output, Reached, Sample,
     SessionId, Usage,

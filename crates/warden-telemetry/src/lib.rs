@@ -1,9 +1,10 @@
 //! OpenTelemetry export of warden's calls: OTLP over HTTP/protobuf, off unless an endpoint is
 //! given, and never on a call's path.
 //!
-//! The libraries only write `tracing` spans and events under OpenTelemetry's names (a call's
-//! `execute_tool` span, a batch's, an MCP request's, an agent's `chat` requests); this crate
-//! turns them into OTLP when the operator asks for it. Every setting is the standard
+//! The libraries write `tracing` spans under OpenTelemetry's names (a batch's, an MCP
+//! request's, an agent's steps and `chat` requests), and warden-core tells each ended call to
+//! the process's [`warden_core::CallTelemetry`]; this crate turns both into OTLP when the
+//! operator asks for it ([`Telemetry::layer`] and [`Telemetry::calls`]). Every setting is the standard
 //! `OTEL_*` environment variable of the OpenTelemetry SDKs, read where the SDK reads it:
 //!
 //! | Setting | Default |
@@ -26,6 +27,7 @@
 //! ([`Telemetry::shutdown`]), what is queued is sent within [`SHUTDOWN_WAIT`] and what never
 //! arrived is counted.
 
+use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{MetricExporter, RetryPolicy, SpanExporter, WithHttpConfig as _};
 use opentelemetry_sdk::Resource;
@@ -37,11 +39,12 @@ use tracing::Subscriber;
 use tracing_subscriber::Layer;
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::registry::LookupSpan;
-use warden_core::METRICS_TARGET;
 
+mod calls;
 mod delivery;
 mod parent;
 
+use calls::{Calls, Instruments};
 use delivery::{Counted, Delivery};
 pub use parent::continue_trace;
 
@@ -60,7 +63,7 @@ pub struct Config {
     traces: Signal,
     metrics: Signal,
     /// Arguments and results on spans.
-    pub capture_content: bool,
+    capture_content: bool,
     service_name: String,
     /// Where the receiver is, as the log names it.
     receiver: String,
@@ -167,6 +170,7 @@ pub struct Telemetry {
     traces: Option<SdkTracerProvider>,
     metrics: Option<SdkMeterProvider>,
     delivery: Arc<Delivery>,
+    capture_content: bool,
 }
 
 impl Telemetry {
@@ -220,19 +224,32 @@ impl Telemetry {
             traces,
             metrics,
             delivery,
+            capture_content: config.capture_content,
         })
     }
 
-    /// The layer that hands warden's spans and metric events to the exporters: only warden's
-    /// own targets, at `info` and above (metric events at any level).
-    pub fn layer<S>(&self) -> impl Layer<S> + use<S>
+    /// What turns ended calls into `execute_tool` spans and metrics: install it with
+    /// [`warden_core::export_calls`].
+    pub fn calls(&self) -> Arc<dyn warden_core::CallTelemetry> {
+        Arc::new(Calls {
+            tracer: self.traces.as_ref().map(|p| p.tracer("warden")),
+            metrics: self
+                .metrics
+                .as_ref()
+                .map(|p| Instruments::new(&p.meter("warden"))),
+            capture_content: self.capture_content,
+        })
+    }
+
+    /// The layer that hands warden's `tracing` spans to the exporter: only warden's own
+    /// targets, at `info` and above.
+    pub fn layer<S>(&self) -> Option<impl Layer<S> + use<S>>
     where
         S: Subscriber + for<'span> LookupSpan<'span>,
     {
-        let spans = self.traces.as_ref().map(|provider| {
-            let tracer = provider.tracer("warden");
+        self.traces.as_ref().map(|provider| {
             tracing_opentelemetry::layer()
-                .with_tracer(tracer)
+                .with_tracer(provider.tracer("warden"))
                 .with_tracked_inactivity(false)
                 .with_threads(false)
                 .with_location(false)
@@ -240,15 +257,9 @@ impl Telemetry {
                 .with_filter(
                     Targets::new()
                         .with_target("warden", LevelFilter::INFO)
-                        .with_target(METRICS_TARGET, LevelFilter::OFF)
                         .with_target("warden_telemetry", LevelFilter::OFF),
                 )
-        });
-        let metrics = self.metrics.as_ref().map(|provider| {
-            tracing_opentelemetry::MetricsLayer::new(provider.clone())
-                .with_filter(Targets::new().with_target(METRICS_TARGET, LevelFilter::TRACE))
-        });
-        Layer::and_then(spans, metrics)
+        })
     }
 
     /// Sends what is queued (waiting at most [`SHUTDOWN_WAIT`]) and says on the log what never

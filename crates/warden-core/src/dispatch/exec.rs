@@ -10,7 +10,6 @@ use crate::message::{ErrorKind, ToolCall, ToolError, ToolMessage};
 use crate::program::{Exit, Program, Redacting};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
-use tracing::Instrument as _;
 
 impl Dispatcher {
     /// Runs `program` in the sandbox a call of `tool` gets, under the tool's limits and its
@@ -46,11 +45,7 @@ impl Dispatcher {
         let ended = match self.gate.admit(tool).await {
             Ok(_permit) => {
                 self.session.touch();
-                let traced = span.span().clone();
-                tool.executor
-                    .exec(program, held.clone())
-                    .instrument(traced)
-                    .await
+                tool.executor.exec(program, held.clone()).await
             }
             Err(e) => Err(e),
         };

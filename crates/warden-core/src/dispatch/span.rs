@@ -1,110 +1,160 @@
-//! A call as `tracing` sees it, under OpenTelemetry's names: an `execute_tool {tool}` span
-//! (GenAI semantic conventions, warden's own attributes under `warden.`), an event per
-//! refusal and per credential use, and its metric events. Nothing here exports: with no
-//! subscriber that wants them (warden-telemetry's, when an operator turns export on) the
-//! spans are disabled and cost a check each.
+//! What telemetry hears of calls: each call, at its end, as an [`EndedCall`] handed to the
+//! process's [`CallTelemetry`] (warden-telemetry's, when an operator turns export on), and a
+//! batch as a `tracing` span that parents its calls. Nothing here exports. With no telemetry
+//! installed a call costs one load; with one, a call's bookkeeping is its start time and its
+//! parent span, and everything else is read from its record at the end, off any `tracing`
+//! machinery (a `tracing` span per call, its fields recorded one by one, cost a batch of
+//! trivial calls about a third of its time).
 
 use super::Facts;
+use crate::executor::{Denial, Usage};
 use crate::message::{ToolCall, ToolMessage};
 use crate::redact::Secrets;
 use crate::toolbox::Tool;
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime};
 use tracing::Span;
 use tracing::field::Empty;
 
-/// The `tracing` target of the metric events (fields named `histogram.…`,
-/// `monotonic_counter.…`): kept apart so that they become metrics, not span events.
-pub const METRICS_TARGET: &str = "warden_metrics";
-
-static CAPTURE_CONTENT: AtomicBool = AtomicBool::new(false);
-
-/// Puts each call's arguments and result (redacted of the tool's secrets) on its span: off
-/// unless the operator turns it on, for this whole process.
-pub fn capture_content(on: bool) {
-    CAPTURE_CONTENT.store(on, Ordering::Relaxed);
+/// Hears every call of this process as it ends: answered, refused, panicked or cancelled.
+/// Called on the call's own thread, after its answer is made and logged: keep it short.
+pub trait CallTelemetry: Send + Sync {
+    /// `call` has ended.
+    fn ended(&self, call: &EndedCall<'_>);
 }
 
-/// A batch's span, the parent of its calls' spans.
+static TELEMETRY: OnceLock<Arc<dyn CallTelemetry>> = OnceLock::new();
+
+/// Installs the process's call telemetry; false (and nothing changed) when one already is.
+pub fn export_calls(telemetry: Arc<dyn CallTelemetry>) -> bool {
+    TELEMETRY.set(telemetry).is_ok()
+}
+
+/// One ended call, as its record says it; every text but [`EndedCall::arguments`] is
+/// already redacted of the tool's secrets.
+#[non_exhaustive]
+pub struct EndedCall<'a> {
+    /// The tool called.
+    pub tool: &'a str,
+    /// The call's id.
+    pub call_id: &'a str,
+    /// The span the call ran under: its batch's, or the caller's (an MCP request's).
+    pub parent: Option<&'a Span>,
+    /// When its checks began.
+    pub started: SystemTime,
+    /// How long it took, checks to answer.
+    pub took: Duration,
+    /// warden's error kind on failure; `cancelled` or `internal` for a call whose future was
+    /// dropped or panicked before it answered.
+    pub error: Option<&'a str>,
+    /// The error's message.
+    pub error_message: Option<&'a str>,
+    /// The answer's text (empty for a call that never answered).
+    pub result: &'a str,
+    /// The arguments as the model wrote them, not redacted: see [`EndedCall::redact`].
+    pub arguments: &'a str,
+    /// The executor's kind, when the tool exists.
+    pub executor: Option<&'a str>,
+    /// The tool's policy file.
+    pub policy_path: Option<&'a str>,
+    /// The digest of the grants in force, as the call log keys them.
+    pub policy_digest: Option<&'a str>,
+    /// The session the call ran in (none for a call that never answered).
+    pub session: Option<u64>,
+    /// Attempts made (retries of an idempotent tool).
+    pub attempts: u32,
+    /// Wasm fuel burnt.
+    pub fuel: Option<u64>,
+    /// What the call used.
+    pub usage: Usage,
+    /// The gate's refusals, the first few of them.
+    pub denied: &'a [Denial],
+    /// Every refusal, counted.
+    pub denied_total: u64,
+    /// Distinct destinations reached, counted.
+    pub reached_total: u64,
+    /// The hosts whose credentials the gate set, the first few (never a value).
+    pub credentials: &'a [String],
+    /// Every credential use, counted.
+    pub credentials_total: u64,
+    /// A program's exit status (`warden exec`).
+    pub exit_status: Option<i32>,
+    secrets: Option<&'a Secrets>,
+}
+
+impl EndedCall<'_> {
+    /// `text` redacted of the tool's secrets.
+    pub fn redact<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        match self.secrets {
+            Some(s) => Cow::Owned(s.redact(text)),
+            None => Cow::Borrowed(text),
+        }
+    }
+}
+
+/// A batch's span, the parent of its calls.
 pub(super) fn batch_span(calls: usize) -> Span {
     tracing::info_span!(
         "warden.batch",
         otel.name = "warden.batch",
-        warden.batch.calls = int(calls as u64),
+        warden.batch.calls = i64::try_from(calls).unwrap_or(i64::MAX),
         warden.batch.failed = Empty,
     )
 }
 
-/// One call's span, from before its checks to its answer. Ended without an answer (its
-/// future dropped: a cancelled call) it says so.
+/// One call between its start and its end, for telemetry. Ended without an answer (its
+/// future dropped, or unwinding from a panic), it tells telemetry so.
 pub(super) struct CallSpan {
-    span: Span,
+    /// `None` when no telemetry is installed.
+    open: Option<Box<Open>>,
     answered: AtomicBool,
 }
 
+struct Open {
+    telemetry: &'static dyn CallTelemetry,
+    started: SystemTime,
+    parent: Span,
+    /// For an end without an answer, which has no call to read them from.
+    tool: String,
+    call_id: String,
+}
+
 impl CallSpan {
-    /// A span for `call`, the child of `parent` (the batch's span), or of the current span.
+    /// `call` starting now, the child of `parent` (its batch's span) or of the current span.
     pub(super) fn new(call: &ToolCall, parent: Option<&Span>) -> CallSpan {
-        // Off (no layer wants `info` spans), a call costs one compare, not a lookup of the
-        // current span.
-        if !tracing::level_enabled!(tracing::Level::INFO) {
+        let Some(telemetry) = TELEMETRY.get() else {
             return CallSpan::none();
-        }
-        let parent = match parent {
-            Some(p) => p.id(),
-            None => Span::current().id(),
         };
-        let span = tracing::info_span!(
-            parent: parent,
-            "execute_tool",
-            otel.name = %format_args!("execute_tool {}", call.name),
-            otel.kind = "internal",
-            otel.status_code = Empty,
-            otel.status_description = Empty,
-            gen_ai.operation.name = "execute_tool",
-            gen_ai.tool.name = %call.name,
-            gen_ai.tool.call.id = %call.id,
-            gen_ai.tool.type = "function",
-            gen_ai.tool.call.arguments = Empty,
-            gen_ai.tool.call.result = Empty,
-            error.type = Empty,
-            warden.executor = Empty,
-            warden.policy.path = Empty,
-            warden.policy.digest = Empty,
-            warden.session.id = Empty,
-            warden.attempts = Empty,
-            warden.fuel = Empty,
-            warden.usage.cpu_ms = Empty,
-            warden.usage.peak_memory_bytes = Empty,
-            warden.usage.net_bytes_out = Empty,
-            warden.usage.net_bytes_in = Empty,
-            warden.usage.net_connections = Empty,
-            warden.denied_count = Empty,
-            warden.reached_count = Empty,
-            warden.credential_uses = Empty,
-            warden.exec.exit_status = Empty,
-        );
+        let open = Open {
+            telemetry: telemetry.as_ref(),
+            started: SystemTime::now(),
+            parent: parent.cloned().unwrap_or_else(Span::current),
+            tool: call.name.clone(),
+            call_id: call.id.clone(),
+        };
         CallSpan {
-            span,
+            open: Some(Box::new(open)),
             answered: AtomicBool::new(false),
         }
     }
 
-    /// No span: for an answer whose call's span has ended already (a cancelled or panicked
-    /// call's, which says so).
+    /// Nothing to tell: for an answer whose call's span has ended already (a cancelled or
+    /// panicked call's, which said so).
     pub(super) fn none() -> CallSpan {
         CallSpan {
-            span: Span::none(),
+            open: None,
             answered: AtomicBool::new(true),
         }
     }
 
-    pub(super) fn span(&self) -> &Span {
-        &self.span
-    }
-
-    /// Records how the call ended: what the call record says, on the span and as metrics.
+    /// Tells telemetry how the call ended: what its record says.
     pub(super) fn answered(&self, answer: Answer<'_>) {
         self.answered.store(true, Ordering::Relaxed);
+        let Some(open) = &self.open else {
+            return;
+        };
         let Answer {
             call,
             tool,
@@ -113,91 +163,78 @@ impl CallSpan {
             facts,
             session,
         } = answer;
-        let kind = message.error.as_ref().map(|e| e.kind.as_str());
-        metrics(&call.name, tool, kind, facts);
-        let span = &self.span;
-        if span.is_disabled() {
-            return;
-        }
-        if let Some(kind) = kind {
-            span.record("error.type", kind);
-            span.record("otel.status_code", "ERROR");
-        }
-        if let Some(t) = tool {
-            span.record("warden.executor", t.facts.executor.as_str());
-            span.record("warden.policy.path", t.facts.policy.as_str());
-            span.record("warden.policy.digest", t.facts.policy_digest.as_str());
-        }
-        span.record("warden.session.id", int(session));
-        span.record("warden.attempts", i64::from(facts.attempts));
-        // Only what was measured, and counts that are not zero: each record costs.
-        let u = &facts.usage;
-        let measured = [
-            ("warden.fuel", facts.fuel),
-            ("warden.usage.peak_memory_bytes", u.peak_memory_bytes),
-            ("warden.usage.net_bytes_out", u.net_bytes_out),
-            ("warden.usage.net_bytes_in", u.net_bytes_in),
-            ("warden.usage.net_connections", u.net_connections),
-            ("warden.denied_count", Some(facts.denied.total)),
-            ("warden.reached_count", Some(facts.reached.total)),
-            ("warden.credential_uses", Some(facts.credentials.total)),
-        ];
-        for (field, value) in measured {
-            if let Some(n) = value.filter(|n| *n > 0) {
-                span.record(field, int(n));
-            }
-        }
-        if let Some(cpu_ms) = u.cpu_ms {
-            span.record("warden.usage.cpu_ms", cpu_ms);
-        }
-        if let Some(status) = facts.exec.as_ref().and_then(|e| e.exit_status) {
-            span.record("warden.exec.exit_status", status);
-        }
-        for d in &facts.denied.kept {
-            tracing::info!(
-                parent: span,
-                destination = %secrets.redact(&d.destination),
-                reason = %secrets.redact(&d.reason),
-                "warden.denial"
-            );
-        }
-        for host in &facts.credentials.kept {
-            tracing::info!(parent: span, server.address = %host, "warden.credential");
-        }
-        if CAPTURE_CONTENT.load(Ordering::Relaxed) {
-            span.record(
-                "gen_ai.tool.call.arguments",
-                secrets.redact(&call.arguments).as_str(),
-            );
-            span.record("gen_ai.tool.call.result", message.content.as_str());
-            if let Some(e) = &message.error {
-                span.record("otel.status_description", e.message.as_str());
-            }
-        }
+        let error = message.error.as_ref();
+        let facts_of = tool.map(|t| &t.facts);
+        open.telemetry.ended(&EndedCall {
+            tool: &call.name,
+            call_id: &call.id,
+            parent: Some(&open.parent),
+            started: open.started,
+            took: facts.took,
+            error: error.map(|e| e.kind.as_str()),
+            error_message: error.map(|e| e.message.as_str()),
+            result: &message.content,
+            arguments: &call.arguments,
+            executor: facts_of.map(|f| f.executor.as_str()),
+            policy_path: facts_of.map(|f| f.policy.as_str()),
+            policy_digest: facts_of.map(|f| f.policy_digest.as_str()),
+            session: Some(session),
+            attempts: facts.attempts,
+            fuel: facts.fuel,
+            usage: facts.usage,
+            denied: &facts.denied.kept,
+            denied_total: facts.denied.total,
+            reached_total: facts.reached.total,
+            credentials: &facts.credentials.kept,
+            credentials_total: facts.credentials.total,
+            exit_status: facts.exec.as_ref().and_then(|e| e.exit_status),
+            secrets: Some(secrets),
+        });
     }
 }
 
 impl Drop for CallSpan {
     fn drop(&mut self) {
-        if !self.answered.load(Ordering::Relaxed) && !self.span.is_disabled() {
-            // Unwinding from a panic in the executor, or dropped by whoever awaited it.
-            let why = match std::thread::panicking() {
-                true => "internal",
-                false => "cancelled",
-            };
-            self.span.record("error.type", why);
-            self.span.record("otel.status_code", "ERROR");
+        let Some(open) = &self.open else {
+            return;
+        };
+        if self.answered.load(Ordering::Relaxed) {
+            return;
         }
+        // Unwinding from a panic in the executor, or dropped by whoever awaited it.
+        let why = match std::thread::panicking() {
+            true => "internal",
+            false => "cancelled",
+        };
+        open.telemetry.ended(&EndedCall {
+            tool: &open.tool,
+            call_id: &open.call_id,
+            parent: Some(&open.parent),
+            started: open.started,
+            took: open.started.elapsed().unwrap_or_default(),
+            error: Some(why),
+            error_message: None,
+            result: "",
+            arguments: "",
+            executor: None,
+            policy_path: None,
+            policy_digest: None,
+            session: None,
+            attempts: 0,
+            fuel: None,
+            usage: Usage::default(),
+            denied: &[],
+            denied_total: 0,
+            reached_total: 0,
+            credentials: &[],
+            credentials_total: 0,
+            exit_status: None,
+            secrets: None,
+        });
     }
 }
 
-/// A count as OpenTelemetry's integers are: signed (the exporter writes an unsigned field as
-/// text).
-fn int(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-/// What [`CallSpan::answered`] records: the call, its tool, its answer (already redacted) and
+/// What [`CallSpan::answered`] reads: the call, its tool, its answer (already redacted) and
 /// the facts of its record.
 pub(super) struct Answer<'a> {
     pub(super) call: &'a ToolCall,
@@ -206,38 +243,4 @@ pub(super) struct Answer<'a> {
     pub(super) message: &'a ToolMessage,
     pub(super) facts: &'a Facts,
     pub(super) session: u64,
-}
-
-/// The call's metric events: its duration by tool, executor and outcome; then, when there are
-/// any, its refusals, its credential uses and its bytes through the gate, counted. `error.type`
-/// is absent on success, as the conventions want (a `None` field is not recorded).
-fn metrics(tool_name: &str, tool: Option<&Tool>, error: Option<&str>, facts: &Facts) {
-    let executor = tool.map_or("none", |t| t.facts.executor.as_str());
-    // One set of attributes for both events.
-    macro_rules! metric {
-        ($($figures:tt)*) => {
-            tracing::event!(
-                target: METRICS_TARGET,
-                tracing::Level::TRACE,
-                gen_ai.tool.name = tool_name,
-                warden.executor = executor,
-                error.type = error,
-                $($figures)*
-            )
-        };
-    }
-    metric!(histogram.gen_ai.execute_tool.duration = facts.took.as_secs_f64());
-    let denials = facts.denied.total;
-    let credentials = facts.credentials.total;
-    let out = facts.usage.net_bytes_out.unwrap_or(0);
-    let back = facts.usage.net_bytes_in.unwrap_or(0);
-    if denials == 0 && credentials == 0 && out == 0 && back == 0 {
-        return;
-    }
-    metric!(
-        monotonic_counter.warden.denials = denials,
-        monotonic_counter.warden.credential.uses = credentials,
-        monotonic_counter.warden.gate.bytes_out = out,
-        monotonic_counter.warden.gate.bytes_in = back,
-    );
 }
