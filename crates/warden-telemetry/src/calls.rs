@@ -70,7 +70,7 @@ impl Instruments {
             c.executor.unwrap_or("none").to_owned(),
         ));
         if let Some(kind) = c.error {
-            attributes.push(KeyValue::new("error.type", kind.to_owned()));
+            attributes.push(KeyValue::new("error.type", kind));
         }
         self.duration.record(c.took.as_secs_f64(), &attributes);
         let counts = [
@@ -110,7 +110,7 @@ impl Calls {
         a.push(KeyValue::new("gen_ai.tool.call.id", c.call_id.to_owned()));
         a.push(KeyValue::new("gen_ai.tool.type", "function"));
         if let Some(kind) = c.error {
-            a.push(KeyValue::new("error.type", kind.to_owned()));
+            a.push(KeyValue::new("error.type", kind));
         }
         let texts = [
             ("warden.executor", c.executor),

@@ -4,8 +4,9 @@
 //! The libraries write `tracing` spans under OpenTelemetry's names (a batch's, an MCP
 //! request's, an agent's steps and `chat` requests), and warden-core tells each ended call to
 //! the process's [`warden_core::CallTelemetry`]; this crate turns both into OTLP when the
-//! operator asks for it ([`Telemetry::layer`] and [`Telemetry::calls`]). Every setting is the standard
-//! `OTEL_*` environment variable of the OpenTelemetry SDKs, read where the SDK reads it:
+//! operator asks for it ([`Telemetry::layer`] and [`Telemetry::calls`]). Every setting is the
+//! standard `OTEL_*` environment variable of the OpenTelemetry SDKs, read where the SDK reads
+//! it:
 //!
 //! | Setting | Default |
 //! |---|---|

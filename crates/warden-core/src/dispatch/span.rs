@@ -48,7 +48,7 @@ pub struct EndedCall<'a> {
     pub took: Duration,
     /// warden's error kind on failure; `cancelled` or `internal` for a call whose future was
     /// dropped or panicked before it answered.
-    pub error: Option<&'a str>,
+    pub error: Option<&'static str>,
     /// The error's message.
     pub error_message: Option<&'a str>,
     /// The answer's text (empty for a call that never answered).
