@@ -8,7 +8,10 @@ import os
 import re
 import secrets
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import anyio
@@ -22,6 +25,33 @@ ROOT = Path(__file__).resolve().parents[2]
 WASM = ROOT / "target" / "wasm32-wasip2" / "release"
 # Compiled components are cached across tests (and runs): each fixture compiles once.
 CACHE = ROOT / "target" / "warden-pytest-cache"
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A test server's request handler: no log lines, and `answer` for a whole reply."""
+
+    def answer(self, body: bytes, content_type: str | None = None, status: int = 200) -> None:
+        self.send_response(status)
+        if content_type is not None:
+            self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def loopback_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
+    """`handler` served on 127.0.0.1 from a thread of its own; yields its port."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def warden_bin() -> Path:

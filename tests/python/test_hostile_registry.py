@@ -8,24 +8,22 @@ from __future__ import annotations
 
 import os
 import subprocess
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from harness import warden_bin
+from harness import QuietHandler, loopback_server, warden_bin
 
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 LIMIT = 4 << 20  # warden-oci's MANIFEST_LIMIT
 
 
-class Hostile(BaseHTTPRequestHandler):
+class Hostile(QuietHandler):
     protocol_version = "HTTP/1.1"
     sent = 0
 
     def do_GET(self):
         if self.path == "/v2/":
-            self.reply(b"{}")
+            self.answer(b"{}", "application/json")
         elif self.path.endswith("/manifests/declared"):
             # Says 5 MiB; warden must not wait for (or hold) it.
             self.send_response(200)
@@ -46,27 +44,13 @@ class Hostile(BaseHTTPRequestHandler):
             except OSError:
                 pass  # warden hung up, as it should
         else:
-            self.send_response(404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-    def reply(self, body: bytes):
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+            self.answer(b"", status=404)
 
 
 @pytest.fixture
 def hostile():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with loopback_server(Hostile) as port:
+        yield f"127.0.0.1:{port}"
 
 
 @pytest.mark.parametrize("tag", ["declared", "endless"])

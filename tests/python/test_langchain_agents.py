@@ -3,7 +3,6 @@ ShellToolMiddleware, and what a caller sees when warden is missing, misconfigure
 
 from __future__ import annotations
 
-import http.server
 import os
 import signal
 import subprocess
@@ -19,6 +18,7 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import ShellToolMiddleware
 from langchain_core.messages import AIMessage, ToolMessage
 
+from harness import QuietHandler, loopback_server
 from langchain_harness import (
     call,
     containers_of,
@@ -206,19 +206,11 @@ def test_the_shell_middleware_runs_its_shell_in_warden(base, tool, monkeypatch):
 
 
 def test_the_shell_middleware_reaches_only_granted_hosts(base):
-    class Hello(http.server.BaseHTTPRequestHandler):
+    class Hello(QuietHandler):
         def do_GET(self) -> None:
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b"hello through the gate")
+            self.answer(b"hello through the gate")
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = server.server_address[1]
-    try:
+    with loopback_server(Hello) as port:
         policy_file = base / "policies" / "shell-host.toml"
         text = policy_file.read_text()
         policy_file.write_text(
@@ -242,9 +234,6 @@ def test_the_shell_middleware_reaches_only_granted_hosts(base):
         middleware = ShellToolMiddleware(workspace_root=base / "workspace", execution_policy=policy)
         agent = create_agent(model, middleware=[middleware])
         answers = tool_answers(agent.invoke({"messages": [("user", "fetch")]})["messages"])
-    finally:
-        server.shutdown()
-        server.server_close()
     assert "hello through the gate" in answers["n1"].content, answers["n1"].content
     assert "403" in answers["n2"].content, answers["n2"].content
 

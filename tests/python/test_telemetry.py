@@ -12,14 +12,21 @@ import shutil
 import signal
 import socket
 import subprocess
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from harness import ROOT, Toolbox, connect, http_server, session, warden_bin
+from harness import (
+    ROOT,
+    QuietHandler,
+    Toolbox,
+    connect,
+    http_server,
+    loopback_server,
+    session,
+    warden_bin,
+)
 from otlp_receiver import Receiver
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -231,26 +238,17 @@ def test_grpc_is_refused_with_the_fix(toolbox):
     assert "http/protobuf" in out.stderr
 
 
-class Echo(BaseHTTPRequestHandler):
+class Echo(QuietHandler):
     """Answers every GET with the request's Authorization header, as a hostile host might."""
 
     def do_GET(self):
-        body = f"auth={self.headers.get('Authorization')}".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.answer(f"auth={self.headers.get('Authorization')}".encode())
 
 
 @pytest.fixture
 def echo():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
+    with loopback_server(Echo) as port:
+        yield port
 
 
 @pytest.fixture
@@ -325,7 +323,7 @@ def test_a_credential_use_names_its_host_and_never_its_value(host_box, receiver,
     assert not any(CREDENTIAL.encode() in body for body in receiver.bodies)
 
 
-class ScriptedModel(BaseHTTPRequestHandler):
+class ScriptedModel(QuietHandler):
     """An OpenAI-compatible endpoint that asks for one call of `add`, then answers."""
 
     turns = 0
@@ -346,26 +344,15 @@ class ScriptedModel(BaseHTTPRequestHandler):
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
         }).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.answer(body, "application/json")
 
 
 def test_an_agent_run_has_its_steps_and_model_requests(toolbox, receiver, tmp_path: Path):
-    model = ThreadingHTTPServer(("127.0.0.1", 0), ScriptedModel)
-    threading.Thread(target=model.serve_forever, daemon=True).start()
-    try:
+    with loopback_server(ScriptedModel) as port:
         out = run(
             toolbox, receiver.url, "agent", "--model", "scripted-1", "what is 20 + 22?",
-            OPENAI_BASE_URL=f"http://127.0.0.1:{model.server_address[1]}/v1",
+            OPENAI_BASE_URL=f"http://127.0.0.1:{port}/v1",
         )
-    finally:
-        model.shutdown()
     assert out.returncode == 0, out.stderr
     spans = receiver.wait_for_spans(6)
     [agent] = named(spans, "invoke_agent")

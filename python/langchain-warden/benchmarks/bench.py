@@ -93,12 +93,6 @@ class Constant(BaseTool):
         return "5"
 
 
-def json_schema(box: Path) -> dict:
-    """The input schema warden lists for `add`."""
-    with WardenToolkit(toolbox=box) as kit:
-        return {t.name: t for t in kit.get_tools()}["add"].args_schema
-
-
 class BareClient:
     """MCP's bare round trip: a `warden serve` of its own, JSON-RPC lines written and read on
     the caller's thread, nothing else."""
@@ -176,9 +170,9 @@ def main() -> None:
             n += 1
             return {"type": "tool_call", "name": name, "args": args, "id": f"b{n}"}
 
-        constant = Constant(args_schema=json_schema(box))
         with WardenToolkit(toolbox=box) as kit, BareClient(box) as bare:
             warden_add = {t.name: t for t in kit.get_tools()}["add"]
+            constant = Constant(args_schema=warden_add.args_schema)
             assert warden_add.invoke(tool_call("add")).status == "success"
             same_call = {"name": "add", "arguments": args}
             rows += interleaved(
