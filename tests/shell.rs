@@ -536,10 +536,11 @@ fn a_programs_container_uses_a_credential_it_never_holds() {
     no_container_left("shell");
 }
 
-/// The running containers of `tool`'s warm pool.
+/// The tool's pooled containers, running or not: a pooled container whose warden was killed
+/// may stop on its own (its stdin closed with the attach), and is still there to reap.
 fn pooled(tool: &str) -> Vec<String> {
     let ps = Command::new("docker")
-        .args(["ps", "-q", "--no-trunc", "--filter"])
+        .args(["ps", "-aq", "--no-trunc", "--filter"])
         .arg(format!("label=warden.tool={tool}"))
         .args(["--filter", "label=warden.mode=pool"])
         .output()

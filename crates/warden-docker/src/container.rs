@@ -189,12 +189,16 @@ impl Container {
     }
 
     /// Kills and removes it, and waits until the engine has. The removal runs in a task of
-    /// its own, so it completes even if the caller is dropped meanwhile.
-    pub(crate) async fn remove(mut self) {
-        self.removed = true;
-        let (docker, id) = (self.docker.clone(), self.id.clone());
-        if let Err(e) = tokio::spawn(async move { remove(&docker, &id).await }).await {
-            tracing::warn!(container = %self.id, "removing a container failed: {e}");
+    /// its own, so it completes even if the caller is dropped meanwhile; the task owns the
+    /// guard, so a task that never runs (its runtime ending) still removes it.
+    pub(crate) async fn remove(self) {
+        let id = self.id.clone();
+        let removal = tokio::spawn(async move {
+            remove(&self.docker, &self.id).await;
+            self.disarm();
+        });
+        if let Err(e) = removal.await {
+            tracing::warn!(container = %id, "removing a container failed: {e}");
         }
     }
 }
@@ -205,24 +209,28 @@ impl Drop for Container {
             return;
         }
         let (docker, id) = (self.docker.clone(), std::mem::take(&mut self.id));
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                handle.spawn(async move { remove(&docker, &id).await });
-            }
-            // No runtime to spawn on (it is shutting down): remove it from a thread of its own.
-            Err(_) => {
-                let _ = std::thread::Builder::new()
-                    .name("warden-docker-remove".into())
-                    .spawn(move || {
-                        let rt = tokio::runtime::Builder::new_current_thread()
-                            .enable_all()
-                            .build();
-                        if let Ok(rt) = rt {
-                            rt.block_on(remove(&docker, &id));
-                        }
-                    })
-                    .map(std::thread::JoinHandle::join);
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let removal = handle.spawn({
+                let (docker, id) = (docker.clone(), id.clone());
+                async move { remove(&docker, &id).await }
+            });
+            // A runtime that is ending drops what is spawned on it at once, unrun: its task
+            // is finished before it could have sent a request.
+            if !removal.is_finished() {
+                return;
             }
         }
+        // No runtime that will run it: removed from a thread of its own.
+        let _ = std::thread::Builder::new()
+            .name("warden-docker-remove".into())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build();
+                if let Ok(rt) = rt {
+                    rt.block_on(remove(&docker, &id));
+                }
+            })
+            .map(std::thread::JoinHandle::join);
     }
 }

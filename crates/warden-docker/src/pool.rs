@@ -15,8 +15,9 @@
 //!   out, removed and replaced. One that dies between that and its call never runs the
 //!   call: its shell never prints the command's start line, and the call takes another.
 //! - **Removed at the end**: the pool's end (the toolbox dropped, a reload, the process
-//!   ending) removes what waits and what is still being removed, before it returns. A warden
-//!   killed outright leaves its pool to the lease: the next warden reaps it.
+//!   ending) removes what waits and what is still being removed, before it returns; one
+//!   still being made when its runtime ends is removed by its guard. A warden killed
+//!   outright leaves its pool to the lease: the next warden reaps it.
 //! - **Only the tool's own calls**: a call whose memory limit differs from the tool's (no
 //!   such call is made today) starts its own container.
 

@@ -187,3 +187,32 @@ async fn a_pool_is_removed_with_its_toolbox_and_never_filled_unwarmed() {
         h.containers().await
     );
 }
+
+/// `warden serve`'s end: the runtime the pool fills on ends while a container is being made
+/// for it (created or started, not yet waiting). That one is removed too, not left to the
+/// next warden's reaper.
+#[test]
+fn a_pool_whose_runtime_ends_while_it_fills_leaves_nothing() {
+    let serving = tokio::runtime::Runtime::new().expect("a runtime");
+    let made = serving.block_on(async {
+        let h = harness().await?;
+        let d = h.dispatcher("sh", &h.shell_policy("pool = 3", "", ""));
+        d.toolbox().warm();
+        // They are made one at a time: while the first exists, the next is being made.
+        let docker = h.engine().client().await.expect("engine");
+        while h.containers_on(&docker).await.is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Some((h, d))
+    });
+    let Some((h, d)) = made else { return };
+    drop(d);
+    serving.shutdown_timeout(Duration::from_secs(2));
+    // A client of a runtime of its own: the first one's connections ended with it.
+    let after = tokio::runtime::Runtime::new().expect("a runtime");
+    let left = after.block_on(async {
+        let docker = bollard::Docker::connect_with_defaults().expect("a client");
+        h.containers_on(&docker).await
+    });
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
