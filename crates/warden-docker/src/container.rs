@@ -5,7 +5,7 @@
 use crate::address::Place;
 use crate::cgroup::Cgroup;
 use crate::engine::{Engine, missing_image};
-use crate::removal::remove;
+use crate::removal::{finish_apart, remove};
 use bollard::Docker;
 use bollard::container::AttachContainerResults;
 use bollard::errors::Error as BollardError;
@@ -221,16 +221,8 @@ impl Drop for Container {
             }
         }
         // No runtime that will run it: removed from a thread of its own.
-        let _ = std::thread::Builder::new()
-            .name("warden-docker-remove".into())
-            .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build();
-                if let Ok(rt) = rt {
-                    rt.block_on(remove(&docker, &id));
-                }
-            })
-            .map(std::thread::JoinHandle::join);
+        finish_apart("warden-docker-remove", async move {
+            remove(&docker, &id).await;
+        });
     }
 }

@@ -23,7 +23,7 @@
 //!
 //! [`Engine`]: crate::Engine
 
-use crate::removal::remove;
+use crate::removal::{finish_apart, remove};
 use bollard::Docker;
 use bollard::errors::Error as BollardError;
 use bollard::models::{ContainerCreateBody, HostConfig};
@@ -270,19 +270,9 @@ impl Lease {
         let Some(marker) = self.marker.try_lock().ok().and_then(|mut m| m.take()) else {
             return;
         };
-        let _ = std::thread::Builder::new()
-            .name("warden-lease-release".into())
-            .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build();
-                if let Ok(rt) = rt {
-                    let _ = rt.block_on(async {
-                        tokio::time::timeout(RELEASE_WAIT, remove(&docker, &marker.id)).await
-                    });
-                }
-            })
-            .map(std::thread::JoinHandle::join);
+        finish_apart("warden-lease-release", async move {
+            let _ = tokio::time::timeout(RELEASE_WAIT, remove(&docker, &marker.id)).await;
+        });
     }
 }
 

@@ -24,7 +24,7 @@
 use crate::container::Container;
 use crate::engine::Engine;
 use crate::launch::{Recipe, Started};
-use crate::removal::remove;
+use crate::removal::{finish_apart, remove};
 use bollard::query_parameters::WaitContainerOptionsBuilder;
 use futures::StreamExt;
 use std::collections::HashSet;
@@ -205,33 +205,22 @@ impl Drop for Inner {
             return;
         }
         let engine = self.recipe.engine.clone();
-        let removing = std::thread::Builder::new()
-            .name("warden-docker-pool".into())
-            .spawn(move || remove_all(&engine, ids));
-        if let Ok(thread) = removing {
-            let _ = thread.join();
-        }
+        finish_apart("warden-docker-pool", async move {
+            remove_all(&engine, ids).await;
+        });
     }
 }
 
-/// Removes `ids` from the engine within [`REMOVAL_WAIT`], on a runtime of this thread's own.
-fn remove_all(engine: &Engine, ids: Vec<String>) {
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
+/// Removes `ids` from the engine within [`REMOVAL_WAIT`], with a client of its own.
+async fn remove_all(engine: &Engine, ids: Vec<String>) {
+    let Some(docker) = engine.fresh_client().await else {
+        tracing::warn!("the pool's containers could not be removed: no engine answers");
         return;
     };
-    rt.block_on(async {
-        let Some(docker) = engine.fresh_client().await else {
-            tracing::warn!("the pool's containers could not be removed: no engine answers");
-            return;
-        };
-        let removals = futures::future::join_all(ids.iter().map(|id| remove(&docker, id)));
-        if tokio::time::timeout(REMOVAL_WAIT, removals).await.is_err() {
-            tracing::warn!("removing the pool's containers took over {REMOVAL_WAIT:?}");
-        }
-    });
+    let removals = futures::future::join_all(ids.iter().map(|id| remove(&docker, id)));
+    if tokio::time::timeout(REMOVAL_WAIT, removals).await.is_err() {
+        tracing::warn!("removing the pool's containers took over {REMOVAL_WAIT:?}");
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -23,3 +23,19 @@ pub(crate) async fn remove(docker: &Docker, id: &str) -> bool {
         }
     }
 }
+
+/// Runs `work` to its end on a thread and a runtime of its own, and waits for it: for what
+/// must be done while the caller's runtime is ending, or where there is none.
+pub(crate) fn finish_apart(thread: &str, work: impl Future<Output = ()> + Send + 'static) {
+    let _ = std::thread::Builder::new()
+        .name(thread.into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            if let Ok(rt) = rt {
+                rt.block_on(work);
+            }
+        })
+        .map(std::thread::JoinHandle::join);
+}
