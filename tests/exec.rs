@@ -2,6 +2,7 @@
 //! tool gets, its streams passed through, its exit status warden's, its signals passed on,
 //! and nothing of it left once it ends.
 
+use crate::common::hang::Watch;
 use crate::common::terminal::Terminal;
 use serde_json::Value;
 use std::io::{Read, Write};
@@ -464,6 +465,9 @@ fn a_parent_drives_the_shell_command_by_command_as_langchains_shell_tool_does() 
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // This test once hung in CI, unseen here in thousands of runs: should it hang again, the
+    // watch says where.
+    let _watch = Watch::new(child.id(), Duration::from_secs(60));
     let mut stdin = child.stdin.take().unwrap();
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
     // One command at a time, each answered before the next is written: the shell waits on
