@@ -62,6 +62,7 @@ impl Env {
             .stderr(Stdio::piped())
             .spawn()
             .expect("warden runs");
+        let _watch = Watch::new(child.id(), Duration::from_secs(60));
         child.stdin.take().unwrap().write_all(input).unwrap();
         child.wait_with_output().unwrap()
     }
