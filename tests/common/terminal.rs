@@ -46,6 +46,11 @@ impl Terminal {
         }
     }
 
+    /// warden's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Types `keys`.
     pub(crate) fn type_keys(&self, keys: &[u8]) {
         (&self.keys).write_all(keys).unwrap();

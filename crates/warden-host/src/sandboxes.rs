@@ -68,6 +68,22 @@ fn open_terminal(size: WindowSize) -> Result<nix::pty::OpenptyResult, ToolError>
     Ok(pty)
 }
 
+/// Makes warden's side of a helper's stream non-blocking, as tokio requires of what it
+/// polls. A blocking one hangs: tokio keeps a stream readable when a wake-up comes in while
+/// it reads, and its next read, finding nothing, would block the runtime's thread until the
+/// program writes again, while the program waits for the input that thread should relay.
+fn nonblocking(fd: &OwnedFd) -> Result<(), ToolError> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let flags = fcntl(fd, FcntlArg::F_GETFL)
+        .map_err(|e| ToolError::internal(format!("a stream of the sandbox's helper: {e}")))?;
+    fcntl(
+        fd,
+        FcntlArg::F_SETFL(OFlag::from_bits_retain(flags) | OFlag::O_NONBLOCK),
+    )
+    .map_err(|e| ToolError::internal(format!("a stream of the sandbox's helper: {e}")))?;
+    Ok(())
+}
+
 impl Spare for Started {
     /// One that failed its set-up (or was killed) is not: the call starts one now, whose
     /// report says what went wrong.
@@ -152,6 +168,11 @@ impl Sandboxes {
                 ((reader, pty.slave), (nothing, slave2), Some(pty.master))
             }
         };
+        // Made unchecked below (a terminal's side is no pipe), which keeps their blocking mode.
+        nonblocking(&stdout_ours)?;
+        if let Some(master) = &terminal {
+            nonblocking(master)?;
+        }
         let (reports_ours, reports) = pipe()?;
         let gate = if sandbox.gate {
             let (ours, theirs) = std::os::unix::net::UnixStream::pair()
