@@ -464,8 +464,8 @@ fn a_parent_drives_the_shell_command_by_command_as_langchains_shell_tool_does() 
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // This test once hung in CI, unseen here in thousands of runs: should it hang again, the
-    // watch says where.
+    // It once hung in CI (a blocking relay, since mended): a hang now fails within a minute,
+    // saying where each process waited.
     let _watch = Watch::new(child.id(), Duration::from_secs(60));
     let mut stdin = child.stdin.take().unwrap();
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();

@@ -1,8 +1,8 @@
 //! A watch on a test's warden process: should the test still run after a bound, it prints
 //! where every process of warden's tree waits, and every other process that holds one of
-//! warden's stdin, stdout and stderr (each thread's kernel wait channel and, as root, its kernel stack, and
-//! each process's descriptors), then kills warden, so that a hang fails with what it waited on
-//! instead of at the runner's timeout with nothing.
+//! warden's stdin, stdout and stderr (each thread's kernel wait channel and, as root, its
+//! kernel stack, and each process's descriptors), then kills warden, so that a hang fails
+//! with what it waited on instead of at the runner's timeout with nothing.
 
 use std::fmt::Write as _;
 use std::sync::mpsc::{RecvTimeoutError, Sender, channel};
