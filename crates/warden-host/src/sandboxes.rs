@@ -74,14 +74,13 @@ fn open_terminal(size: WindowSize) -> Result<nix::pty::OpenptyResult, ToolError>
 /// program writes again, while the program waits for the input that thread should relay.
 fn nonblocking(fd: &OwnedFd) -> Result<(), ToolError> {
     use nix::fcntl::{FcntlArg, OFlag, fcntl};
-    let flags = fcntl(fd, FcntlArg::F_GETFL)
-        .map_err(|e| ToolError::internal(format!("a stream of the sandbox's helper: {e}")))?;
-    fcntl(
-        fd,
-        FcntlArg::F_SETFL(OFlag::from_bits_retain(flags) | OFlag::O_NONBLOCK),
-    )
-    .map_err(|e| ToolError::internal(format!("a stream of the sandbox's helper: {e}")))?;
-    Ok(())
+    fcntl(fd, FcntlArg::F_GETFL)
+        .and_then(|flags| {
+            let flags = OFlag::from_bits_retain(flags) | OFlag::O_NONBLOCK;
+            fcntl(fd, FcntlArg::F_SETFL(flags))
+        })
+        .map(drop)
+        .map_err(|e| ToolError::internal(format!("a stream of the sandbox's helper: {e}")))
 }
 
 impl Spare for Started {
