@@ -53,16 +53,24 @@ impl Env {
         command
     }
 
-    /// `warden exec ARGS`, fed `input`.
-    fn exec(&self, args: &[&str], input: &[u8]) -> Output {
-        let mut child = self
+    /// `warden exec ARGS` started with its streams piped, under a watch that fails a hang
+    /// within a minute, saying where each process waited (one once hung in CI: a blocking
+    /// relay, since mended).
+    fn spawn(&self, args: &[&str]) -> (Child, Watch) {
+        let child = self
             .command(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("warden runs");
-        let _watch = Watch::new(child.id(), Duration::from_secs(60));
+        let watch = Watch::new(child.id(), Duration::from_secs(60));
+        (child, watch)
+    }
+
+    /// `warden exec ARGS`, fed `input`.
+    fn exec(&self, args: &[&str], input: &[u8]) -> Output {
+        let (mut child, _watch) = self.spawn(args);
         child.stdin.take().unwrap().write_all(input).unwrap();
         child.wait_with_output().unwrap()
     }
@@ -457,16 +465,7 @@ pub(crate) fn credential_grants(port: u16) -> String {
 fn a_parent_drives_the_shell_command_by_command_as_langchains_shell_tool_does() {
     use std::io::BufRead;
     let env = Env::new(65_479, "");
-    let mut child = env
-        .command(&["host-shell", "--timeout", "none", "--", "bash"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // It once hung in CI (a blocking relay, since mended): a hang now fails within a minute,
-    // saying where each process waited.
-    let _watch = Watch::new(child.id(), Duration::from_secs(60));
+    let (mut child, _watch) = env.spawn(&["host-shell", "--timeout", "none", "--", "bash"]);
     let mut stdin = child.stdin.take().unwrap();
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
     // One command at a time, each answered before the next is written: the shell waits on
@@ -502,14 +501,7 @@ fn every_stream_warden_relays_is_non_blocking_piped_and_at_a_terminal() {
     // A blocking one hung a shell driven command by command, in about one run in twelve at a
     // terminal: tokio read it after a stale wake-up and blocked the thread that relays input.
     let env = Env::new(65_470, "");
-    let mut piped = env
-        .command(&["host-shell", "--", "sleep", "3"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let _watch = Watch::new(piped.id(), Duration::from_secs(60));
+    let (mut piped, _watch) = env.spawn(&["host-shell", "--", "sleep", "3"]);
     let streams = relayed_streams(&env, piped.id());
     // The helper's stdin, stdout, stderr and reports.
     assert_eq!(streams.len(), 4, "{streams:?}");
