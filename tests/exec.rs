@@ -505,11 +505,7 @@ fn every_stream_warden_relays_is_non_blocking_piped_and_at_a_terminal() {
     let streams = relayed_streams(&env, piped.id());
     // The helper's stdin, stdout, stderr and reports.
     assert_eq!(streams.len(), 4, "{streams:?}");
-    let blocking: Vec<_> = streams
-        .iter()
-        .filter(|(_, nonblocking)| !nonblocking)
-        .collect();
-    assert!(blocking.is_empty(), "blocking: {blocking:?} of {streams:?}");
+    none_blocks(&streams);
     piped.kill().unwrap();
     piped.wait().unwrap();
     env.leaves_nothing();
@@ -519,14 +515,19 @@ fn every_stream_warden_relays_is_non_blocking_piped_and_at_a_terminal() {
     // The terminal's side twice (input, output), beside the pipes still open.
     let sides = streams.iter().filter(|(id, _)| id.starts_with("/dev/ptmx"));
     assert_eq!(sides.count(), 2, "{streams:?}");
+    none_blocks(&streams);
+    let (code, shown) = terminal.wait();
+    assert_eq!(code, Some(0), "{shown}");
+    env.leaves_nothing();
+}
+
+/// Fails naming every stream that blocks.
+fn none_blocks(streams: &[(String, bool)]) {
     let blocking: Vec<_> = streams
         .iter()
         .filter(|(_, nonblocking)| !nonblocking)
         .collect();
     assert!(blocking.is_empty(), "blocking: {blocking:?} of {streams:?}");
-    let (code, shown) = terminal.wait();
-    assert_eq!(code, Some(0), "{shown}");
-    env.leaves_nothing();
 }
 
 /// Once `env`'s program runs under warden `pid`: warden's pipes and terminal sides beyond its
