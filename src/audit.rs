@@ -99,6 +99,15 @@ fn flags(
             "credential over plain HTTP: the {header} header for {host} travels readable"
         ));
     }
+    if net.credential_host_shared && !net.credentials.is_empty() {
+        let hosts: Vec<&str> = net.credentials.iter().map(|c| c.host.as_str()).collect();
+        out.push(format!(
+            "credential host shared (credential_host_shared = true): a host that reflects its \
+             request can hand the sandbox the credential for {}, to send to the other granted \
+             destinations",
+            hosts.join(", ")
+        ));
+    }
     if policy.limits.timeout.is_none() {
         out.push("no timeout written: the default applies".into());
     }

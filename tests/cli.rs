@@ -226,7 +226,7 @@ fn audit_shows_network_grants_and_flags_wide_ones() {
     std::fs::write(
         env.toolbox().join("netprobe.toml"),
         format!(
-            "[executor]\nkind = \"wasm\"\ncomponent = {:?}\n[grants]\nnet = [\"*\", \"10.0.0.0/8\", \"api.test:443\"]\ndns = true\nnet_credentials = [{{ host = \"api.test\", header = \"Authorization\", from_host = \"WARDEN_AUDIT_SECRET\", prefix = \"Bearer \" }}, {{ host = \"10.1.2.3\", header = \"X-Key\", from_host = \"WARDEN_AUDIT_SECRET\", allow_plain_http = true }}]\n",
+            "[executor]\nkind = \"wasm\"\ncomponent = {:?}\n[grants]\nnet = [\"*\", \"10.0.0.0/8\", \"api.test:443\"]\ndns = true\nnet_credentials = [{{ host = \"api.test\", header = \"Authorization\", from_host = \"WARDEN_AUDIT_SECRET\", prefix = \"Bearer \" }}, {{ host = \"10.1.2.3\", header = \"X-Key\", from_host = \"WARDEN_AUDIT_SECRET\", allow_plain_http = true }}]\ncredential_host_shared = true\n",
             path_str(&wasm("netprobe"))
         ),
     )
@@ -247,6 +247,7 @@ fn audit_shows_network_grants_and_flags_wide_ones() {
         "wide network grant: 10.0.0.0/8 (a whole address range)",
         "guest DNS lookups on",
         "credential over plain HTTP: the X-Key header for 10.1.2.3",
+        "credential host shared (credential_host_shared = true)",
     ] {
         assert!(flags.contains(wanted), "{wanted} not flagged: {flags}");
     }

@@ -100,6 +100,7 @@ impl Checked<'_> {
             net: _, // the form of each host grant is the executor's: see `NetHosts`
             dns,
             net_credentials,
+            credential_host_shared: _, // meaningful only beside credentials, checked below
         } = grants;
         if let Support::Refused(why) = caps.env {
             let first = env

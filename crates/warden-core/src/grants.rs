@@ -37,6 +37,8 @@ pub(crate) struct GrantsSpec {
     pub(crate) dns: Option<Spanned<bool>>,
     #[serde(default)]
     pub(crate) net_credentials: Vec<Spanned<Credential>>,
+    /// Accepts a credential's host beside other destinations.
+    pub(crate) credential_host_shared: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -208,10 +210,12 @@ impl GrantsSpec {
             });
         }
         let mut net = NetGrants {
-            dns: self.dns.is_some_and(toml::Spanned::into_inner),
+            dns: self.dns.as_ref().is_some_and(|d| *d.get_ref()),
             ..NetGrants::default()
         };
+        let mut net_spans = Vec::new();
         for text in self.net {
+            net_spans.push(text.span());
             let grant = HostGrant::parse(text.get_ref())
                 .map_err(|e| Mistake::at(text.span(), e.to_string()))?;
             net.hosts.push(grant);
@@ -232,6 +236,23 @@ impl GrantsSpec {
                 })
                 .map_err(|e| Mistake::at(span, e.to_string()))?;
             net.credentials.push(c);
+        }
+        net.credential_host_shared = self
+            .credential_host_shared
+            .is_some_and(toml::Spanned::into_inner);
+        if !net.credential_host_shared {
+            let beside = match (net.beside_credentials(), &self.dns) {
+                (Some(i), _) => Some((net.hosts[i].to_string(), net_spans[i].clone())),
+                (None, Some(dns)) if net.dns && !net.credentials.is_empty() => {
+                    Some(("guest DNS lookups".to_owned(), dns.span()))
+                }
+                _ => None,
+            };
+            if let (Some((other, span)), Some(first)) = (beside, net.credentials.first()) {
+                let host = first.host.clone();
+                let message = GrantError::CredentialShared { other, host }.to_string();
+                return Err(Mistake::at(span, message));
+            }
         }
         Ok(Grants {
             env,
@@ -356,6 +377,14 @@ enum GrantError {
          `{host}`; keep one"
     )]
     PlaceholderIsEnv { name: String, host: String },
+    #[error(
+        "`{other}` is granted beside the credential for `{host}`: a host that reflects its \
+         request (an echo endpoint, an error page quoting headers) can hand the sandbox the \
+         credential in any encoding, and `{other}` is where it could send it on. Give the \
+         credential's host a tool of its own, or write `credential_host_shared = true` in \
+         [grants] to accept that (`warden audit` flags it; docs/network.md says why)"
+    )]
+    CredentialShared { other: String, host: String },
     #[error(transparent)]
     Net(#[from] NetGrantError),
 }

@@ -203,6 +203,9 @@ pub struct NetGrants {
     /// carry data out.
     pub dns: bool,
     pub credentials: Vec<Credential>,
+    /// `credential_host_shared = true`: the policy accepts its credentials' hosts beside other
+    /// destinations (refused at load otherwise, flagged by the audit).
+    pub credential_host_shared: bool,
 }
 
 /// Why a destination was refused: the text goes to the call log and the tool's message.
@@ -299,11 +302,36 @@ impl NetGrants {
         }
     }
 
+    /// The index of the first grant that reaches somewhere other than a credential's host, when the policy
+    /// has credentials: a host that reflects its request (an echo endpoint, an error page that
+    /// quotes headers) can hand the sandbox a credential in any encoding, and this grant is
+    /// where the sandbox could send it on. Any port of a credential's host is that host.
+    pub fn beside_credentials(&self) -> Option<usize> {
+        if self.credentials.is_empty() {
+            return None;
+        }
+        let is_credential_host = |grant: &HostGrant| {
+            self.credentials
+                .iter()
+                .any(|c| match (&grant.pattern, parse_ip_host(&c.host)) {
+                    (HostPattern::Addrs(net), Some(ip)) => {
+                        net.prefix_len() == net.max_prefix_len() && net.addr() == canonical(ip)
+                    }
+                    (HostPattern::Name(name), None) => {
+                        *name == c.host.trim_end_matches('.').to_ascii_lowercase()
+                    }
+                    _ => false,
+                })
+        };
+        self.hosts.iter().position(|g| !is_credential_host(g))
+    }
+
     /// The grants as JSON, for the audit: credentials by name, never by value.
     pub fn describe(&self) -> serde_json::Value {
         serde_json::json!({
             "hosts": self.hosts.iter().map(ToString::to_string).collect::<Vec<_>>(),
             "dns": self.dns,
+            "credential_host_shared": self.credential_host_shared,
             "credentials": self.credentials.iter().map(|c| serde_json::json!({
                 "host": c.host,
                 "header": c.header,

@@ -323,11 +323,12 @@ mod tests {
     fn net_grants_are_checked_with_their_line() {
         let head = format!("{HEAD}[grants]\n");
         let p = parse(&format!(
-            "{head}net = [\"api.example.org:443\", \"*.example.org\"]\nnet_credentials = [\n  {{ host = \"api.example.org\", header = \"Authorization\", from_host = \"TOKEN\", prefix = \"Bearer \" }},\n]\n"
+            "{head}net = [\"api.example.org:443\", \"*.example.org\"]\nnet_credentials = [\n  {{ host = \"api.example.org\", header = \"Authorization\", from_host = \"TOKEN\", prefix = \"Bearer \" }},\n]\ncredential_host_shared = true\n"
         ))
         .unwrap();
         assert_eq!(p.grants.net.hosts.len(), 2);
         assert_eq!(p.grants.net.credentials[0].header, "Authorization");
+        assert!(p.grants.net.credential_host_shared);
         let e = parse(&format!(
             "{head}net = [\n  \"ok.org\",\n  \"bad host\",\n]\n"
         ))
@@ -340,6 +341,45 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.line, Some(5), "{e}");
         assert!(e.message.contains("no net grant allows"), "{e}");
+    }
+
+    /// A credential's host beside any other destination is refused at the other grant's line
+    /// (a host that reflects its request could hand the sandbox the value in any encoding),
+    /// unless the policy writes that it accepts it.
+    #[test]
+    fn a_credential_host_beside_other_destinations_is_refused_unless_accepted() {
+        let credential = "net_credentials = [{ host = \"api.test\", header = \"Authorization\", from_host = \"T\" }]\n";
+        for (net, line, other) in [
+            ("net = [\"api.test\", \"echo.test\"]\n", 4, "`echo.test`"),
+            ("net = [\"api.test:443\", \"*.test\"]\n", 4, "`*.test`"),
+            (
+                "net = [\"api.test\", \"127.0.0.1:8080\"]\n",
+                4,
+                "`127.0.0.1:8080`",
+            ),
+            (
+                "net = [\"api.test\"]\ndns = true\n",
+                5,
+                "`guest DNS lookups`",
+            ),
+        ] {
+            let text = format!("{HEAD}[grants]\n{net}{credential}");
+            let e = parse(&text).unwrap_err();
+            assert_eq!(e.line, Some(line), "{e}");
+            assert!(e.message.contains(other), "{e}");
+            assert!(e.message.contains("credential_host_shared = true"), "{e}");
+            let shared = parse(&format!("{text}credential_host_shared = true\n")).unwrap();
+            assert!(shared.grants.net.credential_host_shared);
+        }
+        // Every port of the credential's host is that host; an IP credential is its address.
+        parse(&format!(
+            "{HEAD}[grants]\nnet = [\"api.test:443\", \"API.test:8443\"]\n{credential}"
+        ))
+        .unwrap();
+        parse(&format!(
+            "{HEAD}[grants]\nnet = [\"10.1.2.3:80\"]\nnet_credentials = [{{ host = \"10.1.2.3\", header = \"X\", from_host = \"T\" }}]\n"
+        ))
+        .unwrap();
     }
 
     /// Every grant form and limit a backend refuses is refused at load, at its line.

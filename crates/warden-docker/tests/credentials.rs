@@ -23,7 +23,7 @@ async fn the_value_reaches_its_host_in_a_container_and_never_comes_back(sandbox:
     let grants = format!(
         "net = [\"api.test:{w}\", \"127.0.0.1:{w}\", \"other.test:{w}\", \"api.test:{t}\", \"127.0.0.1:{t}\"]\n\
          net_credentials = [{{ host = \"api.test\", header = \"Authorization\", from_host = \"{VAR}\", \
-         prefix = \"Bearer \", env = \"API_TOKEN\", allow_plain_http = true }}]"
+         prefix = \"Bearer \", env = \"API_TOKEN\", allow_plain_http = true }}]\ncredential_host_shared = true"
     );
     let command = format!(
         "echo \"env=$API_TOKEN\"; \

@@ -121,7 +121,7 @@ fn main() {
             "",
             &format!(
                 "net = [\"api.test:{t}\", \"127.0.0.1:{t}\"]\nnet_credentials = [{{ host = \"api.test\", \
-                 header = \"Authorization\", from_host = \"{TOKEN_VAR}\" }}]"
+                 header = \"Authorization\", from_host = \"{TOKEN_VAR}\" }}]\ncredential_host_shared = true"
             ),
             Some(&tls.ca_pem),
         );

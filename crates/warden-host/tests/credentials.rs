@@ -70,11 +70,14 @@ fn denied(m: &ToolMessage) -> String {
     }
 }
 
-/// A credential for `host`, allowed over plain HTTP too.
+/// A credential for `host`, allowed over plain HTTP too. The tests' names are pinned to
+/// loopback, which only an address grant reaches: that grant is another destination to the
+/// load-time rule, so the policy accepts it.
 fn credential(host: &str) -> String {
     format!(
         "net_credentials = [{{ host = \"{host}\", header = \"Authorization\", from_host = \"{VAR}\", \
-         prefix = \"Bearer \", env = \"API_TOKEN\", allow_plain_http = true }}]"
+         prefix = \"Bearer \", env = \"API_TOKEN\", allow_plain_http = true }}]\n\
+         credential_host_shared = true"
     )
 }
 
@@ -221,7 +224,7 @@ async fn a_missing_value_answers_unavailable_and_runs_nothing() {
     let place = tempfile::tempdir().unwrap();
     let grants = format!(
         "net = [\"api.test:{w}\", \"127.0.0.1:{w}\"]\nnet_credentials = [{{ host = \"api.test\", \
-         header = \"Authorization\", from_host = \"WARDEN_TEST_UNSET_TOKEN\" }}]"
+         header = \"Authorization\", from_host = \"WARDEN_TEST_UNSET_TOKEN\" }}]\ncredential_host_shared = true"
     );
     let d = dispatcher(place.path(), &grants, &[]);
     let m = run(&d, &format!("curl -sS http://api.test:{w}/x")).await;
@@ -331,7 +334,7 @@ async fn an_echoing_host_gives_the_sandbox_nothing_to_encode_and_pass_on() {
     let grants = format!(
         "net = [\"api.test:{t}\", \"127.0.0.1:{t}\", \"other.test:{w}\", \"127.0.0.1:{w}\"]\n\
          net_credentials = [{{ host = \"api.test\", header = \"Authorization\", \
-         from_host = \"{VAR}\", prefix = \"Bearer \", env = \"API_TOKEN\" }}]"
+         from_host = \"{VAR}\", prefix = \"Bearer \", env = \"API_TOKEN\" }}]\ncredential_host_shared = true"
     );
     let d = dispatcher(place.path(), &grants, &[echo.ca_pem.as_deref().unwrap()]);
     let command = format!(
@@ -379,7 +382,7 @@ async fn a_request_naming_another_host_or_plain_http_gets_no_credential() {
     let grants = format!(
         "net = [\"api.test:{w}\", \"127.0.0.1:{w}\", \"api.test:{t}\", \"127.0.0.1:{t}\"]\n\
          net_credentials = [{{ host = \"api.test\", header = \"Authorization\", \
-         from_host = \"{VAR}\" }}]"
+         from_host = \"{VAR}\" }}]\ncredential_host_shared = true"
     );
     let d = dispatcher(place.path(), &grants, &[tls.ca_pem.as_deref().unwrap()]);
     let code = "-sS -o /dev/null -w '%{http_code} '";

@@ -42,8 +42,8 @@ fn bench(ports: &[u16], credentials: Vec<(Credential, String)>, roots: Option<&s
             .flat_map(|p| [format!("api.test:{p}"), format!("127.0.0.1:{p}")])
             .map(|h| HostGrant::parse(&h).unwrap())
             .collect(),
-        dns: false,
         credentials: credentials.iter().map(|(c, _)| c.clone()).collect(),
+        ..NetGrants::default()
     };
     let credentials = Credentials::new(credentials);
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

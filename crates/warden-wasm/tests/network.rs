@@ -272,7 +272,7 @@ async fn credentials_reach_their_host_only_and_never_the_tool() {
     let grants = format!(
         "net = [\"api.test:{0}\", \"other.test:{0}\", \"127.0.0.1:{0}\"]\n\
          net_credentials = [{{ host = \"api.test\", header = \"Authorization\", \
-         from_host = \"WARDEN_TEST_API_TOKEN\", prefix = \"Bearer \", allow_plain_http = true }}]",
+         from_host = \"WARDEN_TEST_API_TOKEN\", prefix = \"Bearer \", allow_plain_http = true }}]\ncredential_host_shared = true",
         web.port
     );
     let (_bench, d, log) = probe(&grants, "", &["api.test", "other.test"]);
@@ -339,7 +339,7 @@ async fn a_placeholder_never_becomes_the_value() {
     let grants = format!(
         "net = [\"api.test:{0}\", \"other.test:{0}\", \"127.0.0.1:{0}\"]\n\
          net_credentials = [{{ host = \"api.test\", header = \"Authorization\", \
-         from_host = \"WARDEN_TEST_API_TOKEN\", prefix = \"Bearer \", env = \"API_TOKEN\", allow_plain_http = true }}]",
+         from_host = \"WARDEN_TEST_API_TOKEN\", prefix = \"Bearer \", env = \"API_TOKEN\", allow_plain_http = true }}]\ncredential_host_shared = true",
         web.port
     );
     let (_bench, d, _log) = probe(&grants, "", &["api.test", "other.test"]);
@@ -393,7 +393,7 @@ async fn a_credential_goes_over_plain_http_only_with_leave() {
     let grants = format!(
         "net = [\"api.test:{0}\", \"127.0.0.1:{0}\"]\n\
          net_credentials = [{{ host = \"api.test\", header = \"Authorization\", \
-         from_host = \"WARDEN_TEST_API_TOKEN\" }}]",
+         from_host = \"WARDEN_TEST_API_TOKEN\" }}]\ncredential_host_shared = true",
         web.port
     );
     let (_bench, d, _log) = probe(&grants, "", &["api.test"]);
