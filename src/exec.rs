@@ -2,6 +2,7 @@
 //! tool gets, its stdin, stdout and stderr passed through, its exit status warden's.
 
 use crate::context;
+use crate::review::TerminalReviewer;
 use anyhow::{Context as _, Result, anyhow, bail};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -35,6 +36,11 @@ pub(crate) struct ExecArgs {
     /// shell (flagged in the call log) [default: the policy's timeout].
     #[arg(long, value_name = "DURATION|none")]
     timeout: Option<TimeLimit>,
+    /// The program's stdin is empty and warden never reads its own (as `ssh -n`): for a
+    /// parent's loop that reads its own input, which warden would otherwise pass on ahead of
+    /// the program's reads.
+    #[arg(short = 'n', long = "no-stdin")]
+    no_stdin: bool,
     /// The program and its arguments [default: the tool's shell].
     #[arg(last = true, value_name = "PROGRAM")]
     program: Vec<String>,
@@ -70,7 +76,12 @@ pub(crate) fn exec(ctx: &Warden, args: ExecArgs) -> Result<ExitCode> {
 }
 
 fn run(ctx: &Warden, args: ExecArgs) -> Result<ExitCode> {
-    let dispatcher = context::dispatcher(ctx, RunLimits::default())?;
+    // The program's streams are its own: a tool that requires review is asked about on the
+    // controlling terminal, which a parent driving warden through pipes may still have.
+    let mut dispatcher = ctx.dispatcher(RunLimits::default())?;
+    if let Some(reviewer) = TerminalReviewer::controlling() {
+        dispatcher = dispatcher.reviewer(reviewer);
+    }
     let tool = runnable(dispatcher.toolbox(), &args.tool)?;
     let timeout = match args.timeout {
         None => Some(tool.limits.timeout),
@@ -78,8 +89,12 @@ fn run(ctx: &Warden, args: ExecArgs) -> Result<ExitCode> {
         Some(TimeLimit::Never) => None,
     };
     // At a terminal (stdin and stdout both), the program gets one of its own; warden's is
-    // raw meanwhile, so that every key reaches the program's terminal as typed.
-    let raw = Raw::if_terminal()?;
+    // raw meanwhile, so that every key reaches the program's terminal as typed. Without
+    // stdin there are no keys to pass on: plain pipes.
+    let raw = match args.no_stdin {
+        true => None,
+        false => Raw::if_terminal()?,
+    };
     let runtime = context::runtime()?;
     let ended = runtime.block_on(async {
         let (pass, signals) = tokio::sync::mpsc::unbounded_channel();
@@ -112,7 +127,10 @@ fn run(ctx: &Warden, args: ExecArgs) -> Result<ExitCode> {
         }
         let program = Program {
             argv: args.program,
-            stdin: Box::new(tokio::io::stdin()),
+            stdin: match args.no_stdin {
+                true => Box::new(tokio::io::empty()),
+                false => Box::new(tokio::io::stdin()),
+            },
             stdout: Box::new(tokio::io::stdout()),
             stderr: Box::new(tokio::io::stderr()),
             timeout,

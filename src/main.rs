@@ -338,11 +338,29 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
+/// A tool as `warden tools --json` lists it: its spec, and whether a person reviews each call
+/// (a parent that cannot ask one, such as langchain-warden's shell, says so up front).
+#[derive(serde::Serialize)]
+struct Listed<'a> {
+    #[serde(flatten)]
+    spec: &'a warden_core::ToolSpec,
+    review_required: bool,
+}
+
+impl<'a> Listed<'a> {
+    fn of(tool: &'a warden_core::Tool) -> Self {
+        Listed {
+            spec: &tool.spec,
+            review_required: tool.review_required,
+        }
+    }
+}
+
 fn tools(ctx: &Warden, json: bool) -> Result<ExitCode> {
     let toolbox = ctx.load()?;
     if json {
-        let specs: Vec<_> = toolbox.tools().map(|t| &t.spec).collect();
-        outln!("{}", escape_json(&serde_json::to_string_pretty(&specs)?));
+        let listed: Vec<_> = toolbox.tools().map(Listed::of).collect();
+        outln!("{}", escape_json(&serde_json::to_string_pretty(&listed)?));
     } else {
         for tool in toolbox.tools() {
             let first = tool.spec.description.lines().next().unwrap_or_default();

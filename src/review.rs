@@ -1,60 +1,97 @@
 //! Review on a terminal: a person approves, edits, rejects or answers each call.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::fs::File;
+use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 use warden_core::shown::Escaped;
 use warden_core::{BoxFuture, Decision, Reviewer, ToolCall, ToolSpec};
 
-/// Asks on the terminal, one call at a time.
+/// The terminal a process has even when its streams are pipes, as `sudo` and `ssh` ask on it.
+const CONTROLLING_TERMINAL: &str = "/dev/tty";
+
+/// Asks on a terminal, one call at a time.
 pub(crate) struct TerminalReviewer {
     lock: Arc<Mutex<()>>,
+    on: Asks,
+}
+
+/// Where a reviewer asks.
+#[derive(Clone, Copy)]
+enum Asks {
+    /// On warden's stdin and stderr.
+    Streams,
+    /// On warden's controlling terminal, whatever its streams are.
+    Controlling,
 }
 
 impl TerminalReviewer {
     /// A reviewer when stdin and stderr are a terminal; none otherwise (calls needing review
     /// are then rejected).
     pub(crate) fn if_terminal() -> Option<Arc<dyn Reviewer>> {
-        (std::io::stdin().is_terminal() && std::io::stderr().is_terminal()).then(|| {
-            Arc::new(TerminalReviewer {
-                lock: Arc::default(),
-            }) as Arc<dyn Reviewer>
+        (std::io::stdin().is_terminal() && std::io::stderr().is_terminal())
+            .then(|| Self::on(Asks::Streams))
+    }
+
+    /// A reviewer on warden's controlling terminal, when it has one: for `warden exec`, whose
+    /// streams are the program's, and whose parent may drive it through pipes from a
+    /// person's terminal.
+    pub(crate) fn controlling() -> Option<Arc<dyn Reviewer>> {
+        File::open(CONTROLLING_TERMINAL)
+            .is_ok()
+            .then(|| Self::on(Asks::Controlling))
+    }
+
+    fn on(on: Asks) -> Arc<dyn Reviewer> {
+        Arc::new(TerminalReviewer {
+            lock: Arc::default(),
+            on,
         })
     }
 }
 
-fn line(prompt: &str) -> String {
-    eprint!("{prompt}");
-    let _ = std::io::stderr().flush();
+fn line(prompt: &str, input: &mut dyn BufRead, output: &mut dyn Write) -> String {
+    let _ = write!(output, "{prompt}");
+    let _ = output.flush();
     let mut s = String::new();
-    let _ = std::io::stdin().lock().read_line(&mut s);
+    let _ = input.read_line(&mut s);
     s.trim().to_owned()
 }
 
-fn ask(call: &ToolCall, spec: &ToolSpec) -> Decision {
+fn ask(
+    call: &ToolCall,
+    spec: &ToolSpec,
+    input: &mut dyn BufRead,
+    output: &mut dyn Write,
+) -> Decision {
     // The call's id and arguments are the model's: shown, never obeyed by the terminal.
-    eprintln!(
+    let _ = writeln!(
+        output,
         "\nreview: `{}` (call {}) with {}",
         Escaped(&spec.name),
         Escaped(&call.id),
         Escaped(&call.arguments)
     );
     loop {
-        match line("[a]pprove, [e]dit, [r]eject, re[s]pond? ").as_str() {
+        match line("[a]pprove, [e]dit, [r]eject, re[s]pond? ", input, output).as_str() {
             "a" | "approve" => return Decision::Approve,
             "r" | "reject" => {
                 return Decision::Reject {
-                    reason: line("reason: "),
+                    reason: line("reason: ", input, output),
                 };
             }
             "s" | "respond" => {
                 return Decision::Respond {
-                    content: line("answer for the model: "),
+                    content: line("answer for the model: ", input, output),
                 };
             }
-            "e" | "edit" => match serde_json::from_str(&line("arguments (JSON): ")) {
-                Ok(arguments) => return Decision::Edit { arguments },
-                Err(e) => eprintln!("not JSON: {}", Escaped(e)),
-            },
+            "e" | "edit" => {
+                match serde_json::from_str(&line("arguments (JSON): ", input, output)) {
+                    Ok(arguments) => return Decision::Edit { arguments },
+                    Err(e) => {
+                        let _ = writeln!(output, "not JSON: {}", Escaped(e));
+                    }
+                }
+            }
             "" => {
                 return Decision::Reject {
                     reason: "no answer from the reviewer".into(),
@@ -65,16 +102,52 @@ fn ask(call: &ToolCall, spec: &ToolSpec) -> Decision {
     }
 }
 
+/// Asks on the controlling terminal, in line mode while asking (`warden exec` may have put it
+/// in raw mode for the program), as it was afterwards.
+fn ask_on_controlling_terminal(call: &ToolCall, spec: &ToolSpec) -> Decision {
+    use nix::sys::termios::{InputFlags, LocalFlags, OutputFlags, SetArg, tcgetattr, tcsetattr};
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(CONTROLLING_TERMINAL);
+    let Ok(terminal) = opened else {
+        return Decision::Reject {
+            reason: "the reviewer's terminal could not be opened".into(),
+        };
+    };
+    let saved = tcgetattr(&terminal).ok();
+    if let Some(saved) = &saved {
+        let mut lines = saved.clone();
+        lines.local_flags |= LocalFlags::ICANON | LocalFlags::ECHO | LocalFlags::ISIG;
+        lines.input_flags |= InputFlags::ICRNL;
+        lines.output_flags |= OutputFlags::OPOST | OutputFlags::ONLCR;
+        let _ = tcsetattr(&terminal, SetArg::TCSANOW, &lines);
+    }
+    let decision = ask(call, spec, &mut BufReader::new(&terminal), &mut &terminal);
+    if let Some(saved) = &saved {
+        let _ = tcsetattr(&terminal, SetArg::TCSANOW, saved);
+    }
+    decision
+}
+
 impl Reviewer for TerminalReviewer {
     fn review<'a>(&'a self, call: &'a ToolCall, spec: &'a ToolSpec) -> BoxFuture<'a, Decision> {
-        let lock = self.lock.clone();
+        let (lock, on) = (self.lock.clone(), self.on);
         let (call, spec) = (call.clone(), spec.clone());
         Box::pin(async move {
             let asked = tokio::task::spawn_blocking(move || {
                 let _one_at_a_time = lock
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                ask(&call, &spec)
+                match on {
+                    Asks::Streams => ask(
+                        &call,
+                        &spec,
+                        &mut std::io::stdin().lock(),
+                        &mut std::io::stderr(),
+                    ),
+                    Asks::Controlling => ask_on_controlling_terminal(&call, &spec),
+                }
             });
             asked.await.unwrap_or(Decision::Reject {
                 reason: "the review prompt failed".into(),

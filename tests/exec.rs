@@ -75,6 +75,13 @@ impl Env {
         child.wait_with_output().unwrap()
     }
 
+    /// Makes the tool require a person's review of each call.
+    fn require_review(&self) {
+        let path = self.dir.path().join("policies/shell-host.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(path, format!("{text}\n[review]\nrequired = true\n")).unwrap();
+    }
+
     /// The call log's records.
     fn records(&self) -> Vec<Value> {
         std::fs::read_to_string(self.dir.path().join("home/calls.jsonl"))
@@ -608,4 +615,116 @@ fn eventually(within: Duration, done: impl Fn() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
     true
+}
+
+/// `warden exec` of a tool that requires review runs nothing unreviewed: refused where no one
+/// can be asked (no terminal, as langchain-warden's shell starts it), asked on the controlling
+/// terminal of a parent that drives warden through pipes; approved, edited or rejected there.
+#[test]
+fn a_reviewed_tools_program_runs_only_once_a_person_approves_it() {
+    use std::os::unix::process::CommandExt;
+    let env = Env::new(65_484, "");
+    env.require_review();
+    let mut detached = env.command(&["host-shell", "--", "sh", "-c", "echo RAN"]);
+    // SAFETY: setsid is async-signal-safe: a session of its own has no controlling terminal.
+    unsafe {
+        detached.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let out = detached.stdin(Stdio::null()).output().unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(125), "{stdout}{stderr}");
+    assert!(!stdout.contains("RAN"), "{stdout}");
+    assert!(
+        stderr.contains("[review] required = true") && stderr.contains("no one to ask"),
+        "{stderr}"
+    );
+    let record = env.records().pop().unwrap();
+    assert_eq!(
+        (&record["exec"], &record["outcome"]),
+        (&Value::Bool(true), &Value::from("rejected")),
+        "{record}"
+    );
+
+    // Approved on the parent's terminal: the program runs on the parent's pipes.
+    let script = "read x; echo RAN-$x";
+    let mut terminal =
+        Terminal::controlling(env.command(&["host-shell", "--", "sh", "-c", script]));
+    terminal.wait_for("[a]pprove");
+    assert!(
+        terminal.screen().contains("RAN-$x"),
+        "{}",
+        terminal.screen()
+    );
+    terminal.type_keys(b"a\n");
+    let mut stdin = terminal.child().stdin.take().unwrap();
+    stdin.write_all(b"piped\n").unwrap();
+    drop(stdin);
+    let (code, stdout, shown) = finish(terminal);
+    assert_eq!((code, stdout.as_str()), (Some(0), "RAN-piped\n"), "{shown}");
+
+    // Edited: the reviewer's argv runs instead.
+    let mut terminal = Terminal::controlling(env.command(&["host-shell", "--", "echo", "RAN"]));
+    terminal.wait_for("[a]pprove");
+    terminal.type_keys(b"e\n");
+    terminal.wait_for("arguments (JSON): ");
+    terminal.type_keys(b"{\"argv\": [\"echo\", \"EDITED\"]}\n");
+    drop(terminal.child().stdin.take());
+    let (code, stdout, shown) = finish(terminal);
+    assert_eq!((code, stdout.as_str()), (Some(0), "EDITED\n"), "{shown}");
+
+    // Rejected: nothing runs, and the reason is warden's error.
+    let mut terminal = Terminal::controlling(env.command(&["host-shell", "--", "echo", "RAN"]));
+    terminal.wait_for("[a]pprove");
+    terminal.type_keys(b"r\n");
+    terminal.wait_for("reason: ");
+    terminal.type_keys(b"not today\n");
+    drop(terminal.child().stdin.take());
+    let (code, stdout, shown) = finish(terminal);
+    assert_eq!((code, stdout.as_str()), (Some(125), ""), "{shown}");
+    assert!(
+        shown.contains("a reviewer rejected this program: not today"),
+        "{shown}"
+    );
+    env.leaves_nothing();
+}
+
+/// How a program at [`Terminal::controlling`] ended: its exit code, its stdout, and its stderr
+/// and the terminal's screen for a failing assertion.
+fn finish(mut terminal: Terminal) -> (Option<i32>, String, String) {
+    let mut stdout = String::new();
+    let mut pipe = terminal.child().stdout.take().unwrap();
+    pipe.read_to_string(&mut stdout).unwrap();
+    let (code, shown) = terminal.wait();
+    (code, stdout, shown)
+}
+
+/// `exec -n` leaves warden's stdin to the parent: a parent's `while read` loop that runs a
+/// program for each line gets every line (without it, warden may pass the lines that follow on
+/// to the program ahead of its reads, as `ssh` without `-n` does).
+#[test]
+fn exec_n_leaves_the_parents_input_to_the_parent() {
+    let env = Env::new(65_485, "");
+    let warden = env!("CARGO_BIN_EXE_warden");
+    let loop_over = |flags: &str| {
+        let script = format!(
+            "printf 'one\\ntwo\\nthree\\n' | while read line; do \
+             \"$WARDEN\" exec {flags} host-shell -- true; echo \"got $line\"; done"
+        );
+        let out = Command::new("/bin/sh")
+            .args(["-c", &script])
+            .env("WARDEN", warden)
+            .env("WARDEN_TOOLBOX", env.dir.path().join("policies"))
+            .env("WARDEN_HOME", env.dir.path().join("home"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    assert_eq!(loop_over("-n"), "got one\ngot two\ngot three\n");
+    assert_eq!(loop_over("--no-stdin"), "got one\ngot two\ngot three\n");
+    env.leaves_nothing();
 }

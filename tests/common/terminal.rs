@@ -29,8 +29,13 @@ impl Terminal {
             .stderr(Stdio::piped())
             .spawn()
             .expect("warden runs");
+        Self::watching(pty.master, child)
+    }
+
+    /// Records what `child` writes to the terminal whose other side is `master`.
+    fn watching(master: std::os::fd::OwnedFd, child: Child) -> Self {
         let screen = Arc::new(Mutex::new(Vec::new()));
-        let mut reader = File::from(pty.master.try_clone().unwrap());
+        let mut reader = File::from(master.try_clone().unwrap());
         let seen = screen.clone();
         std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
@@ -40,10 +45,42 @@ impl Terminal {
             }
         });
         Self {
-            keys: File::from(pty.master),
+            keys: File::from(master),
             screen,
             child,
         }
+    }
+
+    /// The command's piped stdin, stdout and stderr (of [`Terminal::controlling`]).
+    pub(crate) fn child(&mut self) -> &mut Child {
+        &mut self.child
+    }
+
+    /// Starts `command` in a new session whose controlling terminal is a new one, its
+    /// stdin, stdout and stderr pipes: a parent that drives warden through pipes from a
+    /// person's terminal. The terminal is where warden asks that person.
+    pub(crate) fn controlling(mut command: Command) -> Self {
+        use std::os::unix::process::CommandExt;
+        let pty = nix::pty::openpty(&size(24, 80), None).unwrap();
+        let terminal = pty.slave.as_raw_fd();
+        // SAFETY: setsid and ioctl are async-signal-safe; the terminal's descriptor is open in
+        // the child until it execs.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::setsid() < 0 || libc::ioctl(terminal, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("warden runs");
+        drop(pty.slave);
+        Self::watching(pty.master, child)
     }
 
     /// warden's process id.

@@ -238,6 +238,30 @@ def test_the_shell_middleware_reaches_only_granted_hosts(base):
     assert "403" in answers["n2"].content, answers["n2"].content
 
 
+def test_a_shell_that_requires_review_is_refused_at_start_naming_the_fix(base):
+    """`warden exec` refuses a reviewed tool where no one can be asked, as under the
+    middleware: the policy says so before the first command, not as a dead shell."""
+    policy_file = base / "policies" / "shell-host.toml"
+    policy_file.write_text(policy_file.read_text() + "\n[review]\nrequired = true\n")
+    policy = WardenExecutionPolicy(
+        tool="host-shell", toolbox=base / "policies", home=base / "home", warden=warden_bin()
+    )
+    with pytest.raises(WardenStartError, match="review") as refused:
+        policy.check()
+    assert "HumanInTheLoopMiddleware" in str(refused.value)
+    # warden itself refuses it too, for a parent that skips the check.
+    done = subprocess.run(
+        policy.command_line(["/bin/sh", "-c", "echo RAN"]),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        start_new_session=True,
+    )
+    assert done.returncode == 125 and "RAN" not in done.stdout, done
+    assert "no one to ask" in done.stderr, done.stderr
+
+
 def test_the_execution_policy_names_warden_exec():
     policy = WardenExecutionPolicy(tool="host-shell", toolbox=".", warden=warden_bin())
     argv = policy.command_line(["/bin/bash"])

@@ -1,6 +1,6 @@
-//! `warden exec`'s path: a whole program in the sandbox a call of a tool gets. It takes the
-//! tool's admission like a call, its output is redacted of the tool's secret values as it
-//! flows, and it is logged as a call record marked `exec`.
+//! `warden exec`'s path: a whole program in the sandbox a call of a tool gets. It is reviewed
+//! and admitted like a call, its output is redacted of the tool's secret values as it flows,
+//! and it is logged as a call record marked `exec`.
 
 use super::span::CallSpan;
 use super::{Dispatcher, ExecFacts, Facts, secrets_of};
@@ -8,14 +8,17 @@ use crate::executor::Held;
 use crate::executor::{Denials, Meter};
 use crate::message::{ErrorKind, ToolCall, ToolError, ToolMessage};
 use crate::program::{Exit, Program, Redacting};
+use crate::review::Decision;
+use crate::toolbox::Tool;
+use serde_json::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 impl Dispatcher {
-    /// Runs `program` in the sandbox a call of `tool` gets, under the tool's limits and its
-    /// admission, and answers how it ended, or why it could not start (an unknown tool, one
-    /// whose executor runs only calls, a sandbox that could not be set up). Either way a
-    /// record marked `exec` goes to the call log.
+    /// Runs `program` in the sandbox a call of `tool` gets, under the tool's review, limits
+    /// and admission, and answers how it ended, or why it could not start (an unknown tool,
+    /// one whose executor runs only calls, a reviewer's refusal or none to ask, a sandbox that
+    /// could not be set up). Either way a record marked `exec` goes to the call log.
     pub async fn exec(&self, tool: &str, mut program: Program) -> Result<Exit, ToolError> {
         static EXECS: AtomicU64 = AtomicU64::new(1);
         let start = Instant::now();
@@ -37,17 +40,21 @@ impl Dispatcher {
             denials: Denials::default(),
             usage: Meter::default(),
         };
+        let reviewed = self.review_program(tool, &call, &mut program).await;
         let facts = ExecFacts {
             argv: program.argv.clone(),
             exit_status: None,
             unlimited_time: program.timeout.is_none(),
         };
-        let ended = match self.gate.admit(tool).await {
-            Ok(_permit) => {
-                self.session.touch();
-                tool.executor.exec(program, held.clone()).await
-            }
-            Err(e) => Err(e),
+        let ended = match reviewed {
+            Some(ended) => ended,
+            None => match self.gate.admit(tool).await {
+                Ok(_permit) => {
+                    self.session.touch();
+                    tool.executor.exec(program, held.clone()).await
+                }
+                Err(e) => Err(e),
+            },
         };
         let message = match &ended {
             Ok(Exit::Code(0)) => ToolMessage::success(&call, "exited with status 0".into(), None),
@@ -70,6 +77,76 @@ impl Dispatcher {
         self.write_log(&span, &call, Some(tool), &secrets, &message, &facts);
         ended
     }
+
+    /// A program of a tool that requires review, put to the reviewer as a call whose
+    /// arguments are `{"argv": [...]}`: `None` to run it (with the argv an edit gave), or how
+    /// it ended without running. A tool without review runs as it is.
+    async fn review_program(
+        &self,
+        tool: &Tool,
+        call: &ToolCall,
+        program: &mut Program,
+    ) -> Option<Result<Exit, ToolError>> {
+        if !tool.review_required {
+            return None;
+        }
+        if self.reviewer.is_none() {
+            return Some(Err(ToolError::new(
+                ErrorKind::Rejected,
+                format!(
+                    "`{}` needs a person to review each program ([review] required = true in \
+                     its policy), and there is no one to ask here: run `warden exec` where it \
+                     has a terminal to ask on (its own, or the controlling terminal of the \
+                     process that starts it), or use a tool without review",
+                    tool.spec.name
+                ),
+            )));
+        }
+        match self.review(tool, call).await {
+            Decision::Approve => None,
+            Decision::Edit { arguments } => match argv_of(&arguments) {
+                Ok(argv) => {
+                    program.argv = argv;
+                    None
+                }
+                Err(e) => Some(Err(e)),
+            },
+            Decision::Reject { reason } => Some(Err(ToolError::new(
+                ErrorKind::Rejected,
+                format!("a reviewer rejected this program: {reason}"),
+            ))),
+            // The reviewer's answer stands for the program's output, as it stands for a
+            // call's.
+            Decision::Respond { content } => {
+                use tokio::io::AsyncWriteExt as _;
+                let written = async {
+                    program.stdout.write_all(content.as_bytes()).await?;
+                    program.stdout.flush().await
+                };
+                Some(written.await.map(|()| Exit::Code(0)).map_err(|e| {
+                    ToolError::new(
+                        ErrorKind::Unavailable,
+                        format!("writing the reviewer's answer: {e}"),
+                    )
+                }))
+            }
+        }
+    }
+}
+
+/// The argv of a reviewer's edit: `{"argv": ["PROGRAM", "ARG", …]}` (empty: the tool's shell).
+fn argv_of(arguments: &Value) -> Result<Vec<String>, ToolError> {
+    let argv = arguments.get("argv").and_then(Value::as_array);
+    let strings = argv.and_then(|a| a.iter().map(|v| v.as_str().map(str::to_owned)).collect());
+    strings.ok_or_else(|| {
+        ToolError::new(
+            ErrorKind::Rejected,
+            format!(
+                "the reviewer's edit {arguments} is not {{\"argv\": [\"PROGRAM\", \"ARG\", …]}}: \
+                 nothing was run"
+            ),
+        )
+    })
 }
 
 /// The record's error for a program that did not exit with 0.

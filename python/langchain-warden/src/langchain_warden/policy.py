@@ -45,9 +45,12 @@ class WardenExecutionPolicy(BaseExecutionPolicy):
     _checked: bool = field(default=False, init=False, repr=False)
 
     def check(self) -> None:
-        """Raises `WardenStartError` when the toolbox does not load or has no tool `tool`
-        (`warden tools --json`), so that a wrong name fails at start rather than as a command
-        that never answers. `spawn()` checks once."""
+        """Raises `WardenStartError` when the toolbox does not load, has no tool `tool`, or
+        `tool` requires a person's review (`warden tools --json`), so that a wrong name or a
+        shell no one can approve fails at start rather than as a command that never answers.
+        `spawn()` checks once. The shell runs in a session of its own, with no terminal to ask
+        a reviewer on: per-command review is the toolkit's (`WardenToolkit`, each command a
+        call) or LangChain's `HumanInTheLoopMiddleware`."""
         argv = warden_argv(self.warden, "tools", self.toolbox, self.home)
         try:
             done = subprocess.run(
@@ -57,11 +60,18 @@ class WardenExecutionPolicy(BaseExecutionPolicy):
             raise WardenStartError(f"`{' '.join(argv)}` failed: {err}") from None
         if done.returncode != 0:
             raise WardenStartError(f"the toolbox did not load: {done.stderr.strip()}")
-        names = sorted(str(t.get("name")) for t in json.loads(done.stdout))
-        if self.tool not in names:
+        tools = {str(t.get("name")): t for t in json.loads(done.stdout)}
+        if self.tool not in tools:
             raise WardenStartError(
-                f"the toolbox has no tool {self.tool!r} (it has: {', '.join(names)}): pass "
-                "tool= a docker or host shell tool"
+                f"the toolbox has no tool {self.tool!r} (it has: {', '.join(sorted(tools))}): "
+                "pass tool= a docker or host shell tool"
+            )
+        if tools[self.tool].get("review_required"):
+            raise WardenStartError(
+                f"{self.tool!r} requires a person's review of each call ([review] required = "
+                "true in its policy), and `warden exec` refuses it where no one can be asked, "
+                "as here: review each command with WardenToolkit (each command a call) or "
+                "LangChain's HumanInTheLoopMiddleware, and pass tool= a tool without review"
             )
         self._checked = True
 
