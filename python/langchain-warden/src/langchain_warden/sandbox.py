@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 import weakref
@@ -21,13 +22,16 @@ from ._errors import WardenError, WardenStartError
 from ._process import WardenProcess
 from ._results import CallResult, ShellOutput, parse_shell
 from ._trace import call_params
-from ._transfer import ChunkTooLarge, download, upload
+from ._transfer import ChunkTooLarge, Failure, download, upload
 
 T = TypeVar("T")
 
+logger = logging.getLogger(__name__)
+
 # `python` for the programs (and deepagents' own scripts) that name it, where the image or
 # the host has only `python3`: a link in the sandbox's own /tmp, put first on PATH. Run before
-# every command, costing two builtins, so a fresh shell (after `exit` or a timeout) gets it.
+# every `execute`, costing two builtins, so a fresh shell (after `exit` or a timeout) gets it;
+# not before transfers, which need no `python` and run nothing of the session's.
 _PRELUDE = (
     'case ":$PATH:" in *:/tmp/.warden-langchain/bin:*) ;; *) '
     "if ! command -v python >/dev/null 2>&1 && command -v python3 >/dev/null 2>&1; then "
@@ -46,7 +50,12 @@ class WardenSandbox(BaseSandbox):
     one confined host shell) whose working directory, variables and `/tmp` last from one
     `execute` to the next. Several sandboxes share nothing. `upload_files` and
     `download_files` move bytes through that shell itself (base64 in chunks), so they reach
-    the sandbox's own `/tmp`, not only the folders the policy grants.
+    the sandbox's own `/tmp`, not only the folders the policy grants. Each chunk goes through a
+    fresh `/bin/sh` with an empty environment, so functions, aliases or a `PATH` that earlier
+    commands left in the session cannot stand in for the programs moving it; and answers that
+    do not add up (a size that is no number or above `max_download_size`, a chunk that is not
+    the bytes asked for, a file that changed meanwhile) fail that file with
+    `permission_denied`, logged with what went wrong on this module's logger.
 
     `close()` (or leaving a `with` block, or interpreter exit) ends the process, and warden
     removes the session's container or kills its shell's processes.
@@ -60,6 +69,9 @@ class WardenSandbox(BaseSandbox):
             `timeout` caps it either way).
         chunk_size: Bytes per transfer command. Downloads halve it when the policy's
             `output` limit cuts a chunk.
+        max_download_size: The most bytes `download_files` reads of one file (100 MiB by
+            default); a larger file fails with `permission_denied`. It bounds the memory and
+            the rounds (size / chunk) a download may take, whatever the sandbox answers.
         python_alias: Make `python` run `python3` where only `python3` exists.
     """
 
@@ -72,11 +84,13 @@ class WardenSandbox(BaseSandbox):
         *,
         timeout: float | None = None,
         chunk_size: int = 44 * 1024,
+        max_download_size: int = 100 * 1024 * 1024,
         python_alias: bool = True,
     ) -> None:
         self._tool = tool
         self._timeout = timeout
         self._chunk = chunk_size
+        self._max_download = max_download_size
         self._prelude = _PRELUDE if python_alias else ""
         self._process = WardenProcess(toolbox=toolbox, home=home, warden=warden)
         self._finalizer = weakref.finalize(self, self._process.close)
@@ -109,7 +123,7 @@ class WardenSandbox(BaseSandbox):
         return self._id
 
     def _arguments(self, command: str, timeout: float | None) -> dict[str, Any]:
-        arguments: dict[str, Any] = {"command": self._prelude + command}
+        arguments: dict[str, Any] = {"command": command}
         seconds = timeout if timeout is not None else self._timeout
         if seconds:  # 0 or None: the policy's own limit
             arguments["timeout"] = seconds
@@ -136,40 +150,40 @@ class WardenSandbox(BaseSandbox):
     def execute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
         """Runs `command` in the session's shell: stdout, then stderr's lines marked
         `[stderr]`, the exit code (124 for a timeout), and whether the output limit cut it."""
-        return _response(self._run(command, timeout))
+        return _response(self._run(self._prelude + command, timeout))
 
     async def aexecute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
         """The async twin of `execute`."""
-        return _response(await self._arun(command, timeout))
+        return _response(await self._arun(self._prelude + command, timeout))
 
     def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
         """Writes each file into the sandbox, making its parents; errors per file."""
-        return [
-            FileUploadResponse(path=path, error=_code(self._drive(upload(path, data, self._chunk))))
-            for path, data in files
-        ]
+        responses = []
+        for path, data in files:
+            failure = self._drive(upload(path, data, self._chunk))
+            responses.append(FileUploadResponse(path=path, error=_error("upload", path, failure)))
+        return responses
 
     async def aupload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
         """The async twin of `upload_files`."""
-        return [
-            FileUploadResponse(
-                path=path,
-                error=_code(await self._adrive(upload(path, data, self._chunk))),
-            )
-            for path, data in files
-        ]
+        responses = []
+        for path, data in files:
+            failure = await self._adrive(upload(path, data, self._chunk))
+            responses.append(FileUploadResponse(path=path, error=_error("upload", path, failure)))
+        return responses
 
     def download_files(self, paths: list[str]) -> list[FileDownloadResponse]:
-        """Reads each file out of the sandbox; errors per file."""
+        """Reads each file out of the sandbox, at most `max_download_size` bytes of it;
+        errors per file."""
         responses = []
         for path in paths:
             while True:
                 try:
-                    content, error = self._drive(download(path, self._chunk))
+                    got = self._drive(download(path, self._chunk, self._max_download))
                     break
                 except ChunkTooLarge:
                     self._shrink()
-            responses.append(FileDownloadResponse(path=path, content=content, error=_code(error)))
+            responses.append(_downloaded(path, got))
         return responses
 
     async def adownload_files(self, paths: list[str]) -> list[FileDownloadResponse]:
@@ -178,11 +192,11 @@ class WardenSandbox(BaseSandbox):
         for path in paths:
             while True:
                 try:
-                    content, error = await self._adrive(download(path, self._chunk))
+                    got = await self._adrive(download(path, self._chunk, self._max_download))
                     break
                 except ChunkTooLarge:
                     self._shrink()
-            responses.append(FileDownloadResponse(path=path, content=content, error=_code(error)))
+            responses.append(_downloaded(path, got))
         return responses
 
     def _shrink(self) -> None:
@@ -232,10 +246,21 @@ class WardenSandbox(BaseSandbox):
         self.close()
 
 
-def _code(error: str | None) -> FileOperationError | None:
+def _error(action: str, path: str, failure: Failure | None) -> FileOperationError | None:
     """One of the protocol's error codes, or (warden failed, the command did not finish)
-    warden's message: newer deepagents type the field `FileOperationError | str`."""
-    return cast("FileOperationError | None", error)
+    warden's message: newer deepagents type the field `FileOperationError | str`. The codes
+    cannot say what in the sandbox's answers did not add up: that goes to the log."""
+    if failure is None:
+        return None
+    if failure.detail:
+        logger.warning("%s of %s failed (%s): %s", action, path, failure.code, failure.detail)
+    return cast("FileOperationError", failure.code)
+
+
+def _downloaded(path: str, got: bytes | Failure) -> FileDownloadResponse:
+    if isinstance(got, Failure):
+        return FileDownloadResponse(path=path, error=_error("download", path, got))
+    return FileDownloadResponse(path=path, content=got)
 
 
 def _response(out: ShellOutput) -> ExecuteResponse:

@@ -1,0 +1,313 @@
+"""WardenSandbox's uploads and downloads against a session that lies (issue 49's review):
+functions, aliases, a `PATH` and shell options that earlier commands left in the session, which
+must not take part, so the bytes come back right; a session that answers in the transfer's
+place (a function named `command`, which warden's own framing calls) and a file that changes
+while it is read, which cannot be avoided, so each fails with a code, a logged detail, and a
+bounded number of rounds. No test waits on a clock: every lie is finite output."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Generator, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+from langchain_harness import ROOT, require_docker, scratch, shell_toolbox, warden_bin
+from langchain_warden import WardenError, WardenSandbox
+from langchain_warden._results import ShellOutput
+from langchain_warden._transfer import ChunkTooLarge, Failure, download, upload
+
+pytestmark = pytest.mark.anyio
+
+T = TypeVar("T")
+MiB = 1024 * 1024
+LOGGER = "langchain_warden.sandbox"
+
+# What the review defined (printing with `printf`, since `echo` lies too), and more: a function or alias for every program and builtin the
+# transfer once ran, fake programs first on PATH, exported variables and shell options.
+HOSTILE = """
+wc() { command printf '999999999999\n'; }
+dd() { command printf 'AAAA\n'; }
+base64() { command printf 'QUFB\n'; }
+echo() { command printf 'lie\\n'; }
+test() { return 0; }
+mkdir() { return 1; }
+dirname() { command printf '/etc\\n'; }
+cat() { :; }
+env() { :; }
+alias head=false tail=false
+mkdir -p /tmp/evil && for n in wc dd base64 mkdir dirname env sh; do
+  command printf '#!/bin/sh\\necho 999999999999\\n' >/tmp/evil/$n && chmod +x /tmp/evil/$n
+done
+PATH=/tmp/evil:$PATH LC_ALL=xx_XX ENV=/tmp/evil/sh
+export PATH LC_ALL ENV
+set -C -u -f
+IFS=/
+"""
+
+# `printf` wrapped so that warden's framing still works (`command printf` is the builtin) but
+# the `printf %s ... | base64 -d` that uploads once ran writes other bytes.
+PRINTF = 'printf() { if [ "$1" = %s ]; then command printf %s QUFB; else command printf "$@"; fi; }'
+
+# `command` passing warden's framing (`command eval ...`) through, and lying to anything else.
+COMMAND = 'command() { if [ "$1" = eval ]; then shift; eval "$@"; else echo 999999999999; fi; }'
+
+
+@contextlib.contextmanager
+def _box(tool: str = "host-shell", **options: Any) -> Iterator[WardenSandbox]:
+    """A sandbox on `tool` of the shipped shells, or `shell-busybox`: the docker shell on
+    warden's busybox image, whose `env` is /bin/env only and whose shell is busybox ash."""
+    with scratch() as base:
+        docker = (ROOT / "policies" / "shell-docker.toml").read_text()
+        busybox = docker.replace('name = "shell"', 'name = "shell-busybox"').replace(
+            '"warden-sandbox-debian:latest"', '"warden-sandbox:latest"'
+        )
+        assert busybox.count("shell-busybox") == 1 and "warden-sandbox:latest" in busybox
+        box = shell_toolbox(base, extra={"shell-busybox.toml": busybox})
+        with WardenSandbox(tool, box, base / "home", warden_bin(), **options) as sandbox:
+            yield sandbox
+
+
+@pytest.fixture(params=["host-shell", "shell", "shell-busybox"])
+def sandbox(request: pytest.FixtureRequest) -> Iterator[WardenSandbox]:
+    """The shipped host shell, the shipped Debian docker shell, and the busybox one."""
+    if request.param != "host-shell":
+        require_docker()
+    with _box(request.param) as sandbox:
+        yield sandbox
+
+
+def _counting(sandbox: WardenSandbox) -> list[str]:
+    """The commands `sandbox` sends from now on (sync or async)."""
+    sent: list[str] = []
+    run, arun = sandbox._run, sandbox._arun
+
+    def counted(command: str, timeout: float | None = None) -> ShellOutput:
+        sent.append(command)
+        return run(command, timeout)
+
+    async def acounted(command: str, timeout: float | None = None) -> ShellOutput:
+        sent.append(command)
+        return await arun(command, timeout)
+
+    sandbox._run, sandbox._arun = counted, acounted  # type: ignore[method-assign]
+    return sent
+
+
+# -- the session's state does not take part: right bytes ----------------------------------
+
+
+async def test_functions_aliases_path_and_options_in_the_session_do_not_take_part(sandbox):
+    sandbox.execute(HOSTILE)
+    # The attack is in place: what the old transfer ran now lies.
+    assert sandbox.execute("wc -c </dev/null; dd").output.split() == ["999999999999", "AAAA"]
+    data = os.urandom(100 * 1024 + 7)  # three chunks
+    assert [r.error for r in sandbox.upload_files([("/tmp/x/blob", data)])] == [None]
+    assert [r.error for r in await sandbox.aupload_files([("/tmp/y/blob", data[:5])])] == [None]
+    [sync] = sandbox.download_files(["/tmp/x/blob"])
+    [async_] = await sandbox.adownload_files(["/tmp/y/blob"])
+    assert (sync.content, sync.error) == (data, None)
+    assert (async_.content, async_.error) == (data[:5], None)
+    # Nothing was left in the session, and what the agent defined is still there.
+    assert sandbox.execute('command printf "%s %s" "${p-none}" "${d-none}"').output == "none none"
+    assert sandbox.execute("wc").output.strip() == "999999999999"
+
+
+@pytest.mark.parametrize(
+    ("definition", "proof", "lie"),
+    [(PRINTF, "printf %s x", "QUFB"), (COMMAND, "command -v wc", "999999999999")],
+    ids=["printf", "command"],
+)
+def test_printf_and_command_functions_do_not_take_part(definition, proof, lie):
+    with _box() as sandbox:
+        sandbox.execute(definition)
+        assert sandbox.execute(proof).output == lie
+        data = bytes(range(256)) * 300
+        assert [r.error for r in sandbox.upload_files([("/tmp/blob", data)])] == [None]
+        [got] = sandbox.download_files(["/tmp/blob"])
+        assert (got.content, got.error) == (data, None)
+
+
+def test_a_device_is_refused_at_once_not_read_until_the_deadline():
+    with _box() as sandbox:
+        sent = _counting(sandbox)
+        [zero] = sandbox.download_files(["/dev/zero"])
+        assert (zero.content, zero.error, len(sent)) == (None, "permission_denied", 1)
+
+
+# -- lies that cannot be avoided: a bounded error ------------------------------------------
+
+
+def _liar(answer: str) -> str:
+    """A `command` function that answers `answer` in place of every command, warden's framing
+    still working around it: the session answers for the transfer."""
+    return f"command() {{ {answer}; }}"
+
+
+OK = "echo WARDEN-OK"
+
+
+@pytest.mark.parametrize(
+    ("answer", "options", "detail"),
+    [
+        # The review's: a huge size, and a chunk of three bytes for ever after.
+        (f"{OK}; echo 999999999999; echo QUFB", {}, "more than max_download_size (104857600)"),
+        (f"{OK}; echo 999999999999; echo QUFB", {"max_download_size": 10**13}, "fewer bytes"),
+        (f"{OK}; echo 101; echo QUFB", {"max_download_size": 100}, "max_download_size (100)"),
+        (f"{OK}; echo -5; echo QUFB", {}, "not a number of bytes"),
+        (f"{OK}; echo 1e3; echo QUFB", {}, "not a number of bytes"),
+        (f"{OK}; echo; echo QUFB", {}, "not a number of bytes"),
+        (f"{OK}; echo 2; echo QUFB", {}, "more bytes than the size said"),
+        (f"{OK}; echo 10; echo '!!!!'", {}, "not base64"),
+        # Endless data, as far as the output limit lets it through.
+        (
+            f"{OK}; echo 1000000; yes QUFB | head -n 5000",
+            {"chunk_size": 4096},
+            "a chunk larger than the 4096 bytes asked",
+        ),
+        ("echo WARDEN-ERR:gone", {}, "an error of no known kind, 'gone'"),
+        ("echo 999999999999", {}, "no status line"),
+    ],
+    ids=[
+        "review",
+        "review-unbounded",
+        "over-limit",
+        "negative",
+        "float",
+        "empty",
+        "more-than-size",
+        "not-base64",
+        "endless",
+        "unknown-error",
+        "no-status",
+    ],
+)
+async def test_a_session_answering_for_the_download_fails_it_in_one_round(
+    answer, options, detail, caplog
+):
+    with _box(**options) as sandbox:
+        sandbox.execute(_liar(answer))
+        sent = _counting(sandbox)
+        with caplog.at_level(logging.WARNING, LOGGER):
+            [sync] = sandbox.download_files(["/tmp/anything"])
+            [async_] = await sandbox.adownload_files(["/tmp/anything"])
+        for response in (sync, async_):
+            assert (response.content, response.error) == (None, "permission_denied")
+        assert len(sent) == 2
+        assert [r.levelno for r in caplog.records] == [logging.WARNING] * 2
+        assert detail in caplog.records[0].getMessage(), caplog.records[0].getMessage()
+        assert "/tmp/anything" in caplog.records[0].getMessage()
+
+
+def test_endless_data_past_the_output_limit_ends_in_a_few_halvings():
+    with _box() as sandbox:
+        sandbox.execute(_liar(f"{OK}; echo 1000000; yes QUFB | head -n 100000"))
+        sent = _counting(sandbox)
+        with pytest.raises(WardenError, match="output limit"):
+            sandbox.download_files(["/tmp/anything"])
+        assert len(sent) == 7  # 44 KiB, halved until at most 1 KiB
+
+
+def test_an_upload_the_file_does_not_hold_fails(caplog):
+    with _box(chunk_size=4) as sandbox:
+        sandbox.execute(_liar(f"{OK}; echo 5"))
+        sent = _counting(sandbox)
+        with caplog.at_level(logging.WARNING, LOGGER):
+            [wrong] = sandbox.upload_files([("/tmp/blob", b"0123456789")])
+        assert wrong.error == "permission_denied"
+        assert len(sent) == 3
+        assert "after 10 bytes were written its size is '5'" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("change", "detail", "rounds"),
+    [
+        # Seen when the last round reads the size again.
+        ("head -c 100 /dev/zero >>/tmp/blob", "it changed while being read: 10000 bytes, then", 3),
+        # Seen when the second chunk comes short.
+        ("head -c 5000 /dev/zero >/tmp/new && mv /tmp/new /tmp/blob", "fewer bytes", 2),
+    ],
+    ids=["grows", "shrinks"],
+)
+def test_a_file_that_changes_while_it_is_read_fails(change, detail, rounds, caplog):
+    with _box(chunk_size=4096) as sandbox:
+        data = os.urandom(10000)  # three rounds
+        assert [r.error for r in sandbox.upload_files([("/tmp/blob", data)])] == [None]
+        run = sandbox._run
+        sent: list[str] = []
+
+        def changing(command: str, timeout: float | None = None) -> ShellOutput:
+            """Runs each transfer command, and `change` right after the first."""
+            sent.append(command)
+            out = run(command, timeout)
+            if len(sent) == 1:
+                assert run(change).exit_code == 0
+            return out
+
+        sandbox._run = changing  # type: ignore[method-assign]
+        with caplog.at_level(logging.WARNING, LOGGER):
+            [changed] = sandbox.download_files(["/tmp/blob"])
+        assert (changed.content, changed.error) == (None, "permission_denied")
+        assert detail in caplog.text
+        assert len(sent) == rounds
+
+
+# -- the steps alone, against scripted answers ----------------------------------------------
+
+
+def _drive(steps: Generator[str, ShellOutput, T], answer: Callable[[int], str]) -> tuple[T, int]:
+    """Runs `steps` against `answer(n)`'s stdout for its n-th command (at most 1000); returns
+    what the steps returned and how many commands they sent."""
+    sent = 0
+    try:
+        next(steps)
+        while sent < 1000:
+            sent += 1
+            steps.send(ShellOutput(answer(sent), "", 0, [], False))
+    except StopIteration as done:
+        return done.value, sent
+    raise AssertionError("the steps did not end")
+
+
+def test_a_download_takes_only_the_rounds_its_size_takes():
+    # Each answer a full chunk of 1024 bytes and the size 10000: ten rounds, the last of
+    # which has 784 bytes left, so the tenth answer is too long.
+    full = "\n" + "QUFB" * 341 + "AA==\n"  # 1024 bytes: 341 * 3 + 1
+    got, sent = _drive(download("/f", 1024, MiB), lambda n: f"WARDEN-OK\n10000{full}")
+    assert isinstance(got, Failure) and sent == 10
+    assert got.detail is not None and "at byte 9216 of 10000" in got.detail
+    assert "more bytes than the size said" in got.detail
+
+
+def test_a_download_returns_the_bytes_when_the_answers_add_up():
+    payload = os.urandom(2500)
+
+    def answer(n: int) -> str:
+        piece = payload[(n - 1) * 1024 : n * 1024]
+        size = "2500" if n in (1, 3) else "-"
+        return f"WARDEN-OK\n{size}\n{base64.encodebytes(piece).decode()}"
+
+    assert _drive(download("/f", 1024, MiB), answer) == (payload, 3)
+
+
+def test_a_truncated_chunk_asks_for_smaller_ones():
+    steps = download("/f", 1024, MiB)
+    next(steps)
+    with pytest.raises(ChunkTooLarge):
+        steps.send(ShellOutput("WARDEN-OK\n5000\nQUFB", "", 0, [], True))
+
+
+def test_an_upload_takes_only_the_rounds_its_content_takes():
+    got, sent = _drive(upload("/f", b"x" * 2049, 1024), lambda n: "WARDEN-OK\n2049\n")
+    assert (got, sent) == (None, 3)
+    got, sent = _drive(upload("/f", b"", 1024), lambda n: "WARDEN-OK\n0\n")
+    assert (got, sent) == (None, 1)
+
+
+def test_relative_paths_are_refused_before_any_command():
+    assert _drive(download("f", 1024, MiB), lambda n: "") == (Failure("invalid_path"), 0)
+    assert _drive(upload("f", b"x", 1024), lambda n: "") == (Failure("invalid_path"), 0)
