@@ -7,9 +7,11 @@ use anyhow::{Context as _, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use warden::Warden;
-use warden_core::{Backend, Policy};
+use warden_core::{Backend, ByteSize, HumanDuration, Policy};
 use warden_oci::layout::WitFile;
-use warden_oci::{Credentials, Reach, Reference, SigningKey, Target, Trust, TrustFile, TrustedKey};
+use warden_oci::{
+    Bounds, Credentials, Reach, Reference, SigningKey, Target, Trust, TrustFile, TrustedKey,
+};
 use warden_wasm::WasmConfig;
 
 /// The tables of a policy a publisher may suggest; anything else is dropped.
@@ -48,11 +50,65 @@ pub(crate) struct PushArgs {
 /// How a registry is reached, beyond the roots and credentials warden finds itself.
 #[derive(clap::Args)]
 pub(crate) struct RegistryArgs {
-    /// Allow plain HTTP to this registry (HOST or HOST:PORT) though it is not on loopback, as
-    /// Docker's insecure-registries does: HTTPS first, HTTP when it speaks no TLS. Repeatable;
-    /// what comes so is flagged in the audit.
+    /// Allow plain HTTP to this registry (HOST or HOST:PORT) though it is not dialled on
+    /// loopback, as Docker's insecure-registries does: HTTPS first, HTTP when it speaks no TLS.
+    /// Repeatable; what comes so is flagged in the audit.
     #[arg(long = "insecure-registry", value_name = "HOST[:PORT]")]
     insecure: Vec<String>,
+    /// The longest connecting to a registry may take: its name resolved, TCP and TLS.
+    #[arg(
+        long = "registry-connect-timeout",
+        value_name = "DURATION",
+        default_value_t = HumanDuration(Bounds::DEFAULT.connect)
+    )]
+    connect_timeout: HumanDuration,
+    /// The longest a registry may send nothing: before it answers, or within its answer.
+    #[arg(
+        long = "registry-idle-timeout",
+        value_name = "DURATION",
+        default_value_t = HumanDuration(Bounds::DEFAULT.idle)
+    )]
+    idle_timeout: HumanDuration,
+    /// The longest one exchange that moves no blob (a manifest, a token, a signature) may
+    /// take; a blob has this plus its size at --registry-min-rate.
+    #[arg(
+        long = "registry-timeout",
+        value_name = "DURATION",
+        default_value_t = HumanDuration(Bounds::DEFAULT.request)
+    )]
+    timeout: HumanDuration,
+    /// The slowest a blob may come or go, a second.
+    #[arg(
+        long = "registry-min-rate",
+        value_name = "SIZE",
+        default_value_t = ByteSize(Bounds::DEFAULT.min_rate)
+    )]
+    min_rate: ByteSize,
+}
+
+impl RegistryArgs {
+    /// The bounds the flags set; a zero is refused (it would refuse every registry).
+    fn bounds(&self) -> Result<Bounds> {
+        for (flag, zero) in [
+            (
+                "--registry-connect-timeout",
+                self.connect_timeout.0.is_zero(),
+            ),
+            ("--registry-idle-timeout", self.idle_timeout.0.is_zero()),
+            ("--registry-timeout", self.timeout.0.is_zero()),
+            ("--registry-min-rate", self.min_rate.0 == 0),
+        ] {
+            if zero {
+                bail!("{flag} is 0: give it more (`--help` states its default)");
+            }
+        }
+        Ok(Bounds {
+            connect: self.connect_timeout.0,
+            idle: self.idle_timeout.0,
+            request: self.timeout.0,
+            min_rate: self.min_rate.0,
+        })
+    }
 }
 
 /// How `warden add oci://…` trusts what it pulls.
@@ -77,13 +133,11 @@ pub(crate) struct PullArgs {
 /// addresses when `--resolve` pins them, and plain HTTP when `--insecure-registry` names it.
 fn reach(ctx: &Warden, reference: &Reference, args: &RegistryArgs) -> Result<Reach> {
     let (host, _) = reference.host_and_port();
-    let insecure = args
-        .insecure
-        .iter()
-        .any(|r| r.eq_ignore_ascii_case(&reference.registry) || r.eq_ignore_ascii_case(host));
+    let insecure = args.insecure.iter().any(|r| reference.named_by(r));
     Ok(Reach {
+        bounds: args.bounds()?,
         tls: ctx.egress.clone().with_system_roots().tls(),
-        credentials: Credentials::for_registry(&reference.registry)?,
+        credentials: Credentials::for_registry(reference)?,
         pinned: ctx
             .egress
             .resolver()
@@ -309,7 +363,7 @@ pub(crate) fn add(
         origin["pulled_as"] = toml_edit::value(reference.to_string());
     }
     origin["added"] = toml_edit::value(now_utc());
-    if pulled.plain_http && !reference.is_loopback() {
+    if pulled.plain_http {
         origin["plain_http"] = toml_edit::value(true);
     }
     let mut doc = toml_edit::DocumentMut::new();
@@ -530,7 +584,7 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
     }
     doc["origin"]["added"] = toml_edit::value(now_utc());
     if let Some(origin) = doc["origin"].as_table_mut() {
-        match pulled.plain_http && !reference.is_loopback() {
+        match pulled.plain_http {
             true => origin["plain_http"] = toml_edit::value(true),
             false => {
                 origin.remove("plain_http");

@@ -4,6 +4,7 @@
 //! blob checked against its digest, size limit and media type before anything is kept.
 
 mod auth;
+mod bounds;
 mod encrypted;
 mod error;
 pub mod layout;
@@ -12,7 +13,8 @@ mod registry;
 pub mod sign;
 mod trust;
 
-pub use auth::Credentials;
+pub use auth::{CredentialSource, Credentials};
+pub use bounds::{Bound, Bounds};
 pub use error::OciError;
 pub use reference::{Digest, Reference, SCHEME, Target};
 pub use registry::{Reach, Registry};
@@ -136,7 +138,8 @@ pub struct Pulled {
     pub suggestion: Option<String>,
     /// The tool's WIT docs that travelled with the suggestion (none without one).
     pub docs: Vec<WitFile>,
-    /// It came over plain HTTP (a loopback registry, or `--insecure-registry`).
+    /// It came over plain HTTP from a registry not dialled on loopback
+    /// (`--insecure-registry`).
     pub plain_http: bool,
 }
 
@@ -151,7 +154,7 @@ pub async fn pull(reference: &Reference, trust: &Trust, reach: &Reach) -> Result
     let signer = signer(&registry, &digest, trust, reference).await?;
     let config = registry
         .blob(
-            &manifest.config.digest()?,
+            &manifest.config,
             MANIFEST_LIMIT,
             &format!("the config of {at}"),
         )
@@ -166,7 +169,7 @@ pub async fn pull(reference: &Reference, trust: &Trust, reach: &Reach) -> Result
     }
     let component = registry
         .blob(
-            &layer.digest()?,
+            &layer,
             layout::COMPONENT_LIMIT,
             &format!("the component of {at}"),
         )
@@ -247,7 +250,7 @@ async fn signatures(
             continue;
         }
         let payload = registry
-            .blob(&layer.digest()?, PAYLOAD_LIMIT, "a signature's payload")
+            .blob(&layer, PAYLOAD_LIMIT, "a signature's payload")
             .await?;
         signatures.push((layer, payload));
     }
@@ -294,14 +297,8 @@ async fn suggestion(
     else {
         return Ok(None);
     };
-    if layer.size > POLICY_LIMIT {
-        return Err(OciError::TooLarge {
-            what: "the policy suggestion".into(),
-            limit: POLICY_LIMIT,
-        });
-    }
     let text = registry
-        .blob(&layer.digest()?, POLICY_LIMIT, "the policy suggestion")
+        .blob(layer, POLICY_LIMIT, "the policy suggestion")
         .await?;
     let text = String::from_utf8(text)
         .map_err(|_| OciError::Layout("the policy suggestion is not UTF-8 text".into()))?;
@@ -326,13 +323,7 @@ async fn docs(registry: &Registry, manifest: &Manifest) -> Result<Vec<WitFile>, 
     for layer in layers {
         let name = layer.annotations.get(TITLE).map_or("", String::as_str);
         let what = format!("the WIT file `{}`", name.escape_default());
-        if layer.size > WIT_LIMIT {
-            return Err(OciError::TooLarge {
-                what,
-                limit: WIT_LIMIT,
-            });
-        }
-        let text = registry.blob(&layer.digest()?, WIT_LIMIT, &what).await?;
+        let text = registry.blob(layer, WIT_LIMIT, &what).await?;
         let doc = WitFile::new(name, text)?;
         if docs.iter().any(|d| d.name == doc.name) {
             return Err(OciError::Layout(format!("{what} is there twice")));
