@@ -21,6 +21,10 @@ const SUGGESTED_TABLES: [&str; 2] = ["grants", "limits"];
 pub(crate) struct PullToolArgs {
     /// The tool's policy name, as `warden add oci://…` wrote it.
     name: String,
+    /// Take a version older than the one in use (its tag moved back): the origin and the
+    /// audit say so.
+    #[arg(long)]
+    allow_downgrade: bool,
     #[command(flatten)]
     trust: PullArgs,
 }
@@ -240,6 +244,7 @@ pub(crate) fn push(ctx: &Warden, args: &PushArgs) -> Result<ExitCode> {
     let pushed = context::runtime()?.block_on(warden_oci::push(
         &reference,
         bytes,
+        &now_utc(),
         Some(suggestion),
         &docs,
         key.as_ref(),
@@ -293,7 +298,12 @@ fn wit_files(folder: &Path) -> Result<Vec<WitFile>> {
 
 /// Now, RFC 3339 in UTC.
 fn now_utc() -> String {
-    time::OffsetDateTime::now_utc()
+    rfc3339(time::OffsetDateTime::now_utc())
+}
+
+/// `t` to the second, RFC 3339 in UTC.
+fn rfc3339(t: time::OffsetDateTime) -> String {
+    t.to_offset(time::UtcOffset::UTC)
         .replace_nanosecond(0)
         .ok()
         .and_then(|t| {
@@ -301,6 +311,27 @@ fn now_utc() -> String {
                 .ok()
         })
         .unwrap_or_default()
+}
+
+/// A creation time as a manifest carries it, when it reads as RFC 3339.
+fn created_at(text: &str) -> Option<time::OffsetDateTime> {
+    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()
+}
+
+/// Why a version made at `new` is older than the one in use, made at `current` (RFC 3339
+/// times); `None` when it is not, or when the one in use has no time to compare with (it was
+/// added before warden recorded one).
+fn older(current: Option<&str>, new: Option<&str>) -> Option<String> {
+    let (text, current) = current.and_then(|c| Some((c, created_at(c)?)))?;
+    match new.and_then(|n| Some((n, created_at(n)?))) {
+        None => Some(format!(
+            "it says no creation time, and the version in use was made {text}"
+        )),
+        Some((made, new)) if new < current => Some(format!(
+            "it was made {made}, before the version in use ({text})"
+        )),
+        Some(_) => None,
+    }
 }
 
 /// The `[grants]` and `[limits]` of a policy's text.
@@ -363,6 +394,9 @@ pub(crate) fn add(
         origin["pulled_as"] = toml_edit::value(reference.to_string());
     }
     origin["added"] = toml_edit::value(now_utc());
+    if let Some(created) = pulled.created.as_deref().and_then(created_at) {
+        origin["created"] = toml_edit::value(rfc3339(created));
+    }
     if pulled.plain_http {
         origin["plain_http"] = toml_edit::value(true);
     }
@@ -514,7 +548,8 @@ fn write_docs<'a>(folder: &'a Path, docs: &[WitFile]) -> Result<Option<&'a Path>
 }
 
 /// `warden pull NAME`: the tag its component was added from, resolved and verified again; a
-/// new digest signed as the old one was replaces the component, its grants kept.
+/// new digest signed as the old one was, and no older than it (unless `--allow-downgrade`),
+/// replaces the component, its grants kept.
 pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
     let policy_path = ctx.toolbox.join(format!("{}.toml", args.name));
     let backend = ctx.wasm();
@@ -554,6 +589,24 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
             origin.signed_by.as_deref().unwrap_or_default()
         );
     }
+    let created = pulled.created.as_deref().and_then(created_at).map(rfc3339);
+    let downgrade = older(origin.created.as_deref(), created.as_deref());
+    if let (Some(why), false) = (&downgrade, args.allow_downgrade) {
+        bail!(
+            "{tag} now points to {}, older than the version in use: {why}. A tag moved back is \
+             refused and the version in use stays; if the publisher meant it, pass \
+             --allow-downgrade (the origin and the audit will say so)",
+            pulled.digest
+        );
+    }
+    let text = std::fs::read_to_string(&policy_path)?;
+    let suggestion = pulled
+        .suggestion
+        .as_deref()
+        .map(|t| suggestion_of(t, Path::new("the publisher's suggestion")))
+        .transpose()?;
+    let current = suggestion_of(&text, &policy_path)?;
+    let changed = suggestion.as_ref().filter(|s| **s != current);
     let config = WasmConfig::from_policy(&policy)?;
     let component_path = config.component.value;
     let old = std::fs::read(&component_path).ok();
@@ -565,7 +618,6 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
         .as_ref()
         .is_some_and(|w| !same_file(&w.value, &docs_folder));
     let docs = Docs::replace(&docs_folder, &pulled.docs, own_docs)?;
-    let text = std::fs::read_to_string(&policy_path)?;
     let mut doc: toml_edit::DocumentMut = text
         .parse()
         .with_context(|| policy_path.display().to_string())?;
@@ -574,33 +626,30 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
     let sha = ctx.artifacts.put(&component_path)?;
     doc["executor"]["sha256"] = toml_edit::value(sha.clone());
     doc["origin"]["reference"] = toml_edit::value(pinned.to_string());
-    match &new_signer {
-        Some(k) => doc["origin"]["signed_by"] = toml_edit::value(k.clone()),
-        None => {
-            if let Some(origin) = doc["origin"].as_table_mut() {
-                origin.remove("signed_by");
-            }
-        }
-    }
     doc["origin"]["added"] = toml_edit::value(now_utc());
-    if let Some(origin) = doc["origin"].as_table_mut() {
-        match pulled.plain_http {
-            true => origin["plain_http"] = toml_edit::value(true),
-            false => {
-                origin.remove("plain_http");
+    if let Some(table) = doc["origin"].as_table_mut() {
+        let mut set = |key: &str, value: Option<toml_edit::Item>| match value {
+            Some(v) => table[key] = v,
+            None => {
+                table.remove(key);
             }
-        }
+        };
+        set("signed_by", new_signer.clone().map(toml_edit::value));
+        set("created", created.map(toml_edit::value));
+        set(
+            "downgraded_from",
+            downgrade
+                .as_ref()
+                .map(|_| toml_edit::value(origin.reference.clone())),
+        );
+        set(
+            "plain_http",
+            pulled.plain_http.then(|| toml_edit::value(true)),
+        );
     }
     if docs.replaced() {
         doc["executor"]["wit"] = toml_edit::value(format!("{}.wit", args.name));
     }
-    let suggestion = pulled
-        .suggestion
-        .as_deref()
-        .map(|t| suggestion_of(t, Path::new("the publisher's suggestion")))
-        .transpose()?;
-    let current = suggestion_of(&text, &policy_path)?;
-    let changed = suggestion.as_ref().filter(|s| **s != current);
     if let (Some(new), true) = (changed, args.trust.accept_grants) {
         let new: toml_edit::DocumentMut = new.parse()?;
         for table in SUGGESTED_TABLES {
@@ -635,6 +684,9 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
         "  {}; stored as {sha}",
         new_signer.map_or_else(|| "UNSIGNED".to_owned(), |k| format!("signed by {k}"))
     );
+    if let Some(why) = &downgrade {
+        outln!("  ! DOWNGRADE, taken with --allow-downgrade: {why}");
+    }
     match (changed, args.trust.accept_grants) {
         (Some(_), true) => outln!("  the publisher's new grants and limits are written"),
         (Some(new), false) => {
@@ -646,4 +698,22 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
         (None, _) => outln!("  the grants are as the publisher suggests"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::older;
+
+    #[test]
+    fn a_version_made_before_the_one_in_use_or_with_no_time_after_one_is_older() {
+        let in_use = Some("2026-12-01T17:20:31Z");
+        assert!(older(in_use, Some("2026-11-30T09:00:00Z")).is_some());
+        assert!(older(in_use, Some("2026-12-01T18:20:31+02:00")).is_some());
+        assert!(older(in_use, None).is_some());
+        assert!(older(in_use, Some("yesterday")).is_some());
+        assert!(older(in_use, Some("2026-12-01T17:20:31Z")).is_none());
+        assert!(older(in_use, Some("2026-12-02T00:00:00Z")).is_none());
+        assert!(older(None, Some("2020-01-01T00:00:00Z")).is_none());
+        assert!(older(None, None).is_none());
+    }
 }

@@ -982,3 +982,107 @@ fn a_registry_over_tls_is_verified_against_the_roots_warden_trusts() {
     let out = env.warden_with("consumer", &again, &store);
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
+
+/// The trust file of the consumer: `keys` trusted for the registry's `tools/`.
+fn trust(env: &Env, registry: &Registry, keys: &[&str]) {
+    let home = env.dir.path().join("consumer/home");
+    std::fs::create_dir_all(&home).unwrap();
+    let keys: Vec<String> = keys.iter().map(|k| format!("{:?}", env.key(k))).collect();
+    std::fs::write(
+        home.join("trust.toml"),
+        format!(
+            "[trust]\n\"127.0.0.1:{}/tools\" = [{}]\n",
+            registry.port,
+            keys.join(", ")
+        ),
+    )
+    .unwrap();
+}
+
+/// The review's attack: a tag moved back to an older release its publisher signed, which
+/// `warden pull` once took in silence. The manifest carries its creation time (signed with
+/// it); an older one is refused naming --allow-downgrade, and taken with it, flagged in the
+/// pull's output, the origin and the audit, until a newer version replaces it.
+#[test]
+fn pull_refuses_a_tag_moved_back_to_an_older_version_unless_allowed_and_flagged() {
+    let Some(registry) = Registry::start() else {
+        return;
+    };
+    let env = Env::new();
+    env.ok(
+        "publisher",
+        &["add", path(&wasm("wordcount")), "--name", "other"],
+    );
+    let stable = registry.reference("tools/units:stable");
+    let signer = env.key("signer.key");
+    env.ok(
+        "publisher",
+        &["push", "units", &stable, "--sign", path(&signer)],
+    );
+    let tag = "/v2/tools/units/manifests/stable";
+    let v1 = registry.get(tag).unwrap();
+    let v1_manifest: Value = serde_json::from_slice(&v1).unwrap();
+    let made = v1_manifest["annotations"]["org.opencontainers.image.created"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(made.ends_with('Z'), "{v1_manifest}");
+    // Creation times are to the second: the next version is a second later.
+    let next_second = || std::thread::sleep(Duration::from_millis(1100));
+    next_second();
+    env.ok(
+        "publisher",
+        &["push", "other", &stable, "--sign", path(&signer)],
+    );
+    trust(&env, &registry, &["signer.pub"]);
+    env.ok("consumer", &["add", &stable]);
+    let in_use = env.consumer_policy();
+    assert!(in_use.contains("\ncreated = \""), "{in_use}");
+    assert!(
+        !in_use.contains(&format!("created = \"{made}\"")),
+        "{in_use}"
+    );
+
+    // The tag moved back to version 1's very manifest (its signature still good).
+    registry.put_manifest_bytes(tag, &v1);
+    let err = env.fails("consumer", &["pull", "units"]);
+    assert!(err.contains("older than the version in use"), "{err}");
+    assert!(err.contains(&made), "{err}");
+    assert!(err.contains("--allow-downgrade"), "{err}");
+    assert_eq!(env.consumer_policy(), in_use);
+
+    let said = env.ok("consumer", &["pull", "units", "--allow-downgrade"]);
+    assert!(
+        said.contains("DOWNGRADE, taken with --allow-downgrade"),
+        "{said}"
+    );
+    let policy = env.consumer_policy();
+    let reference_in_use = in_use
+        .lines()
+        .find_map(|l| l.strip_prefix("reference = "))
+        .unwrap();
+    assert!(
+        policy.contains(&format!("\ndowngraded_from = {reference_in_use}")),
+        "{policy}"
+    );
+    assert!(
+        policy.contains(&format!("\ncreated = \"{made}\"")),
+        "{policy}"
+    );
+    let audit = env.ok("consumer", &["audit"]);
+    assert!(
+        audit.contains("downgrade: pulled with --allow-downgrade, older than oci://"),
+        "{audit}"
+    );
+
+    // A newer version after it is no downgrade, and the flag goes.
+    next_second();
+    env.ok(
+        "publisher",
+        &["push", "other", &stable, "--sign", path(&signer)],
+    );
+    let said = env.ok("consumer", &["pull", "units"]);
+    assert!(!said.contains("DOWNGRADE"), "{said}");
+    assert!(!env.consumer_policy().contains("downgraded_from"));
+    assert!(!env.ok("consumer", &["audit"]).contains("downgrade:"));
+}

@@ -22,9 +22,9 @@ pub use sign::{SigningKey, TrustedKey, generate};
 pub use trust::TrustFile;
 
 use layout::{
-    ComponentArtifact, Descriptor, EMPTY, MANIFEST_LIMIT, Manifest, POLICY_ARTIFACT, POLICY_LAYER,
-    POLICY_LIMIT, PolicyArtifact, TITLE, WIT_FILES, WIT_LAYER, WIT_LIMIT, WasmConfig, WitFile,
-    component_layer,
+    CREATED, ComponentArtifact, Descriptor, EMPTY, MANIFEST_LIMIT, Manifest, POLICY_ARTIFACT,
+    POLICY_LAYER, POLICY_LIMIT, PolicyArtifact, TITLE, WIT_FILES, WIT_LAYER, WIT_LIMIT, WasmConfig,
+    WitFile, component_layer,
 };
 
 /// The most warden reads of a signature's payload.
@@ -47,12 +47,14 @@ pub struct Pushed {
     pub signed: bool,
 }
 
-/// Publishes `component` (a component's bytes) at `reference`'s tag, with `suggestion` (the
-/// policy's grants and limits as TOML) and the tool's WIT `docs` beside it, each signed by
-/// `key` when given.
+/// Publishes `component` (a component's bytes) at `reference`'s tag, made at `created` (RFC
+/// 3339, recorded in its manifest so that a consumer can tell an older version), with
+/// `suggestion` (the policy's grants and limits as TOML) and the tool's WIT `docs` beside it,
+/// each signed by `key` when given.
 pub async fn push(
     reference: &Reference,
     component: Vec<u8>,
+    created: &str,
     suggestion: Option<String>,
     docs: &[WitFile],
     key: Option<&SigningKey>,
@@ -64,7 +66,7 @@ pub async fn push(
         )));
     };
     let registry = Registry::connect(reference, reach).await?;
-    let artifact = ComponentArtifact::new(component)?;
+    let artifact = ComponentArtifact::new(component, created)?;
     registry.push_blob(&artifact.config).await?;
     registry.push_blob(&artifact.component).await?;
     let digest = registry
@@ -133,6 +135,9 @@ pub struct Pulled {
     pub component: Vec<u8>,
     /// The key that signed the manifest; `None` when taken unsigned.
     pub signer: Option<TrustedKey>,
+    /// When the publisher made it: its manifest's `org.opencontainers.image.created`, else its
+    /// config's `created` (both covered by the manifest's digest, so by its signature).
+    pub created: Option<String>,
     /// The publisher's suggested grants and limits, when there is one signed as the component
     /// is (or the component was taken unsigned).
     pub suggestion: Option<String>,
@@ -180,10 +185,16 @@ pub async fn pull(reference: &Reference, trust: &Trust, reach: &Reach) -> Result
             Some((text, docs)) => (Some(text), docs),
             None => (None, Vec::new()),
         };
+    let created = manifest
+        .annotations
+        .get(CREATED)
+        .cloned()
+        .or(config.created);
     Ok(Pulled {
         digest,
         component,
         signer,
+        created,
         suggestion,
         docs,
         plain_http: registry.plain_http(),
