@@ -7,10 +7,12 @@ use anyhow::{Context as _, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use warden::Warden;
+use warden_core::shown::escape;
 use warden_core::{Backend, ByteSize, HumanDuration, Policy};
 use warden_oci::layout::WitFile;
 use warden_oci::{
-    Bounds, Credentials, Reach, Reference, SigningKey, Target, Trust, TrustFile, TrustedKey,
+    Bounds, Credentials, Digest, Reach, Reference, SigningKey, Suggestion, Target, Trust,
+    TrustFile, TrustedKey,
 };
 use warden_wasm::WasmConfig;
 
@@ -125,9 +127,16 @@ pub(crate) struct PullArgs {
     #[arg(long)]
     allow_unsigned: bool,
     /// Write the publisher's suggested grants and limits into the policy instead of showing
-    /// them as comments.
-    #[arg(long)]
-    accept_grants: bool,
+    /// them as comments: =DIGEST (shown with them) takes them only if the suggestion served
+    /// now has that digest; bare, warden shows them and asks at a terminal.
+    #[arg(
+        long,
+        value_name = "DIGEST",
+        num_args = 0..=1,
+        require_equals = true,
+        value_parser = digest
+    )]
+    accept_grants: Option<Option<Digest>>,
     #[command(flatten)]
     registry: RegistryArgs,
 }
@@ -334,6 +343,80 @@ fn older(current: Option<&str>, new: Option<&str>) -> Option<String> {
     }
 }
 
+/// `--accept-grants=DIGEST`'s value.
+fn digest(text: &str) -> Result<Digest, String> {
+    Digest::parse(text).map_err(|e| e.to_string())
+}
+
+/// Whether the publisher's suggestion `served` (with its text as it would be written) is to
+/// be written, as `--accept-grants` asks (`accept`): never without it; with a digest, only
+/// when the served suggestion has it; bare, when a person at the terminal says so after seeing
+/// it. Anything else is refused before anything is stored.
+fn accepted(
+    accept: Option<&Option<Digest>>,
+    served: Option<(&Suggestion, &str)>,
+    reference: &Reference,
+) -> Result<bool> {
+    use std::io::{BufRead as _, IsTerminal as _, Write as _};
+    // An error is one line: the suggestion's lines, joined.
+    let listed = |text: &str| {
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    match (accept, served) {
+        (None, _) => Ok(false),
+        (Some(Some(wanted)), None) => bail!(
+            "--accept-grants={wanted}, but {reference} comes with no suggestion now; nothing \
+             was stored"
+        ),
+        (Some(Some(wanted)), Some((suggestion, shown))) => {
+            if &suggestion.digest == wanted {
+                return Ok(true);
+            }
+            bail!(
+                "--accept-grants={wanted}, but the suggestion served with {reference} now is \
+                 {}; nothing was stored. It suggests: {}. To take these, pass \
+                 --accept-grants={}",
+                suggestion.digest,
+                listed(shown),
+                suggestion.digest
+            )
+        }
+        (Some(None), None) => Ok(false),
+        (Some(None), Some((suggestion, shown))) => {
+            let digest = &suggestion.digest;
+            if !(std::io::stdin().is_terminal() && std::io::stdout().is_terminal()) {
+                bail!(
+                    "--accept-grants without a digest asks at a terminal, and there is none; \
+                     nothing was stored. The publisher suggests ({digest}): {}. To take \
+                     exactly these, pass --accept-grants={digest}",
+                    listed(shown)
+                );
+            }
+            outln!("the publisher suggests ({digest}):");
+            for line in shown.lines() {
+                outln!("    {}", escape(line));
+            }
+            let mut out = std::io::stdout().lock();
+            let _ = write!(out, "Write these grants and limits into the policy? [y/N] ");
+            let _ = out.flush();
+            drop(out);
+            let mut answer = String::new();
+            std::io::stdin().lock().read_line(&mut answer)?;
+            if matches!(answer.trim(), "y" | "Y" | "yes") {
+                return Ok(true);
+            }
+            bail!(
+                "the publisher's grants were not accepted; nothing was stored (without \
+                 --accept-grants they are shown, not granted)"
+            )
+        }
+    }
+}
+
 /// The `[grants]` and `[limits]` of a policy's text.
 fn suggestion_of(text: &str, path: &Path) -> Result<String> {
     let mut doc: toml_edit::DocumentMut = text
@@ -402,20 +485,25 @@ pub(crate) fn add(
     }
     let mut doc = toml_edit::DocumentMut::new();
     doc["origin"] = toml_edit::Item::Table(origin);
-    let suggestion = match &pulled.suggestion {
-        Some(text) => Some(suggestion_of(
-            text,
-            Path::new("the publisher's suggestion"),
-        )?),
-        None => None,
-    };
+    let suggestion = pulled
+        .suggestion
+        .as_ref()
+        .map(|s| suggestion_of(&s.text, Path::new("the publisher's suggestion")).map(|t| (s, t)))
+        .transpose()?;
+    let accept = accepted(
+        args.accept_grants.as_ref(),
+        suggestion.as_ref().map(|(s, t)| (*s, t.as_str())),
+        &reference,
+    )?;
     let mut comments = String::new();
-    let grants = match (&suggestion, args.accept_grants) {
-        (Some(text), true) => Some(text.clone()),
-        (Some(text), false) => {
-            comments.push_str(
-                "# The publisher suggests these grants and limits (written with --accept-grants):\n",
-            );
+    let grants = match (&suggestion, accept) {
+        (Some((_, text)), true) => Some(text.clone()),
+        (Some((served, text)), false) => {
+            comments.push_str(&format!(
+                "# The publisher suggests these grants and limits (written with \
+                 --accept-grants={}):\n",
+                served.digest
+            ));
             for line in text.lines() {
                 comments.push_str(format!("#   {line}").trim_end());
                 comments.push('\n');
@@ -450,11 +538,23 @@ pub(crate) fn add(
         return Err(e);
     }
     outln!("  from {pinned}, {signer}");
-    if let (Some(text), false) = (&suggestion, args.accept_grants) {
-        outln!("  the publisher suggests (not granted; --accept-grants writes them):");
-        for line in text.lines() {
-            outln!("    {line}");
+    match (&suggestion, accept) {
+        (Some((served, _)), true) => {
+            outln!(
+                "  the publisher's grants and limits are written ({})",
+                served.digest
+            );
         }
+        (Some((served, text)), false) => {
+            outln!(
+                "  the publisher suggests, not granted (--accept-grants={} writes them):",
+                served.digest
+            );
+            for line in text.lines() {
+                outln!("    {}", escape(line));
+            }
+        }
+        (None, _) => {}
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -602,11 +702,18 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
     let text = std::fs::read_to_string(&policy_path)?;
     let suggestion = pulled
         .suggestion
-        .as_deref()
-        .map(|t| suggestion_of(t, Path::new("the publisher's suggestion")))
+        .as_ref()
+        .map(|s| suggestion_of(&s.text, Path::new("the publisher's suggestion")).map(|t| (s, t)))
         .transpose()?;
     let current = suggestion_of(&text, &policy_path)?;
-    let changed = suggestion.as_ref().filter(|s| **s != current);
+    // Only a suggestion that differs from the policy's grants is anything to accept; a digest
+    // given must still be what is served.
+    let served = suggestion.as_ref().map(|(s, t)| (*s, t.as_str()));
+    let changed = served.filter(|(_, t)| *t != current);
+    let accept = match (&args.trust.accept_grants, changed) {
+        (Some(None), None) => false,
+        (accept, _) => accepted(accept.as_ref(), served, &reference)?,
+    };
     let config = WasmConfig::from_policy(&policy)?;
     let component_path = config.component.value;
     let old = std::fs::read(&component_path).ok();
@@ -650,7 +757,7 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
     if docs.replaced() {
         doc["executor"]["wit"] = toml_edit::value(format!("{}.wit", args.name));
     }
-    if let (Some(new), true) = (changed, args.trust.accept_grants) {
+    if let (Some((_, new)), true) = (changed, accept) {
         let new: toml_edit::DocumentMut = new.parse()?;
         for table in SUGGESTED_TABLES {
             match new.get(table) {
@@ -687,12 +794,18 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
     if let Some(why) = &downgrade {
         outln!("  ! DOWNGRADE, taken with --allow-downgrade: {why}");
     }
-    match (changed, args.trust.accept_grants) {
-        (Some(_), true) => outln!("  the publisher's new grants and limits are written"),
-        (Some(new), false) => {
-            outln!("  the publisher now suggests (not granted; --accept-grants writes them):");
+    match (changed, accept) {
+        (Some((served, _)), true) => outln!(
+            "  the publisher's new grants and limits are written ({})",
+            served.digest
+        ),
+        (Some((served, new)), false) => {
+            outln!(
+                "  the publisher now suggests, not granted (--accept-grants={} writes them):",
+                served.digest
+            );
             for line in new.lines() {
-                outln!("    {line}");
+                outln!("    {}", escape(line));
             }
         }
         (None, _) => outln!("  the grants are as the publisher suggests"),

@@ -4,6 +4,7 @@
 
 use crate::common::hostile::{Hostile, Reply, Seen};
 use crate::common::registry::Registry;
+use crate::common::terminal::Terminal;
 use crate::common::wasm;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -148,6 +149,23 @@ fn path(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// The digest warden shows with a publisher's suggestion: `(--accept-grants=sha256:… writes
+/// them)`.
+fn suggestion_digest(said: &str) -> String {
+    digest_after(said, "(--accept-grants=")
+}
+
+/// The `sha256:…` digest right after `marker` in `said`.
+fn digest_after(said: &str, marker: &str) -> String {
+    let at = said
+        .find(&format!("{marker}sha256:"))
+        .unwrap_or_else(|| panic!("no digest after `{marker}` in {said}"));
+    said[at + marker.len()..]
+        .chars()
+        .take("sha256:".len() + 64)
+        .collect()
+}
+
 /// The JSON at `path` in the registry.
 fn json_at(registry: &Registry, path: &str) -> Value {
     serde_json::from_slice(&registry.get(path).unwrap_or_else(|| panic!("{path}"))).unwrap()
@@ -192,12 +210,13 @@ fn a_signed_tool_travels_and_answers_pinned_to_its_layer() {
     let exports = config["component"]["exports"].to_string();
     assert!(exports.contains("convert"), "{config}");
 
-    // Default: the publisher's grants are shown, not written.
+    // Default: the publisher's grants are shown, not written, with the digest that takes them.
     let added = env.ok(
         "consumer",
         &["add", &reference, "--key", path(&env.key("signer.pub"))],
     );
     assert!(added.contains("UNITS_SYSTEM"), "{added}");
+    let suggestion = suggestion_digest(&added);
     let policy = env.consumer_policy();
     let pin = format!("sha256 = \"{}\"", layer.strip_prefix("sha256:").unwrap());
     assert!(policy.contains(&pin), "{policy}");
@@ -222,7 +241,7 @@ fn a_signed_tool_travels_and_answers_pinned_to_its_layer() {
     .unwrap();
     assert_eq!(answer["content"], "1000.0", "{answer}");
 
-    // --accept-grants writes them.
+    // --accept-grants=DIGEST writes them.
     env.ok(
         "consumer",
         &[
@@ -231,7 +250,7 @@ fn a_signed_tool_travels_and_answers_pinned_to_its_layer() {
             "--key",
             path(&env.key("signer.pub")),
             "--force",
-            "--accept-grants",
+            &format!("--accept-grants={suggestion}"),
         ],
     );
     let policy = env.consumer_policy();
@@ -1085,4 +1104,103 @@ fn pull_refuses_a_tag_moved_back_to_an_older_version_unless_allowed_and_flagged(
     assert!(!said.contains("DOWNGRADE"), "{said}");
     assert!(!env.consumer_policy().contains("downgraded_from"));
     assert!(!env.ok("consumer", &["audit"]).contains("downgrade:"));
+}
+
+/// The review's attack: `--accept-grants` wrote whatever the registry served at that moment.
+/// Now a suggestion is shown with its digest, `--accept-grants=DIGEST` writes only a
+/// suggestion with that digest (another is refused, shown with its own, nothing stored), and a
+/// bare `--accept-grants` asks at a terminal, or is refused without one; for `add` and `pull`.
+#[test]
+fn accept_grants_writes_only_the_suggestion_shown_by_its_digest() {
+    let Some(registry) = Registry::start() else {
+        return;
+    };
+    let env = Env::new();
+    let reference = registry.reference("tools/units:1.0");
+    let signer = path(&env.key("signer.key")).to_owned();
+    env.ok(
+        "publisher",
+        &["push", "units", &reference, "--sign", &signer],
+    );
+    trust(&env, &registry, &["signer.pub"]);
+    let added = env.ok("consumer", &["add", &reference]);
+    let shown = suggestion_digest(&added);
+    assert!(
+        env.consumer_policy()
+            .contains(&format!("--accept-grants={shown}")),
+        "{}",
+        env.consumer_policy()
+    );
+    env.clear_consumer();
+
+    // The publisher's grants change in the registry after the operator read them.
+    let policy = env.dir.path().join("publisher/policies/units.toml");
+    let text = std::fs::read_to_string(&policy).unwrap();
+    std::fs::write(&policy, text.replace("\"metric\"", "\"imperial\"")).unwrap();
+    env.ok(
+        "publisher",
+        &["push", "units", &reference, "--sign", &signer],
+    );
+    let err = env.refused(&["add", &reference, &format!("--accept-grants={shown}")]);
+    let served = digest_after(&err, "now is ");
+    assert_ne!(served, shown);
+    assert!(err.contains("nothing was stored"), "{err}");
+    assert!(err.contains("UNITS_SYSTEM = \"imperial\""), "{err}");
+    assert!(err.contains(&format!("--accept-grants={served}")), "{err}");
+    // Bare, with no terminal to ask at: refused, showing what it would take.
+    let err = env.refused(&["add", &reference, "--accept-grants"]);
+    assert!(err.contains("asks at a terminal"), "{err}");
+    assert!(err.contains("UNITS_SYSTEM = \"imperial\""), "{err}");
+    assert!(err.contains(&format!("--accept-grants={served}")), "{err}");
+    // At a terminal, after seeing them.
+    let asking = Terminal::start(
+        env.command("consumer", &["add", &reference, "--accept-grants"], &[]),
+        24,
+        100,
+    );
+    asking.wait_for("[y/N]");
+    assert!(asking.screen().contains(&served), "{}", asking.screen());
+    asking.type_keys(b"y\n");
+    let (code, screen) = asking.wait();
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(
+        env.consumer_policy()
+            .contains("\nenv = { UNITS_SYSTEM = \"imperial\" }"),
+        "{}",
+        env.consumer_policy()
+    );
+
+    // `pull` alike: a new version whose grants changed again.
+    env.ok(
+        "publisher",
+        &["add", path(&wasm("wordcount")), "--name", "other"],
+    );
+    let other = env.dir.path().join("publisher/policies/other.toml");
+    let text = std::fs::read_to_string(&other).unwrap();
+    std::fs::write(
+        &other,
+        text.replace("timeout = \"30s\"", "timeout = \"9s\""),
+    )
+    .unwrap();
+    env.ok(
+        "publisher",
+        &["push", "other", &reference, "--sign", &signer],
+    );
+    let before = env.consumer_policy();
+    let err = env.fails(
+        "consumer",
+        &["pull", "units", &format!("--accept-grants={served}")],
+    );
+    assert!(err.contains("timeout = \"9s\""), "{err}");
+    let newest = digest_after(&err, "now is ");
+    assert_eq!(env.consumer_policy(), before);
+    let err = env.fails("consumer", &["pull", "units", "--accept-grants"]);
+    assert!(err.contains(&format!("--accept-grants={newest}")), "{err}");
+    assert_eq!(env.consumer_policy(), before);
+    let said = env.ok(
+        "consumer",
+        &["pull", "units", &format!("--accept-grants={newest}")],
+    );
+    assert!(said.contains(&format!("are written ({newest})")), "{said}");
+    assert!(env.consumer_policy().contains("timeout = \"9s\""));
 }

@@ -140,12 +140,21 @@ pub struct Pulled {
     pub created: Option<String>,
     /// The publisher's suggested grants and limits, when there is one signed as the component
     /// is (or the component was taken unsigned).
-    pub suggestion: Option<String>,
+    pub suggestion: Option<Suggestion>,
     /// The tool's WIT docs that travelled with the suggestion (none without one).
     pub docs: Vec<WitFile>,
     /// It came over plain HTTP from a registry not dialled on loopback
     /// (`--insecure-registry`).
     pub plain_http: bool,
+}
+
+/// A publisher's suggested grants and limits.
+#[derive(Debug, Clone)]
+pub struct Suggestion {
+    /// The digest of the manifest that carries it: what an operator accepts it by.
+    pub digest: Digest,
+    /// The policy's `[grants]` and `[limits]`, as TOML.
+    pub text: String,
 }
 
 /// Resolves `reference` to a digest once, verifies its signature by `trust`, then fetches the
@@ -276,7 +285,7 @@ async fn suggestion(
     trust: &Trust,
     component_signed: bool,
     reference: &Reference,
-) -> Result<Option<(String, Vec<WitFile>)>, OciError> {
+) -> Result<Option<(Suggestion, Vec<WitFile>)>, OciError> {
     let tag = Target::Tag(policy_tag(digest));
     let (policy_digest, bytes) = match registry.manifest(&tag).await {
         Ok(found) => found,
@@ -314,7 +323,13 @@ async fn suggestion(
     let text = String::from_utf8(text)
         .map_err(|_| OciError::Layout("the policy suggestion is not UTF-8 text".into()))?;
     let docs = docs(registry, &manifest).await?;
-    Ok(Some((text, docs)))
+    Ok(Some((
+        Suggestion {
+            digest: policy_digest,
+            text,
+        },
+        docs,
+    )))
 }
 
 /// The WIT files a suggestion's manifest carries, each checked for name, size and digest.
