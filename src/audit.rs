@@ -128,6 +128,15 @@ fn flags(
                 .into(),
         );
     }
+    if let Some(from) = policy
+        .origin
+        .as_ref()
+        .and_then(|o| o.downgraded_from.as_deref())
+    {
+        out.push(format!(
+            "downgrade: pulled with --allow-downgrade, older than {from}, which it replaced"
+        ));
+    }
     out
 }
 
@@ -144,8 +153,14 @@ fn origin_line(origin: &Origin) -> String {
     if let Some(added) = &origin.added {
         line.push_str(&format!(", added {added}"));
     }
+    if let Some(created) = &origin.created {
+        line.push_str(&format!(", made {created}"));
+    }
     if origin.plain_http {
         line.push_str(", over PLAIN HTTP");
+    }
+    if origin.downgraded_from.is_some() {
+        line.push_str(", a DOWNGRADE");
     }
     line.push(')');
     line

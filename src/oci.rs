@@ -7,9 +7,13 @@ use anyhow::{Context as _, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use warden::Warden;
-use warden_core::{Backend, Policy};
+use warden_core::shown::escape;
+use warden_core::{Backend, ByteSize, HumanDuration, Policy};
 use warden_oci::layout::WitFile;
-use warden_oci::{Credentials, Reach, Reference, SigningKey, Target, Trust, TrustFile, TrustedKey};
+use warden_oci::{
+    Bounds, Credentials, Digest, Reach, Reference, SigningKey, Suggestion, Target, Trust,
+    TrustFile, TrustedKey,
+};
 use warden_wasm::WasmConfig;
 
 /// The tables of a policy a publisher may suggest; anything else is dropped.
@@ -19,6 +23,10 @@ const SUGGESTED_TABLES: [&str; 2] = ["grants", "limits"];
 pub(crate) struct PullToolArgs {
     /// The tool's policy name, as `warden add oci://…` wrote it.
     name: String,
+    /// Take a version older than the one in use (its tag moved back): the origin and the
+    /// audit say so.
+    #[arg(long)]
+    allow_downgrade: bool,
     #[command(flatten)]
     trust: PullArgs,
 }
@@ -48,11 +56,65 @@ pub(crate) struct PushArgs {
 /// How a registry is reached, beyond the roots and credentials warden finds itself.
 #[derive(clap::Args)]
 pub(crate) struct RegistryArgs {
-    /// Allow plain HTTP to this registry (HOST or HOST:PORT) though it is not on loopback, as
-    /// Docker's insecure-registries does: HTTPS first, HTTP when it speaks no TLS. Repeatable;
-    /// what comes so is flagged in the audit.
+    /// Allow plain HTTP to this registry (HOST or HOST:PORT) though it is not dialled on
+    /// loopback, as Docker's insecure-registries does: HTTPS first, HTTP when it speaks no TLS.
+    /// Repeatable; what comes so is flagged in the audit.
     #[arg(long = "insecure-registry", value_name = "HOST[:PORT]")]
     insecure: Vec<String>,
+    /// The longest connecting to a registry may take: its name resolved, TCP and TLS.
+    #[arg(
+        long = "registry-connect-timeout",
+        value_name = "DURATION",
+        default_value_t = HumanDuration(Bounds::DEFAULT.connect)
+    )]
+    connect_timeout: HumanDuration,
+    /// The longest a registry may send nothing: before it answers, or within its answer.
+    #[arg(
+        long = "registry-idle-timeout",
+        value_name = "DURATION",
+        default_value_t = HumanDuration(Bounds::DEFAULT.idle)
+    )]
+    idle_timeout: HumanDuration,
+    /// The longest one exchange that moves no blob (a manifest, a token, a signature) may
+    /// take; a blob has this plus its size at --registry-min-rate.
+    #[arg(
+        long = "registry-timeout",
+        value_name = "DURATION",
+        default_value_t = HumanDuration(Bounds::DEFAULT.request)
+    )]
+    timeout: HumanDuration,
+    /// The slowest a blob may come or go, a second.
+    #[arg(
+        long = "registry-min-rate",
+        value_name = "SIZE",
+        default_value_t = ByteSize(Bounds::DEFAULT.min_rate)
+    )]
+    min_rate: ByteSize,
+}
+
+impl RegistryArgs {
+    /// The bounds the flags set; a zero is refused (it would refuse every registry).
+    fn bounds(&self) -> Result<Bounds> {
+        for (flag, zero) in [
+            (
+                "--registry-connect-timeout",
+                self.connect_timeout.0.is_zero(),
+            ),
+            ("--registry-idle-timeout", self.idle_timeout.0.is_zero()),
+            ("--registry-timeout", self.timeout.0.is_zero()),
+            ("--registry-min-rate", self.min_rate.0 == 0),
+        ] {
+            if zero {
+                bail!("{flag} is 0: give it more (`--help` states its default)");
+            }
+        }
+        Ok(Bounds {
+            connect: self.connect_timeout.0,
+            idle: self.idle_timeout.0,
+            request: self.timeout.0,
+            min_rate: self.min_rate.0,
+        })
+    }
 }
 
 /// How `warden add oci://…` trusts what it pulls.
@@ -65,9 +127,16 @@ pub(crate) struct PullArgs {
     #[arg(long)]
     allow_unsigned: bool,
     /// Write the publisher's suggested grants and limits into the policy instead of showing
-    /// them as comments.
-    #[arg(long)]
-    accept_grants: bool,
+    /// them as comments: =DIGEST (shown with them) takes them only if the suggestion served
+    /// now has that digest; bare, warden shows them and asks at a terminal.
+    #[arg(
+        long,
+        value_name = "DIGEST",
+        num_args = 0..=1,
+        require_equals = true,
+        value_parser = digest
+    )]
+    accept_grants: Option<Option<Digest>>,
     #[command(flatten)]
     registry: RegistryArgs,
 }
@@ -77,13 +146,11 @@ pub(crate) struct PullArgs {
 /// addresses when `--resolve` pins them, and plain HTTP when `--insecure-registry` names it.
 fn reach(ctx: &Warden, reference: &Reference, args: &RegistryArgs) -> Result<Reach> {
     let (host, _) = reference.host_and_port();
-    let insecure = args
-        .insecure
-        .iter()
-        .any(|r| r.eq_ignore_ascii_case(&reference.registry) || r.eq_ignore_ascii_case(host));
+    let insecure = args.insecure.iter().any(|r| reference.named_by(r));
     Ok(Reach {
+        bounds: args.bounds()?,
         tls: ctx.egress.clone().with_system_roots().tls(),
-        credentials: Credentials::for_registry(&reference.registry)?,
+        credentials: Credentials::for_registry(reference)?,
         pinned: ctx
             .egress
             .resolver()
@@ -186,6 +253,7 @@ pub(crate) fn push(ctx: &Warden, args: &PushArgs) -> Result<ExitCode> {
     let pushed = context::runtime()?.block_on(warden_oci::push(
         &reference,
         bytes,
+        &now_utc(),
         Some(suggestion),
         &docs,
         key.as_ref(),
@@ -239,7 +307,12 @@ fn wit_files(folder: &Path) -> Result<Vec<WitFile>> {
 
 /// Now, RFC 3339 in UTC.
 fn now_utc() -> String {
-    time::OffsetDateTime::now_utc()
+    rfc3339(time::OffsetDateTime::now_utc())
+}
+
+/// `t` to the second, RFC 3339 in UTC.
+fn rfc3339(t: time::OffsetDateTime) -> String {
+    t.to_offset(time::UtcOffset::UTC)
         .replace_nanosecond(0)
         .ok()
         .and_then(|t| {
@@ -247,6 +320,101 @@ fn now_utc() -> String {
                 .ok()
         })
         .unwrap_or_default()
+}
+
+/// A creation time as a manifest carries it, when it reads as RFC 3339.
+fn created_at(text: &str) -> Option<time::OffsetDateTime> {
+    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()
+}
+
+/// Why a version made at `new` is older than the one in use, made at `current` (RFC 3339
+/// times); `None` when it is not, or when the one in use has no time to compare with (it was
+/// added before warden recorded one).
+fn older(current: Option<&str>, new: Option<&str>) -> Option<String> {
+    let (text, current) = current.and_then(|c| Some((c, created_at(c)?)))?;
+    match new.and_then(|n| Some((n, created_at(n)?))) {
+        None => Some(format!(
+            "it says no creation time, and the version in use was made {text}"
+        )),
+        Some((made, new)) if new < current => Some(format!(
+            "it was made {made}, before the version in use ({text})"
+        )),
+        Some(_) => None,
+    }
+}
+
+/// `--accept-grants=DIGEST`'s value.
+fn digest(text: &str) -> Result<Digest, String> {
+    Digest::parse(text).map_err(|e| e.to_string())
+}
+
+/// Whether the publisher's suggestion `served` (with its text as it would be written) is to
+/// be written, as `--accept-grants` asks (`accept`): never without it; with a digest, only
+/// when the served suggestion has it; bare, when a person at the terminal says so after seeing
+/// it. Anything else is refused before anything is stored.
+fn accepted(
+    accept: Option<&Option<Digest>>,
+    served: Option<(&Suggestion, &str)>,
+    reference: &Reference,
+) -> Result<bool> {
+    use std::io::{BufRead as _, IsTerminal as _, Write as _};
+    // An error is one line: the suggestion's lines, joined.
+    let listed = |text: &str| {
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    match (accept, served) {
+        (None, _) => Ok(false),
+        (Some(Some(wanted)), None) => bail!(
+            "--accept-grants={wanted}, but {reference} comes with no suggestion now; nothing \
+             was stored"
+        ),
+        (Some(Some(wanted)), Some((suggestion, shown))) => {
+            if &suggestion.digest == wanted {
+                return Ok(true);
+            }
+            bail!(
+                "--accept-grants={wanted}, but the suggestion served with {reference} now is \
+                 {}; nothing was stored. It suggests: {}. To take these, pass \
+                 --accept-grants={}",
+                suggestion.digest,
+                listed(shown),
+                suggestion.digest
+            )
+        }
+        (Some(None), None) => Ok(false),
+        (Some(None), Some((suggestion, shown))) => {
+            let digest = &suggestion.digest;
+            if !(std::io::stdin().is_terminal() && std::io::stdout().is_terminal()) {
+                bail!(
+                    "--accept-grants without a digest asks at a terminal, and there is none; \
+                     nothing was stored. The publisher suggests ({digest}): {}. To take \
+                     exactly these, pass --accept-grants={digest}",
+                    listed(shown)
+                );
+            }
+            outln!("the publisher suggests ({digest}):");
+            for line in shown.lines() {
+                outln!("    {}", escape(line));
+            }
+            let mut out = std::io::stdout().lock();
+            let _ = write!(out, "Write these grants and limits into the policy? [y/N] ");
+            let _ = out.flush();
+            drop(out);
+            let mut answer = String::new();
+            std::io::stdin().lock().read_line(&mut answer)?;
+            if matches!(answer.trim(), "y" | "Y" | "yes") {
+                return Ok(true);
+            }
+            bail!(
+                "the publisher's grants were not accepted; nothing was stored (without \
+                 --accept-grants they are shown, not granted)"
+            )
+        }
+    }
 }
 
 /// The `[grants]` and `[limits]` of a policy's text.
@@ -309,25 +477,33 @@ pub(crate) fn add(
         origin["pulled_as"] = toml_edit::value(reference.to_string());
     }
     origin["added"] = toml_edit::value(now_utc());
-    if pulled.plain_http && !reference.is_loopback() {
+    if let Some(created) = pulled.created.as_deref().and_then(created_at) {
+        origin["created"] = toml_edit::value(rfc3339(created));
+    }
+    if pulled.plain_http {
         origin["plain_http"] = toml_edit::value(true);
     }
     let mut doc = toml_edit::DocumentMut::new();
     doc["origin"] = toml_edit::Item::Table(origin);
-    let suggestion = match &pulled.suggestion {
-        Some(text) => Some(suggestion_of(
-            text,
-            Path::new("the publisher's suggestion"),
-        )?),
-        None => None,
-    };
+    let suggestion = pulled
+        .suggestion
+        .as_ref()
+        .map(|s| suggestion_of(&s.text, Path::new("the publisher's suggestion")).map(|t| (s, t)))
+        .transpose()?;
+    let accept = accepted(
+        args.accept_grants.as_ref(),
+        suggestion.as_ref().map(|(s, t)| (*s, t.as_str())),
+        &reference,
+    )?;
     let mut comments = String::new();
-    let grants = match (&suggestion, args.accept_grants) {
-        (Some(text), true) => Some(text.clone()),
-        (Some(text), false) => {
-            comments.push_str(
-                "# The publisher suggests these grants and limits (written with --accept-grants):\n",
-            );
+    let grants = match (&suggestion, accept) {
+        (Some((_, text)), true) => Some(text.clone()),
+        (Some((served, text)), false) => {
+            comments.push_str(&format!(
+                "# The publisher suggests these grants and limits (written with \
+                 --accept-grants={}):\n",
+                served.digest
+            ));
             for line in text.lines() {
                 comments.push_str(format!("#   {line}").trim_end());
                 comments.push('\n');
@@ -362,11 +538,23 @@ pub(crate) fn add(
         return Err(e);
     }
     outln!("  from {pinned}, {signer}");
-    if let (Some(text), false) = (&suggestion, args.accept_grants) {
-        outln!("  the publisher suggests (not granted; --accept-grants writes them):");
-        for line in text.lines() {
-            outln!("    {line}");
+    match (&suggestion, accept) {
+        (Some((served, _)), true) => {
+            outln!(
+                "  the publisher's grants and limits are written ({})",
+                served.digest
+            );
         }
+        (Some((served, text)), false) => {
+            outln!(
+                "  the publisher suggests, not granted (--accept-grants={} writes them):",
+                served.digest
+            );
+            for line in text.lines() {
+                outln!("    {}", escape(line));
+            }
+        }
+        (None, _) => {}
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -460,7 +648,8 @@ fn write_docs<'a>(folder: &'a Path, docs: &[WitFile]) -> Result<Option<&'a Path>
 }
 
 /// `warden pull NAME`: the tag its component was added from, resolved and verified again; a
-/// new digest signed as the old one was replaces the component, its grants kept.
+/// new digest signed as the old one was, and no older than it (unless `--allow-downgrade`),
+/// replaces the component, its grants kept.
 pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
     let policy_path = ctx.toolbox.join(format!("{}.toml", args.name));
     let backend = ctx.wasm();
@@ -500,6 +689,31 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
             origin.signed_by.as_deref().unwrap_or_default()
         );
     }
+    let created = pulled.created.as_deref().and_then(created_at).map(rfc3339);
+    let downgrade = older(origin.created.as_deref(), created.as_deref());
+    if let (Some(why), false) = (&downgrade, args.allow_downgrade) {
+        bail!(
+            "{tag} now points to {}, older than the version in use: {why}. A tag moved back is \
+             refused and the version in use stays; if the publisher meant it, pass \
+             --allow-downgrade (the origin and the audit will say so)",
+            pulled.digest
+        );
+    }
+    let text = std::fs::read_to_string(&policy_path)?;
+    let suggestion = pulled
+        .suggestion
+        .as_ref()
+        .map(|s| suggestion_of(&s.text, Path::new("the publisher's suggestion")).map(|t| (s, t)))
+        .transpose()?;
+    let current = suggestion_of(&text, &policy_path)?;
+    // Only a suggestion that differs from the policy's grants is anything to accept; a digest
+    // given must still be what is served.
+    let served = suggestion.as_ref().map(|(s, t)| (*s, t.as_str()));
+    let changed = served.filter(|(_, t)| *t != current);
+    let accept = match (&args.trust.accept_grants, changed) {
+        (Some(None), None) => false,
+        (accept, _) => accepted(accept.as_ref(), served, &reference)?,
+    };
     let config = WasmConfig::from_policy(&policy)?;
     let component_path = config.component.value;
     let old = std::fs::read(&component_path).ok();
@@ -511,7 +725,6 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
         .as_ref()
         .is_some_and(|w| !same_file(&w.value, &docs_folder));
     let docs = Docs::replace(&docs_folder, &pulled.docs, own_docs)?;
-    let text = std::fs::read_to_string(&policy_path)?;
     let mut doc: toml_edit::DocumentMut = text
         .parse()
         .with_context(|| policy_path.display().to_string())?;
@@ -520,34 +733,31 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
     let sha = ctx.artifacts.put(&component_path)?;
     doc["executor"]["sha256"] = toml_edit::value(sha.clone());
     doc["origin"]["reference"] = toml_edit::value(pinned.to_string());
-    match &new_signer {
-        Some(k) => doc["origin"]["signed_by"] = toml_edit::value(k.clone()),
-        None => {
-            if let Some(origin) = doc["origin"].as_table_mut() {
-                origin.remove("signed_by");
-            }
-        }
-    }
     doc["origin"]["added"] = toml_edit::value(now_utc());
-    if let Some(origin) = doc["origin"].as_table_mut() {
-        match pulled.plain_http && !reference.is_loopback() {
-            true => origin["plain_http"] = toml_edit::value(true),
-            false => {
-                origin.remove("plain_http");
+    if let Some(table) = doc["origin"].as_table_mut() {
+        let mut set = |key: &str, value: Option<toml_edit::Item>| match value {
+            Some(v) => table[key] = v,
+            None => {
+                table.remove(key);
             }
-        }
+        };
+        set("signed_by", new_signer.clone().map(toml_edit::value));
+        set("created", created.map(toml_edit::value));
+        set(
+            "downgraded_from",
+            downgrade
+                .as_ref()
+                .map(|_| toml_edit::value(origin.reference.clone())),
+        );
+        set(
+            "plain_http",
+            pulled.plain_http.then(|| toml_edit::value(true)),
+        );
     }
     if docs.replaced() {
         doc["executor"]["wit"] = toml_edit::value(format!("{}.wit", args.name));
     }
-    let suggestion = pulled
-        .suggestion
-        .as_deref()
-        .map(|t| suggestion_of(t, Path::new("the publisher's suggestion")))
-        .transpose()?;
-    let current = suggestion_of(&text, &policy_path)?;
-    let changed = suggestion.as_ref().filter(|s| **s != current);
-    if let (Some(new), true) = (changed, args.trust.accept_grants) {
+    if let (Some((_, new)), true) = (changed, accept) {
         let new: toml_edit::DocumentMut = new.parse()?;
         for table in SUGGESTED_TABLES {
             match new.get(table) {
@@ -581,15 +791,42 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
         "  {}; stored as {sha}",
         new_signer.map_or_else(|| "UNSIGNED".to_owned(), |k| format!("signed by {k}"))
     );
-    match (changed, args.trust.accept_grants) {
-        (Some(_), true) => outln!("  the publisher's new grants and limits are written"),
-        (Some(new), false) => {
-            outln!("  the publisher now suggests (not granted; --accept-grants writes them):");
+    if let Some(why) = &downgrade {
+        outln!("  ! DOWNGRADE, taken with --allow-downgrade: {why}");
+    }
+    match (changed, accept) {
+        (Some((served, _)), true) => outln!(
+            "  the publisher's new grants and limits are written ({})",
+            served.digest
+        ),
+        (Some((served, new)), false) => {
+            outln!(
+                "  the publisher now suggests, not granted (--accept-grants={} writes them):",
+                served.digest
+            );
             for line in new.lines() {
-                outln!("    {line}");
+                outln!("    {}", escape(line));
             }
         }
         (None, _) => outln!("  the grants are as the publisher suggests"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::older;
+
+    #[test]
+    fn a_version_made_before_the_one_in_use_or_with_no_time_after_one_is_older() {
+        let in_use = Some("2026-12-01T17:20:31Z");
+        assert!(older(in_use, Some("2026-11-30T09:00:00Z")).is_some());
+        assert!(older(in_use, Some("2026-12-01T18:20:31+02:00")).is_some());
+        assert!(older(in_use, None).is_some());
+        assert!(older(in_use, Some("yesterday")).is_some());
+        assert!(older(in_use, Some("2026-12-01T17:20:31Z")).is_none());
+        assert!(older(in_use, Some("2026-12-02T00:00:00Z")).is_none());
+        assert!(older(None, Some("2020-01-01T00:00:00Z")).is_none());
+        assert!(older(None, None).is_none());
+    }
 }

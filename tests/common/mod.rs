@@ -5,6 +5,7 @@
 pub(crate) use warden_test_support::guests::{polyglot, root, wasm};
 
 pub(crate) mod hang;
+pub(crate) mod hostile;
 pub(crate) mod registry;
 pub(crate) mod terminal;
 pub(crate) mod toolbox;

@@ -114,6 +114,11 @@ impl Registry {
 
     /// PUTs `manifest` (JSON) at `path`, as a client that checks nothing would.
     pub(crate) fn put_manifest(&self, path: &str, manifest: &serde_json::Value) {
+        self.put_manifest_bytes(path, manifest.to_string().as_bytes());
+    }
+
+    /// PUTs a manifest's exact bytes at `path` (its digest unchanged).
+    pub(crate) fn put_manifest_bytes(&self, path: &str, manifest: &[u8]) {
         use std::io::Write as _;
         let mut curl = Command::new("curl")
             .args(["-skf", "-X", "PUT", "--data-binary", "@-", "-H"])
@@ -124,7 +129,7 @@ impl Registry {
             .spawn()
             .unwrap();
         let mut stdin = curl.stdin.take().unwrap();
-        stdin.write_all(manifest.to_string().as_bytes()).unwrap();
+        stdin.write_all(manifest).unwrap();
         drop(stdin);
         assert!(
             curl.wait().unwrap().success(),

@@ -65,7 +65,14 @@ pub struct Origin {
     /// When it was added, RFC 3339 in UTC.
     #[serde(default)]
     pub added: Option<String>,
-    /// It came over plain HTTP from a registry that is not on loopback (`--insecure-registry`).
+    /// When its publisher made it, RFC 3339 in UTC: the creation time its manifest carries
+    /// (signed with it), which `warden pull` compares to tell an older version.
+    #[serde(default)]
+    pub created: Option<String>,
+    /// The version it replaced though it is older (`warden pull --allow-downgrade`).
+    #[serde(default)]
+    pub downgraded_from: Option<String>,
+    /// It came over plain HTTP from a registry not dialled on loopback (`--insecure-registry`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub plain_http: bool,
 }

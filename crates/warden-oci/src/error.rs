@@ -1,5 +1,8 @@
 //! What can go wrong between warden and a registry, each naming the fix.
 
+use crate::bounds::Bound;
+use std::time::Duration;
+
 /// An OCI failure. Nothing is stored after any of them.
 #[derive(Debug, thiserror::Error)]
 pub enum OciError {
@@ -14,6 +17,28 @@ pub enum OciError {
          --upstream-roots CA.pem (WARDEN_UPSTREAM_ROOTS)"
     )]
     Untrusted { registry: String, why: String },
+    #[error(
+        "the registry {registry} {bound} {limit:?} ({exchange}): {flag} sets this bound; \
+         nothing was stored",
+        flag = bound.flag()
+    )]
+    Bounded {
+        registry: String,
+        /// The request, `METHOD URL`, or what was under way.
+        exchange: String,
+        bound: Bound,
+        limit: Duration,
+    },
+    #[error(
+        "the registry {registry} sends warden for a token to {realm}, where its credentials \
+         for {registry} do not go: {why}"
+    )]
+    Withheld {
+        registry: String,
+        realm: String,
+        /// Which rule keeps them, and the fix.
+        why: String,
+    },
     #[error("{what} is not in the registry: check the repository and the tag")]
     NotFound { what: String },
     #[error(

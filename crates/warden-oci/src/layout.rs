@@ -22,6 +22,8 @@ pub const POLICY_LAYER: &str = "application/vnd.warden.policy.v1+toml";
 pub const WIT_LAYER: &str = "application/vnd.warden.wit.v1";
 /// The OCI annotation that names a layer's file.
 pub const TITLE: &str = "org.opencontainers.image.title";
+/// The OCI annotation that says when an artifact was made (RFC 3339).
+pub const CREATED: &str = "org.opencontainers.image.created";
 /// The OCI empty config, for artifacts that need none.
 pub const EMPTY_CONFIG: &str = "application/vnd.oci.empty.v1+json";
 
@@ -154,19 +156,23 @@ pub struct ComponentArtifact {
 }
 
 impl ComponentArtifact {
-    /// The artifact of `component`'s bytes, which must be a component.
-    pub fn new(component: Vec<u8>) -> Result<ComponentArtifact, OciError> {
+    /// The artifact of `component`'s bytes, which must be a component, made at `created`
+    /// (RFC 3339): in its manifest's annotations and, as oci-wasm writes it, in its config.
+    pub fn new(component: Vec<u8>, created: &str) -> Result<ComponentArtifact, OciError> {
         let world = world_of(&component)?;
         let layer = Descriptor::of(WASM_LAYER, &component);
         let config = WasmConfig {
-            created: None,
+            created: Some(created.to_owned()),
             architecture: "wasm".to_owned(),
             os: "wasip2".to_owned(),
             layer_digests: vec![layer.digest.clone()],
             component: world,
         };
         let config = serde_json::to_vec(&config).unwrap_or_default();
-        let manifest = Manifest::new(Descriptor::of(WASM_CONFIG, &config), vec![layer]);
+        let mut manifest = Manifest::new(Descriptor::of(WASM_CONFIG, &config), vec![layer]);
+        manifest
+            .annotations
+            .insert(CREATED.to_owned(), created.to_owned());
         Ok(ComponentArtifact {
             manifest,
             config,

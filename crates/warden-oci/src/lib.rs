@@ -4,6 +4,7 @@
 //! blob checked against its digest, size limit and media type before anything is kept.
 
 mod auth;
+mod bounds;
 mod encrypted;
 mod error;
 pub mod layout;
@@ -12,7 +13,8 @@ mod registry;
 pub mod sign;
 mod trust;
 
-pub use auth::Credentials;
+pub use auth::{CredentialSource, Credentials};
+pub use bounds::{Bound, Bounds};
 pub use error::OciError;
 pub use reference::{Digest, Reference, SCHEME, Target};
 pub use registry::{Reach, Registry};
@@ -20,9 +22,9 @@ pub use sign::{SigningKey, TrustedKey, generate};
 pub use trust::TrustFile;
 
 use layout::{
-    ComponentArtifact, Descriptor, EMPTY, MANIFEST_LIMIT, Manifest, POLICY_ARTIFACT, POLICY_LAYER,
-    POLICY_LIMIT, PolicyArtifact, TITLE, WIT_FILES, WIT_LAYER, WIT_LIMIT, WasmConfig, WitFile,
-    component_layer,
+    CREATED, ComponentArtifact, Descriptor, EMPTY, MANIFEST_LIMIT, Manifest, POLICY_ARTIFACT,
+    POLICY_LAYER, POLICY_LIMIT, PolicyArtifact, TITLE, WIT_FILES, WIT_LAYER, WIT_LIMIT, WasmConfig,
+    WitFile, component_layer,
 };
 
 /// The most warden reads of a signature's payload.
@@ -45,12 +47,14 @@ pub struct Pushed {
     pub signed: bool,
 }
 
-/// Publishes `component` (a component's bytes) at `reference`'s tag, with `suggestion` (the
-/// policy's grants and limits as TOML) and the tool's WIT `docs` beside it, each signed by
-/// `key` when given.
+/// Publishes `component` (a component's bytes) at `reference`'s tag, made at `created` (RFC
+/// 3339, recorded in its manifest so that a consumer can tell an older version), with
+/// `suggestion` (the policy's grants and limits as TOML) and the tool's WIT `docs` beside it,
+/// each signed by `key` when given.
 pub async fn push(
     reference: &Reference,
     component: Vec<u8>,
+    created: &str,
     suggestion: Option<String>,
     docs: &[WitFile],
     key: Option<&SigningKey>,
@@ -62,7 +66,7 @@ pub async fn push(
         )));
     };
     let registry = Registry::connect(reference, reach).await?;
-    let artifact = ComponentArtifact::new(component)?;
+    let artifact = ComponentArtifact::new(component, created)?;
     registry.push_blob(&artifact.config).await?;
     registry.push_blob(&artifact.component).await?;
     let digest = registry
@@ -131,13 +135,26 @@ pub struct Pulled {
     pub component: Vec<u8>,
     /// The key that signed the manifest; `None` when taken unsigned.
     pub signer: Option<TrustedKey>,
+    /// When the publisher made it: its manifest's `org.opencontainers.image.created`, else its
+    /// config's `created` (both covered by the manifest's digest, so by its signature).
+    pub created: Option<String>,
     /// The publisher's suggested grants and limits, when there is one signed as the component
     /// is (or the component was taken unsigned).
-    pub suggestion: Option<String>,
+    pub suggestion: Option<Suggestion>,
     /// The tool's WIT docs that travelled with the suggestion (none without one).
     pub docs: Vec<WitFile>,
-    /// It came over plain HTTP (a loopback registry, or `--insecure-registry`).
+    /// It came over plain HTTP from a registry not dialled on loopback
+    /// (`--insecure-registry`).
     pub plain_http: bool,
+}
+
+/// A publisher's suggested grants and limits.
+#[derive(Debug, Clone)]
+pub struct Suggestion {
+    /// The digest of the manifest that carries it: what an operator accepts it by.
+    pub digest: Digest,
+    /// The policy's `[grants]` and `[limits]`, as TOML.
+    pub text: String,
 }
 
 /// Resolves `reference` to a digest once, verifies its signature by `trust`, then fetches the
@@ -151,7 +168,7 @@ pub async fn pull(reference: &Reference, trust: &Trust, reach: &Reach) -> Result
     let signer = signer(&registry, &digest, trust, reference).await?;
     let config = registry
         .blob(
-            &manifest.config.digest()?,
+            &manifest.config,
             MANIFEST_LIMIT,
             &format!("the config of {at}"),
         )
@@ -166,7 +183,7 @@ pub async fn pull(reference: &Reference, trust: &Trust, reach: &Reach) -> Result
     }
     let component = registry
         .blob(
-            &layer.digest()?,
+            &layer,
             layout::COMPONENT_LIMIT,
             &format!("the component of {at}"),
         )
@@ -177,10 +194,16 @@ pub async fn pull(reference: &Reference, trust: &Trust, reach: &Reach) -> Result
             Some((text, docs)) => (Some(text), docs),
             None => (None, Vec::new()),
         };
+    let created = manifest
+        .annotations
+        .get(CREATED)
+        .cloned()
+        .or(config.created);
     Ok(Pulled {
         digest,
         component,
         signer,
+        created,
         suggestion,
         docs,
         plain_http: registry.plain_http(),
@@ -247,7 +270,7 @@ async fn signatures(
             continue;
         }
         let payload = registry
-            .blob(&layer.digest()?, PAYLOAD_LIMIT, "a signature's payload")
+            .blob(&layer, PAYLOAD_LIMIT, "a signature's payload")
             .await?;
         signatures.push((layer, payload));
     }
@@ -262,7 +285,7 @@ async fn suggestion(
     trust: &Trust,
     component_signed: bool,
     reference: &Reference,
-) -> Result<Option<(String, Vec<WitFile>)>, OciError> {
+) -> Result<Option<(Suggestion, Vec<WitFile>)>, OciError> {
     let tag = Target::Tag(policy_tag(digest));
     let (policy_digest, bytes) = match registry.manifest(&tag).await {
         Ok(found) => found,
@@ -294,19 +317,19 @@ async fn suggestion(
     else {
         return Ok(None);
     };
-    if layer.size > POLICY_LIMIT {
-        return Err(OciError::TooLarge {
-            what: "the policy suggestion".into(),
-            limit: POLICY_LIMIT,
-        });
-    }
     let text = registry
-        .blob(&layer.digest()?, POLICY_LIMIT, "the policy suggestion")
+        .blob(layer, POLICY_LIMIT, "the policy suggestion")
         .await?;
     let text = String::from_utf8(text)
         .map_err(|_| OciError::Layout("the policy suggestion is not UTF-8 text".into()))?;
     let docs = docs(registry, &manifest).await?;
-    Ok(Some((text, docs)))
+    Ok(Some((
+        Suggestion {
+            digest: policy_digest,
+            text,
+        },
+        docs,
+    )))
 }
 
 /// The WIT files a suggestion's manifest carries, each checked for name, size and digest.
@@ -326,13 +349,7 @@ async fn docs(registry: &Registry, manifest: &Manifest) -> Result<Vec<WitFile>, 
     for layer in layers {
         let name = layer.annotations.get(TITLE).map_or("", String::as_str);
         let what = format!("the WIT file `{}`", name.escape_default());
-        if layer.size > WIT_LIMIT {
-            return Err(OciError::TooLarge {
-                what,
-                limit: WIT_LIMIT,
-            });
-        }
-        let text = registry.blob(&layer.digest()?, WIT_LIMIT, &what).await?;
+        let text = registry.blob(layer, WIT_LIMIT, &what).await?;
         let doc = WitFile::new(name, text)?;
         if docs.iter().any(|d| d.name == doc.name) {
             return Err(OciError::Layout(format!("{what} is there twice")));

@@ -136,25 +136,40 @@ impl Reference {
         }
     }
 
-    /// Whether the registry is on this machine's loopback, where plain HTTP is allowed.
-    pub fn is_loopback(&self) -> bool {
-        let (host, _) = self.host_and_port();
-        host == "localhost"
-            || host
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback())
-    }
-
     /// The registry's host (without brackets) and port (443 when it names none).
     pub fn host_and_port(&self) -> (&str, u16) {
-        let (host, port) = match self.registry.rsplit_once(':') {
-            Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => {
-                (host, port.parse().unwrap_or(443))
-            }
-            _ => (self.registry.as_str(), 443),
-        };
-        (host.trim_start_matches('[').trim_end_matches(']'), port)
+        let (host, port) = split_host_port(&self.registry);
+        (host, port.unwrap_or(443))
     }
+
+    /// Whether `entry` (`HOST` or `HOST:PORT`, as `--insecure-registry` and `WARDEN_REGISTRY`
+    /// name registries) names this reference's registry.
+    pub fn named_by(&self, entry: &str) -> bool {
+        let (host, port) = self.host_and_port();
+        names(entry, host, port)
+    }
+}
+
+/// Whether `entry` (`HOST` or `HOST:PORT`) names `host` at `port`: a bare host names it at
+/// every port.
+pub(crate) fn names(entry: &str, host: &str, port: u16) -> bool {
+    let (named, named_port) = split_host_port(entry.trim());
+    named.eq_ignore_ascii_case(host) && named_port.is_none_or(|p| p == port)
+}
+
+/// `host[:port]` (an IPv6 address in brackets when it has a port) split, brackets dropped.
+fn split_host_port(text: &str) -> (&str, Option<u16>) {
+    let (host, port) = match text.rsplit_once(':') {
+        Some((host, port))
+            if !port.is_empty()
+                && port.bytes().all(|b| b.is_ascii_digit())
+                && (!host.contains(':') || host.ends_with(']')) =>
+        {
+            (host, port.parse().ok())
+        }
+        _ => (text, None),
+    };
+    (host.trim_start_matches('[').trim_end_matches(']'), port)
 }
 
 impl fmt::Display for Reference {
@@ -177,11 +192,11 @@ mod tests {
         assert_eq!(r.registry, "127.0.0.1:5000");
         assert_eq!(r.repository, "tools/units");
         assert_eq!(r.target, Target::Tag("1.0".into()));
-        assert!(r.is_loopback());
+        assert_eq!(r.host_and_port(), ("127.0.0.1", 5000));
         assert_eq!(r.to_string(), "oci://127.0.0.1:5000/tools/units:1.0");
         let latest = Reference::parse("oci://ghcr.io/a/b").unwrap();
         assert_eq!(latest.target, Target::Tag("latest".into()));
-        assert!(!latest.is_loopback());
+        assert_eq!(latest.host_and_port(), ("ghcr.io", 443));
         let d = format!("sha256:{}", "a".repeat(64));
         let pinned = Reference::parse(&format!("oci://localhost:5000/x@{d}")).unwrap();
         assert_eq!(pinned.target, Target::Digest(Digest::parse(&d).unwrap()));
@@ -194,5 +209,16 @@ mod tests {
         ] {
             assert!(Reference::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn an_entry_names_a_host_at_its_port_or_at_any() {
+        let r = Reference::parse("oci://[::1]:5000/a:b").unwrap();
+        assert_eq!(r.host_and_port(), ("::1", 5000));
+        assert!(r.named_by("[::1]:5000") && r.named_by("::1") && !r.named_by("[::1]:5001"));
+        assert!(names("Docker.IO", "docker.io", 443));
+        assert!(names("auth.docker.io:443", "auth.docker.io", 443));
+        assert!(!names("auth.docker.io:8443", "auth.docker.io", 443));
+        assert!(!names("docker.io", "auth.docker.io", 443));
     }
 }
