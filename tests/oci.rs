@@ -429,9 +429,9 @@ fn plain_http_off_loopback_only_with_insecure_registry_and_flagged() {
 }
 
 /// The review's attack: `--resolve localhost:ADDRESS` off loopback once got plain HTTP by the
-/// name. Pinned to 0.0.0.0, a registry on 127.0.0.1 that answers plain HTTP is refused and
-/// sees no plain request, only TLS handshakes; pinned to 192.0.2.1 (TEST-NET: nothing
-/// answers there, so the connect bound is small) it is tried over HTTPS alone.
+/// name. Pinned to 0.0.0.0 (not loopback, though Linux dials it as this machine: no test
+/// sends traffic off it), a registry on 127.0.0.1 that answers plain HTTP is refused and sees
+/// no plain request, only TLS handshakes.
 #[test]
 fn plain_http_follows_the_address_dialled_never_the_name() {
     let recorder = Hostile::start(|seen| match seen.tls {
@@ -455,20 +455,6 @@ fn plain_http_follows_the_address_dialled_never_the_name() {
     );
     let seen = recorder.seen();
     assert!(!seen.is_empty() && seen.iter().all(|s| s.tls), "{seen:?}");
-
-    let err = env.refused(&[
-        "--resolve=localhost:192.0.2.1",
-        "add",
-        &reference,
-        "--allow-unsigned",
-        "--registry-connect-timeout=1s",
-    ]);
-    assert!(err.contains(&format!("https://{name}/v2/")), "{err}");
-    assert!(!err.contains("http://"), "{err}");
-    assert!(
-        err.contains("--registry-connect-timeout") || err.contains("is not reachable"),
-        "{err}"
-    );
 }
 
 /// A registry that answers plain HTTP (its TLS handshakes get a 400, as a plain server's do),
