@@ -57,11 +57,34 @@ pub fn render(code: i64, stdout: &str, stderr: &str, note: Option<&str>, limit: 
     text
 }
 
-/// Success for exit code 0; else `exit_status` (or `out_of_memory` when `oom`) carrying the
-/// output; `note` is appended for the model.
+/// What ended a command that did not exit with 0, as the sandbox's own records tell it (the
+/// engine's or the kernel's word, never how fast the end was reported).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cause {
+    /// It exited with its status, or a signal no limit sent ended it.
+    Exited,
+    /// The memory limit's killer ended it.
+    OutOfMemory,
+    /// Another limit ended it: the sentence that says which, for the model.
+    Limit(String),
+}
+
+impl Cause {
+    /// [`Cause::OutOfMemory`] when the memory limit's killer ended it, else [`Cause::Exited`].
+    pub fn of_memory(oom: bool) -> Cause {
+        if oom {
+            Cause::OutOfMemory
+        } else {
+            Cause::Exited
+        }
+    }
+}
+
+/// Success for exit code 0; else `exit_status`, `out_of_memory` or `limit_exceeded` as `cause`
+/// says, carrying the output; `note` is appended for the model.
 pub fn answer(
     code: i64,
-    oom: bool,
+    cause: &Cause,
     stdout: &str,
     stderr: &str,
     limits: &Limits,
@@ -76,24 +99,23 @@ pub fn answer(
             ..Output::default()
         });
     }
-    let (kind, head) = if oom {
-        (
+    let (kind, head) = match cause {
+        Cause::OutOfMemory => (
             ErrorKind::OutOfMemory,
             format!(
                 "the command was killed for using more than its memory limit of {}",
                 ByteSize(limits.memory)
             ),
-        )
-    } else if code == 137 {
-        (
+        ),
+        Cause::Limit(sentence) => (ErrorKind::LimitExceeded, sentence.clone()),
+        Cause::Exited if code == 137 => (
             ErrorKind::ExitStatus,
             "the command exited with status 137 (killed by SIGKILL)".to_owned(),
-        )
-    } else {
-        (
+        ),
+        Cause::Exited => (
             ErrorKind::ExitStatus,
             format!("the command exited with status {code}"),
-        )
+        ),
     };
     let room = limits.output.saturating_sub(head.len() as u64 + 1);
     let content = render(code, stdout, stderr, note, room);
@@ -145,12 +167,20 @@ mod tests {
             "a\n[stderr]\nb\n[exit code 2]\n[note]"
         );
         let limits = Limits::default();
-        let e = answer(3, false, "out", "err", &limits, None).unwrap_err();
+        let e = answer(3, &Cause::Exited, "out", "err", &limits, None).unwrap_err();
         assert_eq!(e.kind, ErrorKind::ExitStatus);
         assert!(e.message.contains("status 3") && e.message.contains("out"));
         assert_eq!(e.details["exit_code"], 3);
-        let e = answer(137, true, "", "", &limits, None).unwrap_err();
+        let e = answer(137, &Cause::OutOfMemory, "", "", &limits, None).unwrap_err();
         assert_eq!(e.kind, ErrorKind::OutOfMemory);
+        let cpu = Cause::Limit("the command used its CPU time limit of 1s".into());
+        let e = answer(152, &cpu, "", "", &limits, None).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::LimitExceeded);
+        assert!(
+            e.message
+                .starts_with("the command used its CPU time limit of 1s\n")
+        );
+        assert!(e.message.contains("[exit code 152]"), "{}", e.message);
     }
 
     #[test]
@@ -168,7 +198,7 @@ mod tests {
             output: 1000,
             ..Limits::default()
         };
-        let e = answer(3, false, &out.text(), "", &limits, Some("a note")).unwrap_err();
+        let e = answer(3, &Cause::Exited, &out.text(), "", &limits, Some("a note")).unwrap_err();
         assert!(e.message.len() <= 1000, "{} bytes", e.message.len());
         assert!(
             e.message.ends_with("[exit code 3]\n[a note]"),

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use warden_command::session::{Launched, Launcher, Processes, Sandbox, Sessions, chunks};
-use warden_command::{Request, Template};
+use warden_command::{Cause, Request, Template};
 use warden_core::{Denials, ErrorKind, Invocation, Limits, Meter, Output, SessionId, ToolError};
 
 /// Starts `sh` (or `$WARDEN_TEST_SHELL`: bash, busybox ash) in a process group of its own;
@@ -48,9 +48,9 @@ impl Drop for Group {
 }
 
 impl Sandbox for Group {
-    async fn exit_status(&mut self) -> Result<(i64, bool), ToolError> {
+    async fn exit_status(&mut self) -> Result<(i64, Cause), ToolError> {
         let status = self.child.wait().await.unwrap();
-        Ok((status.code().map_or(137, i64::from), false))
+        Ok((status.code().map_or(137, i64::from), Cause::Exited))
     }
 
     async fn memory_killed(&mut self) -> bool {

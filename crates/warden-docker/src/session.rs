@@ -15,6 +15,7 @@ use bollard::container::LogOutput;
 use futures::StreamExt;
 use std::io;
 use std::sync::Arc;
+use warden_command::Cause;
 use warden_command::session::{Chunk, Counters, Launched, Launcher, Processes, Sandbox};
 use warden_core::{Limits, ToolError};
 use warden_net::{Proxy, Scope, Traffic};
@@ -119,9 +120,9 @@ pub(crate) struct ShellContainer {
 }
 
 impl Sandbox for ShellContainer {
-    async fn exit_status(&mut self) -> Result<(i64, bool), ToolError> {
+    async fn exit_status(&mut self) -> Result<(i64, Cause), ToolError> {
         let (code, oom) = self.container.exit_status(&self.engine).await?;
-        Ok((code, oom && !self.oom_seen))
+        Ok((code, Cause::of_memory(oom && !self.oom_seen)))
     }
 
     async fn memory_killed(&mut self) -> bool {

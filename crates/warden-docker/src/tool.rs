@@ -8,7 +8,7 @@ use crate::pool::Pool;
 use crate::session::DockerShells;
 use tokio::time::Instant;
 use warden_command::session::Sessions;
-use warden_command::{Request, Template, answer, effective_timeout, timed_out};
+use warden_command::{Cause, Request, Template, answer, effective_timeout, timed_out};
 use warden_core::{
     BoxFuture, ErrorKind, Executor, Exit, Held, Invocation, Output, Program, SessionId, ToolError,
 };
@@ -134,7 +134,14 @@ impl DockerTool {
                 oom,
                 stdout,
                 stderr,
-            } => answer(code, oom, &stdout, &stderr, &inv.limits, note),
+            } => answer(
+                code,
+                &Cause::of_memory(oom),
+                &stdout,
+                &stderr,
+                &inv.limits,
+                note,
+            ),
             Ended::TimedOut { stdout, stderr } => Err(timed_out(
                 limit,
                 &stdout,

@@ -123,6 +123,30 @@ pub(crate) struct Rlimits {
     pub open_files: u64,
 }
 
+impl Rlimits {
+    /// What the model reads when the kernel ended `who` (the command, a session's shell) with
+    /// `signal` for a limit of these it broke; `None` for a signal no limit sends.
+    pub(crate) fn broken_by(&self, signal: i32, who: &str) -> Option<String> {
+        match signal {
+            nix::libc::SIGXCPU => Some(self.cpu_time_used(who)),
+            nix::libc::SIGXFSZ => Some(format!(
+                "{who} wrote a file larger than its limit of {} and was killed",
+                warden_core::ByteSize(self.file_size)
+            )),
+            _ => None,
+        }
+    }
+
+    /// What the model reads when `who` used all its CPU time.
+    pub(crate) fn cpu_time_used(&self, who: &str) -> String {
+        format!(
+            "{who} used its CPU time limit of {}s and was killed; try a quicker command or a \
+             smaller input",
+            self.cpu_secs
+        )
+    }
+}
+
 /// One line on the report descriptor.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

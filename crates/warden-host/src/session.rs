@@ -14,7 +14,7 @@
 
 use crate::failure::unavailable;
 use crate::forks::Forked;
-use crate::plan::{Protections, Report, Stdin};
+use crate::plan::{Protections, Report, Rlimits, Stdin};
 use crate::sandboxes::Started;
 use crate::starter::Starter;
 use nix::sys::signal::{Signal, kill};
@@ -23,8 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::unix::pipe::Receiver;
+use warden_command::Cause;
 use warden_command::session::{Counters, Launched, Launcher, Processes, Sandbox, chunks};
-use warden_core::{Limits, ToolError};
+use warden_core::{Limits, ToolError, Usage};
 use warden_net::{Proxy, Scope, Traffic};
 
 /// How many more times a busy namespace is counted, how far apart, and how many equal counts
@@ -32,6 +33,9 @@ use warden_net::{Proxy, Scope, Traffic};
 const RECOUNTS: usize = 60;
 const STEADY: usize = 3;
 const RECOUNT_EVERY: Duration = Duration::from_millis(5);
+
+/// The slack on a CPU figure read from `/proc`, which counts clock ticks (10 ms at 100 Hz).
+const CPU_TICK_MS: f64 = 20.0;
 
 /// How long closing waits for the helper to exit once its namespace is killed.
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
@@ -86,6 +90,7 @@ impl Launcher for HostShells {
         };
         let mut sandbox = ShellNamespace {
             limit: u64::from(self.starter.config().processes),
+            rlimits: plan.rlimits,
             helper,
             init: None,
             shell: None,
@@ -134,6 +139,8 @@ impl Launcher for HostShells {
 pub(crate) struct ShellNamespace {
     /// The tool's process limit (`RLIMIT_NPROC`, counted in the session's user namespace).
     limit: u64,
+    /// The limits every process of the session has, the shell among them.
+    rlimits: Rlimits,
     helper: Forked,
     /// `init`'s pid, as warden sees it; `None` once it is known gone.
     init: Option<i32>,
@@ -176,25 +183,47 @@ impl ShellNamespace {
 }
 
 impl Sandbox for ShellNamespace {
-    async fn exit_status(&mut self) -> Result<(i64, bool), ToolError> {
+    /// As `init` saw the shell end: a signal a limit sends (its CPU time, counted over every
+    /// command it ran itself, or a file too large) is that limit.
+    async fn exit_status(&mut self) -> Result<(i64, Cause), ToolError> {
         let read = async {
             while let Some(report) = self.report().await {
                 if let Report::Exited { code, signal } = report {
-                    return Some(match (code, signal) {
-                        (Some(code), _) => i64::from(code),
-                        (None, Some(signal)) => 128 + i64::from(signal),
-                        (None, None) => 1,
-                    });
+                    return Some((code, signal));
                 }
             }
             None
         };
         match tokio::time::timeout(CLOSE_WAIT, read).await {
-            Ok(Some(code)) => Ok((code, false)),
+            Ok(Some((Some(code), _))) => Ok((i64::from(code), Cause::Exited)),
+            Ok(Some((None, Some(signal)))) => {
+                let broken = self.rlimits.broken_by(signal, "the session's shell");
+                Ok((
+                    128 + i64::from(signal),
+                    broken.map_or(Cause::Exited, Cause::Limit),
+                ))
+            }
+            Ok(Some((None, None))) => Ok((1, Cause::Exited)),
             _ => Err(ToolError::internal(
                 "the session's shell ended without saying how",
             )),
         }
+    }
+
+    /// A command the shell waited for ended with the status a shell gives a process that
+    /// SIGXCPU (or, past the soft limit's second of grace, SIGKILL) ended, having used its CPU
+    /// time as the kernel counted it: the CPU time limit. A program that exits with 152 itself
+    /// has not used the time.
+    fn limit_ended(&mut self, status: i64, used: &Usage) -> Option<String> {
+        let cpu_ms = used.cpu_ms?;
+        let soft_ms = self.rlimits.cpu_secs as f64 * 1e3;
+        let at = match status {
+            s if s == 128 + i64::from(nix::libc::SIGXCPU) => soft_ms,
+            137 => soft_ms + 1e3,
+            _ => return None,
+        };
+        // /proc counts in clock ticks; the kernel checks the limit at a tick.
+        (cpu_ms + CPU_TICK_MS >= at).then(|| self.rlimits.cpu_time_used("the command"))
     }
 
     /// No memory killer here: the address-space limit makes allocations fail instead.

@@ -5,7 +5,7 @@
 use crate::config::{HostConfig, Isolation};
 use crate::failure::unavailable;
 use crate::forks::Forker;
-use crate::plan::{Protections, Report, Root, Sandbox, Stdin};
+use crate::plan::{Protections, Report, Rlimits, Root, Sandbox, Stdin};
 use crate::sandboxes::Sandboxes;
 use crate::session::HostShells;
 use crate::starter::Starter;
@@ -13,7 +13,7 @@ use serde_json::Value;
 use std::sync::Arc;
 use tokio::time::Instant;
 use warden_command::session::Sessions;
-use warden_command::{NetworkMode, Request, Template, answer, effective_timeout, timed_out};
+use warden_command::{Cause, NetworkMode, Request, Template, answer, effective_timeout, timed_out};
 use warden_core::{
     Access, BoxFuture, Denials, ErrorKind, Executor, Exit, Grants, Held, Invocation, Limits,
     Output, Program, SessionId, ToolError,
@@ -191,12 +191,15 @@ impl HostTool {
             .with_detail("isolation", isolation));
         }
         let result = match exit {
-            Some((Some(code), _)) => {
-                answer(code.into(), false, &stdout, &stderr, &inv.limits, None)
-            }
-            Some((None, Some(signal))) => {
-                Err(killed(signal, self.config(), &inv.limits, &stdout, &stderr))
-            }
+            Some((Some(code), _)) => answer(
+                code.into(),
+                &Cause::Exited,
+                &stdout,
+                &stderr,
+                &inv.limits,
+                None,
+            ),
+            Some((None, Some(signal))) => Err(killed(signal, &plan.rlimits, &stdout, &stderr)),
             _ => Err(ToolError::new(
                 ErrorKind::Internal,
                 "the host sandbox ended without saying how the command ended",
@@ -223,28 +226,14 @@ impl HostTool {
 }
 
 /// The command itself was killed by a signal: a limit, or something it did.
-fn killed(signal: i32, cfg: &HostConfig, limits: &Limits, stdout: &str, stderr: &str) -> ToolError {
-    let (kind, message) = match signal {
-        nix::libc::SIGXCPU => (
-            ErrorKind::LimitExceeded,
-            format!(
-                "the command used its CPU time limit of {}s and was killed; try a quicker \
-                 command or a smaller input",
-                cfg.cpu_time.unwrap_or(limits.timeout).as_secs_f64().ceil()
-            ),
-        ),
-        nix::libc::SIGXFSZ => (
-            ErrorKind::LimitExceeded,
-            format!(
-                "the command wrote a file larger than its limit of {} and was killed",
-                warden_core::ByteSize(cfg.file_size)
-            ),
-        ),
-        other => (
+fn killed(signal: i32, rlimits: &Rlimits, stdout: &str, stderr: &str) -> ToolError {
+    let (kind, message) = match rlimits.broken_by(signal, "the command") {
+        Some(broken) => (ErrorKind::LimitExceeded, broken),
+        None => (
             ErrorKind::ExitStatus,
             format!(
-                "the command was killed by signal {other} ({})",
-                nix::sys::signal::Signal::try_from(other).map_or("unknown", |s| s.as_str())
+                "the command was killed by signal {signal} ({})",
+                nix::sys::signal::Signal::try_from(signal).map_or("unknown", |s| s.as_str())
             ),
         ),
     };

@@ -382,3 +382,52 @@ where
     }
     out
 }
+
+/// A session's commands are held to the CPU time limit as one call's are, and the answer names
+/// it, read from what the kernel counted: a program that used its CPU time is
+/// `limit_exceeded` and the shell lives on; a loop the shell runs itself ends the shell (its
+/// CPU counts every command it ran itself) and says so; a program that merely exits with the
+/// status SIGXCPU gives is an `exit_status`.
+#[tokio::test]
+async fn a_sessions_cpu_loops_are_answered_as_the_cpu_time_limit() {
+    let place = Place::new();
+    let (tool, limits, _w) = session_tool(&place, 65519, "cpu_time = \"1s\"", "timeout = \"60s\"");
+    let id = SessionId::fresh();
+    let r = call_in(&tool, &limits, id, json!({"command": "X=kept"})).await;
+    assert!(r.is_ok(), "{}", text(&r));
+    let program = json!({"command": "sh -c 'while :; do :; done'"});
+    let e = call_in(&tool, &limits, id, program).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::LimitExceeded, "{}", e.message);
+    assert!(e.message.contains("CPU time limit of 1s"), "{}", e.message);
+    let r = call_in(&tool, &limits, id, json!({"command": "echo $X"})).await;
+    assert_eq!(body(&r), "kept", "the shell lived on");
+
+    let own = json!({"command": "sh -c 'kill -XCPU $$'; echo status $?"});
+    let r = call_in(&tool, &limits, id, own).await;
+    assert!(
+        r.is_ok() && body(&r).starts_with("status 152"),
+        "{}",
+        text(&r)
+    );
+    let exited = json!({"command": "sh -c 'exit 152'"});
+    let e = call_in(&tool, &limits, id, exited).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::ExitStatus, "{}", e.message);
+
+    let builtin = json!({"command": "while :; do :; done"});
+    let e = call_in(&tool, &limits, id, builtin).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::LimitExceeded, "{}", e.message);
+    assert!(
+        e.message
+            .contains("the session's shell used its CPU time limit of 1s"),
+        "{}",
+        e.message
+    );
+    assert!(
+        e.message.contains("the next command starts in"),
+        "{}",
+        e.message
+    );
+    let r = call_in(&tool, &limits, id, json!({"command": "echo ${X:-fresh}"})).await;
+    assert_eq!(body(&r), "fresh");
+    tool.end_session(id).await;
+}

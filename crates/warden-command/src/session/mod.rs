@@ -71,7 +71,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::time::Instant;
 use warden_core::{ByteSize, ErrorKind, Invocation, Limits, Output, SessionId, ToolError};
 
-use crate::{Request, answer, timed_out};
+use crate::{Cause, Request, answer, timed_out};
 
 /// A piece of a shell's output, from one of its two streams.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,9 +187,16 @@ pub trait Launcher: Send + Sync + 'static {
 /// What holds one shell: a container, a set of namespaces. Dropped without [`Sandbox::close`]
 /// (a call's future dropped mid-command), it must still be released, in the background.
 pub trait Sandbox: Send + 'static {
-    /// After the shell's output closed: its exit status, and whether the memory limit
-    /// killed it.
-    fn exit_status(&mut self) -> impl Future<Output = Result<(i64, bool), ToolError>> + Send;
+    /// After the shell's output closed: its exit status, and what ended it.
+    fn exit_status(&mut self) -> impl Future<Output = Result<(i64, Cause), ToolError>> + Send;
+
+    /// The limit that ended a command of the shell's that ended with `status` having used
+    /// `used`, when the sandbox's records show one did (say, the CPU time it measured): the
+    /// sentence for the model. None by default.
+    fn limit_ended(&mut self, status: i64, used: &warden_core::Usage) -> Option<String> {
+        let _ = (status, used);
+        None
+    }
 
     /// Whether the memory limit killed a process since this was last asked.
     fn memory_killed(&mut self) -> impl Future<Output = bool> + Send;
@@ -323,7 +330,7 @@ impl<L: Launcher> Sessions<L> {
             live = self.launch(env, limits, deadline, limit).await?;
             fresh = true;
         }
-        let ran = loop {
+        let (ran, used) = loop {
             live.sandbox.command_starts(warden_net::Scope {
                 denials: denials.clone(),
                 deadline: deadline.into_std(),
@@ -355,7 +362,7 @@ impl<L: Launcher> Sessions<L> {
                     live = self.launch(env, limits, deadline, limit).await?;
                     fresh = true;
                 }
-                ran => break ran,
+                ran => break (ran, used),
             }
         };
         if let Some(traffic) = live.sandbox.command_ended() {
@@ -374,7 +381,13 @@ impl<L: Launcher> Sessions<L> {
                 between,
                 refused,
             } => {
-                let oom = status == 137 && live.sandbox.memory_killed().await;
+                let cause = if status == 137 && live.sandbox.memory_killed().await {
+                    Cause::OutOfMemory
+                } else {
+                    live.sandbox
+                        .limit_ended(status, &used)
+                        .map_or(Cause::Exited, Cause::Limit)
+                };
                 let processes = match processes {
                     None if outside => live.sandbox.processes().await,
                     counted => counted,
@@ -408,7 +421,7 @@ impl<L: Launcher> Sessions<L> {
                 let note = notes.join("]\n[");
                 answer(
                     status,
-                    oom,
+                    &cause,
                     &stdout,
                     &stderr,
                     limits,
@@ -418,7 +431,7 @@ impl<L: Launcher> Sessions<L> {
             Ran::ShellEnded { stdout, stderr } => {
                 let status = live.sandbox.exit_status().await;
                 let ended = live.sandbox.close_noting().await;
-                let (code, oom) = status?;
+                let (code, cause) = status?;
                 notes.push(format!(
                     "the shell ended, and with it the session: the next command starts in {}",
                     L::FRESH
@@ -426,7 +439,7 @@ impl<L: Launcher> Sessions<L> {
                 notes.extend(ended);
                 answer(
                     code,
-                    oom,
+                    &cause,
                     &stdout,
                     &stderr,
                     limits,
