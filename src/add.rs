@@ -115,7 +115,7 @@ pub(crate) fn pin(ctx: &Warden, targets: &[String]) -> Result<ExitCode> {
             .with_context(|| format!("{}", file.display()))?;
         let old = doc["executor"]["sha256"].as_str().map(str::to_owned);
         doc["executor"]["sha256"] = toml_edit::value(sha.clone());
-        std::fs::write(&file, doc.to_string())
+        warden_core::write_whole(&file, doc.to_string().as_bytes())
             .with_context(|| format!("writing {}", file.display()))?;
         match old {
             Some(o) if o == sha => outln!("{}: already pinned to {sha}", file.display()),

@@ -64,8 +64,13 @@ pub(crate) fn install(ctx: &Warden, install: &Install<'_>, policy_path: &Path) -
             bail!("checking {}: {e}", install.component.display());
         }
     };
-    std::fs::write(policy_path, text)
-        .with_context(|| format!("writing {}", policy_path.display()))?;
+    if let Err(e) = warden_core::write_whole(policy_path, text.as_bytes()) {
+        // Nothing half-written is left, nor a stored component no policy runs.
+        if !stored_before {
+            let _ = std::fs::remove_file(ctx.artifacts.stored(&sha));
+        }
+        return Err(e).with_context(|| format!("writing {}", policy_path.display()));
+    }
     outln!("stored {} as {sha}", install.component.display());
     match install.grants {
         Some(_) => outln!(

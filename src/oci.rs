@@ -204,7 +204,7 @@ pub(crate) fn keygen(args: &KeygenArgs) -> Result<ExitCode> {
         .open(&private)
         .and_then(|mut f| f.write_all(private_pem.as_bytes()))
         .with_context(|| format!("writing {}", private.display()))?;
-    std::fs::write(&public, &public_pem)
+    warden_core::write_whole(&public, public_pem.as_bytes())
         .with_context(|| format!("writing {}", public.display()))?;
     let fingerprint = TrustedKey::from_pem(&public_pem)?.fingerprint();
     outln!(
@@ -512,7 +512,7 @@ pub(crate) fn add(
         }
         (None, _) => None,
     };
-    std::fs::write(&component_path, &pulled.component)
+    warden_core::write_whole(&component_path, &pulled.component)
         .with_context(|| format!("writing {}", component_path.display()))?;
     let wrote_docs = write_docs(&docs_folder, &pulled.docs);
     let installed = wrote_docs.and_then(|wit| {
@@ -642,7 +642,8 @@ fn write_docs<'a>(folder: &'a Path, docs: &[WitFile]) -> Result<Option<&'a Path>
     std::fs::create_dir_all(folder).with_context(|| format!("creating {}", folder.display()))?;
     for doc in docs {
         let path = folder.join(&doc.name);
-        std::fs::write(&path, &doc.text).with_context(|| format!("writing {}", path.display()))?;
+        warden_core::write_whole(&path, &doc.text)
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(Some(folder))
 }
@@ -728,7 +729,7 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
     let mut doc: toml_edit::DocumentMut = text
         .parse()
         .with_context(|| policy_path.display().to_string())?;
-    std::fs::write(&component_path, &pulled.component)
+    warden_core::write_whole(&component_path, &pulled.component)
         .with_context(|| format!("writing {}", component_path.display()))?;
     let sha = ctx.artifacts.put(&component_path)?;
     doc["executor"]["sha256"] = toml_edit::value(sha.clone());
@@ -774,7 +775,7 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
         .and_then(|p| backend.load(&std::sync::Arc::new(p)).map_err(|e| e.message));
     if let Err(e) = checked {
         match old {
-            Some(bytes) => std::fs::write(&component_path, bytes)?,
+            Some(bytes) => warden_core::write_whole(&component_path, &bytes)?,
             None => std::fs::remove_file(&component_path)?,
         }
         docs.restore()?;
@@ -783,7 +784,7 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
             args.name
         );
     }
-    std::fs::write(&policy_path, updated)
+    warden_core::write_whole(&policy_path, updated.as_bytes())
         .with_context(|| format!("writing {}", policy_path.display()))?;
     docs.keep();
     outln!("{}: {} -> {}", args.name, origin.reference, pinned);

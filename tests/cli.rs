@@ -852,3 +852,113 @@ fn tool_descriptions_and_policy_values_are_printed_escaped() {
     assert!(!audit.chars().any(obeyed), "raw controls in {audit:?}");
     assert!(audit.contains("NOTE=a\\x1b[2Kb\\nforged"), "{audit}");
 }
+
+/// A small tmpfs mounted over a test's folder (as root, as CI runs), unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// `None` (the test says SKIPPED) where this is not root, except under CI.
+    fn mount(at: &Path, size: &str) -> Option<Tmpfs> {
+        if !nix::unistd::geteuid().is_root() {
+            assert_ne!(
+                std::env::var("CI").as_deref(),
+                Ok("true"),
+                "CI runs as root, to mount a tmpfs"
+            );
+            eprintln!("SKIPPED: mounting a tmpfs needs root");
+            return None;
+        }
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(at)
+            .status()
+            .unwrap();
+        assert!(mounted.success());
+        Some(Tmpfs(at.to_owned()))
+    }
+
+    /// Fills it up: a file of every byte left, until the disk refuses more.
+    fn fill(&self) -> PathBuf {
+        use std::io::Write;
+        let path = self.0.join("filler");
+        let mut file = std::fs::File::create(&path).unwrap();
+        let block = vec![0u8; 4096];
+        loop {
+            match file.write(&block) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        path
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// A full disk loses nothing silently, and a retry works once there is room: `warden add`
+/// fails naming what it could not write and leaves no half-written policy or stored file
+/// (once, a 0-byte policy broke every later command and the retry was refused); a call whose
+/// record does not fit is answered and the loss said, and the records after it start lines of
+/// their own (once, the next record was appended onto a torn one).
+#[test]
+fn a_full_disk_leaves_nothing_half_written_and_the_next_try_works() {
+    // Warden's own log filter: errors are shown.
+    let env = Env::new();
+    let Some(disk) = Tmpfs::mount(env.dir.path(), "16m") else {
+        return;
+    };
+    std::fs::create_dir(env.toolbox()).unwrap();
+    let filler = disk.fill();
+    let refused = env.warden(&["add", path_str(&wasm("units"))]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    assert!(!env.toolbox().join("units.toml").exists(), "{stderr}");
+    let store = env.dir.path().join("home/store");
+    let left: Vec<_> = std::fs::read_dir(&store)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+    std::fs::remove_file(&filler).unwrap();
+    env.ok(&["add", path_str(&wasm("units"))]);
+
+    let convert = r#"{"quantity": {"value": 1, "unit": "kilometer"}, "to": "meter"}"#;
+    env.ok(&["call", "convert", convert]);
+    // The log's last page is all but full, so the next record is cut where the disk is.
+    let calls_log = env.dir.path().join("home/calls.jsonl");
+    let size = std::fs::metadata(&calls_log).unwrap().len() as usize;
+    let pad = (4096 - (size + 40) % 4096) % 4096 + 4096;
+    let line = format!("{{\"event\":\"pad\",\"x\":\"{}\"}}\n", "x".repeat(pad - 24));
+    let mut log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&calls_log)
+        .unwrap();
+    std::io::Write::write_all(&mut log, line.as_bytes()).unwrap();
+    let filler = disk.fill();
+    let out = env.warden(&["call", "convert", convert]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        json(&String::from_utf8_lossy(&out.stdout))["content"],
+        "1000.0"
+    );
+    assert!(stderr.contains("record(s) lost"), "{stderr}");
+    std::fs::remove_file(&filler).unwrap();
+    env.ok(&["call", "convert", convert]);
+    let log = std::fs::read_to_string(&calls_log).unwrap();
+    let (records, torn): (Vec<_>, Vec<_>) = log
+        .lines()
+        .partition(|l| serde_json::from_str::<Value>(l).is_ok());
+    assert_eq!(torn.len(), 1, "{log}");
+    let calls = records
+        .iter()
+        .filter(|l| json(l)["event"] == "call")
+        .count();
+    assert_eq!(calls, 2, "{log}");
+    assert_eq!(json(records.last().unwrap())["event"], "call", "{log}");
+}

@@ -26,6 +26,7 @@ mod table;
 mod toolbox;
 mod units;
 mod usage;
+mod whole;
 
 pub use admission::Admission;
 pub use backend::{Backend, Loaded, LoadedTool, Probe, ProbeError, Reach, Report, ReportLine};
@@ -54,3 +55,4 @@ pub use table::ExecutorTable;
 pub use toolbox::{Keep, LoadedPolicy, Protected, Tool, Toolbox, ToolboxError};
 pub use units::{ByteSize, HumanDuration, UnitError, millis};
 pub use usage::{RepeatedRefusal, Suggestion, ToolUsage, UnusedGrant, UsageError, UsageReport};
+pub use whole::{Temporary, write_whole};

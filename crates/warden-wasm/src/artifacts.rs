@@ -13,6 +13,7 @@ use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
+use warden_core::{Temporary, write_whole};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
@@ -197,21 +198,23 @@ impl Artifacts {
             return Ok(sha);
         }
         create_dir(&self.store)?;
-        let tmp = self
-            .store
-            .join(format!(".{sha}.{}.tmp", std::process::id()));
-        std::fs::copy(source, &tmp).map_err(|source| ArtifactError::Write {
-            path: tmp.clone(),
+        // Gone with its guard when the copy fails (a full disk) or is refused.
+        let tmp = Temporary::beside(&dest);
+        std::fs::copy(source, tmp.path()).map_err(|source| ArtifactError::Write {
+            path: dest.clone(),
             error: source,
         })?;
-        if sha256_file(&tmp)? != sha {
-            let _ = std::fs::remove_file(&tmp);
+        if sha256_file(tmp.path())? != sha {
             return Err(ArtifactError::Invalid {
                 path: source.to_owned(),
                 reason: "it changed while being stored".into(),
             });
         }
-        rename(&tmp, &dest)?;
+        tmp.rename_to(&dest)
+            .map_err(|source| ArtifactError::Write {
+                path: dest.clone(),
+                error: source,
+            })?;
         Ok(sha)
     }
 
@@ -282,21 +285,12 @@ fn create_dir(dir: &Path) -> Result<(), ArtifactError> {
     })
 }
 
-fn rename(from: &Path, to: &Path) -> Result<(), ArtifactError> {
-    std::fs::rename(from, to).map_err(|source| ArtifactError::Write {
-        path: to.to_owned(),
-        error: source,
-    })
-}
-
 fn write_atomic(dir: &Path, dest: &Path, bytes: &[u8]) -> Result<(), ArtifactError> {
     create_dir(dir)?;
-    let tmp = dest.with_extension(format!("{}.tmp", std::process::id()));
-    std::fs::write(&tmp, bytes).map_err(|source| ArtifactError::Write {
-        path: tmp.clone(),
+    write_whole(dest, bytes).map_err(|source| ArtifactError::Write {
+        path: dest.to_owned(),
         error: source,
-    })?;
-    rename(&tmp, dest)
+    })
 }
 
 #[cfg(test)]

@@ -36,6 +36,8 @@ pub(super) struct Writer {
     /// Every policy line this log has written, by digest, to describe them again after a
     /// rotation.
     lines: HashMap<String, String>,
+    /// The last write failed: the file may end in part of a line.
+    torn: bool,
 }
 
 impl Writer {
@@ -52,6 +54,9 @@ impl Writer {
             // alone must find them in it: each file describes its own.
             policies: HashSet::new(),
             lines: HashMap::new(),
+            // A file another run left torn (a full disk, a crash) is ended before the first
+            // record of this one.
+            torn: true,
         })
     }
 
@@ -95,16 +100,45 @@ impl Writer {
         if self.pending.is_empty() {
             return;
         }
-        if let Err(e) = self.file.write_all(self.pending.as_bytes()) {
-            tracing::error!(
-                "cannot write the call log {}: {e}; {} bytes of records lost",
-                self.path.display(),
-                self.pending.len()
-            );
-            // What the file holds is unknown now; its real size is the best guess.
-            self.bytes = self.file.metadata().map_or(self.bytes, |m| m.len());
+        // Part of a line that a failed write left is ended first: this record starts a line
+        // of its own, and the fragment is one unreadable line, which readers count.
+        if self.torn && self.ends_mid_line() {
+            self.pending.insert(0, '\n');
+            self.bytes += 1;
+        }
+        match self.file.write_all(self.pending.as_bytes()) {
+            Ok(()) => self.torn = false,
+            Err(e) => {
+                let records = self.pending.lines().filter(|l| !l.is_empty()).count();
+                tracing::error!(
+                    "cannot write the call log {}: {e}; {records} record(s) lost ({} bytes); \
+                     the next record that can be written starts a line of its own",
+                    self.path.display(),
+                    self.pending.len()
+                );
+                self.torn = true;
+                // What the file holds is unknown now; its real size is the best guess.
+                self.bytes = self.file.metadata().map_or(self.bytes, |m| m.len());
+            }
         }
         self.pending.clear();
+    }
+
+    /// Whether the file ends in part of a line (unreadable: as if it did).
+    fn ends_mid_line(&self) -> bool {
+        use std::os::unix::fs::FileExt as _;
+        let Some(last) = self
+            .file
+            .metadata()
+            .ok()
+            .and_then(|m| m.len().checked_sub(1))
+        else {
+            return false;
+        };
+        let mut byte = [0u8];
+        self.file
+            .read_at(&mut byte, last)
+            .map_or(true, |n| n == 0 || byte[0] != b'\n')
     }
 
     /// Shifts `NAME.n` to `NAME.n+1` (dropping the last), the current file to `NAME.1`, and
@@ -131,8 +165,13 @@ impl Writer {
     }
 }
 
+/// Appending, and readable for [`Writer::ends_mid_line`].
 fn open_file(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
+    OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(path)
 }
 
 /// `NAME.n`.
