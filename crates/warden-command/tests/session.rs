@@ -464,3 +464,27 @@ async fn a_session_out_of_processes_is_reset_and_says_so() {
     assert_eq!(h.launches(), 5);
     h.sessions.end(h.id).await;
 }
+
+/// A shell lost without an answer saying so (its call cancelled mid-command) is said by the
+/// answer of the command that runs in the next one; a reset an answer told is not said twice.
+#[tokio::test]
+async fn a_shell_lost_without_an_answer_is_told_by_the_next() {
+    let h = Harness::new(false);
+    assert_eq!(h.run("X=kept").await, "[exit code 0]");
+    let cancelled = tokio::time::timeout(Duration::from_millis(300), h.run("sleep 30")).await;
+    assert!(cancelled.is_err(), "the call was cancelled");
+    let fresh = h.run("echo ${X:-fresh}").await;
+    assert!(fresh.starts_with("fresh\n"), "{fresh}");
+    assert!(fresh.contains("this session's shell was lost"), "{fresh}");
+    assert_eq!(h.launches(), 2);
+    // A timeout says so in its own answer: the next command's says nothing more.
+    let timed_out = content(
+        h.run_in(h.id, json!({"command": "sleep 30", "timeout": 0.3}))
+            .await,
+    );
+    assert!(
+        timed_out.contains("the next command starts in"),
+        "{timed_out}"
+    );
+    assert_eq!(h.run("echo again").await, "again\n[exit code 0]");
+}

@@ -38,7 +38,9 @@
 //! - **`restart: true`** kills the shell: the next command (or the same call's) starts fresh.
 //! - **A sandbox's end** inside a call (a reset, `restart`) is told in that call's answer when
 //!   the executor has something to say of it ([`Sandbox::close_noting`]: a Docker session's
-//!   copied files written back, or why not).
+//!   copied files written back, or why not). A shell lost with no answer to say so (its call
+//!   cancelled mid-command, a failure before the answer) is told by the answer of the command
+//!   that runs in the fresh one.
 //! - **The protocol never shows.** Each command is framed by lines that carry a nonce made
 //!   for it alone, printed by shell builtins (so framing needs no fork) on copies of the
 //!   shell's stdout and stderr that the command does not hold; only an exact line with the
@@ -248,7 +250,25 @@ pub trait Sandbox: Send + 'static {
 }
 
 /// A session's shell, or none until its first command (or after a reset).
-type Slot<S> = Arc<tokio::sync::Mutex<Option<Live<S>>>>;
+type Slot<S> = Arc<tokio::sync::Mutex<Held<S>>>;
+
+/// What a session holds between its commands.
+struct Held<S> {
+    live: Option<Live<S>>,
+    /// Its shell was taken out for a command whose answer never said what became of it (the
+    /// call was cancelled, or failed before it could say): the next shell's answer says that
+    /// the session starts afresh.
+    lost_untold: bool,
+}
+
+impl<S> Default for Held<S> {
+    fn default() -> Self {
+        Held {
+            live: None,
+            lost_untold: false,
+        }
+    }
+}
 
 /// The sessions of one tool, each with its shell.
 pub struct Sessions<L: Launcher> {
@@ -281,7 +301,7 @@ impl<L: Launcher> Sessions<L> {
         let deadline = Instant::now() + timeout;
         let mut notes: Vec<String> = Vec::new();
         if request.restart
-            && let Some(old) = guard.take()
+            && let Some(old) = guard.live.take()
         {
             notes.extend(old.sandbox.close_noting().await);
         }
@@ -305,10 +325,23 @@ impl<L: Launcher> Sessions<L> {
         let limit_of = processes.as_ref().map_or(0, |p| p.limit);
         // Taken out while the command runs: if this call's future is dropped, the shell is
         // dropped with it and its sandbox released, rather than kept mid-command.
-        let (mut live, launched) = match guard.take() {
+        let (mut live, launched) = match guard.live.take() {
             Some(live) => (live, false),
-            None => (self.launch(env, limits, deadline, limit).await?, true),
+            None => {
+                if std::mem::take(&mut guard.lost_untold) {
+                    notes.push(format!(
+                        "this session's shell was lost after its last answer (a call \
+                         cancelled while its command ran, or a sandbox that failed): this \
+                         command ran in {}; the working directory, variables, background jobs \
+                         and files outside the granted folders of before are gone",
+                        L::FRESH
+                    ));
+                }
+                (self.launch(env, limits, deadline, limit).await?, true)
+            }
         };
+        // Until this command's answer says what became of the shell.
+        guard.lost_untold = true;
         // Without a cgroup the shell can read, the sandbox is counted from outside, before
         // the command and after it.
         let outside = processes.as_ref().is_some_and(|p| p.cgroups.is_empty());
@@ -415,7 +448,7 @@ impl<L: Launcher> Sessions<L> {
                         ));
                         notes.extend(ended);
                     }
-                    _ => *guard = Some(live),
+                    _ => guard.live = Some(live),
                 }
                 // `answer` puts the note in brackets: one bracketed line per note.
                 let note = notes.join("]\n[");
@@ -495,6 +528,8 @@ impl<L: Launcher> Sessions<L> {
                 ))
             }
         };
+        // Every answer above says whether the shell lives on or what the next one is.
+        guard.lost_untold = false;
         match answered {
             Ok(mut output) => {
                 output.details.extend(details);
@@ -541,7 +576,7 @@ impl<L: Launcher> Sessions<L> {
             slots.remove(&id)
         };
         if let Some(slot) = slot
-            && let Some(live) = slot.lock().await.take()
+            && let Some(live) = slot.lock().await.live.take()
         {
             live.sandbox.close().await;
         }
