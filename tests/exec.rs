@@ -666,29 +666,37 @@ fn a_reviewed_tools_program_runs_only_once_a_person_approves_it() {
     assert_eq!((code, stdout.as_str()), (Some(0), "RAN-piped\n"), "{shown}");
 
     // Edited: the reviewer's argv runs instead.
-    let mut terminal = Terminal::controlling(env.command(&["host-shell", "--", "echo", "RAN"]));
-    terminal.wait_for("[a]pprove");
-    terminal.type_keys(b"e\n");
-    terminal.wait_for("arguments (JSON): ");
-    terminal.type_keys(b"{\"argv\": [\"echo\", \"EDITED\"]}\n");
-    drop(terminal.child().stdin.take());
-    let (code, stdout, shown) = finish(terminal);
+    let edit: [(&str, &[u8]); 2] = [
+        ("[a]pprove", b"e\n"),
+        (
+            "arguments (JSON): ",
+            b"{\"argv\": [\"echo\", \"EDITED\"]}\n",
+        ),
+    ];
+    let (code, stdout, shown) = reviewed(&env, &edit);
     assert_eq!((code, stdout.as_str()), (Some(0), "EDITED\n"), "{shown}");
 
     // Rejected: nothing runs, and the reason is warden's error.
-    let mut terminal = Terminal::controlling(env.command(&["host-shell", "--", "echo", "RAN"]));
-    terminal.wait_for("[a]pprove");
-    terminal.type_keys(b"r\n");
-    terminal.wait_for("reason: ");
-    terminal.type_keys(b"not today\n");
-    drop(terminal.child().stdin.take());
-    let (code, stdout, shown) = finish(terminal);
+    let reject: [(&str, &[u8]); 2] = [("[a]pprove", b"r\n"), ("reason: ", b"not today\n")];
+    let (code, stdout, shown) = reviewed(&env, &reject);
     assert_eq!((code, stdout.as_str()), (Some(125), ""), "{shown}");
     assert!(
         shown.contains("a reviewer rejected this program: not today"),
         "{shown}"
     );
     env.leaves_nothing();
+}
+
+/// `echo RAN` exec'd at [`Terminal::controlling`], the reviewer typing each answer once its
+/// prompt shows, with no input: how it ended, as [`finish`] says.
+fn reviewed(env: &Env, answers: &[(&str, &[u8])]) -> (Option<i32>, String, String) {
+    let mut terminal = Terminal::controlling(env.command(&["host-shell", "--", "echo", "RAN"]));
+    for (prompt, keys) in answers {
+        terminal.wait_for(prompt);
+        terminal.type_keys(keys);
+    }
+    drop(terminal.child().stdin.take());
+    finish(terminal)
 }
 
 /// How a program at [`Terminal::controlling`] ended: its exit code, its stdout, and its stderr

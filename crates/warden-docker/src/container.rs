@@ -25,11 +25,18 @@ use warden_core::ToolError;
 const OOM_FLAG_TRIES: u32 = 50;
 const OOM_FLAG_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// How long a removal waits for a container whose creation was asked for, and never answered,
+/// to appear: the engine makes a container in well under a second, even on a loaded machine.
+const CREATE_SETTLES: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A container that is removed (killed first if running) when this is dropped.
 pub(crate) struct Container {
     docker: Docker,
     pub id: String,
     removed: bool,
+    /// The engine answered its creation: until then `id` is the name it was asked for, which
+    /// the engine may still be making when the call is dropped.
+    created: bool,
 }
 
 impl Container {
@@ -48,11 +55,13 @@ impl Container {
             docker: docker.clone(),
             id: name.clone(),
             removed: false,
+            created: false,
         };
         let options = CreateContainerOptionsBuilder::new().name(&name).build();
         match docker.create_container(Some(options), body).await {
             Ok(created) => {
                 container.id = created.id;
+                container.created = true;
                 Ok(container)
             }
             Err(e) => {
@@ -204,25 +213,70 @@ impl Container {
 }
 
 impl Drop for Container {
+    /// Its removal is owed: paid by a task on the caller's runtime, or, when there is none or
+    /// the task is dropped unrun (a runtime that is ending drops what is spawned on it, even
+    /// after the spawn returned), by the debt's own guard from a thread of its own.
     fn drop(&mut self) {
         if self.removed {
             return;
         }
-        let (docker, id) = (self.docker.clone(), std::mem::take(&mut self.id));
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let removal = handle.spawn({
-                let (docker, id) = (docker.clone(), id.clone());
-                async move { remove(&docker, &id).await }
-            });
-            // A runtime that is ending drops what is spawned on it at once, unrun: its task
-            // is finished before it could have sent a request.
-            if !removal.is_finished() {
-                return;
-            }
+        let owed = Owed {
+            docker: self.docker.clone(),
+            id: std::mem::take(&mut self.id),
+            created: self.created,
+            paid: false,
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => drop(handle.spawn(owed.pay())),
+            Err(_) => drop(owed),
         }
-        // No runtime that will run it: removed from a thread of its own.
+    }
+}
+
+/// A removal owed for a container whose guard was dropped.
+struct Owed {
+    docker: Docker,
+    id: String,
+    created: bool,
+    paid: bool,
+}
+
+impl Owed {
+    async fn pay(mut self) {
+        settle(&self.docker, &self.id, self.created).await;
+        self.paid = true;
+    }
+}
+
+impl Drop for Owed {
+    fn drop(&mut self) {
+        if self.paid {
+            return;
+        }
+        let (docker, id, created) = (
+            self.docker.clone(),
+            std::mem::take(&mut self.id),
+            self.created,
+        );
         finish_apart("warden-docker-remove", async move {
-            remove(&docker, &id).await;
+            settle(&docker, &id, created).await;
         });
+    }
+}
+
+/// Removes the container `id`. One whose creation the engine never answered may not exist
+/// yet when the removal asks: the engine goes on making it after the call that asked went
+/// away. Such a one is asked for again until the engine says the name is free, for at most
+/// [`CREATE_SETTLES`].
+async fn settle(docker: &Docker, id: &str, created: bool) {
+    if remove(docker, id).await || created {
+        return;
+    }
+    let until = tokio::time::Instant::now() + CREATE_SETTLES;
+    while tokio::time::Instant::now() < until {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        if remove(docker, id).await {
+            return;
+        }
     }
 }

@@ -130,6 +130,19 @@ pub(crate) fn processes_of(uid: u32) -> usize {
         .count()
 }
 
+/// Processes owned by `uid` once those being killed are gone: a killed process stays in
+/// `/proc` until the kernel has torn it down, longer on a busy machine (at most 5 s here).
+pub(crate) fn processes_left(uid: u32) -> usize {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let left = processes_of(uid);
+        if left == 0 || std::time::Instant::now() >= until {
+            return left;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// A shell tool policy with `extra` lines under [executor] and `grants` under [grants].
 /// The timeout is 20s unless `limits` writes one.
 pub(crate) fn shell(extra: &str, grants: &str, limits: &str) -> String {
