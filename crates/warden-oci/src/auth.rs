@@ -6,8 +6,9 @@
 //! only where [`Credentials::may_go_to`] says: a registry names its token service, so an
 //! impostor (or a man in the middle of plain HTTP) could name its own.
 
-use crate::bounds::{Bounds, Exchange, Load};
+use crate::bounds::{Bounds, Load};
 use crate::error::OciError;
+use crate::exchange::Exchange;
 use crate::reference::{Reference, names};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;

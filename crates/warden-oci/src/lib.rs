@@ -7,6 +7,7 @@ mod auth;
 mod bounds;
 mod encrypted;
 mod error;
+mod exchange;
 pub mod layout;
 mod reference;
 mod registry;

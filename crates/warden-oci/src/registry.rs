@@ -4,8 +4,9 @@
 //! `--insecure-registry`) that answers plain HTTP.
 
 use crate::auth::{self, Asker, Challenge, Credentials};
-use crate::bounds::{Answer, Bound, Bounds, Exchange, Load};
+use crate::bounds::{Bound, Bounds, Load};
 use crate::error::OciError;
+use crate::exchange::{Answer, Exchange};
 use crate::layout::{Descriptor, MANIFEST, MANIFEST_LIMIT, Manifest};
 use crate::reference::{Digest, Reference, Target};
 use reqwest::{Method, StatusCode};
