@@ -20,6 +20,7 @@ mod exec;
 mod install;
 mod oci;
 mod progress;
+mod pull;
 mod review;
 mod serve;
 mod usage;
@@ -102,7 +103,7 @@ enum Command {
     /// Store a component and write a deny-by-default policy for it.
     Add(add::AddArgs),
     /// Look for a new version of a tool added from a registry, verify it, and pin it.
-    Pull(oci::PullToolArgs),
+    Pull(pull::PullToolArgs),
     /// Publish a wasm tool's component to an OCI registry, its grants and limits beside it.
     Push(oci::PushArgs),
     /// Write a key pair that signs what `warden push` publishes.
@@ -283,7 +284,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Add(args) => add::add(&ctx, args),
         Command::Push(args) => oci::push(&ctx, &args),
-        Command::Pull(args) => oci::pull(&ctx, &args),
+        Command::Pull(args) => pull::pull(&ctx, &args),
         Command::Keygen(args) => oci::keygen(&args),
         Command::Pin { targets } => add::pin(&ctx, &targets),
         Command::Tools { json } => tools(&ctx, json),
