@@ -131,6 +131,30 @@ fn a_program_runs_in_the_sandbox_a_call_gets() {
     env.leaves_nothing();
 }
 
+/// A root with a `guest` is where the program sees it, and its host path is not there, even
+/// below a folder the program's user cannot pass through.
+#[test]
+fn a_program_sees_its_root_at_the_guest_path() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new(65_469, "");
+    let path = env.dir.path().join("policies/shell-host.toml");
+    let policy = std::fs::read_to_string(&path).unwrap();
+    let moved = policy.replace(
+        "host = \"../workspace\", access",
+        "host = \"../workspace\", guest = \"/workspace\", access",
+    );
+    assert_ne!(policy, moved);
+    std::fs::write(&path, moved).unwrap();
+    std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let host = env.dir.path().join("workspace");
+    let script = format!("pwd; cat /workspace/README.txt; ls {}", host.display());
+    let out = env.exec(&["host-shell", "--", "/bin/sh", "-c", &script], b"");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(stdout, "/workspace\ngranted file\n", "{stderr}");
+    assert!(stderr.contains("No such file"), "{stderr}");
+    env.leaves_nothing();
+}
+
 #[test]
 fn stdin_flows_through_and_the_exit_status_is_wardens() {
     let env = Env::new(65_472, "");

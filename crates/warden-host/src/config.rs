@@ -258,9 +258,9 @@ mod tests {
     }
 
     #[test]
-    fn roots_are_host_paths_and_the_first_is_the_start() {
+    fn roots_are_seen_at_their_guest_or_host_paths_and_the_first_is_the_start() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("w")).unwrap();
+        std::fs::create_dir_all(dir.path().join("w/sub")).unwrap();
         let (p, cfg) = parse_in(
             dir.path(),
             &format!("{SHELL}[grants]\nfs = [{{ host = \"w\", access = \"read-only\" }}]\n"),
@@ -269,15 +269,16 @@ mod tests {
         let w = dir.path().join("w").canonicalize().unwrap();
         assert_eq!(p.grants.fs[0].guest, w.to_string_lossy());
         assert_eq!(cfg.start_dir(&p.grants), w);
-        let e = parse_in(
+        // A workdir is written as a host path and started in at its root's guest path.
+        let (p, cfg) = parse_in(
             dir.path(),
             &format!(
-                "{SHELL}[grants]\nfs = [{{ host = \"w\", guest = \"/w\", access = \"read-only\" }}]\n"
+                "{SHELL}workdir = \"w/sub\"\n[grants]\nfs = [{{ host = \"w\", guest = \"/w\", access = \"read-only\" }}]\n"
             ),
         )
-        .unwrap_err();
-        assert!(e.message.contains("host paths"), "{e}");
-        assert_eq!(e.line, Some(6), "{e}");
+        .unwrap();
+        assert_eq!(p.grants.fs[0].guest, "/w");
+        assert_eq!(cfg.start_dir(&p.grants), Path::new("/w/sub"));
     }
 
     #[test]

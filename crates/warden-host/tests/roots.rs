@@ -1,6 +1,7 @@
-//! Where a host command sees its roots: each mounted at its path in the sandbox's own root,
-//! whatever folders lie above it on the host, beside a private /tmp. Each test runs a tool per
-//! call (through a prepared sandbox) and one in session mode: they must behave alike.
+//! Where a host command sees its roots: each mounted at its guest path (the host path unless
+//! the grant names one) in the sandbox's own root, whatever folders lie above it on the host,
+//! beside a private /tmp. Each test runs a tool per call (through a prepared sandbox) and one
+//! in session mode: they must behave alike.
 
 use crate::common::*;
 use serde_json::json;
@@ -100,6 +101,33 @@ async fn a_read_only_root_below_tmp_refuses_writes_while_tmp_is_private() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(names, ["data.txt"]);
+}
+
+#[tokio::test]
+async fn a_root_with_a_guest_is_seen_there_and_not_at_its_host_path() {
+    let place = Place::new();
+    let ws = place.folder("ws", 0o777, None);
+    std::fs::write(ws.join("f"), "seen\n").unwrap();
+    let policy = shell(
+        "",
+        "fs = [{ host = \"ws\", guest = \"/workspace\", access = \"read-write\" }]",
+        "",
+    );
+    for (mode, t) in modes(&place, &policy) {
+        let command = format!("pwd && cat /workspace/f && echo {mode} > /workspace/{mode}");
+        let r = run(&t, &command).await;
+        assert!(
+            text(&r).starts_with("/workspace\nseen\n"),
+            "{mode}: {}",
+            text(&r)
+        );
+        assert_eq!(
+            std::fs::read_to_string(ws.join(mode)).unwrap(),
+            format!("{mode}\n")
+        );
+        let r = run(&t, &format!("ls {}", ws.display())).await;
+        assert!(text(&r).contains("No such file"), "{mode}: {}", text(&r));
+    }
 }
 
 #[tokio::test]
