@@ -212,20 +212,7 @@ fn run(sandbox: &Sandbox, stdin: &File, reports: &mut File) -> Result<i32, Failu
                     root.guest.display()
                 )));
             }
-            protections = Protections::default();
-            protections
-                .missing
-                .push(format!("namespaces (the kernel refused them: {e})"));
-            protections.missing.push(
-                "a root of its own: no private /tmp (/tmp is out of reach), the roots at their \
-                 host paths"
-                    .into(),
-            );
-            if !sandbox.host_network {
-                protections
-                    .missing
-                    .push("network isolation: the host's network is reachable".into());
-            }
+            protections = Protections::without_namespaces(&e.to_string(), sandbox.host_network);
             let plan = Plan {
                 sandbox: sandbox.clone(),
                 call: receive_call(stdin)?.0,

@@ -188,6 +188,24 @@ pub(crate) struct Protections {
 }
 
 impl Protections {
+    /// What a command has where the kernel refused namespaces (`why`) and the policy accepts
+    /// best effort: none of what the namespaces give, each named missing.
+    pub(crate) fn without_namespaces(why: &str, host_network: bool) -> Self {
+        let mut missing = vec![
+            format!("namespaces (the kernel refused them: {why})"),
+            "a root of its own: no private /tmp (/tmp is out of reach), the roots at their host \
+             paths"
+                .into(),
+        ];
+        if !host_network {
+            missing.push("network isolation: the host's network is reachable".into());
+        }
+        Self {
+            missing,
+            ..Self::default()
+        }
+    }
+
     /// One line per protection, for the audit and messages.
     pub(crate) fn describe(&self) -> Vec<String> {
         let mut out = vec![format!("runs as {}", self.user)];
@@ -255,6 +273,21 @@ impl Protections {
 #[cfg(test)]
 mod tests {
     use super::Protections;
+
+    #[test]
+    fn a_sandbox_without_namespaces_names_each_protection_it_lacks() {
+        let described = Protections::without_namespaces("EPERM", false).describe();
+        for words in ["namespaces", "no private /tmp", "host's network"] {
+            assert!(
+                described
+                    .iter()
+                    .any(|l| l.starts_with("MISSING: ") && l.contains(words)),
+                "{words}: {described:?}"
+            );
+        }
+        let shared = Protections::without_namespaces("EPERM", true).missing;
+        assert!(!shared.iter().any(|m| m.contains("network")), "{shared:?}");
+    }
 
     #[test]
     fn the_seccomp_line_names_what_the_filter_refuses() {
