@@ -121,11 +121,37 @@ fn a_program_runs_in_the_sandbox_a_call_gets() {
         assert!(["PATH", "LANG", "PWD"].contains(&name.0), "{name:?} leaked");
     }
     assert!(!stdout.contains("MARKER-exec-5e2"), "{stdout}");
-    assert!(stderr.contains("Permission denied"), "{stderr}");
+    // The secret is not in the sandbox's root; the root is a read-only mount.
+    assert!(stderr.contains("No such file"), "{stderr}");
+    assert!(stderr.contains("Read-only file system"), "{stderr}");
     assert!(!env.dir.path().join("workspace/planted").exists());
     // The last command's failure is the program's status, and warden's.
     let code = out.status.code().unwrap();
     assert!(code != 0 && code != 125, "{code}: {stderr}");
+    env.leaves_nothing();
+}
+
+/// A root with a `guest` is where the program sees it, and its host path is not there, even
+/// below a folder the program's user cannot pass through.
+#[test]
+fn a_program_sees_its_root_at_the_guest_path() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new(65_469, "");
+    let path = env.dir.path().join("policies/shell-host.toml");
+    let policy = std::fs::read_to_string(&path).unwrap();
+    let moved = policy.replace(
+        "host = \"../workspace\", access",
+        "host = \"../workspace\", guest = \"/workspace\", access",
+    );
+    assert_ne!(policy, moved);
+    std::fs::write(&path, moved).unwrap();
+    std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let host = env.dir.path().join("workspace");
+    let script = format!("pwd; cat /workspace/README.txt; ls {}", host.display());
+    let out = env.exec(&["host-shell", "--", "/bin/sh", "-c", &script], b"");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(stdout, "/workspace\ngranted file\n", "{stderr}");
+    assert!(stderr.contains("No such file"), "{stderr}");
     env.leaves_nothing();
 }
 

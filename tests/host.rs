@@ -105,11 +105,32 @@ fn the_shipped_host_shell_runs_confined() {
     assert!(isolation["landlock_abi"].as_u64() >= Some(3), "{m}");
 
     let secret = env.dir.path().join("secret.txt");
-    let m = env.shell(&format!("cat {}; echo x > ../planted", secret.display()));
+    let m = env.shell(&format!("echo x > ../planted; cat {}", secret.display()));
     assert_eq!(m["status"], "error", "{m}");
     let content = m["content"].as_str().unwrap();
     assert!(!content.contains("MARKER-host-9c1"), "{content}");
     assert!(!env.dir.path().join("planted").exists());
+}
+
+/// A fresh user's clone: the toolbox below a folder only its owner may pass through (as
+/// `mktemp -d` and home folders are), below /tmp, with no `chmod` at all. The workspace is
+/// seen at its own path, and the shell has a private /tmp beside it.
+#[test]
+fn the_shipped_host_shell_works_below_a_closed_folder_in_tmp() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let dir = env.dir.path();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert!(dir.starts_with("/tmp"), "{}", dir.display());
+    // The host's /tmp, full of files, is not the shell's.
+    let m = env.shell("cat README.txt && pwd && touch /tmp/f && ls /tmp");
+    assert_eq!(m["status"], "success", "{m}");
+    let workspace = dir.join("workspace").canonicalize().unwrap();
+    let expected = format!("granted file\n{}\nf\n", workspace.display());
+    assert!(m["content"].as_str().unwrap().starts_with(&expected), "{m}");
+    let isolation = &m["artifact"]["isolation"];
+    assert_eq!(isolation["private_tmp"], true, "{m}");
+    assert_eq!(isolation["missing"], serde_json::json!([]), "{m}");
 }
 
 #[test]

@@ -33,13 +33,9 @@ def warden_bin() -> str:
 
 @contextlib.contextmanager
 def scratch() -> Iterator[Path]:
-    """A temp folder that the host shell's user (nobody) may pass through, removed after. It
-    lies in the checkout's target/, not /tmp: a host shell granted a root below /tmp gets no
-    private /tmp (docs/host.md), and the sandbox suite writes there."""
-    parent = ROOT / "target" / "langchain-tests"
-    parent.mkdir(parents=True, exist_ok=True)
-    base = Path(tempfile.mkdtemp(prefix="run-", dir=parent))
-    base.chmod(0o755)
+    """A temp folder below /tmp, removed after: as `mktemp -d` makes it, only its owner may
+    pass through, and a host shell's roots below it work all the same (docs/host.md)."""
+    base = Path(tempfile.mkdtemp(prefix="langchain-test-"))
     try:
         yield base
     finally:
@@ -50,9 +46,8 @@ def shell_toolbox(
     base: Path, *, output: str | None = None, extra: dict[str, str] | None = None
 ) -> Path:
     """`base/policies` holding policies/shell-host.toml and policies/shell-docker.toml as
-    shipped (their `../workspace` is `base/workspace`, world-readable so nobody can reach it),
+    shipped (their `../workspace` is `base/workspace`, which nobody may enter and list),
     with their `output` limit set to `output` when given; `extra` adds files by name."""
-    base.chmod(0o755)
     box = base / "policies"
     box.mkdir()
     workspace = base / "workspace"

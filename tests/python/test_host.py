@@ -44,7 +44,8 @@ async def test_the_host_shell_answers_confined_over_mcp(host_box):
     assert denied.isError is True
     assert error_kind(denied) == "exit_status"
     assert "MARKER-mcp-host" not in denied.content[0].text
-    assert "Permission denied" in denied.content[0].text
+    # Beside the root, the sandbox's own root has nothing of the host's.
+    assert "No such file" in denied.content[0].text
 
 
 async def test_net_grants_make_a_host_tool_open_world(host_box):

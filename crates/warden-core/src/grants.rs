@@ -15,7 +15,7 @@ use toml::Spanned;
 pub enum Paths {
     /// At the `guest` path each grant names (wasm preopens, container mounts).
     Guest,
-    /// At their own host paths; a grant writes no `guest`.
+    /// At the `guest` path a grant names, else at its own host path (a host process's mounts).
     Host,
 }
 
@@ -45,7 +45,7 @@ pub(crate) struct GrantsSpec {
 #[serde(deny_unknown_fields)]
 pub(crate) struct FsGrantSpec {
     host: String,
-    /// Where a wasm or docker tool sees it; a host tool sees host paths and writes none.
+    /// Where the tool sees it; a host tool's default is the host path.
     guest: Option<String>,
     access: Access,
 }
@@ -133,7 +133,7 @@ impl GrantsSpec {
     }
 
     /// Checks every grant against this machine; paths are relative to `base`. With
-    /// [`Paths::Host`] each root is seen at its own canonical path.
+    /// [`Paths::Host`] a root without `guest` is seen at its own canonical path.
     pub(crate) fn resolve(self, base: &Path, paths: Paths) -> Result<Grants, Mistake> {
         let env = self.env.map(Spanned::into_inner).unwrap_or_default();
         for name in env.keys() {
@@ -185,13 +185,7 @@ impl GrantsSpec {
             }
             let guest = match (&spec.guest, paths) {
                 (None, Paths::Host) => host.to_string_lossy().into_owned(),
-                (Some(_), Paths::Host) => {
-                    return Err(err(format!(
-                        "a host tool sees host paths: drop `guest` from the grant of `{}`",
-                        spec.host
-                    )));
-                }
-                (Some(g), Paths::Guest) => normalise_guest(g).map_err(|e| err(e.to_string()))?,
+                (Some(g), _) => normalise_guest(g).map_err(|e| err(e.to_string()))?,
                 (None, Paths::Guest) => {
                     return Err(err(format!(
                         "the fs grant of `{}` needs `guest`, the absolute path the tool sees it \
@@ -441,6 +435,19 @@ mod tests {
         assert_eq!(g.fs[0].guest, "/workspace");
         assert_eq!(g.fs[0].host, dir.path().join("ws").canonicalize().unwrap());
         assert!(g.writes_nothing());
+    }
+
+    #[test]
+    fn a_host_root_is_seen_at_its_guest_or_else_its_host_path() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("ws")).unwrap();
+        let text = r#"fs = [{ host = "ws", access = "read-only" },
+                            { host = ".", guest = "/workspace/", access = "read-write" }]"#;
+        let spec: GrantsSpec = toml::from_str(text).unwrap();
+        let g = spec.resolve(dir.path(), Paths::Host).unwrap();
+        let host = dir.path().join("ws").canonicalize().unwrap();
+        assert_eq!(g.fs[0].guest, host.to_string_lossy());
+        assert_eq!(g.fs[1].guest, "/workspace");
     }
 
     #[test]

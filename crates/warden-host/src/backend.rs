@@ -2,7 +2,6 @@
 
 use crate::config::{HostConfig, Isolation};
 use crate::forks::Forker;
-use crate::plan::TRUST_MOUNT;
 use crate::program::Helper;
 use crate::tool::HostTool;
 use serde_json::json;
@@ -83,8 +82,8 @@ impl HostBackend {
         let cfg = HostConfig::from_policy(policy)?;
         let err = |m: String| PolicyError::new(&policy.path, Some(cfg.argv.line), m);
         let template = Template::parse(&cfg.argv.value).map_err(|e| err(e.to_string()))?;
-        refuse_hidden_roots(policy)?;
-        refuse_unreachable_roots(policy, &cfg)?;
+        refuse_misplaced_roots(policy)?;
+        refuse_closed_roots(policy, &cfg)?;
         let shell = session_shell(&policy.executor, &cfg.argv, &template, cfg.session)?;
         // With net grants and no opt-in to every host, the namespace gets warden's gate.
         let gate = cfg
@@ -103,38 +102,24 @@ impl HostBackend {
     }
 }
 
-/// Refuses roots a sandbox's own mounts would hide: with credentials, the tmpfs at
-/// [`TRUST_MOUNT`] that holds the bundle the command trusts covers every root below it.
-fn refuse_hidden_roots(policy: &Policy) -> Result<(), PolicyError> {
-    if policy.grants.net.credentials.is_empty() {
-        return Ok(());
-    }
-    let mount = std::fs::canonicalize(TRUST_MOUNT).unwrap_or_else(|_| TRUST_MOUNT.into());
-    match policy
-        .grants
-        .fs
-        .iter()
-        .position(|g| g.host.starts_with(&mount))
-    {
+/// Refuses a root the sandbox cannot show at its guest path ([`crate::layout`]).
+fn refuse_misplaced_roots(policy: &Policy) -> Result<(), PolicyError> {
+    let trust = !policy.grants.net.credentials.is_empty();
+    match crate::layout::misplaced(&policy.grants.fs, trust) {
         None => Ok(()),
-        Some(index) => Err(PolicyError::new(
+        Some((index, message)) => Err(PolicyError::new(
             &policy.path,
             policy.grant_lines.fs.get(index).copied(),
-            format!(
-                "the root {} is below {TRUST_MOUNT}, where a host sandbox with credentials \
-                 gets a folder of its own for the CA bundle it trusts, which would hide the \
-                 root: grant a folder elsewhere",
-                policy.grants.fs[index].host.display()
-            ),
+            message,
         )),
     }
 }
 
-/// Refuses a root below a folder the command's user cannot pass through (a 0700 home, or
-/// `mktemp -d`'s): relative paths would work from its start folder while `cd` and absolute
-/// paths fail, a half-working sandbox. The command's user is the policy's when warden is
-/// root, else warden's own (the only one an unprivileged user namespace maps).
-fn refuse_unreachable_roots(policy: &Policy, cfg: &HostConfig) -> Result<(), PolicyError> {
+/// Refuses a root its command's user cannot enter and list: `cd` into it would fail, a
+/// half-working sandbox. The folders above it are no matter (the sandbox mounts the root
+/// where it is seen). The command's user is the policy's when warden is root, else warden's
+/// own (the only one an unprivileged user namespace maps).
+fn refuse_closed_roots(policy: &Policy, cfg: &HostConfig) -> Result<(), PolicyError> {
     use std::os::unix::fs::MetadataExt;
     let (uid, gid) = if nix::unistd::Uid::effective().is_root() {
         (cfg.user.uid, cfg.user.gid)
@@ -145,35 +130,30 @@ fn refuse_unreachable_roots(policy: &Policy, cfg: &HostConfig) -> Result<(), Pol
         )
     };
     for (index, grant) in policy.grants.fs.iter().enumerate() {
-        for folder in grant.host.ancestors().skip(1) {
-            let Ok(meta) = std::fs::metadata(folder) else {
-                continue;
-            };
-            let mode = meta.mode();
-            let passes = if meta.uid() == uid {
-                mode & 0o100 != 0
-            } else if meta.gid() == gid {
-                mode & 0o010 != 0
-            } else {
-                mode & 0o001 != 0
-            };
-            if !passes {
-                return Err(PolicyError::new(
-                    &policy.path,
-                    policy.grant_lines.fs.get(index).copied(),
-                    format!(
-                        "the root {} is below {} (owner {}, mode {:o}), which the command's \
-                         user {uid}:{gid} cannot pass through, so `cd` into the root would \
-                         fail: let it through (`chmod o+x {}`), grant a folder elsewhere, or \
-                         set `user` to one that may",
-                        grant.host.display(),
-                        folder.display(),
-                        meta.uid(),
-                        mode & 0o7777,
-                        folder.display()
-                    ),
-                ));
-            }
+        let Ok(meta) = std::fs::metadata(&grant.host) else {
+            continue;
+        };
+        let mode = meta.mode();
+        let bits = if meta.uid() == uid {
+            mode >> 6
+        } else if meta.gid() == gid {
+            mode >> 3
+        } else {
+            mode
+        };
+        if bits & 0o5 != 0o5 {
+            let folder = grant.host.display();
+            return Err(PolicyError::new(
+                &policy.path,
+                policy.grant_lines.fs.get(index).copied(),
+                format!(
+                    "the root {folder} (owner {}, mode {:o}) is not one the command's user \
+                     {uid}:{gid} may enter and list: let it in (`chmod o+rx {folder}`), grant \
+                     another folder, or set `user` to one that may",
+                    meta.uid(),
+                    mode & 0o7777,
+                ),
+            ));
         }
     }
     Ok(())
@@ -217,7 +197,7 @@ impl Backend for HostBackend {
             .grants
             .fs
             .iter()
-            .map(|g| format!("{} ({})", g.host.display(), g.access.as_str()))
+            .map(|g| format!("{} ({})", g.guest, g.access.as_str()))
             .collect();
         let description = cfg.description.clone().unwrap_or_else(|| {
             let files = if roots.is_empty() {

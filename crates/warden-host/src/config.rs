@@ -42,8 +42,9 @@ pub struct HostConfig {
     pub description: Option<String>,
     /// The command line, an argv template (see [`crate::command::Template`]).
     pub argv: Located<Vec<String>>,
-    /// The working directory, canonical and inside a granted root; `None`: the first granted
-    /// root, else `/` (where the command can read nothing).
+    /// The working directory on the host, canonical and inside a granted root (the command
+    /// sees it below that root's guest path); `None`: the first granted root, else `/` (where
+    /// the command can read nothing).
     pub workdir: Option<Located<PathBuf>>,
     pub user: User,
     pub network: Located<NetworkMode>,
@@ -166,12 +167,24 @@ impl HostConfig {
 }
 
 impl HostConfig {
-    /// The folder the command starts in.
-    pub fn start_dir<'a>(&'a self, grants: &'a Grants) -> &'a Path {
-        match &self.workdir {
-            Some(w) => &w.value,
-            None => grants.fs.first().map_or(Path::new("/"), |g| &g.host),
-        }
+    /// The folder the command starts in, as it sees it: `workdir` at its root's guest path
+    /// (the innermost root that holds it), else the first root's.
+    pub fn start_dir(&self, grants: &Grants) -> PathBuf {
+        let Some(w) = &self.workdir else {
+            return grants
+                .fs
+                .first()
+                .map_or("/".into(), |g| g.guest.clone().into());
+        };
+        grants
+            .fs
+            .iter()
+            .filter_map(|g| Some((g, w.value.strip_prefix(&g.host).ok()?)))
+            .min_by_key(|(_, inside)| inside.components().count())
+            .map_or_else(
+                || w.value.clone(),
+                |(g, inside)| Path::new(&g.guest).join(inside),
+            )
     }
 
     /// A workdir outside every granted root would be a folder the command cannot use.
@@ -245,9 +258,9 @@ mod tests {
     }
 
     #[test]
-    fn roots_are_host_paths_and_the_first_is_the_start() {
+    fn roots_are_seen_at_their_guest_or_host_paths_and_the_first_is_the_start() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("w")).unwrap();
+        std::fs::create_dir_all(dir.path().join("w/sub")).unwrap();
         let (p, cfg) = parse_in(
             dir.path(),
             &format!("{SHELL}[grants]\nfs = [{{ host = \"w\", access = \"read-only\" }}]\n"),
@@ -256,15 +269,16 @@ mod tests {
         let w = dir.path().join("w").canonicalize().unwrap();
         assert_eq!(p.grants.fs[0].guest, w.to_string_lossy());
         assert_eq!(cfg.start_dir(&p.grants), w);
-        let e = parse_in(
+        // A workdir is written as a host path and started in at its root's guest path.
+        let (p, cfg) = parse_in(
             dir.path(),
             &format!(
-                "{SHELL}[grants]\nfs = [{{ host = \"w\", guest = \"/w\", access = \"read-only\" }}]\n"
+                "{SHELL}workdir = \"w/sub\"\n[grants]\nfs = [{{ host = \"w\", guest = \"/w\", access = \"read-only\" }}]\n"
             ),
         )
-        .unwrap_err();
-        assert!(e.message.contains("host paths"), "{e}");
-        assert_eq!(e.line, Some(6), "{e}");
+        .unwrap();
+        assert_eq!(p.grants.fs[0].guest, "/w");
+        assert_eq!(cfg.start_dir(&p.grants), Path::new("/w/sub"));
     }
 
     #[test]

@@ -14,7 +14,7 @@
 
 use crate::exec::command;
 use crate::failure::{Failure, SETUP_FAILED, fail, send, setup};
-use crate::plan::{Call, Plan, Protections, REPORT_FD, Report, Sandbox, TRUST_MOUNT};
+use crate::plan::{Call, Plan, Protections, REPORT_FD, Report, Sandbox};
 use nix::sched::CloneFlags;
 use nix::sys::prctl;
 use nix::sys::resource::{UsageWho, getrusage};
@@ -76,10 +76,10 @@ fn receive_call(stdin: &File) -> Result<(Call, Vec<u8>), Failure> {
     Ok((call, framed))
 }
 
-/// Sets `sandbox` up — `init` cloned into new namespaces, which maps its user, mounts its
-/// `/tmp` and binds the gate — then reads the call from `stdin` and hands it to `init`, which
-/// starts the command. Waits for `init`; the helper's exit code is the command's (128 +
-/// signal when killed).
+/// Sets `sandbox` up — `init` cloned into new namespaces, which maps its user, enters its own
+/// root (`crate::mounts`) and binds the gate — then reads the call from `stdin` and hands it
+/// to `init`, which starts the command. Waits for `init`; the helper's exit code is the
+/// command's (128 + signal when killed).
 fn run(sandbox: &Sandbox, stdin: &File, reports: &mut File) -> Result<i32, Failure> {
     // A sandbox lives as long as warden wants it, and no longer: should the fork server end
     // (it ends with warden, however warden ended: `crate::spawner`), the helper is killed, and
@@ -102,6 +102,13 @@ fn run(sandbox: &Sandbox, stdin: &File, reports: &mut File) -> Result<i32, Failu
     if !sandbox.host_network {
         flags |= CloneFlags::CLONE_NEWNET;
     }
+    // As root, the roots are copied here, where every folder above them can be passed through;
+    // else `init` copies them as warden's user.
+    let mut detached = if root {
+        Some(crate::mounts::detach(&sandbox.roots)?)
+    } else {
+        None
+    };
     // `init` reads one byte once its user is mapped, then the call's frame.
     let (go_read, go_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| setup(format!("pipe: {e}")))?;
@@ -126,11 +133,17 @@ fn run(sandbox: &Sandbox, stdin: &File, reports: &mut File) -> Result<i32, Failu
                 std::process::exit(SETUP_FAILED);
             }
             let mut protections = protections.clone();
-            if let Err(f) = private_mounts(sandbox) {
+            let user = root.then(|| (Uid::from_raw(sandbox.uid), Gid::from_raw(sandbox.gid)));
+            let entered = match detached.take() {
+                Some(roots) => Ok(roots),
+                None => crate::mounts::detach(&sandbox.roots),
+            }
+            .and_then(|roots| crate::mounts::enter(sandbox, roots, user));
+            if let Err(f) = entered {
                 fail(reports, f);
                 std::process::exit(SETUP_FAILED);
             }
-            protections.private_tmp = sandbox.tmp > 0;
+            protections.private_tmp = true;
             if sandbox.gate {
                 if let Err(f) = crate::gate::open_in_namespace() {
                     fail(reports, f);
@@ -190,15 +203,16 @@ fn run(sandbox: &Sandbox, stdin: &File, reports: &mut File) -> Result<i32, Failu
         // Net grants are kept by the namespace's gate: without one they would be the host's
         // whole network, so no best effort here.
         Err(e) if sandbox.best_effort && !sandbox.gate => {
-            protections = Protections::default();
-            protections
-                .missing
-                .push(format!("namespaces (the kernel refused them: {e})"));
-            if !sandbox.host_network {
-                protections
-                    .missing
-                    .push("network isolation: the host's network is reachable".into());
+            if let Some(root) = sandbox.roots.iter().find(|r| r.guest != r.host) {
+                return Err(Failure::unavailable(format!(
+                    "this machine does not let warden create namespaces ({e}), and the root {} \
+                     is to be seen at {}, which takes a mount namespace: run warden where it may \
+                     unshare, or drop the grant's `guest`",
+                    root.host.display(),
+                    root.guest.display()
+                )));
             }
+            protections = Protections::without_namespaces(&e.to_string(), sandbox.host_network);
             let plan = Plan {
                 sandbox: sandbox.clone(),
                 call: receive_call(stdin)?.0,
@@ -244,57 +258,6 @@ fn null_file() -> File {
     // The descriptor was handed on; a placeholder keeps `reports` valid to drop.
     File::open("/dev/null").unwrap_or_else(|_| std::process::exit(SETUP_FAILED))
 }
-
-/// Mounts of this namespace stay in it; `/tmp` becomes the call's own tmpfs, and with
-/// credentials [`TRUST_MOUNT`] a small one of the command's user, for the bundle it trusts.
-fn private_mounts(sandbox: &Sandbox) -> Result<(), Failure> {
-    use nix::mount::{MsFlags, mount};
-    if sandbox.tmp == 0 && !sandbox.trust {
-        return Ok(());
-    }
-    mount(
-        None::<&str>,
-        "/",
-        None::<&str>,
-        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-        None::<&str>,
-    )
-    .map_err(|e| setup(format!("making the mounts private: {e}")))?;
-    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
-    if sandbox.tmp > 0 {
-        let options = format!("size={},mode=1777", sandbox.tmp);
-        mount(
-            Some("tmpfs"),
-            "/tmp",
-            Some("tmpfs"),
-            flags,
-            Some(options.as_str()),
-        )
-        .map_err(|e| setup(format!("mounting a tmpfs at /tmp: {e}")))?;
-    }
-    if sandbox.trust {
-        // Its user's, since only the command's user is mapped here (a file of an unmapped
-        // owner cannot be created): the bundle is written as that user, before confinement.
-        let options = format!(
-            "size={TRUST_SIZE},mode=0755,uid={},gid={}",
-            sandbox.uid, sandbox.gid
-        );
-        let flags = flags | MsFlags::MS_NOEXEC;
-        mount(
-            Some("tmpfs"),
-            TRUST_MOUNT,
-            Some("tmpfs"),
-            flags,
-            Some(options.as_str()),
-        )
-        .map_err(|e| setup(format!("mounting a tmpfs at {TRUST_MOUNT}: {e}")))?;
-    }
-    Ok(())
-}
-
-/// Bytes of the tmpfs at [`TRUST_MOUNT`]: a bundle of this machine's roots and the sandbox's CA
-/// is a few hundred KiB.
-const TRUST_SIZE: u64 = 4 << 20;
 
 /// Maps `uid` and `gid` into the user namespace of `child` as themselves: the command's user
 /// when warden is root, else warden's own (which then may not call setgroups). Only a process

@@ -19,7 +19,7 @@ const TESTED_ABI: ABI = ABI::V7;
 
 /// Read and execute: what a program needs to start (loader, libraries, binaries, the files
 /// libc reads). Missing ones are skipped.
-const SYSTEM: &[&str] = &[
+pub(crate) const SYSTEM: &[&str] = &[
     "/usr",
     "/bin",
     "/sbin",
@@ -52,7 +52,7 @@ const SYSTEM: &[&str] = &[
 ];
 
 /// Devices any command may read and write.
-const DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
+pub(crate) const DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
 
 /// The highest Landlock ABI of the running kernel, 0 when it has none.
 pub(crate) fn kernel_abi() -> u32 {
@@ -153,7 +153,7 @@ pub(crate) fn ruleset(
     }
     for root in &plan.sandbox.roots {
         let fd =
-            PathFd::new(&root.path).map_err(|e| failed(&root.path.display().to_string(), e))?;
+            PathFd::new(&root.guest).map_err(|e| failed(&root.guest.display().to_string(), e))?;
         let access = if root.writable {
             AccessFs::from_all(abi)
         } else {
@@ -161,7 +161,7 @@ pub(crate) fn ruleset(
         };
         created = created
             .add_rule(PathBeneath::new(fd, access))
-            .map_err(|e| failed(&root.path.display().to_string(), e))?;
+            .map_err(|e| failed(&root.guest.display().to_string(), e))?;
     }
     if protections.landlock_tcp_denied && plan.sandbox.gate {
         // Connects to the gate's port: in the sandbox's own namespace only the gate listens.

@@ -19,6 +19,8 @@ mod forks;
 mod gate;
 mod helper;
 mod landlock;
+mod layout;
+mod mounts;
 mod passthrough;
 mod plan;
 mod program;

@@ -10,8 +10,8 @@ pub(crate) const REPORT_FD: i32 = 3;
 /// The unix socket the helper hands the gate's listener to warden on, when the plan has one.
 pub(crate) const GATE_FD: i32 = 4;
 
-/// The sandbox's own small tmpfs, over the host's `/run` (out of a sandbox's reach anyway), for
-/// what warden hands a sandbox with credentials: whatever roots say about `/tmp`, it is there.
+/// The sandbox's own small tmpfs at `/run` in its root, for what warden hands a sandbox with
+/// credentials (no root may be seen below it then).
 pub(crate) const TRUST_MOUNT: &str = "/run";
 
 /// Where the command finds the bundle it trusts when its credentials go over HTTPS: in
@@ -26,11 +26,11 @@ pub(crate) struct Plan {
 }
 
 /// The helper's first frame: what a sandbox is, whichever call it serves. The helper sets it
-/// up (namespaces, user mapping, private `/tmp`, the gate) before it reads the [`Call`], so a
+/// up (namespaces, user mapping, its root and `/tmp`, the gate) before it reads the [`Call`], so a
 /// sandbox can be prepared ahead of its call, off the call's path.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Sandbox {
-    /// The working directory, inside a granted root (or `/`).
+    /// The working directory, inside a granted root's guest path (or `/`).
     pub cwd: PathBuf,
     pub uid: u32,
     pub gid: u32,
@@ -41,7 +41,7 @@ pub(crate) struct Sandbox {
     pub gate: bool,
     /// The granted roots; everything else but the system folders is out of reach.
     pub roots: Vec<Root>,
-    /// Bytes of the call's own tmpfs at `/tmp`; 0 for none (then /tmp is out of reach).
+    /// Bytes of the call's own tmpfs at `/tmp`.
     pub tmp: u64,
     /// The policy has credentials: a tmpfs of the command's user at [`TRUST_MOUNT`] holds the
     /// bundle it trusts ([`CA_BUNDLE`]), read-only once written.
@@ -104,7 +104,11 @@ pub(crate) fn frame(value: &impl Serialize) -> Result<Vec<u8>, FrameError> {
 /// One granted folder.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Root {
-    pub path: PathBuf,
+    /// Where it is on the host (canonical).
+    pub host: PathBuf,
+    /// Where the command sees it: mounted there in the sandbox's root, unless it is in a
+    /// system folder, where it is seen as it is (then it is the host path).
+    pub guest: PathBuf,
     pub writable: bool,
 }
 
@@ -186,7 +190,8 @@ pub(crate) struct Protections {
     pub network_namespace: bool,
     /// The only way out is warden's gate at `127.0.0.1:3128`, which allows the granted hosts.
     pub gate: bool,
-    /// A mount namespace with the call's own tmpfs at `/tmp`, gone with the call.
+    /// A mount namespace with a root of its own: the system folders, the granted roots at
+    /// their guest paths, and the call's own tmpfs at `/tmp`, gone with the call.
     pub private_tmp: bool,
     /// The Landlock ABI in force, 0 when none.
     pub landlock_abi: u32,
@@ -207,6 +212,24 @@ pub(crate) struct Protections {
 }
 
 impl Protections {
+    /// What a command has where the kernel refused namespaces (`why`) and the policy accepts
+    /// best effort: none of what the namespaces give, each named missing.
+    pub(crate) fn without_namespaces(why: &str, host_network: bool) -> Self {
+        let mut missing = vec![
+            format!("namespaces (the kernel refused them: {why})"),
+            "a root of its own: no private /tmp (/tmp is out of reach), the roots at their host \
+             paths"
+                .into(),
+        ];
+        if !host_network {
+            missing.push("network isolation: the host's network is reachable".into());
+        }
+        Self {
+            missing,
+            ..Self::default()
+        }
+    }
+
     /// One line per protection, for the audit and messages.
     pub(crate) fn describe(&self) -> Vec<String> {
         let mut out = vec![format!("runs as {}", self.user)];
@@ -224,7 +247,11 @@ impl Protections {
             out.push("network namespace (no network)".into());
         }
         if self.private_tmp {
-            out.push("mount namespace with a private /tmp".into());
+            out.push(
+                "mount namespace with a root of its own: the system folders, the granted roots \
+                 at their guest paths, a private /tmp"
+                    .into(),
+            );
         }
         if self.landlock_abi > 0 {
             let mut l = format!(
@@ -270,6 +297,21 @@ impl Protections {
 #[cfg(test)]
 mod tests {
     use super::Protections;
+
+    #[test]
+    fn a_sandbox_without_namespaces_names_each_protection_it_lacks() {
+        let described = Protections::without_namespaces("EPERM", false).describe();
+        for words in ["namespaces", "no private /tmp", "host's network"] {
+            assert!(
+                described
+                    .iter()
+                    .any(|l| l.starts_with("MISSING: ") && l.contains(words)),
+                "{words}: {described:?}"
+            );
+        }
+        let shared = Protections::without_namespaces("EPERM", true).missing;
+        assert!(!shared.iter().any(|m| m.contains("network")), "{shared:?}");
+    }
 
     #[test]
     fn the_seccomp_line_names_what_the_filter_refuses() {

@@ -43,27 +43,20 @@ impl HostTool {
             .fs
             .iter()
             .map(|g| Root {
-                path: g.host.clone(),
+                host: g.host.clone(),
+                guest: g.guest.clone().into(),
                 writable: g.access == Access::ReadWrite,
             })
             .collect();
         let prepared = if shell.is_some() { 0 } else { prepared };
-        // A tmpfs over /tmp would hide a root below it, and its read-write rule would reach
-        // into a read-only one: such a policy gets no /tmp at all.
-        let host_tmp = std::fs::canonicalize("/tmp").unwrap_or_else(|_| "/tmp".into());
-        let tmp = if grants.fs.iter().any(|g| g.host.starts_with(&host_tmp)) {
-            0
-        } else {
-            config.tmp
-        };
         let sandbox = Sandbox {
-            cwd: config.start_dir(&grants).to_owned(),
+            cwd: config.start_dir(&grants),
             uid: config.user.uid,
             gid: config.user.gid,
             host_network: config.network.value == NetworkMode::Unrestricted,
             gate: gate.is_some(),
             roots,
-            tmp,
+            tmp: config.tmp,
             trust: gate.is_some() && !grants.net.credentials.is_empty(),
             // Each start says what its command reads.
             stdin: Stdin::Nothing,

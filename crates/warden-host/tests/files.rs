@@ -1,5 +1,5 @@
 //! The filesystem boundary of a host command: the granted roots with their access, the
-//! system folders to start programs, a private /tmp, nothing else. Targets outside the roots are made
+//! system folders to start programs, a private /tmp, nothing else (see also `roots`). Targets outside the roots are made
 //! world-readable and world-writable, so only the sandbox can be what stops the command.
 
 use crate::common::*;
@@ -19,9 +19,6 @@ async fn writing_outside_the_granted_roots_fails() {
     for target in [
         outside.join("planted"),
         "/var/tmp/warden-host-escape".into(),
-        // The root is below /tmp here, so the call has no /tmp of its own: the host's is out
-        // of reach like the rest.
-        "/tmp/warden-host-escape".into(),
         "/dev/shm/warden-host-escape".into(),
     ] {
         let command = format!(
@@ -31,7 +28,12 @@ async fn writing_outside_the_granted_roots_fails() {
         let r = call(&tool, &limits, json!({ "command": command })).await;
         let e = r.expect_err("every write must fail");
         assert_eq!(e.kind, ErrorKind::ExitStatus, "{}", e.message);
-        assert!(e.message.contains("Permission denied"), "{}", e.message);
+        // Landlock's refusal, or a folder the sandbox's root does not have.
+        assert!(
+            e.message.contains("Permission denied") || e.message.contains("nonexistent"),
+            "{}",
+            e.message
+        );
         for suffix in ["", ".lnk", ".t"] {
             let p = format!("{}{suffix}", target.display());
             assert!(

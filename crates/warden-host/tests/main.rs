@@ -16,6 +16,7 @@ mod namespaces;
 mod network;
 mod prepared;
 mod processes;
+mod roots;
 mod sessions;
 mod sockets;
 mod usage;

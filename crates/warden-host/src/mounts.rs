@@ -1,0 +1,217 @@
+//! The sandbox's own root, made by `init` in its mount namespace and entered before the
+//! command starts: the host's system folders as they are, the call's own tmpfs at `/tmp`,
+//! with credentials a tmpfs at [`TRUST_MOUNT`], and each granted root at its guest path
+//! ([`crate::layout`]). The host's `/tmp`, homes and everything else are not in it.
+//!
+//! Each root is a copy of its mounts, detached from every tree: when warden is root the helper
+//! copies them before `init` starts, as root, who passes through any folder, so a root below a
+//! 0700 home works without widening the home (a descriptor of the host's tree cannot be
+//! bind-mounted in another mount namespace; a detached copy can be moved into one). A read-only
+//! root's copy is read-only, so that no broader Landlock rule (the private `/tmp`'s) can write
+//! into a root below `/tmp`.
+
+use crate::failure::{Failure, setup};
+use crate::layout::{SYSTEM_FOLDERS, TMP, system_folder};
+use crate::plan::{Root, Sandbox, TRUST_MOUNT};
+use nix::errno::Errno;
+use nix::libc;
+use nix::mount::{MntFlags, MsFlags, mount, umount2};
+use nix::unistd::{Gid, Uid};
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// The roots' copies, each with its guest path, outer ones first: what [`enter`] mounts.
+pub(crate) struct Detached(Vec<(PathBuf, OwnedFd)>);
+
+/// Copies the mounts of every root the sandbox mounts (not those seen through a system folder),
+/// as this process's user may reach them.
+pub(crate) fn detach(roots: &[Root]) -> Result<Detached, Failure> {
+    let mut copies = Vec::new();
+    for root in roots.iter().filter(|r| system_folder(&r.guest).is_none()) {
+        let failed = |what: &str, e: Errno| {
+            let message = format!("{what} the root {}: {e}", root.host.display());
+            if e == Errno::ENOSYS {
+                Failure::unavailable(format!(
+                    "{message} (this kernel lacks the mount API warden uses: Linux 5.12 or \
+                     later)"
+                ))
+            } else {
+                setup(message)
+            }
+        };
+        let copy = open_tree(&root.host).map_err(|e| failed("copying the mounts of", e))?;
+        let attr = libc::mount_attr {
+            attr_set: if root.writable {
+                0
+            } else {
+                libc::MOUNT_ATTR_RDONLY
+            },
+            attr_clr: 0,
+            propagation: MsFlags::MS_PRIVATE.bits(),
+            userns_fd: 0,
+        };
+        set_attributes(&copy, &attr).map_err(|e| failed("setting the mount of", e))?;
+        copies.push((root.guest.clone(), copy));
+    }
+    copies.sort_by_key(|(guest, _)| guest.components().count());
+    Ok(Detached(copies))
+}
+
+/// Makes the sandbox's root and enters it: this process's mount namespace changes, and
+/// the working directory is `/`. `user`: when warden is root, the command's user, as whom
+/// the root's folders are made (the only one mapped: a file of an unmapped owner cannot be
+/// made).
+pub(crate) fn enter(
+    sandbox: &Sandbox,
+    roots: Detached,
+    user: Option<(Uid, Gid)>,
+) -> Result<(), Failure> {
+    let private = MsFlags::MS_REC | MsFlags::MS_PRIVATE;
+    mount(None::<&str>, "/", None::<&str>, private, None::<&str>)
+        .map_err(|e| setup(format!("making the mounts private: {e}")))?;
+    if let Some((uid, gid)) = user {
+        nix::unistd::setfsgid(gid);
+        nix::unistd::setfsuid(uid);
+    }
+    // Made where the host's /tmp was (every system has one), then made the root: the host's
+    // /tmp goes with the rest of the old root.
+    let new = Path::new(TMP);
+    tmpfs(new, "size=1m,mode=0755", MsFlags::empty())?;
+    for folder in SYSTEM_FOLDERS {
+        share(folder, new)?;
+    }
+    let tmp = new.join("tmp");
+    make_dir(&tmp)?;
+    tmpfs(
+        &tmp,
+        &format!("size={},mode=1777", sandbox.tmp),
+        MsFlags::empty(),
+    )?;
+    if sandbox.trust {
+        // Its user's: the bundle is written as that user, before confinement.
+        let run = inside(new, Path::new(TRUST_MOUNT));
+        make_dir(&run)?;
+        let options = format!(
+            "size={TRUST_SIZE},mode=0755,uid={},gid={}",
+            sandbox.uid, sandbox.gid
+        );
+        tmpfs(&run, &options, MsFlags::MS_NOEXEC)?;
+    }
+    for (guest, copy) in roots.0 {
+        let at = inside(new, &guest);
+        make_dir(&at)?;
+        move_mount(&copy, &at)
+            .map_err(|e| setup(format!("mounting a root at {}: {e}", guest.display())))?;
+    }
+    let failed = |what: &str, e: Errno| setup(format!("entering the sandbox's root ({what}): {e}"));
+    nix::unistd::chdir(new).map_err(|e| failed("chdir", e))?;
+    nix::unistd::pivot_root(".", ".").map_err(|e| failed("pivot_root", e))?;
+    // The old root is stacked below the new one at `/`: gone from this namespace.
+    umount2(".", MntFlags::MNT_DETACH).map_err(|e| failed("detaching the host's root", e))?;
+    nix::unistd::chdir("/").map_err(|e| failed("chdir", e))?;
+    // Its folders are only where the rest is mounted: no one changes them.
+    let read_only = MsFlags::MS_REMOUNT
+        | MsFlags::MS_BIND
+        | MsFlags::MS_RDONLY
+        | MsFlags::MS_NOSUID
+        | MsFlags::MS_NODEV;
+    mount(None::<&str>, "/", None::<&str>, read_only, None::<&str>)
+        .map_err(|e| failed("making it read-only", e))
+}
+
+/// Bytes of the tmpfs at [`TRUST_MOUNT`]: a bundle of this machine's roots and the sandbox's CA
+/// is a few hundred KiB.
+const TRUST_SIZE: u64 = 4 << 20;
+
+/// `path` (absolute) inside the new root at `new`.
+fn inside(new: &Path, path: &Path) -> PathBuf {
+    new.join(path.strip_prefix("/").unwrap_or(path))
+}
+
+fn make_dir(path: &Path) -> Result<(), Failure> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(path)
+        .map_err(|e| setup(format!("making {}: {e}", path.display())))
+}
+
+fn tmpfs(at: &Path, options: &str, extra: MsFlags) -> Result<(), Failure> {
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | extra;
+    mount(Some("tmpfs"), at, Some("tmpfs"), flags, Some(options))
+        .map_err(|e| setup(format!("mounting a tmpfs at {}: {e}", at.display())))
+}
+
+/// The host's `folder` in the new root at `new`, as it is: a link stays a link, a folder is
+/// bound with every mount below it; a folder this system lacks is left out.
+fn share(folder: &str, new: &Path) -> Result<(), Failure> {
+    let failed = |e: std::io::Error| setup(format!("sharing {folder}: {e}"));
+    let Ok(meta) = std::fs::symlink_metadata(folder) else {
+        return Ok(());
+    };
+    let at = inside(new, Path::new(folder));
+    if meta.file_type().is_symlink() {
+        let target = std::fs::read_link(folder).map_err(failed)?;
+        return std::os::unix::fs::symlink(target, &at).map_err(failed);
+    }
+    make_dir(&at)?;
+    let bind = MsFlags::MS_BIND | MsFlags::MS_REC;
+    mount(Some(folder), &at, None::<&str>, bind, None::<&str>)
+        .map_err(|e| setup(format!("sharing {folder}: {e}")))
+}
+
+fn c_path(path: &Path) -> Result<CString, Errno> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)
+}
+
+/// A detached copy of the mounts at `path` and below (`open_tree(2)`).
+fn open_tree(path: &Path) -> Result<OwnedFd, Errno> {
+    let path = c_path(path)?;
+    let flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | libc::AT_RECURSIVE as u32;
+    // SAFETY: a NUL-terminated path; the kernel answers a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, path.as_ptr(), flags) };
+    let fd = i32::try_from(fd).map_err(|_| Errno::EBADF)?;
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: the descriptor is new and ours alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Sets `attr` on every mount of the detached copy `copy` (`mount_setattr(2)`).
+fn set_attributes(copy: &OwnedFd, attr: &libc::mount_attr) -> Result<(), Errno> {
+    let flags = libc::AT_EMPTY_PATH | libc::AT_RECURSIVE;
+    // SAFETY: an empty path with AT_EMPTY_PATH names the descriptor; `attr` is of its size.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            copy.as_raw_fd(),
+            c"".as_ptr(),
+            flags,
+            std::ptr::from_ref(attr),
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    if done < 0 { Err(Errno::last()) } else { Ok(()) }
+}
+
+/// Mounts the detached copy `copy` at `at` (`move_mount(2)`).
+fn move_mount(copy: &OwnedFd, at: &Path) -> Result<(), Errno> {
+    let at = c_path(at)?;
+    // SAFETY: an empty source path with F_EMPTY_PATH names the descriptor; `at` is
+    // NUL-terminated.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            copy.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            at.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if done < 0 { Err(Errno::last()) } else { Ok(()) }
+}
