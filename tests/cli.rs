@@ -483,12 +483,12 @@ fn the_demo_takes_its_tour() {
         String::from_utf8_lossy(&out.stderr)
     );
     for words in [
-        "<- [ok] 8.04672",                                   // the unit converter
-        "written by warden demo",                            // read back from the root
-        "Error (timeout)",                                   // the endless loop
-        "Hello from a host the policy grants.",              // the granted fetch
-        "<- [ok] nobody",                                    // the host shell
-        "cannot create /var/tmp/planted: Permission denied", // outside its root
+        "<- [ok] 8.04672",                                       // the unit converter
+        "written by warden demo",                                // read back from the root
+        "Error (timeout)",                                       // the endless loop
+        "Hello from a host the policy grants.",                  // the granted fetch
+        "<- [ok] nobody",                                        // the host shell
+        "cannot create /var/tmp/planted: Directory nonexistent", // not in its root
         "the demo server is out of reach",
         "== The audit: what each tool may touch",
     ] {
