@@ -167,6 +167,12 @@ impl HttpServer {
                     continue;
                 }
             };
+            // An answer leaves in several writes (its head, then its events): with Nagle's
+            // algorithm, a kept-alive connection's later writes wait for the client's delayed
+            // ACK of the first, ~40 ms a call.
+            if let Err(e) = stream.set_nodelay(true) {
+                tracing::debug!("cannot set TCP_NODELAY on a connection: {e}");
+            }
             let ticket = Arc::new(waiting.admit().await);
             let closed = ticket.closed.clone();
             let (service, guard, ending) = (service.clone(), guard.clone(), ending.clone());

@@ -1,0 +1,202 @@
+//! The HTTP server in this process, with the test backend: what its accepted sockets are set
+//! to, seen on the sockets themselves.
+
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::os::fd::BorrowedFd;
+use std::path::Path;
+use std::sync::Arc;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use warden_core::{BoxFuture, Executor, Invocation, Output, Protected, ToolError, Toolbox};
+use warden_mcp::{ConnectionLimits, HttpOptions, HttpServer, Loader, Options, Server};
+use warden_test_support::TestBackend;
+use warden_test_support::backend::policy_text;
+
+const TOKEN: &str = "mcp-http-test-token-0123456789";
+
+/// Answers `"ok"`.
+struct Fine;
+
+impl Executor for Fine {
+    fn execute(&self, _: Invocation) -> BoxFuture<'_, Result<Output, ToolError>> {
+        Box::pin(async {
+            Ok(Output {
+                content: "ok".into(),
+                ..Output::default()
+            })
+        })
+    }
+}
+
+fn server(dir: &Path) -> Server {
+    std::fs::write(dir.join("fake.toml"), policy_text("")).unwrap();
+    let backend = TestBackend::new().tool("ok", Arc::new(Fine));
+    let dir = dir.to_owned();
+    let loader: Loader = Arc::new(move || Toolbox::load(&dir, &[&backend], &[] as &[Protected]));
+    Server::new(loader, Options::default()).unwrap()
+}
+
+/// A server listening on a free loopback port, run on this runtime.
+async fn serve(server: Server) -> SocketAddr {
+    let http = HttpServer::bind(HttpOptions {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        token: TOKEN.into(),
+        allow_origins: Vec::new(),
+        allow_remote: false,
+        limits: ConnectionLimits::default(),
+    })
+    .await
+    .unwrap();
+    let addr = http.local_addr();
+    tokio::spawn(http.run(server));
+    addr
+}
+
+/// A connection to `addr`, with an initialized session: the connection and the session's id.
+async fn session(addr: SocketAddr) -> (BufReader<TcpStream>, String) {
+    let mut stream = BufReader::new(TcpStream::connect(addr).await.unwrap());
+    let (status, headers, _) = post(&mut stream, None, &initialize()).await;
+    assert_eq!(status, 200, "{headers:?}");
+    let session = header(&headers, "mcp-session-id").unwrap();
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(post(&mut stream, Some(&session), &note).await.0, 202);
+    (stream, session)
+}
+
+fn call(id: i64, name: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+           "params": {"name": name, "arguments": {}}})
+}
+
+/// Sends one POST of `body` on `stream` and reads its answer: the status, the head's lines
+/// and the JSON-RPC message in its body (plain JSON, or the first event of a stream).
+async fn post(
+    stream: &mut BufReader<TcpStream>,
+    session: Option<&str>,
+    body: &Value,
+) -> (u16, Vec<String>, Option<Value>) {
+    let body = body.to_string();
+    let addr = stream.get_ref().peer_addr().unwrap();
+    let mut head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(id) = session {
+        head.push_str(&format!("Mcp-Session-Id: {id}\r\n"));
+    }
+    stream
+        .get_mut()
+        .write_all(format!("{head}\r\n{body}").as_bytes())
+        .await
+        .unwrap();
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        stream.read_line(&mut line).await.unwrap();
+        let line = line.trim_end().to_owned();
+        if line.is_empty() {
+            break;
+        }
+        headers.push(line);
+    }
+    let status = headers[0].split(' ').nth(1).unwrap().parse().unwrap();
+    let length = header(&headers, "content-length").map(|l| l.parse::<usize>().unwrap());
+    let mut text = String::new();
+    match length {
+        Some(length) => {
+            let mut bytes = vec![0; length];
+            stream.read_exact(&mut bytes).await.unwrap();
+            text = String::from_utf8(bytes).unwrap();
+        }
+        // A chunked event stream, read to its end.
+        None => loop {
+            let mut size = String::new();
+            stream.read_line(&mut size).await.unwrap();
+            let size = usize::from_str_radix(size.trim(), 16).unwrap();
+            let mut chunk = vec![0; size + 2];
+            stream.read_exact(&mut chunk).await.unwrap();
+            if size == 0 {
+                break;
+            }
+            text.push_str(std::str::from_utf8(&chunk[..size]).unwrap());
+        },
+    }
+    let message = text
+        .lines()
+        .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
+        .find(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap());
+    (status, headers, message)
+}
+
+fn header(headers: &[String], name: &str) -> Option<String> {
+    headers.iter().skip(1).find_map(|h| {
+        let (k, v) = h.split_once(':')?;
+        k.trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| v.trim().to_owned())
+    })
+}
+
+fn initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+           "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                      "clientInfo": {"name": "test", "version": "0"}}})
+}
+
+/// This process's TCP socket from `local` to `peer`, as a stream of its own (a duplicate of
+/// the descriptor), found among the process's descriptors.
+fn socket_between(local: SocketAddr, peer: SocketAddr) -> Option<std::net::TcpStream> {
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap() {
+        let entry = entry.unwrap();
+        let Ok(fd) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let is_socket = std::fs::read_link(entry.path())
+            .is_ok_and(|target| target.to_string_lossy().starts_with("socket:"));
+        if !is_socket {
+            continue;
+        }
+        // SAFETY: the descriptor was open a moment ago, and the sockets this test looks for
+        // stay open while it looks (it holds their connections); a descriptor another thread
+        // closed in between fails to duplicate, and is skipped.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        let Ok(owned) = borrowed.try_clone_to_owned() else {
+            continue;
+        };
+        let stream = std::net::TcpStream::from(owned);
+        if stream.local_addr().ok() == Some(local) && stream.peer_addr().ok() == Some(peer) {
+            return Some(stream);
+        }
+    }
+    None
+}
+
+/// The server's end of a connection has `TCP_NODELAY`: an answer leaves in several writes,
+/// and on a kept-alive connection each write after the first would otherwise wait for the
+/// client's delayed ACK (~40 ms a call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_connections_send_without_delay() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = serve(server(dir.path())).await;
+    // Answered: the server has accepted the connection and set it up.
+    let (mut stream, session) = session(addr).await;
+    let client = stream.get_ref().local_addr().unwrap();
+    let (status, _, answer) = post(&mut stream, Some(&session), &call(1, "ok")).await;
+    assert_eq!(status, 200);
+    assert_eq!(answer.unwrap()["result"]["content"][0]["text"], "ok");
+
+    let accepted = socket_between(addr, client).expect("the server's end of the connection");
+    assert!(
+        accepted.nodelay().unwrap(),
+        "TCP_NODELAY on the server's end"
+    );
+    let ours = socket_between(client, addr).expect("the client's end");
+    assert!(
+        !ours.nodelay().unwrap(),
+        "the client's end keeps the default, so the check can tell them apart"
+    );
+}
