@@ -53,19 +53,44 @@ pub(crate) fn serve(ctx: &Warden, args: ServeArgs) -> Result<ExitCode> {
         watch: Some(ctx.toolbox.clone()),
         ..Options::default()
     };
+    let drain = options.drain;
     let server = Server::new(loader, options)
         .with_context(|| format!("loading the toolbox {}", ctx.toolbox.display()))?;
     let runtime = context::runtime()?;
     let served = runtime.block_on(async {
+        let stopper = server.clone();
         let serving = async {
             match args.http {
                 None => Ok(server.serve_stdio().await?),
                 Some(addr) => serve_http(server, addr, args).await,
             }
         };
+        tokio::pin!(serving);
+        // The first signal drains; serving returns once the calls in flight have answered.
         tokio::select! {
-            served = serving => served,
-            signal = stop_signal() => signal,
+            served = &mut serving => return served,
+            signal = signalled() => {
+                eprintln!(
+                    "warden: {}: draining: no new calls; the calls in flight have up to {} to \
+                     answer, then are cancelled",
+                    signal?,
+                    HumanDuration(drain)
+                );
+                stopper.stop();
+            }
+        }
+        // A second one does not wait.
+        tokio::select! {
+            served = &mut serving => {
+                if served.is_ok() {
+                    eprintln!("warden: every call answered; stopped");
+                }
+                served
+            }
+            signal = signalled() => {
+                eprintln!("warden: {} again: stopping without waiting", signal?);
+                Ok(())
+            }
         }
     });
     runtime.shutdown_timeout(Duration::from_secs(2));
@@ -73,16 +98,15 @@ pub(crate) fn serve(ctx: &Warden, args: ServeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// SIGTERM or SIGINT: the server stops taking calls and ends cleanly.
-async fn stop_signal() -> Result<()> {
+/// Waits for SIGTERM or SIGINT, and names it.
+async fn signalled() -> Result<&'static str> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-        _ = int.recv() => tracing::info!("SIGINT: stopping"),
-    }
-    Ok(())
+    Ok(tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    })
 }
 
 async fn serve_http(server: Server, addr: SocketAddr, args: ServeArgs) -> Result<()> {

@@ -41,6 +41,8 @@ use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 
 /// The shortest token accepted.
 pub(crate) const MIN_TOKEN_LEN: usize = 16;
@@ -131,13 +133,17 @@ impl HttpServer {
         format!("http://{}{PATH}", self.local)
     }
 
-    /// Serves until the process ends.
+    /// Serves until the server is told to stop ([`Server::stop`]); then takes no more
+    /// connections, drains the calls in flight, lets their answers go out (for up to a
+    /// second) and closes every connection and session before it returns.
     pub async fn run(self, server: Server) -> Result<(), Error> {
         server.shared.warm();
         let _watcher = watch::spawn(server.shared.clone()).map(AbortOnDrop);
         // The guard checks `Host` for every method (rmcp's own check would miss the
         // `DELETE`s answered here), so there is one rule, the guard's.
         let config = StreamableHttpServerConfig::default().disable_allowed_hosts();
+        // Cancelling it ends rmcp's event streams and sessions.
+        let streams = config.cancellation_token.clone();
         let shared = server.shared.clone();
         let sessions = Arc::new(LocalSessionManager::default());
         let service = StreamableHttpService::new(
@@ -155,9 +161,19 @@ impl HttpServer {
         http1
             .timer(TokioTimer::new())
             .header_read_timeout(self.options.limits.header_timeout);
+        // The answers to POSTs being sent, and the connections open: what a stop waits for.
+        let answers = TaskTracker::new();
+        let connections = TaskTracker::new();
+        // Cancelled once the calls are drained: each connection closes after its answer.
+        let closing = CancellationToken::new();
+        let calls = &server.shared.calls;
         loop {
-            let (stream, _) = match self.listener.accept().await {
-                Ok(accepted) => accepted,
+            let accepted = tokio::select! {
+                accepted = self.listener.accept() => accepted,
+                () = calls.stopping() => break,
+            };
+            let stream = match accepted {
+                Ok((stream, _)) => stream,
                 Err(e) => {
                     // Out of file descriptors and the like: free one if a connection without
                     // the token holds it, and wait, do not spin.
@@ -173,12 +189,17 @@ impl HttpServer {
             if let Err(e) = stream.set_nodelay(true) {
                 tracing::debug!("cannot set TCP_NODELAY on a connection: {e}");
             }
-            let ticket = Arc::new(waiting.admit().await);
+            let ticket = tokio::select! {
+                ticket = waiting.admit() => Arc::new(ticket),
+                () = calls.stopping() => break,
+            };
             let closed = ticket.closed.clone();
             let (service, guard, ending) = (service.clone(), guard.clone(), ending.clone());
+            let answers = answers.clone();
             let handle = hyper::service::service_fn(move |request: Request<Incoming>| {
                 let (service, guard, ending) = (service.clone(), guard.clone(), ending.clone());
                 let ticket = ticket.clone();
+                let sending = (request.method() == Method::POST).then(|| answers.token());
                 async move {
                     let response = match guard.check(&request) {
                         Err(refusal) => refusal.response(),
@@ -190,21 +211,89 @@ impl HttpServer {
                             }
                         }
                     };
-                    Ok::<_, Infallible>(response)
+                    Ok::<_, Infallible>(match sending {
+                        Some(token) => response.map(|body| {
+                            Sending {
+                                body,
+                                _token: token,
+                            }
+                            .boxed()
+                        }),
+                        None => response,
+                    })
                 }
             });
+            let closing = closing.clone();
             let connection = http1.serve_connection(TokioIo::new(stream), handle);
-            tokio::spawn(async move {
-                tokio::select! {
-                    ended = connection => if let Err(e) = ended {
-                        tracing::debug!("an HTTP connection ended with an error: {e}");
-                    },
-                    () = closed.cancelled() => tracing::debug!(
-                        "closed a connection that had not authenticated, to make room for another"
-                    ),
+            connections.spawn(async move {
+                tokio::pin!(connection);
+                let ended = tokio::select! {
+                    ended = connection.as_mut() => ended,
+                    () = closed.cancelled() => {
+                        tracing::debug!(
+                            "closed a connection that had not authenticated, to make room for another"
+                        );
+                        return;
+                    }
+                    () = closing.cancelled() => {
+                        connection.as_mut().graceful_shutdown();
+                        connection.await
+                    }
+                };
+                if let Err(e) = ended {
+                    tracing::debug!("an HTTP connection ended with an error: {e}");
                 }
             });
         }
+        drop(self.listener);
+        calls.drain().await;
+        // Every call has answered: its answer is on its way to the client.
+        answers.close();
+        if tokio::time::timeout(LINGER, answers.wait()).await.is_err() {
+            tracing::warn!("answers still unsent {LINGER:?} after the calls drained: closing");
+        }
+        closing.cancel();
+        streams.cancel();
+        connections.close();
+        if tokio::time::timeout(LINGER, connections.wait())
+            .await
+            .is_err()
+        {
+            tracing::debug!("connections still open {LINGER:?} after the stop: closing");
+        }
+        server.shared.close_sessions().await;
+        Ok(())
+    }
+}
+
+/// How long, once a stopping server's calls have drained, their answers may take to be sent
+/// and the connections to close.
+const LINGER: Duration = Duration::from_secs(1);
+
+/// A POST's answer, holding its token of the answers being sent until hyper has sent it
+/// whole (or dropped it, its connection gone).
+struct Sending {
+    body: Body,
+    _token: TaskTrackerToken,
+}
+
+impl hyper::body::Body for Sending {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
     }
 }
 

@@ -8,6 +8,7 @@
 //! No MCP request can change a grant: grants live only in the policy files, which the server
 //! reads and never writes.
 
+mod calls;
 mod convert;
 mod handler;
 mod http;

@@ -17,7 +17,11 @@
 //! server's CPU a call. Everything else, and every call of a newer session, goes through rmcp.
 //! A `notifications/cancelled` naming a call answered here stops it, as rmcp would; at the end
 //! of input its calls get the same 5 s to answer as rmcp's, then are cancelled.
+//!
+//! When the server stops, the reader reads on (refusing new calls) until the drain is over;
+//! then the input ends, as at the end of stdin.
 
+use crate::calls::Place;
 use crate::convert::Answered;
 use crate::handler::Handler;
 use crate::state::Server;
@@ -48,6 +52,7 @@ use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::Instrument as _;
+use warden_core::ToolError;
 use warden_core::after_answer::Deferred;
 
 /// The longest message read; a longer line is refused and skipped.
@@ -77,13 +82,25 @@ impl Server {
         let handler = Handler::new(self.shared.clone());
         let session = handler.session.clone();
         let direct = Direct::new(handler.clone());
-        let transport = LineTransport::new(read, write, direct.clone());
+        // Once a stop's drain is over, the input ends: rmcp then sends what its calls answered
+        // and returns, as at the end of stdin.
+        let closing = CancellationToken::new();
+        let _stop = AbortOnDropHandle::new(tokio::spawn({
+            let (shared, closing) = (self.shared.clone(), closing.clone());
+            async move {
+                shared.calls.drain().await;
+                closing.cancel();
+            }
+        }));
+        let transport = LineTransport::new(read, write, direct.clone(), closing.clone());
         let served = match rmcp::serve_server(handler, transport).await {
             Ok(running) => running
                 .waiting()
                 .await
                 .map(|_| ())
                 .map_err(|e| Error::Stopped(e.to_string())),
+            // Stopped before a client opened the session: nothing was asked, nothing is owed.
+            Err(_) if closing.is_cancelled() => Ok(()),
             Err(e) => Err(Error::Initialize(e.to_string())),
         };
         direct.drain().await;
@@ -105,6 +122,8 @@ pub(crate) struct LineTransport<R, W> {
     direct: Direct,
     /// The session was opened by `initialize` with a version before 2026-07-28.
     legacy: bool,
+    /// Set when the server has stopped: the input ends there.
+    closing: CancellationToken,
 }
 
 /// Where rmcp's next message comes from.
@@ -126,13 +145,14 @@ enum Input<R> {
 }
 
 impl<R: AsyncRead, W> LineTransport<R, W> {
-    fn new(read: R, write: W, direct: Direct) -> Self {
+    fn new(read: R, write: W, direct: Direct, closing: CancellationToken) -> Self {
         let codec = AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), MAX_LINE);
         Self {
             input: Input::Opening(FramedRead::new(read, codec)),
             out: Arc::new(Mutex::new(write)),
             direct,
             legacy: false,
+            closing,
         }
     }
 }
@@ -187,10 +207,16 @@ impl Direct {
     /// hand-off; one that computes for longer holds the reading of the next line back until
     /// its guest's first yield, at most a tick of the WebAssembly epoch (10 ms). What it
     /// leaves for after its answer runs elsewhere either way (the finishing task, or the
-    /// call's own), so the next line is not read behind it. Only a call that waits is registered by its id: one answered in
-    /// its first poll is over before a cancellation naming it can be read.
-    async fn start<W>(&self, call: PlainCall<'_>, out: &Arc<Mutex<W>>)
-    where
+    /// call's own), so the next line is not read behind it. Only a call that waits is
+    /// registered by its id: one answered in its first poll is over before a cancellation
+    /// naming it can be read. `place` is the call's among those in flight, held until its
+    /// answer is written, or why it has none (it is then refused).
+    async fn start<W>(
+        &self,
+        call: PlainCall<'_>,
+        place: Result<Place, ToolError>,
+        out: &Arc<Mutex<W>>,
+    ) where
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let token = CancellationToken::new();
@@ -212,7 +238,7 @@ impl Direct {
             Box::pin(
                 async move {
                     let (answered, deferred) = warden_core::after_answer::answering(
-                        handler.call_text(name, arguments, None, cancelled.cancelled()),
+                        handler.call_text(name, arguments, None, cancelled.cancelled(), &place),
                     )
                     .await;
                     match &answered {
@@ -229,6 +255,8 @@ impl Direct {
                             tracing::error!("cannot answer call {answering_id}: {e}");
                         }
                     }
+                    // The answer is out: the call leaves those in flight.
+                    drop(place);
                     deferred
                 }
                 .instrument(traced),
@@ -358,6 +386,7 @@ struct Reader<R, W> {
     direct: Direct,
     legacy: bool,
     to_rmcp: mpsc::Sender<ClientJsonRpcMessage>,
+    closing: CancellationToken,
 }
 
 impl<R, W> Reader<R, W>
@@ -365,15 +394,21 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    /// Reads until the input ends or rmcp stops listening.
+    /// Reads until the input ends, the server has stopped, or rmcp stops listening.
     async fn run(mut self) {
-        while let Some(line) = next_line(&mut self.lines, &self.out).await {
+        while let Some(line) = self
+            .closing
+            .run_until_cancelled(next_line(&mut self.lines, &self.out))
+            .await
+            .flatten()
+        {
             if self.legacy
                 && let Some(call) = PlainCall::read(&line)
                 && call.params.meta.is_none()
                 && !self.direct.handler.needs_peer(&call.params.name)
             {
-                self.direct.start(call, &self.out).await;
+                let place = self.direct.handler.shared.calls.enter();
+                self.direct.start(call, place, &self.out).await;
                 continue;
             }
             let message = match read(&line) {
@@ -417,6 +452,7 @@ where
             direct: self.direct.clone(),
             legacy: self.legacy,
             to_rmcp,
+            closing: self.closing.clone(),
         };
         let reader = AbortOnDropHandle::new(tokio::spawn(reader.run()));
         self.input = Input::Open {
@@ -454,7 +490,11 @@ where
                 Input::Opening(lines) => lines,
                 Input::Opened(_) | Input::Handing => return None,
             };
-            let line = next_line(lines, &self.out).await?;
+            let line = self
+                .closing
+                .run_until_cancelled(next_line(lines, &self.out))
+                .await
+                .flatten()?;
             match read(&line) {
                 Ok(ClientJsonRpcMessage::Request(request)) => {
                     // `initialize`, or a request of the inline lifecycle (2026-07-28), which

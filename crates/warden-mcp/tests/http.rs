@@ -1,14 +1,19 @@
 //! The HTTP server in this process, with the test backend: what its accepted sockets are set
-//! to, seen on the sockets themselves.
+//! to, seen on the sockets themselves, and how it stops.
 
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-use warden_core::{BoxFuture, Executor, Invocation, Output, Protected, ToolError, Toolbox};
+use tokio::sync::Semaphore;
+use warden_core::{
+    BoxFuture, CallLog, Executor, Invocation, Output, Protected, ToolError, Toolbox,
+};
 use warden_mcp::{ConnectionLimits, HttpOptions, HttpServer, Loader, Options, Server};
 use warden_test_support::TestBackend;
 use warden_test_support::backend::policy_text;
@@ -29,16 +34,54 @@ impl Executor for Fine {
     }
 }
 
-fn server(dir: &Path) -> Server {
+/// `held` calls begun, and the permits that let them answer, one each.
+static HELD: AtomicUsize = AtomicUsize::new(0);
+static RELEASE: Semaphore = Semaphore::const_new(0);
+
+/// Answers `"released"` once the test releases it.
+struct Held;
+
+impl Executor for Held {
+    fn execute(&self, _: Invocation) -> BoxFuture<'_, Result<Output, ToolError>> {
+        Box::pin(async {
+            HELD.fetch_add(1, Ordering::SeqCst);
+            RELEASE.acquire().await.unwrap().forget();
+            Ok(Output {
+                content: "released".into(),
+                ..Output::default()
+            })
+        })
+    }
+}
+
+/// A server over test tools (`ok`, `held`), with `options` and a call log in `dir`.
+fn server(dir: &Path, options: Options) -> (Server, Arc<CallLog>) {
     std::fs::write(dir.join("fake.toml"), policy_text("")).unwrap();
-    let backend = TestBackend::new().tool("ok", Arc::new(Fine));
+    let backend = TestBackend::new()
+        .tool("ok", Arc::new(Fine))
+        .tool("held", Arc::new(Held));
+    let log = Arc::new(CallLog::open(&dir.join("calls.jsonl")).unwrap());
+    let options = Options {
+        call_log: Some(log.clone()),
+        ..options
+    };
     let dir = dir.to_owned();
     let loader: Loader = Arc::new(move || Toolbox::load(&dir, &[&backend], &[] as &[Protected]));
-    Server::new(loader, Options::default()).unwrap()
+    (Server::new(loader, options).unwrap(), log)
 }
 
 /// A server listening on a free loopback port, run on this runtime.
 async fn serve(server: Server) -> SocketAddr {
+    serving(server).await.0
+}
+
+/// [`serve`], and the task running the server.
+async fn serving(
+    server: Server,
+) -> (
+    SocketAddr,
+    tokio::task::JoinHandle<Result<(), warden_mcp::Error>>,
+) {
     let http = HttpServer::bind(HttpOptions {
         addr: "127.0.0.1:0".parse().unwrap(),
         token: TOKEN.into(),
@@ -49,8 +92,7 @@ async fn serve(server: Server) -> SocketAddr {
     .await
     .unwrap();
     let addr = http.local_addr();
-    tokio::spawn(http.run(server));
-    addr
+    (addr, tokio::spawn(http.run(server)))
 }
 
 /// A connection to `addr`, with an initialized session: the connection and the session's id.
@@ -181,7 +223,7 @@ fn socket_between(local: SocketAddr, peer: SocketAddr) -> Option<std::net::TcpSt
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accepted_connections_send_without_delay() {
     let dir = tempfile::tempdir().unwrap();
-    let addr = serve(server(dir.path())).await;
+    let addr = serve(server(dir.path(), Options::default()).0).await;
     // Answered: the server has accepted the connection and set it up.
     let (mut stream, session) = session(addr).await;
     let client = stream.get_ref().local_addr().unwrap();
@@ -199,4 +241,97 @@ async fn accepted_connections_send_without_delay() {
         !ours.nodelay().unwrap(),
         "the client's end keeps the default, so the check can tell them apart"
     );
+}
+
+/// A stopped HTTP server takes no new call (one on a connection already open is answered
+/// `unavailable`), answers those in flight as they finish and cuts the rest at the drain's
+/// deadline, each answered and logged once, then returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_answers_the_calls_in_flight_and_cuts_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options {
+        drain: Duration::from_secs(5),
+        ..Options::default()
+    };
+    let (server, log) = server(dir.path(), options);
+    let (addr, running) = serving(server.clone()).await;
+    let (mut open, session) = session(addr).await;
+    // Four calls in flight, each on a connection of its own; one is never released.
+    let calls: Vec<_> = (1..=4)
+        .map(|id| {
+            let session = session.clone();
+            tokio::spawn(async move {
+                let mut stream = BufReader::new(TcpStream::connect(addr).await.unwrap());
+                post(&mut stream, Some(&session), &call(id, "held")).await
+            })
+        })
+        .collect();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while HELD.load(Ordering::SeqCst) < 4 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the calls began");
+
+    server.stop();
+    let (status, _, refused) = post(&mut open, Some(&session), &call(5, "ok")).await;
+    assert_eq!(status, 200);
+    let refused = refused.unwrap();
+    let error = &refused["result"]["_meta"]["warden/error"];
+    assert_eq!(error["kind"], "unavailable", "{refused}");
+    assert!(
+        error["message"].as_str().unwrap().contains("stopping"),
+        "{refused}"
+    );
+
+    RELEASE.add_permits(3);
+    let mut texts = Vec::new();
+    for call in calls {
+        let (status, _, answer) = call.await.unwrap();
+        assert_eq!(status, 200);
+        let answer = answer.expect("an answer");
+        texts.push(
+            answer["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    texts.sort();
+    let cut = texts.remove(0);
+    assert!(cut.contains("cancelled"), "{cut}");
+    assert_eq!(texts, ["released"; 3]);
+    tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("the server returns")
+        .unwrap()
+        .unwrap();
+
+    log.flush();
+    let records: Vec<Value> = std::fs::read_to_string(log.path())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["event"] == "call")
+        .collect();
+    let mut outcomes: Vec<(String, String)> = records
+        .iter()
+        .map(|r| {
+            (
+                r["tool"].as_str().unwrap().into(),
+                r["outcome"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    outcomes.sort();
+    let expected = [
+        ("held", "success"),
+        ("held", "success"),
+        ("held", "success"),
+        ("held", "unavailable"),
+        ("ok", "unavailable"),
+    ]
+    .map(|(t, o)| (t.to_owned(), o.to_owned()));
+    assert_eq!(outcomes, expected, "each call logged once: {records:#?}");
 }
