@@ -36,6 +36,11 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "N",
           default_value_t = ConnectionLimits::default().unauthenticated)]
     max_unauthenticated: usize,
+    /// Calls that may wait, across the server, while as many run as warden runs at once; over
+    /// HTTP one more is answered `unavailable`, over stdio the server reads no further until
+    /// a call has answered.
+    #[arg(long, value_name = "N", default_value_t = Options::default().queue)]
+    max_queued_calls: usize,
 }
 
 pub(crate) fn serve(ctx: &Warden, args: ServeArgs) -> Result<ExitCode> {
@@ -51,6 +56,7 @@ pub(crate) fn serve(ctx: &Warden, args: ServeArgs) -> Result<ExitCode> {
         admission: Admission::default(),
         call_log: Some(log),
         watch: Some(ctx.toolbox.clone()),
+        queue: args.max_queued_calls,
         ..Options::default()
     };
     let drain = options.drain;

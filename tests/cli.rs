@@ -965,6 +965,44 @@ fn add_call(id: usize) -> Value {
         "params": {"name": "add", "arguments": {"a": id, "b": 1}}})
 }
 
+/// 10,000 `tools/call`s written without waiting for an answer are all answered, and all
+/// succeed. (The reader used to run ahead of the calls it answered, each holding a stack of
+/// the engine until its leftovers were finished, and refused 8,729 of 10,000 as
+/// `unavailable`.)
+#[test]
+fn serve_answers_10000_pipelined_calls() {
+    const CALLS: usize = 10_000;
+    let env = cli_env();
+    env.ok(&["add", path_str(&wasm("trivial"))]);
+    let mut serving = Serving::start(&env);
+    let mut input = serving.input.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        let mut burst = Vec::new();
+        for id in 1..=CALLS {
+            burst.extend_from_slice(add_call(id).to_string().as_bytes());
+            burst.push(b'\n');
+        }
+        input.write_all(&burst).unwrap();
+        input
+    });
+    let mut failed = Vec::new();
+    for _ in 0..CALLS {
+        let answer = serving.answer().expect("the server is still there");
+        if answer["result"]["isError"] != false {
+            failed.push(answer);
+        }
+    }
+    drop(writer.join().unwrap());
+    assert!(
+        failed.is_empty(),
+        "{} failed: {:?}",
+        failed.len(),
+        failed.first()
+    );
+    assert!(serving.exited().success());
+}
+
 /// `warden serve` stopped by SIGTERM with calls in flight (sleeps of 0.2 s, and of ten
 /// minutes) answers each, cancelling those still running after the drain's 2 s, logs each
 /// once, says on stderr that it drains, and exits cleanly. (It used to exit at once: no

@@ -1,6 +1,6 @@
 //! The MCP methods: `tools/list` and `tools/call` over the toolbox in force.
 
-use crate::calls::Place;
+use crate::calls::{Place, Reserved};
 use crate::convert::Answered;
 use crate::session::{SESSION_ID_HEADER, Session};
 use crate::state::Shared;
@@ -47,17 +47,18 @@ impl Handler {
         tool.is_some_and(|t| t.review_required)
     }
 
-    /// Runs one `tools/call` through this session's dispatcher, in a place of its own among
-    /// the calls in flight; `None` when `cancelled` resolved first (the call was stopped, its
-    /// sandbox freed, and it is logged as cancelled). `peer` is who a reviewer asks: without
-    /// it, a call that needs review is rejected.
+    /// Runs one `tools/call` through this session's dispatcher, in the place among the calls
+    /// in flight `reserved` for it, else one it finds now; `None` when `cancelled` resolved
+    /// first (the call was stopped, its sandbox freed, and it is logged as cancelled). `peer`
+    /// is who a reviewer asks: without it, a call that needs review is rejected.
     pub(crate) async fn call(
         &self,
         request: CallToolRequestParams,
         peer: Option<&Peer<RoleServer>>,
         cancelled: impl Future<Output = ()>,
+        reserved: Option<Place>,
     ) -> Option<CallToolResult> {
-        let place = self.shared.calls.enter();
+        let place = reserved.map_or_else(|| self.shared.calls.enter(), Ok);
         let arguments = Value::Object(request.arguments.unwrap_or_default()).to_string();
         let answered = self.call_text(request.name.into(), arguments, peer, cancelled, &place);
         answered.await.map(|a| a.result())
@@ -147,8 +148,17 @@ impl ServerHandler for Handler {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let span = request_span("tools/call", Some(&request.name), &context);
+        let reserved = context
+            .extensions
+            .get::<Reserved>()
+            .and_then(Reserved::take);
         let answered = self
-            .call(request, Some(&context.peer), context.ct.cancelled())
+            .call(
+                request,
+                Some(&context.peer),
+                context.ct.cancelled(),
+                reserved,
+            )
             .instrument(span.clone())
             .await;
         match answered {

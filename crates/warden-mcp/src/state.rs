@@ -27,6 +27,10 @@ pub struct Options {
     pub watch: Option<PathBuf>,
     /// How often the policy files are looked at.
     pub poll_interval: Duration,
+    /// Calls that may wait for one of the places the admission's global concurrency gives,
+    /// across the server; a call past them is answered `unavailable` over HTTP, while over
+    /// stdio the server reads no further until one has answered.
+    pub queue: usize,
     /// How long the calls in flight when the server is told to stop ([`Server::stop`]) may
     /// take to answer; those still running then are cancelled.
     pub drain: Duration,
@@ -39,6 +43,7 @@ impl Default for Options {
             call_log: None,
             watch: None,
             poll_interval: Duration::from_secs(1),
+            queue: 1024,
             drain: Duration::from_secs(2),
         }
     }
@@ -77,7 +82,11 @@ impl Server {
         let toolbox = loader()?;
         let reviewer = Arc::new(ElicitationReviewer::default());
         let snapshot = snapshot(toolbox, &options, &reviewer);
-        let calls = Calls::new(options.drain);
+        let calls = Calls::new(
+            options.admission.global_concurrency,
+            options.queue,
+            options.drain,
+        );
         Ok(Server {
             shared: Arc::new(Shared {
                 current: RwLock::new(Arc::new(snapshot)),

@@ -18,10 +18,13 @@
 //! A `notifications/cancelled` naming a call answered here stops it, as rmcp would; at the end
 //! of input its calls get the same 5 s to answer as rmcp's, then are cancelled.
 //!
-//! When the server stops, the reader reads on (refusing new calls) until the drain is over;
-//! then the input ends, as at the end of stdin.
+//! Every `tools/call` the reader reads waits there for its place among the server's calls in
+//! flight ([`crate::calls`]): while every place is taken the reader reads nothing more, and
+//! the client's pipe holds the rest of its burst. When the server stops, the reader reads
+//! on (refusing new calls) until the drain is over; then the input ends, as at the end of
+//! stdin.
 
-use crate::calls::Place;
+use crate::calls::{Place, Reserved};
 use crate::convert::Answered;
 use crate::handler::Handler;
 use crate::state::Server;
@@ -47,7 +50,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{Mutex, Notify, mpsc};
+use tokio::sync::{Mutex, Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
@@ -165,33 +168,57 @@ struct Direct {
     ended: Arc<Notify>,
     /// What the calls answered on the reader left for after their answers, to a task that
     /// finishes it in order: waking one task costs less than spawning one a call.
-    finishing: mpsc::Sender<Deferred>,
+    finishing: mpsc::Sender<Leftovers>,
+    /// One for each call started here and not yet finished, as many as the dispatcher runs
+    /// at once. Each such call holds its WebAssembly store, and with it one of the engine's
+    /// stacks, until its leftovers are finished: it may be waiting to write its answer (to a
+    /// stdout still busy with the last one), or its leftovers waiting for the finishing task.
+    /// Unbounded, a reader that ran ahead of them (10,000 pipelined calls) held every stack,
+    /// and the calls past them were refused; bounded, it waits.
+    unfinished: Arc<Semaphore>,
 }
 
-/// How many calls' leftovers may wait for the finishing task; past that, each gets a task of
-/// its own.
+/// What a call answered here left, and its place among the unfinished.
+struct Leftovers {
+    deferred: Deferred,
+    unfinished: Option<OwnedSemaphorePermit>,
+}
+
+impl Leftovers {
+    async fn finish(self) {
+        self.deferred.finish().await;
+        drop(self.unfinished);
+    }
+}
+
+/// How many calls' leftovers may wait for the finishing task; past that, the reader waits
+/// for it.
 const FINISHING_AHEAD: usize = 16;
 
 impl Direct {
     fn new(handler: Handler) -> Self {
-        let (finishing, mut queue) = mpsc::channel::<Deferred>(FINISHING_AHEAD);
+        let (finishing, mut queue) = mpsc::channel::<Leftovers>(FINISHING_AHEAD);
         tokio::spawn(async move {
-            while let Some(deferred) = queue.recv().await {
-                deferred.finish().await;
+            while let Some(leftovers) = queue.recv().await {
+                leftovers.finish().await;
             }
         });
+        let unfinished = handler.shared.options.admission.global_concurrency.max(1);
         Self {
             handler,
             running: Arc::default(),
             ended: Arc::default(),
             finishing,
+            unfinished: Arc::new(Semaphore::new(unfinished)),
         }
     }
 
-    /// Finishes what a call answered on the reader left, on the finishing task.
-    fn finish(&self, deferred: Deferred) {
-        if let Err(full) = self.finishing.try_send(deferred) {
-            drop(tokio::spawn(full.into_inner().finish()));
+    /// Finishes what a call answered on the reader left, on the finishing task; waits while
+    /// [`FINISHING_AHEAD`] calls' leftovers wait for it.
+    async fn finish(&self, leftovers: Leftovers) {
+        if let Err(gone) = self.finishing.send(leftovers).await {
+            // The finishing task only ends with the server; finish them here.
+            gone.0.finish().await;
         }
     }
 
@@ -210,7 +237,8 @@ impl Direct {
     /// call's own), so the next line is not read behind it. Only a call that waits is
     /// registered by its id: one answered in its first poll is over before a cancellation
     /// naming it can be read. `place` is the call's among those in flight, held until its
-    /// answer is written, or why it has none (it is then refused).
+    /// answer is written, or why it has none (it is then refused). While as many calls as the
+    /// dispatcher runs are unfinished here, this waits for one to finish.
     async fn start<W>(
         &self,
         call: PlainCall<'_>,
@@ -219,6 +247,11 @@ impl Direct {
     ) where
         W: AsyncWrite + Unpin + Send + 'static,
     {
+        let unfinished = match self.unfinished.clone().try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            // Never closed: a permit is all it gives.
+            Err(_) => self.unfinished.clone().acquire_owned().await.ok(),
+        };
         let token = CancellationToken::new();
         let id = call.id;
         let name = call.params.name.into_owned();
@@ -264,14 +297,25 @@ impl Direct {
         let first = std::future::poll_fn(|cx| Poll::Ready(answer.as_mut().poll(cx))).await;
         match first {
             // The call is over: its sandbox ends, and its function's next one is prepared.
-            Poll::Ready(deferred) => self.finish(deferred),
+            Poll::Ready(deferred) => {
+                self.finish(Leftovers {
+                    deferred,
+                    unfinished,
+                })
+                .await;
+            }
             Poll::Pending => {
                 self.running().insert(id.clone(), token);
                 let this = self.clone();
                 drop(tokio::spawn(async move {
                     let deferred = answer.await;
                     this.answered(&id);
-                    deferred.finish().await;
+                    Leftovers {
+                        deferred,
+                        unfinished,
+                    }
+                    .finish()
+                    .await;
                 }));
             }
         }
@@ -407,11 +451,12 @@ where
                 && call.params.meta.is_none()
                 && !self.direct.handler.needs_peer(&call.params.name)
             {
-                let place = self.direct.handler.shared.calls.enter();
+                // No place: the pipe holds the rest of the burst until a call has answered.
+                let place = self.direct.handler.shared.calls.wait_to_enter().await;
                 self.direct.start(call, place, &self.out).await;
                 continue;
             }
-            let message = match read(&line) {
+            let mut message = match read(&line) {
                 Ok(ClientJsonRpcMessage::Notification(n)) => {
                     if let ClientNotification::CancelledNotification(c) = &n.notification
                         && let Some(id) = &c.params.request_id
@@ -428,6 +473,13 @@ where
                 }
                 Err(None) => continue,
             };
+            // A call rmcp answers waits for its place here too, and carries it to the handler.
+            if let ClientJsonRpcMessage::Request(request) = &mut message
+                && let ClientRequest::CallToolRequest(call) = &mut request.request
+                && let Ok(place) = self.direct.handler.shared.calls.wait_to_enter().await
+            {
+                call.extensions.insert(Reserved::new(place));
+            }
             if self.to_rmcp.send(message).await.is_err() {
                 return;
             }

@@ -335,3 +335,66 @@ async fn a_stop_answers_the_calls_in_flight_and_cuts_the_rest() {
     .map(|(t, o)| (t.to_owned(), o.to_owned()));
     assert_eq!(outcomes, expected, "each call logged once: {records:#?}");
 }
+
+/// Over HTTP a call past the places for calls (one running, two waiting here) is answered
+/// `unavailable` at once, and logged; the others are answered as places free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_the_queue_is_answered_unavailable() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options {
+        admission: warden_core::Admission {
+            global_concurrency: 1,
+            ..warden_core::Admission::default()
+        },
+        queue: 2,
+        ..Options::default()
+    };
+    let (server, log) = server(dir.path(), options);
+    let addr = serve(server).await;
+    let (_open, session) = session(addr).await;
+    let mut calls: Vec<_> = (1..=4)
+        .map(|id| {
+            let session = session.clone();
+            tokio::spawn(async move {
+                let mut stream = BufReader::new(TcpStream::connect(addr).await.unwrap());
+                post(&mut stream, Some(&session), &call(id, "held")).await
+            })
+        })
+        .collect();
+    // Three hold places and wait; the fourth, whichever it is, is answered at once.
+    let refused = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            if let Some(i) = calls.iter().position(tokio::task::JoinHandle::is_finished) {
+                break calls.remove(i).await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("a call is refused");
+    let refused = refused.2.expect("an answer");
+    let error = &refused["result"]["_meta"]["warden/error"];
+    assert_eq!(error["kind"], "unavailable", "{refused}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("--max-queued-calls"),
+        "{refused}"
+    );
+    RELEASE.add_permits(3);
+    for call in calls {
+        let answer = call.await.unwrap().2.expect("an answer");
+        assert_eq!(
+            answer["result"]["content"][0]["text"], "released",
+            "{answer}"
+        );
+    }
+    log.flush();
+    let logged = std::fs::read_to_string(log.path())
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(r#""event":"call""#))
+        .count();
+    assert_eq!(logged, 4, "each call logged once");
+}

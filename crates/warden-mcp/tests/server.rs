@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines, WriteHalf};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, SemaphorePermit};
 use warden_core::{
     BoxFuture, CallLog, ErrorKind, Executor, Invocation, Output, Protected, ToolError, Toolbox,
 };
@@ -92,6 +92,43 @@ impl Executor for Gate {
     }
 }
 
+/// What each `stack` call holds until it has been finished after its answer, as a
+/// WebAssembly call holds one of the engine's stacks in its store; the engine has
+/// [`STACKS`] of them.
+const STACKS: usize = 64;
+static STACK: Semaphore = Semaphore::const_new(STACKS);
+
+/// A store holding a stack, whose end takes a while (a store's reset does).
+struct Store(#[allow(dead_code, reason = "held, not read")] SemaphorePermit<'static>);
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Answers at once, leaving its store for after its answer; with no stack left it is refused,
+/// as the engine refuses a call past its stacks.
+struct Stacked;
+
+impl Executor for Stacked {
+    fn execute(&self, _: Invocation) -> BoxFuture<'_, Result<Output, ToolError>> {
+        Box::pin(async move {
+            let stack = STACK.try_acquire().map_err(|_| {
+                ToolError::new(
+                    ErrorKind::Unavailable,
+                    "every stack of the engine is in use",
+                )
+            })?;
+            warden_core::after_answer::defer(Store(stack));
+            Ok(Output {
+                content: "done".into(),
+                ..Output::default()
+            })
+        })
+    }
+}
+
 /// A server over test tools, and its call log.
 fn server(dir: &Path) -> (Server, Arc<CallLog>) {
     server_with(dir, Options::default())
@@ -115,6 +152,7 @@ fn server_with(dir: &Path, options: Options) -> (Server, Arc<CallLog>) {
         .tool("nap", Arc::new(Nap))
         .tool("doze", Arc::new(Doze))
         .tool("gate", Arc::new(Gate))
+        .tool("stacked", Arc::new(Stacked))
         .tool_with(
             "big",
             Some(json!({"type": "string"})),
@@ -449,4 +487,90 @@ async fn a_stop_answers_the_calls_in_flight_and_cuts_the_rest() {
     assert_eq!(outcomes("gate"), ["success"; 4]);
     assert_eq!(outcomes("nap"), ["unavailable"]);
     assert_eq!(outcomes("count"), ["unavailable"]);
+}
+
+/// A burst of calls that answer at once, written without waiting: each is answered. Each
+/// leaves a store to end after its answer, and the reader ran ahead of their ending until
+/// the engine had no stack left, refusing the rest (10,000 `add`s, 8,729 refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipelined_burst_is_answered_whatever_its_ends_cost() {
+    const CALLS: i64 = 2_000;
+    let dir = tempfile::tempdir().unwrap();
+    let (server, _log) = server(dir.path());
+    let Client {
+        mut write,
+        mut lines,
+    } = Client::start(server).await;
+    let writing = tokio::spawn(async move {
+        let mut burst = Vec::new();
+        for id in 1..=CALLS {
+            let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                              "params": {"name": "stacked"}});
+            burst.extend_from_slice(call.to_string().as_bytes());
+            burst.push(b'\n');
+        }
+        write.write_all(&burst).await.unwrap();
+        write
+    });
+    let mut refused = Vec::new();
+    for _ in 0..CALLS {
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("an answer in time")
+            .unwrap()
+            .expect("the server is still there");
+        let answer: Value = serde_json::from_str(&line).unwrap();
+        if answer["result"]["isError"] != false {
+            refused.push(answer);
+        }
+    }
+    drop(writing.await.unwrap());
+    assert!(
+        refused.is_empty(),
+        "{} refused: {:?}",
+        refused.len(),
+        refused.first()
+    );
+}
+
+/// Over stdio a burst past the places for calls (one running, two waiting here) is not
+/// refused: the reader waits for a place, and the client's pipe holds the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_past_the_queue_waits_for_places_on_stdio() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options {
+        admission: warden_core::Admission {
+            global_concurrency: 1,
+            ..warden_core::Admission::default()
+        },
+        queue: 2,
+        ..Options::default()
+    };
+    let (server, log) = server_with(dir.path(), options);
+    let mut client = Client::start(server).await;
+    for id in 1..=6 {
+        client
+            .send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                         "params": {"name": "gate"}}))
+            .await;
+    }
+    reached(&AT_GATE, 1).await;
+    GATE.add_permits(6);
+    for _ in 1..=6 {
+        let line = tokio::time::timeout(Duration::from_secs(30), client.lines.next_line())
+            .await
+            .expect("an answer in time")
+            .unwrap()
+            .unwrap();
+        let answer: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            answer["result"]["content"][0]["text"], "through",
+            "{answer}"
+        );
+    }
+    let calls = records(&log)
+        .iter()
+        .filter(|r| r["event"] == "call")
+        .count();
+    assert_eq!(calls, 6);
 }
