@@ -31,8 +31,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "DURATION",
           default_value_t = HumanDuration(ConnectionLimits::default().header_timeout))]
     header_timeout: HumanDuration,
-    /// At most this many HTTP connections that have not yet sent the token; one more closes
-    /// the oldest of them.
+    /// At most this many HTTP connections that have not yet sent the token; past them, the one
+    /// that has sent nothing longest is closed to make room, once it has been silent a second.
     #[arg(long, value_name = "N",
           default_value_t = ConnectionLimits::default().unauthenticated)]
     max_unauthenticated: usize,
@@ -128,6 +128,7 @@ async fn serve_http(server: Server, addr: SocketAddr, args: ServeArgs) -> Result
         limits: ConnectionLimits {
             header_timeout: args.header_timeout.0,
             unauthenticated: args.max_unauthenticated,
+            ..ConnectionLimits::default()
         },
     })
     .await?;

@@ -9,14 +9,16 @@
 //!
 //! Connections are bounded by [`ConnectionLimits`]: one that does not send a request's head in
 //! time is closed, and connections that have not yet made an authenticated request are
-//! capped, the oldest closed to make room, so idle or slow connections cannot use up the
-//! server's file descriptors and keep clients that hold the token out.
+//! capped, one that has sent nothing for a while closed to make room (see
+//! [`crate::connections`]), so idle or slow connections cannot use up the server's file
+//! descriptors and keep clients that hold the token out.
 //!
 //! A session lives in the server that initialized it. A request naming a session this server
 //! does not hold (it ended, or a load balancer sent it to another replica) is answered 404,
 //! which tells the client to start a new session. A `DELETE` ends the session it names: its
 //! sandboxes are gone when the answer, 200, is sent.
 
+use crate::connections::Unauthenticated;
 use crate::handler::Handler;
 use crate::session::SESSION_ID_HEADER;
 use crate::state::Server;
@@ -31,15 +33,12 @@ use hyper_util::rt::TokioTimer;
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
@@ -72,17 +71,24 @@ pub struct ConnectionLimits {
     /// keep-alive connections and heads sent a byte at a time alike. A response being sent
     /// (a long call, an event stream) is not waiting. 10 s.
     pub header_timeout: Duration,
-    /// Connections open that have not yet made an authenticated request, at most. Accepting
-    /// one more closes the oldest of them rather than refusing the new one, which is most
-    /// likely a client about to send its first request. 64.
+    /// Connections open that have not yet made an authenticated request, at most. At the
+    /// cap, the one silent longest is closed to make room once it has been silent for
+    /// [`ConnectionLimits::silence`]; until one has, no more are accepted (the kernel's
+    /// queue holds them). 1024.
     pub unauthenticated: usize,
+    /// How long a connection without the token must have sent nothing, while the server
+    /// waited for its request, before it may be closed to make room. A client that holds
+    /// the token sends its request as it connects; a connection that is sending is never
+    /// closed to make room. 1 s.
+    pub silence: Duration,
 }
 
 impl Default for ConnectionLimits {
     fn default() -> Self {
         Self {
             header_timeout: Duration::from_secs(10),
-            unauthenticated: 64,
+            unauthenticated: 1024,
+            silence: Duration::from_secs(1),
         }
     }
 }
@@ -156,7 +162,7 @@ impl HttpServer {
             sessions,
             shared: server.shared.clone(),
         });
-        let waiting = Arc::new(Unauthenticated::new(self.options.limits.unauthenticated));
+        let waiting = Arc::new(Unauthenticated::new(&self.options.limits));
         let mut http1 = hyper::server::conn::http1::Builder::new();
         http1
             .timer(TokioTimer::new())
@@ -172,14 +178,13 @@ impl HttpServer {
                 accepted = self.listener.accept() => accepted,
                 () = calls.stopping() => break,
             };
-            let stream = match accepted {
-                Ok((stream, _)) => stream,
+            let (stream, peer) = match accepted {
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of file descriptors and the like: free one if a connection without
-                    // the token holds it, and wait, do not spin.
-                    tracing::warn!("cannot accept a connection: {e}");
-                    waiting.close_oldest();
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    // the token has sat silent on it, and wait, do not spin.
+                    tracing::debug!("cannot accept a connection: {e}");
+                    waiting.make_room().await;
                     continue;
                 }
             };
@@ -190,10 +195,11 @@ impl HttpServer {
                 tracing::debug!("cannot set TCP_NODELAY on a connection: {e}");
             }
             let ticket = tokio::select! {
-                ticket = waiting.admit() => Arc::new(ticket),
+                ticket = waiting.admit(peer) => Arc::new(ticket),
                 () = calls.stopping() => break,
             };
             let closed = ticket.closed.clone();
+            let stream = ticket.watched(stream);
             let (service, guard, ending) = (service.clone(), guard.clone(), ending.clone());
             let answers = answers.clone();
             let handle = hyper::service::service_fn(move |request: Request<Incoming>| {
@@ -246,6 +252,7 @@ impl HttpServer {
             });
         }
         drop(self.listener);
+        waiting.report_closed();
         calls.drain().await;
         // Every call has answered: its answer is on its way to the client.
         answers.close();
@@ -306,96 +313,6 @@ impl Drop for AbortOnDrop {
 }
 
 type Body = BoxBody<Bytes, Infallible>;
-
-/// The connections that have not yet made an authenticated request. Each holds a permit until
-/// it authenticates or its task has dropped it, descriptor and all, so what the cap counts is
-/// what is open, not what was asked to close.
-struct Unauthenticated {
-    permits: Arc<Semaphore>,
-    /// By order of acceptance, oldest first: each connection's signal to close.
-    by_age: Mutex<BTreeMap<u64, CancellationToken>>,
-    next: AtomicU64,
-}
-
-impl Unauthenticated {
-    fn new(cap: usize) -> Self {
-        Self {
-            // Room for the one being accepted, however small the cap.
-            permits: Arc::new(Semaphore::new(cap.max(1))),
-            by_age: Mutex::default(),
-            next: AtomicU64::new(0),
-        }
-    }
-
-    /// A place for a connection just accepted. At the cap, the oldest connection is told to
-    /// close and this waits until one has: a flood is taken off the queue no faster than its
-    /// connections are closed.
-    async fn admit(self: &Arc<Self>) -> Ticket {
-        let permit = match self.permits.clone().try_acquire_owned() {
-            Ok(permit) => permit,
-            Err(_) => {
-                self.close_oldest();
-                match self.permits.clone().acquire_owned().await {
-                    Ok(permit) => permit,
-                    Err(_) => {
-                        unreachable!("the semaphore of unauthenticated connections is never closed")
-                    }
-                }
-            }
-        };
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let closed = CancellationToken::new();
-        self.by_age().insert(id, closed.clone());
-        Ticket {
-            id,
-            closed,
-            permit: Mutex::new(Some(permit)),
-            waiting: self.clone(),
-        }
-    }
-
-    /// Tells the oldest unauthenticated connection to close, if there is one.
-    fn close_oldest(&self) {
-        if let Some((_, oldest)) = self.by_age().pop_first() {
-            oldest.cancel();
-        }
-    }
-
-    fn by_age(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, CancellationToken>> {
-        self.by_age
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-/// One connection's place among the unauthenticated, given up when it authenticates or ends.
-struct Ticket {
-    id: u64,
-    /// Cancelled when the connection is to close to make room.
-    closed: CancellationToken,
-    /// Held while the connection has not authenticated.
-    permit: Mutex<Option<OwnedSemaphorePermit>>,
-    waiting: Arc<Unauthenticated>,
-}
-
-impl Ticket {
-    /// The connection made a request that passed the guard: it no longer counts.
-    fn authenticated(&self) {
-        let mut permit = self
-            .permit
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if permit.take().is_some() {
-            self.waiting.by_age().remove(&self.id);
-        }
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        self.waiting.by_age().remove(&self.id);
-    }
-}
 
 /// The session a `DELETE` names, if the request is one. rmcp would answer 202 and leave the
 /// session's sandboxes to end in their own time; a client expects 200 once it is over.
@@ -649,39 +566,6 @@ mod tests {
     fn refusals_close_their_connection() {
         let response = guard().check(&request(&[], "/mcp")).unwrap_err().response();
         assert_eq!(response.headers()[header::CONNECTION], "close");
-    }
-
-    #[tokio::test]
-    async fn the_oldest_unauthenticated_connection_makes_room() {
-        let waiting = Arc::new(Unauthenticated::new(2));
-        let first = waiting.admit().await;
-        let second = waiting.admit().await;
-        second.authenticated();
-        let third = waiting.admit().await;
-        assert!(!first.closed.is_cancelled() && !third.closed.is_cancelled());
-
-        // At the cap: the oldest is told to close, and the next waits until it has.
-        let fourth = tokio::spawn({
-            let waiting = waiting.clone();
-            async move { waiting.admit().await }
-        });
-        first.closed.cancelled().await;
-        tokio::task::yield_now().await;
-        assert!(
-            !fourth.is_finished(),
-            "no room before the oldest has closed"
-        );
-        drop(first);
-        let fourth = fourth.await.unwrap();
-        assert!(
-            !second.closed.is_cancelled(),
-            "an authenticated one is never closed"
-        );
-        assert!(!third.closed.is_cancelled() && !fourth.closed.is_cancelled());
-        drop(third);
-        let fifth = waiting.admit().await;
-        assert!(!fourth.closed.is_cancelled(), "an ended one made room");
-        drop(fifth);
     }
 
     fn status(r: Result<(), Refusal>) -> u16 {

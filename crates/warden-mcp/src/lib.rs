@@ -9,6 +9,7 @@
 //! reads and never writes.
 
 mod calls;
+mod connections;
 mod convert;
 mod handler;
 mod http;
