@@ -126,6 +126,11 @@ impl Calls {
         self.stopping.cancel();
     }
 
+    /// Whether the server has been told to stop.
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.stopping.is_cancelled()
+    }
+
     /// Resolves once the server is told to stop.
     pub(crate) fn stopping(&self) -> WaitForCancellationFuture<'_> {
         self.stopping.cancelled()

@@ -24,6 +24,7 @@ use crate::session::SESSION_ID_HEADER;
 use crate::state::Server;
 use crate::{Error, watch};
 use bytes::Bytes;
+use futures::FutureExt as _;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
@@ -174,9 +175,19 @@ impl HttpServer {
         let closing = CancellationToken::new();
         let calls = &server.shared.calls;
         loop {
-            let accepted = tokio::select! {
-                accepted = self.listener.accept() => accepted,
-                () = calls.stopping() => break,
+            // Once stopping, the connections the kernel already holds are still taken, and
+            // their requests answered (a call refused): closing the listener on them would
+            // reset them unanswered. Then no more.
+            let accepted = if calls.is_stopping() {
+                match self.listener.accept().now_or_never() {
+                    Some(accepted) => accepted,
+                    None => break,
+                }
+            } else {
+                tokio::select! {
+                    accepted = self.listener.accept() => accepted,
+                    () = calls.stopping() => continue,
+                }
             };
             let (stream, peer) = match accepted {
                 Ok(accepted) => accepted,
@@ -195,6 +206,8 @@ impl HttpServer {
                 tracing::debug!("cannot set TCP_NODELAY on a connection: {e}");
             }
             let ticket = tokio::select! {
+                // Room first: a stopping server still takes a connection there is room for.
+                biased;
                 ticket = waiting.admit(peer) => Arc::new(ticket),
                 () = calls.stopping() => break,
             };
