@@ -20,6 +20,7 @@
 
 use crate::connections::Unauthenticated;
 use crate::handler::Handler;
+use crate::jsonrpc::{self, error_reply};
 use crate::session::SESSION_ID_HEADER;
 use crate::state::Server;
 use crate::{Error, watch};
@@ -27,13 +28,15 @@ use bytes::Bytes;
 use futures::FutureExt as _;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use hyper_util::rt::TokioTimer;
+use rmcp::model::ErrorCode;
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::Value;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -149,6 +152,7 @@ impl HttpServer {
         // The guard checks `Host` for every method (rmcp's own check would miss the
         // `DELETE`s answered here), so there is one rule, the guard's.
         let config = StreamableHttpServerConfig::default().disable_allowed_hosts();
+        let max_body = config.max_request_body_bytes;
         // Cancelling it ends rmcp's event streams and sessions.
         let streams = config.cancellation_token.clone();
         let shared = server.shared.clone();
@@ -226,6 +230,12 @@ impl HttpServer {
                             ticket.authenticated();
                             match session_to_end(&request) {
                                 Some(id) => ending.end(&id).await,
+                                None if is_json_post(&request) => {
+                                    match checked(request, max_body).await {
+                                        Ok(request) => service.handle(request).await,
+                                        Err(answer) => answer,
+                                    }
+                                }
                                 None => service.handle(request).await,
                             }
                         }
@@ -359,6 +369,74 @@ impl Ending {
         }
         text(StatusCode::OK, "the session has ended")
     }
+}
+
+/// Whether a request is a POST of JSON, whose body is a message. rmcp answers any other
+/// POST itself (415 for another media type).
+fn is_json_post<B>(request: &Request<B>) -> bool {
+    request.method() == Method::POST
+        && request
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// A POST's body, read whole (up to `limit`, rmcp's own) and checked as a stdio line is
+/// ([`crate::jsonrpc`]): the request again, for rmcp, or the JSON-RPC error to answer
+/// instead: with HTTP 200 when it answers a request by its id, else 400 (413 when too long).
+async fn checked(
+    request: Request<Incoming>,
+    limit: usize,
+) -> Result<Request<Full<Bytes>>, Response<Body>> {
+    let (parts, body) = request.into_parts();
+    let bytes = match Limited::new(body, limit).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) => {
+            let (status, message) = if e.is::<LengthLimitError>() {
+                (
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("Invalid Request: a message is longer than {limit} bytes"),
+                )
+            } else {
+                (
+                    StatusCode::BAD_REQUEST,
+                    format!("Invalid Request: the body could not be read: {e}"),
+                )
+            };
+            let reply = error_reply(ErrorCode::INVALID_REQUEST, &message, Value::Null);
+            return Err(json_response(status, &reply));
+        }
+    };
+    match jsonrpc::read(&bytes) {
+        Ok(_) => Ok(Request::from_parts(parts, Full::new(bytes))),
+        Err(Some(reply)) => {
+            let status = if reply["id"].is_null() {
+                StatusCode::BAD_REQUEST
+            } else {
+                StatusCode::OK
+            };
+            Err(json_response(status, &reply))
+        }
+        Err(None) => {
+            let message = "Invalid Request: a malformed notification or response";
+            let reply = error_reply(ErrorCode::INVALID_REQUEST, message, Value::Null);
+            Err(json_response(StatusCode::BAD_REQUEST, &reply))
+        }
+    }
+}
+
+/// A JSON response.
+fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
+    let body = Full::new(Bytes::from(value.to_string())).boxed();
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 /// Why a request naming an unknown session gets 404.

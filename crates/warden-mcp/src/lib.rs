@@ -13,6 +13,7 @@ mod connections;
 mod convert;
 mod handler;
 mod http;
+mod jsonrpc;
 mod review;
 mod session;
 mod state;

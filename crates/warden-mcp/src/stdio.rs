@@ -27,6 +27,7 @@
 use crate::calls::{Place, Reserved};
 use crate::convert::Answered;
 use crate::handler::Handler;
+use crate::jsonrpc::{self, error_reply};
 use crate::state::Server;
 use crate::trace::{self, Incoming};
 use crate::{Error, watch};
@@ -41,8 +42,8 @@ use rmcp::model::{
 use rmcp::model::{ClientNotification, ErrorCode, ProtocolVersion, ServerResult};
 use rmcp::transport::Transport;
 use serde::{Deserialize, Deserializer};
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Value, json};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io;
@@ -585,13 +586,7 @@ fn read(line: &[u8]) -> Result<ClientJsonRpcMessage, Option<Value>> {
     {
         return Ok(message);
     }
-    match serde_json::from_slice::<ClientJsonRpcMessage>(line) {
-        Ok(ClientJsonRpcMessage::Request(request)) if is_misshapen(&request.request) => {
-            Err(Some(misshapen_reply(&request.request, request.id)))
-        }
-        Ok(message) => Ok(message),
-        Err(e) => Err(refusal(line, &e)),
-    }
+    jsonrpc::read(line)
 }
 
 /// A `tools/call` of the usual shape, read in one pass. rmcp reads any message by trying
@@ -660,102 +655,6 @@ impl<'a> PlainCall<'a> {
             id: self.id,
             request: ClientRequest::CallToolRequest(request),
         }))
-    }
-}
-
-/// Methods of MCP that rmcp reads as a custom request when their params do not fit.
-const KNOWN_METHODS: &[&str] = &[
-    "initialize",
-    "ping",
-    "tools/list",
-    "tools/call",
-    "prompts/list",
-    "prompts/get",
-    "resources/list",
-    "resources/read",
-    "resources/templates/list",
-    "resources/subscribe",
-    "resources/unsubscribe",
-    "completion/complete",
-    "logging/setLevel",
-];
-
-/// A request of a known method whose params do not fit it: rmcp would answer "method not
-/// found", which misleads; it is "invalid params".
-fn is_misshapen(request: &ClientRequest) -> bool {
-    matches!(request, ClientRequest::CustomRequest(c) if KNOWN_METHODS.contains(&c.method.as_str()))
-}
-
-fn misshapen_reply(request: &ClientRequest, id: RequestId) -> Value {
-    let ClientRequest::CustomRequest(custom) = request else {
-        return error_reply(
-            ErrorCode::INVALID_PARAMS,
-            "Invalid params",
-            id.into_json_value(),
-        );
-    };
-    let params = custom.params.clone().unwrap_or(Value::Null);
-    let why = match custom.method.as_str() {
-        "tools/call" => serde_json::from_value::<CallToolRequestParams>(params)
-            .err()
-            .map(|e| format!(": {e}")),
-        _ => None,
-    };
-    let message = format!(
-        "Invalid params for `{}`{}",
-        custom.method,
-        why.unwrap_or_default()
-    );
-    error_reply(ErrorCode::INVALID_PARAMS, &message, id.into_json_value())
-}
-
-fn error_reply(code: ErrorCode, message: &str, id: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code.0, "message": message}})
-}
-
-/// The answer to a line that is not a message warden understands; `None` when JSON-RPC says
-/// to stay silent (a notification, or a response to a request of ours).
-fn refusal(line: &[u8], e: &serde_json::Error) -> Option<Value> {
-    let Ok(value) = serde_json::from_slice::<Value>(line) else {
-        tracing::debug!("a line that is not JSON: {e}");
-        return Some(error_reply(
-            ErrorCode::PARSE_ERROR,
-            &format!("Parse error: {e}"),
-            Value::Null,
-        ));
-    };
-    let Some(object) = value.as_object() else {
-        let message = "Invalid Request: a message is one JSON-RPC 2.0 object";
-        return Some(error_reply(
-            ErrorCode::INVALID_REQUEST,
-            message,
-            Value::Null,
-        ));
-    };
-    let id = object
-        .get("id")
-        .filter(|id| id.is_string() || id.is_i64())
-        .cloned();
-    let version_ok = object.get("jsonrpc").and_then(Value::as_str) == Some("2.0");
-    match (object.get("method").and_then(Value::as_str), id) {
-        (Some(method), Some(id)) if version_ok => Some(error_reply(
-            ErrorCode::INVALID_PARAMS,
-            &format!("Invalid params for `{method}`: {e}"),
-            id,
-        )),
-        (Some(_), None) if !object.contains_key("id") => {
-            tracing::debug!("ignoring a malformed notification: {e}");
-            None
-        }
-        (None, _) if object.contains_key("result") || object.contains_key("error") => {
-            tracing::debug!("ignoring a malformed response: {e}");
-            None
-        }
-        (_, id) => Some(error_reply(
-            ErrorCode::INVALID_REQUEST,
-            &format!("Invalid Request: not a JSON-RPC 2.0 request ({e})"),
-            id.unwrap_or(Value::Null),
-        )),
     }
 }
 

@@ -118,7 +118,15 @@ async fn post(
     session: Option<&str>,
     body: &Value,
 ) -> (u16, Vec<String>, Option<Value>) {
-    let body = body.to_string();
+    post_text(stream, session, &body.to_string()).await
+}
+
+/// [`post`] of a body that need not be JSON.
+async fn post_text(
+    stream: &mut BufReader<TcpStream>,
+    session: Option<&str>,
+    body: &str,
+) -> (u16, Vec<String>, Option<Value>) {
     let addr = stream.get_ref().peer_addr().unwrap();
     let mut head = format!(
         "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\n\
@@ -397,4 +405,61 @@ async fn a_call_past_the_queue_is_answered_unavailable() {
         .filter(|l| l.contains(r#""event":"call""#))
         .count();
     assert_eq!(logged, 4, "each call logged once");
+}
+
+/// A body that is not a message, or a known method's params that do not fit it, get the
+/// JSON-RPC errors stdio answers, with the request's id when it can be read: not rmcp's
+/// plain-text 415, nor "method not found".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_bodies_get_json_rpc_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = serve(server(dir.path(), Options::default()).0).await;
+    let (mut stream, session) = session(addr).await;
+    let mut answer = async |body: &str| {
+        let (status, headers, message) = post_text(&mut stream, Some(&session), body).await;
+        assert_eq!(
+            header(&headers, "content-type").as_deref(),
+            Some("application/json"),
+            "{headers:?}"
+        );
+        (status, message.expect("a JSON-RPC message"))
+    };
+    let (status, garbage) = answer("this is not json").await;
+    assert_eq!(
+        (status, &garbage["error"]["code"]),
+        (400, &json!(-32700)),
+        "{garbage}"
+    );
+    assert_eq!(garbage["id"], Value::Null);
+    let (status, batch) = answer("[1, 2]").await;
+    assert_eq!(
+        (status, &batch["error"]["code"]),
+        (400, &json!(-32600)),
+        "{batch}"
+    );
+    let no_params = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call"});
+    let (status, misfit) = answer(&no_params.to_string()).await;
+    assert_eq!(
+        (status, &misfit["error"]["code"]),
+        (200, &json!(-32602)),
+        "{misfit}"
+    );
+    assert_eq!(misfit["id"], 3);
+    let depth = 100_000;
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"name":"ok","_meta":{{"x":{}1{}}}}}}}"#,
+        "[".repeat(depth),
+        "]".repeat(depth)
+    );
+    let (status, deep) = answer(&deep).await;
+    assert_eq!(
+        (status, &deep["error"]["code"]),
+        (200, &json!(-32602)),
+        "{deep}"
+    );
+    assert_eq!(deep["id"], 4);
+    // The connection and the session are still good.
+    let (status, _, ok) = post(&mut stream, Some(&session), &call(5, "ok")).await;
+    assert_eq!(status, 200);
+    assert_eq!(ok.unwrap()["result"]["content"][0]["text"], "ok");
 }
