@@ -31,11 +31,16 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "DURATION",
           default_value_t = HumanDuration(ConnectionLimits::default().header_timeout))]
     header_timeout: HumanDuration,
-    /// At most this many HTTP connections that have not yet sent the token; one more closes
-    /// the oldest of them.
+    /// At most this many HTTP connections that have not yet sent the token; past them, the one
+    /// that has sent nothing longest is closed to make room, once it has been silent a second.
     #[arg(long, value_name = "N",
           default_value_t = ConnectionLimits::default().unauthenticated)]
     max_unauthenticated: usize,
+    /// Calls that may wait, across the server, while as many run as warden runs at once; over
+    /// HTTP one more is answered `unavailable`, over stdio the server reads no further until
+    /// a call has answered.
+    #[arg(long, value_name = "N", default_value_t = Options::default().queue)]
+    max_queued_calls: usize,
 }
 
 pub(crate) fn serve(ctx: &Warden, args: ServeArgs) -> Result<ExitCode> {
@@ -51,21 +56,47 @@ pub(crate) fn serve(ctx: &Warden, args: ServeArgs) -> Result<ExitCode> {
         admission: Admission::default(),
         call_log: Some(log),
         watch: Some(ctx.toolbox.clone()),
+        queue: args.max_queued_calls,
         ..Options::default()
     };
+    let drain = options.drain;
     let server = Server::new(loader, options)
         .with_context(|| format!("loading the toolbox {}", ctx.toolbox.display()))?;
     let runtime = context::runtime()?;
     let served = runtime.block_on(async {
+        let stopper = server.clone();
         let serving = async {
             match args.http {
                 None => Ok(server.serve_stdio().await?),
                 Some(addr) => serve_http(server, addr, args).await,
             }
         };
+        tokio::pin!(serving);
+        // The first signal drains; serving returns once the calls in flight have answered.
         tokio::select! {
-            served = serving => served,
-            signal = stop_signal() => signal,
+            served = &mut serving => return served,
+            signal = signalled() => {
+                eprintln!(
+                    "warden: {}: draining: no new calls; the calls in flight have up to {} to \
+                     answer, then are cancelled",
+                    signal?,
+                    HumanDuration(drain)
+                );
+                stopper.stop();
+            }
+        }
+        // A second one does not wait.
+        tokio::select! {
+            served = &mut serving => {
+                if served.is_ok() {
+                    eprintln!("warden: every call answered; stopped");
+                }
+                served
+            }
+            signal = signalled() => {
+                eprintln!("warden: {} again: stopping without waiting", signal?);
+                Ok(())
+            }
         }
     });
     runtime.shutdown_timeout(Duration::from_secs(2));
@@ -73,16 +104,15 @@ pub(crate) fn serve(ctx: &Warden, args: ServeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// SIGTERM or SIGINT: the server stops taking calls and ends cleanly.
-async fn stop_signal() -> Result<()> {
+/// Waits for SIGTERM or SIGINT, and names it.
+async fn signalled() -> Result<&'static str> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-        _ = int.recv() => tracing::info!("SIGINT: stopping"),
-    }
-    Ok(())
+    Ok(tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    })
 }
 
 async fn serve_http(server: Server, addr: SocketAddr, args: ServeArgs) -> Result<()> {
@@ -98,6 +128,7 @@ async fn serve_http(server: Server, addr: SocketAddr, args: ServeArgs) -> Result
         limits: ConnectionLimits {
             header_timeout: args.header_timeout.0,
             unauthenticated: args.max_unauthenticated,
+            ..ConnectionLimits::default()
         },
     })
     .await?;

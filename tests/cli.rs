@@ -962,3 +962,244 @@ fn a_full_disk_leaves_nothing_half_written_and_the_next_try_works() {
     assert_eq!(calls, 2, "{log}");
     assert_eq!(json(records.last().unwrap())["event"], "call", "{log}");
 }
+
+/// `warden serve` over stdio, its answers read on a thread of their own, its stderr kept.
+struct Serving {
+    child: std::process::Child,
+    input: Option<std::process::ChildStdin>,
+    answers: std::sync::mpsc::Receiver<Value>,
+    /// Reads its stderr to the end.
+    stderr: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Serving {
+    /// Started on `env`'s toolbox, with a session initialized.
+    fn start(env: &Env) -> Serving {
+        use std::io::{BufRead, BufReader, Read};
+        use std::process::Stdio;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_warden"))
+            .arg("serve")
+            .env("WARDEN_TOOLBOX", env.toolbox())
+            .env("WARDEN_HOME", env.dir.path().join("home"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (send, answers) = std::sync::mpsc::channel();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            for line in stdout.lines() {
+                let Ok(line) = line else { return };
+                if send.send(json(&line)).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut from = child.stderr.take().unwrap();
+        let stderr = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = from.read_to_string(&mut text);
+            text
+        });
+        let mut serving = Serving {
+            input: child.stdin.take(),
+            child,
+            answers,
+            stderr: Some(stderr),
+        };
+        let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "test", "version": "0"}}});
+        serving.write(&[init]);
+        assert_eq!(serving.answer().unwrap()["id"], 0);
+        serving
+            .write(&[serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"})]);
+        serving
+    }
+
+    fn write(&mut self, messages: &[Value]) {
+        use std::io::Write;
+        let mut lines = Vec::new();
+        for m in messages {
+            lines.extend_from_slice(m.to_string().as_bytes());
+            lines.push(b'\n');
+        }
+        let input = self.input.as_mut().unwrap();
+        input.write_all(&lines).unwrap();
+        input.flush().unwrap();
+    }
+
+    /// The next answer; `None` once the server has closed its stdout.
+    fn answer(&self) -> Option<Value> {
+        match self
+            .answers
+            .recv_timeout(std::time::Duration::from_secs(60))
+        {
+            Ok(answer) => Some(answer),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => None,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("no answer in a minute"),
+        }
+    }
+
+    /// What the server wrote on stderr, once it has exited.
+    fn stderr(&mut self) -> String {
+        self.stderr.take().unwrap().join().unwrap()
+    }
+
+    /// Waits for the server to exit, a minute at most.
+    fn exited(&mut self) -> std::process::ExitStatus {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the server did not stop"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn add_call(id: usize) -> Value {
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "add", "arguments": {"a": id, "b": 1}}})
+}
+
+/// 10,000 `tools/call`s written without waiting for an answer are all answered, and all
+/// succeed. (The reader used to run ahead of the calls it answered, each holding a stack of
+/// the engine until its leftovers were finished, and refused 8,729 of 10,000 as
+/// `unavailable`.)
+#[test]
+fn serve_answers_10000_pipelined_calls() {
+    const CALLS: usize = 10_000;
+    let env = cli_env();
+    env.ok(&["add", path_str(&wasm("trivial"))]);
+    let mut serving = Serving::start(&env);
+    let mut input = serving.input.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        let mut burst = Vec::new();
+        for id in 1..=CALLS {
+            burst.extend_from_slice(add_call(id).to_string().as_bytes());
+            burst.push(b'\n');
+        }
+        input.write_all(&burst).unwrap();
+        input
+    });
+    let mut failed = Vec::new();
+    for _ in 0..CALLS {
+        let answer = serving.answer().expect("the server is still there");
+        if answer["result"]["isError"] != false {
+            failed.push(answer);
+        }
+    }
+    drop(writer.join().unwrap());
+    assert!(
+        failed.is_empty(),
+        "{} failed: {:?}",
+        failed.len(),
+        failed.first()
+    );
+    assert!(serving.exited().success());
+}
+
+/// `warden serve` stopped by SIGTERM with calls in flight (sleeps of 0.2 s, and of ten
+/// minutes) answers each, cancelling those still running after the drain's 2 s, logs each
+/// once, says on stderr that it drains, and exits cleanly. (It used to exit at once: no
+/// answers, no records, nothing on stderr.)
+#[test]
+fn serve_stopped_by_sigterm_answers_or_cancels_each_call_in_flight() {
+    let env = cli_env();
+    env.ok(&["add", path_str(&wasm("trivial"))]);
+    env.ok(&["add", path_str(&wasm("hostile"))]);
+    let mut serving = Serving::start(&env);
+    let sleeps: Vec<u64> = [200, 600_000].repeat(4);
+    let mut calls: Vec<Value> = sleeps
+        .iter()
+        .enumerate()
+        .map(|(i, ms)| {
+            serde_json::json!({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
+                "params": {"name": "sleep", "arguments": {"ms": ms}}})
+        })
+        .collect();
+    // Read in order behind the sleeps: once it is answered, they have all started.
+    let last = sleeps.len() + 1;
+    calls.push(add_call(last));
+    serving.write(&calls);
+    let mut answers = std::collections::HashMap::new();
+    loop {
+        let answer = serving.answer().expect("an answer");
+        let id = answer["id"].as_u64().unwrap() as usize;
+        assert!(
+            answers.insert(id, answer).is_none(),
+            "one answer to call {id}"
+        );
+        if id == last {
+            break;
+        }
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &serving.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    while let Some(answer) = serving.answer() {
+        let id = answer["id"].as_u64().unwrap() as usize;
+        assert!(
+            answers.insert(id, answer).is_none(),
+            "one answer to call {id}"
+        );
+    }
+    assert!(serving.exited().success(), "stopped cleanly");
+    assert_eq!(
+        answers.len(),
+        calls.len(),
+        "every call answered: {answers:?}"
+    );
+    let mut succeeded = 0;
+    for (i, ms) in sleeps.iter().enumerate() {
+        let result = &answers[&(i + 1)]["result"];
+        if result["isError"] == false {
+            assert_eq!(
+                *ms, 200,
+                "a ten-minute sleep cannot have finished: {result}"
+            );
+            succeeded += 1;
+        } else {
+            assert_eq!(
+                result["_meta"]["warden/error"]["kind"], "unavailable",
+                "{result}"
+            );
+            let message = result["_meta"]["warden/error"]["message"].as_str().unwrap();
+            assert!(message.contains("cancelled"), "{message}");
+        }
+    }
+    let log = std::fs::read_to_string(env.dir.path().join("home/calls.jsonl")).unwrap();
+    let records: Vec<Value> = log
+        .lines()
+        .map(json)
+        .filter(|r| r["event"] == "call")
+        .collect();
+    assert_eq!(
+        records.len(),
+        calls.len(),
+        "one record a call: {records:#?}"
+    );
+    let sleeps_succeeded = records
+        .iter()
+        .filter(|r| r["tool"] == "sleep" && r["outcome"] == "success")
+        .count();
+    assert_eq!(sleeps_succeeded, succeeded, "{records:#?}");
+    let stderr = serving.stderr();
+    assert!(stderr.contains("SIGTERM: draining"), "{stderr}");
+}

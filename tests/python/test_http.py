@@ -91,3 +91,26 @@ def test_a_short_token_is_refused(toolbox):
     )
     assert done.returncode != 0
     assert b"at least" in done.stderr
+
+
+def test_malformed_bodies_get_the_json_rpc_errors_stdio_gives(toolbox):
+    with http_server(toolbox) as (url, token):
+        auth = {"Authorization": f"Bearer {token}"}
+        init = post(url, **auth)
+        session = init.headers["mcp-session-id"]
+        headers = {"Accept": ACCEPT, "Content-Type": "application/json",
+                   "Mcp-Session-Id": session, **auth}
+
+        def raw(body: str) -> httpx.Response:
+            return httpx.post(url, content=body, headers=headers, timeout=30)
+
+        garbage = raw("this is not JSON")
+        assert garbage.status_code == 400
+        assert garbage.headers["content-type"] == "application/json"
+        assert garbage.json()["error"]["code"] == -32700
+        assert garbage.json()["id"] is None
+
+        no_params = raw('{"jsonrpc": "2.0", "id": 7, "method": "tools/call"}')
+        assert no_params.status_code == 200
+        assert no_params.json()["error"]["code"] == -32602, "as over stdio"
+        assert no_params.json()["id"] == 7

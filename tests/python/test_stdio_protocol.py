@@ -103,6 +103,14 @@ def test_malformed_messages_get_errors_and_the_server_survives(toolbox):
         raw.send(b"\xff\xfe binary junk")
         assert raw.receive()["error"]["code"] == -32700
 
+        # Deeper than the server reads into a value: still answered with the call's id.
+        deep = "[" * 100_000 + "]" * 100_000
+        raw.send('{"jsonrpc": "2.0", "id": 6, "method": "tools/call", '
+                 '"params": {"name": "add", "_meta": {"x": ' + deep + '}}}')
+        answer = raw.receive()
+        assert answer["id"] == 6
+        assert answer["error"]["code"] == -32602
+
         raw.request(5, "tools/call", {"name": "add", "arguments": {"a": 20, "b": 22}})
         answer = raw.receive()
         assert answer["id"] == 5

@@ -1,5 +1,6 @@
 //! The MCP methods: `tools/list` and `tools/call` over the toolbox in force.
 
+use crate::calls::{Place, Reserved};
 use crate::convert::Answered;
 use crate::session::{SESSION_ID_HEADER, Session};
 use crate::state::Shared;
@@ -13,7 +14,7 @@ use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tracing::Instrument as _;
 use warden_core::{ErrorKind, ToolCall, ToolError};
 
@@ -46,29 +47,36 @@ impl Handler {
         tool.is_some_and(|t| t.review_required)
     }
 
-    /// Runs one `tools/call` through this session's dispatcher; `None` when `cancelled`
-    /// resolved first (the call was stopped, its sandbox freed, and it is logged as
-    /// cancelled). `peer` is who a reviewer asks: without it, a call that needs review is
-    /// rejected.
+    /// Runs one `tools/call` through this session's dispatcher, in the place among the calls
+    /// in flight `reserved` for it, else one it finds now; `None` when `cancelled` resolved
+    /// first (the call was stopped, its sandbox freed, and it is logged as cancelled). `peer`
+    /// is who a reviewer asks: without it, a call that needs review is rejected.
     pub(crate) async fn call(
         &self,
         request: CallToolRequestParams,
         peer: Option<&Peer<RoleServer>>,
         cancelled: impl Future<Output = ()>,
+        reserved: Option<Place>,
     ) -> Option<CallToolResult> {
+        let place = reserved.map_or_else(|| self.shared.calls.enter(), Ok);
         let arguments = Value::Object(request.arguments.unwrap_or_default()).to_string();
-        let answered = self.call_text(request.name.into(), arguments, peer, cancelled);
+        let answered = self.call_text(request.name.into(), arguments, peer, cancelled, &place);
         answered.await.map(|a| a.result())
     }
 
     /// [`Handler::call`] of the tool `name` with its arguments as a JSON object's text, which
     /// the dispatcher parses: the stdio transport hands on the text as the client wrote it.
+    /// `place` is the call's place among those in flight, which the caller holds until the
+    /// answer is written, or why there is none: then the call is answered with that error,
+    /// and logged, without running. A call still running when a stopping server's drain
+    /// ends is cancelled and answered.
     pub(crate) async fn call_text(
         &self,
         name: String,
         arguments: String,
         peer: Option<&Peer<RoleServer>>,
         cancelled: impl Future<Output = ()>,
+        place: &Result<Place, ToolError>,
     ) -> Option<Answered> {
         let snapshot = self.shared.snapshot();
         let call = ToolCall {
@@ -78,6 +86,11 @@ impl Handler {
         };
         let dispatcher = self.session.dispatcher(&snapshot.dispatcher);
         let tool = snapshot.dispatcher.toolbox().get(&call.name);
+        let spec = tool.map(|t| &t.spec);
+        if let Err(refused) = place {
+            let message = dispatcher.answer_cancelled(&call, refused.clone(), Duration::ZERO);
+            return Some(Answered::new(message, spec));
+        }
         let _review = tool
             .filter(|t| t.review_required)
             .zip(peer)
@@ -85,16 +98,19 @@ impl Handler {
         let start = Instant::now();
         tokio::select! {
             // The call first: one that answers at once never polls (so never registers with)
-            // the cancellation, and no random order is drawn.
+            // the cancellations, and no random order is drawn.
             biased;
-            message = dispatcher.call(call.clone()) => {
-                Some(Answered::new(message, tool.map(|t| &t.spec)))
-            }
+            message = dispatcher.call(call.clone()) => Some(Answered::new(message, spec)),
             () = cancelled => {
                 // Dropping the dispatcher's future above stopped the call and freed its sandbox;
                 // the answer goes nowhere but the log.
                 dispatcher.answer_cancelled(&call, self::cancelled(), start.elapsed());
                 None
+            }
+            () = self.shared.calls.cut() => {
+                let error = self.shared.calls.cut_error();
+                let message = dispatcher.answer_cancelled(&call, error, start.elapsed());
+                Some(Answered::new(message, spec))
             }
         }
     }
@@ -132,8 +148,17 @@ impl ServerHandler for Handler {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let span = request_span("tools/call", Some(&request.name), &context);
+        let reserved = context
+            .extensions
+            .get::<Reserved>()
+            .and_then(Reserved::take);
         let answered = self
-            .call(request, Some(&context.peer), context.ct.cancelled())
+            .call(
+                request,
+                Some(&context.peer),
+                context.ct.cancelled(),
+                reserved,
+            )
             .instrument(span.clone())
             .await;
         match answered {

@@ -9,38 +9,43 @@
 //!
 //! Connections are bounded by [`ConnectionLimits`]: one that does not send a request's head in
 //! time is closed, and connections that have not yet made an authenticated request are
-//! capped, the oldest closed to make room, so idle or slow connections cannot use up the
-//! server's file descriptors and keep clients that hold the token out.
+//! capped, one that has sent nothing for a while closed to make room (see
+//! [`crate::connections`]), so idle or slow connections cannot use up the server's file
+//! descriptors and keep clients that hold the token out.
 //!
 //! A session lives in the server that initialized it. A request naming a session this server
 //! does not hold (it ended, or a load balancer sent it to another replica) is answered 404,
 //! which tells the client to start a new session. A `DELETE` ends the session it names: its
 //! sandboxes are gone when the answer, 200, is sent.
 
+use crate::connections::Unauthenticated;
 use crate::handler::Handler;
+use crate::jsonrpc::{self, error_reply};
 use crate::session::SESSION_ID_HEADER;
 use crate::state::Server;
 use crate::{Error, watch};
 use bytes::Bytes;
+use futures::FutureExt as _;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use hyper_util::rt::TokioTimer;
+use rmcp::model::ErrorCode;
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
-use std::collections::BTreeMap;
+use serde_json::Value;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 
 /// The shortest token accepted.
 pub(crate) const MIN_TOKEN_LEN: usize = 16;
@@ -70,17 +75,24 @@ pub struct ConnectionLimits {
     /// keep-alive connections and heads sent a byte at a time alike. A response being sent
     /// (a long call, an event stream) is not waiting. 10 s.
     pub header_timeout: Duration,
-    /// Connections open that have not yet made an authenticated request, at most. Accepting
-    /// one more closes the oldest of them rather than refusing the new one, which is most
-    /// likely a client about to send its first request. 64.
+    /// Connections open that have not yet made an authenticated request, at most. At the
+    /// cap, the one silent longest is closed to make room once it has been silent for
+    /// [`ConnectionLimits::silence`]; until one has, no more are accepted (the kernel's
+    /// queue holds them). 1024.
     pub unauthenticated: usize,
+    /// How long a connection without the token must have sent nothing, while the server
+    /// waited for its request, before it may be closed to make room. A client that holds
+    /// the token sends its request as it connects; a connection that is sending is never
+    /// closed to make room. 1 s.
+    pub silence: Duration,
 }
 
 impl Default for ConnectionLimits {
     fn default() -> Self {
         Self {
             header_timeout: Duration::from_secs(10),
-            unauthenticated: 64,
+            unauthenticated: 1024,
+            silence: Duration::from_secs(1),
         }
     }
 }
@@ -131,13 +143,18 @@ impl HttpServer {
         format!("http://{}{PATH}", self.local)
     }
 
-    /// Serves until the process ends.
+    /// Serves until the server is told to stop ([`Server::stop`]); then takes no more
+    /// connections, drains the calls in flight, lets their answers go out (for up to a
+    /// second) and closes every connection and session before it returns.
     pub async fn run(self, server: Server) -> Result<(), Error> {
         server.shared.warm();
         let _watcher = watch::spawn(server.shared.clone()).map(AbortOnDrop);
         // The guard checks `Host` for every method (rmcp's own check would miss the
         // `DELETE`s answered here), so there is one rule, the guard's.
         let config = StreamableHttpServerConfig::default().disable_allowed_hosts();
+        let max_body = config.max_request_body_bytes;
+        // Cancelling it ends rmcp's event streams and sessions.
+        let streams = config.cancellation_token.clone();
         let shared = server.shared.clone();
         let sessions = Arc::new(LocalSessionManager::default());
         let service = StreamableHttpService::new(
@@ -150,29 +167,62 @@ impl HttpServer {
             sessions,
             shared: server.shared.clone(),
         });
-        let waiting = Arc::new(Unauthenticated::new(self.options.limits.unauthenticated));
+        let waiting = Arc::new(Unauthenticated::new(&self.options.limits));
         let mut http1 = hyper::server::conn::http1::Builder::new();
         http1
             .timer(TokioTimer::new())
             .header_read_timeout(self.options.limits.header_timeout);
+        // The answers to POSTs being sent, and the connections open: what a stop waits for.
+        let answers = TaskTracker::new();
+        let connections = TaskTracker::new();
+        // Cancelled once the calls are drained: each connection closes after its answer.
+        let closing = CancellationToken::new();
+        let calls = &server.shared.calls;
         loop {
-            let (stream, _) = match self.listener.accept().await {
+            // Once stopping, the connections the kernel already holds are still taken, and
+            // their requests answered (a call refused): closing the listener on them would
+            // reset them unanswered. Then no more.
+            let accepted = if calls.is_stopping() {
+                match self.listener.accept().now_or_never() {
+                    Some(accepted) => accepted,
+                    None => break,
+                }
+            } else {
+                tokio::select! {
+                    accepted = self.listener.accept() => accepted,
+                    () = calls.stopping() => continue,
+                }
+            };
+            let (stream, peer) = match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of file descriptors and the like: free one if a connection without
-                    // the token holds it, and wait, do not spin.
-                    tracing::warn!("cannot accept a connection: {e}");
-                    waiting.close_oldest();
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    // the token has sat silent on it, and wait, do not spin.
+                    tracing::debug!("cannot accept a connection: {e}");
+                    waiting.make_room().await;
                     continue;
                 }
             };
-            let ticket = Arc::new(waiting.admit().await);
+            // An answer leaves in several writes (its head, then its events): with Nagle's
+            // algorithm, a kept-alive connection's later writes wait for the client's delayed
+            // ACK of the first, ~40 ms a call.
+            if let Err(e) = stream.set_nodelay(true) {
+                tracing::debug!("cannot set TCP_NODELAY on a connection: {e}");
+            }
+            let ticket = tokio::select! {
+                // Room first: a stopping server still takes a connection there is room for.
+                biased;
+                ticket = waiting.admit(peer) => Arc::new(ticket),
+                () = calls.stopping() => break,
+            };
             let closed = ticket.closed.clone();
+            let stream = ticket.watched(stream);
             let (service, guard, ending) = (service.clone(), guard.clone(), ending.clone());
+            let answers = answers.clone();
             let handle = hyper::service::service_fn(move |request: Request<Incoming>| {
                 let (service, guard, ending) = (service.clone(), guard.clone(), ending.clone());
                 let ticket = ticket.clone();
+                let sending = (request.method() == Method::POST).then(|| answers.token());
                 async move {
                     let response = match guard.check(&request) {
                         Err(refusal) => refusal.response(),
@@ -180,25 +230,100 @@ impl HttpServer {
                             ticket.authenticated();
                             match session_to_end(&request) {
                                 Some(id) => ending.end(&id).await,
+                                None if is_json_post(&request) => {
+                                    match checked(request, max_body).await {
+                                        Ok(request) => service.handle(request).await,
+                                        Err(answer) => answer,
+                                    }
+                                }
                                 None => service.handle(request).await,
                             }
                         }
                     };
-                    Ok::<_, Infallible>(response)
+                    Ok::<_, Infallible>(match sending {
+                        Some(token) => response.map(|body| {
+                            Sending {
+                                body,
+                                _token: token,
+                            }
+                            .boxed()
+                        }),
+                        None => response,
+                    })
                 }
             });
+            let closing = closing.clone();
             let connection = http1.serve_connection(TokioIo::new(stream), handle);
-            tokio::spawn(async move {
-                tokio::select! {
-                    ended = connection => if let Err(e) = ended {
-                        tracing::debug!("an HTTP connection ended with an error: {e}");
-                    },
-                    () = closed.cancelled() => tracing::debug!(
-                        "closed a connection that had not authenticated, to make room for another"
-                    ),
+            connections.spawn(async move {
+                tokio::pin!(connection);
+                let ended = tokio::select! {
+                    ended = connection.as_mut() => ended,
+                    () = closed.cancelled() => {
+                        tracing::debug!(
+                            "closed a connection that had not authenticated, to make room for another"
+                        );
+                        return;
+                    }
+                    () = closing.cancelled() => {
+                        connection.as_mut().graceful_shutdown();
+                        connection.await
+                    }
+                };
+                if let Err(e) = ended {
+                    tracing::debug!("an HTTP connection ended with an error: {e}");
                 }
             });
         }
+        drop(self.listener);
+        waiting.report_closed();
+        calls.drain().await;
+        // Every call has answered: its answer is on its way to the client.
+        answers.close();
+        if tokio::time::timeout(LINGER, answers.wait()).await.is_err() {
+            tracing::warn!("answers still unsent {LINGER:?} after the calls drained: closing");
+        }
+        closing.cancel();
+        streams.cancel();
+        connections.close();
+        if tokio::time::timeout(LINGER, connections.wait())
+            .await
+            .is_err()
+        {
+            tracing::debug!("connections still open {LINGER:?} after the stop: closing");
+        }
+        server.shared.close_sessions().await;
+        Ok(())
+    }
+}
+
+/// How long, once a stopping server's calls have drained, their answers may take to be sent
+/// and the connections to close.
+const LINGER: Duration = Duration::from_secs(1);
+
+/// A POST's answer, holding its token of the answers being sent until hyper has sent it
+/// whole (or dropped it, its connection gone).
+struct Sending {
+    body: Body,
+    _token: TaskTrackerToken,
+}
+
+impl hyper::body::Body for Sending {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -211,96 +336,6 @@ impl Drop for AbortOnDrop {
 }
 
 type Body = BoxBody<Bytes, Infallible>;
-
-/// The connections that have not yet made an authenticated request. Each holds a permit until
-/// it authenticates or its task has dropped it, descriptor and all, so what the cap counts is
-/// what is open, not what was asked to close.
-struct Unauthenticated {
-    permits: Arc<Semaphore>,
-    /// By order of acceptance, oldest first: each connection's signal to close.
-    by_age: Mutex<BTreeMap<u64, CancellationToken>>,
-    next: AtomicU64,
-}
-
-impl Unauthenticated {
-    fn new(cap: usize) -> Self {
-        Self {
-            // Room for the one being accepted, however small the cap.
-            permits: Arc::new(Semaphore::new(cap.max(1))),
-            by_age: Mutex::default(),
-            next: AtomicU64::new(0),
-        }
-    }
-
-    /// A place for a connection just accepted. At the cap, the oldest connection is told to
-    /// close and this waits until one has: a flood is taken off the queue no faster than its
-    /// connections are closed.
-    async fn admit(self: &Arc<Self>) -> Ticket {
-        let permit = match self.permits.clone().try_acquire_owned() {
-            Ok(permit) => permit,
-            Err(_) => {
-                self.close_oldest();
-                match self.permits.clone().acquire_owned().await {
-                    Ok(permit) => permit,
-                    Err(_) => {
-                        unreachable!("the semaphore of unauthenticated connections is never closed")
-                    }
-                }
-            }
-        };
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let closed = CancellationToken::new();
-        self.by_age().insert(id, closed.clone());
-        Ticket {
-            id,
-            closed,
-            permit: Mutex::new(Some(permit)),
-            waiting: self.clone(),
-        }
-    }
-
-    /// Tells the oldest unauthenticated connection to close, if there is one.
-    fn close_oldest(&self) {
-        if let Some((_, oldest)) = self.by_age().pop_first() {
-            oldest.cancel();
-        }
-    }
-
-    fn by_age(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, CancellationToken>> {
-        self.by_age
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-/// One connection's place among the unauthenticated, given up when it authenticates or ends.
-struct Ticket {
-    id: u64,
-    /// Cancelled when the connection is to close to make room.
-    closed: CancellationToken,
-    /// Held while the connection has not authenticated.
-    permit: Mutex<Option<OwnedSemaphorePermit>>,
-    waiting: Arc<Unauthenticated>,
-}
-
-impl Ticket {
-    /// The connection made a request that passed the guard: it no longer counts.
-    fn authenticated(&self) {
-        let mut permit = self
-            .permit
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if permit.take().is_some() {
-            self.waiting.by_age().remove(&self.id);
-        }
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        self.waiting.by_age().remove(&self.id);
-    }
-}
 
 /// The session a `DELETE` names, if the request is one. rmcp would answer 202 and leave the
 /// session's sandboxes to end in their own time; a client expects 200 once it is over.
@@ -334,6 +369,74 @@ impl Ending {
         }
         text(StatusCode::OK, "the session has ended")
     }
+}
+
+/// Whether a request is a POST of JSON, whose body is a message. rmcp answers any other
+/// POST itself (415 for another media type).
+fn is_json_post<B>(request: &Request<B>) -> bool {
+    request.method() == Method::POST
+        && request
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// A POST's body, read whole (up to `limit`, rmcp's own) and checked as a stdio line is
+/// ([`crate::jsonrpc`]): the request again, for rmcp, or the JSON-RPC error to answer
+/// instead: with HTTP 200 when it answers a request by its id, else 400 (413 when too long).
+async fn checked(
+    request: Request<Incoming>,
+    limit: usize,
+) -> Result<Request<Full<Bytes>>, Response<Body>> {
+    let (parts, body) = request.into_parts();
+    let bytes = match Limited::new(body, limit).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) => {
+            let (status, message) = if e.is::<LengthLimitError>() {
+                (
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("Invalid Request: a message is longer than {limit} bytes"),
+                )
+            } else {
+                (
+                    StatusCode::BAD_REQUEST,
+                    format!("Invalid Request: the body could not be read: {e}"),
+                )
+            };
+            let reply = error_reply(ErrorCode::INVALID_REQUEST, &message, Value::Null);
+            return Err(json_response(status, &reply));
+        }
+    };
+    match jsonrpc::read(&bytes) {
+        Ok(_) => Ok(Request::from_parts(parts, Full::new(bytes))),
+        Err(Some(reply)) => {
+            let status = if reply["id"].is_null() {
+                StatusCode::BAD_REQUEST
+            } else {
+                StatusCode::OK
+            };
+            Err(json_response(status, &reply))
+        }
+        Err(None) => {
+            let message = "Invalid Request: a malformed notification or response";
+            let reply = error_reply(ErrorCode::INVALID_REQUEST, message, Value::Null);
+            Err(json_response(StatusCode::BAD_REQUEST, &reply))
+        }
+    }
+}
+
+/// A JSON response.
+fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
+    let body = Full::new(Bytes::from(value.to_string())).boxed();
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 /// Why a request naming an unknown session gets 404.
@@ -554,39 +657,6 @@ mod tests {
     fn refusals_close_their_connection() {
         let response = guard().check(&request(&[], "/mcp")).unwrap_err().response();
         assert_eq!(response.headers()[header::CONNECTION], "close");
-    }
-
-    #[tokio::test]
-    async fn the_oldest_unauthenticated_connection_makes_room() {
-        let waiting = Arc::new(Unauthenticated::new(2));
-        let first = waiting.admit().await;
-        let second = waiting.admit().await;
-        second.authenticated();
-        let third = waiting.admit().await;
-        assert!(!first.closed.is_cancelled() && !third.closed.is_cancelled());
-
-        // At the cap: the oldest is told to close, and the next waits until it has.
-        let fourth = tokio::spawn({
-            let waiting = waiting.clone();
-            async move { waiting.admit().await }
-        });
-        first.closed.cancelled().await;
-        tokio::task::yield_now().await;
-        assert!(
-            !fourth.is_finished(),
-            "no room before the oldest has closed"
-        );
-        drop(first);
-        let fourth = fourth.await.unwrap();
-        assert!(
-            !second.closed.is_cancelled(),
-            "an authenticated one is never closed"
-        );
-        assert!(!third.closed.is_cancelled() && !fourth.closed.is_cancelled());
-        drop(third);
-        let fifth = waiting.admit().await;
-        assert!(!fourth.closed.is_cancelled(), "an ended one made room");
-        drop(fifth);
     }
 
     fn status(r: Result<(), Refusal>) -> u16 {

@@ -8,9 +8,12 @@
 //! No MCP request can change a grant: grants live only in the policy files, which the server
 //! reads and never writes.
 
+mod calls;
+mod connections;
 mod convert;
 mod handler;
 mod http;
+mod jsonrpc;
 mod review;
 mod session;
 mod state;

@@ -1,6 +1,7 @@
 //! What every session shares: the toolbox in force, its dispatcher, the clients to tell
 //! when it changes.
 
+use crate::calls::Calls;
 use crate::convert;
 use crate::review::ElicitationReviewer;
 use crate::session::Session;
@@ -26,6 +27,13 @@ pub struct Options {
     pub watch: Option<PathBuf>,
     /// How often the policy files are looked at.
     pub poll_interval: Duration,
+    /// Calls that may wait for one of the places the admission's global concurrency gives,
+    /// across the server; a call past them is answered `unavailable` over HTTP, while over
+    /// stdio the server reads no further until one has answered.
+    pub queue: usize,
+    /// How long the calls in flight when the server is told to stop ([`Server::stop`]) may
+    /// take to answer; those still running then are cancelled.
+    pub drain: Duration,
 }
 
 impl Default for Options {
@@ -35,6 +43,8 @@ impl Default for Options {
             call_log: None,
             watch: None,
             poll_interval: Duration::from_secs(1),
+            queue: 1024,
+            drain: Duration::from_secs(2),
         }
     }
 }
@@ -62,6 +72,8 @@ pub(crate) struct Shared {
     /// otherwise (its transport closed) is not kept alive by this map.
     sessions: Mutex<HashMap<String, Weak<Session>>>,
     next_call: AtomicU64,
+    /// The calls in flight, over every transport.
+    pub calls: Calls,
 }
 
 impl Server {
@@ -70,6 +82,11 @@ impl Server {
         let toolbox = loader()?;
         let reviewer = Arc::new(ElicitationReviewer::default());
         let snapshot = snapshot(toolbox, &options, &reviewer);
+        let calls = Calls::new(
+            options.admission.global_concurrency,
+            options.queue,
+            options.drain,
+        );
         Ok(Server {
             shared: Arc::new(Shared {
                 current: RwLock::new(Arc::new(snapshot)),
@@ -79,8 +96,18 @@ impl Server {
                 peers: Mutex::default(),
                 sessions: Mutex::default(),
                 next_call: AtomicU64::new(1),
+                calls,
             }),
         })
+    }
+
+    /// Stops the server: from now on every new call is answered `unavailable`, and the
+    /// calls in flight have [`Options::drain`] to answer, after which those still running
+    /// are cancelled (answered `unavailable` too). Each is answered and logged once. Serving
+    /// ([`Server::serve_io`], [`HttpServer::run`](crate::HttpServer::run)) then ends and
+    /// returns.
+    pub fn stop(&self) {
+        self.shared.calls.stop();
     }
 
     /// The names of the tools in force.
@@ -151,6 +178,20 @@ impl Shared {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         sessions.remove(id).and_then(|s| s.upgrade())
+    }
+
+    /// Ends every HTTP session still open, and waits until their sandboxes are gone.
+    pub(crate) async fn close_sessions(&self) {
+        let sessions: Vec<Arc<Session>> = self
+            .sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .drain()
+            .filter_map(|(_, s)| s.upgrade())
+            .collect();
+        for session in sessions {
+            session.close().await;
+        }
     }
 
     /// Loads the toolbox again; on success it replaces the one in force (calls already running

@@ -17,9 +17,17 @@
 //! server's CPU a call. Everything else, and every call of a newer session, goes through rmcp.
 //! A `notifications/cancelled` naming a call answered here stops it, as rmcp would; at the end
 //! of input its calls get the same 5 s to answer as rmcp's, then are cancelled.
+//!
+//! Every `tools/call` the reader reads waits there for its place among the server's calls in
+//! flight ([`crate::calls`]): while every place is taken the reader reads nothing more, and
+//! the client's pipe holds the rest of its burst. When the server stops, the reader reads
+//! on (refusing new calls) until the drain is over; then the input ends, as at the end of
+//! stdin.
 
+use crate::calls::{Place, Reserved};
 use crate::convert::Answered;
 use crate::handler::Handler;
+use crate::jsonrpc::{self, error_reply};
 use crate::state::Server;
 use crate::trace::{self, Incoming};
 use crate::{Error, watch};
@@ -34,8 +42,8 @@ use rmcp::model::{
 use rmcp::model::{ClientNotification, ErrorCode, ProtocolVersion, ServerResult};
 use rmcp::transport::Transport;
 use serde::{Deserialize, Deserializer};
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Value, json};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io;
@@ -43,11 +51,12 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{Mutex, Notify, mpsc};
+use tokio::sync::{Mutex, Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::Instrument as _;
+use warden_core::ToolError;
 use warden_core::after_answer::Deferred;
 
 /// The longest message read; a longer line is refused and skipped.
@@ -77,13 +86,25 @@ impl Server {
         let handler = Handler::new(self.shared.clone());
         let session = handler.session.clone();
         let direct = Direct::new(handler.clone());
-        let transport = LineTransport::new(read, write, direct.clone());
+        // Once a stop's drain is over, the input ends: rmcp then sends what its calls answered
+        // and returns, as at the end of stdin.
+        let closing = CancellationToken::new();
+        let _stop = AbortOnDropHandle::new(tokio::spawn({
+            let (shared, closing) = (self.shared.clone(), closing.clone());
+            async move {
+                shared.calls.drain().await;
+                closing.cancel();
+            }
+        }));
+        let transport = LineTransport::new(read, write, direct.clone(), closing.clone());
         let served = match rmcp::serve_server(handler, transport).await {
             Ok(running) => running
                 .waiting()
                 .await
                 .map(|_| ())
                 .map_err(|e| Error::Stopped(e.to_string())),
+            // Stopped before a client opened the session: nothing was asked, nothing is owed.
+            Err(_) if closing.is_cancelled() => Ok(()),
             Err(e) => Err(Error::Initialize(e.to_string())),
         };
         direct.drain().await;
@@ -105,6 +126,8 @@ pub(crate) struct LineTransport<R, W> {
     direct: Direct,
     /// The session was opened by `initialize` with a version before 2026-07-28.
     legacy: bool,
+    /// Set when the server has stopped: the input ends there.
+    closing: CancellationToken,
 }
 
 /// Where rmcp's next message comes from.
@@ -126,13 +149,14 @@ enum Input<R> {
 }
 
 impl<R: AsyncRead, W> LineTransport<R, W> {
-    fn new(read: R, write: W, direct: Direct) -> Self {
+    fn new(read: R, write: W, direct: Direct, closing: CancellationToken) -> Self {
         let codec = AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), MAX_LINE);
         Self {
             input: Input::Opening(FramedRead::new(read, codec)),
             out: Arc::new(Mutex::new(write)),
             direct,
             legacy: false,
+            closing,
         }
     }
 }
@@ -145,33 +169,57 @@ struct Direct {
     ended: Arc<Notify>,
     /// What the calls answered on the reader left for after their answers, to a task that
     /// finishes it in order: waking one task costs less than spawning one a call.
-    finishing: mpsc::Sender<Deferred>,
+    finishing: mpsc::Sender<Leftovers>,
+    /// One for each call started here and not yet finished, as many as the dispatcher runs
+    /// at once. Each such call holds its WebAssembly store, and with it one of the engine's
+    /// stacks, until its leftovers are finished: it may be waiting to write its answer (to a
+    /// stdout still busy with the last one), or its leftovers waiting for the finishing task.
+    /// Unbounded, a reader that ran ahead of them (10,000 pipelined calls) held every stack,
+    /// and the calls past them were refused; bounded, it waits.
+    unfinished: Arc<Semaphore>,
 }
 
-/// How many calls' leftovers may wait for the finishing task; past that, each gets a task of
-/// its own.
+/// What a call answered here left, and its place among the unfinished.
+struct Leftovers {
+    deferred: Deferred,
+    unfinished: Option<OwnedSemaphorePermit>,
+}
+
+impl Leftovers {
+    async fn finish(self) {
+        self.deferred.finish().await;
+        drop(self.unfinished);
+    }
+}
+
+/// How many calls' leftovers may wait for the finishing task; past that, the reader waits
+/// for it.
 const FINISHING_AHEAD: usize = 16;
 
 impl Direct {
     fn new(handler: Handler) -> Self {
-        let (finishing, mut queue) = mpsc::channel::<Deferred>(FINISHING_AHEAD);
+        let (finishing, mut queue) = mpsc::channel::<Leftovers>(FINISHING_AHEAD);
         tokio::spawn(async move {
-            while let Some(deferred) = queue.recv().await {
-                deferred.finish().await;
+            while let Some(leftovers) = queue.recv().await {
+                leftovers.finish().await;
             }
         });
+        let unfinished = handler.shared.options.admission.global_concurrency.max(1);
         Self {
             handler,
             running: Arc::default(),
             ended: Arc::default(),
             finishing,
+            unfinished: Arc::new(Semaphore::new(unfinished)),
         }
     }
 
-    /// Finishes what a call answered on the reader left, on the finishing task.
-    fn finish(&self, deferred: Deferred) {
-        if let Err(full) = self.finishing.try_send(deferred) {
-            drop(tokio::spawn(full.into_inner().finish()));
+    /// Finishes what a call answered on the reader left, on the finishing task; waits while
+    /// [`FINISHING_AHEAD`] calls' leftovers wait for it.
+    async fn finish(&self, leftovers: Leftovers) {
+        if let Err(gone) = self.finishing.send(leftovers).await {
+            // The finishing task only ends with the server; finish them here.
+            gone.0.finish().await;
         }
     }
 
@@ -187,12 +235,24 @@ impl Direct {
     /// hand-off; one that computes for longer holds the reading of the next line back until
     /// its guest's first yield, at most a tick of the WebAssembly epoch (10 ms). What it
     /// leaves for after its answer runs elsewhere either way (the finishing task, or the
-    /// call's own), so the next line is not read behind it. Only a call that waits is registered by its id: one answered in
-    /// its first poll is over before a cancellation naming it can be read.
-    async fn start<W>(&self, call: PlainCall<'_>, out: &Arc<Mutex<W>>)
-    where
+    /// call's own), so the next line is not read behind it. Only a call that waits is
+    /// registered by its id: one answered in its first poll is over before a cancellation
+    /// naming it can be read. `place` is the call's among those in flight, held until its
+    /// answer is written, or why it has none (it is then refused). While as many calls as the
+    /// dispatcher runs are unfinished here, this waits for one to finish.
+    async fn start<W>(
+        &self,
+        call: PlainCall<'_>,
+        place: Result<Place, ToolError>,
+        out: &Arc<Mutex<W>>,
+    ) where
         W: AsyncWrite + Unpin + Send + 'static,
     {
+        let unfinished = match self.unfinished.clone().try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            // Never closed: a permit is all it gives.
+            Err(_) => self.unfinished.clone().acquire_owned().await.ok(),
+        };
         let token = CancellationToken::new();
         let id = call.id;
         let name = call.params.name.into_owned();
@@ -212,7 +272,7 @@ impl Direct {
             Box::pin(
                 async move {
                     let (answered, deferred) = warden_core::after_answer::answering(
-                        handler.call_text(name, arguments, None, cancelled.cancelled()),
+                        handler.call_text(name, arguments, None, cancelled.cancelled(), &place),
                     )
                     .await;
                     match &answered {
@@ -229,6 +289,8 @@ impl Direct {
                             tracing::error!("cannot answer call {answering_id}: {e}");
                         }
                     }
+                    // The answer is out: the call leaves those in flight.
+                    drop(place);
                     deferred
                 }
                 .instrument(traced),
@@ -236,14 +298,25 @@ impl Direct {
         let first = std::future::poll_fn(|cx| Poll::Ready(answer.as_mut().poll(cx))).await;
         match first {
             // The call is over: its sandbox ends, and its function's next one is prepared.
-            Poll::Ready(deferred) => self.finish(deferred),
+            Poll::Ready(deferred) => {
+                self.finish(Leftovers {
+                    deferred,
+                    unfinished,
+                })
+                .await;
+            }
             Poll::Pending => {
                 self.running().insert(id.clone(), token);
                 let this = self.clone();
                 drop(tokio::spawn(async move {
                     let deferred = answer.await;
                     this.answered(&id);
-                    deferred.finish().await;
+                    Leftovers {
+                        deferred,
+                        unfinished,
+                    }
+                    .finish()
+                    .await;
                 }));
             }
         }
@@ -358,6 +431,7 @@ struct Reader<R, W> {
     direct: Direct,
     legacy: bool,
     to_rmcp: mpsc::Sender<ClientJsonRpcMessage>,
+    closing: CancellationToken,
 }
 
 impl<R, W> Reader<R, W>
@@ -365,18 +439,25 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    /// Reads until the input ends or rmcp stops listening.
+    /// Reads until the input ends, the server has stopped, or rmcp stops listening.
     async fn run(mut self) {
-        while let Some(line) = next_line(&mut self.lines, &self.out).await {
+        while let Some(line) = self
+            .closing
+            .run_until_cancelled(next_line(&mut self.lines, &self.out))
+            .await
+            .flatten()
+        {
             if self.legacy
                 && let Some(call) = PlainCall::read(&line)
                 && call.params.meta.is_none()
                 && !self.direct.handler.needs_peer(&call.params.name)
             {
-                self.direct.start(call, &self.out).await;
+                // No place: the pipe holds the rest of the burst until a call has answered.
+                let place = self.direct.handler.shared.calls.wait_to_enter().await;
+                self.direct.start(call, place, &self.out).await;
                 continue;
             }
-            let message = match read(&line) {
+            let mut message = match read(&line) {
                 Ok(ClientJsonRpcMessage::Notification(n)) => {
                     if let ClientNotification::CancelledNotification(c) = &n.notification
                         && let Some(id) = &c.params.request_id
@@ -393,6 +474,13 @@ where
                 }
                 Err(None) => continue,
             };
+            // A call rmcp answers waits for its place here too, and carries it to the handler.
+            if let ClientJsonRpcMessage::Request(request) = &mut message
+                && let ClientRequest::CallToolRequest(call) = &mut request.request
+                && let Ok(place) = self.direct.handler.shared.calls.wait_to_enter().await
+            {
+                call.extensions.insert(Reserved::new(place));
+            }
             if self.to_rmcp.send(message).await.is_err() {
                 return;
             }
@@ -417,6 +505,7 @@ where
             direct: self.direct.clone(),
             legacy: self.legacy,
             to_rmcp,
+            closing: self.closing.clone(),
         };
         let reader = AbortOnDropHandle::new(tokio::spawn(reader.run()));
         self.input = Input::Open {
@@ -454,7 +543,11 @@ where
                 Input::Opening(lines) => lines,
                 Input::Opened(_) | Input::Handing => return None,
             };
-            let line = next_line(lines, &self.out).await?;
+            let line = self
+                .closing
+                .run_until_cancelled(next_line(lines, &self.out))
+                .await
+                .flatten()?;
             match read(&line) {
                 Ok(ClientJsonRpcMessage::Request(request)) => {
                     // `initialize`, or a request of the inline lifecycle (2026-07-28), which
@@ -493,13 +586,7 @@ fn read(line: &[u8]) -> Result<ClientJsonRpcMessage, Option<Value>> {
     {
         return Ok(message);
     }
-    match serde_json::from_slice::<ClientJsonRpcMessage>(line) {
-        Ok(ClientJsonRpcMessage::Request(request)) if is_misshapen(&request.request) => {
-            Err(Some(misshapen_reply(&request.request, request.id)))
-        }
-        Ok(message) => Ok(message),
-        Err(e) => Err(refusal(line, &e)),
-    }
+    jsonrpc::read(line)
 }
 
 /// A `tools/call` of the usual shape, read in one pass. rmcp reads any message by trying
@@ -568,102 +655,6 @@ impl<'a> PlainCall<'a> {
             id: self.id,
             request: ClientRequest::CallToolRequest(request),
         }))
-    }
-}
-
-/// Methods of MCP that rmcp reads as a custom request when their params do not fit.
-const KNOWN_METHODS: &[&str] = &[
-    "initialize",
-    "ping",
-    "tools/list",
-    "tools/call",
-    "prompts/list",
-    "prompts/get",
-    "resources/list",
-    "resources/read",
-    "resources/templates/list",
-    "resources/subscribe",
-    "resources/unsubscribe",
-    "completion/complete",
-    "logging/setLevel",
-];
-
-/// A request of a known method whose params do not fit it: rmcp would answer "method not
-/// found", which misleads; it is "invalid params".
-fn is_misshapen(request: &ClientRequest) -> bool {
-    matches!(request, ClientRequest::CustomRequest(c) if KNOWN_METHODS.contains(&c.method.as_str()))
-}
-
-fn misshapen_reply(request: &ClientRequest, id: RequestId) -> Value {
-    let ClientRequest::CustomRequest(custom) = request else {
-        return error_reply(
-            ErrorCode::INVALID_PARAMS,
-            "Invalid params",
-            id.into_json_value(),
-        );
-    };
-    let params = custom.params.clone().unwrap_or(Value::Null);
-    let why = match custom.method.as_str() {
-        "tools/call" => serde_json::from_value::<CallToolRequestParams>(params)
-            .err()
-            .map(|e| format!(": {e}")),
-        _ => None,
-    };
-    let message = format!(
-        "Invalid params for `{}`{}",
-        custom.method,
-        why.unwrap_or_default()
-    );
-    error_reply(ErrorCode::INVALID_PARAMS, &message, id.into_json_value())
-}
-
-fn error_reply(code: ErrorCode, message: &str, id: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code.0, "message": message}})
-}
-
-/// The answer to a line that is not a message warden understands; `None` when JSON-RPC says
-/// to stay silent (a notification, or a response to a request of ours).
-fn refusal(line: &[u8], e: &serde_json::Error) -> Option<Value> {
-    let Ok(value) = serde_json::from_slice::<Value>(line) else {
-        tracing::debug!("a line that is not JSON: {e}");
-        return Some(error_reply(
-            ErrorCode::PARSE_ERROR,
-            &format!("Parse error: {e}"),
-            Value::Null,
-        ));
-    };
-    let Some(object) = value.as_object() else {
-        let message = "Invalid Request: a message is one JSON-RPC 2.0 object";
-        return Some(error_reply(
-            ErrorCode::INVALID_REQUEST,
-            message,
-            Value::Null,
-        ));
-    };
-    let id = object
-        .get("id")
-        .filter(|id| id.is_string() || id.is_i64())
-        .cloned();
-    let version_ok = object.get("jsonrpc").and_then(Value::as_str) == Some("2.0");
-    match (object.get("method").and_then(Value::as_str), id) {
-        (Some(method), Some(id)) if version_ok => Some(error_reply(
-            ErrorCode::INVALID_PARAMS,
-            &format!("Invalid params for `{method}`: {e}"),
-            id,
-        )),
-        (Some(_), None) if !object.contains_key("id") => {
-            tracing::debug!("ignoring a malformed notification: {e}");
-            None
-        }
-        (None, _) if object.contains_key("result") || object.contains_key("error") => {
-            tracing::debug!("ignoring a malformed response: {e}");
-            None
-        }
-        (_, id) => Some(error_reply(
-            ErrorCode::INVALID_REQUEST,
-            &format!("Invalid Request: not a JSON-RPC 2.0 request ({e})"),
-            id.unwrap_or(Value::Null),
-        )),
     }
 }
 

@@ -7,5 +7,6 @@
     reason = "a test panics on what it cannot go on without"
 )]
 
+mod http;
 mod server;
 mod sessions;
