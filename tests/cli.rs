@@ -2,7 +2,7 @@
 //! between processes.
 
 use crate::common::toolbox::{Env, json, path_str};
-use crate::common::{root, wasm};
+use crate::common::{answered_while_stopping, root, wasm};
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -1169,17 +1169,9 @@ fn serve_stopped_by_sigterm_answers_or_cancels_each_call_in_flight() {
     let mut succeeded = 0;
     for (i, ms) in sleeps.iter().enumerate() {
         let result = &answers[&(i + 1)]["result"];
-        if result["isError"] == false {
-            assert_eq!(
-                *ms, 200,
-                "a ten-minute sleep cannot have finished: {result}"
-            );
+        if answered_while_stopping(*ms, result) {
             succeeded += 1;
         } else {
-            assert_eq!(
-                result["_meta"]["warden/error"]["kind"], "unavailable",
-                "{result}"
-            );
             let message = result["_meta"]["warden/error"]["message"].as_str().unwrap();
             assert!(message.contains("cancelled"), "{message}");
         }
