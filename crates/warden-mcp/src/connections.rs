@@ -12,7 +12,6 @@
 //! accepts no more, and the kernel's queue holds them until one has, or one authenticates or
 //! ends. What is closed is logged, at most a line a second.
 
-use crate::http::ConnectionLimits;
 use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
@@ -26,6 +25,38 @@ use tokio::net::TcpStream;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+/// How long a connection may keep the server waiting, and how many may wait before they have
+/// shown the token. A client that holds the token sends its request at once; these bound what
+/// anyone who can merely reach the port can hold open.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// A connection waiting for a request (just accepted, or its last response sent) must
+    /// deliver that request's whole head within this, or it is closed: it ends idle
+    /// keep-alive connections and heads sent a byte at a time alike. A response being sent
+    /// (a long call, an event stream) is not waiting. 10 s.
+    pub header_timeout: Duration,
+    /// Connections open that have not yet made an authenticated request, at most. At the
+    /// cap, the one silent longest is closed to make room once it has been silent for
+    /// [`ConnectionLimits::silence`]; until one has, no more are accepted (the kernel's
+    /// queue holds them). 1024.
+    pub unauthenticated: usize,
+    /// How long a connection without the token must have sent nothing, while the server
+    /// waited for its request, before it may be closed to make room. A client that holds
+    /// the token sends its request as it connects; a connection that is sending is never
+    /// closed to make room. 1 s.
+    pub silence: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self {
+            header_timeout: Duration::from_secs(10),
+            unauthenticated: 1024,
+            silence: Duration::from_secs(1),
+        }
+    }
+}
 
 /// How often the server looks again for a connection silent long enough to close, while it
 /// waits for room.

@@ -18,7 +18,7 @@
 //! which tells the client to start a new session. A `DELETE` ends the session it names: its
 //! sandboxes are gone when the answer, 200, is sent.
 
-use crate::connections::Unauthenticated;
+use crate::connections::{ConnectionLimits, Unauthenticated};
 use crate::handler::Handler;
 use crate::jsonrpc::{self, error_reply};
 use crate::session::SESSION_ID_HEADER;
@@ -63,38 +63,6 @@ pub struct HttpOptions {
     /// Listen on an address that is not loopback; `Host` is then not checked.
     pub allow_remote: bool,
     pub limits: ConnectionLimits,
-}
-
-/// How long a connection may keep the server waiting, and how many may wait before they have
-/// shown the token. A client that holds the token sends its request at once; these bound what
-/// anyone who can merely reach the port can hold open.
-#[derive(Debug, Clone, Copy)]
-pub struct ConnectionLimits {
-    /// A connection waiting for a request (just accepted, or its last response sent) must
-    /// deliver that request's whole head within this, or it is closed: it ends idle
-    /// keep-alive connections and heads sent a byte at a time alike. A response being sent
-    /// (a long call, an event stream) is not waiting. 10 s.
-    pub header_timeout: Duration,
-    /// Connections open that have not yet made an authenticated request, at most. At the
-    /// cap, the one silent longest is closed to make room once it has been silent for
-    /// [`ConnectionLimits::silence`]; until one has, no more are accepted (the kernel's
-    /// queue holds them). 1024.
-    pub unauthenticated: usize,
-    /// How long a connection without the token must have sent nothing, while the server
-    /// waited for its request, before it may be closed to make room. A client that holds
-    /// the token sends its request as it connects; a connection that is sending is never
-    /// closed to make room. 1 s.
-    pub silence: Duration,
-}
-
-impl Default for ConnectionLimits {
-    fn default() -> Self {
-        Self {
-            header_timeout: Duration::from_secs(10),
-            unauthenticated: 1024,
-            silence: Duration::from_secs(1),
-        }
-    }
 }
 
 /// A bound listener, ready to serve.

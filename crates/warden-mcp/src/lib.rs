@@ -21,7 +21,8 @@ mod stdio;
 mod trace;
 mod watch;
 
-pub use http::{ConnectionLimits, HttpOptions, HttpServer, generate_token};
+pub use connections::ConnectionLimits;
+pub use http::{HttpOptions, HttpServer, generate_token};
 pub use state::{Loader, Options, Server};
 
 /// Why serving failed.
