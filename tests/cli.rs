@@ -859,10 +859,9 @@ struct Tmpfs(PathBuf);
 impl Tmpfs {
     /// `None` (the test says SKIPPED) where this is not root, except under CI.
     fn mount(at: &Path, size: &str) -> Option<Tmpfs> {
-        if !nix::unistd::geteuid().is_root() {
-            assert_ne!(
-                std::env::var("CI").as_deref(),
-                Ok("true"),
+        if !warden_test_support::is_root() {
+            assert!(
+                !warden_test_support::under_ci(),
                 "CI runs as root, to mount a tmpfs"
             );
             eprintln!("SKIPPED: mounting a tmpfs needs root");

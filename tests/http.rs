@@ -12,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 use warden_test_support::guests::wasm;
+use warden_test_support::servers::header;
 
 const TOKEN: &str = "http-test-token-0123456789abcdef";
 
@@ -224,15 +225,6 @@ impl Drop for Served {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn header(headers: &[String], name: &str) -> Option<String> {
-    headers.iter().skip(1).find_map(|h| {
-        let (k, v) = h.split_once(':')?;
-        k.trim()
-            .eq_ignore_ascii_case(name)
-            .then(|| v.trim().to_owned())
-    })
 }
 
 /// Makes room for this test's own connections: the soft limit raised to the hard one.

@@ -17,6 +17,7 @@ use warden_core::{
 use warden_mcp::{ConnectionLimits, HttpOptions, HttpServer, Loader, Options, Server};
 use warden_test_support::TestBackend;
 use warden_test_support::backend::policy_text;
+use warden_test_support::servers::header;
 
 const TOKEN: &str = "mcp-http-test-token-0123456789";
 
@@ -180,15 +181,6 @@ async fn post_text(
         .find(|l| l.starts_with('{'))
         .map(|l| serde_json::from_str(l).unwrap());
     (status, headers, message)
-}
-
-fn header(headers: &[String], name: &str) -> Option<String> {
-    headers.iter().skip(1).find_map(|h| {
-        let (k, v) = h.split_once(':')?;
-        k.trim()
-            .eq_ignore_ascii_case(name)
-            .then(|| v.trim().to_owned())
-    })
 }
 
 fn initialize() -> Value {

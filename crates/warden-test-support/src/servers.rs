@@ -498,3 +498,14 @@ with zipfile.ZipFile(out, "w") as z:
     assert!(status.success(), "python3 could not write the wheel");
     (file, std::fs::read(&out).unwrap())
 }
+
+/// The value of header `name` among a response's `headers` (its lines, the status line first),
+/// as an HTTP client reads it: the name in any case, the value trimmed.
+pub fn header(headers: &[String], name: &str) -> Option<String> {
+    headers.iter().skip(1).find_map(|h| {
+        let (k, v) = h.split_once(':')?;
+        k.trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| v.trim().to_owned())
+    })
+}
