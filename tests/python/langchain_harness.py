@@ -21,8 +21,18 @@ WASM = ROOT / "target" / "wasm32-wasip2" / "release"
 CACHE = ROOT / "target" / "warden-pytest-cache"
 
 
+def installed() -> bool:
+    """Whether the tests run against the installed wheels (scripts/test-wheels)."""
+    return os.environ.get("WARDEN_TEST_WHEELS") == "1"
+
+
 def warden_bin() -> str:
-    """The binary under test: WARDEN_BIN, else target/debug/warden."""
+    """The binary under test: the installed wheel's as the package finds it (under
+    scripts/test-wheels), else WARDEN_BIN, else target/debug/warden."""
+    if installed():
+        from langchain_warden import find_warden
+
+        return find_warden()
     path = Path(os.environ.get("WARDEN_BIN", ROOT / "target" / "debug" / "warden"))
     if not path.is_absolute():
         path = ROOT / path
