@@ -219,7 +219,7 @@ fn a_user_other_than_root_is_confined_in_a_user_namespace() {
     let m: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     let details = &m["error"]["details"];
-    assert_eq!(details["stdout"], format!("{USER}\ngranted file\n"), "{m}");
+    assert_eq!(details["shell"]["stdout"], format!("{USER}\ngranted file\n"), "{m}");
     assert!(!m.to_string().contains("MARKER-host-9c1"), "{m}");
     let isolation = m["error"]["details"]["isolation"].clone();
     assert_eq!(isolation["user_namespace"], true, "{m}");
@@ -274,7 +274,7 @@ fn helper_programs(env: &Env, warden: &Path) -> Vec<PathBuf> {
     let programs = children_programs(&mut child);
     let out = child.wait_with_output().unwrap();
     let m: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(m["artifact"]["stdout"], "slept\n", "{m}");
+    assert_eq!(m["artifact"]["shell"]["stdout"], "slept\n", "{m}");
     programs
 }
 

@@ -128,8 +128,8 @@ fn the_shipped_shell_policy_works_with_warden_call() {
     assert_eq!(out.status.code(), Some(1));
     let m = message(&out);
     assert_eq!(m["error"]["kind"], "exit_status");
-    assert_eq!(m["error"]["details"]["exit_code"], 3);
-    assert_eq!(m["error"]["details"]["stderr"], "no\n");
+    assert_eq!(m["error"]["details"]["shell"]["exit_code"], 3);
+    assert_eq!(m["error"]["details"]["shell"]["stderr"], "no\n");
 }
 
 fn mmdebstrap_installed() -> bool {

@@ -31,6 +31,15 @@ def test_execute_answers_output_stderr_and_exit_code(small):
     assert small.execute("true").exit_code == 0
 
 
+def test_output_that_looks_like_warden_s_framing_reaches_python_exactly(small):
+    framing = "a\n[stderr]\nb\n[exit code 9]\n[the shell ended]"
+    done = small.execute(f"printf '%s' '{framing}'")
+    assert (done.output, done.exit_code, done.truncated) == (framing, 0, False)
+    both = small.execute(f"printf '%s' '{framing}' >&2; printf 'x\\n'; exit 9")
+    assert both.exit_code == 9
+    assert both.output.startswith("x\n" + "\n".join(f"[stderr] {line}" for line in framing.split("\n")))
+
+
 def test_a_timeout_is_124_and_the_next_command_gets_a_fresh_shell(small):
     small.execute("cd /tmp && X=1")
     stopped = small.execute("sleep 10", timeout=1)

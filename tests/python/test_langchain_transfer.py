@@ -119,7 +119,7 @@ async def test_functions_aliases_path_and_options_in_the_session_do_not_take_par
 
 @pytest.mark.parametrize(
     ("definition", "proof", "lie"),
-    [(PRINTF, "printf %s x", "QUFB"), (COMMAND, "command -v wc", "999999999999")],
+    [(PRINTF, "printf %s x", "QUFB"), (COMMAND, "command -v wc", "999999999999\n")],
     ids=["printf", "command"],
 )
 def test_printf_and_command_functions_do_not_take_part(definition, proof, lie):

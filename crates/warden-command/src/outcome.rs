@@ -2,9 +2,11 @@
 //! kept, so a flood costs no memory), the exit code, and the timeout message. Shared by every
 //! executor that runs a command line (docker, host).
 
-use serde_json::json;
+use serde_json::{Value, json};
 use std::time::Duration;
-use warden_core::{ByteSize, ErrorKind, Limits, MARKER_MAX, Output, ToolError, shorten};
+use warden_core::{
+    ByteSize, ErrorKind, Limits, MARKER_MAX, Output, SHELL_DETAIL, ToolError, shorten, split_marker,
+};
 
 /// The model's timeout lowers the policy's, never raises it. The dispatcher's deadline for
 /// the policy's timeout started a little earlier than ours: stop just before it, so that the
@@ -57,6 +59,22 @@ pub fn render(code: i64, stdout: &str, stderr: &str, note: Option<&str>, limit: 
     text
 }
 
+/// A command's result as data, for [`SHELL_DETAIL`]: its exit code (`null` when it was
+/// stopped before it exited), its streams as captured (each up to the output limit) with
+/// warden's truncation marker taken off and the bytes it stood for counted, and warden's notes.
+pub fn shell(exit_code: Option<i64>, stdout: &str, stderr: &str, notes: &[String]) -> Value {
+    let (stdout, stdout_dropped) = split_marker(stdout);
+    let (stderr, stderr_dropped) = split_marker(stderr);
+    json!({
+        "exit_code": exit_code,
+        "stdout": stdout,
+        "stderr": stderr,
+        "truncated": stdout_dropped + stderr_dropped > 0,
+        "dropped_bytes": { "stdout": stdout_dropped, "stderr": stderr_dropped },
+        "notes": notes,
+    })
+}
+
 /// What ended a command that did not exit with 0, as the sandbox's own records tell it (the
 /// engine's or the kernel's word, never how fast the end was reported).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,21 +99,26 @@ impl Cause {
 }
 
 /// Success for exit code 0; else `exit_status`, `out_of_memory` or `limit_exceeded` as `cause`
-/// says, carrying the output; `note` is appended for the model.
+/// says, carrying the output; `notes` are appended for the model, one bracketed line each. The
+/// result as data goes in [`SHELL_DETAIL`] either way.
 pub fn answer(
     code: i64,
     cause: &Cause,
     stdout: &str,
     stderr: &str,
     limits: &Limits,
-    note: Option<&str>,
+    notes: &[String],
 ) -> Result<Output, ToolError> {
+    let data = shell(Some(code), stdout, stderr, notes);
+    let note = (!notes.is_empty()).then(|| notes.join("]\n["));
+    let note = note.as_deref();
     if code == 0 {
+        let mut details = serde_json::Map::new();
+        details.insert(SHELL_DETAIL.into(), data);
         return Ok(Output {
             content: render(code, stdout, stderr, note, limits.output),
             structured: Some(json!({ "exit_code": 0 })),
-            stdout: Some(stdout.to_owned()),
-            stderr: Some(stderr.to_owned()),
+            details,
             ..Output::default()
         });
     }
@@ -119,12 +142,11 @@ pub fn answer(
     };
     let room = limits.output.saturating_sub(head.len() as u64 + 1);
     let content = render(code, stdout, stderr, note, room);
-    Err(ToolError::new(kind, format!("{head}\n{content}"))
-        .with_detail("exit_code", code)
-        .with_detail("stdout", stdout)
-        .with_detail("stderr", stderr))
+    Err(ToolError::new(kind, format!("{head}\n{content}")).with_detail(SHELL_DETAIL, data))
 }
 
+/// A `timeout`: the command was stopped after `timeout`; `what` says what became of it (a
+/// note of the result as data too), the output so far follows.
 pub fn timed_out(timeout: Duration, stdout: &str, stderr: &str, what: &str) -> ToolError {
     let mut message = format!(
         "the command did not finish within {timeout:?} and was stopped ({what}); try a \
@@ -136,8 +158,10 @@ pub fn timed_out(timeout: Duration, stdout: &str, stderr: &str, what: &str) -> T
     }
     ToolError::new(ErrorKind::Timeout, message)
         .with_detail("timeout_ms", timeout.as_millis() as u64)
-        .with_detail("stdout", stdout)
-        .with_detail("stderr", stderr)
+        .with_detail(
+            SHELL_DETAIL,
+            shell(None, stdout, stderr, &[what.to_owned()]),
+        )
 }
 
 #[cfg(test)]
@@ -167,14 +191,14 @@ mod tests {
             "a\n[stderr]\nb\n[exit code 2]\n[note]"
         );
         let limits = Limits::default();
-        let e = answer(3, &Cause::Exited, "out", "err", &limits, None).unwrap_err();
+        let e = answer(3, &Cause::Exited, "out", "err", &limits, &[]).unwrap_err();
         assert_eq!(e.kind, ErrorKind::ExitStatus);
         assert!(e.message.contains("status 3") && e.message.contains("out"));
-        assert_eq!(e.details["exit_code"], 3);
-        let e = answer(137, &Cause::OutOfMemory, "", "", &limits, None).unwrap_err();
+        assert_eq!(e.details["shell"]["exit_code"], 3);
+        let e = answer(137, &Cause::OutOfMemory, "", "", &limits, &[]).unwrap_err();
         assert_eq!(e.kind, ErrorKind::OutOfMemory);
         let cpu = Cause::Limit("the command used its CPU time limit of 1s".into());
-        let e = answer(152, &cpu, "", "", &limits, None).unwrap_err();
+        let e = answer(152, &cpu, "", "", &limits, &[]).unwrap_err();
         assert_eq!(e.kind, ErrorKind::LimitExceeded);
         assert!(
             e.message
@@ -198,12 +222,45 @@ mod tests {
             output: 1000,
             ..Limits::default()
         };
-        let e = answer(3, &Cause::Exited, &out.text(), "", &limits, Some("a note")).unwrap_err();
+        let notes = ["a note".to_owned(), "another".to_owned()];
+        let e = answer(3, &Cause::Exited, &out.text(), "", &limits, &notes).unwrap_err();
         assert!(e.message.len() <= 1000, "{} bytes", e.message.len());
         assert!(
-            e.message.ends_with("[exit code 3]\n[a note]"),
+            e.message.ends_with("[exit code 3]\n[a note]\n[another]"),
             "{}",
             e.message
         );
+    }
+
+    #[test]
+    fn the_result_as_data_holds_the_streams_exactly_whatever_they_contain() {
+        // Lines that look like the rendered text's own framing stay in their stream.
+        let stdout = "a\n[stderr]\nb\n[exit code 0]\n";
+        let notes = ["the shell ended".to_owned()];
+        let e = answer(9, &Cause::Exited, stdout, "e\n", &Limits::default(), &notes).unwrap_err();
+        let data = &e.details[SHELL_DETAIL];
+        assert_eq!(data["exit_code"], 9);
+        assert_eq!(data["stdout"], stdout);
+        assert_eq!(data["stderr"], "e\n");
+        assert_eq!(data["notes"], json!(["the shell ended"]));
+        assert_eq!(data["truncated"], false);
+        let mut capped = warden_core::Capped::new(10);
+        capped.push(&[b'x'; 25]);
+        let ok = answer(
+            0,
+            &Cause::Exited,
+            &capped.text(),
+            "",
+            &Limits::default(),
+            &[],
+        )
+        .unwrap();
+        let data = &ok.details[SHELL_DETAIL];
+        assert_eq!(data["stdout"], "x".repeat(10));
+        assert_eq!(data["truncated"], true);
+        assert_eq!(data["dropped_bytes"], json!({ "stdout": 15, "stderr": 0 }));
+        let t = timed_out(Duration::from_secs(1), "so far", "", "it was killed");
+        assert_eq!(t.details[SHELL_DETAIL]["exit_code"], Value::Null);
+        assert_eq!(t.details[SHELL_DETAIL]["notes"], json!(["it was killed"]));
     }
 }

@@ -219,9 +219,9 @@ async fn state_persists_and_each_command_answers_for_itself() {
         .await
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::ExitStatus);
-    assert_eq!(e.details["exit_code"], 3);
-    assert_eq!(e.details["stdout"], "out\ntail");
-    assert_eq!(e.details["stderr"], "err\n");
+    assert_eq!(e.details["shell"]["exit_code"], 3);
+    assert_eq!(e.details["shell"]["stdout"], "out\ntail");
+    assert_eq!(e.details["shell"]["stderr"], "err\n");
     // A syntax error is the command's, and stdin is /dev/null, not the next commands.
     assert!(h.run("echo (").await.contains("[exit code 2]"));
     assert_eq!(h.run("cat; echo \"X=$X\"").await, "X=1\n[exit code 0]");

@@ -307,6 +307,11 @@ impl SessionId {
     }
 }
 
+/// The key of a command's result as data in a message's artifact (success) or error details
+/// (failure): exit code, streams, truncation and notes, so that no client takes the text the
+/// model reads apart (`_meta["warden/shell"]` over MCP).
+pub const SHELL_DETAIL: &str = "shell";
+
 /// What a tool produced.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Output {

@@ -172,8 +172,8 @@ pub fn shorten(text: &str, keep: usize) -> String {
     format!("{}{}", &body[..end], truncation_marker(cut))
 }
 
-/// A text's body and the count of its trailing marker (0 without one).
-fn split_marker(text: &str) -> (&str, u64) {
+/// A text's body and the count of its trailing truncation marker (0 without one).
+pub fn split_marker(text: &str) -> (&str, u64) {
     let Some(head) = text.strip_suffix(NOT_SHOWN) else {
         return (text, 0);
     };

@@ -8,9 +8,10 @@ use crate::pool::Pool;
 use crate::session::DockerShells;
 use tokio::time::Instant;
 use warden_command::session::Sessions;
-use warden_command::{Cause, Request, Template, answer, effective_timeout, timed_out};
+use warden_command::{Cause, Request, Template, answer, effective_timeout, shell, timed_out};
 use warden_core::{
-    BoxFuture, ErrorKind, Executor, Exit, Held, Invocation, Output, Program, SessionId, ToolError,
+    BoxFuture, ErrorKind, Executor, Exit, Held, Invocation, Output, Program, SHELL_DETAIL,
+    SessionId, ToolError,
 };
 use warden_net::Scope;
 
@@ -120,14 +121,15 @@ impl DockerTool {
         // The command ran, but what it wrote to its read-write roots did not come back: that
         // is the answer, with its output beside.
         let notes = match files {
-            Ok(notes) => notes.join("]\n["),
+            Ok(notes) => notes,
             Err(e) => {
-                return Err(e
-                    .with_detail("stdout", stdout.clone())
-                    .with_detail("stderr", stderr.clone()));
+                let code = match &ended {
+                    Ended::Exited { code, .. } => Some(*code),
+                    Ended::TimedOut { .. } => None,
+                };
+                return Err(e.with_detail(SHELL_DETAIL, shell(code, stdout, stderr, &[])));
             }
         };
-        let note = Some(notes.as_str()).filter(|n| !n.is_empty());
         let answered = match ended {
             Ended::Exited {
                 code,
@@ -140,7 +142,7 @@ impl DockerTool {
                 &stdout,
                 &stderr,
                 &inv.limits,
-                note,
+                &notes,
             ),
             Ended::TimedOut { stdout, stderr } => Err(timed_out(
                 limit,

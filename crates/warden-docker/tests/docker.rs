@@ -298,9 +298,9 @@ async fn output_is_capped_with_a_marker_and_exit_codes_are_reported(sandbox: San
     let m = call(&d, "sh", cmd("echo out; echo err >&2; exit 3")).await;
     assert_eq!(kind(&m), "exit_status");
     let e = m.error.as_ref().unwrap();
-    assert_eq!(e.details["exit_code"], 3);
-    assert_eq!(e.details["stdout"], "out\n");
-    assert_eq!(e.details["stderr"], "err\n");
+    assert_eq!(e.details["shell"]["exit_code"], 3);
+    assert_eq!(e.details["shell"]["stdout"], "out\n");
+    assert_eq!(e.details["shell"]["stderr"], "err\n");
     assert!(
         m.content.contains("out\n[stderr]\nerr\n[exit code 3]"),
         "{}",

@@ -75,7 +75,7 @@ async fn exit_codes_syntax_errors_and_exit_in_a_session() {
     call(&d, "sh", cmd("Y=kept")).await;
     let m = call(&d, "sh", cmd("echo out; echo err >&2; false")).await;
     assert_eq!(kind(&m), "exit_status");
-    assert_eq!(m.error.as_ref().unwrap().details["exit_code"], 1);
+    assert_eq!(m.error.as_ref().unwrap().details["shell"]["exit_code"], 1);
     assert!(
         m.content.contains("out\n[stderr]\nerr\n[exit code 1]"),
         "{}",
@@ -347,14 +347,14 @@ async fn output_that_imitates_the_marker_changes_nothing() {
     let m = call(&d, "sh", cmd(&command)).await;
     assert_eq!(kind(&m), "exit_status", "{}", m.content);
     let error = m.error.as_ref().unwrap();
-    assert_eq!(error.details["exit_code"], 3, "{}", m.content);
+    assert_eq!(error.details["shell"]["exit_code"], 3, "{}", m.content);
     assert_eq!(
-        error.details["stdout"],
+        error.details["shell"]["stdout"],
         format!("{fakes}\n__WARDEN_END_after\n"),
         "{}",
         m.content
     );
-    assert_eq!(error.details["stderr"], format!("{fakes}err-after\n"));
+    assert_eq!(error.details["shell"]["stderr"], format!("{fakes}err-after\n"));
     // The next command's output is its own.
     let m = call(&d, "sh", cmd("echo next")).await;
     assert_eq!(m.content, "next\n[exit code 0]");

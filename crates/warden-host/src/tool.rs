@@ -13,10 +13,12 @@ use serde_json::Value;
 use std::sync::Arc;
 use tokio::time::Instant;
 use warden_command::session::Sessions;
-use warden_command::{Cause, NetworkMode, Request, Template, answer, effective_timeout, timed_out};
+use warden_command::{
+    Cause, NetworkMode, Request, Template, answer, effective_timeout, shell, timed_out,
+};
 use warden_core::{
     Access, BoxFuture, Denials, ErrorKind, Executor, Exit, Grants, Held, Invocation, Limits,
-    Output, Program, SessionId, ToolError,
+    Output, Program, SHELL_DETAIL, SessionId, ToolError,
 };
 use warden_net::Gate;
 
@@ -190,7 +192,7 @@ impl HostTool {
                 &stdout,
                 &stderr,
                 &inv.limits,
-                None,
+                &[],
             ),
             Some((None, Some(signal))) => Err(killed(signal, &plan.rlimits, &stdout, &stderr)),
             _ => Err(ToolError::new(
@@ -238,8 +240,7 @@ fn killed(signal: i32, rlimits: &Rlimits, stdout: &str, stderr: &str) -> ToolErr
     }
     ToolError::new(kind, text)
         .with_detail("signal", signal)
-        .with_detail("stdout", stdout)
-        .with_detail("stderr", stderr)
+        .with_detail(SHELL_DETAIL, shell(None, stdout, stderr, &[]))
 }
 
 impl Executor for HostTool {

@@ -7,12 +7,15 @@ use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use warden_core::{Tool, ToolMessage, ToolSpec};
+use warden_core::{SHELL_DETAIL, Tool, ToolMessage, ToolSpec};
 
 /// The `_meta` key under which a failed call carries its error kind and message.
 pub(crate) const ERROR_META: &str = "warden/error";
 /// Where a result carries what the call used (wall time, CPU, memory, bytes through the gate).
 pub(crate) const USAGE_META: &str = "warden/usage";
+/// Where a command tool's result carries its exit code, streams, truncation and notes as data
+/// ([`warden_core::SHELL_DETAIL`]).
+pub(crate) const SHELL_META: &str = "warden/shell";
 
 /// Whether results travel as `{"result": value}` (the result schema is not an object's), when
 /// the tool's result type is known: what a call's answer needs, without building the schema.
@@ -92,7 +95,8 @@ fn annotations(tool: &Tool) -> ToolAnnotations {
 /// output schema (clients such as the TypeScript SDK check any `structuredContent` against
 /// the output schema, even on errors, so a tool with one gets none on failure). A structured
 /// result cut by the output limit is a `limit_exceeded` failure carrying the cut text. What
-/// the call used goes in `_meta["warden/usage"]`.
+/// the call used goes in `_meta["warden/usage"]`, and a command's result as data in
+/// `_meta["warden/shell"]`.
 pub(crate) struct Answered {
     message: ToolMessage,
     /// The tool's results travel as `{"result": value}` (`Some(true)`), as they are
@@ -118,10 +122,11 @@ impl Answered {
 
     fn view(&self) -> View<'_> {
         let m = &self.message;
-        let usage = match &m.error {
-            Some(e) => e.details.get("usage"),
-            None => m.artifact.as_ref().and_then(|a| a.get("usage")),
+        let detail = |key| match &m.error {
+            Some(e) => e.details.get(key),
+            None => m.artifact.as_ref().and_then(|a| a.get(key)),
         };
+        let (usage, shell) = (detail("usage"), detail(SHELL_DETAIL));
         let failed = |kind, message| View {
             text: &m.content,
             structured: self
@@ -130,6 +135,7 @@ impl Answered {
                 .then_some(Structured::Error(ErrorMeta { kind, message })),
             error: Some(ErrorMeta { kind, message }),
             usage,
+            shell,
         };
         let Some(error) = &m.error else {
             let result = m.artifact.as_ref().and_then(|a| a.get("result"));
@@ -160,6 +166,7 @@ impl Answered {
                 structured,
                 error: None,
                 usage,
+                shell,
             };
         };
         failed(error.kind.as_str(), &error.message)
@@ -181,6 +188,9 @@ impl Answered {
         }
         if let Some(usage) = view.usage {
             meta.insert(USAGE_META.into(), usage.clone());
+        }
+        if let Some(shell) = view.shell {
+            meta.insert(SHELL_META.into(), shell.clone());
         }
         result.meta = (!meta.is_empty()).then_some(MetaObject(meta));
         result
@@ -212,6 +222,7 @@ struct View<'a> {
     structured: Option<Structured<'a>>,
     error: Option<ErrorMeta<'a>>,
     usage: Option<&'a Value>,
+    shell: Option<&'a Value>,
 }
 
 #[derive(Serialize)]
@@ -274,6 +285,9 @@ impl Serialize for View<'_> {
                 if let Some(usage) = self.0.usage {
                     map.serialize_entry(USAGE_META, usage)?;
                 }
+                if let Some(shell) = self.0.shell {
+                    map.serialize_entry(SHELL_META, shell)?;
+                }
                 map.end()
             }
         }
@@ -287,7 +301,7 @@ impl Serialize for View<'_> {
             map.serialize_entry("structuredContent", structured)?;
         }
         map.serialize_entry("isError", &self.error.is_some())?;
-        if self.error.is_some() || self.usage.is_some() {
+        if self.error.is_some() || self.usage.is_some() || self.shell.is_some() {
             map.serialize_entry("_meta", &Meta(self))?;
         }
         map.end()

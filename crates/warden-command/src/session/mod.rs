@@ -71,9 +71,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::time::Instant;
-use warden_core::{ByteSize, ErrorKind, Invocation, Limits, Output, SessionId, ToolError};
+use warden_core::{
+    ByteSize, ErrorKind, Invocation, Limits, Output, SHELL_DETAIL, SessionId, ToolError,
+};
 
-use crate::{Cause, Request, answer, timed_out};
+use crate::{Cause, Request, answer, shell, timed_out};
 
 /// A piece of a shell's output, from one of its two streams.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -450,16 +452,7 @@ impl<L: Launcher> Sessions<L> {
                     }
                     _ => guard.live = Some(live),
                 }
-                // `answer` puts the note in brackets: one bracketed line per note.
-                let note = notes.join("]\n[");
-                answer(
-                    status,
-                    &cause,
-                    &stdout,
-                    &stderr,
-                    limits,
-                    Some(&note).filter(|n| !n.is_empty()).map(String::as_str),
-                )
+                answer(status, &cause, &stdout, &stderr, limits, &notes)
             }
             Ran::ShellEnded { stdout, stderr } => {
                 let status = live.sandbox.exit_status().await;
@@ -470,14 +463,7 @@ impl<L: Launcher> Sessions<L> {
                     L::FRESH
                 ));
                 notes.extend(ended);
-                answer(
-                    code,
-                    &cause,
-                    &stdout,
-                    &stderr,
-                    limits,
-                    Some(&notes.join("]\n[")),
-                )
+                answer(code, &cause, &stdout, &stderr, limits, &notes)
             }
             Ran::TimedOut { stdout, stderr } => {
                 notes.extend(live.sandbox.close_noting().await);
@@ -512,8 +498,7 @@ impl<L: Launcher> Sessions<L> {
                 }
                 Err(ToolError::new(ErrorKind::LimitExceeded, message)
                     .with_detail("processes", processes)
-                    .with_detail("stdout", stdout)
-                    .with_detail("stderr", stderr))
+                    .with_detail(SHELL_DETAIL, shell(None, &stdout, &stderr, &notes)))
             }
             // Not reached: the loop above runs again on it, once.
             Ran::NotRun { processes, refused } => {

@@ -1,14 +1,10 @@
 """Reading warden's MCP answers: a `tools/call` result as text, error kind and details, and a
-shell tool's rendered output (stdout, `[stderr]`, `[exit code N]`) split back into parts."""
+shell tool's result as the data warden sends beside the text (`_meta["warden/shell"]`)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
-
-TRUNCATION_MARKER = "\n[warden: output truncated, "
-_TAIL = re.compile(r"(?:^|\n)\[exit code (-?\d+)\]((?:\n\[[^\n]*\])*)\Z")
 
 
 @dataclass
@@ -26,6 +22,8 @@ class CallResult:
     """`structuredContent`, when the tool has an output schema."""
     usage: dict[str, Any] = field(default_factory=dict)
     """`_meta["warden/usage"]`: wall time, CPU, peak memory, … as warden measured them."""
+    shell: dict[str, Any] | None = None
+    """`_meta["warden/shell"]`: a command tool's exit code, streams, truncation and notes."""
 
     @classmethod
     def from_mcp(cls, result: dict[str, Any]) -> CallResult:
@@ -38,6 +36,7 @@ class CallResult:
         meta = result.get("_meta") or {}
         error = meta.get("warden/error") or {}
         usage = meta.get("warden/usage") or {}
+        shell = meta.get("warden/shell")
         is_error = bool(result.get("isError"))
         return cls(
             text="\n".join(parts),
@@ -46,6 +45,7 @@ class CallResult:
             message=str(error.get("message")) if is_error and "message" in error else None,
             structured=result.get("structuredContent"),
             usage=dict(usage) if isinstance(usage, dict) else {},
+            shell=shell if isinstance(shell, dict) else None,
         )
 
 
@@ -63,31 +63,34 @@ class ShellOutput:
 
 
 def parse_shell(result: CallResult) -> ShellOutput:
-    """Splits a shell tool's answer into stdout, stderr, exit code and notes.
+    """A shell tool's answer as stdout, stderr, exit code and notes, from the data warden sends
+    beside the text (the text itself is never taken apart).
 
-    A success is `render(...)`'s text; an `exit_status` or `out_of_memory` error is a first
-    line saying so, then the same text. A timeout answers exit code 124 with warden's
-    message (the output so far in it); any other error exit code 1 and the message.
+    A command stopped before it exited (a timeout, a limit that killed it) has exit code 124
+    for a timeout and 1 otherwise, with warden's sentence as a note; an error without the data
+    (the call never ran: `unavailable`, `invalid_arguments`, …) is exit code 1 with warden's
+    message as stderr.
     """
-    if result.is_error and result.kind not in ("exit_status", "out_of_memory"):
-        code = 124 if result.kind == "timeout" else 1
+    data = result.shell
+    if data is None:
         message = result.message if result.message is not None else result.text
-        return ShellOutput("", f"Error ({result.kind}): {message}", code, [], False)
-    body = result.message if result.is_error and result.message is not None else result.text
-    if result.is_error:
-        body = body.split("\n", 1)[1] if "\n" in body else ""
-    match = _TAIL.search(body)
-    if match is None:
-        return ShellOutput(body, "", 1 if result.is_error else 0, [], TRUNCATION_MARKER in body)
-    code = int(match.group(1))
-    notes = [line[1:-1] for line in match.group(2).split("\n") if line]
-    body = body[: match.start()]
-    if body.startswith("[stderr]\n"):
-        stdout, stderr = "", body[len("[stderr]\n") :]
-    elif "\n[stderr]\n" in body:
-        stdout, _, stderr = body.rpartition("\n[stderr]\n")
-        stdout += "\n"
-    else:
-        stdout, stderr = body, ""
-    truncated = TRUNCATION_MARKER in stdout or TRUNCATION_MARKER in stderr
-    return ShellOutput(stdout, stderr, code, notes, truncated)
+        return ShellOutput("", f"Error ({result.kind}): {message}", 1, [], False)
+    notes = [str(note) for note in data.get("notes") or []]
+    code = data.get("exit_code")
+    if result.is_error and result.kind != "exit_status":
+        # What ended it (its memory limit, CPU time, the timeout), first.
+        head = (result.message or "").split("\n", 1)[0]
+        notes = [head, *notes] if head and head not in notes else notes
+    if not isinstance(code, int):
+        code = 124 if result.kind == "timeout" else 1
+    dropped = data.get("dropped_bytes") or {}
+    for stream in ("stdout", "stderr"):
+        if dropped.get(stream):
+            notes.append(f"warden: output truncated, {dropped[stream]} more bytes of {stream} not shown")
+    return ShellOutput(
+        str(data.get("stdout", "")),
+        str(data.get("stderr", "")),
+        code,
+        notes,
+        bool(data.get("truncated")),
+    )
