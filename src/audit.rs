@@ -16,6 +16,16 @@ use warden_core::{
 #[derive(Serialize)]
 struct Audit {
     policies: Vec<PolicyAudit>,
+    /// The policy files that did not load: none of their tools is served.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    not_loaded: Vec<NotLoaded>,
+}
+
+#[derive(Serialize)]
+struct NotLoaded {
+    policy: String,
+    /// Why, naming file, line and fix.
+    error: String,
 }
 
 #[derive(Serialize)]
@@ -218,7 +228,18 @@ fn describe(toolbox: &Toolbox, probes: Vec<Option<Result<Probe, ProbeError>>>) -
             }
         })
         .collect();
-    Audit { policies }
+    let not_loaded = toolbox
+        .broken()
+        .iter()
+        .map(|b| NotLoaded {
+            policy: b.path.display().to_string(),
+            error: b.error.to_string(),
+        })
+        .collect();
+    Audit {
+        policies,
+        not_loaded,
+    }
 }
 
 /// Probes each policy's sandbox on this machine, where its backend has something to probe.
@@ -254,6 +275,12 @@ pub(crate) fn audit(ctx: &Warden, json: bool) -> Result<ExitCode> {
             escape(s).into_owned()
         }
     };
+    // First: a policy left out is what a reviewer most needs to see.
+    for broken in &audit.not_loaded {
+        outln!("{}", Escaped(&broken.policy));
+        outln!("  {} not loaded: {}", red("!"), Escaped(&broken.error));
+        outln!();
+    }
     for (p, loaded) in audit.policies.iter().zip(toolbox.policies()) {
         outln!("{}", Escaped(&p.policy));
         for (label, text) in &p.lines {

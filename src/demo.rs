@@ -139,6 +139,7 @@ pub(crate) fn demo(ctx: &Warden, root: Option<&Path>) -> Result<ExitCode> {
         host: ctx.host.clone(),
         on_compile: ctx.on_compile.clone(),
         workload: ctx.workload,
+        loading: ctx.loading,
     };
     let mut toolbox: Toolbox = ctx.load()?;
     let backend = ctx.wasm();

@@ -43,7 +43,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use warden_core::{
-    Admission, Backend, CallLog, ExecutorKind, Protected, Rotation, Toolbox, ToolboxError,
+    Admission, Backend, CallLog, ExecutorKind, Loading, Protected, Rotation, Toolbox, ToolboxError,
 };
 use warden_docker::{DockerBackend, Engine};
 use warden_host::{Helper, HostBackend};
@@ -110,6 +110,8 @@ pub struct Warden {
     pub on_compile: CompileHook,
     /// What the WebAssembly engine and host sandboxes prepared ahead are sized for.
     pub workload: Workload,
+    /// Whether a policy that does not load fails the toolbox or is left out and reported.
+    pub loading: Loading,
 }
 
 /// Chooses warden's places; [`Builder::build`] fills in the defaults.
@@ -196,6 +198,7 @@ impl Builder {
                 .preferring_beside(HELPER_PROGRAM),
             on_compile: self.on_compile,
             workload: self.workload,
+            loading: Loading::default(),
         })
     }
 }
@@ -263,10 +266,11 @@ impl Warden {
         ])
     }
 
-    /// Loads the toolbox; any policy that cannot be honoured is an error naming file and line.
+    /// Loads the toolbox as [`Warden::loading`] says: a policy that cannot be honoured is
+    /// left out and reported ([`Toolbox::broken`]), or an error naming file and line.
     pub fn load(&self) -> Result<Toolbox, Error> {
         self.backends()
-            .load(&self.toolbox, &self.protected())
+            .load(&self.toolbox, &self.protected(), self.loading)
             .map_err(|e| Error::Toolbox(self.toolbox.clone(), e))
     }
 
@@ -304,9 +308,15 @@ impl Backends {
         self.0.iter().map(|b| &**b as _).collect()
     }
 
-    /// Loads the toolbox in `dir` with every backend, refusing grants that reach `protected`.
-    pub fn load(&self, dir: &Path, protected: &[Protected]) -> Result<Toolbox, ToolboxError> {
-        Toolbox::load(dir, &self.list(), protected)
+    /// Loads the toolbox in `dir` with every backend, refusing grants that reach `protected`,
+    /// taking a policy that does not load as `loading` says.
+    pub fn load(
+        &self,
+        dir: &Path,
+        protected: &[Protected],
+        loading: Loading,
+    ) -> Result<Toolbox, ToolboxError> {
+        Toolbox::load_with(dir, &self.list(), protected, loading)
     }
 }
 

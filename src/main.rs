@@ -94,6 +94,11 @@ struct Cli {
     /// the other OTEL_* variables apply (docs/telemetry.md).
     #[arg(long, global = true, value_name = "URL")]
     otlp_endpoint: Option<String>,
+    /// Refuse the whole toolbox when any policy in it does not load. Without it, the tools of
+    /// every policy that loads are served and each one that does not is reported (`warden
+    /// tools` and `warden audit` list them, and a line on stderr names file, line and fix).
+    #[arg(long, global = true, env = "WARDEN_STRICT")]
+    strict: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -281,6 +286,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
     ) {
         ctx.workload = warden_wasm::Workload::OneShot;
     }
+    if cli.strict {
+        ctx.loading = warden_core::Loading::Strict;
+    }
     match cli.command {
         Command::Add(args) => add::add(&ctx, args),
         Command::Push(args) => oci::push(&ctx, &args),
@@ -357,17 +365,26 @@ impl<'a> Listed<'a> {
     }
 }
 
+/// `warden tools`: the tools served, then the policies that did not load (the JSON list holds
+/// the tools only; the policies left out are on stderr, as every command reports them).
 fn tools(ctx: &Warden, json: bool) -> Result<ExitCode> {
     let toolbox = ctx.load()?;
     if json {
         let listed: Vec<_> = toolbox.tools().map(Listed::of).collect();
         outln!("{}", escape_json(&serde_json::to_string_pretty(&listed)?));
-    } else {
-        for tool in toolbox.tools() {
-            let first = tool.spec.description.lines().next().unwrap_or_default();
-            outln!("{:<24} {}", Escaped(&tool.spec.name), Escaped(first));
-            let schema = tool.spec.input_schema.to_string();
-            outln!("{:<24} {}", "", escape_json(&schema));
+        return Ok(ExitCode::SUCCESS);
+    }
+    for tool in toolbox.tools() {
+        let first = tool.spec.description.lines().next().unwrap_or_default();
+        outln!("{:<24} {}", Escaped(&tool.spec.name), Escaped(first));
+        let schema = tool.spec.input_schema.to_string();
+        outln!("{:<24} {}", "", escape_json(&schema));
+    }
+    if !toolbox.broken().is_empty() {
+        outln!();
+        outln!("not loaded (their tools are not served; --strict refuses the toolbox instead):");
+        for broken in toolbox.broken() {
+            outln!("  {}", Escaped(&broken.error.to_string()));
         }
     }
     Ok(ExitCode::SUCCESS)

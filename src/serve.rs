@@ -49,7 +49,8 @@ pub(crate) fn serve(ctx: &Warden, args: ServeArgs) -> Result<ExitCode> {
     let backends = ctx.backends();
     let protected = ctx.protected();
     let dir = ctx.toolbox.clone();
-    let loader: Loader = Arc::new(move || backends.load(&dir, &protected));
+    let loading = ctx.loading;
+    let loader: Loader = Arc::new(move || backends.load(&dir, &protected, loading));
     // Each record is in the file before its call answers, so a signal loses none.
     let log = Arc::new(ctx.open_call_log()?);
     let options = Options {

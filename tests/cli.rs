@@ -109,23 +109,89 @@ fn add_refuses_what_is_no_tool_and_keeps_nothing_of_it() {
     }
 }
 
+/// One broken policy in a toolbox: every other tool is served, the broken one is named once
+/// with its file, line and fix by every command, and `--strict` refuses the whole toolbox.
 #[test]
-fn a_broken_policy_is_named_once_with_its_line() {
-    let env = cli_env();
+fn a_broken_policy_is_left_out_and_named_and_strict_refuses_the_toolbox() {
+    // warden's own log level (warn), which names each policy left out on stderr.
+    let env = Env::new();
     std::fs::write(
         env.toolbox().join("x.toml"),
         "[executor]\nkind = \"host\"\nname = \"x\"\nargv = [\"/bin/true\"]\nbogus = 1\n",
     )
     .unwrap();
+    // A wasm tool whose WIT folder is missing: "build it", says the error.
+    std::fs::write(
+        env.toolbox().join("units.toml"),
+        format!(
+            "[executor]\nkind = \"wasm\"\ncomponent = {:?}\nwit = \"../no-such-wit\"\n",
+            path_str(&wasm("units"))
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        env.toolbox().join("trivial.toml"),
+        format!(
+            "[executor]\nkind = \"wasm\"\ncomponent = {:?}\n",
+            path_str(&wasm("trivial"))
+        ),
+    )
+    .unwrap();
     let out = env.warden(&["tools"]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert_eq!(
-        stderr.matches("unknown field `bogus`").count(),
-        1,
-        "{stderr}"
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
     );
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.lines().any(|l| l.starts_with("add ")),
+        "the working tool is served: {stdout}"
+    );
+    let listed = stdout.split("not loaded").nth(1).unwrap_or_default();
+    assert_eq!(
+        listed.matches("unknown field `bogus`").count(),
+        1,
+        "{stdout}"
+    );
+    assert_eq!(listed.matches("x.toml:5:").count(), 1, "{stdout}");
+    assert!(listed.contains("no-such-wit"), "{stdout}");
     assert_eq!(stderr.matches("x.toml:5:").count(), 1, "{stderr}");
+
+    let called = env.warden(&["call", "add", r#"{"a": 2, "b": 3}"#]);
+    assert!(called.status.success(), "{called:?}");
+    assert_eq!(
+        json(&String::from_utf8_lossy(&called.stdout))["content"],
+        "5"
+    );
+    let missing = env.warden(&["call", "units_convert", "{}"]);
+    let answer = json(&String::from_utf8_lossy(&missing.stdout));
+    assert_eq!(answer["error"]["kind"], "unknown_tool", "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("2 of the toolbox's policies did not load"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("x.toml"),
+        "no path reaches the model: {message}"
+    );
+
+    let audit = json(&env.ok(&["audit", "--json"]));
+    let not_loaded = audit["not_loaded"].as_array().unwrap();
+    assert_eq!(not_loaded.len(), 2, "{audit}");
+    assert!(
+        not_loaded[1]["policy"]
+            .as_str()
+            .unwrap()
+            .ends_with("x.toml")
+    );
+
+    let strict = env.warden(&["--strict", "tools"]);
+    let stderr = String::from_utf8_lossy(&strict.stderr);
+    assert!(!strict.status.success(), "{stderr}");
+    assert!(stderr.contains("2 policies do not load"), "{stderr}");
+    assert_eq!(stderr.matches("x.toml:5:").count(), 1, "{stderr}");
+    assert!(stderr.contains("no-such-wit"), "{stderr}");
 }
 
 fn warden_sha(path: &Path) -> String {
@@ -140,6 +206,14 @@ fn a_rebuilt_component_needs_a_new_pin() {
     env.ok(&["add", path_str(&component)]);
     std::fs::copy(wasm("units"), &component).unwrap();
     let out = env.warden(&["tools"]);
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        listed.contains("not loaded")
+            && listed.contains("calc.toml")
+            && listed.contains("warden pin"),
+        "{listed}"
+    );
+    let out = env.warden(&["--strict", "tools"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -219,7 +219,11 @@ fn a_user_other_than_root_is_confined_in_a_user_namespace() {
     let m: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     let details = &m["error"]["details"];
-    assert_eq!(details["shell"]["stdout"], format!("{USER}\ngranted file\n"), "{m}");
+    assert_eq!(
+        details["shell"]["stdout"],
+        format!("{USER}\ngranted file\n"),
+        "{m}"
+    );
     assert!(!m.to_string().contains("MARKER-host-9c1"), "{m}");
     let isolation = m["error"]["details"]["isolation"].clone();
     assert_eq!(isolation["user_namespace"], true, "{m}");
@@ -425,7 +429,7 @@ fn a_read_write_root_holding_warden_or_its_helper_is_refused_at_load() {
     // The folder of warden and of the helper it would start (there yet or not).
     {
         granting("../bin", "read-write");
-        let out = env.warden_at(&warden, &["tools"]);
+        let out = env.warden_at(&warden, &["--strict", "tools"]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "granted read-write: {stderr}");
         assert!(
@@ -439,7 +443,7 @@ fn a_read_write_root_holding_warden_or_its_helper_is_refused_at_load() {
     }
     // Reading them is harmless.
     granting("../bin", "read-only");
-    let out = env.warden_at(&warden, &["tools"]);
+    let out = env.warden_at(&warden, &["--strict", "tools"]);
     assert!(
         out.status.success(),
         "{}",
@@ -454,7 +458,7 @@ fn a_read_write_root_holding_warden_or_its_helper_is_refused_at_load() {
         bin.display()
     );
     std::fs::write(policies.join("d.toml"), docker).unwrap();
-    let out = env.warden_at(&warden, &["tools"]);
+    let out = env.warden_at(&warden, &["--strict", "tools"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success() && stderr.contains("d.toml"),

@@ -153,7 +153,7 @@ fn net_grants_on_a_module_are_refused_at_load_naming_the_line() {
         .position(|l| l.starts_with("net ="))
         .unwrap()
         + 1;
-    let out = env.warden(&["tools"]);
+    let out = env.warden(&["--strict", "tools"]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(&format!("hello.toml:{line}")), "{stderr}");
@@ -169,7 +169,7 @@ fn a_rebuilt_module_needs_a_new_pin_and_its_exit_code_reaches_the_caller() {
     assert_eq!(json(&env.ok(&["call", "greet", "{}"]))["content"], "hello");
 
     std::fs::copy(text_module(&env, "second", &command("bye", 3)), &module).unwrap();
-    let out = env.warden(&["tools"]);
+    let out = env.warden(&["--strict", "tools"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -3,11 +3,13 @@ the `python` alias."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Iterator
 
 import pytest
 
-from langchain_harness import scratch, shell_toolbox, warden_bin
+from langchain_harness import WASM, scratch, shell_toolbox, warden_bin, warden_env
 from langchain_warden import WardenSandbox
 
 pytestmark = pytest.mark.anyio
@@ -68,3 +70,21 @@ def test_python_runs_python3_unless_told_not_to():
             "host-shell", box, base / "home", warden_bin(), python_alias=False
         ) as plain:
             assert ".warden-langchain" not in plain.execute("echo $PATH; ls -a /tmp").output
+
+
+def test_a_broken_tool_leaves_the_shell_working():
+    """A wasm policy whose WIT folder is missing: the shell still answers, and `warden tools`
+    names the broken policy (its file, line and fix)."""
+    broken = f'[executor]\nkind = "wasm"\ncomponent = "{WASM / "units.wasm"}"\nwit = "../no-such-wit"\n'
+    with scratch() as base:
+        box = shell_toolbox(base, extra={"units.toml": broken})
+        with WardenSandbox("host-shell", box, base / "home", warden_bin()) as sandbox:
+            assert sandbox.execute("echo still here").output == "still here\n"
+        env = {**os.environ, **warden_env(base), "WARDEN_TOOLBOX": str(box)}
+        listed = subprocess.run([warden_bin(), "tools"], env=env, capture_output=True, text=True)
+        assert listed.returncode == 0, listed.stderr
+        assert "units.toml:4:" in listed.stdout and "no-such-wit" in listed.stdout
+        strict = subprocess.run(
+            [warden_bin(), "--strict", "tools"], env=env, capture_output=True, text=True
+        )
+        assert strict.returncode != 0 and "units.toml:4:" in strict.stderr

@@ -550,10 +550,18 @@ impl Dispatcher {
             Some(close) => format!(" Did you mean `{close}`?"),
             None => String::new(),
         };
+        // The model learns that tools may be missing, not where warden keeps its policies.
+        let missing = match self.toolbox.broken().len() {
+            0 => String::new(),
+            n => format!(
+                " ({n} of the toolbox's policies did not load, and their tools are missing: \
+                 `warden tools` names them to the operator)"
+            ),
+        };
         ToolError::new(
             ErrorKind::UnknownTool,
             format!(
-                "there is no tool named `{name}`.{hint} The tools are: {}",
+                "there is no tool named `{name}`.{hint} The tools are: {}{missing}",
                 names.join(", ")
             ),
         )

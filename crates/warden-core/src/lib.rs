@@ -52,7 +52,7 @@ pub use review::{Decision, Reviewer};
 pub use run::{RunLimitHit, RunLimits, RunUsage};
 pub use spec::{ToolSpec, is_valid_tool_name};
 pub use table::ExecutorTable;
-pub use toolbox::{Keep, LoadedPolicy, Protected, Tool, Toolbox, ToolboxError};
+pub use toolbox::{Broken, Keep, LoadedPolicy, Loading, Protected, Tool, Toolbox, ToolboxError};
 pub use units::{ByteSize, HumanDuration, UnitError, millis};
 pub use usage::{RepeatedRefusal, Suggestion, ToolUsage, UnusedGrant, UsageError, UsageReport};
 pub use whole::{Temporary, write_whole};

@@ -35,6 +35,33 @@ pub enum ToolboxError {
         first: PathBuf,
         second: PathBuf,
     },
+    #[error("{} policies do not load: {}", .0.len(), list(.0))]
+    Several(Vec<Broken>),
+}
+
+fn list(broken: &[Broken]) -> String {
+    let errors: Vec<String> = broken.iter().map(|b| b.error.to_string()).collect();
+    errors.join("; ")
+}
+
+/// How [`Toolbox::load_with`] takes a policy file that does not load.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Loading {
+    /// The toolbox serves every policy that loads; each one that does not is kept as a
+    /// [`Broken`] (its tools are not served) and logged, so one broken tool does not take the
+    /// shells and the other tools down with it.
+    #[default]
+    Tolerant,
+    /// Any policy that does not load fails the whole toolbox, naming each (for CI).
+    Strict,
+}
+
+/// A policy file of the toolbox that did not load: none of its tools is served.
+#[derive(Debug)]
+pub struct Broken {
+    pub path: PathBuf,
+    /// Why, naming file, line and fix.
+    pub error: ToolboxError,
 }
 
 /// A place of warden's own that grants are kept away from.
@@ -109,6 +136,7 @@ pub struct Tool {
 pub struct Toolbox {
     tools: BTreeMap<String, Tool>,
     policies: Vec<LoadedPolicy>,
+    broken: Vec<Broken>,
 }
 
 /// One policy of a toolbox, with what its backend enforces and can honour.
@@ -120,11 +148,23 @@ pub struct LoadedPolicy {
 
 impl Toolbox {
     /// Loads every `*.toml` in `dir` (sorted by name) with the backend for its executor kind.
-    /// Any policy that cannot be honoured fails the whole load: nothing runs half-granted.
+    /// Any policy that cannot be honoured fails the whole load ([`Loading::Strict`]).
     pub fn load(
         dir: &Path,
         backends: &[&dyn Backend],
         protected: &[Protected],
+    ) -> Result<Toolbox, ToolboxError> {
+        Self::load_with(dir, backends, protected, Loading::Strict)
+    }
+
+    /// Loads every `*.toml` in `dir` (sorted by name) with the backend for its executor kind,
+    /// taking a policy that does not load as `loading` says. A policy is served whole or not at
+    /// all: nothing runs half-granted.
+    pub fn load_with(
+        dir: &Path,
+        backends: &[&dyn Backend],
+        protected: &[Protected],
+        loading: Loading,
     ) -> Result<Toolbox, ToolboxError> {
         if !dir.is_dir() {
             return Err(ToolboxError::Missing(dir.to_owned()));
@@ -138,11 +178,34 @@ impl Toolbox {
         let kinds: Vec<&dyn ExecutorKind> = backends.iter().map(|&b| b as _).collect();
         let mut toolbox = Toolbox::default();
         for file in files {
-            let policy = Arc::new(Policy::load(&file, &kinds)?);
-            check_protected(&policy, protected)?;
-            toolbox.add_policy(policy, backends)?;
+            let added = Policy::load(&file, &kinds)
+                .map_err(ToolboxError::from)
+                .and_then(|policy| {
+                    check_protected(&policy, protected)?;
+                    toolbox.add_policy(Arc::new(policy), backends)
+                });
+            if let Err(error) = added {
+                toolbox.broken.push(Broken { path: file, error });
+            }
         }
-        Ok(toolbox)
+        match (loading, toolbox.broken.len()) {
+            (Loading::Strict, 1) => Err(toolbox.broken.remove(0).error),
+            (Loading::Strict, 2..) => Err(ToolboxError::Several(toolbox.broken)),
+            _ => {
+                for b in &toolbox.broken {
+                    tracing::warn!(
+                        "a policy does not load, and its tools are not served: {}",
+                        b.error
+                    );
+                }
+                Ok(toolbox)
+            }
+        }
+    }
+
+    /// The policy files that did not load ([`Loading::Tolerant`]), in load order.
+    pub fn broken(&self) -> &[Broken] {
+        &self.broken
     }
 
     /// Adds the tools of one checked policy.
@@ -184,27 +247,32 @@ impl Toolbox {
                 .into());
             }
         }
+        // Every name is checked before any tool is added: a policy is added whole or not at all.
+        let mut named = Vec::with_capacity(loaded.len());
         for tool in loaded {
-            let mut spec = tool.spec;
-            spec.name = format!("{}{}", policy.prefix, spec.name);
-            if !is_valid_tool_name(&spec.name) {
+            let name = format!("{}{}", policy.prefix, tool.spec.name);
+            if !is_valid_tool_name(&name) {
                 return Err(PolicyError::new(
                     &policy.path,
                     None,
                     format!(
-                        "tool name `{}` does not fit ^[a-zA-Z0-9_-]{{1,64}}$ (OpenAI and MCP require it)",
-                        spec.name
+                        "tool name `{name}` does not fit ^[a-zA-Z0-9_-]{{1,64}}$ (OpenAI and MCP require it)"
                     ),
                 )
                 .into());
             }
-            if let Some(existing) = self.tools.get(&spec.name) {
+            if let Some(existing) = self.tools.get(&name) {
                 return Err(ToolboxError::Duplicate {
-                    name: spec.name,
+                    name,
                     first: existing.policy.path.clone(),
                     second: policy.path.clone(),
                 });
             }
+            named.push((name, tool));
+        }
+        for (name, tool) in named {
+            let mut spec = tool.spec;
+            spec.name = name;
             let over = policy.functions.get(&tool.function);
             let limits = policy.limits_for(&tool.function);
             let review_required = over

@@ -340,7 +340,10 @@ async fn a_conflict_refuses_the_whole_write_back_and_keeps_the_containers_copy()
         e.details
     );
     assert!(
-        e.details["shell"]["stdout"].as_str().unwrap().contains("done"),
+        e.details["shell"]["stdout"]
+            .as_str()
+            .unwrap()
+            .contains("done"),
         "{:?}",
         e.details
     );

@@ -354,7 +354,10 @@ async fn output_that_imitates_the_marker_changes_nothing() {
         "{}",
         m.content
     );
-    assert_eq!(error.details["shell"]["stderr"], format!("{fakes}err-after\n"));
+    assert_eq!(
+        error.details["shell"]["stderr"],
+        format!("{fakes}err-after\n")
+    );
     // The next command's output is its own.
     let m = call(&d, "sh", cmd("echo next")).await;
     assert_eq!(m.content, "next\n[exit code 0]");

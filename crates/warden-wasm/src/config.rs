@@ -69,7 +69,11 @@ impl WasmConfig {
         {
             return Err(table.error(
                 w.line,
-                format!("the WIT folder {} does not exist", w.value.display()),
+                format!(
+                    "the WIT folder {} does not exist: point `wit` at the folder of the tool's \
+                     .wit files (it documents the tool's functions), or remove the line",
+                    w.value.display()
+                ),
             ));
         }
         Ok(WasmConfig {
