@@ -274,6 +274,7 @@ def test_the_execution_policy_names_warden_exec():
 
 def test_a_missing_binary_says_how_to_fix_it(base, monkeypatch):
     monkeypatch.delenv("WARDEN_BIN", raising=False)
+    monkeypatch.setattr("langchain_warden._binary.bundled_warden", lambda: None)
     monkeypatch.setenv("PATH", str(base))
     with pytest.raises(WardenNotFoundError, match="WARDEN_BIN"):
         WardenToolkit(toolbox=base / "policies")

@@ -1,86 +1,121 @@
-"""The samples of python/langchain-warden/README.md, run as written: in a folder holding the
-shipped shell policies (`policies/`) and their `workspace/`, with a scripted chat model as the
-`model` each sample leaves to the reader."""
+"""The Python samples of python/langchain-warden/README.md and of README.md, run as written: with
+the package's own toolbox, and the Anthropic model the first sample of each page defines served
+by an endpoint on loopback that answers each sample's script."""
 
 from __future__ import annotations
 
+import collections
+import json
 import re
 from pathlib import Path
 
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import ToolCall, ToolMessage
 
-from langchain_harness import ROOT, call, scratch, scripted, shell_toolbox, warden_bin
+from harness import QuietHandler, loopback_server
+from langchain_harness import ROOT, call, scratch, warden_bin
+from langchain_warden import SHELL_TOOLBOX
 
-README = ROOT / "python" / "langchain-warden" / "README.md"
+PACKAGE_README = ROOT / "python" / "langchain-warden" / "README.md"
 
-# What the model says in each sample that uses one, in the README's order (None: no model).
-SCRIPTS = [
-    [
-        AIMessage(
-            content="", tool_calls=[call("host-shell", {"command": "wc -l < README.txt"}, "r1")]
-        ),
-        "One line.",
+HELLO = "print('hello')\n"
+
+# A turn of the model: its tool calls, or its final answer.
+Turn = list[ToolCall] | str
+
+# What the model says in each sample of a page, in the page's order (None: no model).
+SCRIPTS: dict[Path, list[list[Turn] | None]] = {
+    PACKAGE_README: [
+        [[call("host-shell", {"command": "wc -l < README.txt"}, "r1")], "That many lines."],
+        [[call("host-shell", {"command": "rm -rf /tmp/*"}, "r2")], "Left alone."],
+        [
+            [call("write_file", {"file_path": "/tmp/hello.py", "content": HELLO}, "r3")],
+            [call("execute", {"command": "python /tmp/hello.py"}, "r4")],
+            "It printed hello.",
+        ],
+        None,
+        [[call("shell", {"command": "ls"}, "r5")], "README.txt"],
     ],
-    [
-        AIMessage(content="", tool_calls=[call("host-shell", {"command": "rm -rf /tmp/*"}, "r2")]),
-        "Left alone.",
+    ROOT / "README.md": [
+        [[call("host-shell", {"command": "wc -l < README.txt"}, "t1")], "That many lines."],
     ],
-    [
-        AIMessage(
-            content="",
-            tool_calls=[
-                call(
-                    "write_file",
-                    {"file_path": "/tmp/hello.py", "content": "print('hello')\n"},
-                    "r3",
-                )
-            ],
-        ),
-        AIMessage(
-            content="", tool_calls=[call("execute", {"command": "python /tmp/hello.py"}, "r4")]
-        ),
-        "It printed hello.",
-    ],
-    None,
-    [AIMessage(content="", tool_calls=[call("shell", {"command": "ls"}, "r5")]), "README.txt"],
-]
+}
 
 
-def samples() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), re.DOTALL)
+class ScriptedAnthropic(QuietHandler):
+    """Anthropic's Messages API answering the turns of `script` in order."""
+
+    script: collections.deque[Turn] = collections.deque()
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        if self.path != "/v1/messages" or not self.script:
+            error = {"type": "invalid_request_error", "message": f"unscripted: {self.path}"}
+            self.answer(json.dumps({"type": "error", "error": error}).encode(), status=400)
+            return
+        turn = self.script.popleft()
+        if isinstance(turn, str):
+            content, stop = [{"type": "text", "text": turn}], "end_turn"
+        else:
+            content = [
+                {"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["args"]}
+                for c in turn
+            ]
+            stop = "tool_use"
+        message = {
+            "id": "msg_scripted",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-4-6",
+            "content": content,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 5},
+        }
+        self.answer(json.dumps(message).encode(), "application/json")
 
 
-def answers(result: dict) -> dict[str, ToolMessage]:
-    return {m.tool_call_id: m for m in result["messages"] if isinstance(m, ToolMessage)}
+def samples(page: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", page.read_text(), re.DOTALL)
+
+
+def run_samples(page: Path) -> dict[str, ToolMessage]:
+    """Runs the page's samples in one namespace, each model answering its script; answers
+    the tool messages of their agents' results by call id."""
+    blocks, scripts = samples(page), SCRIPTS[page]
+    assert len(blocks) == len(scripts), f"a sample of {page} was added or removed: update SCRIPTS"
+    tool_messages: dict[str, ToolMessage] = {}
+    namespace: dict = {}
+    for block, script in zip(blocks, scripts):
+        ScriptedAnthropic.script.extend(script or [])
+        exec(compile(block, str(page), "exec"), namespace)
+        assert not ScriptedAnthropic.script, f"the model was asked less than scripted: {block}"
+        if script is not None:
+            result = namespace.pop("result")
+            assert result["messages"][-1].text == script[-1]
+            tool_messages |= {
+                m.tool_call_id: m for m in result["messages"] if isinstance(m, ToolMessage)
+            }
+    return tool_messages
 
 
 def test_the_readme_samples_run_as_written(monkeypatch, capsys):
-    blocks = samples()
-    assert len(blocks) == len(SCRIPTS), "a sample was added or removed: update SCRIPTS"
-    tool_messages: dict[str, ToolMessage] = {}
-    with scratch() as base:
-        shell_toolbox(base)
+    lines = len((SHELL_TOOLBOX.parent / "workspace" / "README.txt").read_text().splitlines())
+    ScriptedAnthropic.script.clear()
+    with scratch() as base, loopback_server(ScriptedAnthropic) as port:
         monkeypatch.chdir(base)
         monkeypatch.setenv("WARDEN_BIN", warden_bin())
         monkeypatch.setenv("WARDEN_HOME", str(base / "home"))
-        namespace: dict = {}
-        for block, script in zip(blocks, SCRIPTS):
-            if script is not None:
-                namespace["model"] = scripted(*script)
-            exec(compile(block, str(README), "exec"), namespace)
-            if script is not None:
-                result = namespace.pop("result")
-                assert result["messages"][-1].content == script[-1]
-                tool_messages |= answers(result)
-        assert namespace["download"].content == bytes(range(256))
-    assert tool_messages["r1"].content == "1\n[exit code 0]"
-    assert (
-        tool_messages["r2"].status == "error" and "Leave /tmp alone." in tool_messages["r2"].content
-    )
-    assert tool_messages["r3"].status == "success"
-    assert "hello" in tool_messages["r4"].content
-    assert "README.txt" in tool_messages["r5"].content
+        monkeypatch.delenv("ANTHROPIC_API_URL", raising=False)
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{port}")
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "scripted")
+        answers = run_samples(PACKAGE_README)
+        printed = capsys.readouterr().out
+        answers |= run_samples(ROOT / "README.md")
+    assert answers["r1"].content == answers["t1"].content == f"{lines}\n[exit code 0]"
+    assert answers["r2"].status == "error" and "Leave /tmp alone." in answers["r2"].content
+    assert answers["r3"].status == "success"
+    assert "hello" in answers["r4"].content
+    assert "README.txt" in answers["r5"].content
     assert not Path("/tmp/hello.py").exists(), "the deep agent wrote in the sandbox's /tmp"
-    printed = capsys.readouterr().out
     assert "hi\n" in printed, "cd persisted in the sandbox"
     assert "rm -rf /tmp/*" in printed, "the interrupt shows the call waiting for a decision"

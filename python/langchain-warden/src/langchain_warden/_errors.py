@@ -11,6 +11,10 @@ class WardenNotFoundError(WardenError, FileNotFoundError):
     """No `warden` binary could be found or run."""
 
 
+class WardenVersionError(WardenNotFoundError):
+    """The `warden` binary found is another release than the one this package drives."""
+
+
 class WardenStartError(WardenError):
     """`warden serve` did not start: its toolbox did not load, or it exited at once."""
 

@@ -87,7 +87,7 @@ class WardenProcess:
     def __init__(
         self,
         *,
-        toolbox: str | os.PathLike[str] = "policies",
+        toolbox: str | os.PathLike[str],
         home: str | os.PathLike[str] | None = None,
         warden: str | os.PathLike[str] | None = None,
         reviewer: Reviewer | None = None,

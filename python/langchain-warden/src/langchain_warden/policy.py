@@ -13,6 +13,7 @@ from langchain.agents.middleware._execution import BaseExecutionPolicy
 
 from ._errors import WardenStartError
 from ._process import warden_argv
+from ._toolbox import DEFAULT_SHELL, SHELL_TOOLBOX
 
 
 @dataclass
@@ -27,17 +28,17 @@ class WardenExecutionPolicy(BaseExecutionPolicy):
     its `workspace` matters only as warden's working directory.
 
     Args:
-        tool: The docker or host tool whose sandbox the shell runs in.
-        toolbox: The folder of policy files.
+        tool: The docker or host tool whose sandbox the shell runs in (default `DEFAULT_SHELL`).
+        toolbox: The folder of policy files (default `SHELL_TOOLBOX`).
         home: warden's home; default warden's.
-        warden: The `warden` binary; default `WARDEN_BIN`, then `PATH`.
+        warden: The `warden` binary; default: found as `find_warden` does.
         session_timeout: `warden exec --timeout`: how long the whole shell may live
             (`"none"`, the default, lets it live as long as the middleware keeps it; each
             command is still bounded by the middleware's `command_timeout`).
     """
 
-    tool: str = "shell"
-    toolbox: str | os.PathLike[str] = "policies"
+    tool: str = DEFAULT_SHELL
+    toolbox: str | os.PathLike[str] = SHELL_TOOLBOX
     home: str | os.PathLike[str] | None = None
     warden: str | os.PathLike[str] | None = None
     session_timeout: str = "none"

@@ -21,6 +21,7 @@ from deepagents.backends.sandbox import BaseSandbox
 from ._errors import WardenError, WardenStartError
 from ._process import WardenProcess
 from ._results import CallResult, ShellOutput, parse_shell
+from ._toolbox import DEFAULT_SHELL, SHELL_TOOLBOX
 from ._trace import call_params
 from ._transfer import ChunkTooLarge, Failure, download, upload
 
@@ -45,7 +46,7 @@ class WardenSandbox(BaseSandbox):
     """A deepagents `SandboxBackendProtocol` backed by one session of a warden shell tool.
 
     `tool` names a docker or host shell tool of the toolbox whose policy has `session = true`
-    (`policies/shell-docker.toml`'s `shell`, `policies/shell-host.toml`'s `host-shell`). One
+    (`SHELL_TOOLBOX`'s `shell` and `host-shell` do). One
     `warden serve` process is started per sandbox, and with it one session: one container (or
     one confined host shell) whose working directory, variables and `/tmp` last from one
     `execute` to the next. Several sandboxes share nothing. `upload_files` and
@@ -61,10 +62,10 @@ class WardenSandbox(BaseSandbox):
     removes the session's container or kills its shell's processes.
 
     Args:
-        tool: The shell tool's name.
-        toolbox: The folder of policy files.
+        tool: The shell tool's name (default `DEFAULT_SHELL`).
+        toolbox: The folder of policy files (default `SHELL_TOOLBOX`).
         home: warden's home (component store, compile cache, call log); default warden's.
-        warden: The `warden` binary; default `WARDEN_BIN`, then `PATH`.
+        warden: The `warden` binary; default: found as `find_warden` does.
         timeout: Seconds each command may run when `execute` is given none (the policy's
             `timeout` caps it either way).
         chunk_size: Bytes per transfer command. Downloads halve it when the policy's
@@ -77,8 +78,8 @@ class WardenSandbox(BaseSandbox):
 
     def __init__(
         self,
-        tool: str = "shell",
-        toolbox: str | os.PathLike[str] = "policies",
+        tool: str = DEFAULT_SHELL,
+        toolbox: str | os.PathLike[str] = SHELL_TOOLBOX,
         home: str | os.PathLike[str] | None = None,
         warden: str | os.PathLike[str] | None = None,
         *,
@@ -105,7 +106,7 @@ class WardenSandbox(BaseSandbox):
             raise WardenStartError(
                 f"the toolbox has no tool {tool!r} (it has: "
                 f"{', '.join(sorted(map(str, schemas)))}): pass tool= a docker or host shell "
-                "tool, or add its policy (policies/shell-docker.toml, policies/shell-host.toml)"
+                "tool, or add its policy (SHELL_TOOLBOX's shell-docker.toml, shell-host.toml)"
             )
         if "command" not in (schemas[tool].get("properties") or {}):
             self.close()

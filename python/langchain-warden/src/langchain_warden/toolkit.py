@@ -21,6 +21,7 @@ from pydantic import ConfigDict, PrivateAttr
 from ._errors import WardenError, WardenStartError
 from ._process import WardenProcess
 from ._results import CallResult
+from ._toolbox import SHELL_TOOLBOX
 from ._trace import call_params
 
 # The id of the tool call being run, when the tool was invoked with a ToolCall (as
@@ -57,9 +58,9 @@ class WardenToolkit(BaseToolkit):
     or the `review` function; without either, the call is rejected.
 
     Args:
-        toolbox: The folder of policy files.
+        toolbox: The folder of policy files (default `SHELL_TOOLBOX`).
         home: warden's home (component store, compile cache, call log); default warden's.
-        warden: The `warden` binary; default `WARDEN_BIN`, then `PATH`.
+        warden: The `warden` binary; default: found as `find_warden` does.
         review: Decides calls held for review that no HumanInTheLoopMiddleware approved.
     """
 
@@ -75,7 +76,7 @@ class WardenToolkit(BaseToolkit):
 
     def __init__(
         self,
-        toolbox: str | os.PathLike[str] = "policies",
+        toolbox: str | os.PathLike[str] = SHELL_TOOLBOX,
         home: str | os.PathLike[str] | None = None,
         warden: str | os.PathLike[str] | None = None,
         *,
