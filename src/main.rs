@@ -226,6 +226,8 @@ fn main() -> ExitCode {
     };
     let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        // Colours for a person at a terminal, not escape codes in a parent's pipe or a file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),

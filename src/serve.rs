@@ -41,9 +41,20 @@ pub(crate) struct ServeArgs {
     /// a call has answered.
     #[arg(long, value_name = "N", default_value_t = Options::default().queue)]
     max_queued_calls: usize,
+    /// After SIGTERM or SIGINT, how long the calls in flight have to answer before they are
+    /// cancelled (each answered and logged either way).
+    #[arg(long, value_name = "DURATION",
+          default_value_t = HumanDuration(Options::default().drain))]
+    drain: HumanDuration,
+    /// How long an HTTP connection without the token must have sent nothing before it may be
+    /// closed to make room for another (at --max-unauthenticated, or with no descriptors left).
+    #[arg(long, value_name = "DURATION",
+          default_value_t = HumanDuration(ConnectionLimits::default().silence))]
+    unauthenticated_silence: HumanDuration,
 }
 
 pub(crate) fn serve(ctx: &Warden, args: ServeArgs) -> Result<ExitCode> {
+    raise_open_files_limit();
     // The dispatcher is built here rather than by `Context::dispatcher`: over stdio a terminal
     // reviewer would read the MCP channel, and a reload needs a dispatcher per toolbox.
     let backends = ctx.backends();
@@ -58,6 +69,7 @@ pub(crate) fn serve(ctx: &Warden, args: ServeArgs) -> Result<ExitCode> {
         call_log: Some(log),
         watch: Some(ctx.toolbox.clone()),
         queue: args.max_queued_calls,
+        drain: args.drain.0,
         ..Options::default()
     };
     let drain = options.drain;
@@ -105,6 +117,25 @@ pub(crate) fn serve(ctx: &Warden, args: ServeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A server holds a descriptor or more per connection and per call in flight: its soft limit
+/// on open files (1024 on most systems) goes up to the hard one, as a server's should. Its
+/// sandboxes get their policies' own limits, whatever warden's.
+fn raise_open_files_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let raised = getrlimit(Resource::RLIMIT_NOFILE).and_then(|(soft, hard)| {
+        if soft < hard {
+            setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map(|()| Some((soft, hard)))
+        } else {
+            Ok(None)
+        }
+    });
+    match raised {
+        Ok(Some((soft, hard))) => tracing::debug!(soft, hard, "raised the open files limit"),
+        Ok(None) => {}
+        Err(e) => tracing::warn!("could not raise the open files limit: {e}"),
+    }
+}
+
 /// Waits for SIGTERM or SIGINT, and names it.
 async fn signalled() -> Result<&'static str> {
     use tokio::signal::unix::{SignalKind, signal};
@@ -129,7 +160,7 @@ async fn serve_http(server: Server, addr: SocketAddr, args: ServeArgs) -> Result
         limits: ConnectionLimits {
             header_timeout: args.header_timeout.0,
             unauthenticated: args.max_unauthenticated,
-            ..ConnectionLimits::default()
+            silence: args.unauthenticated_silence.0,
         },
     })
     .await?;

@@ -779,24 +779,39 @@ fn audit_usage_names_hosts_no_call_reached() {
     assert_eq!(report["tools"][0]["destinations"], 2);
 }
 
-/// `warden serve` stopped by SIGTERM right after answering ends cleanly, and its call log holds
-/// a record of every call it answered: records are written off the calls' path, and a signal
-/// must not take the last of them along.
+/// `warden serve` stopped by SIGTERM right after answering ends cleanly, says how long it
+/// drains (`--drain`), and its call log holds a record of every call it answered: records are
+/// written off the calls' path, and a signal must not take the last of them along. Started
+/// with a low soft limit on open files, it serves with its hard one.
 #[test]
 fn serve_stopped_by_sigterm_keeps_every_answered_call_in_the_log() {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::os::unix::process::CommandExt;
     use std::process::Stdio;
     let env = cli_env();
     env.ok(&["add", path_str(&wasm("trivial"))]);
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_warden"))
-        .arg("serve")
+    let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
+    command
+        .args(["serve", "--drain", "1s"])
         .env("WARDEN_TOOLBOX", env.toolbox())
         .env("WARDEN_HOME", env.dir.path().join("home"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe, and the closure touches nothing else.
+    unsafe {
+        command.pre_exec(|| {
+            let mut limit = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+            limit.rlim_cur = limit.rlim_max.min(256);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+            Ok(())
+        });
+    }
+    let mut serve = command.spawn().unwrap();
     let mut input = serve.stdin.take().unwrap();
     let mut lines = BufReader::new(serve.stdout.take().unwrap()).lines();
     let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
@@ -820,6 +835,19 @@ fn serve_stopped_by_sigterm_keeps_every_answered_call_in_the_log() {
         let answer = json(&lines.next().unwrap().unwrap());
         assert_eq!(answer["result"]["isError"], false, "{answer}");
     }
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", serve.id())).unwrap();
+    let open_files: Vec<&str> = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap()
+        .split_whitespace()
+        .skip(3)
+        .take(2)
+        .collect();
+    assert_eq!(
+        open_files[0], open_files[1],
+        "soft raised to hard: {limits}"
+    );
     // stdin stays open: the signal, not the end of input, stops the server.
     let killed = Command::new("kill")
         .args(["-TERM", &serve.id().to_string()])
@@ -829,6 +857,14 @@ fn serve_stopped_by_sigterm_keeps_every_answered_call_in_the_log() {
     let status = serve.wait().unwrap();
     assert!(status.success(), "stopped cleanly: {status}");
     drop(input);
+    let mut stderr = String::new();
+    serve
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(stderr.contains("have up to 1s to answer"), "{stderr}");
     let log = std::fs::read_to_string(env.dir.path().join("home/calls.jsonl")).unwrap();
     let calls = log
         .lines()

@@ -47,7 +47,7 @@ def test_a_sandbox_with_no_toolbox_runs_the_shipped_shell_on_its_workspace(tool)
             assert sandbox.id.startswith(f"warden-{tool or 'shell'}-")
             read = sandbox.execute("cat README.txt")
             assert read.exit_code == 0, read
-            assert read.output == WORKSPACE_README.read_text().rstrip("\n")
+            assert read.output == WORKSPACE_README.read_text()
             written = sandbox.execute("touch new.txt")
             assert written.exit_code != 0 and "Read-only file system" in written.output
 

@@ -31,3 +31,12 @@ def test_the_wheel_puts_warden_and_its_helper_in_the_venv() -> None:
     out = subprocess.run([found, "--version"], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == f"warden {version}"
     assert metadata.version("langchain-warden") == version
+
+
+def test_a_sandbox_with_no_toolbox_runs_the_host_shell_of_the_package() -> None:
+    from langchain_warden import WardenSandbox
+
+    with WardenSandbox(tool="host-shell") as sandbox:
+        done = sandbox.execute("cat README.txt | head -c 0; pwd; echo hi > /tmp/x; cat /tmp/x")
+        assert done.exit_code == 0, done.output
+        assert done.output.endswith("hi\n"), done.output

@@ -256,8 +256,14 @@ async fn a_stdout_flood_is_capped_and_the_call_ends() {
     let stdout = shell["stdout"].as_str().unwrap_or_default();
     assert!(stdout.len() < 70_000, "{} bytes kept", stdout.len());
     assert_eq!(shell["truncated"], true);
-    let dropped = shell["dropped_bytes"]["stdout"].as_u64().unwrap_or_default();
-    assert_eq!(dropped + stdout.len() as u64, 50_000_000, "every byte is counted");
+    let dropped = shell["dropped_bytes"]["stdout"]
+        .as_u64()
+        .unwrap_or_default();
+    assert_eq!(
+        dropped + stdout.len() as u64,
+        50_000_000,
+        "every byte is counted"
+    );
     assert!(out.content.contains("output truncated"), "no marker");
     assert_eq!(shell["stderr"], "done\n");
     assert!(

@@ -22,6 +22,7 @@ import collections
 import concurrent.futures
 import itertools
 import json
+import logging
 import os
 import subprocess
 import threading
@@ -32,6 +33,8 @@ from typing import Any
 
 from ._binary import find_warden
 from ._errors import WardenError, WardenProcessError, WardenStartError
+
+logger = logging.getLogger("langchain_warden")
 
 PROTOCOL_VERSION = "2025-06-18"
 
@@ -356,8 +359,13 @@ class WardenProcess:
         stderr = self._proc.stderr
         assert stderr is not None
         try:
-            for line in stderr:
-                self._stderr.append(line.decode(errors="replace").rstrip())
+            for raw in stderr:
+                line = raw.decode(errors="replace").rstrip()
+                self._stderr.append(line)
+                # warden's warnings (a policy left out of the toolbox, say) reach the
+                # application's logs; the rest is there for debugging.
+                warned = " WARN " in line or " ERROR " in line
+                logger.log(logging.WARNING if warned else logging.DEBUG, "warden: %s", line)
         except (OSError, ValueError):
             pass
 
