@@ -20,6 +20,7 @@
 
 use crate::connections::{ConnectionLimits, Unauthenticated};
 use crate::handler::Handler;
+use crate::inflight::{Claim, InFlight};
 use crate::jsonrpc::{self, error_reply};
 use crate::session::SESSION_ID_HEADER;
 use crate::state::Server;
@@ -32,7 +33,7 @@ use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use hyper_util::rt::TokioTimer;
-use rmcp::model::ErrorCode;
+use rmcp::model::{ClientJsonRpcMessage, ErrorCode};
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
@@ -143,6 +144,7 @@ impl HttpServer {
         // The answers to POSTs being sent, and the connections open: what a stop waits for.
         let answers = TaskTracker::new();
         let connections = TaskTracker::new();
+        let in_flight = InFlight::default();
         // Cancelled once the calls are drained: each connection closes after its answer.
         let closing = CancellationToken::new();
         let calls = &server.shared.calls;
@@ -186,12 +188,14 @@ impl HttpServer {
             let closed = ticket.closed.clone();
             let stream = ticket.watched(stream);
             let (service, guard, ending) = (service.clone(), guard.clone(), ending.clone());
-            let answers = answers.clone();
+            let (answers, in_flight) = (answers.clone(), in_flight.clone());
             let handle = hyper::service::service_fn(move |request: Request<Incoming>| {
                 let (service, guard, ending) = (service.clone(), guard.clone(), ending.clone());
                 let ticket = ticket.clone();
                 let sending = (request.method() == Method::POST).then(|| answers.token());
+                let in_flight = in_flight.clone();
                 async move {
+                    let mut claim = None;
                     let response = match guard.check(&request) {
                         Err(refusal) => refusal.response(),
                         Ok(()) => {
@@ -199,8 +203,11 @@ impl HttpServer {
                             match session_to_end(&request) {
                                 Some(id) => ending.end(&id).await,
                                 None if is_json_post(&request) => {
-                                    match checked(request, max_body).await {
-                                        Ok(request) => service.handle(request).await,
+                                    match checked(request, max_body, &in_flight).await {
+                                        Ok((request, claimed)) => {
+                                            claim = claimed;
+                                            service.handle(request).await
+                                        }
                                         Err(answer) => answer,
                                     }
                                 }
@@ -213,6 +220,7 @@ impl HttpServer {
                             Sending {
                                 body,
                                 _token: token,
+                                _claim: claim,
                             }
                             .boxed()
                         }),
@@ -268,11 +276,12 @@ impl HttpServer {
 /// and the connections to close.
 const LINGER: Duration = Duration::from_secs(1);
 
-/// A POST's answer, holding its token of the answers being sent until hyper has sent it
-/// whole (or dropped it, its connection gone).
+/// A POST's answer, holding its token of the answers being sent, and its request's id in its
+/// session, until hyper has sent it whole (or dropped it, its connection gone).
 struct Sending {
     body: Body,
     _token: TaskTrackerToken,
+    _claim: Option<Claim>,
 }
 
 impl hyper::body::Body for Sending {
@@ -352,12 +361,14 @@ fn is_json_post<B>(request: &Request<B>) -> bool {
 }
 
 /// A POST's body, read whole (up to `limit`, rmcp's own) and checked as a stdio line is
-/// ([`crate::jsonrpc`]): the request again, for rmcp, or the JSON-RPC error to answer
-/// instead: with HTTP 200 when it answers a request by its id, else 400 (413 when too long).
+/// ([`crate::jsonrpc`]): the request again, for rmcp, with its id claimed in its session
+/// ([`InFlight`]), or the JSON-RPC error to answer instead: with HTTP 200 when it answers a
+/// request by its id, else 400 (413 when too long).
 async fn checked(
     request: Request<Incoming>,
     limit: usize,
-) -> Result<Request<Full<Bytes>>, Response<Body>> {
+    in_flight: &InFlight,
+) -> Result<(Request<Full<Bytes>>, Option<Claim>), Response<Body>> {
     let (parts, body) = request.into_parts();
     let bytes = match Limited::new(body, limit).collect().await {
         Ok(collected) => collected.to_bytes(),
@@ -378,7 +389,31 @@ async fn checked(
         }
     };
     match jsonrpc::read(&bytes) {
-        Ok(_) => Ok(Request::from_parts(parts, Full::new(bytes))),
+        Ok(ClientJsonRpcMessage::Request(request)) => {
+            let session = parts
+                .headers
+                .get(SESSION_ID_HEADER)
+                .and_then(|v| v.to_str().ok());
+            let claim = match session {
+                Some(session) => match in_flight.claim(session, &request.id) {
+                    Some(claim) => Some(claim),
+                    None => {
+                        let message = format!(
+                            "Invalid Request: a request with id {} is still waiting for its \
+                             answer in this session; give each request of a session its own id",
+                            serde_json::to_string(&request.id).unwrap_or_default()
+                        );
+                        let id = serde_json::to_value(&request.id).unwrap_or(Value::Null);
+                        let reply = error_reply(ErrorCode::INVALID_REQUEST, &message, id);
+                        return Err(json_response(StatusCode::OK, &reply));
+                    }
+                },
+                // `initialize`, which opens the session.
+                None => None,
+            };
+            Ok((Request::from_parts(parts, Full::new(bytes)), claim))
+        }
+        Ok(_) => Ok((Request::from_parts(parts, Full::new(bytes)), None)),
         Err(Some(reply)) => {
             let status = if reply["id"].is_null() {
                 StatusCode::BAD_REQUEST

@@ -13,6 +13,7 @@ mod connections;
 mod convert;
 mod handler;
 mod http;
+mod inflight;
 mod jsonrpc;
 mod review;
 mod session;

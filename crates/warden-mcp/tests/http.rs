@@ -455,3 +455,50 @@ async fn malformed_bodies_get_json_rpc_errors() {
     assert_eq!(status, 200);
     assert_eq!(ok.unwrap()["result"]["content"][0]["text"], "ok");
 }
+
+/// A request reusing the id of one of its session's requests still waiting is refused with a
+/// JSON-RPC error naming the id, at once; the waiting one is answered, and the id is free again
+/// once it has been.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_request_with_an_id_in_flight_is_refused_and_the_first_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, _log) = server(dir.path(), Options::default());
+    let addr = serve(server).await;
+    let (_open, session) = session(addr).await;
+    let first = {
+        let session = session.clone();
+        tokio::spawn(async move {
+            let mut stream = BufReader::new(TcpStream::connect(addr).await.unwrap());
+            post(&mut stream, Some(&session), &call(5, "held")).await
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while HELD.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the first call runs");
+    let mut stream = BufReader::new(TcpStream::connect(addr).await.unwrap());
+    let (status, _, again) = post(&mut stream, Some(&session), &call(5, "ok")).await;
+    let again = again.expect("an answer");
+    assert_eq!(status, 200);
+    assert_eq!(again["id"], 5, "{again}");
+    assert_eq!(again["error"]["code"], -32600, "{again}");
+    assert!(
+        again["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("id 5 is still waiting"),
+        "{again}"
+    );
+    RELEASE.add_permits(1);
+    let answered = first.await.unwrap().2.expect("an answer");
+    assert_eq!(answered["id"], 5);
+    assert_eq!(answered["result"]["content"][0]["text"], "released");
+    let (_, _, reused) = post(&mut stream, Some(&session), &call(5, "ok")).await;
+    assert_eq!(
+        reused.expect("an answer")["result"]["content"][0]["text"],
+        "ok"
+    );
+}
