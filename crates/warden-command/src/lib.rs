@@ -2,6 +2,7 @@
 //! arguments fill, the outcome the model reads, the `[executor]` knobs both take, and the
 //! session driver with its contract ([`session`]).
 
+pub mod cgroup;
 mod knobs;
 mod outcome;
 pub mod program;

@@ -3,7 +3,6 @@
 //! is dropped.
 
 use crate::address::Place;
-use crate::cgroup::Cgroup;
 use crate::engine::{Engine, missing_image};
 use crate::removal::{finish_apart, remove};
 use bollard::Docker;
@@ -15,6 +14,7 @@ use bollard::query_parameters::{
     WaitContainerOptionsBuilder,
 };
 use futures::StreamExt;
+use warden_command::cgroup::Cgroup;
 use warden_command::session::nonce;
 use warden_core::ToolError;
 

@@ -3,7 +3,6 @@
 //! and can be started before their call. What each is sent then differs: one command and the
 //! end of its input ([`crate::per_call::run_once`]), or a session's commands.
 
-use crate::cgroup::Cgroup;
 use crate::container::Container;
 use crate::engine::Engine;
 use crate::gate::Sandboxed;
@@ -11,6 +10,7 @@ use crate::plan::Plan;
 use bollard::Docker;
 use bollard::container::AttachContainerResults;
 use std::sync::Arc;
+use warden_command::cgroup::Cgroup;
 use warden_core::{ErrorKind, Grants, ToolError};
 use warden_net::{Credentials, Gate, Proxy};
 

@@ -14,7 +14,6 @@
 
 mod address;
 mod backend;
-mod cgroup;
 mod config;
 mod container;
 mod debian;

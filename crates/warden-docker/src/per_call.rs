@@ -1,7 +1,6 @@
 //! One command in a per-call container: the script its shell is sent, its output read from
 //! its start lines to its end lines (or its deadline), its counters and its copied roots.
 
-use crate::cgroup::Cgroup;
 use crate::container::Container;
 use crate::engine::Engine;
 use crate::files::{Copied, CopiedIn};
@@ -11,6 +10,7 @@ use bollard::container::{AttachContainerResults, LogOutput};
 use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
+use warden_command::cgroup::Cgroup;
 use warden_command::session::{Frames, nonce};
 use warden_core::{ToolError, Usage};
 use warden_net::{Proxy, Scope, Traffic};

@@ -3,7 +3,6 @@
 //! which frames commands, keeps deadlines and resets. `exec` per command would be slower
 //! (26–43 ms here), would not keep `cd` and cannot be killed.
 
-use crate::cgroup::Cgroup;
 use crate::container::Container;
 use crate::engine::Engine;
 use crate::files::CopiedIn;
@@ -16,6 +15,7 @@ use futures::StreamExt;
 use std::io;
 use std::sync::Arc;
 use warden_command::Cause;
+use warden_command::cgroup::{Cgroup, Readings};
 use warden_command::session::{Chunk, Counters, Launched, Launcher, Processes, Sandbox};
 use warden_core::{Limits, ToolError};
 use warden_net::{Proxy, Scope, Traffic};
@@ -90,7 +90,7 @@ impl Launcher for DockerShells {
                 container,
                 oom_seen: false,
                 cgroup,
-                peak_started: false,
+                readings: Readings::default(),
                 gate,
                 _sandboxed: sandboxed,
             },
@@ -112,8 +112,7 @@ pub(crate) struct ShellContainer {
     oom_seen: bool,
     /// Its cgroup's counters, when they are on this machine.
     cgroup: Option<Cgroup>,
-    /// The last reading started a new memory peak: the next one's peak is honest.
-    peak_started: bool,
+    readings: Readings,
     gate: Option<Proxy>,
     /// Its credentials and the bundle it trusts, kept as long as it runs.
     _sandboxed: Option<Sandboxed>,
@@ -136,19 +135,10 @@ impl Sandbox for ShellContainer {
         self.container.processes().await
     }
 
-    /// The cgroup's CPU; its memory peak only where each reading can start a new one (cgroup
-    /// v1, as root): a container's peak cannot otherwise be told apart from an earlier
-    /// command's.
     fn counters(&mut self) -> Counters {
-        let Some(cgroup) = &self.cgroup else {
-            return Counters::default();
-        };
-        let cpu_ms = cgroup.cpu_ms();
-        let peak_memory_bytes = cgroup.peak().filter(|_| self.peak_started);
-        self.peak_started = cgroup.new_peak();
-        Counters {
-            cpu_ms,
-            peak_memory_bytes,
+        match &self.cgroup {
+            Some(cgroup) => self.readings.read(cgroup),
+            None => Counters::default(),
         }
     }
 

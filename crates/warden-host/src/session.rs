@@ -5,12 +5,15 @@
 //! keeps deadlines and resets. Killing `init`, PID 1 of the namespace, kills everything the
 //! session started.
 //!
-//! A command's CPU is read from outside, in `/proc`: the shell's own CPU and its waited-for
-//! children's, and `init`'s waited-for children's (orphans), before and after it. A job still
-//! running when the command ends counts with the command that sees it end. There is no memory
-//! peak per command: the sandbox has no cgroup, and the kernel keeps a shell's children's
-//! largest resident set (`ru_maxrss`) as one maximum over the whole session, which no reading
-//! can start anew.
+//! A command's CPU and memory peak are read before and after it from a cgroup of warden's own
+//! that `init` and the shell join as the session starts, so everything they start counts
+//! ([`warden_command::cgroup::Owned`]: where warden may make one, on cgroup v1 as root), as a
+//! docker session's are read from its container's. Elsewhere the CPU is read from outside, in
+//! `/proc`: the shell's own CPU and its waited-for children's, and `init`'s waited-for
+//! children's (orphans), at the clock tick's grain; and there is no memory peak per command:
+//! the kernel keeps a shell's children's largest resident set (`ru_maxrss`) as one maximum
+//! over the whole session, which no reading can start anew. A job still running when a
+//! command ends counts with the command that sees it end.
 
 use crate::failure::unavailable;
 use crate::forks::Forked;
@@ -24,6 +27,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::unix::pipe::Receiver;
 use warden_command::Cause;
+use warden_command::cgroup::{Owned, Readings};
 use warden_command::session::{Counters, Launched, Launcher, Processes, Sandbox, chunks};
 use warden_core::{Limits, ToolError, Usage};
 use warden_net::{Proxy, Scope, Traffic};
@@ -102,6 +106,8 @@ impl Launcher for HostShells {
             reports: BufReader::new(reports),
             gate,
             protections: None,
+            cgroup: None,
+            readings: Readings::default(),
         };
         // Until the shell is confined and executed: `init`'s pid, then `ready` or a failure.
         loop {
@@ -130,6 +136,11 @@ impl Launcher for HostShells {
             let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"));
             children.ok()?.split_whitespace().next()?.parse().ok()
         });
+        // Before the first command: whatever the shell starts is born in it.
+        sandbox.cgroup = Owned::create().filter(|cgroup| {
+            let pids = [sandbox.init, sandbox.shell];
+            pids.iter().all(Option::is_some) && pids.into_iter().flatten().all(|p| cgroup.join(p))
+        });
         Ok(Launched {
             sandbox,
             input: Box::pin(input),
@@ -157,6 +168,9 @@ pub(crate) struct ShellNamespace {
     gate: Option<Proxy>,
     /// What the helper put in force for the shell, as it reported: every answer says so.
     protections: Option<Protections>,
+    /// The cgroup `init` and the shell joined, where warden could make one.
+    cgroup: Option<Owned>,
+    readings: Readings,
 }
 
 impl ShellNamespace {
@@ -266,8 +280,11 @@ impl Sandbox for ShellNamespace {
         .flatten()
     }
 
-    /// CPU only (see the module's comment).
+    /// From the session's cgroup, else CPU only, from `/proc` (see the module's comment).
     fn counters(&mut self) -> Counters {
+        if let Some(cgroup) = &self.cgroup {
+            return self.readings.read(cgroup.counters());
+        }
         let namespace = self.namespace.as_deref();
         let cpu = |pid: Option<i32>| cpu_ms(pid?, namespace?);
         Counters {

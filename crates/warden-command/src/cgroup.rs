@@ -1,9 +1,13 @@
-//! A running container's CPU and memory counters, read from its cgroup's files on this
-//! machine. The engine's stats endpoint has the same figures but answers at its collector's
-//! next tick (up to a second on Docker 20.10, `one-shot` or not), which every call would pay,
-//! and it cannot start a new memory peak per session command. So warden finds the container's
-//! cgroup through its first process (`/proc/PID/cgroup`, checked to name the container, so a
-//! pid of another machine's engine never reads a stranger's counters) and reads:
+//! A sandbox's CPU and memory counters, read from its cgroup's files on this machine.
+//!
+//! A container's cgroup is the engine's: its stats endpoint has the same figures but answers
+//! at its collector's next tick (up to a second on Docker 20.10, `one-shot` or not), which
+//! every call would pay, and it cannot start a new memory peak per session command. So warden
+//! finds the container's cgroup through its first process (`/proc/PID/cgroup`, checked to name
+//! the container, so a pid of another machine's engine never reads a stranger's counters,
+//! [`Cgroup::of`]). A host session's cgroup is warden's own ([`Owned`]): where warden may
+//! make one (cgroup v1's memory and cpuacct hierarchies, as root), a `warden/PID-N` folder in
+//! each that the session's processes join, removed with the session. Either way it reads:
 //!
 //! | | CPU | memory peak | new peak per command |
 //! |---|---|---|---|
@@ -15,11 +19,12 @@
 //! looked for, and where the files cannot be found, the figures are left out: no figures
 //! rather than a stranger's.
 
+use crate::session::Counters;
 use std::path::{Path, PathBuf};
 
 /// Where one container's counters are.
 #[derive(Debug, Clone)]
-pub(crate) struct Cgroup {
+pub struct Cgroup {
     cpu: Cpu,
     peak: Option<PathBuf>,
 }
@@ -34,7 +39,7 @@ enum Cpu {
 
 impl Cgroup {
     /// The cgroup of container `id`, whose first process is `pid` as this machine sees it.
-    pub(crate) fn of(pid: i64, id: &str) -> Option<Cgroup> {
+    pub fn of(pid: i64, id: &str) -> Option<Cgroup> {
         let membership = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
         let mounts = Mount::all(&mountinfo);
@@ -71,7 +76,7 @@ impl Cgroup {
     }
 
     /// CPU used in the container so far, in milliseconds.
-    pub(crate) fn cpu_ms(&self) -> Option<f64> {
+    pub fn cpu_ms(&self) -> Option<f64> {
         match &self.cpu {
             Cpu::Nanos(file) => number(file).map(|ns| ns as f64 / 1e6),
             Cpu::Stat(file) => std::fs::read_to_string(file)
@@ -84,16 +89,155 @@ impl Cgroup {
     }
 
     /// The high-water mark of its memory: since it started, or since [`Cgroup::new_peak`].
-    pub(crate) fn peak(&self) -> Option<u64> {
+    pub fn peak(&self) -> Option<u64> {
         number(self.peak.as_ref()?)
     }
 
     /// Starts a new high-water mark from the memory in use now; false when this cgroup
     /// cannot (v2, or not root).
-    pub(crate) fn new_peak(&self) -> bool {
+    pub fn new_peak(&self) -> bool {
         match (&self.cpu, &self.peak) {
             (Cpu::Nanos(_), Some(file)) => std::fs::write(file, "0").is_ok(),
             _ => false,
+        }
+    }
+}
+
+/// A session's readings of its sandbox's cgroup, one before and one after each command.
+#[derive(Debug, Default)]
+pub struct Readings {
+    /// The last reading started a new memory peak: the next one's peak is honest.
+    peak_started: bool,
+}
+
+impl Readings {
+    /// The cgroup's CPU; its memory peak only where each reading can start a new one (cgroup
+    /// v1, as root): a sandbox's peak cannot otherwise be told apart from an earlier
+    /// command's.
+    pub fn read(&mut self, cgroup: &Cgroup) -> Counters {
+        let cpu_ms = cgroup.cpu_ms();
+        let peak_memory_bytes = cgroup.peak().filter(|_| self.peak_started);
+        self.peak_started = cgroup.new_peak();
+        Counters {
+            cpu_ms,
+            peak_memory_bytes,
+        }
+    }
+}
+
+/// A cgroup warden made for one sandbox and joined by its processes: a `warden/PID-N` folder
+/// in cgroup v1's memory and cpuacct hierarchies, removed when dropped (once its processes
+/// are gone). Folders a warden that is no longer running left behind are removed as the next
+/// one is made.
+pub struct Owned {
+    counters: Cgroup,
+    /// The folders, one per hierarchy (one when a hierarchy holds both controllers).
+    dirs: Vec<PathBuf>,
+}
+
+/// The folder under each hierarchy that holds warden's cgroups.
+const OWN: &str = "warden";
+
+/// How long a dropped cgroup's folders are tried again while its processes die.
+const REMOVAL_TRIES: u32 = 50;
+const REMOVAL_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+impl Owned {
+    /// A new cgroup of this process's, where it may make one (cgroup v1 with memory and
+    /// cpuacct, and the right to write there: root); `None` elsewhere.
+    pub fn create() -> Option<Owned> {
+        static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let mounts = Mount::all(&mountinfo);
+        let point = |controller: &str| {
+            mounts
+                .iter()
+                .find(|m| m.root == "/" && m.controllers.iter().any(|c| c == controller))
+                .map(|m| m.point.join(OWN))
+        };
+        let (memory, cpuacct) = (point("memory")?, point("cpuacct")?);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("{}-{n}", std::process::id());
+        let mut dirs = vec![memory.join(&name)];
+        if cpuacct != memory {
+            dirs.push(cpuacct.join(&name));
+        }
+        for dir in &dirs {
+            if let Some(parent) = dir.parent() {
+                sweep(parent);
+            }
+        }
+        let owned = Owned {
+            counters: Cgroup {
+                cpu: Cpu::Nanos(cpuacct.join(&name).join("cpuacct.usage")),
+                peak: Some(memory.join(&name).join("memory.max_usage_in_bytes")),
+            },
+            dirs,
+        };
+        // Made one by one: a failure drops what was made.
+        for dir in &owned.dirs {
+            if let Err(e) = std::fs::create_dir_all(dir) {
+                tracing::debug!("no cgroup of warden's own at {}: {e}", dir.display());
+                return None;
+            }
+        }
+        Some(owned)
+    }
+
+    /// Moves process `pid` into it (its later children are born there); false when it could
+    /// not be moved into every hierarchy.
+    pub fn join(&self, pid: i32) -> bool {
+        self.dirs
+            .iter()
+            .all(|dir| std::fs::write(dir.join("cgroup.procs"), pid.to_string()).is_ok())
+    }
+
+    /// Its counters.
+    pub fn counters(&self) -> &Cgroup {
+        &self.counters
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        let mut dirs = std::mem::take(&mut self.dirs);
+        dirs.retain(|dir| std::fs::remove_dir(dir).is_err());
+        if dirs.is_empty() {
+            return;
+        }
+        // Its processes are still dying: the folders go once they are gone.
+        std::thread::spawn(move || {
+            for _ in 0..REMOVAL_TRIES {
+                std::thread::sleep(REMOVAL_EVERY);
+                dirs.retain(|dir| std::fs::remove_dir(dir).is_err());
+                if dirs.is_empty() {
+                    return;
+                }
+            }
+            for dir in dirs {
+                tracing::warn!(
+                    "cannot remove the cgroup {}: it still has processes",
+                    dir.display()
+                );
+            }
+        });
+    }
+}
+
+/// Removes the cgroups in `parent` that a warden no longer running left behind (a folder
+/// with processes in it cannot be removed, and is kept).
+fn sweep(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let owner = name
+            .to_str()
+            .and_then(|n| n.split_once('-'))
+            .map(|(pid, _)| pid);
+        if owner.is_some_and(|pid| !Path::new("/proc").join(pid).exists()) {
+            let _ = std::fs::remove_dir(entry.path());
         }
     }
 }
