@@ -93,6 +93,14 @@ impl Cgroup {
         number(self.peak.as_ref()?)
     }
 
+    /// Its folder in cgroup v1's memory hierarchy (none on v2).
+    pub fn memory_v1(&self) -> Option<&Path> {
+        match (&self.cpu, &self.peak) {
+            (Cpu::Nanos(_), Some(peak)) => peak.parent(),
+            _ => None,
+        }
+    }
+
     /// Starts a new high-water mark from the memory in use now; false when this cgroup
     /// cannot (v2, or not root).
     pub fn new_peak(&self) -> bool {

@@ -4,6 +4,7 @@
 
 use crate::address::Place;
 use crate::engine::{Engine, missing_image};
+use crate::oom::{OomWatch, Verdict};
 use crate::removal::{finish_apart, remove};
 use bollard::Docker;
 use bollard::container::AttachContainerResults;
@@ -37,6 +38,8 @@ pub(crate) struct Container {
     /// The engine answered its creation: until then `id` is the name it was asked for, which
     /// the engine may still be making when the call is dropped.
     created: bool,
+    /// The kernel's word on its memory limit's kills, where warden could ask for it.
+    oom: Option<OomWatch>,
 }
 
 impl Container {
@@ -56,6 +59,7 @@ impl Container {
             id: name.clone(),
             removed: false,
             created: false,
+            oom: None,
         };
         let options = CreateContainerOptionsBuilder::new().name(&name).build();
         match docker.create_container(Some(options), body).await {
@@ -124,11 +128,29 @@ impl Container {
         Ok((code, oom))
     }
 
-    /// Whether a container that died of SIGKILL was killed by its memory limit. The engine
+    /// Watches its memory limit's kills from now on, through its `cgroup` ([`OomWatch`]).
+    pub(crate) fn watch_oom(&mut self, cgroup: &Cgroup) {
+        self.oom = OomWatch::on(cgroup);
+    }
+
+    /// What the kernel said of its memory limit's kills, where warden watches them.
+    fn kernel_says(&self) -> Option<bool> {
+        match self.oom.as_ref()?.killed() {
+            Verdict::Killed => Some(true),
+            Verdict::NotKilled => Some(false),
+            Verdict::Unsure => None,
+        }
+    }
+
+    /// Whether a container that died of SIGKILL was killed by its memory limit: the kernel's
+    /// word where warden watches it ([`Container::watch_oom`]), else the engine's. The engine
     /// learns of the exit and of the OOM kill from two events (on cgroup v1, the kill from an
-    /// eventfd of its own), which can arrive in either order: the flag is asked again for a
+    /// eventfd of its own), which can arrive in either order: its flag is asked again for a
     /// short while before the answer is "no".
     pub(crate) async fn oom_killed_after_exit(&self) -> bool {
+        if let Some(said) = self.kernel_says() {
+            return said;
+        }
         for _ in 0..OOM_FLAG_TRIES {
             if self.oom_killed().await {
                 return true;
@@ -171,8 +193,12 @@ impl Container {
         cgroup
     }
 
-    /// True when the engine saw the memory limit kill a process of this container.
+    /// True when the memory limit killed a process of this container: the kernel's word where
+    /// warden watches it, else the engine's.
     pub(crate) async fn oom_killed(&self) -> bool {
+        if let Some(said) = self.kernel_says() {
+            return said;
+        }
         match self.docker.inspect_container(&self.id, None).await {
             Ok(c) => c.state.and_then(|s| s.oom_killed).unwrap_or(false),
             Err(_) => false,

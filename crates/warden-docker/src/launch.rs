@@ -88,7 +88,7 @@ impl Recipe {
         if let Some(s) = &sandboxed {
             s.mount_into(&mut body);
         }
-        let container = Container::create(engine, &docker, &self.plan.image, body).await?;
+        let mut container = Container::create(engine, &docker, &self.plan.image, body).await?;
         let attached = container.attach_and_start(engine, true).await?;
         let gate = match self.gate.clone().zip(sandboxed.as_ref()) {
             Some((gate, s)) => {
@@ -106,6 +106,10 @@ impl Recipe {
             .await
             .ok()
             .flatten();
+        // Before its first command: every kill of its memory limit is seen.
+        if let Some(cgroup) = &cgroup {
+            container.watch_oom(cgroup);
+        }
         Ok(Started {
             docker,
             container,

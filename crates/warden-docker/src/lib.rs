@@ -25,6 +25,7 @@ mod image;
 mod launch;
 mod lease;
 mod names;
+mod oom;
 mod passthrough;
 mod per_call;
 mod plan;
