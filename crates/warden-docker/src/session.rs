@@ -3,6 +3,7 @@
 //! which frames commands, keeps deadlines and resets. `exec` per command would be slower
 //! (26–43 ms here), would not keep `cd` and cannot be killed.
 
+use crate::address::Place;
 use crate::container::Container;
 use crate::engine::Engine;
 use crate::files::CopiedIn;
@@ -16,7 +17,7 @@ use std::io;
 use std::sync::Arc;
 use warden_command::Cause;
 use warden_command::cgroup::{Cgroup, Readings};
-use warden_command::session::{Chunk, Counters, Launched, Launcher, Processes, Sandbox};
+use warden_command::session::{Children, Chunk, Counters, Launched, Launcher, Processes, Sandbox};
 use warden_core::{Limits, ToolError};
 use warden_net::{Proxy, Scope, Traffic};
 
@@ -76,6 +77,17 @@ impl Launcher for DockerShells {
             },
             None => None,
         };
+        // Its shell as this machine sees it, where the shell's children are the command's
+        // processes: runc's containers on this machine (gVisor's run inside its sandbox).
+        let runc = !plan.gvisor && plan.runtime.as_deref().is_none_or(|r| r == "runc");
+        let shell = match (runc, engine.place()) {
+            (true, Place::Local) => container
+                .pid(engine)
+                .await
+                .ok()
+                .and_then(|p| i32::try_from(p).ok()),
+            _ => None,
+        };
         let output = attached.output.map(|frame| match frame {
             Ok(LogOutput::StdErr { message }) => Ok(Chunk::Stderr(message.to_vec())),
             Ok(frame) => Ok(Chunk::Stdout(frame.into_bytes().to_vec())),
@@ -91,6 +103,8 @@ impl Launcher for DockerShells {
                 oom_seen: false,
                 cgroup,
                 readings: Readings::default(),
+                shell,
+                children: None,
                 gate,
                 _sandboxed: sandboxed,
             },
@@ -113,6 +127,10 @@ pub(crate) struct ShellContainer {
     /// Its cgroup's counters, when they are on this machine.
     cgroup: Option<Cgroup>,
     readings: Readings,
+    /// Its shell's pid on this machine, where a timeout can stop a command's processes alone.
+    shell: Option<i32>,
+    /// The shell's children as the running command began: what a stop leaves alone.
+    children: Option<Children>,
     gate: Option<Proxy>,
     /// Its credentials and the bundle it trusts, kept as long as it runs.
     _sandboxed: Option<Sandboxed>,
@@ -145,6 +163,14 @@ impl Sandbox for ShellContainer {
     fn command_starts(&mut self, scope: Scope) {
         if let Some(gate) = &self.gate {
             gate.begin(scope);
+        }
+        self.children = self.shell.and_then(Children::of);
+    }
+
+    fn stop_command(&mut self) -> bool {
+        match (self.shell, &self.children) {
+            (Some(shell), Some(children)) => children.kill_new(shell),
+            _ => false,
         }
     }
 

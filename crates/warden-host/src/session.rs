@@ -28,7 +28,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::unix::pipe::Receiver;
 use warden_command::Cause;
 use warden_command::cgroup::{Owned, Readings};
-use warden_command::session::{Counters, Launched, Launcher, Processes, Sandbox, chunks};
+use warden_command::session::{Children, Counters, Launched, Launcher, Processes, Sandbox, chunks};
 use warden_core::{Limits, ToolError, Usage};
 use warden_net::{Proxy, Scope, Traffic};
 
@@ -108,6 +108,7 @@ impl Launcher for HostShells {
             protections: None,
             cgroup: None,
             readings: Readings::default(),
+            children: None,
         };
         // Until the shell is confined and executed: `init`'s pid, then `ready` or a failure.
         loop {
@@ -171,6 +172,8 @@ pub(crate) struct ShellNamespace {
     /// The cgroup `init` and the shell joined, where warden could make one.
     cgroup: Option<Owned>,
     readings: Readings,
+    /// The shell's children as the running command began: what a stop leaves alone.
+    children: Option<Children>,
 }
 
 impl ShellNamespace {
@@ -296,6 +299,14 @@ impl Sandbox for ShellNamespace {
     fn command_starts(&mut self, scope: Scope) {
         if let Some(gate) = &self.gate {
             gate.begin(scope);
+        }
+        self.children = self.shell.and_then(Children::of);
+    }
+
+    fn stop_command(&mut self) -> bool {
+        match (self.shell, &self.children) {
+            (Some(shell), Some(children)) => children.kill_new(shell),
+            _ => false,
         }
     }
 

@@ -107,29 +107,43 @@ async fn two_sessions_do_not_share_a_shell() {
     tool.end_session(b).await;
 }
 
+/// A timeout stops the command's processes, not the session: its working directory,
+/// variables, files and earlier background jobs stay. A loop of the shell's own builtins
+/// has no process to stop, and takes the shell down as before.
 #[tokio::test]
-async fn a_timeout_takes_the_shell_down_and_the_next_command_starts_afresh() {
+async fn a_timeout_ends_the_command_and_keeps_the_session() {
     let place = Place::new();
     let (tool, limits, _w) = session_tool(&place, 65527, "", "timeout = \"2s\"");
     let id = SessionId::fresh();
+    let run = |command: &str| call_in(&tool, &limits, id, json!({ "command": command }));
+    body(&run("cd /tmp; echo kept > file; sleep 300 &").await);
     let started = Instant::now();
-    let e = call_in(
-        &tool,
-        &limits,
-        id,
-        json!({"command": "X=5; echo before; sleep 30"}),
-    )
-    .await
-    .expect_err("past its deadline");
+    let e = run("X=5; echo before; sleep 30 | cat; echo after")
+        .await
+        .expect_err("past its deadline");
     assert_eq!(e.kind, ErrorKind::Timeout, "{}", e.message);
     assert!(e.message.contains("before"), "{}", e.message);
-    assert!(e.message.contains("a fresh shell"), "{}", e.message);
+    assert!(e.message.contains("shell lives on"), "{}", e.message);
     assert!(
         started.elapsed() < Duration::from_secs(8),
         "{:?}",
         started.elapsed()
     );
-    let r = call_in(&tool, &limits, id, json!({"command": "echo ${X:-unset}"})).await;
+    // The rest of the command ran once its processes were gone.
+    assert_eq!(
+        e.details["shell"]["stdout"], "before\nafter\n",
+        "{}",
+        e.message
+    );
+    let r = run("echo $X; pwd; cat file; kill -0 $! && echo job alive").await;
+    assert_eq!(body(&r), "5\n/tmp\nkept\njob alive");
+
+    let e = run("Y=1; while :; do :; done")
+        .await
+        .expect_err("past its deadline");
+    assert_eq!(e.kind, ErrorKind::Timeout, "{}", e.message);
+    assert!(e.message.contains("a fresh shell"), "{}", e.message);
+    let r = run("echo ${Y:-unset}").await;
     assert_eq!(body(&r), "unset");
     tool.end_session(id).await;
 }

@@ -17,9 +17,14 @@
 //!   its own deadline, which starts when the command gets the shell, not while it waits.
 //! - **Ordering.** A session runs one command at a time; concurrent commands of one session
 //!   wait their turn and run in the order they arrived. Sessions never wait for each other.
-//! - **A timeout** takes the shell down: the command's sandbox is killed with everything in
-//!   it (background jobs too), the answer is a `timeout` with the output so far and says so,
-//!   and the next command starts a fresh shell.
+//! - **A timeout** ends the command, not the session, where the executor can stop a command's
+//!   processes ([`Sandbox::stop_command`]: host shells, and Docker's runc containers on this
+//!   machine): the processes the shell started for it are killed, and the working directory,
+//!   variables, files and earlier background jobs stay; the answer is a `timeout` with the
+//!   output so far and says so. Where it cannot — a loop of the shell's own builtins, a loop
+//!   that restarts what it loses, gVisor, an engine elsewhere — the timeout takes the shell
+//!   down: the sandbox is killed with everything in it, the answer says so, and the next
+//!   command starts a fresh shell.
 //! - **The shell's end** (`exit`, `exec`, a failing command under `set -e`, the memory limit
 //!   killing the shell itself) ends the session the same way: the answer says so, the next
 //!   command starts a fresh shell. A memory kill of a command's own process is an
@@ -57,9 +62,11 @@
 mod frames;
 mod script;
 mod shell;
+mod stop;
 
 pub use frames::Frames;
 pub use script::nonce;
+pub use stop::Children;
 
 use script::Check;
 use shell::{Live, Ran};
@@ -225,9 +232,17 @@ pub trait Sandbox: Send + 'static {
     }
 
     /// A command starts: the sandbox's network (its gate, if it has one) works for it until
-    /// [`Sandbox::command_ended`], and refuses into `scope`'s denials.
+    /// [`Sandbox::command_ended`], and refuses into `scope`'s denials; and the shell's
+    /// processes as they are now are what [`Sandbox::stop_command`] leaves alone.
     fn command_starts(&mut self, scope: warden_net::Scope) {
         let _ = scope;
+    }
+
+    /// The command is past its deadline: stops the processes it started and keeps the shell
+    /// ([`Children::kill_new`] of what [`Sandbox::command_starts`] saw), where the executor
+    /// can. False when it cannot, or the command started none: the shell then goes with it.
+    fn stop_command(&mut self) -> bool {
+        false
     }
 
     /// The command ended: its connections are closed, and none are let through until the
@@ -464,6 +479,17 @@ impl<L: Launcher> Sessions<L> {
                 ));
                 notes.extend(ended);
                 answer(code, &cause, &stdout, &stderr, limits, &notes)
+            }
+            Ran::Stopped { stdout, stderr } => {
+                let mut what = "its processes were stopped; the session's shell lives on, with \
+                                its working directory, variables, files and earlier background \
+                                jobs"
+                    .to_owned();
+                for note in &notes {
+                    what.push_str(&format!("; {note}"));
+                }
+                guard.live = Some(live);
+                Err(timed_out(limit, &stdout, &stderr, &what))
             }
             Ran::TimedOut { stdout, stderr } => {
                 notes.extend(live.sandbox.close_noting().await);

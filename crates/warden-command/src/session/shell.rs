@@ -15,6 +15,11 @@ const STDERR_GRACE: Duration = Duration::from_secs(2);
 /// How often a command that has not ended has its sandbox's processes counted from outside.
 const PROBE_EVERY: Duration = Duration::from_secs(2);
 
+/// How long a command whose processes were stopped at its deadline has to print its end:
+/// the shell's own steps after the killed process (an `echo`, the framing) take
+/// milliseconds; a loop that starts its next process has not ended by then.
+const STOPPED_ENDS_WITHIN: Duration = Duration::from_secs(2);
+
 /// A shell reading commands on its stdin, and what it keeps between commands.
 pub(crate) struct Live<S> {
     pub sandbox: S,
@@ -53,6 +58,9 @@ pub(crate) enum Ran {
     ShellEnded { stdout: String, stderr: String },
     /// The deadline passed with the command still running.
     TimedOut { stdout: String, stderr: String },
+    /// The deadline passed, the command's processes were stopped, and the shell printed its
+    /// end: the shell lives on.
+    Stopped { stdout: String, stderr: String },
     /// Still running, and the sandbox was seen full of processes twice in a row.
     OutOfProcesses {
         stdout: String,
@@ -79,7 +87,7 @@ impl<S: Sandbox> Live<S> {
         &mut self,
         command: &str,
         limit: u64,
-        deadline: Instant,
+        mut deadline: Instant,
         check: Option<&Check>,
     ) -> Ran {
         let framing = Framing::new();
@@ -110,9 +118,16 @@ impl<S: Sandbox> Live<S> {
         let mut grace: Option<Instant> = None;
         let mut probe_at = check.as_ref().map(|_| Instant::now() + PROBE_EVERY);
         let mut full_in_a_row = 0;
+        let mut stopped = false;
         while !(out.done() && err.done()) {
             let now = Instant::now();
             if now >= deadline {
+                // Once: the shell then has a little while to print the command's end.
+                if !stopped && !out.done() && self.sandbox.stop_command() {
+                    stopped = true;
+                    deadline = now + STOPPED_ENDS_WITHIN;
+                    continue;
+                }
                 return Ran::TimedOut {
                     stdout: out.text(),
                     stderr: err.text(),
@@ -174,6 +189,12 @@ impl<S: Sandbox> Live<S> {
             _ => 0,
         };
         self.refused = ending.refused;
+        if stopped {
+            return Ran::Stopped {
+                stdout: out.text(),
+                stderr: err.text(),
+            };
+        }
         match ending.status {
             None => Ran::NotRun {
                 processes: ending.processes,
