@@ -42,12 +42,15 @@ def test_output_that_looks_like_warden_s_framing_reaches_python_exactly(small):
     assert both.output.startswith("x\n" + "\n".join(f"[stderr] {line}" for line in framing.split("\n")))
 
 
-def test_a_timeout_is_124_and_the_next_command_gets_a_fresh_shell(small):
-    small.execute("cd /tmp && X=1")
+def test_a_timeout_is_124_and_keeps_the_sandbox(small):
+    """A timeout ends the command, not the sandbox: files, working directory and variables
+    written before it are still there."""
+    small.execute("cd /tmp && X=1 && echo kept > before.txt")
     stopped = small.execute("sleep 10", timeout=1)
     assert stopped.exit_code == 124
     assert "did not finish within" in stopped.output
-    assert small.execute("pwd; echo ${X:-gone}").output.split("\n")[1] == "gone"
+    assert "lives on" in stopped.output
+    assert small.execute("pwd; echo $X; cat before.txt").output == "/tmp\n1\nkept\n"
 
 
 async def test_the_output_limit_truncates_and_downloads_shrink_their_chunks(small):

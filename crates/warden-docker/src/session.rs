@@ -78,14 +78,16 @@ impl Launcher for DockerShells {
             None => None,
         };
         // Its shell as this machine sees it, where the shell's children are the command's
-        // processes: runc's containers on this machine (gVisor's run inside its sandbox).
+        // processes: runc's containers on this machine (gVisor's run inside its sandbox). The
+        // container's first process is its init; the shell is that init's one child.
         let runc = !plan.gvisor && plan.runtime.as_deref().is_none_or(|r| r == "runc");
         let shell = match (runc, engine.place()) {
             (true, Place::Local) => container
                 .pid(engine)
                 .await
                 .ok()
-                .and_then(|p| i32::try_from(p).ok()),
+                .and_then(|pid| i32::try_from(pid).ok())
+                .and_then(Children::only_child),
             _ => None,
         };
         let output = attached.output.map(|frame| match frame {

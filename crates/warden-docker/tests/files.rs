@@ -561,7 +561,8 @@ async fn a_session_reset_by_a_timeout_still_writes_back_what_the_session_wrote()
     )
     .await;
     assert_eq!(m.status, Status::Success, "{}", m.content);
-    let m = call(&d, "sh", cmd("sleep 100")).await;
+    // A loop of the shell's own builtins: the timeout takes the shell down.
+    let m = call(&d, "sh", cmd("while :; do :; done")).await;
     assert_eq!(kind(&m), "timeout", "{}", m.content);
     // Written back at the reset, in a task of its own when the call's time ran out first.
     let started = Instant::now();

@@ -25,6 +25,16 @@ impl Children {
         children(shell).map(Children)
     }
 
+    /// The one child of process `pid` (a shell under an init of its own), if it has one.
+    pub fn only_child(pid: i32) -> Option<i32> {
+        let found = children(pid)?;
+        let mut found = found.into_iter();
+        match (found.next(), found.next()) {
+            (Some(child), None) => Some(child),
+            _ => None,
+        }
+    }
+
     /// Kills every child of `shell` that is not one of these, with all its descendants; true
     /// when there was one to kill.
     pub fn kill_new(&self, shell: i32) -> bool {
@@ -108,8 +118,14 @@ mod tests {
         drop(shell.stdin.take());
         let later = children_when(pid, 3);
         let new: Vec<i32> = later.difference(&before.0).copied().collect();
-        let grandchildren: Vec<i32> = new.iter().filter_map(|&p| children(p)).flatten().collect();
-        assert!(!grandchildren.is_empty(), "sh -c has its sleep below it");
+        // `sh -c` forks its sleep in its own time.
+        let grandchildren: Vec<i32> = loop {
+            let below: Vec<i32> = new.iter().filter_map(|&p| children(p)).flatten().collect();
+            if !below.is_empty() {
+                break below;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
         assert!(before.kill_new(pid));
         for pid in new.iter().chain(&grandchildren) {
             while !matches!(state(*pid), None | Some('Z')) {
