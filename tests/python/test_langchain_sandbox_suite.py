@@ -22,7 +22,7 @@ pytestmark = pytest.mark.anyio
 
 def _sandbox(tool: str) -> Iterator[WardenSandbox]:
     with scratch() as base:
-        box = shell_toolbox(base, output="2MiB")
+        box = shell_toolbox(base)
         with WardenSandbox(
             tool=tool, toolbox=box, home=base / "home", warden=warden_bin()
         ) as sandbox:
