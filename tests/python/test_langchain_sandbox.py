@@ -87,7 +87,7 @@ def test_an_output_past_max_output_size_is_cut_and_kept_in_the_sandbox():
             assert lines[:2] == ["1", "2"] and "[stderr] done" in lines
             note = lines[-1]
             assert "the first 100000 of 288894 bytes of stdout shown" in note
-            path = note.split("all of it is in ")[1].split(",")[0]
+            path = note.split("they are all in ")[1].split(",")[0]
             kept = sandbox.execute(f"tail -n 1 {path}; wc -c <{path}")
             assert kept.output == "50000\n288894\n"
             # A whole output's files are gone some commands later.

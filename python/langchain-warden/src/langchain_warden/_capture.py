@@ -122,7 +122,7 @@ def execute(
             out.truncated = True
             out.notes.append(
                 f"warden: output truncated: the first {limit} of {size} bytes of {stream} shown; "
-                f"all of it is in {path}, to read in parts (`tail -c +{limit + 1} {path} | "
+                f"they are all in {path}, to read in parts (`tail -c +{limit + 1} {path} | "
                 "head -c 60000`, …)"
             )
         else:
