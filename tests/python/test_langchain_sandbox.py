@@ -67,12 +67,18 @@ async def test_an_output_past_the_limit_comes_whole_and_downloads_shrink_their_c
     assert sync.content == data and async_.content == data
 
 
-def test_an_output_the_shell_s_end_cut_says_how_to_get_the_rest(small):
-    """The host shell's end takes its /tmp, and the files with it: the output is what fit."""
-    cut = small.execute("head -c 20000 /dev/zero | tr '\\0' x; exit 5")
-    assert (cut.exit_code, cut.truncated) == (5, True)
-    assert cut.output.startswith("xxxx")
-    assert "more bytes of stdout not shown: run the command again with its output redirected" in cut.output
+def test_an_output_cut_all_the_same_says_how_to_get_the_rest(small):
+    """Where the files are gone (the host shell's end takes its /tmp) or cannot be made (a
+    /tmp no one may write), the output is what fit the limit."""
+    redirect = "more bytes of stdout not shown: run the command again with its output redirected"
+    ended = small.execute("head -c 20000 /dev/zero | tr '\\0' x; exit 5")
+    assert (ended.exit_code, ended.truncated) == (5, True)
+    assert ended.output.startswith("xxxx") and redirect in ended.output
+    assert small.execute("chmod 555 /tmp").exit_code == 0
+    plain = small.execute("cd /; head -c 20000 /dev/zero | tr '\\0' x")
+    assert (plain.exit_code, plain.truncated) == (0, True)
+    assert plain.output.startswith("xxxx") and redirect in plain.output
+    assert small.execute("chmod 1777 /tmp; pwd").output == "/\n"
 
 
 def test_an_output_past_max_output_size_is_cut_and_kept_in_the_sandbox():

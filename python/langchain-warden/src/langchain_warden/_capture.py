@@ -7,7 +7,7 @@ whatever fits the `output` limit comes back at once, and a stream the limit cut 
 file in chunks, as downloads are. A command that ends the shell (`exit`, `set -e`) has the files
 printed by the shell's EXIT trap on its way out, so its output still reaches warden (where the
 shell's end loses the files, a cut stream says how to get the rest). Where `/tmp` cannot be
-written the command runs as it is, its output what warden captured.
+written, or is full, the command runs as it is, its output what warden captured.
 
 Only builtins and `/bin/cat` run around the command, most of them where warden's own framing
 runs the same ones; a trace (`set -x`) shows the command's steps, not the wrapper's. The files
@@ -63,7 +63,7 @@ def wrap(command: str, nonce: str, spent: Sequence[str] = ()) -> str:
     return (
         f"{{ __wl_f=$-; set +xv; {remove}}} 2>/dev/null\n"
         f"__wl_c={shlex.quote(command)}\n"
-        f"if {{ :>|{out} && :>|{err}; }} 2>/dev/null; then\n"
+        f"if {{ printf x >|{out} && :>|{out} && :>|{err}; }} 2>/dev/null; then\n"
         f"trap {shlex.quote(on_exit)} EXIT\n"
         f"{{ command eval {run}\n}} >|{out} 2>|{err}\n"
         f"{{ __wl_rc=$? __wl_f=$-; set +xv; trap - EXIT; printf '%s %s\\n' {nonce} \"$__wl_rc\"; "
