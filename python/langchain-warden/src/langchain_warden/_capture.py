@@ -42,7 +42,7 @@ def files(nonce: str) -> tuple[str, str]:
     return f"/tmp/.warden-exec-{nonce}.out", f"/tmp/.warden-exec-{nonce}.err"
 
 
-def wrap(command: str, nonce: str, spent: Sequence[str] = ()) -> str:
+def wrap(command: str, nonce: str, spent: Sequence[str]) -> str:
     """The shell text that runs `command` with its output captured (see the module), first
     removing `spent` files."""
     out, err = files(nonce)

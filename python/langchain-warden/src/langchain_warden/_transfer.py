@@ -51,10 +51,7 @@ or a failure."""
 
 _OK = "WARDEN-OK"
 _ERR = "WARDEN-ERR:"
-# The protocol's error codes, and `exists` for an upload that may only create its file.
-_CODES = frozenset(
-    {"file_not_found", "permission_denied", "is_directory", "invalid_path", "exists"}
-)
+_CODES = frozenset({"file_not_found", "permission_denied", "is_directory", "invalid_path"})
 _EOF = "WARDEN_EOF"  # ends a here-document; base64 never holds `_`
 _SIZE = re.compile(r"[0-9]{1,20}")
 
@@ -104,14 +101,15 @@ def _clean(script: str, *args: str, data: bytes | None = None) -> str:
     return command
 
 
-def _status(out: ShellOutput) -> tuple[str, Failure | None]:
-    """(stdout after the status line, None), or ("", why the step failed)."""
+def _status(out: ShellOutput, codes: frozenset[str] = _CODES) -> tuple[str, Failure | None]:
+    """(stdout after the status line, None), or ("", why the step failed); an error must be
+    one of `codes`."""
     first, _, rest = out.stdout.partition("\n")
     if first == _OK and out.exit_code == 0:
         return rest, None
     if first.startswith(_ERR):
         code = first[len(_ERR) :].strip()
-        if code in _CODES:
+        if code in codes:
             return "", Failure(code)
         return "", _lie(f"an error of no known kind, {code!r:.80}")
     # No status line: the command did not run to its end (warden failed, a timeout), or
@@ -143,7 +141,7 @@ def upload(path: str, content: bytes, chunk: int, *, new: bool = False) -> Steps
         else:
             command = _clean(_CREATE, path, size, "new" if new else "-", data=piece)
         out = yield command
-        rest, failure = _status(out)
+        rest, failure = _status(out, _CODES | {"exists"} if new and not index else _CODES)
         if failure:
             return failure
         line = rest.partition("\n")[0]

@@ -102,11 +102,11 @@ class WardenSandbox(BaseSandbox):
     one confined host shell) whose working directory, variables and `/tmp` last from one
     `execute` to the next. Several sandboxes share nothing.
 
-    `execute` answers a command's whole output whatever the policy's `output` limit: the
-    command's stdout and stderr go to files in the sandbox's `/tmp`, and what the limit cuts
-    is read from them in chunks (see `_capture`), up to `max_output_size` bytes a stream; an
-    output cut all the same says so, and how to get the rest. So deepagents' `read`, `ls`,
-    `grep` and `edit`, which run through `execute`, work on files of any size.
+    `execute` answers a command's whole output whatever the policy's `output` limit, up to
+    `max_output_size` bytes a stream: the command's stdout and stderr go to files in the
+    sandbox's `/tmp`, and what the limit cuts is read from them in chunks; an output cut all
+    the same says so, and how to get the rest. So deepagents' `read`, `ls`, `grep` and `edit`,
+    which run through `execute`, work on files of any size.
 
     `upload_files` and `download_files` move bytes through that shell itself (base64 in
     chunks), so they reach the sandbox's own `/tmp`, not only the folders the policy grants.
