@@ -1,10 +1,13 @@
-"""WardenSandbox beyond the standard suite: what `execute` answers, a small `output` limit, and
-the `python` alias."""
+"""WardenSandbox beyond the standard suite: what `execute` answers, outputs past the `output`
+limit, the `timeout` the policy allows, a warden process that dies, and the `python` alias."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -53,15 +56,117 @@ def test_a_timeout_is_124_and_keeps_the_sandbox(small):
     assert small.execute("pwd; echo $X; cat before.txt").output == "/tmp\n1\nkept\n"
 
 
-async def test_the_output_limit_truncates_and_downloads_shrink_their_chunks(small):
-    cut = small.execute("head -c 20000 /dev/zero | tr '\\0' x")
-    assert cut.truncated is True
-    assert "[warden: output truncated," in cut.output
+async def test_an_output_past_the_limit_comes_whole_and_downloads_shrink_their_chunks(small):
+    # 20000 bytes of stdout and 6000 of stderr under a 4 KiB limit: read from their files in
+    # chunks, which halve until their base64 fits.
+    command = "head -c 20000 /dev/zero | tr '\\0' x; head -c 6000 /dev/zero | tr '\\0' y >&2"
+    for done in (small.execute(command), await small.aexecute(command)):
+        assert (done.exit_code, done.truncated) == (0, False)
+        assert done.output == "x" * 20000 + "\n[stderr] " + "y" * 6000
     data = bytes(range(256)) * 80  # 20 KiB: a 44 KiB chunk's base64 does not fit in 4 KiB
     assert [r.error for r in small.upload_files([("/tmp/blob", data)])] == [None]
     [sync] = small.download_files(["/tmp/blob"])
     [async_] = await small.adownload_files(["/tmp/blob"])
     assert sync.content == data and async_.content == data
+
+
+def test_an_output_cut_all_the_same_says_how_to_get_the_rest(small):
+    """Where the files are gone (the host shell's end takes its /tmp) or cannot be made (a
+    /tmp no one may write), the output is what fit the limit."""
+    redirect = "more bytes of stdout not shown: run the command again with its output redirected"
+    ended = small.execute("head -c 20000 /dev/zero | tr '\\0' x; exit 5")
+    assert (ended.exit_code, ended.truncated) == (5, True)
+    assert ended.output.startswith("xxxx") and redirect in ended.output
+    assert small.execute("chmod 555 /tmp").exit_code == 0
+    plain = small.execute("cd /; head -c 20000 /dev/zero | tr '\\0' x")
+    assert (plain.exit_code, plain.truncated) == (0, True)
+    assert plain.output.startswith("xxxx") and redirect in plain.output
+    assert small.execute("chmod 1777 /tmp; pwd").output == "/\n"
+
+
+def test_an_output_past_max_output_size_is_cut_and_kept_in_the_sandbox():
+    with scratch() as base:
+        box = shell_toolbox(base)
+        with WardenSandbox(
+            "host-shell", box, base / "home", warden_bin(), max_output_size=100_000
+        ) as sandbox:
+            done = sandbox.execute("seq 1 50000; echo done >&2")  # 288894 bytes
+            assert (done.exit_code, done.truncated) == (0, True)
+            lines = done.output.split("\n")
+            assert lines[:2] == ["1", "2"] and "[stderr] done" in lines
+            note = lines[-1]
+            assert "the first 100000 of 288894 bytes of stdout shown" in note
+            path = note.split("they are all in ")[1].split(",")[0]
+            kept = sandbox.execute(f"tail -n 1 {path}; wc -c <{path}")
+            assert kept.output == "50000\n288894\n"
+            # A whole output's files are gone some commands later.
+            for _ in range(10):
+                sandbox.execute("true")
+            listed = sandbox.execute("ls -a /tmp").output.split()
+            assert path[len("/tmp/") :] in listed
+            assert len([name for name in listed if name.startswith(".warden-exec-")]) < 40
+
+
+def test_a_timeout_above_the_policy_s_is_an_error_never_a_silent_cut():
+    with scratch() as base:
+        box = shell_toolbox(base)
+        with pytest.raises(ValueError, match=r"timeout=45 is above 30 s, the timeout of 'host-shell'"):
+            WardenSandbox("host-shell", box, base / "home", warden_bin(), timeout=45)
+        with WardenSandbox("host-shell", box, base / "home", warden_bin(), timeout=20) as sandbox:
+            refused = sandbox.execute("echo ran", timeout=31)
+            assert refused.exit_code == 1 and "ran" not in refused.output.split()
+            assert "timeout=31 is not allowed" in refused.output
+            assert "at most 30 s (its policy's timeout)" in refused.output
+            assert sandbox.execute("echo ran", timeout=30).output == "ran\n"
+
+
+async def test_a_timeout_above_the_policy_s_is_an_error_async(small):
+    refused = await small.aexecute("echo ran", timeout=600)
+    assert refused.exit_code == 1 and "at most 30 s" in refused.output
+    assert (await small.aexecute("echo ran", timeout=5)).output == "ran\n"
+
+
+def _wait_for(condition, what: str) -> None:
+    """Polls `condition` until it holds; a generous bound, for a machine under load."""
+    deadline = time.monotonic() + 120
+    while not condition():
+        assert time.monotonic() < deadline, f"never saw {what}"
+        time.sleep(0.01)
+
+
+def test_a_warden_killed_mid_call_answers_that_call_and_the_next_one_starts_a_new_one(small):
+    small.execute("echo kept >/tmp/note")
+    first = small.process
+    answers = []
+    running = threading.Thread(target=lambda: answers.append(small.execute("sleep 25")))
+    running.start()
+    _wait_for(lambda: first._pending, "the call in flight")
+    os.kill(first.pid, signal.SIGKILL)
+    running.join()
+    [lost] = answers
+    assert lost.exit_code == 1
+    assert "killed by signal 9" in lost.output
+    assert "the command was lost with warden's process" in lost.output
+    again = small.execute("cat /tmp/note 2>&1; echo works")
+    assert small.process is not first and small.process.alive
+    assert again.exit_code == 0
+    assert again.output.startswith("cat: /tmp/note: No such file or directory\nworks\n")
+    assert "warden's process was killed by signal 9, so this command ran in a new one" in again.output
+
+
+async def test_a_warden_that_keeps_dying_is_restarted_three_times_a_minute(small):
+    for restart in range(4):
+        process = small.process
+        os.kill(process.pid, signal.SIGKILL)
+        process._proc.wait()
+        done = await small.aexecute("echo up") if restart % 2 else small.execute("echo up")
+        if restart < 3:
+            assert done.output.startswith("up\n") and "in a new session" in done.output
+        else:
+            assert done.exit_code == 1 and "killed by signal 9" in done.output
+            assert "died again after 3 restarts within a minute" in done.output
+    [failed] = small.download_files(["/tmp/x"])
+    assert "died again after 3 restarts" in str(failed.error)
 
 
 def test_python_runs_python3_unless_told_not_to():

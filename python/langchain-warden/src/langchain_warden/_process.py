@@ -396,13 +396,7 @@ class WardenProcess:
                 code = self._proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 code = None
-        status = (
-            "is no longer answering"
-            if code is None
-            else f"exited with status {code}"
-            if code >= 0
-            else f"was killed by signal {-code}"
-        )
+        status = "is no longer answering" if code is None else how_it_ended(code)
         tail = "\n".join(self._stderr)
         said = f"; its last words on stderr:\n{tail}" if tail else " (nothing on stderr)"
         return f"`{' '.join(self.argv)}` {status}{said}"
@@ -415,9 +409,19 @@ class WardenProcess:
         return not self._closed and self._dead is None and self._proc.poll() is None
 
     @property
+    def returncode(self) -> int | None:
+        """The exit status once the process ended (negative: the signal that killed it)."""
+        return self._proc.poll()
+
+    @property
     def pid(self) -> int:
         """The process id of `warden serve`."""
         return self._proc.pid
+
+    def ended(self) -> str:
+        """Why the process is not running: its exit status or signal and its last words on
+        stderr (waiting a moment for them), or that it was closed."""
+        return self._death_message(wait=True)
 
     def stderr_tail(self) -> str:
         """The last lines warden wrote on stderr."""
@@ -433,6 +437,11 @@ class WardenProcess:
         _stop(self._proc, timeout)
         with self._lock:
             self._fail_pending(WardenProcessError("this warden process was closed"))
+
+
+def how_it_ended(code: int) -> str:
+    """A process's exit status in words: `exited with status N`, `was killed by signal N`."""
+    return f"exited with status {code}" if code >= 0 else f"was killed by signal {-code}"
 
 
 def _stop(proc: subprocess.Popen[bytes], timeout: float) -> None:

@@ -60,6 +60,11 @@ class ShellOutput:
     """warden's notes after the exit code (e.g. that the shell ended and the next command
     starts in a fresh one)."""
     truncated: bool
+    dropped: dict[str, int] = field(default_factory=dict)
+    """Bytes the output limit kept out, by stream (`stdout`, `stderr`); only those above 0."""
+    stopped: bool = False
+    """warden stopped the command before it exited (a timeout, a limit that killed it), or
+    never ran it: `exit_code` is warden's word, not the command's."""
 
 
 def parse_shell(result: CallResult) -> ShellOutput:
@@ -74,23 +79,27 @@ def parse_shell(result: CallResult) -> ShellOutput:
     data = result.shell
     if data is None:
         message = result.message if result.message is not None else result.text
-        return ShellOutput("", f"Error ({result.kind}): {message}", 1, [], False)
+        return ShellOutput("", f"Error ({result.kind}): {message}", 1, [], False, stopped=True)
     notes = [str(note) for note in data.get("notes") or []]
     code = data.get("exit_code")
-    if result.is_error and result.kind != "exit_status":
+    stopped = result.is_error and result.kind != "exit_status"
+    if stopped:
         # What ended it (its memory limit, CPU time, the timeout), first.
         head = (result.message or "").split("\n", 1)[0]
         notes = [head, *notes] if head and head not in notes else notes
     if not isinstance(code, int):
         code = 124 if result.kind == "timeout" else 1
     dropped = data.get("dropped_bytes") or {}
-    for stream in ("stdout", "stderr"):
-        if dropped.get(stream):
-            notes.append(f"warden: output truncated, {dropped[stream]} more bytes of {stream} not shown")
     return ShellOutput(
         str(data.get("stdout", "")),
         str(data.get("stderr", "")),
         code,
         notes,
         bool(data.get("truncated")),
+        {
+            stream: dropped[stream]
+            for stream in ("stdout", "stderr")
+            if isinstance(dropped.get(stream), int) and dropped[stream] > 0
+        },
+        stopped,
     )

@@ -45,6 +45,9 @@ class Failure:
 Steps = Generator[str, ShellOutput, "Failure | None"]
 """Yields commands, receives each one's output, returns a failure or None."""
 Fetch = Generator[str, ShellOutput, "bytes | Failure"]
+Head = Generator[str, ShellOutput, "tuple[bytes, int] | Failure"]
+"""Yields commands, receives each one's output, returns the bytes read and the file's size,
+or a failure."""
 
 _OK = "WARDEN-OK"
 _ERR = "WARDEN-ERR:"
@@ -72,7 +75,8 @@ _READ = (
     'dd if="$p" bs="$2" skip="$3" count=1 2>/dev/null | base64; fi'
 )
 
-# Arguments: path, `size` to print the file's size after writing; the chunk's base64 on stdin.
+# Arguments: path, `size` to print the file's size after writing, `new` to refuse a path that
+# exists (else `-`); the chunk's base64 on stdin.
 _WRITTEN = (
     'then echo WARDEN-OK; if [ "$2" = size ]; then wc -c <"$p"; fi\n'
     "else echo WARDEN-ERR:permission_denied; fi"
@@ -80,6 +84,7 @@ _WRITTEN = (
 _CREATE = (
     'p=$1 d=$(dirname -- "$1")\n'
     'if [ -d "$p" ]; then echo WARDEN-ERR:is_directory\n'
+    'elif [ "$3" = new ] && { [ -e "$p" ] || [ -L "$p" ]; }; then echo WARDEN-ERR:exists\n'
     'elif [ -e "$d" ] && [ ! -d "$d" ]; then echo WARDEN-ERR:invalid_path\n'
     'elif ! mkdir -p -- "$d" 2>/dev/null; then echo WARDEN-ERR:permission_denied\n'
     f'elif base64 -d >"$p" 2>/dev/null; {_WRITTEN}'
@@ -96,14 +101,15 @@ def _clean(script: str, *args: str, data: bytes | None = None) -> str:
     return command
 
 
-def _status(out: ShellOutput) -> tuple[str, Failure | None]:
-    """(stdout after the status line, None), or ("", why the step failed)."""
+def _status(out: ShellOutput, codes: frozenset[str] = _CODES) -> tuple[str, Failure | None]:
+    """(stdout after the status line, None), or ("", why the step failed); an error must be
+    one of `codes`."""
     first, _, rest = out.stdout.partition("\n")
     if first == _OK and out.exit_code == 0:
         return rest, None
     if first.startswith(_ERR):
         code = first[len(_ERR) :].strip()
-        if code in _CODES:
+        if code in codes:
             return "", Failure(code)
         return "", _lie(f"an error of no known kind, {code!r:.80}")
     # No status line: the command did not run to its end (warden failed, a timeout), or
@@ -119,18 +125,23 @@ def _size(line: str) -> int | None:
     return int(line) if _SIZE.fullmatch(line) else None
 
 
-def upload(path: str, content: bytes, chunk: int) -> Steps:
+def upload(path: str, content: bytes, chunk: int, *, new: bool = False) -> Steps:
     """Writes `content` to `path` (parents made as needed) in `len(content) / chunk` rounds,
-    and checks that the file then holds that many bytes; returns None or the failure."""
+    and checks that the file then holds that many bytes; returns None or the failure. With
+    `new`, a path that exists (a file, or a link even to nothing) fails as `exists`."""
     if not path.startswith("/"):
         return Failure("invalid_path")
     rounds = max(1, -(-len(content) // chunk))
     for index in range(rounds):
         last = index == rounds - 1
-        script = _APPEND if index else _CREATE
         piece = content[index * chunk : (index + 1) * chunk]
-        out = yield _clean(script, path, "size" if last else "-", data=piece)
-        rest, failure = _status(out)
+        size = "size" if last else "-"
+        if index:
+            command = _clean(_APPEND, path, size, data=piece)
+        else:
+            command = _clean(_CREATE, path, size, "new" if new else "-", data=piece)
+        out = yield command
+        rest, failure = _status(out, _CODES | {"exists"} if new and not index else _CODES)
         if failure:
             return failure
         line = rest.partition("\n")[0]
@@ -146,12 +157,26 @@ class ChunkTooLarge(Exception):
 def download(path: str, chunk: int, limit: int) -> Fetch:
     """Reads `path`'s bytes, at most `limit` of them; returns them or the failure. Raises
     `ChunkTooLarge` when the output limit cut a chunk."""
+    got = yield from _read(path, chunk, limit, whole=True)
+    return got if isinstance(got, Failure) else got[0]
+
+
+def read_head(path: str, chunk: int, limit: int) -> Head:
+    """Reads the first `limit` bytes of `path`, a file that may still grow (a command's
+    output, which its background jobs may append to); returns them with the size the file
+    had when the read began, or the failure. Raises `ChunkTooLarge` as `download` does."""
+    return (yield from _read(path, chunk, limit, whole=False))
+
+
+def _read(path: str, chunk: int, limit: int, *, whole: bool) -> Head:
+    """`download` (`whole`: a file over `limit` fails, and one that changes meanwhile fails)
+    or `read_head` (the first `limit` bytes of as many as the file had at first)."""
     if not path.startswith("/"):
         return Failure("invalid_path")
     parts: list[bytes] = []
-    size, rounds, index = 0, 1, 0
+    size, length, rounds, index = 0, 0, 1, 0
     while index < rounds:
-        asks_size = index in (0, rounds - 1)
+        asks_size = index == 0 or (whole and index == rounds - 1)
         out = yield _clean(_READ, path, str(chunk), str(index), "size" if asks_size else "-")
         rest, failure = _status(out)
         if failure:
@@ -163,26 +188,28 @@ def download(path: str, chunk: int, limit: int) -> Fetch:
             reported = _size(line)
             if reported is None:
                 return _lie(f"its size is {line!r:.40}, not a number of bytes")
-            if reported > limit:
+            if whole and reported > limit:
                 return Failure(
                     "permission_denied",
                     f"it has {reported} bytes, more than max_download_size ({limit}): "
                     "raise that to download it",
                 )
-            size, rounds = reported, max(1, -(-reported // chunk))
+            size, length = reported, min(reported, limit)
+            rounds = max(1, -(-length // chunk))
         elif asks_size and _size(line) != size:
             return _lie(f"it changed while being read: {size} bytes, then {line!r:.40}")
-        piece = _piece(text, chunk, min(chunk, size - index * chunk))
+        piece = _piece(text, chunk, min(chunk, length - index * chunk), grows=not whole)
         if isinstance(piece, str):
             return _lie(f"at byte {index * chunk} of {size}: {piece}")
         parts.append(piece)
         index += 1
-    return b"".join(parts)
+    return b"".join(parts), size
 
 
-def _piece(text: str, chunk: int, want: int) -> bytes | str:
+def _piece(text: str, chunk: int, want: int, *, grows: bool = False) -> bytes | str:
     """The `want` bytes that one chunk's base64 holds, or what is wrong with it. The text is
-    measured before it is decoded."""
+    measured before it is decoded. With `grows`, a file that has grown since its size was
+    read answers more than `want`: the rest is not wanted."""
     code = "".join(text.split())
     if len(code) > -(-chunk // 3) * 4:
         return f"{len(code)} characters of base64, a chunk larger than the {chunk} bytes asked"
@@ -193,6 +220,8 @@ def _piece(text: str, chunk: int, want: int) -> bytes | str:
     if len(piece) > chunk:
         return f"{len(piece)} bytes, a chunk larger than the {chunk} bytes asked"
     if len(piece) > want:
+        if grows:
+            return piece[:want]
         return f"{len(piece)} bytes where its size leaves {want}: more bytes than the size said"
     if len(piece) < want:
         return f"{len(piece)} bytes where its size leaves {want}: fewer bytes than the size said"

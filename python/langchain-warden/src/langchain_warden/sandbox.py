@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import collections
+import json
 import logging
 import os
+import threading
+import time
 import uuid
 import weakref
 from collections.abc import Generator
@@ -13,13 +19,18 @@ from typing import Any, TypeVar, cast
 from deepagents.backends.protocol import (
     ExecuteResponse,
     FileDownloadResponse,
+    FileInfo,
     FileOperationError,
     FileUploadResponse,
+    GlobResult,
+    WriteResult,
 )
 from deepagents.backends.sandbox import BaseSandbox
 
-from ._errors import WardenError, WardenStartError
-from ._process import WardenProcess
+from . import _capture
+from ._audit import policy_timeout
+from ._errors import WardenError, WardenProcessError, WardenStartError
+from ._process import WardenProcess, how_it_ended
 from ._results import CallResult, ShellOutput, parse_shell
 from ._toolbox import DEFAULT_SHELL, SHELL_TOOLBOX
 from ._trace import call_params
@@ -41,6 +52,46 @@ _PRELUDE = (
     'PATH="/tmp/.warden-langchain/bin:$PATH"; export PATH;; esac\n'
 )
 
+# A dead warden process is replaced at most this many times within this many seconds.
+_RESTARTS = 3
+_RESTART_WINDOW = 60.0
+
+# Spent output files are removed, in one `rm` before a command, once this many wait.
+_SPENT_BATCH = 16
+
+# deepagents 0.6's glob (0.7's answers absolute paths, and files only): paths relative to the
+# search root, directories included and marked.
+_GLOB = """python3 -c "
+import glob
+import os
+import json
+import base64
+
+path = base64.b64decode('{path}').decode('utf-8')
+pattern = base64.b64decode('{pattern}').decode('utf-8')
+
+try:
+    os.chdir(path)
+    matches = sorted(glob.glob(pattern, recursive=True))
+    for m in matches:
+        try:
+            st = os.stat(m)
+        except OSError:
+            continue
+        print(json.dumps({{
+            'path': m,
+            'size': st.st_size,
+            'mtime': st.st_mtime,
+            'is_dir': os.path.isdir(m),
+        }}))
+except FileNotFoundError:
+    print(json.dumps({{'error': 'path_not_found'}}))
+except NotADirectoryError:
+    print(json.dumps({{'error': 'not_a_directory'}}))
+except PermissionError:
+    print(json.dumps({{'error': 'permission_denied'}}))
+" 2>&1"""
+
 
 class WardenSandbox(BaseSandbox):
     """A deepagents `SandboxBackendProtocol` backed by one session of a warden shell tool.
@@ -49,14 +100,30 @@ class WardenSandbox(BaseSandbox):
     (`SHELL_TOOLBOX`'s `shell` and `host-shell` do). One
     `warden serve` process is started per sandbox, and with it one session: one container (or
     one confined host shell) whose working directory, variables and `/tmp` last from one
-    `execute` to the next. Several sandboxes share nothing. `upload_files` and
-    `download_files` move bytes through that shell itself (base64 in chunks), so they reach
-    the sandbox's own `/tmp`, not only the folders the policy grants. Each chunk goes through a
-    fresh `/bin/sh` with an empty environment, so functions, aliases or a `PATH` that earlier
-    commands left in the session cannot stand in for the programs moving it; and answers that
-    do not add up (a size that is no number or above `max_download_size`, a chunk that is not
-    the bytes asked for, a file that changed meanwhile) fail that file with
-    `permission_denied`, logged with what went wrong on this module's logger.
+    `execute` to the next. Several sandboxes share nothing.
+
+    `execute` answers a command's whole output whatever the policy's `output` limit, up to
+    `max_output_size` bytes a stream: the command's stdout and stderr go to files in the
+    sandbox's `/tmp`, and what the limit cuts is read from them in chunks; an output cut all
+    the same says so, and how to get the rest. So deepagents' `read`, `ls`, `grep` and `edit`,
+    which run through `execute`, work on files of any size.
+
+    `upload_files` and `download_files` move bytes through that shell itself (base64 in
+    chunks), so they reach the sandbox's own `/tmp`, not only the folders the policy grants.
+    Each chunk goes through a fresh `/bin/sh` with an empty environment, so functions,
+    aliases or a `PATH` that earlier commands left in the session cannot stand in for the
+    programs moving it; and answers that do not add up (a size that is no number or above
+    `max_download_size`, a chunk that is not the bytes asked for, a file that changed
+    meanwhile) fail that file with `permission_denied`, logged with what went wrong on this
+    module's logger.
+
+    Where deepagents 0.7's `BaseSandbox` and langchain-tests' `SandboxIntegrationTests`
+    disagree, it answers as the tests (and deepagents 0.6) do: `write` refuses a file that
+    exists, and `glob` answers paths relative to its root, directories included.
+
+    When the `warden serve` process dies, the call then running answers that it was lost,
+    and the next call starts a new process, in a new session (its answer says so), at most
+    3 times a minute; after that, calls answer an error until the minute has passed.
 
     `close()` (or leaving a `with` block, or interpreter exit) ends the process, and warden
     removes the session's container or kills its shell's processes.
@@ -66,13 +133,16 @@ class WardenSandbox(BaseSandbox):
         toolbox: The folder of policy files (default `SHELL_TOOLBOX`).
         home: warden's home (component store, compile cache, call log); default warden's.
         warden: The `warden` binary; default: found as `find_warden` does.
-        timeout: Seconds each command may run when `execute` is given none (the policy's
-            `timeout` caps it either way).
+        timeout: Seconds each command may run when `execute` is given none; at most the
+            policy's `timeout` (more raises `ValueError`). Default, or 0: the policy's.
         chunk_size: Bytes per transfer command. Downloads halve it when the policy's
             `output` limit cuts a chunk.
         max_download_size: The most bytes `download_files` reads of one file (100 MiB by
             default); a larger file fails with `permission_denied`. It bounds the memory and
             the rounds (size / chunk) a download may take, whatever the sandbox answers.
+        max_output_size: The most bytes `execute` answers of a command's stdout, and of its
+            stderr (10 MiB by default); a larger one is cut, and left in the sandbox's
+            `/tmp` for the model to read in parts.
         python_alias: Make `python` run `python3` where only `python3` exists.
     """
 
@@ -86,15 +156,27 @@ class WardenSandbox(BaseSandbox):
         timeout: float | None = None,
         chunk_size: int = 44 * 1024,
         max_download_size: int = 100 * 1024 * 1024,
+        max_output_size: int = 10 * 1024 * 1024,
         python_alias: bool = True,
     ) -> None:
+        if timeout is not None and timeout < 0:
+            raise ValueError(f"timeout={timeout}: pass a number of seconds above 0, or none")
         self._tool = tool
+        self._start: dict[str, Any] = {"toolbox": toolbox, "home": home, "warden": warden}
         self._timeout = timeout
+        self._policy_timeout: float | None = None
         self._chunk = chunk_size
         self._max_download = max_download_size
+        self._max_output = max_output_size
         self._prelude = _PRELUDE if python_alias else ""
-        self._process = WardenProcess(toolbox=toolbox, home=home, warden=warden)
-        self._finalizer = weakref.finalize(self, self._process.close)
+        self._lock = threading.Lock()
+        self._restarts: collections.deque[float] = collections.deque()
+        self._spent: list[str] = []
+        self._closed = False
+        self._process = WardenProcess(**self._start)
+        # The finalizer closes whichever process is current then.
+        self._current = [self._process]
+        self._finalizer = weakref.finalize(self, _close_current, self._current)
         try:
             tools = self._process.request("tools/list", {}, timeout=60)["tools"]
         except (WardenError, KeyError) as err:
@@ -114,6 +196,19 @@ class WardenSandbox(BaseSandbox):
                 f"{tool!r} is not a shell tool (it takes no `command`): pass tool= a docker or "
                 'host tool whose argv is ["/bin/sh", "-c", "{command}"]'
             )
+        if timeout:
+            try:
+                limit = self._limit()
+            except WardenError as err:
+                self.close()
+                raise WardenStartError(f"could not read {tool!r}'s timeout: {err}") from None
+            if timeout > limit:
+                self.close()
+                raise ValueError(
+                    f"timeout={timeout:g} is above {limit:g} s, the timeout of {tool!r}'s "
+                    f"policy: pass timeout= at most {limit:g}, or raise the policy's "
+                    "[limits] timeout"
+                )
         self._id = f"warden-{tool}-{uuid.uuid4().hex[:12]}"
 
     # -- the protocol ---------------------------------------------------------------------
@@ -123,39 +218,64 @@ class WardenSandbox(BaseSandbox):
         """Unique for each sandbox: `warden-<tool>-<random>`."""
         return self._id
 
-    def _arguments(self, command: str, timeout: float | None) -> dict[str, Any]:
-        arguments: dict[str, Any] = {"command": command}
-        seconds = timeout if timeout is not None else self._timeout
-        if seconds:  # 0 or None: the policy's own limit
-            arguments["timeout"] = seconds
-        return arguments
-
-    def _run(self, command: str, timeout: float | None = None) -> ShellOutput:
-        try:
-            result = self._process.request(
-                "tools/call", call_params(self._tool, self._arguments(command, timeout))
-            )
-        except WardenError as err:
-            return ShellOutput("", f"warden failed: {err}", 1, [], False)
-        return parse_shell(CallResult.from_mcp(result))
-
-    async def _arun(self, command: str, timeout: float | None = None) -> ShellOutput:
-        try:
-            result = await self._process.arequest(
-                "tools/call", call_params(self._tool, self._arguments(command, timeout))
-            )
-        except WardenError as err:
-            return ShellOutput("", f"warden failed: {err}", 1, [], False)
-        return parse_shell(CallResult.from_mcp(result))
-
     def execute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
-        """Runs `command` in the session's shell: stdout, then stderr's lines marked
-        `[stderr]`, the exit code (124 for a timeout), and whether the output limit cut it."""
-        return _response(self._run(self._prelude + command, timeout))
+        """Runs `command` in the session's shell: its whole stdout, then stderr's lines marked
+        `[stderr]`, the exit code (124 for a timeout), and whether an output was cut. A
+        `timeout` above the policy's answers an error naming it, and runs nothing."""
+        refused = self._refused(timeout) if timeout else None
+        if refused is not None:
+            return refused
+        spent = self._take_spent()
+        try:
+            captured = self._drive(self._capture(command, spent), timeout)
+        except BaseException:
+            self._spend(spent)  # not removed after all: a later command will
+            raise
+        self._spend(captured.spent)
+        return _response(captured.output)
 
     async def aexecute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
         """The async twin of `execute`."""
-        return _response(await self._arun(self._prelude + command, timeout))
+        refused = None
+        if timeout:  # the first one asks `warden audit`, which blocks
+            known = self._policy_timeout is not None
+            refused = self._refused(timeout) if known else await asyncio.to_thread(
+                self._refused, timeout
+            )
+        if refused is not None:
+            return refused
+        spent = self._take_spent()
+        try:
+            captured = await self._adrive(self._capture(command, spent), timeout)
+        except BaseException:
+            self._spend(spent)  # not removed after all: a later command will
+            raise
+        self._spend(captured.spent)
+        return _response(captured.output)
+
+    def write(self, file_path: str, content: str) -> WriteResult:
+        """Creates `file_path` (and its parents) holding `content`; a file that exists is an
+        error and stays as it is (deepagents 0.6's `write`, which the standard tests hold;
+        0.7's overwrites)."""
+        failure = self._drive(upload(file_path, content.encode("utf-8"), self._chunk, new=True))
+        return _written(file_path, failure)
+
+    async def awrite(self, file_path: str, content: str) -> WriteResult:
+        """The async twin of `write`."""
+        steps = upload(file_path, content.encode("utf-8"), self._chunk, new=True)
+        return _written(file_path, await self._adrive(steps))
+
+    def glob(self, pattern: str, path: str | None = None) -> GlobResult:
+        """The files and directories under `path` (default `/`) matching `pattern` (`**`
+        recursive), sorted, as paths relative to `path` (deepagents 0.6's `glob`, which the
+        standard tests hold; 0.7's answers absolute paths, and files only)."""
+        root = path or "/"
+        return _globbed(self.execute(_glob_command(pattern, root)), root)
+
+    async def aglob(self, pattern: str, path: str | None = None) -> GlobResult:
+        """The async twin of `glob`."""
+        root = path or "/"
+        return _globbed(await self.aexecute(_glob_command(pattern, root)), root)
 
     def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
         """Writes each file into the sandbox, making its parents; errors per file."""
@@ -200,6 +320,121 @@ class WardenSandbox(BaseSandbox):
             responses.append(_downloaded(path, got))
         return responses
 
+    # -- running commands -----------------------------------------------------------------
+
+    def _capture(self, command: str, spent: list[str]) -> _capture.Execute:
+        return _capture.execute(
+            self._prelude + command,
+            uuid.uuid4().hex[:16],
+            spent,
+            chunk=lambda: self._chunk,
+            shrink=self._shrink,
+            limit=self._max_output,
+        )
+
+    def _take_spent(self) -> list[str]:
+        """The spent files for the next command to remove, once there are enough of them."""
+        with self._lock:
+            if len(self._spent) < _SPENT_BATCH:
+                return []
+            spent, self._spent = self._spent, []
+            return spent
+
+    def _spend(self, paths: list[str]) -> None:
+        with self._lock:
+            self._spent.extend(paths)
+
+    def _refused(self, timeout: float) -> ExecuteResponse | None:
+        """The error answering a `timeout` the policy does not allow, or None."""
+        try:
+            limit = self._limit()
+        except WardenError as err:
+            return ExecuteResponse(output=f"warden failed: {err}", exit_code=1, truncated=False)
+        if 0 < timeout <= limit:
+            return None
+        return ExecuteResponse(
+            output=(
+                f"Error: timeout={timeout:g} is not allowed: a command of {self._tool!r} may "
+                f"run at most {limit:g} s (its policy's timeout); pass a timeout above 0 and "
+                f"at most {limit:g}, or none. The command did not run."
+            ),
+            exit_code=1,
+            truncated=False,
+        )
+
+    def _limit(self) -> float:
+        """The policy's timeout in seconds, read once from `warden audit --json`."""
+        if self._policy_timeout is None:
+            self._policy_timeout = policy_timeout(self._tool, **self._start)
+        return self._policy_timeout
+
+    def _arguments(self, command: str, timeout: float | None) -> dict[str, Any]:
+        arguments: dict[str, Any] = {"command": command}
+        seconds = timeout if timeout is not None else self._timeout
+        if seconds:  # 0 or None: the policy's own limit
+            arguments["timeout"] = seconds
+        return arguments
+
+    def _live(self) -> tuple[WardenProcess, str | None]:
+        """The process to call, and a note when it is a new one in place of one that died."""
+        with self._lock:
+            process = self._process
+            if process.alive or self._closed:
+                return process, None
+            why, code = process.ended(), process.returncode
+            now = time.monotonic()
+            while self._restarts and now - self._restarts[0] >= _RESTART_WINDOW:
+                self._restarts.popleft()
+            if len(self._restarts) >= _RESTARTS:
+                raise WardenProcessError(
+                    f"{why}\nwarden's process died again after {_RESTARTS} restarts within a "
+                    "minute, the most this sandbox makes: find why it dies (its last words "
+                    "above), then close this sandbox and make a new one"
+                )
+            self._restarts.append(now)
+            process.close()
+            self._process = self._current[0] = WardenProcess(**self._start)
+            self._spent.clear()  # the new session has its own /tmp
+        logger.warning("warden's process died and was restarted, in a new session: %s", why)
+        how = "stopped answering" if code is None else how_it_ended(code)
+        return self._process, (
+            f"warden's process {how}, so this command ran in a new one, in a new session: "
+            "the shell's working directory, variables and files in /tmp are gone"
+        )
+
+    def _run(self, command: str, timeout: float | None = None) -> ShellOutput:
+        try:
+            process, note = self._live()
+        except WardenError as err:
+            return _failed(err)
+        try:
+            result = process.request(
+                "tools/call", call_params(self._tool, self._arguments(command, timeout))
+            )
+        except WardenProcessError as err:
+            return _failed(err) if self._closed else _lost(process)
+        except WardenError as err:
+            return _failed(err)
+        return _noted(parse_shell(CallResult.from_mcp(result)), note)
+
+    async def _arun(self, command: str, timeout: float | None = None) -> ShellOutput:
+        try:
+            if self._process.alive:
+                process, note = self._process, None
+            else:  # starting a new process blocks
+                process, note = await asyncio.to_thread(self._live)
+        except WardenError as err:
+            return _failed(err)
+        try:
+            result = await process.arequest(
+                "tools/call", call_params(self._tool, self._arguments(command, timeout))
+            )
+        except WardenProcessError as err:
+            return _failed(err) if self._closed else _lost(process)
+        except WardenError as err:
+            return _failed(err)
+        return _noted(parse_shell(CallResult.from_mcp(result)), note)
+
     def _shrink(self) -> None:
         if self._chunk <= 1024:
             raise WardenError(
@@ -208,17 +443,23 @@ class WardenSandbox(BaseSandbox):
             )
         self._chunk //= 2
 
-    def _drive(self, steps: Generator[str, ShellOutput, T]) -> T:
+    def _drive(self, steps: Generator[str, ShellOutput, T], timeout: float | None = None) -> T:
+        """Runs the commands `steps` yields in turn, the first one with `timeout`."""
         try:
             command = next(steps)
+            command = steps.send(self._run(command, timeout))
             while True:
                 command = steps.send(self._run(command))
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
-    async def _adrive(self, steps: Generator[str, ShellOutput, T]) -> T:
+    async def _adrive(
+        self, steps: Generator[str, ShellOutput, T], timeout: float | None = None
+    ) -> T:
+        """The async twin of `_drive`."""
         try:
             command = next(steps)
+            command = steps.send(await self._arun(command, timeout))
             while True:
                 command = steps.send(await self._arun(command))
         except StopIteration as done:
@@ -228,11 +469,12 @@ class WardenSandbox(BaseSandbox):
 
     @property
     def process(self) -> WardenProcess:
-        """The `warden serve` process behind this sandbox."""
+        """The `warden serve` process behind this sandbox (a new one after a restart)."""
         return self._process
 
     def close(self) -> None:
         """Ends the session: warden removes its container or kills its shell. Idempotent."""
+        self._closed = True
         self._finalizer()
 
     def __enter__(self) -> WardenSandbox:
@@ -245,6 +487,66 @@ class WardenSandbox(BaseSandbox):
         trace: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _close_current(current: list[WardenProcess]) -> None:
+    current[0].close()
+
+
+def _failed(err: WardenError) -> ShellOutput:
+    """The answer of a call warden did not answer."""
+    return ShellOutput("", f"warden failed: {err}", 1, [], False, stopped=True)
+
+
+def _lost(process: WardenProcess) -> ShellOutput:
+    """The answer of a call whose warden process died under it."""
+    note = (
+        "the command was lost with warden's process (it may have run in part); the next "
+        "command starts a new warden process, in a new session"
+    )
+    return ShellOutput("", f"warden failed: {process.ended()}", 1, [note], False, stopped=True)
+
+
+def _noted(out: ShellOutput, note: str | None) -> ShellOutput:
+    if note:
+        out.notes.insert(0, note)
+    return out
+
+
+def _written(path: str, failure: Failure | None) -> WriteResult:
+    """`write`'s answer, worded as deepagents 0.6's."""
+    if failure is None:
+        return WriteResult(path=path)
+    if failure.code == "exists":
+        return WriteResult(error=f"Error: File already exists: {path!r}")
+    return WriteResult(error=f"Failed to write file '{path}': {_error('write', path, failure)}")
+
+
+def _glob_command(pattern: str, root: str) -> str:
+    return _GLOB.format(path=_b64(root), pattern=_b64(pattern))
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode("utf-8")).decode("ascii")
+
+
+def _globbed(result: ExecuteResponse, root: str) -> GlobResult:
+    """`glob`'s answer from its script's JSON lines, as deepagents 0.6 reads them: an error
+    record wins over the matches, and lines that are no JSON are skipped."""
+    matches: list[FileInfo] = []
+    error: str | None = None
+    for line in result.output.strip().split("\n"):
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(data, dict) and "error" in data:
+            error = data["error"]
+        elif isinstance(data, dict) and "path" in data:
+            matches.append({"path": data["path"], "is_dir": data["is_dir"]})
+    if error is not None:
+        return GlobResult(matches=None, error=f"Path '{root}': {error}")
+    return GlobResult(matches=matches)
 
 
 def _error(action: str, path: str, failure: Failure | None) -> FileOperationError | None:
