@@ -37,6 +37,6 @@ def test_a_sandbox_with_no_toolbox_runs_the_host_shell_of_the_package() -> None:
     from langchain_warden import WardenSandbox
 
     with WardenSandbox(tool="host-shell") as sandbox:
-        done = sandbox.execute("cat README.txt | head -c 0; pwd; echo hi > /tmp/x; cat /tmp/x")
-        assert done.exit_code == 0, done.output
-        assert done.output.endswith("hi\n"), done.output
+        # It reads the package's workspace and writes its own /tmp.
+        done = sandbox.execute("cat README.txt >/dev/null && echo hi >/tmp/x && cat /tmp/x")
+        assert (done.exit_code, done.output) == (0, "hi\n"), done.output
