@@ -71,6 +71,9 @@ pub(crate) struct Shared {
     /// can end its session's sandboxes before it is answered. Weak: a session that ends
     /// otherwise (its transport closed) is not kept alive by this map.
     sessions: Mutex<HashMap<String, Weak<Session>>>,
+    /// `mcp-<run>-`: what this server's call ids start with, `run` drawn at its start, so
+    /// that the records of two runs or two replicas in one call log never share an id.
+    call_prefix: String,
     next_call: AtomicU64,
     /// The calls in flight, over every transport.
     pub calls: Calls,
@@ -95,6 +98,7 @@ impl Server {
                 reviewer,
                 peers: Mutex::default(),
                 sessions: Mutex::default(),
+                call_prefix: call_prefix()?,
                 next_call: AtomicU64::new(1),
                 calls,
             }),
@@ -141,12 +145,12 @@ impl Shared {
         self.snapshot().dispatcher.toolbox().warm();
     }
 
-    /// A `tool_call_id` unique in this process (JSON-RPC ids repeat across sessions).
+    /// A `tool_call_id` unique across runs (JSON-RPC ids repeat across sessions).
     pub(crate) fn next_call_id(&self) -> String {
         // Written by hand: `format!`'s machinery took ~1 % of the server's CPU a call.
         let n = self.next_call.fetch_add(1, Ordering::Relaxed);
-        let mut id = String::with_capacity(24);
-        id.push_str("mcp-");
+        let mut id = String::with_capacity(32);
+        id.push_str(&self.call_prefix);
         id.push_str(itoa::Buffer::new().format(n));
         id
     }
@@ -243,5 +247,27 @@ impl Shared {
                 tracing::debug!("cannot tell a client that the tools changed: {e}");
             }
         }
+    }
+}
+
+/// `mcp-` and 8 random hex digits, then `-`: one server run's call ids.
+fn call_prefix() -> Result<String, crate::Error> {
+    let mut run = [0u8; 4];
+    getrandom::fill(&mut run).map_err(|e| crate::Error::Random(e.to_string()))?;
+    Ok(format!("mcp-{}-", hex::encode(run)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_run_draws_its_own_call_id_prefix() {
+        let (a, b) = (call_prefix().unwrap(), call_prefix().unwrap());
+        assert_ne!(a, b);
+        assert!(
+            a.starts_with("mcp-") && a.ends_with('-') && a.len() == 13,
+            "{a}"
+        );
     }
 }
