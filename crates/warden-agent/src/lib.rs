@@ -3,6 +3,8 @@
 //! back, until the model answers or a limit stops the run. Every run keeps a JSONL transcript
 //! and can be resumed from it.
 
+#![forbid(unsafe_code)]
+
 mod client;
 mod error;
 mod id;

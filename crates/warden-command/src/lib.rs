@@ -2,6 +2,8 @@
 //! arguments fill, the outcome the model reads, the `[executor]` knobs both take, and the
 //! session driver with its contract ([`session`]).
 
+#![forbid(unsafe_code)]
+
 pub mod cgroup;
 mod knobs;
 mod outcome;

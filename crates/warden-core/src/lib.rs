@@ -2,6 +2,8 @@
 //! and `Backend` traits, the capability check and the dispatcher. No sandbox technology lives
 //! here: each executor kind's `[executor]` table is its backend's to parse.
 
+#![forbid(unsafe_code)]
+
 mod admission;
 pub mod after_answer;
 mod backend;

@@ -12,6 +12,8 @@
 //! and removal when its call or session ends — or, after a crash, by the next warden to reach
 //! the engine (at once on this machine, when its lease ends from anywhere else).
 
+#![forbid(unsafe_code)]
+
 mod address;
 mod backend;
 mod config;

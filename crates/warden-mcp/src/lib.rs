@@ -8,6 +8,8 @@
 //! No MCP request can change a grant: grants live only in the policy files, which the server
 //! reads and never writes.
 
+#![forbid(unsafe_code)]
+
 mod calls;
 mod connections;
 mod convert;

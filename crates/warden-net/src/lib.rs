@@ -5,6 +5,8 @@
 //! HTTP; programs in a docker or host sandbox through [`Proxy`], an HTTP proxy listening in
 //! the sandbox's own, otherwise empty, network namespace.
 
+#![forbid(unsafe_code)]
+
 mod ca;
 mod credentials;
 mod egress;

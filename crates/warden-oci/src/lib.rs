@@ -3,6 +3,8 @@
 //! signatures; pulled by digest once the tag's digest is verified against trusted keys, every
 //! blob checked against its digest, size limit and media type before anything is kept.
 
+#![forbid(unsafe_code)]
+
 mod auth;
 mod bounds;
 mod encrypted;

@@ -4,6 +4,7 @@
 //! must allow and refuse, a message's outcome by name; with feature `wasm` a bench of wasm
 //! policies, with feature `docker` a second Docker engine.
 
+#![forbid(unsafe_code)]
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
