@@ -403,37 +403,36 @@ class WardenSandbox(BaseSandbox):
         )
 
     def _run(self, command: str, timeout: float | None = None) -> ShellOutput:
+        process = None
         try:
             process, note = self._live()
-        except WardenError as err:
-            return _failed(err)
-        try:
             result = process.request(
                 "tools/call", call_params(self._tool, self._arguments(command, timeout))
             )
-        except WardenProcessError as err:
-            return _failed(err) if self._closed else _lost(process)
         except WardenError as err:
-            return _failed(err)
+            return self._unanswered(err, process)
         return _noted(parse_shell(CallResult.from_mcp(result)), note)
 
     async def _arun(self, command: str, timeout: float | None = None) -> ShellOutput:
+        process = None
         try:
             if self._process.alive:
                 process, note = self._process, None
             else:  # starting a new process blocks
                 process, note = await asyncio.to_thread(self._live)
-        except WardenError as err:
-            return _failed(err)
-        try:
             result = await process.arequest(
                 "tools/call", call_params(self._tool, self._arguments(command, timeout))
             )
-        except WardenProcessError as err:
-            return _failed(err) if self._closed else _lost(process)
         except WardenError as err:
-            return _failed(err)
+            return self._unanswered(err, process)
         return _noted(parse_shell(CallResult.from_mcp(result)), note)
+
+    def _unanswered(self, err: WardenError, process: WardenProcess | None) -> ShellOutput:
+        """The answer of a call warden did not answer: lost with its process when that died
+        under it (and the sandbox was not being closed), else warden's failure."""
+        if isinstance(err, WardenProcessError) and process is not None and not self._closed:
+            return _lost(process)
+        return _failed(err)
 
     def _shrink(self) -> None:
         if self._chunk <= 1024:
