@@ -16,5 +16,5 @@ pub use knobs::{
     NetworkMode, User, UserError, capabilities, command_line, count, session_shell, tmp_size,
     tool_name,
 };
-pub use outcome::{Cause, answer, effective_timeout, render, shell, timed_out};
+pub use outcome::{Cause, Deadline, answer, render, shell, timed_out};
 pub use template::{Request, Template, TemplateError};

@@ -8,14 +8,31 @@ use warden_core::{
     ByteSize, ErrorKind, Limits, MARKER_MAX, Output, SHELL_DETAIL, ToolError, shorten, split_marker,
 };
 
-/// The model's timeout lowers the policy's, never raises it. The dispatcher's deadline for
-/// the policy's timeout started a little earlier than ours: stop just before it, so that the
-/// answer is this executor's (partial output, container gone) rather than a bare timeout.
-pub fn effective_timeout(asked: Option<Duration>, policy: Duration) -> Duration {
-    let margin = (policy / 20).min(Duration::from_millis(100));
-    match asked {
-        Some(t) if t < policy - margin => t,
-        _ => policy - margin,
+/// A command's time: the timeout its answer names, and when the executor stops it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline {
+    /// What a `timeout` answer names: the model's timeout when it asked for less than the
+    /// policy's, else the policy's.
+    pub named: Duration,
+    /// How long the command may run before the executor stops it.
+    pub stop_after: Duration,
+}
+
+impl Deadline {
+    /// The model's timeout (`asked`) lowers the policy's, never raises it. The dispatcher's
+    /// deadline for the policy's timeout started a little earlier than ours: the executor
+    /// stops just before it, so that the answer is the executor's (partial output, sandbox
+    /// gone or kept) rather than a bare timeout.
+    pub fn of(asked: Option<Duration>, policy: Duration) -> Deadline {
+        let margin = (policy / 20).min(Duration::from_millis(100));
+        let stop_after = match asked {
+            Some(t) if t < policy - margin => t,
+            _ => policy - margin,
+        };
+        Deadline {
+            named: asked.map_or(policy, |t| t.min(policy)),
+            stop_after,
+        }
     }
 }
 
@@ -172,15 +189,14 @@ mod tests {
     fn the_model_can_only_lower_the_timeout() {
         let policy = Duration::from_secs(10);
         let ours = Duration::from_millis(9900);
-        assert_eq!(effective_timeout(None, policy), ours);
+        let of = |asked: Option<u64>| Deadline::of(asked.map(Duration::from_secs), policy);
+        assert_eq!((of(None).stop_after, of(None).named), (ours, policy));
         assert_eq!(
-            effective_timeout(Some(Duration::from_secs(600)), policy),
-            ours
+            (of(Some(600)).stop_after, of(Some(600)).named),
+            (ours, policy)
         );
-        assert_eq!(
-            effective_timeout(Some(Duration::from_secs(1)), policy),
-            Duration::from_secs(1)
-        );
+        let one = Duration::from_secs(1);
+        assert_eq!((of(Some(1)).stop_after, of(Some(1)).named), (one, one));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use warden_command::session::{Launched, Launcher, Processes, Sandbox, Sessions, chunks};
-use warden_command::{Cause, Request, Template};
+use warden_command::{Cause, Deadline, Request, Template};
 use warden_core::{Denials, ErrorKind, Invocation, Limits, Meter, Output, SessionId, ToolError};
 
 /// Starts `sh` (or `$WARDEN_TEST_SHELL`: bash, busybox ash) in a process group of its own;
@@ -164,7 +164,10 @@ impl Harness {
                 &invocation(id, limits),
                 &request,
                 &[("GRANTED".into(), "yes".into())],
-                (timeout, timeout),
+                Deadline {
+                    named: timeout,
+                    stop_after: timeout,
+                },
             )
             .await
     }
@@ -214,7 +217,7 @@ async fn state_persists_and_each_command_answers_for_itself() {
             )
             .unwrap(),
             &[],
-            (Duration::from_secs(5), Duration::from_secs(5)),
+            Deadline::of(None, Duration::from_secs(5)),
         )
         .await
         .unwrap_err();

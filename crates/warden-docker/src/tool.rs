@@ -8,7 +8,7 @@ use crate::pool::Pool;
 use crate::session::DockerShells;
 use tokio::time::Instant;
 use warden_command::session::Sessions;
-use warden_command::{Cause, Request, Template, answer, effective_timeout, shell, timed_out};
+use warden_command::{Cause, Deadline, Request, Template, answer, shell, timed_out};
 use warden_core::{
     BoxFuture, ErrorKind, Executor, Exit, Held, Invocation, Output, Program, SHELL_DETAIL,
     SessionId, ToolError,
@@ -52,16 +52,12 @@ impl DockerTool {
         let session = self.sessions.is_some();
         let request = Request::parse(&inv.arguments, &self.template, session)
             .map_err(ToolError::invalid_arguments)?;
-        // `limit` is what messages name; `timeout` is when this executor stops.
-        let limit = request
-            .timeout
-            .map_or(inv.limits.timeout, |t| t.min(inv.limits.timeout));
-        let timeout = effective_timeout(request.timeout, inv.limits.timeout);
+        let time = Deadline::of(request.timeout, inv.limits.timeout);
         let env = self.recipe.grants.resolve_env()?;
         if let Some(sessions) = &self.sessions {
-            return sessions.run(&inv, &request, &env, (timeout, limit)).await;
+            return sessions.run(&inv, &request, &env, time).await;
         }
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now() + time.stop_after;
         let argv = self.template.render(&request.values);
         let plan = &self.recipe.plan;
         let Ran {
@@ -145,7 +141,7 @@ impl DockerTool {
                 &notes,
             ),
             Ended::TimedOut { stdout, stderr } => Err(timed_out(
-                limit,
+                time.named,
                 &stdout,
                 &stderr,
                 if plan.copied.as_ref().is_some_and(Copied::writes_back) {

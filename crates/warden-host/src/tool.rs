@@ -13,9 +13,7 @@ use serde_json::Value;
 use std::sync::Arc;
 use tokio::time::Instant;
 use warden_command::session::Sessions;
-use warden_command::{
-    Cause, NetworkMode, Request, Template, answer, effective_timeout, shell, timed_out,
-};
+use warden_command::{Cause, Deadline, NetworkMode, Request, Template, answer, shell, timed_out};
 use warden_core::{
     Access, BoxFuture, Denials, ErrorKind, Executor, Exit, Grants, Held, Invocation, Limits,
     Output, Program, SHELL_DETAIL, SessionId, ToolError,
@@ -127,21 +125,17 @@ impl HostTool {
     async fn run(&self, inv: Invocation) -> Result<Output, ToolError> {
         let request = Request::parse(&inv.arguments, &self.template, self.sessions.is_some())
             .map_err(ToolError::invalid_arguments)?;
-        // `limit` is what messages name; `timeout` is when this executor stops.
-        let limit = request
-            .timeout
-            .map_or(inv.limits.timeout, |t| t.min(inv.limits.timeout));
-        let timeout = effective_timeout(request.timeout, inv.limits.timeout);
+        let time = Deadline::of(request.timeout, inv.limits.timeout);
         let env = self.starter.grants.resolve_env()?;
         if let Some(sessions) = &self.sessions {
-            return sessions.run(&inv, &request, &env, (timeout, limit)).await;
+            return sessions.run(&inv, &request, &env, time).await;
         }
         let credentials = self.starter.credentials()?;
         let plan = self.starter.plan(
             self.template.render(&request.values),
             env,
             &inv.limits,
-            timeout,
+            time.stop_after,
             &credentials,
         )?;
         let ended = self
@@ -149,7 +143,7 @@ impl HostTool {
             .spawn(
                 &plan,
                 inv.limits.output,
-                Instant::now() + timeout,
+                Instant::now() + time.stop_after,
                 &inv.denials,
                 credentials,
             )
@@ -178,7 +172,7 @@ impl HostTool {
             .unwrap_or(Value::Null);
         if ended.timed_out {
             return Err(timed_out(
-                limit,
+                time.named,
                 &stdout,
                 &stderr,
                 "every process it started was killed",

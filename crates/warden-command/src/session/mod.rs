@@ -82,7 +82,7 @@ use warden_core::{
     ByteSize, ErrorKind, Invocation, Limits, Output, SHELL_DETAIL, SessionId, ToolError,
 };
 
-use crate::{Cause, Request, answer, shell, timed_out};
+use crate::{Cause, Deadline, Request, answer, shell, timed_out};
 
 /// A piece of a shell's output, from one of its two streams.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -301,21 +301,21 @@ impl<L: Launcher> Sessions<L> {
         }
     }
 
-    /// Runs call `inv` in its session: `restart` first if asked, then `command` if given.
-    /// `timeout` is when the command is stopped, `limit` the timeout its message names; the
-    /// sandbox's refusals and usage go to the invocation's.
+    /// Runs call `inv` in its session: `restart` first if asked, then `command` if given,
+    /// stopped at `time`'s deadline; the sandbox's refusals and usage go to the invocation's.
     pub async fn run(
         &self,
         inv: &Invocation,
         request: &Request,
         env: &[(String, String)],
-        (timeout, limit): (Duration, Duration),
+        time: Deadline,
     ) -> Result<Output, ToolError> {
+        let limit = time.named;
         let (limits, denials, usage) = (&inv.limits, &inv.denials, &inv.usage);
         let slot = self.slot(inv.session);
         // Commands of one session queue here, first come first served (tokio's mutex is fair).
         let mut guard = slot.lock().await;
-        let deadline = Instant::now() + timeout;
+        let deadline = Instant::now() + time.stop_after;
         let mut notes: Vec<String> = Vec::new();
         if request.restart
             && let Some(old) = guard.live.take()
