@@ -135,8 +135,8 @@ impl Readings {
 
 /// A cgroup warden made for one sandbox and joined by its processes: a `warden/PID-N` folder
 /// in cgroup v1's memory and cpuacct hierarchies, removed when dropped (once its processes
-/// are gone). Folders a warden that is no longer running left behind are removed as the next
-/// one is made.
+/// are gone). Folders a warden that is no longer running left behind are removed as this
+/// process makes its first.
 pub struct Owned {
     counters: Cgroup,
     /// The folders, one per hierarchy (one when a hierarchy holds both controllers).
@@ -155,25 +155,12 @@ impl Owned {
     /// cpuacct, and the right to write there: root); `None` elsewhere.
     pub fn create() -> Option<Owned> {
         static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-        let mounts = Mount::all(&mountinfo);
-        let point = |controller: &str| {
-            mounts
-                .iter()
-                .find(|m| m.root == "/" && m.controllers.iter().any(|c| c == controller))
-                .map(|m| m.point.join(OWN))
-        };
-        let (memory, cpuacct) = (point("memory")?, point("cpuacct")?);
+        let (memory, cpuacct) = own_folders()?;
         let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let name = format!("{}-{n}", std::process::id());
         let mut dirs = vec![memory.join(&name)];
         if cpuacct != memory {
             dirs.push(cpuacct.join(&name));
-        }
-        for dir in &dirs {
-            if let Some(parent) = dir.parent() {
-                sweep(parent);
-            }
         }
         let owned = Owned {
             counters: Cgroup {
@@ -230,6 +217,29 @@ impl Drop for Owned {
             }
         });
     }
+}
+
+/// Where warden's own cgroups go in the memory and cpuacct hierarchies (one folder when one
+/// hierarchy holds both), looked for once per process; the leftovers of wardens no longer
+/// running are removed then.
+fn own_folders() -> Option<&'static (PathBuf, PathBuf)> {
+    static FOLDERS: std::sync::OnceLock<Option<(PathBuf, PathBuf)>> = std::sync::OnceLock::new();
+    FOLDERS
+        .get_or_init(|| {
+            let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+            let mounts = Mount::all(&mountinfo);
+            let point = |controller: &str| {
+                mounts
+                    .iter()
+                    .find(|m| m.root == "/" && m.controllers.iter().any(|c| c == controller))
+                    .map(|m| m.point.join(OWN))
+            };
+            let folders = (point("memory")?, point("cpuacct")?);
+            sweep(&folders.0);
+            sweep(&folders.1);
+            Some(folders)
+        })
+        .as_ref()
 }
 
 /// Removes the cgroups in `parent` that a warden no longer running left behind (a folder

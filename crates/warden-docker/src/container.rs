@@ -179,13 +179,17 @@ impl Container {
             })
     }
 
-    /// Its cgroup's counters on this machine, while it runs; `None` when they are not here
-    /// (always, for an engine elsewhere: its pids are not this machine's).
-    pub(crate) async fn cgroup(&self, engine: &Engine) -> Option<Cgroup> {
-        if engine.place() == Place::Remote {
-            return None;
+    /// The pid of its first process on this machine, while it runs; `None` for an engine
+    /// elsewhere, whose pids are not this machine's.
+    pub(crate) async fn local_pid(&self, engine: &Engine) -> Option<i64> {
+        match engine.place() {
+            Place::Local => self.pid(engine).await.ok(),
+            Place::Remote => None,
         }
-        let pid = self.pid(engine).await.ok()?;
+    }
+
+    /// Its cgroup's counters on this machine, found through its first process `pid`.
+    pub(crate) fn cgroup(&self, pid: i64) -> Option<Cgroup> {
         let cgroup = Cgroup::of(pid, &self.id);
         if cgroup.is_none() {
             tracing::debug!(container = %self.id, "no cgroup counters on this machine");

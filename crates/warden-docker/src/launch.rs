@@ -41,6 +41,8 @@ pub(crate) struct Started {
     pub gate: Option<Proxy>,
     /// Its credentials and the bundle it trusts, kept as long as it runs.
     pub sandboxed: Option<Sandboxed>,
+    /// Its first process's pid on this machine, when the engine is here.
+    pub pid: Option<i64>,
     /// Its cgroup's counters, when they are on this machine.
     pub cgroup: Option<Cgroup>,
 }
@@ -102,10 +104,11 @@ impl Recipe {
             }
             None => None,
         };
-        let cgroup = tokio::time::timeout(COUNTERS_WAIT, container.cgroup(engine))
+        let pid = tokio::time::timeout(COUNTERS_WAIT, container.local_pid(engine))
             .await
             .ok()
             .flatten();
+        let cgroup = pid.and_then(|pid| container.cgroup(pid));
         // Before its first command: every kill of its memory limit is seen.
         if let Some(cgroup) = &cgroup {
             container.watch_oom(cgroup);
@@ -116,6 +119,7 @@ impl Recipe {
             attached,
             gate,
             sandboxed,
+            pid,
             cgroup,
         })
     }

@@ -11,7 +11,7 @@
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use warden_command::cgroup::Cgroup;
 
 /// An eventfd on one container's memory cgroup.
@@ -20,7 +20,7 @@ pub(crate) struct OomWatch {
     /// The cgroup's folder: while it exists, no signal of its removal can have come.
     dir: PathBuf,
     /// Signals read so far.
-    seen: Mutex<u64>,
+    seen: AtomicU64,
 }
 
 /// What the signals read so far say.
@@ -54,7 +54,7 @@ impl OomWatch {
         Ok(OomWatch {
             fd,
             dir: dir.to_owned(),
-            seen: Mutex::new(0),
+            seen: AtomicU64::new(0),
         })
     }
 
@@ -62,16 +62,11 @@ impl OomWatch {
     /// while the cgroup's folder still exists are kills alone; once it is gone, one more may
     /// be its removal, so a single signal then is [`Verdict::Unsure`].
     pub(crate) fn killed(&self) -> Verdict {
-        let mut seen = self
-            .seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Nonblocking: an error is "none since the last read".
-        if let Ok(n) = self.fd.read() {
-            *seen += n;
-        }
+        let read = self.fd.read().unwrap_or(0);
+        let seen = self.seen.fetch_add(read, Ordering::Relaxed) + read;
         let removed = !self.dir.exists();
-        match (*seen, removed) {
+        match (seen, removed) {
             (0, _) => Verdict::NotKilled,
             (1, true) => Verdict::Unsure,
             _ => Verdict::Killed,

@@ -3,7 +3,6 @@
 //! which frames commands, keeps deadlines and resets. `exec` per command would be slower
 //! (26–43 ms here), would not keep `cd` and cannot be killed.
 
-use crate::address::Place;
 use crate::container::Container;
 use crate::engine::Engine;
 use crate::files::CopiedIn;
@@ -59,6 +58,7 @@ impl Launcher for DockerShells {
             attached,
             gate,
             sandboxed,
+            pid,
             cgroup,
         } = started;
         // In before the first command is sent.
@@ -81,15 +81,10 @@ impl Launcher for DockerShells {
         // processes: runc's containers on this machine (gVisor's run inside its sandbox). The
         // container's first process is its init; the shell is that init's one child.
         let runc = !plan.gvisor && plan.runtime.as_deref().is_none_or(|r| r == "runc");
-        let shell = match (runc, engine.place()) {
-            (true, Place::Local) => container
-                .pid(engine)
-                .await
-                .ok()
-                .and_then(|pid| i32::try_from(pid).ok())
-                .and_then(Children::only_child),
-            _ => None,
-        };
+        let shell = pid
+            .filter(|_| runc)
+            .and_then(|pid| i32::try_from(pid).ok())
+            .and_then(Children::only_child);
         let output = attached.output.map(|frame| match frame {
             Ok(LogOutput::StdErr { message }) => Ok(Chunk::Stderr(message.to_vec())),
             Ok(frame) => Ok(Chunk::Stdout(frame.into_bytes().to_vec())),

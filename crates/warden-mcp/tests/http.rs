@@ -112,6 +112,31 @@ fn call(id: i64, name: &str) -> Value {
            "params": {"name": name, "arguments": {}}})
 }
 
+/// Calls `name` as request `id` of `session`, on a connection of its own, in a task.
+fn call_apart(
+    addr: SocketAddr,
+    session: &str,
+    id: i64,
+    name: &str,
+) -> tokio::task::JoinHandle<(u16, Vec<String>, Option<Value>)> {
+    let (session, body) = (session.to_owned(), call(id, name));
+    tokio::spawn(async move {
+        let mut stream = BufReader::new(TcpStream::connect(addr).await.unwrap());
+        post(&mut stream, Some(&session), &body).await
+    })
+}
+
+/// Waits until `n` calls of `held` have begun.
+async fn held(n: usize) {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while HELD.load(Ordering::SeqCst) < n {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the held calls began");
+}
+
 /// Sends one POST of `body` on `stream` and reads its answer: the status, the head's lines
 /// and the JSON-RPC message in its body (plain JSON, or the first event of a stream).
 async fn post(
@@ -258,21 +283,9 @@ async fn a_stop_answers_the_calls_in_flight_and_cuts_the_rest() {
     let (mut open, session) = session(addr).await;
     // Four calls in flight, each on a connection of its own; one is never released.
     let calls: Vec<_> = (1..=4)
-        .map(|id| {
-            let session = session.clone();
-            tokio::spawn(async move {
-                let mut stream = BufReader::new(TcpStream::connect(addr).await.unwrap());
-                post(&mut stream, Some(&session), &call(id, "held")).await
-            })
-        })
+        .map(|id| call_apart(addr, &session, id, "held"))
         .collect();
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while HELD.load(Ordering::SeqCst) < 4 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the calls began");
+    held(4).await;
 
     server.stop();
     let (status, _, refused) = post(&mut open, Some(&session), &call(5, "ok")).await;
@@ -353,13 +366,7 @@ async fn a_call_past_the_queue_is_answered_unavailable() {
     let addr = serve(server).await;
     let (_open, session) = session(addr).await;
     let mut calls: Vec<_> = (1..=4)
-        .map(|id| {
-            let session = session.clone();
-            tokio::spawn(async move {
-                let mut stream = BufReader::new(TcpStream::connect(addr).await.unwrap());
-                post(&mut stream, Some(&session), &call(id, "held")).await
-            })
-        })
+        .map(|id| call_apart(addr, &session, id, "held"))
         .collect();
     // Three hold places and wait; the fourth, whichever it is, is answered at once.
     let refused = tokio::time::timeout(Duration::from_secs(30), async {
@@ -465,20 +472,8 @@ async fn a_second_request_with_an_id_in_flight_is_refused_and_the_first_answered
     let (server, _log) = server(dir.path(), Options::default());
     let addr = serve(server).await;
     let (_open, session) = session(addr).await;
-    let first = {
-        let session = session.clone();
-        tokio::spawn(async move {
-            let mut stream = BufReader::new(TcpStream::connect(addr).await.unwrap());
-            post(&mut stream, Some(&session), &call(5, "held")).await
-        })
-    };
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while HELD.load(Ordering::SeqCst) == 0 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the first call runs");
+    let first = call_apart(addr, &session, 5, "held");
+    held(1).await;
     let mut stream = BufReader::new(TcpStream::connect(addr).await.unwrap());
     let (status, _, again) = post(&mut stream, Some(&session), &call(5, "ok")).await;
     let again = again.expect("an answer");

@@ -481,26 +481,18 @@ impl<L: Launcher> Sessions<L> {
                 answer(code, &cause, &stdout, &stderr, limits, &notes)
             }
             Ran::Stopped { stdout, stderr } => {
-                let mut what = "its processes were stopped; the session's shell lives on, with \
-                                its working directory, variables, files and earlier background \
-                                jobs"
-                    .to_owned();
-                for note in &notes {
-                    what.push_str(&format!("; {note}"));
-                }
                 guard.live = Some(live);
-                Err(timed_out(limit, &stdout, &stderr, &what))
+                let what = "its processes were stopped; the session's shell lives on, with its \
+                            working directory, variables, files and earlier background jobs";
+                Err(timed_out(limit, &stdout, &stderr, &noted(what, &notes)))
             }
             Ran::TimedOut { stdout, stderr } => {
                 notes.extend(live.sandbox.close_noting().await);
-                let mut what = format!(
+                let what = format!(
                     "the session's shell was killed; the next command starts in {} ({lost})",
                     L::FRESH
                 );
-                for note in &notes {
-                    what.push_str(&format!("; {note}"));
-                }
-                Err(timed_out(limit, &stdout, &stderr, &what))
+                Err(timed_out(limit, &stdout, &stderr, &noted(&what, &notes)))
             }
             Ran::OutOfProcesses {
                 stdout,
@@ -592,6 +584,14 @@ impl<L: Launcher> Sessions<L> {
             live.sandbox.close().await;
         }
     }
+}
+
+/// What became of a timed-out command, then each of `notes`, for a `timeout` answer.
+fn noted(what: &str, notes: &[String]) -> String {
+    std::iter::once(what)
+        .chain(notes.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// "120 of 128 in use, 37 forks refused".
