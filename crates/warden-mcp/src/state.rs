@@ -216,6 +216,24 @@ impl Shared {
                 return;
             }
         };
+        // A policy served now that no longer loads (a bad edit, or no descriptor left to read
+        // it with) keeps the toolbox in force rather than take its tools away.
+        let lost = {
+            let current = self.snapshot();
+            let served = current.dispatcher.toolbox().policies();
+            toolbox
+                .broken()
+                .iter()
+                .find(|b| served.iter().any(|p| p.policy.path == b.path))
+                .map(|b| b.error.to_string())
+        };
+        if let Some(e) = lost {
+            tracing::error!(
+                "the policies changed but one served now does not load, so the previous toolbox \
+                 stays in force: {e}"
+            );
+            return;
+        }
         let next = Arc::new(snapshot(toolbox, &self.options, &self.reviewer));
         next.dispatcher.toolbox().warm();
         let changed = {

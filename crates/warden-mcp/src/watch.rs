@@ -8,10 +8,10 @@ use std::time::SystemTime;
 /// What identifies the policy files' state: each file's name, length and modification time.
 type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
 
-fn fingerprint(dir: &Path) -> Fingerprint {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
+/// The folder's fingerprint; `None` when it cannot be read now (out of descriptors, say):
+/// a failed look is no change, and reloads nothing.
+fn fingerprint(dir: &Path) -> Option<Fingerprint> {
+    let entries = std::fs::read_dir(dir).ok()?;
     let mut files: Fingerprint = entries
         .filter_map(Result::ok)
         .map(|e| e.path())
@@ -23,7 +23,7 @@ fn fingerprint(dir: &Path) -> Fingerprint {
         })
         .collect();
     files.sort();
-    files
+    Some(files)
 }
 
 /// Polls the folder until the server stops; runs as its own task.
@@ -37,11 +37,12 @@ pub(crate) fn spawn(shared: Arc<Shared>) -> Option<tokio::task::JoinHandle<()>> 
         loop {
             ticks.tick().await;
             let dir2 = dir.clone();
-            let Ok(now) = tokio::task::spawn_blocking(move || fingerprint(&dir2)).await else {
+            let Ok(Some(now)) = tokio::task::spawn_blocking(move || fingerprint(&dir2)).await
+            else {
                 continue;
             };
-            if now != seen {
-                seen = now;
+            if Some(&now) != seen.as_ref() {
+                seen = Some(now);
                 tracing::info!("the policies in {} changed; reloading", dir.display());
                 shared.reload().await;
             }
@@ -56,15 +57,17 @@ mod tests {
     #[test]
     fn sees_added_changed_and_removed_policies() {
         let dir = tempfile::tempdir().unwrap();
-        let empty = fingerprint(dir.path());
+        let empty = fingerprint(dir.path()).unwrap();
         assert!(empty.is_empty());
         std::fs::write(dir.path().join("a.toml"), "x").unwrap();
         std::fs::write(dir.path().join("notes.txt"), "x").unwrap();
-        let one = fingerprint(dir.path());
+        let one = fingerprint(dir.path()).unwrap();
         assert_eq!(one.len(), 1);
         std::fs::write(dir.path().join("a.toml"), "xy").unwrap();
-        assert_ne!(fingerprint(dir.path()), one);
+        assert_ne!(fingerprint(dir.path()).unwrap(), one);
         std::fs::remove_file(dir.path().join("a.toml")).unwrap();
-        assert_eq!(fingerprint(dir.path()), empty);
+        assert_eq!(fingerprint(dir.path()).unwrap(), empty);
+        // A folder that cannot be read is no change.
+        assert_eq!(fingerprint(&dir.path().join("gone")), None);
     }
 }
