@@ -189,3 +189,42 @@ async def test_closing_a_host_connection_leaves_no_process_of_its_session(sessio
         namespaces = {pid_namespace(p) for p in running} - {None}
     await wait_for(lambda: processes_of(host.uid) == [], timeout=5)
     await wait_for(lambda: processes_in(namespaces) == [], timeout=5)
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_command_s_output_streams_to_a_client_that_asks_for_progress(
+    sessions, transport
+):
+    """Its second line can only be printed once the client saw the first: on seeing it, the
+    client makes the file the command waits for, in the folder the shell may read. The
+    pieces come as the answer carries them, secret values redacted however they are cut."""
+    host = sessions(65497 if transport == "stdio" else 65498)
+    policy = host.box.dir / "host-shell.toml"
+    policy.write_text(
+        policy.read_text().replace(
+            'env = { PATH = "/usr/local/bin:/usr/bin:/bin" }',
+            'env = { PATH = "/usr/local/bin:/usr/bin:/bin", TOKEN = "s3cr3t-value-123" }\n'
+            'secret_env = ["TOKEN"]',
+        )
+    )
+    go = host.workspace / "go"
+    seen: list[tuple[float, str]] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        seen.append((done, message or ""))
+        if "first\n" in "".join(m for _, m in seen):
+            go.touch()
+
+    command = (
+        "echo first; printf 's3cr3t-'; sleep 0.2; printf 'value-123\\n'; "
+        f"while [ ! -e {go} ]; do sleep 0.05; done; echo second"
+    )
+    async with session(transport, host.box) as s:
+        done = await s.call_tool(
+            "host-shell", {"command": command, "timeout": 10}, progress_callback=progress
+        )
+    assert body(done) == "first\n[redacted:TOKEN]\nsecond", text(done)
+    streamed = "".join(m for _, m in seen)
+    assert streamed == "first\n[redacted:TOKEN]\nsecond\n", seen
+    counts = [n for n, _ in seen]
+    assert counts == sorted(counts), seen

@@ -9,6 +9,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -196,3 +197,36 @@ def test_a_broken_tool_leaves_the_shell_working():
             [warden_bin(), "--strict", "tools"], env=env, capture_output=True, text=True
         )
         assert strict.returncode != 0 and "units.toml:4:" in strict.stderr
+
+
+@pytest.fixture
+def watched() -> Iterator[tuple[WardenSandbox, Path]]:
+    """The host shell, and a folder of its workspace the test may write."""
+    with scratch() as base:
+        box = shell_toolbox(base)
+        with WardenSandbox("host-shell", box, base / "home", warden_bin()) as sandbox:
+            yield sandbox, base / "workspace"
+
+
+async def test_execute_hands_output_to_on_output_as_the_shell_prints_it(watched):
+    """The last line can only be printed once `on_output` saw the first: on seeing it, the
+    watcher makes the file the command waits for (in the workspace the shell may read)."""
+    sandbox, workspace = watched
+    for turn, run in enumerate(("sync", "async")):
+        go = workspace / f"go-{turn}"
+        pieces: list[tuple[str, str]] = []
+
+        def watch(stream: str, text: str) -> None:
+            pieces.append((stream, text))
+            # A line's end may wait for what follows it (it could begin warden's framing).
+            if "first" in "".join(t for s, t in pieces if s == "stdout"):
+                go.touch()
+
+        command = f"echo first; echo warn >&2; while [ ! -e {go} ]; do sleep 0.05; done; echo last"
+        if run == "sync":
+            done = sandbox.execute(command, timeout=10, on_output=watch)
+        else:
+            done = await sandbox.aexecute(command, timeout=10, on_output=watch)
+        assert (done.output, done.exit_code) == ("first\nlast\n[stderr] warn", 0), done.output
+        assert "".join(t for s, t in pieces if s == "stdout") == "first\nlast\n"
+        assert "".join(t for s, t in pieces if s == "stderr") == "warn\n"

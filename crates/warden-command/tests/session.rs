@@ -131,6 +131,7 @@ fn invocation(id: SessionId, limits: Limits) -> Invocation {
         denials: Denials::default(),
         session: id,
         usage: Meter::default(),
+        output: None,
     }
 }
 

@@ -5,10 +5,12 @@
 
 use crate::admission::{Admission, Gate};
 use crate::calllog::{CallLog, CallOutcome, CallRecord, DenialRecord, ExecRecord, Record, now_ms};
-use crate::executor::{Denial, Denials, Invocation, Meter, Output, Reached, Sample, Usage};
+use crate::executor::{
+    Denial, Denials, Invocation, Meter, Output, OutputSink, Reached, Sample, Usage,
+};
 use crate::limits::cap_text;
 use crate::message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage};
-use crate::redact::Secrets;
+use crate::redact::{RedactedSink, Secrets};
 use crate::review::{Decision, Reviewer};
 use crate::run::{RunCounter, RunLimits, RunUsage};
 use crate::session::Scope;
@@ -163,10 +165,22 @@ impl Dispatcher {
     /// back costs more than the sandbox itself. A panic is still caught and answered.
     pub async fn call(&self, call: ToolCall) -> ToolMessage {
         let span = CallSpan::new(&call, None);
-        self.call_in(&call, &span).await
+        self.call_in(&call, &span, None).await
     }
 
-    async fn call_in(&self, call: &ToolCall, span: &CallSpan) -> ToolMessage {
+    /// [`Dispatcher::call`], handing the call's output to `output` as it is written, where
+    /// its executor can (a session command's), redacted as its answer is.
+    pub async fn call_streaming(&self, call: ToolCall, output: OutputSink) -> ToolMessage {
+        let span = CallSpan::new(&call, None);
+        self.call_in(&call, &span, Some(output)).await
+    }
+
+    async fn call_in(
+        &self,
+        call: &ToolCall,
+        span: &CallSpan,
+        output: Option<OutputSink>,
+    ) -> ToolMessage {
         let start = Instant::now();
         let (tool, arguments) = match self.admit_call(call).and_then(|tool| {
             parse_arguments(&call.arguments)
@@ -178,7 +192,7 @@ impl Dispatcher {
                 return self.answer_early(span, call, tool, error, start.elapsed());
             }
         };
-        match AssertUnwindSafe(self.run(span, call, tool, arguments))
+        match AssertUnwindSafe(self.run(span, call, tool, arguments, output))
             .catch_unwind()
             .await
         {
@@ -241,7 +255,7 @@ impl Dispatcher {
                             .map_err(|e| (Some(tool), e))
                     });
                 match checked {
-                    Ok((tool, arguments)) => this.run(&span, &call, tool, arguments).await,
+                    Ok((tool, arguments)) => this.run(&span, &call, tool, arguments, None).await,
                     Err((tool, error)) => {
                         this.answer_early(&span, &call, tool, error, start.elapsed())
                     }
@@ -383,17 +397,24 @@ impl Dispatcher {
         call: &ToolCall,
         tool: &Tool,
         arguments: Value,
+        output: Option<OutputSink>,
     ) -> ToolMessage {
         let secrets = secrets_of(tool);
         let start = Instant::now();
         let denials = Denials::default();
         let meter = Meter::default();
+        let output = output.map(|sink| RedactedSink::new(sink, &secrets));
         let Answered {
             mut message,
             fuel,
             attempts,
             usage,
-        } = self.answer(tool, call, arguments, &denials, &meter).await;
+        } = self
+            .answer(tool, call, arguments, &denials, &meter, output.as_ref())
+            .await;
+        if let Some(output) = &output {
+            output.finish();
+        }
         let denied = denials.snapshot();
         attach_denials(&mut message, &denied);
         let reached = meter.reached();
@@ -430,6 +451,7 @@ impl Dispatcher {
         mut arguments: Value,
         denials: &Denials,
         meter: &Meter,
+        output: Option<&RedactedSink>,
     ) -> Answered {
         if tool.review_required {
             match self.review(tool, call).await {
@@ -471,6 +493,7 @@ impl Dispatcher {
                     attempt_arguments,
                     denials.clone(),
                     meter.clone(),
+                    output.map(RedactedSink::sink),
                 )
                 .await;
             match result {
@@ -516,6 +539,7 @@ impl Dispatcher {
         arguments: Value,
         denials: Denials,
         usage: Meter,
+        output: Option<OutputSink>,
     ) -> Result<Output, ToolError> {
         let _permit = self.gate.admit(tool).await?;
         if let Some(o) = &self.observer {
@@ -528,6 +552,7 @@ impl Dispatcher {
             denials,
             session: self.session.id,
             usage,
+            output,
         };
         self.session.touch();
         let deadline = tool.limits.timeout;

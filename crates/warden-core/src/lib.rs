@@ -39,8 +39,8 @@ pub use calllog::{
 pub use capability::{Capabilities, ExecutorKind, NetHosts, Support};
 pub use dispatch::{CallObserver, CallTelemetry, Dispatcher, EndedCall, export_calls};
 pub use executor::{
-    BoxFuture, Denial, Denials, Executor, Held, Invocation, Meter, Output, Reached, SHELL_DETAIL,
-    Sample, SessionId, Usage,
+    BoxFuture, Denial, Denials, Executor, Held, Invocation, Meter, Output, OutputSink,
+    OutputStream, Reached, SHELL_DETAIL, Sample, SessionId, Usage,
 };
 pub use grants::{Access, FsGrant, GrantLines, Grants, Paths};
 pub use limits::{Capped, Limits, LimitsSpec, MARKER_MAX, shorten, split_marker};

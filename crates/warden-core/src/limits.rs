@@ -210,6 +210,11 @@ impl Capped {
         self.dropped += (data.len() - take) as u64;
     }
 
+    /// The bytes kept so far.
+    pub fn kept(&self) -> &[u8] {
+        &self.kept
+    }
+
     /// The text kept, ending with warden's visible marker when something was cut.
     pub fn text(&self) -> String {
         let mut kept = self.kept.as_slice();

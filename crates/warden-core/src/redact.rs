@@ -1,6 +1,8 @@
 //! Secrets never flow back to the model: granted secret values become `[redacted:NAME]`.
 
+use crate::executor::{OutputSink, OutputStream};
 use serde_json::Value;
+use std::sync::{Arc, Mutex};
 
 /// The secret values in force for one call, by name.
 #[derive(Debug, Clone, Default)]
@@ -61,6 +63,54 @@ impl Secrets {
             _ => {}
         }
     }
+}
+
+/// An [`OutputSink`] redacted of secrets, each stream through a [`StreamRedactor`] of its own.
+pub(crate) struct RedactedSink {
+    inner: OutputSink,
+    redactors: Option<Arc<Mutex<[StreamRedactor; 2]>>>,
+}
+
+impl RedactedSink {
+    pub(crate) fn new(inner: OutputSink, secrets: &Secrets) -> Self {
+        let redactors = (!secrets.is_empty())
+            .then(|| Arc::new(Mutex::new([secrets.stream(), secrets.stream()])));
+        Self { inner, redactors }
+    }
+
+    /// The sink to hand the executor.
+    pub(crate) fn sink(&self) -> OutputSink {
+        let Some(redactors) = &self.redactors else {
+            return self.inner.clone();
+        };
+        let (inner, redactors) = (self.inner.clone(), redactors.clone());
+        OutputSink::new(move |stream, bytes| {
+            let out = lock(&redactors)[index(stream)].feed(bytes);
+            inner.send(stream, &out);
+        })
+    }
+
+    /// Sends on what the redactors still hold: the call has ended, and no value can complete
+    /// a held tail now.
+    pub(crate) fn finish(&self) {
+        if let Some(redactors) = &self.redactors {
+            for stream in [OutputStream::Stdout, OutputStream::Stderr] {
+                let out = lock(redactors)[index(stream)].finish();
+                self.inner.send(stream, &out);
+            }
+        }
+    }
+}
+
+fn index(stream: OutputStream) -> usize {
+    match stream {
+        OutputStream::Stdout => 0,
+        OutputStream::Stderr => 1,
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Replaces each secret value in a byte stream however the stream is cut into reads, holding
@@ -149,6 +199,26 @@ fn find(buf: &[u8], value: &[u8], from: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each stream of a sink has a redactor of its own, and what they hold goes on at the end.
+    #[test]
+    fn a_sink_is_redacted_per_stream_and_finished() {
+        let secrets = Secrets::new(vec![("TOKEN".into(), "tok-0123456789".into())]);
+        let seen = Arc::new(Mutex::new([Vec::<u8>::new(), Vec::new()]));
+        let into = seen.clone();
+        let sink = RedactedSink::new(
+            OutputSink::new(move |stream, bytes| lock(&into)[index(stream)].extend(bytes)),
+            &secrets,
+        );
+        let (out, err) = (OutputStream::Stdout, OutputStream::Stderr);
+        sink.sink().send(out, b"a tok-0123");
+        sink.sink().send(err, b"tok-0");
+        sink.sink().send(out, b"456789 b tok-01");
+        sink.finish();
+        let seen = lock(&seen);
+        assert_eq!(seen[0], b"a [redacted:TOKEN] b tok-01");
+        assert_eq!(seen[1], b"tok-0");
+    }
 
     #[test]
     fn a_stream_is_redacted_however_it_is_cut() {

@@ -2,6 +2,7 @@
 
 use crate::calls::{Place, Reserved};
 use crate::convert::Answered;
+use crate::progress::Progress;
 use crate::session::{SESSION_ID_HEADER, Session};
 use crate::state::Shared;
 use crate::trace::{self, Incoming};
@@ -16,11 +17,20 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument as _;
-use warden_core::{ErrorKind, ToolCall, ToolError};
+use warden_core::{ErrorKind, OutputSink, ToolCall, ToolError};
 
 const INSTRUCTIONS: &str = "Each tool runs in its own sandbox with only the files and \
     environment its policy grants. A failed call answers isError with the error's kind and a \
     message saying what to do about it.";
+
+/// A `tools/call` as the dispatcher takes it: the tool's name, its arguments as a JSON
+/// object's text (the stdio transport hands on the client's own), and where its output goes
+/// as it is written, if the client asked for progress.
+pub(crate) struct Text {
+    pub name: String,
+    pub arguments: String,
+    pub output: Option<OutputSink>,
+}
 
 /// One session's view of the shared server.
 #[derive(Clone)]
@@ -57,10 +67,16 @@ impl Handler {
         peer: Option<&Peer<RoleServer>>,
         cancelled: impl Future<Output = ()>,
         reserved: Option<Place>,
+        output: Option<OutputSink>,
     ) -> Option<CallToolResult> {
         let place = reserved.map_or_else(|| self.shared.calls.enter(), Ok);
         let arguments = Value::Object(request.arguments.unwrap_or_default()).to_string();
-        let answered = self.call_text(request.name.into(), arguments, peer, cancelled, &place);
+        let call = Text {
+            name: request.name.into(),
+            arguments,
+            output,
+        };
+        let answered = self.call_text(call, peer, cancelled, &place);
         answered.await.map(|a| a.result())
     }
 
@@ -72,8 +88,11 @@ impl Handler {
     /// ends is cancelled and answered.
     pub(crate) async fn call_text(
         &self,
-        name: String,
-        arguments: String,
+        Text {
+            name,
+            arguments,
+            output,
+        }: Text,
         peer: Option<&Peer<RoleServer>>,
         cancelled: impl Future<Output = ()>,
         place: &Result<Place, ToolError>,
@@ -100,7 +119,12 @@ impl Handler {
             // The call first: one that answers at once never polls (so never registers with)
             // the cancellations, and no random order is drawn.
             biased;
-            message = dispatcher.call(call.clone()) => Some(Answered::new(message, spec)),
+            message = async {
+                match output {
+                    Some(output) => dispatcher.call_streaming(call.clone(), output).await,
+                    None => dispatcher.call(call.clone()).await,
+                }
+            } => Some(Answered::new(message, spec)),
             () = cancelled => {
                 // Dropping the dispatcher's future above stopped the call and freed its sandbox;
                 // the answer goes nowhere but the log.
@@ -152,15 +176,23 @@ impl ServerHandler for Handler {
             .extensions
             .get::<Reserved>()
             .and_then(Reserved::take);
+        let progress = context
+            .meta
+            .get_progress_token()
+            .map(|token| Progress::start(context.peer.clone(), token));
         let answered = self
             .call(
                 request,
                 Some(&context.peer),
                 context.ct.cancelled(),
                 reserved,
+                progress.as_ref().map(Progress::sink),
             )
             .instrument(span.clone())
             .await;
+        if let Some(progress) = progress {
+            progress.finish().await;
+        }
         match answered {
             Some(result) => {
                 if result.is_error == Some(true) {

@@ -17,6 +17,7 @@ mod handler;
 mod http;
 mod inflight;
 mod jsonrpc;
+mod progress;
 mod review;
 mod session;
 mod state;

@@ -26,7 +26,7 @@
 
 use crate::calls::{Place, Reserved};
 use crate::convert::Answered;
-use crate::handler::Handler;
+use crate::handler::{Handler, Text};
 use crate::jsonrpc::{self, error_reply};
 use crate::state::Server;
 use crate::trace::{self, Incoming};
@@ -264,7 +264,11 @@ impl Direct {
             http: false,
             meta: None,
         });
-        let arguments = call.params.arguments.map_or("{}", RawValue::get).to_owned();
+        let call = Text {
+            name,
+            arguments: call.params.arguments.map_or("{}", RawValue::get).to_owned(),
+            output: None,
+        };
         let (handler, out, cancelled) = (self.handler.clone(), out.clone(), token.clone());
         let answering_id = id.clone();
         let traced = span.clone();
@@ -272,7 +276,7 @@ impl Direct {
             Box::pin(
                 async move {
                     let (answered, deferred) = warden_core::after_answer::answering(
-                        handler.call_text(name, arguments, None, cancelled.cancelled(), &place),
+                        handler.call_text(call, None, cancelled.cancelled(), &place),
                     )
                     .await;
                     match &answered {

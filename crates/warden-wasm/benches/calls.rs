@@ -363,6 +363,7 @@ fn calls(c: &mut Criterion) {
                 limits: tool.limits,
                 session: warden_core::SessionId::fresh(),
                 usage: Default::default(),
+                output: None,
             };
             black_box(tool.executor.execute(inv).await.expect("add runs"))
         });

@@ -40,6 +40,8 @@ pub struct Frames {
     pub after: u64,
     /// The rest of the end line, once it was seen.
     rest: Option<Vec<u8>>,
+    /// How much of the output [`Frames::fresh`] has handed out.
+    shown: usize,
 }
 
 impl Frames {
@@ -56,6 +58,7 @@ impl Frames {
             before: 0,
             after: 0,
             rest: None,
+            shown: 0,
         }
     }
 
@@ -84,8 +87,12 @@ impl Frames {
             };
             let len = marker.len();
             let Some(at) = find(&self.pending, marker) else {
-                // A marker may have begun in the last bytes: keep them.
-                let keep = (len - 1).min(self.pending.len());
+                // A marker may have begun in the last bytes: keep the longest end of them
+                // that begins it, so that output which cannot goes on at once.
+                let keep = (1..len.min(self.pending.len() + 1))
+                    .rev()
+                    .find(|&n| marker.starts_with(&self.pending[self.pending.len() - n..]))
+                    .unwrap_or(0);
                 self.flush(self.pending.len() - keep);
                 return;
             };
@@ -129,6 +136,15 @@ impl Frames {
             _ => self.out.push(&self.pending[..n]),
         }
         self.pending.drain(..n);
+    }
+
+    /// The output known to be the command's since this was last asked (within the limit):
+    /// what a client watching the command may be shown now.
+    pub fn fresh(&mut self) -> &[u8] {
+        let kept = self.out.kept();
+        let fresh = &kept[self.shown.min(kept.len())..];
+        self.shown = kept.len();
+        fresh
     }
 
     /// True once the end line has been seen.
@@ -188,6 +204,30 @@ mod tests {
         assert_eq!((f.before, f.after), (10, 8));
         f.push(b"more");
         assert_eq!(f.after, 12);
+    }
+
+    /// What `fresh` hands out, piece by piece, is the output and nothing of the markers; only
+    /// what may begin a marker waits for more.
+    #[test]
+    fn fresh_output_is_the_output_as_it_comes() {
+        let mut f = frames();
+        let mut shown = Vec::new();
+        for (chunk, now) in [
+            (&b"bg\n\n__S\n50%"[..], &b"50%"[..]),
+            (b"\r100%\n", b"\r100%"),
+            (b"next", b"\nnext"),
+            (b"\n__", b""),
+            (b"x\n_", b"\n__x"),
+            (b"_E:0", b""),
+            (b"\n", b""),
+        ] {
+            f.push(chunk);
+            let fresh = f.fresh().to_vec();
+            assert_eq!(fresh, now, "after {:?}", String::from_utf8_lossy(chunk));
+            shown.extend(fresh);
+        }
+        assert!(f.done());
+        assert_eq!(String::from_utf8(shown).unwrap(), f.text());
     }
 
     #[test]

@@ -40,6 +40,9 @@
 //!   end and before the next one's start — is not shown: the next command's answer says how
 //!   much there was. A background job whose output matters writes to a file
 //!   (`cmd >/tmp/log 2>&1 &`).
+//! - **Streaming.** A call that hands the invocation an [`warden_core::OutputSink`] gets the
+//!   command's output there as the shell prints it: what its answer will carry, never the
+//!   framing (a line's end waits for what follows it, as it could begin a marker).
 //! - **`restart: true`** kills the shell: the next command (or the same call's) starts fresh.
 //! - **A sandbox's end** inside a call (a reset, `restart`) is told in that call's answer when
 //!   the executor has something to say of it ([`Sandbox::close_noting`]: a Docker session's
@@ -387,7 +390,13 @@ impl<L: Launcher> Sessions<L> {
             });
             let before = live.sandbox.counters();
             let ran = live
-                .run(command, limits.output, deadline, check.as_ref())
+                .run(
+                    command,
+                    limits.output,
+                    deadline,
+                    check.as_ref(),
+                    inv.output.as_ref(),
+                )
                 .await;
             // Read while the sandbox still stands: a timeout closes it below.
             let used = before.used_until(&live.sandbox.counters());

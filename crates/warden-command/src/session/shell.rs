@@ -8,6 +8,7 @@ use futures::StreamExt;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
+use warden_core::{OutputSink, OutputStream};
 
 /// How long stderr's end line may trail stdout's (they travel on separate pipes).
 const STDERR_GRACE: Duration = Duration::from_secs(2);
@@ -89,6 +90,7 @@ impl<S: Sandbox> Live<S> {
         limit: u64,
         mut deadline: Instant,
         check: Option<&Check>,
+        watcher: Option<&OutputSink>,
     ) -> Ran {
         let framing = Framing::new();
         let check = check.map(|c| Check {
@@ -165,11 +167,19 @@ impl<S: Sandbox> Live<S> {
                 Err(_) => {}
                 Ok(Some(Ok(Chunk::Stdout(data)))) => {
                     out.push(&data);
+                    if let Some(w) = watcher {
+                        w.send(OutputStream::Stdout, out.fresh());
+                    }
                     if out.done() && grace.is_none() {
                         grace = Some(Instant::now() + STDERR_GRACE);
                     }
                 }
-                Ok(Some(Ok(Chunk::Stderr(data)))) => err.push(&data),
+                Ok(Some(Ok(Chunk::Stderr(data)))) => {
+                    err.push(&data);
+                    if let Some(w) = watcher {
+                        w.send(OutputStream::Stderr, err.fresh());
+                    }
+                }
                 Ok(Some(Err(e))) => {
                     tracing::debug!("reading the session shell failed: {e}");
                     return ended(out, err);

@@ -112,6 +112,7 @@ pub(crate) async fn call_metered(
             denials: denials.clone(),
             session,
             usage: usage.clone(),
+            output: None,
         })
         .await;
     let denied = denials.snapshot().kept;

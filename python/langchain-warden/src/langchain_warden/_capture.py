@@ -93,9 +93,9 @@ def execute(
     paths = dict(zip(("stdout", "stderr"), files(nonce)))
     if word == "-":  # /tmp cannot be written: the command ran as it is
         out.stdout = rest
-        return Captured(_cut(out))
+        return Captured(cut(out))
     if word is None:  # stopped before the shell printed anything (a timeout, a killed shell)
-        return Captured(_cut(out), list(paths.values()))
+        return Captured(cut(out), list(paths.values()))
     out.stdout = rest
     if word != "x" and not out.stopped and word.isdigit():
         out.exit_code = int(word)
@@ -128,10 +128,10 @@ def execute(
         else:
             spent_now.append(path)
     out.stdout, out.stderr = streams["stdout"], streams["stderr"]
-    return Captured(_cut(out), spent_now)
+    return Captured(cut(out), spent_now)
 
 
-def _cut(out: ShellOutput) -> ShellOutput:
+def cut(out: ShellOutput) -> ShellOutput:
     """`out` with a note for each stream the output limit cut, saying how to get the rest."""
     for stream, dropped in out.dropped.items():
         out.truncated = True

@@ -38,6 +38,10 @@ logger = logging.getLogger("langchain_warden")
 
 PROTOCOL_VERSION = "2025-06-18"
 
+Watcher = Callable[[str, str], None]
+"""Takes a call's output as warden streams it: the stream (`stdout` or `stderr`) and a piece
+of its text. Called on the thread reading warden's output: keep it quick."""
+
 Reviewer = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 """Answers an MCP `elicitation/create` request (a call that needs review): given its params,
 returns the elicitation result, e.g. `{"action": "accept", "content": {"decision": "approve",
@@ -110,6 +114,8 @@ class WardenProcess:
         self._parked = 0
         # Requests whose callers do not read (async, or with a timeout): the pump reads for them.
         self._unowned: set[int] = set()
+        # The watchers of calls whose output streams, by progress token.
+        self._watchers: dict[str, Watcher] = {}
         self._write_lock = threading.Lock()
         self._stderr: collections.deque[str] = collections.deque(maxlen=40)
         self._closed = False
@@ -169,39 +175,60 @@ class WardenProcess:
         self._send({"jsonrpc": "2.0", "method": method, "params": dict(params)})
 
     def start_request(
-        self, method: str, params: Mapping[str, Any], *, reads: bool = False
+        self,
+        method: str,
+        params: Mapping[str, Any],
+        *,
+        reads: bool = False,
+        watcher: Watcher | None = None,
     ) -> tuple[int, concurrent.futures.Future[dict[str, Any]]]:
         """Sends a request; returns its id and a future of its result. With `reads`, the caller
-        promises to wait for it with `wait` (which reads); otherwise the pump reads for it."""
+        promises to wait for it with `wait` (which reads); otherwise the pump reads for it.
+        With `watcher`, the request asks for progress, and the output warden streams for it
+        goes to `watcher` until its answer comes."""
         future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": dict(params)}
         with self._lock:
             if self._dead is not None or self._closed:
                 raise WardenProcessError(self._death_message())
             request_id = next(self._ids)
+            message["id"] = request_id
             self._pending[request_id] = future
+            if watcher is not None:
+                token = f"out-{request_id}"
+                meta = dict(message["params"].get("_meta") or {})
+                message["params"]["_meta"] = {**meta, "progressToken": token}
+                self._watchers[token] = watcher
+                future.add_done_callback(lambda _: self._watchers.pop(token, None))
             if not reads:
                 self._unowned.add(request_id)
                 if not self._reading:
                     self._turn.notify_all()
         try:
-            self._send(
-                {"jsonrpc": "2.0", "id": request_id, "method": method, "params": dict(params)}
-            )
+            self._send(message)
         except WardenError:
             with self._lock:
                 self._pending.pop(request_id, None)
                 self._unowned.discard(request_id)
+            future.cancel()
             raise
         return request_id, future
 
     def request(
-        self, method: str, params: Mapping[str, Any], timeout: float | None = None
+        self,
+        method: str,
+        params: Mapping[str, Any],
+        timeout: float | None = None,
+        *,
+        watcher: Watcher | None = None,
     ) -> dict[str, Any]:
         """Sends a request and waits for its result (`timeout` seconds at most; no timeout,
-        this thread reads the answer itself when no other thread is reading)."""
+        this thread reads the answer itself when no other thread is reading). `watcher` as
+        in `start_request`."""
         if timeout is None:
-            return self.wait(self.start_request(method, params, reads=True)[1])
-        request_id, future = self.start_request(method, params)
+            started = self.start_request(method, params, reads=True, watcher=watcher)
+            return self.wait(started[1])
+        request_id, future = self.start_request(method, params, watcher=watcher)
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
@@ -228,9 +255,12 @@ class WardenProcess:
                 self._leave()
         return future.result()
 
-    async def arequest(self, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
-        """The async twin of `request`: the event loop is never blocked."""
-        request_id, future = self.start_request(method, params)
+    async def arequest(
+        self, method: str, params: Mapping[str, Any], *, watcher: Watcher | None = None
+    ) -> dict[str, Any]:
+        """The async twin of `request`: the event loop is never blocked (`watcher` is called
+        on warden's reader thread, not the loop's)."""
+        request_id, future = self.start_request(method, params, watcher=watcher)
         try:
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
@@ -300,6 +330,8 @@ class WardenProcess:
         if "method" in message:
             if "id" in message:
                 self._answer_server_request(message)
+            elif message["method"] == "notifications/progress":
+                self._progress(message.get("params"))
             return
         request_id = message.get("id")
         if not isinstance(request_id, int):
@@ -319,6 +351,20 @@ class WardenProcess:
                 future.set_result(result if isinstance(result, dict) else {})
             if self._parked:
                 self._turn.notify_all()
+
+    def _progress(self, params: Any) -> None:
+        """Hands a piece of streamed output to its call's watcher."""
+        if not isinstance(params, dict):
+            return
+        watcher = self._watchers.get(str(params.get("progressToken")))
+        text = params.get("message")
+        if watcher is None or not isinstance(text, str):
+            return
+        stream = (params.get("_meta") or {}).get("warden/stream", "stdout")
+        try:
+            watcher(str(stream), text)
+        except Exception:  # a failing watcher must not stop the reading of answers
+            logger.exception("an output watcher failed")
 
     def _answer_server_request(self, message: dict[str, Any]) -> None:
         method = message.get("method")

@@ -30,7 +30,7 @@ from deepagents.backends.sandbox import BaseSandbox
 from . import _capture
 from ._audit import policy_timeout
 from ._errors import WardenError, WardenProcessError, WardenStartError
-from ._process import WardenProcess, how_it_ended
+from ._process import WardenProcess, Watcher, how_it_ended
 from ._results import CallResult, ShellOutput, parse_shell
 from ._toolbox import DEFAULT_SHELL, SHELL_TOOLBOX
 from ._trace import call_params
@@ -218,13 +218,24 @@ class WardenSandbox(BaseSandbox):
         """Unique for each sandbox: `warden-<tool>-<random>`."""
         return self._id
 
-    def execute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
+    def execute(
+        self, command: str, *, timeout: int | None = None, on_output: Watcher | None = None
+    ) -> ExecuteResponse:
         """Runs `command` in the session's shell: its whole stdout, then stderr's lines marked
         `[stderr]`, the exit code (124 for a timeout), and whether an output was cut. A
-        `timeout` above the policy's answers an error naming it, and runs nothing."""
+        `timeout` above the policy's answers an error naming it, and runs nothing.
+
+        With `on_output`, each piece of the output is handed to `on_output(stream, text)`
+        (`stream` is `stdout` or `stderr`) as the shell prints it, on warden's reader thread
+        (keep it quick). The command then runs as it is, its output not captured to files:
+        the answer (and the stream) carry what the policy's `output` limit keeps, and say
+        when it cut some."""
         refused = self._refused(timeout) if timeout else None
         if refused is not None:
             return refused
+        if on_output is not None:
+            out = self._run(self._prelude + command, timeout, on_output)
+            return _response(_capture.cut(out))
         spent = self._take_spent()
         try:
             captured = self._drive(self._capture(command, spent), timeout)
@@ -234,8 +245,11 @@ class WardenSandbox(BaseSandbox):
         self._spend(captured.spent)
         return _response(captured.output)
 
-    async def aexecute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
-        """The async twin of `execute`."""
+    async def aexecute(
+        self, command: str, *, timeout: int | None = None, on_output: Watcher | None = None
+    ) -> ExecuteResponse:
+        """The async twin of `execute` (`on_output` is called on warden's reader thread, not
+        the event loop's)."""
         refused = None
         if timeout:  # the first one asks `warden audit`, which blocks
             known = self._policy_timeout is not None
@@ -244,6 +258,9 @@ class WardenSandbox(BaseSandbox):
             )
         if refused is not None:
             return refused
+        if on_output is not None:
+            out = await self._arun(self._prelude + command, timeout, on_output)
+            return _response(_capture.cut(out))
         spent = self._take_spent()
         try:
             captured = await self._adrive(self._capture(command, spent), timeout)
@@ -402,18 +419,24 @@ class WardenSandbox(BaseSandbox):
             "the shell's working directory, variables and files in /tmp are gone"
         )
 
-    def _run(self, command: str, timeout: float | None = None) -> ShellOutput:
+    def _run(
+        self, command: str, timeout: float | None = None, watcher: Watcher | None = None
+    ) -> ShellOutput:
         process = None
         try:
             process, note = self._live()
             result = process.request(
-                "tools/call", call_params(self._tool, self._arguments(command, timeout))
+                "tools/call",
+                call_params(self._tool, self._arguments(command, timeout)),
+                watcher=watcher,
             )
         except WardenError as err:
             return self._unanswered(err, process)
         return _noted(parse_shell(CallResult.from_mcp(result)), note)
 
-    async def _arun(self, command: str, timeout: float | None = None) -> ShellOutput:
+    async def _arun(
+        self, command: str, timeout: float | None = None, watcher: Watcher | None = None
+    ) -> ShellOutput:
         process = None
         try:
             if self._process.alive:
@@ -421,7 +444,9 @@ class WardenSandbox(BaseSandbox):
             else:  # starting a new process blocks
                 process, note = await asyncio.to_thread(self._live)
             result = await process.arequest(
-                "tools/call", call_params(self._tool, self._arguments(command, timeout))
+                "tools/call",
+                call_params(self._tool, self._arguments(command, timeout)),
+                watcher=watcher,
             )
         except WardenError as err:
             return self._unanswered(err, process)
