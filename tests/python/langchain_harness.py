@@ -162,11 +162,14 @@ timeout = "10s"
 
 class ScriptedResponses(QuietHandler):
     """OpenAI's Responses API (`POST /v1/responses`, what the OpenAI Agents SDK calls by
-    default) answering the turns of `script` in order: a list of function calls as
-    `(name, arguments, call_id)`, or the final text. Each request's body is kept in
+    default) answering the turns of `script` in order: a list of tool calls as
+    `(name, arguments, call_id)` (arguments a dict for a function tool, the text for a custom
+    tool such as `apply_patch`), or the final text. Each request's body is kept in
     `requests`, so a test reads what the model was shown."""
 
-    script: collections.deque[list[tuple[str, dict[str, Any], str]] | str] = collections.deque()
+    script: collections.deque[list[tuple[str, dict[str, Any] | str, str]] | str] = (
+        collections.deque()
+    )
     requests: list[dict[str, Any]] = []
 
     def do_POST(self) -> None:
@@ -190,6 +193,15 @@ class ScriptedResponses(QuietHandler):
         else:
             output = [
                 {
+                    "type": "custom_tool_call",
+                    "id": f"ctc_{call_id}",
+                    "call_id": call_id,
+                    "name": name,
+                    "input": arguments,
+                    "status": "completed",
+                }
+                if isinstance(arguments, str)
+                else {
                     "type": "function_call",
                     "id": f"fc_{call_id}",
                     "call_id": call_id,
@@ -221,10 +233,11 @@ class ScriptedResponses(QuietHandler):
 
 
 def tool_outputs(requests: list[dict[str, Any]]) -> dict[str, str]:
-    """The function call outputs the model was shown, by call id (the last one of each)."""
+    """The tool call outputs the model was shown, by call id (the last one of each)."""
     return {
         item["call_id"]: item["output"]
         for body in requests
         for item in body.get("input") or []
-        if isinstance(item, dict) and item.get("type") == "function_call_output"
+        if isinstance(item, dict)
+        and item.get("type") in ("function_call_output", "custom_tool_call_output")
     }

@@ -35,6 +35,9 @@ pytestmark = pytest.mark.anyio
 
 HOST_SHELL = WardenSandboxClientOptions(tool="host-shell")
 
+# What the model's `apply_patch` call says: a new file, which the SDK writes through the session.
+PLAN = "*** Begin Patch\n*** Add File: notes/plan.txt\n+planned in warden\n*** End Patch\n"
+
 
 @dataclass
 class World:
@@ -91,8 +94,8 @@ def snapshot_files(folder: Path) -> dict[str, bytes]:
 
 
 async def test_a_sandbox_agent_s_shell_runs_in_warden_s_sandbox(world):
-    """The agent writes a file and reads it back in the workspace, sees a command fail, and
-    runs as warden's confined user: the workspace folder it was granted is read-only, the
+    """The agent writes a file and reads it back in the workspace, patches in another, sees a
+    command fail, and runs as warden's confined user: the workspace folder it was granted is read-only, the
     host's files outside the grants are not there, and what it wrote is in the sandbox's own
     /tmp, persisted to the run's snapshot, not on the host."""
     granted = world.base / "workspace"
@@ -100,6 +103,8 @@ async def test_a_sandbox_agent_s_shell_runs_in_warden_s_sandbox(world):
         [
             exec_command("echo written in warden > hello.txt && pwd", "write"),
             exec_command("cat hello.txt; id -u", "read"),
+            [("apply_patch", PLAN, "patch")],
+            exec_command("cat notes/plan.txt", "planned"),
             exec_command("cat missing.txt", "missing"),
             exec_command(f"touch {granted}/new.txt", "read-only"),
             exec_command(f"cat {world.base}/secret.txt", "host"),
@@ -114,13 +119,18 @@ async def test_a_sandbox_agent_s_shell_runs_in_warden_s_sandbox(world):
     assert "Process exited with code 0" in seen["write"]
     assert seen["write"].rstrip().endswith(WORKSPACE)
     assert seen["read"].rstrip().endswith("written in warden\n65534")  # nobody, not root
+    assert "notes/plan.txt" in seen["patch"], seen["patch"]
+    assert seen["planned"].rstrip().endswith("planned in warden")
     assert "Process exited with code 1" in seen["missing"]
     assert "No such file" in seen["missing"]
     assert "Process exited with code 1" in seen["read-only"]
     assert "Read-only file system" in seen["read-only"] or "denied" in seen["read-only"]
     assert not (granted / "new.txt").exists()
     assert "No such file" in seen["host"] and "the host's" not in seen["host"]
-    assert snapshot_files(world.base / "snapshots") == {"hello.txt": b"written in warden\n"}
+    assert snapshot_files(world.base / "snapshots") == {
+        "hello.txt": b"written in warden\n",
+        "notes/plan.txt": b"planned in warden",  # the patch format ends no line
+    }
     assert not Path(WORKSPACE, "hello.txt").exists(), "the host shell's /tmp is its own"
 
 
