@@ -1,9 +1,12 @@
 """Helpers of the langchain-warden tests: toolboxes with the shipped shell policies copied
-into temp folders, the warden binary, and Docker's state."""
+into temp folders, the warden binary, Docker's state, and the scripted models (a LangChain chat
+model, and OpenAI's Responses API on loopback for the OpenAI Agents SDK)."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -15,6 +18,8 @@ from typing import Any
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolCall
+
+from harness import QuietHandler
 
 ROOT = Path(__file__).resolve().parents[2]
 WASM = ROOT / "target" / "wasm32-wasip2" / "release"
@@ -153,3 +158,86 @@ fs = [{{ host = "{workspace}", access = "read-only" }}]
 timeout = "10s"
 {rest}
 """
+
+
+class ScriptedResponses(QuietHandler):
+    """OpenAI's Responses API (`POST /v1/responses`, what the OpenAI Agents SDK calls by
+    default) answering the turns of `script` in order: a list of tool calls as
+    `(name, arguments, call_id)` (arguments a dict for a function tool, the text for a custom
+    tool such as `apply_patch`), or the final text. Each request's body is kept in
+    `requests`, so a test reads what the model was shown."""
+
+    script: collections.deque[list[tuple[str, dict[str, Any] | str, str]] | str] = (
+        collections.deque()
+    )
+    requests: list[dict[str, Any]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path != "/v1/responses" or not self.script:
+            error = {"message": f"unscripted: {self.path}", "type": "invalid_request_error"}
+            self.answer(json.dumps({"error": error}).encode(), "application/json", status=400)
+            return
+        type(self).requests.append(body)
+        turn = self.script.popleft()
+        if isinstance(turn, str):
+            output = [
+                {
+                    "type": "message",
+                    "id": "msg_scripted",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": turn, "annotations": []}],
+                }
+            ]
+        else:
+            output = [
+                {
+                    "type": "custom_tool_call",
+                    "id": f"ctc_{call_id}",
+                    "call_id": call_id,
+                    "name": name,
+                    "input": arguments,
+                    "status": "completed",
+                }
+                if isinstance(arguments, str)
+                else {
+                    "type": "function_call",
+                    "id": f"fc_{call_id}",
+                    "call_id": call_id,
+                    "name": name,
+                    "arguments": json.dumps(arguments),
+                    "status": "completed",
+                }
+                for name, arguments, call_id in turn
+            ]
+        response = {
+            "id": f"resp_{len(type(self).requests)}",
+            "object": "response",
+            "created_at": 0,
+            "status": "completed",
+            "model": body.get("model", "scripted"),
+            "output": output,
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "usage": {
+                "input_tokens": 10,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": 5,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": 15,
+            },
+        }
+        self.answer(json.dumps(response).encode(), "application/json")
+
+
+def tool_outputs(requests: list[dict[str, Any]]) -> dict[str, str]:
+    """The tool call outputs the model was shown, by call id (the last one of each)."""
+    return {
+        item["call_id"]: item["output"]
+        for body in requests
+        for item in body.get("input") or []
+        if isinstance(item, dict)
+        and item.get("type") in ("function_call_output", "custom_tool_call_output")
+    }

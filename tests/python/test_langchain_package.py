@@ -63,18 +63,30 @@ def test_the_execution_policy_with_no_toolbox_runs_the_shipped_host_shell():
         default.check()  # the shipped toolbox has the default tool
 
 
-# -- without deepagents -----------------------------------------------------------------------
+# -- without a framework -----------------------------------------------------------------------
 
 
-def test_the_toolkit_imports_without_deepagents_and_the_sandbox_names_the_extra():
-    program = """
+@pytest.mark.parametrize(
+    ("missing", "name", "extra", "other"),
+    [
+        ("deepagents", "WardenSandbox", "deepagents", "WardenSandboxClient"),
+        ("agents", "WardenSandboxClient", "openai-agents", "WardenSandbox"),
+    ],
+    ids=["deepagents", "openai-agents"],
+)
+def test_the_toolkit_imports_without_a_framework_and_its_names_name_the_extra(
+    missing, name, extra, other
+):
+    """Each framework is an extra: without it, the rest of the package imports (the other
+    framework's name too) and its own names say which extra to install."""
+    program = f"""
 import sys
-sys.modules["deepagents"] = None  # as if not installed
+sys.modules[{missing!r}] = None  # as if not installed
 import langchain_warden
 from langchain_warden import *
-from langchain_warden import WardenExecutionPolicy, WardenToolkit
+from langchain_warden import WardenExecutionPolicy, WardenToolkit, {other}
 try:
-    from langchain_warden import WardenSandbox
+    from langchain_warden import {name}
 except ImportError as err:
     print(err)
 """
@@ -82,8 +94,8 @@ except ImportError as err:
         [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 0, done.stderr
-    assert "WardenSandbox needs deepagents" in done.stdout, done.stdout
-    assert "pip install 'langchain-warden[deepagents]'" in done.stdout, done.stdout
+    assert f"{name} needs {missing}" in done.stdout, done.stdout
+    assert f"pip install 'langchain-warden[{extra}]'" in done.stdout, done.stdout
 
 
 # -- finding the binary -----------------------------------------------------------------------

@@ -1,29 +1,43 @@
 """The Python samples of python/langchain-warden/README.md and of README.md, run as written: with
-the package's own toolbox, and the Anthropic model the first sample of each page defines served
-by an endpoint on loopback that answers each sample's script."""
+the package's own toolbox, and the Anthropic model the first sample of each page defines (or the
+OpenAI Agents SDK's default model, OpenAI's Responses API) served by an endpoint on loopback that
+answers each sample's script."""
 
 from __future__ import annotations
 
 import collections
 import json
 import re
+import tarfile
+from dataclasses import dataclass
 from pathlib import Path
 
+from agents import set_tracing_disabled
 from langchain_core.messages import ToolCall, ToolMessage
 
 from harness import QuietHandler, loopback_server
-from langchain_harness import ROOT, call, scratch, warden_bin
+from langchain_harness import ROOT, ScriptedResponses, call, scratch, tool_outputs, warden_bin
 from langchain_warden import SHELL_TOOLBOX
 
 PACKAGE_README = ROOT / "python" / "langchain-warden" / "README.md"
 
 HELLO = "print('hello')\n"
+RUN_HELLO = f"printf {HELLO!r} > hello.py && python hello.py"
 
 # A turn of the model: its tool calls, or its final answer.
 Turn = list[ToolCall] | str
 
+
+@dataclass
+class Responses:
+    """The script of a sample whose model is OpenAI's Responses API (the OpenAI Agents SDK's):
+    each turn its function calls, `(name, arguments, call_id)`, or its final answer."""
+
+    turns: list[list[tuple[str, dict, str]] | str]
+
+
 # What the model says in each sample of a page, in the page's order (None: no model).
-SCRIPTS: dict[Path, list[list[Turn] | None]] = {
+SCRIPTS: dict[Path, list[list[Turn] | Responses | None]] = {
     PACKAGE_README: [
         [[call("host-shell", {"command": "wc -l < README.txt"}, "r1")], "That many lines."],
         [[call("host-shell", {"command": "rm -rf /tmp/*"}, "r2")], "Left alone."],
@@ -33,6 +47,12 @@ SCRIPTS: dict[Path, list[list[Turn] | None]] = {
             "It printed hello.",
         ],
         None,
+        Responses(
+            [
+                [("exec_command", {"cmd": RUN_HELLO}, "o1")],
+                "It printed hello.",
+            ]
+        ),
         [[call("shell", {"command": "ls"}, "r5")], "README.txt"],
     ],
     ROOT / "README.md": [
@@ -86,6 +106,12 @@ def run_samples(page: Path) -> dict[str, ToolMessage]:
     tool_messages: dict[str, ToolMessage] = {}
     namespace: dict = {}
     for block, script in zip(blocks, scripts):
+        if isinstance(script, Responses):
+            ScriptedResponses.script.extend(script.turns)
+            exec(compile(block, str(page), "exec"), namespace)
+            assert not ScriptedResponses.script, f"the model was asked less than scripted: {block}"
+            assert namespace.pop("result").final_output == script.turns[-1]
+            continue
         ScriptedAnthropic.script.extend(script or [])
         exec(compile(block, str(page), "exec"), namespace)
         assert not ScriptedAnthropic.script, f"the model was asked less than scripted: {block}"
@@ -101,8 +127,19 @@ def run_samples(page: Path) -> dict[str, ToolMessage]:
 def test_the_readme_samples_run_as_written(monkeypatch, capsys):
     lines = len((SHELL_TOOLBOX.parent / "workspace" / "README.txt").read_text().splitlines())
     ScriptedAnthropic.script.clear()
-    with scratch() as base, loopback_server(ScriptedAnthropic) as port:
+    ScriptedResponses.script.clear()
+    ScriptedResponses.requests.clear()
+    set_tracing_disabled(True)  # the SDK would send its traces to OpenAI
+    with (
+        scratch() as base,
+        loopback_server(ScriptedAnthropic) as port,
+        loopback_server(ScriptedResponses) as openai,
+    ):
         monkeypatch.chdir(base)
+        monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{openai}/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "scripted")
+        # Where the SDK keeps a run's snapshots by default.
+        monkeypatch.setenv("XDG_STATE_HOME", str(base / "state"))
         monkeypatch.setenv("WARDEN_BIN", warden_bin())
         monkeypatch.setenv("WARDEN_HOME", str(base / "home"))
         monkeypatch.delenv("ANTHROPIC_API_URL", raising=False)
@@ -111,11 +148,17 @@ def test_the_readme_samples_run_as_written(monkeypatch, capsys):
         answers = run_samples(PACKAGE_README)
         printed = capsys.readouterr().out
         answers |= run_samples(ROOT / "README.md")
+        [snapshot] = (base / "state").glob("openai-agents-python/sandbox/snapshots/*.tar")
+        with tarfile.open(snapshot) as tar:
+            persisted = tar.extractfile("./hello.py").read()  # type: ignore[union-attr]
     assert answers["r1"].content == answers["t1"].content == f"{lines}\n[exit code 0]"
     assert answers["r2"].status == "error" and "Leave /tmp alone." in answers["r2"].content
     assert answers["r3"].status == "success"
     assert "hello" in answers["r4"].content
     assert "README.txt" in answers["r5"].content
     assert not Path("/tmp/hello.py").exists(), "the deep agent wrote in the sandbox's /tmp"
+    assert "hello" in tool_outputs(ScriptedResponses.requests)["o1"]
+    assert persisted == HELLO.encode(), "the SandboxAgent's workspace went to its snapshot"
+    assert not Path("/tmp/workspace/hello.py").exists(), "and it was written in the sandbox"
     assert "hi\n" in printed, "cd persisted in the sandbox"
     assert "rm -rf /tmp/*" in printed, "the interrupt shows the call waiting for a decision"

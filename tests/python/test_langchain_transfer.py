@@ -84,7 +84,8 @@ def sandbox(request: pytest.FixtureRequest) -> Iterator[WardenSandbox]:
 def _counting(sandbox: WardenSandbox) -> list[str]:
     """The commands `sandbox` sends from now on (sync or async)."""
     sent: list[str] = []
-    run, arun = sandbox._run, sandbox._arun
+    session = sandbox._session
+    run, arun = session._run, session._arun
 
     def counted(command: str, timeout: float | None = None) -> ShellOutput:
         sent.append(command)
@@ -94,7 +95,7 @@ def _counting(sandbox: WardenSandbox) -> list[str]:
         sent.append(command)
         return await arun(command, timeout)
 
-    sandbox._run, sandbox._arun = counted, acounted  # type: ignore[method-assign]
+    session._run, session._arun = counted, acounted  # type: ignore[method-assign]
     return sent
 
 
@@ -237,7 +238,7 @@ def test_a_file_that_changes_while_it_is_read_fails(change, detail, rounds, capl
     with _box(chunk_size=4096) as sandbox:
         data = os.urandom(10000)  # three rounds
         assert [r.error for r in sandbox.upload_files([("/tmp/blob", data)])] == [None]
-        run = sandbox._run
+        run = sandbox._session._run
         sent: list[str] = []
 
         def changing(command: str, timeout: float | None = None) -> ShellOutput:
@@ -248,7 +249,7 @@ def test_a_file_that_changes_while_it_is_read_fails(change, detail, rounds, capl
                 assert run(change).exit_code == 0
             return out
 
-        sandbox._run = changing  # type: ignore[method-assign]
+        sandbox._session._run = changing  # type: ignore[method-assign]
         with caplog.at_level(logging.WARNING, LOGGER):
             [changed] = sandbox.download_files(["/tmp/blob"])
         assert (changed.content, changed.error) == (None, "permission_denied")

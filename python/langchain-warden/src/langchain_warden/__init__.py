@@ -3,12 +3,16 @@
 - `WardenToolkit`: warden's tools as LangChain tools, one `warden serve` per toolkit.
 - `WardenSandbox`: a deepagents sandbox backend on one warden shell session (needs the
   `deepagents` extra: `pip install 'langchain-warden[deepagents]'`).
+- `WardenSandboxClient`: the OpenAI Agents SDK's sandbox client for `SandboxAgent`, each
+  session a warden shell session (module `langchain_warden.openai_agents`; needs the
+  `openai-agents` extra: `pip install 'langchain-warden[openai-agents]'`).
 - `WardenExecutionPolicy`: `ShellToolMiddleware`'s shell inside `warden exec`.
 - `SHELL_TOOLBOX`: the toolbox they use by default, warden's host and docker shells.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._binary import find_warden
@@ -24,9 +28,11 @@ from .policy import WardenExecutionPolicy
 from .toolkit import WardenTool, WardenToolkit
 
 if TYPE_CHECKING:
+    from .openai_agents import WardenSandboxClient as WardenSandboxClient
+    from .openai_agents import WardenSandboxClientOptions as WardenSandboxClientOptions
     from .sandbox import WardenSandbox as WardenSandbox
 
-# WardenSandbox is not in __all__: `import *` would then need deepagents.
+# The lazy names (below) are not in __all__: `import *` would then need their frameworks.
 __all__ = [
     "SHELL_TOOLBOX",
     "WardenError",
@@ -41,19 +47,27 @@ __all__ = [
 ]
 
 
+# Imported on first use, as each imports a framework that only its extra installs: the toolkit
+# and the execution policy need only LangChain. By name: (module, the framework's package, extra).
+_LAZY = {
+    "WardenSandbox": ("sandbox", "deepagents", "deepagents"),
+    "WardenSandboxClient": ("openai_agents", "agents", "openai-agents"),
+    "WardenSandboxClientOptions": ("openai_agents", "agents", "openai-agents"),
+}
+
+
 def __getattr__(name: str) -> Any:
-    # WardenSandbox is imported on first use, as it imports deepagents, which only the
-    # `deepagents` extra installs: the toolkit and the execution policy need only LangChain.
-    if name != "WardenSandbox":
+    if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, package, extra = _LAZY[name]
     try:
-        from .sandbox import WardenSandbox
+        value = getattr(importlib.import_module(f".{module}", __name__), name)
     except ImportError as err:
-        if err.name is None or err.name.split(".")[0] != "deepagents":
+        if err.name is None or err.name.split(".")[0] != package:
             raise
         raise ImportError(
-            f"WardenSandbox needs deepagents, which could not be imported ({err}): "
-            "pip install 'langchain-warden[deepagents]'"
+            f"{name} needs {package}, which could not be imported ({err}): "
+            f"pip install 'langchain-warden[{extra}]'"
         ) from err
-    globals()[name] = WardenSandbox
-    return WardenSandbox
+    globals()[name] = value
+    return value
