@@ -76,7 +76,11 @@ pub struct Usage {
     /// CPU time of the call's own work: a wasm call's polls, a host command's processes, a
     /// container's cgroup. A session's command: its container's cgroup meanwhile (background
     /// jobs included), or on the host the shell's and every process it or `init` waited for.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Written to the microsecond.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "crate::units::serialize_ms"
+    )]
     pub cpu_ms: Option<f64>,
     /// The high-water mark of the call's memory: a wasm call's memories and tables, a host
     /// command's largest resident set, a container's cgroup (page cache and `/tmp` included).

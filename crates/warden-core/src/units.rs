@@ -69,7 +69,18 @@ impl fmt::Display for ByteSize {
 
 /// `d` in milliseconds to the microsecond: how a usage figure or a duration is written.
 pub fn millis(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1e6).round() / 1e3
+    to_the_microsecond(d.as_secs_f64() * 1e3)
+}
+
+/// A figure in milliseconds to the microsecond, the finest any clock of a sandbox reports:
+/// sums and differences of measured CPU otherwise carry float noise (`3.4011940000000003`).
+pub(crate) fn to_the_microsecond(ms: f64) -> f64 {
+    (ms * 1e3).round() / 1e3
+}
+
+/// Writes a figure in milliseconds as [`to_the_microsecond`] rounds it, for `serialize_with`.
+pub(crate) fn serialize_ms<S: Serializer>(ms: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    ms.map(to_the_microsecond).serialize(s)
 }
 
 /// A duration written as `"500ms"`, `"10s"`, `"2m"`, `"7d"` or a bare number of seconds.
@@ -152,6 +163,42 @@ serde_via_str!(HumanDuration);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_is_written_to_the_microsecond() {
+        // A host command's CPU as the helper sums it, and a session's as a difference.
+        for (cpu, written) in [
+            (3.4011940000000003, r#"{"cpu_ms":3.401}"#),
+            (0.1 + 0.2, r#"{"cpu_ms":0.3}"#),
+            (12.0, r#"{"cpu_ms":12.0}"#),
+        ] {
+            let usage = crate::Usage {
+                cpu_ms: Some(cpu),
+                ..crate::Usage::default()
+            };
+            assert_eq!(serde_json::to_string(&usage).unwrap(), written);
+        }
+        assert_eq!(
+            serde_json::to_string(&crate::Usage::default()).unwrap(),
+            "{}"
+        );
+        // `audit --usage --json` sums them.
+        let tool = crate::ToolUsage {
+            tool: "t".into(),
+            calls: 3,
+            execs: 0,
+            errors: Default::default(),
+            wall_ms_p50: 1.0,
+            wall_ms_p95: 1.0,
+            cpu_ms: Some(0.1 + 0.2 + 3.4011940000000003),
+            peak_memory_bytes: None,
+            net_bytes_out: 0,
+            net_bytes_in: 0,
+            destinations: 0,
+        };
+        let json = serde_json::to_value(&tool).unwrap();
+        assert_eq!(json["cpu_ms"].to_string(), "3.701");
+    }
 
     #[test]
     fn sizes() {

@@ -53,8 +53,11 @@ pub struct ToolUsage {
     /// Wall time: the median call and the 95th percentile, in milliseconds.
     pub wall_ms_p50: f64,
     pub wall_ms_p95: f64,
-    /// CPU of the calls that measured it, summed.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// CPU of the calls that measured it, summed; written to the microsecond.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "crate::units::serialize_ms"
+    )]
     pub cpu_ms: Option<f64>,
     /// The largest peak of any call.
     #[serde(skip_serializing_if = "Option::is_none")]
