@@ -285,7 +285,8 @@ impl Request {
         }
         for name in &template.params {
             let optional = session && name == "command" && request.restart;
-            if !request.values.contains_key(name) && !optional {
+            // Present but refused above (not a string, a NUL byte) is one problem, told once.
+            if !obj.contains_key(name) && !optional {
                 let hint = if session && name == "command" {
                     " (or `restart: true` alone)"
                 } else {
@@ -372,5 +373,22 @@ mod tests {
         assert!(restart.restart && restart.values.is_empty());
         assert!(Request::parse(&json!({}), &tpl, true).is_err());
         assert!(Request::parse(&json!({"command": "a\u{0}b"}), &tpl, false).is_err());
+    }
+
+    #[test]
+    fn an_argument_of_the_wrong_type_is_not_also_missing() {
+        let tpl = t(&["/bin/sh", "-c", "{command}"]).unwrap();
+        for (args, session) in [
+            (json!({"command": 5}), false),
+            (json!({"command": 5}), true),
+            (json!({"command": "a\u{0}b"}), false),
+        ] {
+            let bad = Request::parse(&args, &tpl, session).unwrap_err();
+            assert_eq!(bad.len(), 1, "{args}: {bad:?}");
+            assert_eq!(bad[0].path, "/command");
+            assert!(!bad[0].message.contains("missing"), "{bad:?}");
+        }
+        let missing = Request::parse(&json!({}), &tpl, false).unwrap_err();
+        assert!(missing[0].message.starts_with("missing"), "{missing:?}");
     }
 }
