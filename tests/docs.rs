@@ -4,8 +4,8 @@
 //! - a ```toml block with an `[executor]` table is a policy. It is written into a scratch
 //!   toolbox in the repository's root, beside `policies/`, so that its relative paths mean what
 //!   they mean there, and loaded by `warden tools` (one toolbox per sample: two samples may
-//!   name one tool). A placeholder pin, `sha256 = "…"`, is replaced by the digest of the
-//!   component the sample names. The info string ```toml fragment marks a piece of a policy
+//!   name one tool). Each loads as written: a placeholder such as a pin of `"…"` is refused
+//!   as the reader's copy would be. The info string ```toml fragment marks a piece of a policy
 //!   that has an `[executor]` table but is no whole policy: it is only parsed as TOML, as is
 //!   every ```toml block without an `[executor]` table.
 //! - a ```sh, ```console or ```bash block is a list of command lines (a `$ ` prompt, comments,
@@ -522,36 +522,7 @@ struct Tally {
 
 /// Loads a policy sample with `warden tools`, in a toolbox of its own beside policies/.
 fn check_policy(block: &Block, root: &Path, scratch: &Scratch, tally: &mut Tally) {
-    let mut text = block.text();
-    if text.contains("sha256 = \"…\"") {
-        let doc: toml_edit::DocumentMut = match text.parse() {
-            Ok(doc) => doc,
-            Err(e) => {
-                tally
-                    .failures
-                    .push(format!("{}: not TOML: {e}", block.at(block.line)));
-                return;
-            }
-        };
-        let Some(component) = doc["executor"]["component"].as_str() else {
-            tally.failures.push(format!(
-                "{}: a placeholder pin without a component",
-                block.at(block.line)
-            ));
-            return;
-        };
-        let path = root.join("policies").join(component);
-        match warden_wasm::sha256_file(&path) {
-            Ok(sha) => text = text.replace("sha256 = \"…\"", &format!("sha256 = \"{sha}\"")),
-            Err(e) => {
-                tally.failures.push(format!(
-                    "{}: the component {component} cannot be read: {e}",
-                    block.at(block.line)
-                ));
-                return;
-            }
-        }
-    }
+    let text = block.text();
     let toolbox = tempfile::Builder::new()
         .prefix(".docs-policy-")
         .tempdir_in(root)
