@@ -121,9 +121,10 @@ pub struct CallRecord<'a> {
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     pub roots_opened: &'a [String],
     /// Every use of a root (each path looked up or directory read through it), counted, when
-    /// there were any.
+    /// there were any: not a count of roots. Written as `roots_opened_count` before, which
+    /// readers of the log pass over.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub roots_opened_count: Option<u64>,
+    pub root_uses: Option<u64>,
     /// The hosts the gate set a credential for in the call's requests, each once: the first
     /// [`Denials::KEPT`] of them. The credential itself is never written.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
@@ -387,7 +388,7 @@ mod tests {
             reached: &[],
             reached_count: None,
             roots_opened: &[],
-            roots_opened_count: None,
+            root_uses: None,
             credentials_used: &[],
             credentials_used_count: None,
             executor: policy.map(|p| p.executor.as_str()),

@@ -418,11 +418,15 @@ impl Dispatcher {
         let denied = denials.snapshot();
         attach_denials(&mut message, &denied);
         let reached = meter.reached();
-        attach_exercised(&mut message, "reached", &reached);
+        attach_exercised(&mut message, ("reached", "reached_count"), &reached);
         let roots_opened = meter.roots_opened();
-        attach_exercised(&mut message, "roots_opened", &roots_opened);
+        attach_exercised(&mut message, ("roots_opened", "root_uses"), &roots_opened);
         let credentials = meter.credentials_used();
-        attach_exercised(&mut message, "credentials_used", &credentials);
+        attach_exercised(
+            &mut message,
+            ("credentials_used", "credentials_used_count"),
+            &credentials,
+        );
         let took = start.elapsed();
         attach_usage(&mut message, took, usage, fuel);
         redact_message(&secrets, &mut message);
@@ -648,7 +652,7 @@ impl Dispatcher {
             reached: &facts.reached.kept,
             reached_count: counted(&facts.reached),
             roots_opened: &facts.roots_opened.kept,
-            roots_opened_count: counted(&facts.roots_opened),
+            root_uses: counted(&facts.roots_opened),
             credentials_used: &facts.credentials.kept,
             credentials_used_count: counted(&facts.credentials),
             executor: tool.map(|t| t.facts.executor.as_str()),
@@ -728,9 +732,14 @@ fn attach_usage(m: &mut ToolMessage, took: Duration, usage: Usage, fuel: Option<
     set_detail(m, "usage", value);
 }
 
-/// What the call exercised goes with its answer too, when it did any: the list as `key`
-/// (`reached`, `roots_opened`) and every occurrence counted as `{key}_count`.
-fn attach_exercised<T: serde::Serialize>(m: &mut ToolMessage, key: &str, sample: &Sample<T>) {
+/// What the call exercised goes with its answer too, when it did any: the list under the
+/// first key (`reached`, `roots_opened`), every occurrence counted under the second
+/// (`reached_count`, `root_uses`: one root opened five times is one root and five uses).
+fn attach_exercised<T: serde::Serialize>(
+    m: &mut ToolMessage,
+    (key, count_key): (&str, &str),
+    sample: &Sample<T>,
+) {
     if sample.total == 0 {
         return;
     }
@@ -739,7 +748,7 @@ fn attach_exercised<T: serde::Serialize>(m: &mut ToolMessage, key: &str, sample:
         key,
         serde_json::to_value(&sample.kept).unwrap_or_default(),
     );
-    set_detail(m, &format!("{key}_count"), sample.total.into());
+    set_detail(m, count_key, sample.total.into());
 }
 
 /// Sets `key` in an error's details, or in a success's artifact.

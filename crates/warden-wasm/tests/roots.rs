@@ -29,7 +29,7 @@ fn two_roots() -> (Bench, Dispatcher, Arc<CallLog>) {
     (bench, d, log)
 }
 
-/// The roots a message says its call opened, and how many uses.
+/// The roots a message says its call opened, and how many uses of them.
 fn opened(m: &ToolMessage) -> (Vec<String>, u64) {
     let details = match &m.error {
         Some(e) => Some(&e.details),
@@ -40,7 +40,7 @@ fn opened(m: &ToolMessage) -> (Vec<String>, u64) {
         .map(|r| serde_json::from_value(r.clone()).unwrap())
         .unwrap_or_default();
     let count = details
-        .and_then(|d| d.get("roots_opened_count"))
+        .and_then(|d| d.get("root_uses"))
         .and_then(Value::as_u64)
         .unwrap_or(0);
     (roots, count)
@@ -78,9 +78,13 @@ async fn a_call_names_the_root_it_opened_and_the_audit_the_root_never_opened() {
     let (roots, count) = opened(&read);
     assert_eq!(roots, ["/workspace"], "{read:?}");
     assert!(count >= 1);
+    let artifact = read.artifact.as_ref().unwrap();
+    assert!(artifact.get("roots_opened_count").is_none(), "{read:?}");
     let record = &records(&log)[0];
     assert_eq!(record["roots_opened"], json!(["/workspace"]), "{record}");
-    assert_eq!(record["roots_opened_count"], json!(count), "{record}");
+    assert_eq!(record["root_uses"], json!(count), "{record}");
+    // One root is not counted as many: no count of roots beside the uses.
+    assert!(record.get("roots_opened_count").is_none(), "{record}");
 
     let r = report(&bench, &log);
     assert_eq!(
@@ -121,7 +125,7 @@ async fn a_call_that_opens_no_root_records_none() {
     assert_eq!(opened(&m), (vec![], 0), "{m:?}");
     let record = &records(&log)[0];
     assert!(record.get("roots_opened").is_none(), "{record}");
-    assert!(record.get("roots_opened_count").is_none(), "{record}");
+    assert!(record.get("root_uses").is_none(), "{record}");
     // The tool ran and opened neither root: both are named.
     let r = report(&bench, &log);
     let lines: Vec<(&str, usize)> = unused(&r).iter().map(|u| (u.0, u.1)).collect();

@@ -163,3 +163,22 @@ impl Seen {
         tool.roots_opened.extend(call.roots_opened);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_of_an_older_warden_reads_with_its_root_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("calls.jsonl");
+        // `roots_opened_count` was the name of what is now `root_uses`.
+        let old = r#"{"event":"call","ts_ms":1,"tool":"read-file","call_id":"c","outcome":"success","duration_ms":1.5,"attempts":1,"fuel":null,"roots_opened":["/workspace"],"roots_opened_count":5}"#;
+        let new = old.replace("roots_opened_count", "root_uses");
+        std::fs::write(&log, format!("{old}\n{new}\n")).unwrap();
+        let seen = Seen::read(&[log], 0).unwrap();
+        assert_eq!((seen.calls, seen.unreadable_lines), (2, 0));
+        let opened = &seen.tools["read-file"].roots_opened;
+        assert_eq!(opened.iter().collect::<Vec<_>>(), ["/workspace"]);
+    }
+}
