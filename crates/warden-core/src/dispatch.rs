@@ -778,10 +778,7 @@ fn attach_denials(m: &mut ToolMessage, denied: &Sample<Denial>) {
                     1 => String::new(),
                     n => format!(" (and {} more)", n - 1),
                 };
-                let note = format!(
-                    " [warden refused {}: {}{more}]",
-                    first.destination, first.reason
-                );
+                let note = format!(" [warden refused {}{more}]", refusal(first));
                 e.message.push_str(&note);
                 m.content.push_str(&note);
             }
@@ -798,6 +795,21 @@ fn attach_denials(m: &mut ToolMessage, denied: &Sample<Denial>) {
             }
         }
     }
+}
+
+/// A refusal as the note on an error says it: the destination and why, naming the
+/// destination once where the reason begins with it (`http://10.0.0.1:80: not granted…`,
+/// not `http://10.0.0.1:80: 10.0.0.1:80 is not granted…`).
+fn refusal(d: &Denial) -> String {
+    // `http://host:port`, `connect host:port`, `tcp 10.0.0.1:22`: the address is the last part.
+    let address = d.destination.rsplit(['/', ' ']).next().unwrap_or_default();
+    let why = d
+        .reason
+        .strip_prefix(address)
+        .and_then(|rest| rest.strip_prefix(" is "))
+        .filter(|_| !address.is_empty())
+        .unwrap_or(&d.reason);
+    format!("{}: {why}", d.destination)
 }
 
 /// The secret values a call of `tool` may see, to keep out of its message and its record.
@@ -865,5 +877,37 @@ fn redact_message(secrets: &Secrets, m: &mut ToolMessage) {
     }
     if let Some(a) = &mut m.artifact {
         secrets.redact_value(a);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_names_its_destination_once() {
+        let said = |destination: &str, reason: &str| {
+            refusal(&Denial {
+                destination: destination.into(),
+                reason: reason.into(),
+            })
+        };
+        assert_eq!(
+            said(
+                "http://127.0.0.1:8080",
+                "127.0.0.1:8080 is not granted by the tool's policy"
+            ),
+            "http://127.0.0.1:8080: not granted by the tool's policy"
+        );
+        assert_eq!(
+            said("connect a.test:443", "a.test:443 is not granted"),
+            "connect a.test:443: not granted"
+        );
+        // A reason that does not begin with the address is kept whole.
+        let other = "a.test resolves to 10.0.0.1, a private address";
+        assert_eq!(
+            said("http://a.test:80", other),
+            format!("http://a.test:80: {other}")
+        );
     }
 }

@@ -56,9 +56,9 @@ impl fmt::Display for HttpError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::BadUrl(why) => write!(f, "bad URL: {why}"),
-            Self::Denied => f.write_str(
-                "the request was denied: this tool's policy does not grant that destination",
-            ),
+            // What was refused and why, warden adds to the tool's answer: the guest only
+            // learns that it was.
+            Self::Denied => f.write_str("the request was denied"),
             Self::TooLarge(Some(n)) => write!(f, "the response body is larger than {n} bytes"),
             Self::TooLarge(None) => f.write_str("the response body is too large"),
             Self::Failed(why) => write!(f, "the request failed: {why}"),
