@@ -37,22 +37,42 @@ pub fn workspace_path(path: impl AsRef<Path>) -> PathBuf {
 
 /// Turns a Rust error into the `string` of a WIT `result<_, string>`.
 pub trait ErrorText<T> {
-    /// The error's display text.
+    /// The error's display text, in words: `"No such file or directory"`.
     fn err_text(self) -> Result<T, String>;
 
     /// The error's display text prefixed by the path it is about:
-    /// `"/etc/passwd: No such file or directory (os error 44)"`.
+    /// `"/etc/passwd: No such file or directory"`.
     fn err_at(self, path: impl AsRef<Path>) -> Result<T, String>;
 }
 
 impl<T, E: Display> ErrorText<T> for Result<T, E> {
     fn err_text(self) -> Result<T, String> {
-        self.map_err(|err| err.to_string())
+        self.map_err(|err| in_words(&err))
     }
 
     fn err_at(self, path: impl AsRef<Path>) -> Result<T, String> {
-        self.map_err(|err| format!("{}: {err}", path.as_ref().display()))
+        self.map_err(|err| format!("{}: {}", path.as_ref().display(), in_words(&err)))
     }
+}
+
+/// An error's text without the ` (os error N)` std appends to an I/O error: N is WASI's
+/// errno, not the host's (44 is ENOENT in WASI, ECHRNG on Linux), so it misleads whoever
+/// reads it as the host's, and the words before it already say it all.
+fn in_words(err: &impl Display) -> String {
+    const MARK: &str = " (os error ";
+    let mut text = err.to_string();
+    while let Some(at) = text.find(MARK) {
+        let digits = text[at + MARK.len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .count();
+        let end = at + MARK.len() + digits;
+        if digits == 0 || !text[end..].starts_with(')') {
+            break;
+        }
+        text.replace_range(at..=end, "");
+    }
+    text
 }
 
 #[cfg(test)]
@@ -70,5 +90,23 @@ mod tests {
         let err: Result<(), &str> = Err("boom");
         assert_eq!(err.err_at("/x"), Err("/x: boom".to_string()));
         assert_eq!(err.err_text(), Err("boom".to_string()));
+    }
+
+    #[test]
+    fn io_errors_are_told_in_words() {
+        // As std formats an I/O error on wasm32-wasip2: WASI's errno 44 is ENOENT.
+        let err: Result<(), String> = Err("No such file or directory (os error 44)".into());
+        assert_eq!(
+            err.err_at("/etc/passwd"),
+            Err("/etc/passwd: No such file or directory".to_string())
+        );
+        let nested: Result<(), String> =
+            Err("reading: Operation not permitted (os error 63); again (os error 63)".into());
+        assert_eq!(
+            nested.err_text(),
+            Err("reading: Operation not permitted; again".to_string())
+        );
+        let odd: Result<(), &str> = Err("a (os error x)");
+        assert_eq!(odd.err_text(), Err("a (os error x)".to_string()));
     }
 }
