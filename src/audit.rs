@@ -4,6 +4,7 @@
 use anyhow::Result;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use warden::Warden;
 use warden_core::shown::{Escaped, escape, escape_json};
@@ -259,7 +260,10 @@ fn probes(ctx: &Warden, toolbox: &Toolbox) -> Result<Vec<Option<Result<Probe, Pr
         .collect())
 }
 
-pub(crate) fn audit(ctx: &Warden, json: bool) -> Result<ExitCode> {
+/// `warden audit`; or the demo's, `built` naming the components it has just built from the
+/// checkout's sources: their policies carry no pin (it would refuse the next rebuild), which
+/// is said once for them all rather than flagged on each.
+pub(crate) fn audit(ctx: &Warden, json: bool, built: &[PathBuf]) -> Result<ExitCode> {
     let toolbox = ctx.load()?;
     let audit = describe(&toolbox, probes(ctx, &toolbox)?);
     if json {
@@ -281,7 +285,16 @@ pub(crate) fn audit(ctx: &Warden, json: bool) -> Result<ExitCode> {
         outln!("  {} not loaded: {}", red("!"), Escaped(&broken.error));
         outln!();
     }
+    let built: Vec<PathBuf> = built.iter().filter_map(|b| b.canonicalize().ok()).collect();
+    let mut unpinned_built = Vec::new();
     for (p, loaded) in audit.policies.iter().zip(toolbox.policies()) {
+        let runs_built = p
+            .executor
+            .settings
+            .get("component")
+            .and_then(Value::as_str)
+            .and_then(|c| Path::new(c).canonicalize().ok())
+            .is_some_and(|c| built.contains(&c));
         outln!("{}", Escaped(&p.policy));
         for (label, text) in &p.lines {
             let text = if text.starts_with("MISSING") || text.starts_with("refused") {
@@ -326,9 +339,26 @@ pub(crate) fn audit(ctx: &Warden, json: bool) -> Result<ExitCode> {
             );
         }
         for f in &p.flags {
+            if runs_built && f == warden_wasm::UNPINNED {
+                unpinned_built.push(loaded.policy.path.clone());
+                continue;
+            }
             outln!("  {} {}", red("!"), Escaped(f));
         }
         outln!();
+    }
+    if !unpinned_built.is_empty() {
+        let names: Vec<String> = unpinned_built
+            .iter()
+            .map(|p| p.file_name().unwrap_or(p.as_os_str()).display().to_string())
+            .collect();
+        outln!(
+            "{} unpinned: {} run the components the demo has just built from this checkout's \
+             sources, so they carry no pin (a pin would refuse the next rebuild); `warden pin` \
+             pins a tool you keep",
+            red("!"),
+            Escaped(&names.join(", "))
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

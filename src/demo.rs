@@ -84,7 +84,8 @@ timeout = "1s"
 memory = "64MiB"
 "#;
 
-pub(crate) fn build_examples(root: &Path) -> Result<()> {
+/// The example tools built from source in `root`, by the paths of their components.
+pub(crate) fn build_examples(root: &Path) -> Result<Vec<PathBuf>> {
     let installed = Command::new("rustup")
         .args(["target", "list", "--installed"])
         .output()
@@ -100,13 +101,15 @@ pub(crate) fn build_examples(root: &Path) -> Result<()> {
         }
     }
     eprintln!(
-        "building the example tools ({})…",
+        "building the example tools from source: {} (cargo build --release in {})…",
+        TOOLS.join(", "),
         root.join("guest-sdk").display()
     );
     // Into the checkout's own target/ whatever CARGO_TARGET_DIR says: the policies name the
-    // components there (../target/wasm32-wasip2/release).
+    // components there (../target/wasm32-wasip2/release). Not quiet: a first build takes
+    // a while, and cargo's own lines show it working.
     let ok = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--release", "--quiet", "--target-dir"])
+        .args(["build", "--release", "--target-dir"])
         .arg(root.join("target"))
         .args(TOOLS.iter().flat_map(|t| ["-p", t]))
         .current_dir(root.join("guest-sdk"))
@@ -116,12 +119,16 @@ pub(crate) fn build_examples(root: &Path) -> Result<()> {
     if !ok {
         bail!("building guest-sdk failed");
     }
-    Ok(())
+    let release = root.join("target/wasm32-wasip2/release");
+    Ok(TOOLS
+        .iter()
+        .map(|t| release.join(format!("{t}.wasm")))
+        .collect())
 }
 
 pub(crate) fn demo(ctx: &Warden, root: Option<&Path>) -> Result<ExitCode> {
     let root = find_root(root)?;
-    build_examples(&root)?;
+    let built = build_examples(&root)?;
     let policies = root.join("policies");
     let port = serve_page()?;
     let ctx = Warden {
@@ -219,8 +226,10 @@ pub(crate) fn demo(ctx: &Warden, root: Option<&Path>) -> Result<ExitCode> {
         (
             "Outside its root the host shell reads and writes nothing, and reaches no one",
             "host-shell",
+            // Its stderr into its stdout: each refusal where it happened, in the answer's
+            // first lines rather than under `[stderr]` after them.
             json!({"command": format!(
-                "cat /etc/hostname; echo x > /var/tmp/planted; \
+                "exec 2>&1; cat /etc/hostname; echo x > /var/tmp/planted; \
                  bash -c 'echo > /dev/tcp/127.0.0.1/{port}' || echo the demo server is out of reach"
             )}),
         ),
@@ -237,7 +246,7 @@ pub(crate) fn demo(ctx: &Warden, root: Option<&Path>) -> Result<ExitCode> {
         show(&message);
     }
     outln!("== The audit: what each tool may touch\n");
-    crate::audit::audit(&ctx, false)
+    crate::audit::audit(&ctx, false, &built)
 }
 
 /// A one-page web server on 127.0.0.1 for the fetch steps; it lives as long as the demo.

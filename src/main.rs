@@ -319,7 +319,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Audit {
             json, usage: false, ..
-        } => audit::audit(&ctx, json),
+        } => audit::audit(&ctx, json, &[]),
         Command::Audit {
             json,
             usage: true,

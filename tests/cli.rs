@@ -571,6 +571,53 @@ fn the_demo_takes_its_tour() {
             "`{words}` missing from the demo:\n{text}"
         );
     }
+
+    // It says what it builds, and cargo's own lines show the build at work.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for words in [
+        "building the example tools from source: fetch, files, units, wordcount, hostile",
+        "Finished `release` profile",
+    ] {
+        assert!(stderr.contains(words), "`{words}` missing: {stderr}");
+    }
+    // The sandbox's refusals in words, without WASI's errno (44 is not the host's ENOENT).
+    assert!(
+        text.contains("/etc/passwd: No such file or directory\n"),
+        "{text}"
+    );
+    assert!(!text.contains("os error"), "{text}");
+    // Each network refusal said once: what and why, the address named once.
+    let refusals: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("[warden refused"))
+        .collect();
+    assert_eq!(refusals.len(), 2, "{text}");
+    for line in &refusals {
+        assert_eq!(line.matches("not grant").count(), 1, "{line}");
+    }
+    assert_eq!(refusals[1].matches("169.254.169.254").count(), 1, "{text}");
+    // The host shell's refusals are its answer's first lines, in the order they happened.
+    let outside = text
+        .split("== ")
+        .find(|step| step.starts_with("Outside its root the host shell"))
+        .unwrap_or_else(|| panic!("no step outside the root: {text}"));
+    let answer = &outside[outside
+        .find("<- [ok]")
+        .unwrap_or_else(|| panic!("{outside}"))..];
+    assert!(!answer.contains("[stderr]"), "{answer}");
+    let at = |words: &str| {
+        answer
+            .find(words)
+            .unwrap_or_else(|| panic!("{words}: {answer}"))
+    };
+    assert!(at("/var/tmp/planted") < at("the demo server is out of reach"));
+    // The example tools the demo built carry no pin: said once, not flagged on each.
+    let unpinned: Vec<&str> = text.lines().filter(|l| l.contains("unpinned")).collect();
+    assert_eq!(unpinned.len(), 1, "{text}");
+    assert!(
+        unpinned[0].contains("fetch.toml, files.toml, units.toml, wordcount.toml run"),
+        "{text}"
+    );
 }
 
 /// An installed binary run outside a checkout: the demo says what it needs (a checkout, or

@@ -304,6 +304,9 @@ fn refuse_net(policy: &Policy) -> Result<(), PolicyError> {
     ))
 }
 
+/// The audit's flag on a policy whose component is not pinned by its sha256.
+pub const UNPINNED: &str = "unpinned: any rebuild of the component runs unreviewed (`warden pin`)";
+
 /// The component that runs and what it imports against what its policy grants, for the audit.
 fn report(
     cfg: &WasmConfig,
@@ -323,7 +326,7 @@ fn report(
     };
     let mut flags = Vec::new();
     if cfg.sha256.is_none() {
-        flags.push("unpinned: any rebuild of the component runs unreviewed (`warden pin`)".into());
+        flags.push(UNPINNED.into());
     }
     let imports_http = imports
         .iter()

@@ -20,7 +20,7 @@ pub mod value;
 mod wasip1;
 
 pub use artifacts::{ArtifactError, Artifacts, Binary, sha256_file};
-pub use backend::{CompileHook, WasmBackend};
+pub use backend::{CompileHook, UNPINNED, WasmBackend};
 pub use config::WasmConfig;
 pub use engine::{EPOCH_TICK, MAX_MEMORY, Workload, engine_config};
 pub use wasip1::ModuleError;
