@@ -3,7 +3,7 @@
 //!
 //! - a ```toml block with an `[executor]` table is a policy. It is written into a scratch
 //!   toolbox in the repository's root, beside `policies/`, so that its relative paths mean what
-//!   they mean there, and loaded by `warden tools` (one toolbox per sample: two samples may
+//!   they mean there, and loaded by `warden --strict tools` (one toolbox per sample: two may
 //!   name one tool). Each loads as written: a placeholder such as a pin of `"…"` is refused
 //!   as the reader's copy would be. The info string ```toml fragment marks a piece of a policy
 //!   that has an `[executor]` table but is no whole policy: it is only parsed as TOML, as is
@@ -529,7 +529,9 @@ fn check_policy(block: &Block, root: &Path, scratch: &Scratch, tally: &mut Tally
         .unwrap();
     std::fs::write(toolbox.path().join("sample.toml"), &text).unwrap();
     tally.policies += 1;
-    let args = ["tools".to_string()];
+    // Strict: a toolbox serves the policies that load and only names the others, with
+    // success; a sample that does not load must fail here.
+    let args = ["--strict".to_string(), "tools".to_string()];
     match finish(scratch.command(&args, toolbox.path())) {
         Ok(out) if out.status.success() => {}
         Ok(out) => tally.failures.push(format!(
