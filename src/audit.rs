@@ -92,6 +92,9 @@ fn flags(
             "env from the host: {name} (its value is never shown)"
         ));
     }
+    for name in &policy.grants.env_from_caller {
+        out.push(format!("env from the client: {name} (set for its session)"));
+    }
     let net = &policy.grants.net;
     for g in net.hosts.iter().filter(|g| g.is_wide()) {
         let what = if matches!(g.pattern, HostPattern::Any) {
@@ -310,6 +313,10 @@ pub(crate) fn audit(ctx: &Warden, json: bool, built: &[PathBuf]) -> Result<ExitC
             "  env host  {}",
             Escaped(list_or_none(grants.env_from_host.clone()))
         );
+        if !grants.env_from_caller.is_empty() {
+            let names = grants.env_from_caller.join(", ");
+            outln!("  env set   {} (by the client)", Escaped(names));
+        }
         outln!(
             "  fs        {}",
             Escaped(list_or_none(

@@ -230,3 +230,23 @@ async def test_execute_hands_output_to_on_output_as_the_shell_prints_it(watched)
         assert (done.output, done.exit_code) == ("first\nlast\n[stderr] warn", 0), done.output
         assert "".join(t for s, t in pieces if s == "stdout") == "first\nlast\n"
         assert "".join(t for s, t in pieces if s == "stderr") == "warn\n"
+
+
+def test_env_sets_only_the_variables_the_policy_lets_a_caller_set():
+    """`env=` narrows: the names the policy's `env_from_caller` allows reach the shell (in
+    place of a literal of the same name); any other is refused before a command runs, naming
+    what is allowed."""
+    with scratch() as base:
+        box = shell_toolbox(base)
+        policy = box / "shell-host.toml"
+        allowed = '[grants]\nenv_from_caller = ["PROJECT", "LANG"]\n'
+        policy.write_text(policy.read_text().replace("[grants]\n", allowed, 1))
+        with WardenSandbox(
+            "host-shell", box, base / "home", warden_bin(), env={"PROJECT": "demo", "LANG": "C"}
+        ) as sandbox:
+            assert sandbox.execute("echo $PROJECT $LANG").output == "demo C\n"
+        with WardenSandbox("host-shell", box, base / "home", warden_bin()) as sandbox:
+            # Unset by the client: the policy's literal, or nothing.
+            assert sandbox.execute("echo ${PROJECT:-unset} $LANG").output == "unset C.UTF-8\n"
+        with pytest.raises(ValueError, match=r"HOME.*env_from_caller allows: PROJECT, LANG"):
+            WardenSandbox("host-shell", box, base / "home", warden_bin(), env={"HOME": "/x"})

@@ -15,6 +15,7 @@ pub fn capabilities(paths: Paths) -> Capabilities {
     Capabilities {
         paths,
         env: Support::Honoured,
+        caller_env: Support::Honoured,
         net: NetHosts::Enforced,
         dns: Support::Refused(
             "the switch is for wasm tools' own lookups; a command's names are resolved by \

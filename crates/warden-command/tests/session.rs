@@ -132,6 +132,7 @@ fn invocation(id: SessionId, limits: Limits) -> Invocation {
         session: id,
         usage: Meter::default(),
         output: None,
+        caller_env: Default::default(),
     }
 }
 

@@ -49,6 +49,8 @@ pub struct Capabilities {
     pub paths: Paths,
     /// `env`, `env_from_host` and `secret_env`.
     pub env: Support,
+    /// `env_from_caller`: variables a client sets for its session.
+    pub caller_env: Support,
     /// `net` host grants.
     pub net: NetHosts,
     /// `dns = true`: the tool's own name lookups.
@@ -96,6 +98,7 @@ impl Checked<'_> {
             env,
             env_from_host,
             secret_env,
+            env_from_caller,
             fs: _,  // seen at guest or host paths: resolved by `Capabilities::paths`
             net: _, // the form of each host grant is the executor's: see `NetHosts`
             dns,
@@ -112,6 +115,9 @@ impl Checked<'_> {
             if let Some(span) = first {
                 return Err(self.refuse(span, "an env grant", why));
             }
+        }
+        if let (Support::Refused(why), Some(first)) = (caps.caller_env, env_from_caller.first()) {
+            return Err(self.refuse(first.span(), "env_from_caller", why));
         }
         if let (Support::Refused(why), Some(on)) = (caps.dns, dns)
             && *on.get_ref()

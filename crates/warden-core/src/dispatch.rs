@@ -8,6 +8,7 @@ use crate::calllog::{CallLog, CallOutcome, CallRecord, DenialRecord, ExecRecord,
 use crate::executor::{
     Denial, Denials, Invocation, Meter, Output, OutputSink, Reached, Sample, Usage,
 };
+use crate::grants::CallerEnv;
 use crate::limits::cap_text;
 use crate::message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage};
 use crate::redact::{RedactedSink, Secrets};
@@ -17,7 +18,7 @@ use crate::session::Scope;
 use crate::toolbox::{Tool, Toolbox};
 use futures::FutureExt;
 use serde_json::{Value, json};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -70,7 +71,7 @@ impl Dispatcher {
 
     pub fn with_admission(toolbox: Arc<Toolbox>, admission: Admission) -> Self {
         Self {
-            session: Arc::new(Scope::new(toolbox.clone())),
+            session: Arc::new(Scope::new(toolbox.clone(), BTreeMap::new())),
             toolbox,
             gate: Arc::new(Gate::new(&admission)),
             run: Arc::new(RunCounter::new(admission.run)),
@@ -112,8 +113,15 @@ impl Dispatcher {
     /// The same run (limits, reviewer, log) in a session of its own: one MCP connection, one
     /// agent run.
     pub fn new_session(&self) -> Dispatcher {
+        self.new_session_with(BTreeMap::new())
+    }
+
+    /// [`Dispatcher::new_session`], its client having set `caller_env`, variables by tool:
+    /// each call of a tool named there gets them, where the tool's policy allows each name
+    /// (`env_from_caller`), and is refused otherwise.
+    pub fn new_session_with(&self, caller_env: BTreeMap<String, CallerEnv>) -> Dispatcher {
         Dispatcher {
-            session: Arc::new(Scope::new(self.toolbox.clone())),
+            session: Arc::new(Scope::new(self.toolbox.clone(), caller_env)),
             ..self.clone()
         }
     }
@@ -545,6 +553,13 @@ impl Dispatcher {
         usage: Meter,
         output: Option<OutputSink>,
     ) -> Result<Output, ToolError> {
+        let caller_env = self
+            .session
+            .caller_env
+            .get(&call.name)
+            .cloned()
+            .unwrap_or_default();
+        tool.policy.grants.check_caller_env(&caller_env)?;
         let _permit = self.gate.admit(tool).await?;
         if let Some(o) = &self.observer {
             o.started(call, &arguments);
@@ -557,6 +572,7 @@ impl Dispatcher {
             session: self.session.id,
             usage,
             output,
+            caller_env,
         };
         self.session.touch();
         let deadline = tool.limits.timeout;

@@ -1,5 +1,6 @@
 //! The seam between the dispatcher and the sandboxes.
 
+use crate::grants::CallerEnv;
 use crate::limits::Limits;
 use crate::message::{ErrorKind, ToolError};
 use crate::program::{Exit, Program};
@@ -30,6 +31,9 @@ pub struct Invocation {
     /// Where the executor hands the call's output as it is written, if the caller asked
     /// (see [`OutputSink`]).
     pub output: Option<OutputSink>,
+    /// The variables the session's client set for this tool, checked against its policy's
+    /// `env_from_caller` (empty unless the client set some).
+    pub caller_env: CallerEnv,
 }
 
 /// Which of a command's output streams a piece of output came from.

@@ -7,6 +7,7 @@ use crate::net::{Credential, HostGrant, NetGrantError, NetGrants};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 use toml::Spanned;
 
 /// How an executor's tools see their filesystem roots.
@@ -29,6 +30,9 @@ pub(crate) struct GrantsSpec {
     /// Names of `env` entries whose values are secret (redacted like host values).
     #[serde(default)]
     pub(crate) secret_env: Vec<Spanned<String>>,
+    /// Names a client may set for its session (the values are the client's).
+    #[serde(default)]
+    pub(crate) env_from_caller: Vec<Spanned<String>>,
     #[serde(default)]
     pub(crate) fs: Vec<Spanned<FsGrantSpec>>,
     #[serde(default)]
@@ -86,6 +90,10 @@ impl std::fmt::Display for FsGrant {
     }
 }
 
+/// Variables a client set for its session, one tool's: checked against the tool's
+/// `env_from_caller` when a call resolves its environment ([`Grants::resolve_env`]).
+pub type CallerEnv = Arc<BTreeMap<String, String>>;
+
 /// The grants in force for one policy.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Grants {
@@ -95,6 +103,9 @@ pub struct Grants {
     pub env_from_host: Vec<String>,
     /// Names of literal `env` entries marked secret.
     pub secret_env: Vec<String>,
+    /// Names whose values a client may set for its session ([`CallerEnv`]): a literal `env`
+    /// entry of the same name is the value when the client sets none.
+    pub env_from_caller: Vec<String>,
     pub fs: Vec<FsGrant>,
     pub net: NetGrants,
 }
@@ -163,6 +174,22 @@ impl GrantsSpec {
                 ));
             }
             secret_env.push(name);
+        }
+        let mut env_from_caller = Vec::new();
+        for name in self.env_from_caller {
+            let span = name.span();
+            let name = name.into_inner();
+            check_env_name(&name).map_err(|e| Mistake::at(span.clone(), e.to_string()))?;
+            if env_from_host.contains(&name) {
+                return Err(Mistake::at(
+                    span,
+                    format!(
+                        "`{name}` is granted both in env_from_host and in env_from_caller: a \
+                         host value is secret, a caller's is not; keep one"
+                    ),
+                ));
+            }
+            env_from_caller.push(name);
         }
         let mut fs: Vec<FsGrant> = Vec::new();
         for grant in self.fs {
@@ -252,6 +279,7 @@ impl GrantsSpec {
             env,
             env_from_host,
             secret_env,
+            env_from_caller,
             fs,
             net,
         })
@@ -259,13 +287,15 @@ impl GrantsSpec {
 }
 
 impl Grants {
-    /// The environment a call gets: the literal pairs plus the host variables named, read now.
-    pub fn resolve_env(&self) -> Result<Vec<(String, String)>, ToolError> {
-        let mut out: Vec<(String, String)> = self
-            .env
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+    /// The environment a call gets: the literal pairs, the caller's values of the names
+    /// `env_from_caller` allows (in place of a literal of the same name), and the host
+    /// variables named, read now. A caller's name the policy does not allow is refused,
+    /// never dropped.
+    pub fn resolve_env(&self, caller: &CallerEnv) -> Result<Vec<(String, String)>, ToolError> {
+        self.check_caller_env(caller)?;
+        let mut merged = self.env.clone();
+        merged.extend(caller.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let mut out: Vec<(String, String)> = merged.into_iter().collect();
         for name in &self.env_from_host {
             let value = std::env::var(name).map_err(|_| {
                 ToolError::new(
@@ -279,6 +309,38 @@ impl Grants {
             out.push((name.clone(), value));
         }
         Ok(out)
+    }
+
+    /// Refuses a client's variables unless `env_from_caller` allows every name, each value
+    /// one a program's environment can hold.
+    pub fn check_caller_env(&self, caller: &CallerEnv) -> Result<(), ToolError> {
+        for (name, value) in caller.iter() {
+            if !self.env_from_caller.contains(name) {
+                let allowed = match self.env_from_caller.as_slice() {
+                    [] => "none".to_owned(),
+                    names => names.join(", "),
+                };
+                return Err(ToolError::new(
+                    ErrorKind::Denied,
+                    format!(
+                        "the session sets the variable {name} for this tool, and its policy \
+                         does not let a caller set it ([grants] env_from_caller allows: \
+                         {allowed}); leave it out of the session's variables, or ask the \
+                         operator to allow it"
+                    ),
+                ));
+            }
+            if value.contains('\0') {
+                return Err(ToolError::new(
+                    ErrorKind::InvalidArguments,
+                    format!(
+                        "the session's value of {name} holds a NUL byte, which no program's \
+                         environment can: leave it out"
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The headers warden adds for the tool, with their values read now from warden's
@@ -342,6 +404,7 @@ impl Grants {
             "env": env,
             "env_from_host": self.env_from_host,
             "secret_env": self.secret_env,
+            "env_from_caller": self.env_from_caller,
             "fs": self.fs.iter().map(|g| serde_json::json!({
                 "host": g.host.display().to_string(),
                 "guest": g.guest,
@@ -505,13 +568,64 @@ mod tests {
         );
     }
 
+    /// A client's variables: only the names the policy allows, each replacing a literal of
+    /// the same name; any other name (or a value no environment can hold) is refused.
+    #[test]
+    fn a_client_sets_only_the_variables_the_policy_allows() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = parse(
+            "env = { PROJECT = \"default\", LANG = \"C\" }\nenv_from_caller = [\"PROJECT\", \"DEBUG\"]",
+            dir.path(),
+        )
+        .unwrap();
+        let caller = |pairs: &[(&str, &str)]| -> CallerEnv {
+            Arc::new(
+                pairs
+                    .iter()
+                    .map(|(k, v)| ((*k).into(), (*v).into()))
+                    .collect(),
+            )
+        };
+        let env = g.resolve_env(&caller(&[])).unwrap();
+        assert!(env.contains(&("PROJECT".into(), "default".into())));
+        let env = g
+            .resolve_env(&caller(&[("PROJECT", "mine"), ("DEBUG", "1")]))
+            .unwrap();
+        assert!(env.contains(&("PROJECT".into(), "mine".into())));
+        assert!(env.contains(&("DEBUG".into(), "1".into())));
+        assert!(env.contains(&("LANG".into(), "C".into())));
+        assert_eq!(env.len(), 3, "{env:?}");
+        let wider = g.resolve_env(&caller(&[("LANG", "fr")])).unwrap_err();
+        assert_eq!(wider.kind, ErrorKind::Denied);
+        assert!(wider.message.contains("LANG"), "{}", wider.message);
+        assert!(
+            wider.message.contains("allows: PROJECT, DEBUG"),
+            "{}",
+            wider.message
+        );
+        let nul = g.check_caller_env(&caller(&[("DEBUG", "a\0b")]));
+        assert_eq!(nul.unwrap_err().kind, ErrorKind::InvalidArguments);
+        let none = Grants::default().check_caller_env(&caller(&[("A", "1")]));
+        assert!(none.unwrap_err().message.contains("allows: none"));
+        let both = parse(
+            "env_from_host = [\"T\"]\nenv_from_caller = [\"T\"]",
+            dir.path(),
+        );
+        assert!(
+            both.unwrap_err()
+                .message
+                .contains("both in env_from_host and in env_from_caller")
+        );
+        assert!(parse("env_from_caller = [\"A B\"]", dir.path()).is_err());
+    }
+
     #[test]
     fn host_env_is_read_at_call_time() {
         let g = Grants {
             env_from_host: vec!["WARDEN_TEST_SURELY_UNSET_VAR".into()],
             ..Default::default()
         };
-        let err = g.resolve_env().unwrap_err();
+        let err = g.resolve_env(&CallerEnv::default()).unwrap_err();
         assert_eq!(err.kind, ErrorKind::Unavailable);
         assert!(err.message.contains("WARDEN_TEST_SURELY_UNSET_VAR"));
     }

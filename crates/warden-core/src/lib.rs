@@ -42,7 +42,7 @@ pub use executor::{
     BoxFuture, Denial, Denials, Executor, Held, Invocation, Meter, Output, OutputSink,
     OutputStream, Reached, SHELL_DETAIL, Sample, SessionId, Usage,
 };
-pub use grants::{Access, FsGrant, GrantLines, Grants, Paths};
+pub use grants::{Access, CallerEnv, FsGrant, GrantLines, Grants, Paths};
 pub use limits::{Capped, Limits, LimitsSpec, MARKER_MAX, shorten, split_marker};
 pub use located::{Located, PolicyError};
 pub use message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage, Violation};

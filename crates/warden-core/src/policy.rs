@@ -241,6 +241,7 @@ mod tests {
     const ALL: Capabilities = Capabilities {
         paths: Paths::Guest,
         env: Support::Honoured,
+        caller_env: Support::Honoured,
         net: NetHosts::Enforced,
         dns: Support::Honoured,
         credentials: Support::Honoured,
@@ -393,12 +394,21 @@ mod tests {
     #[test]
     fn what_a_backend_cannot_honour_is_refused_at_its_line() {
         let no = Support::Refused("the reason");
-        let cases: [(Capabilities, &str, usize, &str); 8] = [
+        let cases: [(Capabilities, &str, usize, &str); 9] = [
             (
                 Capabilities { env: no, ..ALL },
                 "[grants]\nenv = { A = \"1\" }\n",
                 4,
                 "an env grant",
+            ),
+            (
+                Capabilities {
+                    caller_env: no,
+                    ..ALL
+                },
+                "[grants]\nenv_from_caller = [\"A\"]\n",
+                4,
+                "env_from_caller",
             ),
             (
                 Capabilities { env: no, ..ALL },

@@ -1,7 +1,9 @@
 //! The session a dispatcher runs its calls in, and its end.
 
 use crate::executor::{Executor, SessionId};
+use crate::grants::CallerEnv;
 use crate::toolbox::Toolbox;
+use std::collections::BTreeMap;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,15 +12,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// last dispatcher sharing it is dropped.
 pub(crate) struct Scope {
     pub id: SessionId,
+    /// The variables the session's client set, by tool.
+    pub caller_env: BTreeMap<String, CallerEnv>,
     toolbox: Arc<Toolbox>,
     /// A call ran since the session last ended: there may be something to free.
     used: AtomicBool,
 }
 
 impl Scope {
-    pub(crate) fn new(toolbox: Arc<Toolbox>) -> Self {
+    pub(crate) fn new(toolbox: Arc<Toolbox>, caller_env: BTreeMap<String, CallerEnv>) -> Self {
         Self {
             id: SessionId::fresh(),
+            caller_env,
             toolbox,
             used: AtomicBool::new(false),
         }

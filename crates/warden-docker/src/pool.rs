@@ -33,6 +33,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::task::AbortHandle;
 use warden_command::spares::{Spare, Spares, Taken};
+use warden_core::CallerEnv;
 
 /// How long the pool's end waits for its containers' removal.
 const REMOVAL_WAIT: Duration = Duration::from_secs(20);
@@ -100,8 +101,13 @@ impl Pool {
 
     /// A waiting container for a call held to `memory` bytes, when one is ready; once the
     /// pool is warm, it is made up again in the background either way.
-    pub(crate) fn take(&self, memory: u64) -> Option<Started> {
+    pub(crate) fn take(&self, env: &[(String, String)], memory: u64) -> Option<Started> {
         if memory != self.inner.memory || !self.inner.warmed.load(Ordering::Acquire) {
+            return None;
+        }
+        // A session whose client set variables needs a container started with them.
+        let spares_env = self.inner.recipe.grants.resolve_env(&CallerEnv::default());
+        if spares_env.ok().as_deref() != Some(env) {
             return None;
         }
         let Taken { spare, dead, make } = self.inner.spares.take();
@@ -151,7 +157,7 @@ impl Inner {
     /// One container for the pool, watched; `None` (logged) when it could not be made: the
     /// next call starts its own, and says why if it cannot either.
     async fn make(self: &Arc<Self>) -> Option<Waiting> {
-        let started = match self.recipe.grants.resolve_env() {
+        let started = match self.recipe.grants.resolve_env(&CallerEnv::default()) {
             Ok(env) => self.recipe.start(&env, self.memory, MODE).await,
             Err(e) => Err(e),
         };

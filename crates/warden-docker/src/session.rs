@@ -48,7 +48,7 @@ impl Launcher for DockerShells {
         limits: &Limits,
     ) -> Result<Launched<ShellContainer>, ToolError> {
         let (engine, plan) = (&self.recipe.engine, &self.recipe.plan);
-        let started = match self.pool.as_ref().and_then(|p| p.take(limits.memory)) {
+        let started = match self.pool.as_ref().and_then(|p| p.take(env, limits.memory)) {
             Some(started) => started,
             None => self.recipe.start(env, limits.memory, "session").await?,
         };

@@ -53,7 +53,7 @@ impl DockerTool {
         let request = Request::parse(&inv.arguments, &self.template, session)
             .map_err(ToolError::invalid_arguments)?;
         let time = Deadline::of(request.timeout, inv.limits.timeout);
-        let env = self.recipe.grants.resolve_env()?;
+        let env = self.recipe.grants.resolve_env(&inv.caller_env)?;
         if let Some(sessions) = &self.sessions {
             return sessions.run(&inv, &request, &env, time).await;
         }
@@ -66,14 +66,17 @@ impl DockerTool {
             used,
             files,
         } = loop {
-            let (mut started, pooled) =
-                match self.pool.as_ref().and_then(|p| p.take(inv.limits.memory)) {
-                    Some(started) => (started, true),
-                    None => (
-                        self.recipe.start(&env, inv.limits.memory, "call").await?,
-                        false,
-                    ),
-                };
+            let (mut started, pooled) = match self
+                .pool
+                .as_ref()
+                .and_then(|p| p.take(&env, inv.limits.memory))
+            {
+                Some(started) => (started, true),
+                None => (
+                    self.recipe.start(&env, inv.limits.memory, "call").await?,
+                    false,
+                ),
+            };
             let call = OneCall {
                 argv: &argv,
                 output_limit: inv.limits.output,

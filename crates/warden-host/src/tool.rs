@@ -15,8 +15,8 @@ use tokio::time::Instant;
 use warden_command::session::Sessions;
 use warden_command::{Cause, Deadline, NetworkMode, Request, Template, answer, shell, timed_out};
 use warden_core::{
-    Access, BoxFuture, Denials, ErrorKind, Executor, Exit, Grants, Held, Invocation, Limits,
-    Output, Program, SHELL_DETAIL, SessionId, ToolError,
+    Access, BoxFuture, CallerEnv, Denials, ErrorKind, Executor, Exit, Grants, Held, Invocation,
+    Limits, Output, Program, SHELL_DETAIL, SessionId, ToolError,
 };
 use warden_net::Gate;
 
@@ -96,7 +96,7 @@ impl HostTool {
         let credentials = self.starter.credentials()?;
         let plan = self.starter.plan(
             vec!["true".into()],
-            self.starter.grants.resolve_env()?,
+            self.starter.grants.resolve_env(&CallerEnv::default())?,
             &limits,
             limits.timeout,
             &credentials,
@@ -126,7 +126,7 @@ impl HostTool {
         let request = Request::parse(&inv.arguments, &self.template, self.sessions.is_some())
             .map_err(ToolError::invalid_arguments)?;
         let time = Deadline::of(request.timeout, inv.limits.timeout);
-        let env = self.starter.grants.resolve_env()?;
+        let env = self.starter.grants.resolve_env(&inv.caller_env)?;
         if let Some(sessions) = &self.sessions {
             return sessions.run(&inv, &request, &env, time).await;
         }

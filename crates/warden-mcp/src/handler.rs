@@ -1,5 +1,6 @@
 //! The MCP methods: `tools/list` and `tools/call` over the toolbox in force.
 
+use crate::caller_env;
 use crate::calls::{Place, Reserved};
 use crate::convert::Answered;
 use crate::progress::Progress;
@@ -8,8 +9,9 @@ use crate::state::Shared;
 use crate::trace::{self, Incoming};
 use rmcp::Peer;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, InitializeResult,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation,
+    InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -149,6 +151,19 @@ impl ServerHandler for Handler {
         InitializeResult::new(capabilities)
             .with_server_info(Implementation::new("warden", env!("CARGO_PKG_VERSION")))
             .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        let meta = request.meta.as_deref().unwrap_or(&context.meta);
+        let env = caller_env::read(meta, &self.shared.snapshot().dispatcher)
+            .map_err(|e| ErrorData::invalid_params(e, None))?;
+        self.session.set_caller_env(env);
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
     }
 
     async fn list_tools(

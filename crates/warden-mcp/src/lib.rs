@@ -10,6 +10,7 @@
 
 #![forbid(unsafe_code)]
 
+mod caller_env;
 mod calls;
 mod connections;
 mod convert;

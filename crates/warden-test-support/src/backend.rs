@@ -69,6 +69,7 @@ impl ExecutorKind for TestBackend {
         Capabilities {
             paths: Paths::Guest,
             env: Support::Honoured,
+            caller_env: Support::Honoured,
             net: NetHosts::Enforced,
             dns: Support::Honoured,
             credentials: Support::Honoured,

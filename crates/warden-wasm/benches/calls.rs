@@ -364,6 +364,7 @@ fn calls(c: &mut Criterion) {
                 session: warden_core::SessionId::fresh(),
                 usage: Default::default(),
                 output: None,
+                caller_env: Default::default(),
             };
             black_box(tool.executor.execute(inv).await.expect("add runs"))
         });

@@ -143,6 +143,10 @@ impl ExecutorKind for WasmBackend {
         Capabilities {
             paths: Paths::Guest,
             env: Support::Honoured,
+            caller_env: Support::Refused(
+                "a wasm tool's sandbox is made with its environment, often ahead of its call; \
+                 a client's variables are for command tools (docker, host) in this version",
+            ),
             net: NetHosts::Enforced,
             dns: Support::Honoured,
             credentials: Support::Honoured,

@@ -5,7 +5,7 @@ use crate::net::NetGate;
 use crate::sandbox::{CallIo, CallState, Sandbox};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use warden_core::{Grants, Limits, Meter, NetGrants, ToolError};
+use warden_core::{CallerEnv, Grants, Limits, Meter, NetGrants, ToolError};
 use warden_net::{Credentials, Egress};
 use wasmtime::Engine;
 use wasmtime::component::{ComponentExportIndex, Instance, InstancePre, Val};
@@ -41,7 +41,9 @@ impl Shared {
         io: CallIo<'_>,
         deadline: Instant,
     ) -> Result<Sandbox, ToolError> {
-        let mut env = self.grants.resolve_env()?;
+        // A wasm tool takes no client's variables (its capabilities refuse `env_from_caller`,
+        // and the dispatcher refuses a client's variables the policy does not allow).
+        let mut env = self.grants.resolve_env(&CallerEnv::default())?;
         // Fresh placeholders each call: a wasm tool's sandbox lives for one call.
         let credentials = Credentials::new(self.grants.resolve_credentials()?);
         env.extend(credentials.sandbox_env());

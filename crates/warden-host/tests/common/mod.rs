@@ -113,6 +113,7 @@ pub(crate) async fn call_metered(
             session,
             usage: usage.clone(),
             output: None,
+            caller_env: Default::default(),
         })
         .await;
     let denied = denials.snapshot().kept;

@@ -38,6 +38,9 @@ logger = logging.getLogger("langchain_warden")
 
 PROTOCOL_VERSION = "2025-06-18"
 
+# JSON-RPC's code for params that do not fit the method.
+_INVALID_PARAMS = -32602
+
 Watcher = Callable[[str, str], None]
 """Takes a call's output as warden streams it: the stream (`stdout` or `stderr`) and a piece
 of its text. Called on the thread reading warden's output: keep it quick."""
@@ -99,6 +102,7 @@ class WardenProcess:
         warden: str | os.PathLike[str] | None = None,
         reviewer: Reviewer | None = None,
         env: Mapping[str, str] | None = None,
+        session_env: Mapping[str, Mapping[str, str]] | None = None,
         startup_timeout: float = 120.0,
     ) -> None:
         argv = warden_argv(warden, "serve", toolbox, home)
@@ -143,16 +147,20 @@ class WardenProcess:
             capabilities: dict[str, Any] = {}
             if reviewer is not None:
                 capabilities["elicitation"] = {}
-            self.server_info = self.request(
-                "initialize",
-                {
-                    "protocolVersion": PROTOCOL_VERSION,
-                    "capabilities": capabilities,
-                    "clientInfo": {"name": "langchain-warden", "version": "0.1.0"},
-                },
-                timeout=startup_timeout,
-            )
+            params: dict[str, Any] = {
+                "protocolVersion": PROTOCOL_VERSION,
+                "capabilities": capabilities,
+                "clientInfo": {"name": "langchain-warden", "version": "0.1.0"},
+            }
+            if session_env:
+                params["_meta"] = {"warden/env": {t: dict(e) for t, e in session_env.items()}}
+            self.server_info = self.request("initialize", params, timeout=startup_timeout)
             self.notify("notifications/initialized", {})
+        except McpError as err:
+            self.close()
+            if err.code == _INVALID_PARAMS and session_env:
+                raise ValueError(f"warden refused this session's variables: {err}") from None
+            raise WardenStartError(f"`warden serve` did not start: {err}") from None
         except WardenError as err:
             self.close()
             raise WardenStartError(f"`warden serve` did not start: {err}") from None

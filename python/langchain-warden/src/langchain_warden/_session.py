@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from typing import Any, TypeVar
 
 from . import _capture
@@ -52,9 +52,10 @@ class WardenSession:
     """One `warden serve` process and its session of the shell tool `tool`.
 
     Args (as `WardenSandbox` documents them): `tool`, `toolbox`, `home`, `warden`,
-    `timeout`, `chunk_size`, `max_download_size`, `max_output_size`, `python_alias`.
+    `timeout`, `chunk_size`, `max_download_size`, `max_output_size`, `python_alias`, `env`.
     Raises `WardenStartError` when warden does not start or `tool` is no shell tool of the
-    toolbox, and `ValueError` for a `timeout` above the policy's.
+    toolbox, and `ValueError` for a `timeout` above the policy's or an `env` name it does not
+    let a caller set.
     """
 
     def __init__(
@@ -69,11 +70,15 @@ class WardenSession:
         max_download_size: int = 100 * 1024 * 1024,
         max_output_size: int = 10 * 1024 * 1024,
         python_alias: bool = True,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         if timeout is not None and timeout < 0:
             raise ValueError(f"timeout={timeout}: pass a number of seconds above 0, or none")
         self.tool = tool
         self._start: dict[str, Any] = {"toolbox": toolbox, "home": home, "warden": warden}
+        # Set at each process's `initialize` (a restarted one's too); warden checks each name
+        # against the policy's `env_from_caller`.
+        self._session_env = {tool: dict(env)} if env else None
         self._timeout = timeout
         self._policy_timeout: float | None = None
         self._chunk = chunk_size
@@ -84,7 +89,7 @@ class WardenSession:
         self._restarts: collections.deque[float] = collections.deque()
         self._spent: list[str] = []
         self._closed = False
-        self._process = WardenProcess(**self._start)
+        self._process = WardenProcess(**self._start, session_env=self._session_env)
         # The finalizer closes whichever process is current then.
         self._current = [self._process]
         self._finalizer = weakref.finalize(self, _close_current, self._current)
@@ -244,7 +249,9 @@ class WardenSession:
                 )
             self._restarts.append(now)
             process.close()
-            self._process = self._current[0] = WardenProcess(**self._start)
+            self._process = self._current[0] = WardenProcess(
+                **self._start, session_env=self._session_env
+            )
             self._spent.clear()  # the new session has its own /tmp
         logger.warning("warden's process died and was restarted, in a new session: %s", why)
         how = "stopped answering" if code is None else how_it_ended(code)

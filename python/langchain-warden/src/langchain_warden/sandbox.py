@@ -8,6 +8,7 @@ import logging
 import os
 import uuid
 from types import TracebackType
+from collections.abc import Mapping
 from typing import cast
 
 from deepagents.backends.protocol import (
@@ -115,6 +116,9 @@ class WardenSandbox(BaseSandbox):
             stderr (10 MiB by default); a larger one is cut, and left in the sandbox's
             `/tmp` for the model to read in parts.
         python_alias: Make `python` run `python3` where only `python3` exists.
+        env: Variables for the session's shell, of the names the policy lets a caller set
+            (`[grants] env_from_caller`; a literal `env` entry of the same name is the
+            default); any other name raises `ValueError`, naming those the policy allows.
     """
 
     def __init__(
@@ -129,6 +133,7 @@ class WardenSandbox(BaseSandbox):
         max_download_size: int = 100 * 1024 * 1024,
         max_output_size: int = 10 * 1024 * 1024,
         python_alias: bool = True,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self._session = WardenSession(
             tool,
@@ -140,6 +145,7 @@ class WardenSandbox(BaseSandbox):
             max_download_size=max_download_size,
             max_output_size=max_output_size,
             python_alias=python_alias,
+            env=env,
         )
         self._tool = tool
         self._id = f"warden-{tool}-{uuid.uuid4().hex[:12]}"
