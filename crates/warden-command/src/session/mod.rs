@@ -72,7 +72,7 @@ pub use script::nonce;
 pub use stop::Children;
 
 use script::Check;
-use shell::{Live, Ran};
+use shell::{Finished, Live, Ran};
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
@@ -313,8 +313,6 @@ impl<L: Launcher> Sessions<L> {
         env: &[(String, String)],
         time: Deadline,
     ) -> Result<Output, ToolError> {
-        let limit = time.named;
-        let (limits, denials, usage) = (&inv.limits, &inv.denials, &inv.usage);
         let slot = self.slot(inv.session);
         // Commands of one session queue here, first come first served (tokio's mutex is fair).
         let mut guard = slot.lock().await;
@@ -326,26 +324,18 @@ impl<L: Launcher> Sessions<L> {
             notes.extend(old.sandbox.close_noting().await);
         }
         let Some(command) = request.values.get("command") else {
-            let mut content =
-                "the session was restarted: the next command runs in a fresh shell".to_owned();
-            for note in &notes {
-                content.push_str(&format!("\n[{note}]"));
-            }
-            return Ok(Output {
-                content,
-                ..Output::default()
-            });
+            return Ok(restarted(&notes));
         };
-        let processes = self.launcher.processes();
-        let check = processes.as_ref().map(|p| Check {
-            dirs: p.cgroups.clone(),
-            full_at: p.full_at(),
-            refused: None,
-        });
-        let limit_of = processes.as_ref().map_or(0, |p| p.limit);
+        let start = Start {
+            env,
+            limits: &inv.limits,
+            deadline,
+            limit: time.named,
+            counting: Counting::of(self.launcher.processes()),
+        };
         // Taken out while the command runs: if this call's future is dropped, the shell is
         // dropped with it and its sandbox released, rather than kept mid-command.
-        let (mut live, launched) = match guard.live.take() {
+        let (live, launched) = match guard.live.take() {
             Some(live) => (live, false),
             None => {
                 if std::mem::take(&mut guard.lost_untold) {
@@ -357,190 +347,22 @@ impl<L: Launcher> Sessions<L> {
                         L::FRESH
                     ));
                 }
-                (self.launch(env, limits, deadline, limit).await?, true)
+                (self.launch(&start).await?, true)
             }
         };
         // Until this command's answer says what became of the shell.
         guard.lost_untold = true;
-        // Without a cgroup the shell can read, the sandbox is counted from outside, before
-        // the command and after it.
-        let outside = processes.as_ref().is_some_and(|p| p.cgroups.is_empty());
-        let mut fresh = false;
-        if let (true, false, Some(c)) = (outside, launched, &check)
-            && let Some(n) = live.sandbox.processes().await
-            && n >= c.full_at
-        {
-            let ended = live.sandbox.close_noting().await;
-            notes.push(format!(
-                "the session ran out of processes after the last command ({}), most likely \
-                 through background jobs it left: it was reset before this command, which ran \
-                 in {}; the working directory, variables, background jobs and files outside \
-                 the granted folders of before are gone",
-                state(Some(n), 0, limit_of),
-                L::FRESH
-            ));
-            notes.extend(ended);
-            live = self.launch(env, limits, deadline, limit).await?;
-            fresh = true;
-        }
-        let (ran, used) = loop {
-            live.sandbox.command_starts(warden_net::Scope {
-                denials: denials.clone(),
-                deadline: deadline.into_std(),
-            });
-            let before = live.sandbox.counters();
-            let ran = live
-                .run(
-                    command,
-                    limits.output,
-                    deadline,
-                    check.as_ref(),
-                    inv.output.as_ref(),
-                )
-                .await;
-            // Read while the sandbox still stands: a timeout closes it below.
-            let used = before.used_until(&live.sandbox.counters());
-            usage.record(|u| {
-                u.cpu_ms = used.cpu_ms;
-                u.peak_memory_bytes = used.peak_memory_bytes;
-            });
-            match ran {
-                // Out of processes before it ran: once, in a fresh sandbox.
-                Ran::NotRun { processes, refused } if !fresh => {
-                    let ended = live.sandbox.close_noting().await;
-                    notes.push(format!(
-                        "the session ran out of processes after the last command ({}), most \
-                         likely through background jobs it left: it was reset before this \
-                         command, which ran in {}; the working directory, variables, \
-                         background jobs and files outside the granted folders of before are \
-                         gone",
-                        state(processes, refused, limit_of),
-                        L::FRESH
-                    ));
-                    notes.extend(ended);
-                    live = self.launch(env, limits, deadline, limit).await?;
-                    fresh = true;
-                }
-                ran => break (ran, used),
-            }
-        };
+        let (ran, used, mut live) = self
+            .run_in(live, launched, command, inv, &start, &mut notes)
+            .await?;
         if let Some(traffic) = live.sandbox.command_ended() {
-            traffic.count_in(usage);
+            traffic.count_in(&inv.usage);
         }
         // Taken before the sandbox may be closed below: they describe the one that ran it.
         let details = live.sandbox.details();
-        let lost = "working directory, variables, background jobs and files outside the granted \
-                    folders are lost";
-        let answered = match ran {
-            Ran::Finished {
-                status,
-                processes,
-                stdout,
-                stderr,
-                between,
-                refused,
-            } => {
-                let cause = if status == 137 && live.sandbox.memory_killed().await {
-                    Cause::OutOfMemory
-                } else {
-                    live.sandbox
-                        .limit_ended(status, &used)
-                        .map_or(Cause::Exited, Cause::Limit)
-                };
-                let processes = match processes {
-                    None if outside => live.sandbox.processes().await,
-                    counted => counted,
-                };
-                if between > 0 {
-                    notes.push(format!(
-                        "background jobs wrote {} between commands, not shown: to read what a \
-                         background job writes, send it to a file (`cmd >/tmp/log 2>&1 &`)",
-                        ByteSize(between)
-                    ));
-                }
-                // A fork bomb churns: its count at the end may fall short of the limit. Forks
-                // refused during the command with many processes still left is the same news.
-                let bombed = |n: u64, c: &Check| {
-                    n >= c.full_at || (refused > 0 && n >= (limit_of / 4).max(3))
-                };
-                match (processes, &check) {
-                    (Some(n), Some(c)) if bombed(n, c) => {
-                        let ended = live.sandbox.close_noting().await;
-                        notes.push(format!(
-                            "the session is out of processes ({n} of {limit_of} in use, by \
-                             what this command left running): it was reset, and the next \
-                             command starts in {} ({lost})",
-                            L::FRESH
-                        ));
-                        notes.extend(ended);
-                    }
-                    _ => guard.live = Some(live),
-                }
-                answer(status, &cause, &stdout, &stderr, limits, &notes)
-            }
-            Ran::ShellEnded { stdout, stderr } => {
-                let status = live.sandbox.exit_status().await;
-                let ended = live.sandbox.close_noting().await;
-                let (code, cause) = status?;
-                notes.push(format!(
-                    "the shell ended, and with it the session: the next command starts in {}",
-                    L::FRESH
-                ));
-                notes.extend(ended);
-                answer(code, &cause, &stdout, &stderr, limits, &notes)
-            }
-            Ran::Stopped { stdout, stderr } => {
-                guard.live = Some(live);
-                let what = "its processes were stopped; the session's shell lives on, with its \
-                            working directory, variables, files and earlier background jobs";
-                Err(timed_out(limit, &stdout, &stderr, &noted(what, &notes)))
-            }
-            Ran::TimedOut { stdout, stderr } => {
-                notes.extend(live.sandbox.close_noting().await);
-                let what = format!(
-                    "the session's shell was killed; the next command starts in {} ({lost})",
-                    L::FRESH
-                );
-                Err(timed_out(limit, &stdout, &stderr, &noted(&what, &notes)))
-            }
-            Ran::OutOfProcesses {
-                stdout,
-                stderr,
-                processes,
-            } => {
-                notes.extend(live.sandbox.close_noting().await);
-                let mut message = format!(
-                    "the command filled the session with processes ({processes} of {limit_of} \
-                     in use) and was stopped; the session was reset, and the next command \
-                     starts in {} ({lost})",
-                    L::FRESH
-                );
-                for note in &notes {
-                    message.push_str(&format!("\n[{note}]"));
-                }
-                for (name, text) in [("stdout", &stdout), ("stderr", &stderr)] {
-                    if !text.is_empty() {
-                        message.push_str(&format!("\n[{name} so far]\n{text}"));
-                    }
-                }
-                Err(ToolError::new(ErrorKind::LimitExceeded, message)
-                    .with_detail("processes", processes)
-                    .with_detail(SHELL_DETAIL, shell(None, &stdout, &stderr, &notes)))
-            }
-            // Not reached: the loop above runs again on it, once.
-            Ran::NotRun { processes, refused } => {
-                live.sandbox.close().await;
-                Err(ToolError::new(
-                    ErrorKind::LimitExceeded,
-                    format!(
-                        "a fresh shell found its sandbox out of processes ({}) and could not \
-                         run the command",
-                        state(processes, refused, limit_of)
-                    ),
-                ))
-            }
-        };
-        // Every answer above says whether the shell lives on or what the next one is.
+        let (answered, kept) = self.told(ran, live, &used, &start, notes).await?;
+        guard.live = kept;
+        // Every answer says whether the shell lives on or what the next one is.
         guard.lost_untold = false;
         match answered {
             Ok(mut output) => {
@@ -553,20 +375,209 @@ impl<L: Launcher> Sessions<L> {
         }
     }
 
-    /// Starts a shell for a session, by `deadline`.
-    async fn launch(
+    /// Runs `command` in `live` (`launched` for this call), after replacing a sandbox found
+    /// out of processes; once more in a fresh one when the shell finds it so before running.
+    async fn run_in(
         &self,
-        env: &[(String, String)],
-        limits: &Limits,
-        deadline: Instant,
-        limit: Duration,
-    ) -> Result<Live<L::Sandbox>, ToolError> {
-        match tokio::time::timeout_at(deadline, self.launcher.launch(env, limits)).await {
+        mut live: Live<L::Sandbox>,
+        launched: bool,
+        command: &str,
+        inv: &Invocation,
+        start: &Start<'_>,
+        notes: &mut Vec<String>,
+    ) -> Result<(Ran, warden_core::Usage, Live<L::Sandbox>), ToolError> {
+        let counting = &start.counting;
+        let mut fresh = false;
+        if let (true, false, Some(c)) = (counting.outside, launched, &counting.check)
+            && let Some(n) = live.sandbox.processes().await
+            && n >= c.full_at
+        {
+            let ended = live.sandbox.close_noting().await;
+            notes.push(out_of_processes_before(
+                &state(Some(n), 0, counting.limit),
+                L::FRESH,
+            ));
+            notes.extend(ended);
+            live = self.launch(start).await?;
+            fresh = true;
+        }
+        loop {
+            live.sandbox.command_starts(warden_net::Scope {
+                denials: inv.denials.clone(),
+                deadline: start.deadline.into_std(),
+            });
+            let before = live.sandbox.counters();
+            let ran = live
+                .run(
+                    command,
+                    start.limits.output,
+                    start.deadline,
+                    counting.check.as_ref(),
+                    inv.output.as_ref(),
+                )
+                .await;
+            // Read while the sandbox still stands: a timeout closes it below.
+            let used = before.used_until(&live.sandbox.counters());
+            inv.usage.record(|u| {
+                u.cpu_ms = used.cpu_ms;
+                u.peak_memory_bytes = used.peak_memory_bytes;
+            });
+            match ran {
+                // Out of processes before it ran: once, in a fresh sandbox.
+                Ran::NotRun { processes, refused } if !fresh => {
+                    let ended = live.sandbox.close_noting().await;
+                    let state = state(processes, refused, counting.limit);
+                    notes.push(out_of_processes_before(&state, L::FRESH));
+                    notes.extend(ended);
+                    live = self.launch(start).await?;
+                    fresh = true;
+                }
+                ran => return Ok((ran, used, live)),
+            }
+        }
+    }
+
+    /// The answer to how a command ran, and the shell when it lives on; an error when the
+    /// sandbox failed before an answer could say what became of the shell.
+    async fn told(
+        &self,
+        ran: Ran,
+        mut live: Live<L::Sandbox>,
+        used: &warden_core::Usage,
+        start: &Start<'_>,
+        mut notes: Vec<String>,
+    ) -> Result<(Result<Output, ToolError>, Option<Live<L::Sandbox>>), ToolError> {
+        let (limits, limit, counting) = (start.limits, start.limit, &start.counting);
+        let limit_of = counting.limit;
+        match ran {
+            Ran::Finished(finished) => Ok(self.finished(finished, live, used, start, notes).await),
+            Ran::ShellEnded { stdout, stderr } => {
+                let status = live.sandbox.exit_status().await;
+                let ended = live.sandbox.close_noting().await;
+                let (code, cause) = status?;
+                notes.push(format!(
+                    "the shell ended, and with it the session: the next command starts in {}",
+                    L::FRESH
+                ));
+                notes.extend(ended);
+                Ok((answer(code, &cause, &stdout, &stderr, limits, &notes), None))
+            }
+            Ran::Stopped { stdout, stderr } => {
+                let what = "its processes were stopped; the session's shell lives on, with its \
+                            working directory, variables, files and earlier background jobs";
+                let told = timed_out(limit, &stdout, &stderr, &noted(what, &notes));
+                Ok((Err(told), Some(live)))
+            }
+            Ran::TimedOut { stdout, stderr } => {
+                notes.extend(live.sandbox.close_noting().await);
+                let what = format!(
+                    "the session's shell was killed; the next command starts in {} ({LOST})",
+                    L::FRESH
+                );
+                let told = timed_out(limit, &stdout, &stderr, &noted(&what, &notes));
+                Ok((Err(told), None))
+            }
+            Ran::OutOfProcesses {
+                stdout,
+                stderr,
+                processes,
+            } => {
+                notes.extend(live.sandbox.close_noting().await);
+                let what = format!(
+                    "the command filled the session with processes ({processes} of {limit_of} \
+                     in use) and was stopped; the session was reset, and the next command \
+                     starts in {} ({LOST})",
+                    L::FRESH
+                );
+                let error = filled(what, processes, &stdout, &stderr, &notes);
+                Ok((Err(error), None))
+            }
+            // Not reached: `run_in` runs it again, once.
+            Ran::NotRun { processes, refused } => {
+                live.sandbox.close().await;
+                let error = ToolError::new(
+                    ErrorKind::LimitExceeded,
+                    format!(
+                        "a fresh shell found its sandbox out of processes ({}) and could not \
+                         run the command",
+                        state(processes, refused, limit_of)
+                    ),
+                );
+                Ok((Err(error), None))
+            }
+        }
+    }
+
+    /// The answer to a command that finished, and the shell when it lives on (not when the
+    /// command left its sandbox out of processes).
+    async fn finished(
+        &self,
+        Finished {
+            status,
+            processes,
+            stdout,
+            stderr,
+            between,
+            refused,
+        }: Finished,
+        mut live: Live<L::Sandbox>,
+        used: &warden_core::Usage,
+        start: &Start<'_>,
+        mut notes: Vec<String>,
+    ) -> (Result<Output, ToolError>, Option<Live<L::Sandbox>>) {
+        let (limits, counting) = (start.limits, &start.counting);
+        let limit_of = counting.limit;
+        let cause = if status == 137 && live.sandbox.memory_killed().await {
+            Cause::OutOfMemory
+        } else {
+            live.sandbox
+                .limit_ended(status, used)
+                .map_or(Cause::Exited, Cause::Limit)
+        };
+        let processes = match processes {
+            None if counting.outside => live.sandbox.processes().await,
+            counted => counted,
+        };
+        if between > 0 {
+            notes.push(format!(
+                "background jobs wrote {} between commands, not shown: to read what a \
+                 background job writes, send it to a file (`cmd >/tmp/log 2>&1 &`)",
+                ByteSize(between)
+            ));
+        }
+        // A fork bomb churns: its count at the end may fall short of the limit. Forks
+        // refused during the command with many processes still left is the same news.
+        let bombed =
+            |n: u64, c: &Check| n >= c.full_at || (refused > 0 && n >= (limit_of / 4).max(3));
+        let kept = match (processes, &counting.check) {
+            (Some(n), Some(c)) if bombed(n, c) => {
+                let ended = live.sandbox.close_noting().await;
+                notes.push(format!(
+                    "the session is out of processes ({n} of {limit_of} in use, by \
+                     what this command left running): it was reset, and the next \
+                     command starts in {} ({LOST})",
+                    L::FRESH
+                ));
+                notes.extend(ended);
+                None
+            }
+            _ => Some(live),
+        };
+        (
+            answer(status, &cause, &stdout, &stderr, limits, &notes),
+            kept,
+        )
+    }
+
+    /// Starts a shell for a session, by its deadline.
+    async fn launch(&self, start: &Start<'_>) -> Result<Live<L::Sandbox>, ToolError> {
+        let launching = self.launcher.launch(start.env, start.limits);
+        match tokio::time::timeout_at(start.deadline, launching).await {
             Ok(launched) => {
                 let l = launched?;
                 Ok(Live::new(l.sandbox, l.input, l.output))
             }
-            Err(_) => Err(timed_out(limit, "", "", "the shell did not start")),
+            Err(_) => Err(timed_out(start.limit, "", "", "the shell did not start")),
         }
     }
 
@@ -593,6 +604,85 @@ impl<L: Launcher> Sessions<L> {
             live.sandbox.close().await;
         }
     }
+}
+
+/// What a reset loses, for the notes that say so.
+const LOST: &str =
+    "working directory, variables, background jobs and files outside the granted folders are lost";
+
+/// What one command of a session starts from: the shell's environment and limits, its
+/// deadline and the timeout an answer names, and how its sandbox's processes are counted.
+struct Start<'a> {
+    env: &'a [(String, String)],
+    limits: &'a Limits,
+    deadline: Instant,
+    limit: Duration,
+    counting: Counting,
+}
+
+/// How a session's sandbox is watched for running out of processes.
+struct Counting {
+    /// What the shell checks before and after each command, when there is a limit.
+    check: Option<Check>,
+    /// The limit (0: none).
+    limit: u64,
+    /// Counted from outside (no cgroup the shell can read), before and after each command.
+    outside: bool,
+}
+
+impl Counting {
+    fn of(processes: Option<Processes>) -> Self {
+        Counting {
+            check: processes.as_ref().map(|p| Check {
+                dirs: p.cgroups.clone(),
+                full_at: p.full_at(),
+                refused: None,
+            }),
+            limit: processes.as_ref().map_or(0, |p| p.limit),
+            outside: processes.as_ref().is_some_and(|p| p.cgroups.is_empty()),
+        }
+    }
+}
+
+/// The `limit_exceeded` answer of a command that filled its sandbox with processes: `what`
+/// became of it, then `notes` and the output so far.
+fn filled(what: String, processes: u64, stdout: &str, stderr: &str, notes: &[String]) -> ToolError {
+    let mut message = what;
+    for note in notes {
+        message.push_str(&format!("\n[{note}]"));
+    }
+    for (name, text) in [("stdout", stdout), ("stderr", stderr)] {
+        if !text.is_empty() {
+            message.push_str(&format!("\n[{name} so far]\n{text}"));
+        }
+    }
+    ToolError::new(ErrorKind::LimitExceeded, message)
+        .with_detail("processes", processes)
+        .with_detail(SHELL_DETAIL, shell(None, stdout, stderr, notes))
+}
+
+/// The answer of a call that only restarted the session.
+fn restarted(notes: &[String]) -> Output {
+    let mut content =
+        "the session was restarted: the next command runs in a fresh shell".to_owned();
+    for note in notes {
+        content.push_str(&format!("\n[{note}]"));
+    }
+    Output {
+        content,
+        ..Output::default()
+    }
+}
+
+/// The note of a sandbox found out of processes (`state`) before a command, which ran in
+/// `fresh` instead.
+fn out_of_processes_before(state: &str, fresh: &str) -> String {
+    format!(
+        "the session ran out of processes after the last command ({state}), most likely \
+         through background jobs it left: it was reset before this command, which ran in \
+         {fresh}; the working directory, variables, background jobs and files outside the \
+         granted folders of before are gone"
+    )
 }
 
 /// What became of a timed-out command, then each of `notes`, for a `timeout` answer.

@@ -36,19 +36,23 @@ pub(crate) struct Live<S> {
     refused: Option<u64>,
 }
 
+/// A command that finished, as its shell saw it.
+pub(crate) struct Finished {
+    pub status: i64,
+    /// The count of processes the shell read afterwards.
+    pub processes: Option<u64>,
+    pub stdout: String,
+    pub stderr: String,
+    /// Bytes background jobs wrote between the previous command and this one.
+    pub between: u64,
+    /// Forks refused for the limit while it ran (0 when unknown).
+    pub refused: u64,
+}
+
 /// How one command of a live shell ended.
 pub(crate) enum Ran {
-    /// It finished. `processes` is the count the shell read afterwards.
-    Finished {
-        status: i64,
-        processes: Option<u64>,
-        stdout: String,
-        stderr: String,
-        /// Bytes background jobs wrote between the previous command and this one.
-        between: u64,
-        /// Forks refused for the limit while it ran (0 when unknown).
-        refused: u64,
-    },
+    /// It finished.
+    Finished(Finished),
     /// The shell found its sandbox out of processes, or forks refused since the last
     /// command, and did not run it.
     NotRun {
@@ -210,14 +214,14 @@ impl<S: Sandbox> Live<S> {
                 processes: ending.processes,
                 refused: refused_since,
             },
-            Some(status) => Ran::Finished {
+            Some(status) => Ran::Finished(Finished {
                 status,
                 processes: ending.processes,
                 stdout: out.text(),
                 stderr: err.text(),
                 between,
                 refused: refused_since,
-            },
+            }),
         }
     }
 }
