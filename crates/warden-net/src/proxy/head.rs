@@ -142,6 +142,10 @@ const HOP_BY_HOP: &[&str] = &[
 pub(super) enum BadHead {
     #[error("the request head is incomplete")]
     Incomplete,
+    /// `httparse` ends a line at a bare LF, so it can see the head end before its CRLF CRLF;
+    /// what lies between would be dropped unseen.
+    #[error("the request head has a blank line before its end: lines end in CRLF")]
+    EarlyEnd,
     #[error("the request has more than 100 headers")]
     TooManyHeaders,
     #[error("a malformed request: {0}")]
@@ -179,12 +183,7 @@ impl BadHead {
 pub(super) fn parse(head: &[u8]) -> Result<Ask, BadHead> {
     let mut headers = [httparse::EMPTY_HEADER; 100];
     let mut request = httparse::Request::new(&mut headers);
-    match request.parse(head) {
-        Ok(httparse::Status::Complete(_)) => {}
-        Ok(httparse::Status::Partial) => return Err(BadHead::Incomplete),
-        Err(httparse::Error::TooManyHeaders) => return Err(BadHead::TooManyHeaders),
-        Err(e) => return Err(BadHead::Malformed(e)),
-    }
+    syntax(&mut request, head)?;
     let (Some(method), Some(target)) = (request.method, request.path) else {
         return Err(BadHead::MalformedLine);
     };
@@ -229,12 +228,11 @@ pub(super) fn parse(head: &[u8]) -> Result<Ask, BadHead> {
 pub(super) fn parse_origin_form(head: &[u8]) -> Result<Request, BadHead> {
     let mut headers = [httparse::EMPTY_HEADER; 100];
     let mut request = httparse::Request::new(&mut headers);
-    match request.parse(head) {
-        Ok(httparse::Status::Complete(_)) => {}
-        Ok(httparse::Status::Partial) => return Err(BadHead::Incomplete),
-        // Too many headers included: inside a tunnel that is a 400 like any malformed head.
-        Err(e) => return Err(BadHead::Malformed(e)),
-    }
+    syntax(&mut request, head).map_err(|bad| match bad {
+        // Inside a tunnel too many headers is a 400 like any malformed head.
+        BadHead::TooManyHeaders => BadHead::Malformed(httparse::Error::TooManyHeaders),
+        bad => bad,
+    })?;
     let (Some(method), Some(path)) = (request.method, request.path) else {
         return Err(BadHead::MalformedLine);
     };
@@ -247,6 +245,17 @@ pub(super) fn parse_origin_form(head: &[u8]) -> Result<Request, BadHead> {
         version: version_of(&request),
         headers: end_to_end(request.headers),
     })
+}
+
+/// Parses `head`, all of it, into `request`.
+fn syntax<'b>(request: &mut httparse::Request<'_, 'b>, head: &'b [u8]) -> Result<(), BadHead> {
+    match request.parse(head) {
+        Ok(httparse::Status::Complete(n)) if n == head.len() => Ok(()),
+        Ok(httparse::Status::Complete(_)) => Err(BadHead::EarlyEnd),
+        Ok(httparse::Status::Partial) => Err(BadHead::Incomplete),
+        Err(httparse::Error::TooManyHeaders) => Err(BadHead::TooManyHeaders),
+        Err(e) => Err(BadHead::Malformed(e)),
+    }
 }
 
 fn version_of(request: &httparse::Request<'_, '_>) -> &'static str {
@@ -303,6 +312,25 @@ mod tests {
             head.starts_with("GET / HTTP/1.0\r\nHost: b.test\r\n"),
             "{head}"
         );
+    }
+
+    #[test]
+    fn a_blank_line_of_bare_lfs_before_the_end_is_refused_not_cut() {
+        for head in [
+            "GET http://a.test/ HTTP/1.1\n\nHost: b.test\r\n\r\n",
+            "GET http://a.test/ HTTP/1.1\r\nX: y\n\r\nHost: b.test\r\n\r\n",
+        ] {
+            let refused = parse(head.as_bytes()).err().map(|bad| bad.to_string());
+            assert!(
+                refused.is_some_and(|why| why.contains("blank line")),
+                "{head:?}"
+            );
+        }
+        let inside = parse_origin_form(b"GET / HTTP/1.1\n\nHost: b.test\r\n\r\n");
+        assert!(matches!(inside, Err(BadHead::EarlyEnd)));
+        // A bare LF that ends a line, not the head, is taken, as httparse takes it.
+        let (_, _, head) = forward("GET http://a.test/ HTTP/1.1\nAccept: */*\r\n\r\n");
+        assert!(head.contains("Accept: */*\r\n"), "{head}");
     }
 
     #[test]
