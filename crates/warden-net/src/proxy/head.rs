@@ -156,6 +156,8 @@ pub(super) enum BadHead {
     ConnectTarget(String),
     #[error("`{0}` is not a URL")]
     NotUrl(String),
+    #[error("the URL's `{0}` is not host[:port] with a port from 1 to 65535")]
+    NotHostPort(String),
     /// An origin-form request sent to the gate as if it were the server.
     #[error(
         "this is warden's egress gate, a proxy: ask for an absolute URL \
@@ -188,13 +190,12 @@ pub(super) fn parse(head: &[u8]) -> Result<Ask, BadHead> {
         return Err(BadHead::MalformedLine);
     };
     if method == "CONNECT" {
-        let bad = || BadHead::ConnectTarget(target.to_owned());
-        let authority: http::uri::Authority = target.parse().map_err(|_| bad())?;
-        let port = authority.port_u16().ok_or_else(bad)?;
-        return Ok(Ask::Tunnel {
-            host: authority.host().to_owned(),
-            port,
-        });
+        let (host, port) = target
+            .parse()
+            .ok()
+            .and_then(|authority| host_port(&authority, None))
+            .ok_or_else(|| BadHead::ConnectTarget(target.to_owned()))?;
+        return Ok(Ask::Tunnel { host, port });
     }
     let uri: http::Uri = target
         .parse()
@@ -208,8 +209,8 @@ pub(super) fn parse(head: &[u8]) -> Result<Ask, BadHead> {
     if scheme != "http" {
         return Err(BadHead::NotHttp(scheme.to_owned()));
     }
-    let host = authority.host().to_owned();
-    let port = authority.port_u16().unwrap_or(80);
+    let (host, port) = host_port(authority, Some(80))
+        .ok_or_else(|| BadHead::NotHostPort(authority.as_str().to_owned()))?;
     let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
     Ok(Ask::Forward {
         host,
@@ -222,6 +223,28 @@ pub(super) fn parse(head: &[u8]) -> Result<Ask, BadHead> {
             headers: end_to_end(request.headers),
         },
     })
+}
+
+/// The host and port `authority` names, `default` where it names no port; nothing if it names
+/// no host, a port that is not a number from 1 to 65535, or userinfo, which only dresses an
+/// authority up as another (RFC 9110, 4.2.4).
+fn host_port(authority: &http::uri::Authority, default: Option<u16>) -> Option<(String, u16)> {
+    let host = authority.host();
+    if host.is_empty() || authority.as_str().contains('@') {
+        return None;
+    }
+    // Read here, not by `port_u16`, which takes `+80` and names no port for `99999`.
+    let port = match authority.as_str().strip_prefix(host)? {
+        "" | ":" => default?,
+        colon_port => {
+            let digits = colon_port.strip_prefix(':')?;
+            if !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            digits.parse().ok().filter(|&port| port != 0)?
+        }
+    };
+    Some((host.to_owned(), port))
 }
 
 /// A request inside an intercepted tunnel: origin-form, as to a server.
@@ -331,6 +354,36 @@ mod tests {
         // A bare LF that ends a line, not the head, is taken, as httparse takes it.
         let (_, _, head) = forward("GET http://a.test/ HTTP/1.1\nAccept: */*\r\n\r\n");
         assert!(head.contains("Accept: */*\r\n"), "{head}");
+    }
+
+    #[test]
+    fn an_authority_names_a_host_and_a_port_to_dial_or_is_refused() {
+        for text in [
+            // No host.
+            "CONNECT :443 HTTP/1.1\r\n\r\n",
+            "CONNECT a.test@:443 HTTP/1.1\r\n\r\n",
+            "GET http://:80/ HTTP/1.1\r\n\r\n",
+            // Userinfo, which the Host the gate adds would have carried on.
+            "CONNECT u:p@a.test:443 HTTP/1.1\r\n\r\n",
+            "GET http://u:p@a.test/ HTTP/1.1\r\n\r\n",
+            // Ports out of range, zero, or not digits: the URL's went to port 80.
+            "GET http://a.test:99999/ HTTP/1.1\r\n\r\n",
+            "GET http://a.test:+81/ HTTP/1.1\r\n\r\n",
+            "CONNECT a.test:0 HTTP/1.1\r\n\r\n",
+            "CONNECT a.test:+443 HTTP/1.1\r\n\r\n",
+            "CONNECT a.test: HTTP/1.1\r\n\r\n",
+        ] {
+            match parse(text.as_bytes()) {
+                Err(bad) => assert!(bad.status().starts_with("400"), "{text:?}: {bad}"),
+                Ok(_) => panic!("accepted {text:?}"),
+            }
+        }
+        // An empty port is the scheme's; leading zeros are still the number.
+        let (host, port, head) = forward("GET http://a.test:/ HTTP/1.1\r\n\r\n");
+        assert_eq!((host.as_str(), port), ("a.test", 80));
+        assert!(head.contains("Host: a.test:\r\n"), "{head}");
+        let (_, port, _) = forward("GET http://a.test:0081/ HTTP/1.1\r\n\r\n");
+        assert_eq!(port, 81);
     }
 
     #[test]
