@@ -211,7 +211,11 @@ pub(super) fn parse(head: &[u8]) -> Result<Ask, BadHead> {
     }
     let (host, port) = host_port(authority, Some(80))
         .ok_or_else(|| BadHead::NotHostPort(authority.as_str().to_owned()))?;
-    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    // Origin-form begins with a slash even where the URL's path is empty.
+    let path = match uri.path_and_query().map_or("", |p| p.as_str()) {
+        p if p.starts_with('/') => p.to_owned(),
+        p => format!("/{p}"),
+    };
     Ok(Ask::Forward {
         host,
         port,
@@ -354,6 +358,14 @@ mod tests {
         // A bare LF that ends a line, not the head, is taken, as httparse takes it.
         let (_, _, head) = forward("GET http://a.test/ HTTP/1.1\nAccept: */*\r\n\r\n");
         assert!(head.contains("Accept: */*\r\n"), "{head}");
+    }
+
+    #[test]
+    fn a_url_with_a_query_and_no_path_goes_on_with_a_slash() {
+        let (_, _, head) = forward("GET http://a.test?x=1 HTTP/1.1\r\n\r\n");
+        assert!(head.starts_with("GET /?x=1 HTTP/1.1\r\n"), "{head}");
+        let (_, _, head) = forward("GET http://a.test HTTP/1.1\r\n\r\n");
+        assert!(head.starts_with("GET / HTTP/1.1\r\n"), "{head}");
     }
 
     #[test]
