@@ -20,9 +20,12 @@
 //! (a session's background jobs) nothing gets through. At most [`MAX_CONNECTIONS`] are open at
 //! once, and a request head must arrive within [`HEAD_WAIT`], so a sandbox cannot pin warden.
 
+mod head;
+
 use crate::credentials::{Credentials, normal};
 use crate::gate::{DialError, Gate, Vetting, connect};
 use crate::scrub::{Returning, Unpassable};
+use head::{Ask, HeadError, Request, parse, parse_origin_form, read_head};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -41,9 +44,6 @@ pub const MAX_CONNECTIONS: usize = 64;
 
 /// How long a connection may take to send its request head.
 pub const HEAD_WAIT: Duration = Duration::from_secs(10);
-
-/// The largest request head the gate takes, its blank line included.
-const MAX_HEAD: usize = 16 << 10;
 
 /// The variables that point programs inside the sandbox at the gate: curl, wget, pip, git,
 /// Python's urllib and requests read them. `no_proxy` is empty, so nothing goes around it.
@@ -261,51 +261,6 @@ struct Connection {
     _permit: OwnedSemaphorePermit,
 }
 
-/// A request head, parsed: what the sandbox asked for.
-enum Ask {
-    /// `CONNECT host:port`.
-    Tunnel { host: String, port: u16 },
-    /// An absolute-form HTTP request, to go to the origin as `request`.
-    Forward {
-        host: String,
-        port: u16,
-        /// The URL's `host[:port]`, for a request without a Host header.
-        authority: String,
-        request: Request,
-    },
-}
-
-/// An HTTP request head as it goes to the origin: origin-form, one-hop headers gone.
-struct Request {
-    method: String,
-    path: String,
-    /// `1.0` or `1.1`.
-    version: &'static str,
-    headers: Vec<(String, Vec<u8>)>,
-}
-
-impl Request {
-    /// The head to send, with `Connection: close`: one request per connection, since a second
-    /// one on it could name another host.
-    fn head(&self, authority: &str) -> Vec<u8> {
-        let mut out =
-            format!("{} {} HTTP/{}\r\n", self.method, self.path, self.version).into_bytes();
-        let mut has_host = false;
-        for (name, value) in &self.headers {
-            has_host |= name.eq_ignore_ascii_case("host");
-            out.extend_from_slice(name.as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value);
-            out.extend_from_slice(b"\r\n");
-        }
-        if !has_host {
-            out.extend_from_slice(format!("Host: {authority}\r\n").as_bytes());
-        }
-        out.extend_from_slice(b"Connection: close\r\n\r\n");
-        out
-    }
-}
-
 impl Connection {
     async fn serve(self, mut stream: TcpStream) {
         let deadline = tokio::time::Instant::from_std(self.scope.deadline);
@@ -317,15 +272,12 @@ impl Connection {
         let _ = stream.set_nodelay(true);
         let head_by = (Instant::now() + HEAD_WAIT).min(self.scope.deadline);
         let (mut ask, rest) = match read_head(stream, head_by).await {
-            Ok((buf, len)) => match parse(&buf[..len]) {
+            Ok(Some((buf, len))) => match parse(&buf[..len]) {
                 Ok(ask) => (ask, buf[len..].to_vec()),
                 Err(bad) => return reply(stream, bad.status(), &bad.to_string()).await,
             },
-            Err(HeadError::Closed) => return,
-            Err(HeadError::TooLarge) => return too_large(stream).await,
-            Err(HeadError::TimedOut) => {
-                return reply(stream, "408 Request Timeout", "no request head arrived").await;
-            }
+            Ok(None) => return,
+            Err(e) => return reply(stream, e.status(), &e.to_string()).await,
         };
         let (host, port, destination) = match &ask {
             Ask::Tunnel { host, port } => (host, *port, format!("connect {host}:{port}")),
@@ -502,12 +454,15 @@ impl Connection {
         };
         let head_by = (Instant::now() + HEAD_WAIT).min(self.scope.deadline);
         let (mut request, rest) = match read_head(&mut sandbox, head_by).await {
-            Ok((buf, len)) => match parse_origin_form(&buf[..len]) {
+            Ok(Some((buf, len))) => match parse_origin_form(&buf[..len]) {
                 Ok(r) => (r, buf[len..].to_vec()),
                 Err(bad) => return reply(&mut sandbox, bad.status(), &bad.to_string()).await,
             },
-            Err(HeadError::TooLarge) => return too_large(&mut sandbox).await,
-            Err(_) => return,
+            Err(e @ HeadError::TooLarge) => {
+                return reply(&mut sandbox, e.status(), &e.to_string()).await;
+            }
+            // A tunnel whose request never comes just ends.
+            Ok(None) | Err(HeadError::TimedOut) => return,
         };
         if let Err(wrong) = names_target(&request.headers, host, port) {
             return self
@@ -638,11 +593,6 @@ fn names_target(headers: &[(String, Vec<u8>)], host: &str, port: u16) -> Result<
     Ok(())
 }
 
-async fn too_large(stream: &mut (impl AsyncWrite + Unpin)) {
-    let why = format!("the request head is larger than {MAX_HEAD} bytes");
-    reply(stream, "431 Request Header Fields Too Large", &why).await;
-}
-
 async fn reply(stream: &mut (impl AsyncWrite + Unpin), status: &str, why: &str) {
     let _ = stream.write_all(response(status, why).as_bytes()).await;
     let _ = stream.shutdown().await;
@@ -732,261 +682,9 @@ async fn pump(
     }
 }
 
-enum HeadError {
-    Closed,
-    TooLarge,
-    TimedOut,
-}
-
-/// Reads until the end of the request head; returns the bytes read and the head's length.
-async fn read_head(
-    stream: &mut (impl AsyncRead + Unpin),
-    by: Instant,
-) -> Result<(Vec<u8>, usize), HeadError> {
-    let by = tokio::time::Instant::from_std(by);
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = match tokio::time::timeout_at(by, stream.read(&mut chunk)).await {
-            Err(_) => return Err(HeadError::TimedOut),
-            Ok(Err(_) | Ok(0)) => return Err(HeadError::Closed),
-            Ok(Ok(n)) => n,
-        };
-        // Only the new bytes (and three before them) can complete the blank line.
-        let from = buf.len().saturating_sub(3);
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(at) = buf[from..].windows(4).position(|w| w == b"\r\n\r\n") {
-            let len = from + at + 4;
-            return if len > MAX_HEAD {
-                Err(HeadError::TooLarge)
-            } else {
-                Ok((buf, len))
-            };
-        }
-        // A head that has not ended within the limit is longer than it.
-        if buf.len() >= MAX_HEAD {
-            return Err(HeadError::TooLarge);
-        }
-    }
-}
-
-/// Headers that belong to one hop: the gate's, not the origin's.
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "proxy-authorization",
-    "proxy-authenticate",
-    "te",
-    "trailer",
-    "upgrade",
-];
-
-/// Why a request head is refused before anything is dialled: the sandbox gets an HTTP answer
-/// of its [status](BadHead::status) saying so.
-#[derive(Debug, thiserror::Error)]
-enum BadHead {
-    #[error("the request head is incomplete")]
-    Incomplete,
-    #[error("the request has more than 100 headers")]
-    TooManyHeaders,
-    #[error("a malformed request: {0}")]
-    Malformed(#[source] httparse::Error),
-    #[error("a malformed request line")]
-    MalformedLine,
-    #[error("CONNECT needs host:port, not `{0}`")]
-    ConnectTarget(String),
-    #[error("`{0}` is not a URL")]
-    NotUrl(String),
-    /// An origin-form request sent to the gate as if it were the server.
-    #[error(
-        "this is warden's egress gate, a proxy: ask for an absolute URL \
-         (`{method} http://host/path`) or `CONNECT host:port`, not `{target}`"
-    )]
-    NotAbsolute { method: String, target: String },
-    #[error("the gate forwards http:// URLs; for {0}:// open a tunnel with CONNECT")]
-    NotHttp(String),
-    /// Inside an intercepted tunnel, a request that names more than a path.
-    #[error("inside a tunnel a request names a path, not `{0}`")]
-    NotAPath(String),
-}
-
-impl BadHead {
-    /// The HTTP status the gate answers with.
-    fn status(&self) -> &'static str {
-        match self {
-            Self::TooManyHeaders => "431 Request Header Fields Too Large",
-            _ => "400 Bad Request",
-        }
-    }
-}
-
-/// What the head asks for, or why it is refused.
-fn parse(head: &[u8]) -> Result<Ask, BadHead> {
-    let mut headers = [httparse::EMPTY_HEADER; 100];
-    let mut request = httparse::Request::new(&mut headers);
-    match request.parse(head) {
-        Ok(httparse::Status::Complete(_)) => {}
-        Ok(httparse::Status::Partial) => return Err(BadHead::Incomplete),
-        Err(httparse::Error::TooManyHeaders) => return Err(BadHead::TooManyHeaders),
-        Err(e) => return Err(BadHead::Malformed(e)),
-    }
-    let (Some(method), Some(target)) = (request.method, request.path) else {
-        return Err(BadHead::MalformedLine);
-    };
-    if method == "CONNECT" {
-        let bad = || BadHead::ConnectTarget(target.to_owned());
-        let authority: http::uri::Authority = target.parse().map_err(|_| bad())?;
-        let port = authority.port_u16().ok_or_else(bad)?;
-        return Ok(Ask::Tunnel {
-            host: authority.host().to_owned(),
-            port,
-        });
-    }
-    let uri: http::Uri = target
-        .parse()
-        .map_err(|_| BadHead::NotUrl(target.to_owned()))?;
-    let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
-        return Err(BadHead::NotAbsolute {
-            method: method.to_owned(),
-            target: target.to_owned(),
-        });
-    };
-    if scheme != "http" {
-        return Err(BadHead::NotHttp(scheme.to_owned()));
-    }
-    let host = authority.host().to_owned();
-    let port = authority.port_u16().unwrap_or(80);
-    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
-    Ok(Ask::Forward {
-        host,
-        port,
-        authority: authority.as_str().to_owned(),
-        request: Request {
-            method: method.to_owned(),
-            path,
-            version: version_of(&request),
-            headers: end_to_end(request.headers),
-        },
-    })
-}
-
-/// A request inside an intercepted tunnel: origin-form, as to a server.
-fn parse_origin_form(head: &[u8]) -> Result<Request, BadHead> {
-    let mut headers = [httparse::EMPTY_HEADER; 100];
-    let mut request = httparse::Request::new(&mut headers);
-    match request.parse(head) {
-        Ok(httparse::Status::Complete(_)) => {}
-        Ok(httparse::Status::Partial) => return Err(BadHead::Incomplete),
-        // Too many headers included: inside a tunnel that is a 400 like any malformed head.
-        Err(e) => return Err(BadHead::Malformed(e)),
-    }
-    let (Some(method), Some(path)) = (request.method, request.path) else {
-        return Err(BadHead::MalformedLine);
-    };
-    if !path.starts_with('/') {
-        return Err(BadHead::NotAPath(path.to_owned()));
-    }
-    Ok(Request {
-        method: method.to_owned(),
-        path: path.to_owned(),
-        version: version_of(&request),
-        headers: end_to_end(request.headers),
-    })
-}
-
-fn version_of(request: &httparse::Request<'_, '_>) -> &'static str {
-    if request.version == Some(0) {
-        "1.0"
-    } else {
-        "1.1"
-    }
-}
-
-/// The headers that go on to the origin: all but the one-hop ones.
-fn end_to_end(headers: &[httparse::Header<'_>]) -> Vec<(String, Vec<u8>)> {
-    headers
-        .iter()
-        .filter(|h| !HOP_BY_HOP.contains(&h.name.to_ascii_lowercase().as_str()))
-        .map(|h| (h.name.to_owned(), h.value.to_vec()))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn forward(head: &str) -> (String, u16, String) {
-        match parse(head.as_bytes()) {
-            Ok(Ask::Forward {
-                host,
-                port,
-                authority,
-                request,
-            }) => {
-                let head = request.head(&authority);
-                (host, port, String::from_utf8(head).unwrap_or_default())
-            }
-            Ok(Ask::Tunnel { .. }) => panic!("a tunnel"),
-            Err(bad) => panic!("{}: {bad}", bad.status()),
-        }
-    }
-
-    #[test]
-    fn an_absolute_request_goes_to_its_origin_with_one_hop_headers_dropped() {
-        let (host, port, head) = forward(
-            "GET http://api.test:8080/a?b=1 HTTP/1.1\r\nHost: api.test:8080\r\n\
-             Proxy-Authorization: x\r\nProxy-Connection: keep-alive\r\nAccept: */*\r\n\r\n",
-        );
-        assert_eq!((host.as_str(), port), ("api.test", 8080));
-        assert_eq!(
-            head,
-            "GET /a?b=1 HTTP/1.1\r\nHost: api.test:8080\r\nAccept: */*\r\nConnection: close\r\n\r\n"
-        );
-        let (_, port, head) = forward("GET http://b.test/ HTTP/1.0\r\n\r\n");
-        assert_eq!(port, 80);
-        assert!(
-            head.starts_with("GET / HTTP/1.0\r\nHost: b.test\r\n"),
-            "{head}"
-        );
-    }
-
-    #[test]
-    fn connect_names_host_and_port() {
-        for (text, want) in [
-            ("CONNECT api.test:443 HTTP/1.1\r\n\r\n", ("api.test", 443)),
-            ("CONNECT [::1]:8443 HTTP/1.1\r\n\r\n", ("[::1]", 8443)),
-        ] {
-            match parse(text.as_bytes()) {
-                Ok(Ask::Tunnel { host, port }) => assert_eq!((host.as_str(), port), want),
-                _ => panic!("{text}"),
-            }
-        }
-    }
-
-    #[test]
-    fn what_is_not_a_proxy_request_is_a_400_saying_why() {
-        for (text, says) in [
-            ("CONNECT api.test HTTP/1.1\r\n\r\n", "host:port"),
-            ("GET / HTTP/1.1\r\nHost: x\r\n\r\n", "absolute URL"),
-            ("GET https://a.test/ HTTP/1.1\r\n\r\n", "CONNECT"),
-            ("GET ftp://a.test/ HTTP/1.1\r\n\r\n", "CONNECT"),
-            ("\x16\x03\x01\x02\x00\r\n\r\n", "malformed"),
-            (
-                "GET http://a.test/ HTTP/1.1\r\nBad Header\r\n\r\n",
-                "malformed",
-            ),
-        ] {
-            match parse(text.as_bytes()) {
-                Err(bad) => {
-                    let (status, why) = (bad.status(), bad.to_string());
-                    assert!(status.starts_with("400"), "{text:?}: {status}");
-                    assert!(why.contains(says), "{text:?}: {why}");
-                }
-                Ok(_) => panic!("accepted {text:?}"),
-            }
-        }
-    }
 
     #[test]
     fn the_environment_points_every_client_at_the_gate() {
