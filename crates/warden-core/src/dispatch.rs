@@ -5,12 +5,11 @@
 
 use crate::admission::{Admission, Gate};
 use crate::calllog::{CallLog, CallOutcome, CallRecord, DenialRecord, ExecRecord, Record, now_ms};
-use crate::executor::{
-    Denial, Denials, Invocation, Meter, Output, OutputSink, Reached, Sample, Usage,
-};
+use crate::executor::{Denial, Denials, Invocation, Meter, Output, Reached, Sample, Usage};
 use crate::grants::CallerEnv;
 use crate::limits::cap_text;
 use crate::message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage};
+use crate::output::OutputSink;
 use crate::redact::{RedactedSink, Secrets};
 use crate::review::{Decision, Reviewer};
 use crate::run::{RunCounter, RunLimits, RunUsage};

@@ -16,6 +16,7 @@ mod limits;
 mod located;
 mod message;
 mod net;
+mod output;
 mod policy;
 mod program;
 mod redact;
@@ -39,14 +40,15 @@ pub use calllog::{
 pub use capability::{Capabilities, ExecutorKind, NetHosts, Support};
 pub use dispatch::{CallObserver, CallTelemetry, Dispatcher, EndedCall, export_calls};
 pub use executor::{
-    BoxFuture, Denial, Denials, Executor, Held, Invocation, Meter, Output, OutputSink,
-    OutputStream, Reached, SHELL_DETAIL, Sample, SessionId, Usage,
+    BoxFuture, Denial, Denials, Executor, Held, Invocation, Meter, Output, Reached, SHELL_DETAIL,
+    Sample, SessionId, Usage,
 };
 pub use grants::{Access, CallerEnv, FsGrant, GrantLines, Grants, Paths};
 pub use limits::{Capped, Limits, LimitsSpec, MARKER_MAX, shorten, split_marker};
 pub use located::{Located, PolicyError};
 pub use message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage, Violation};
 pub use net::{Credential, GrantFault, HostGrant, HostPattern, NetGrantError, NetGrants};
+pub use output::{OutputSink, OutputStream};
 pub use policy::{FunctionOverride, Origin, Policy};
 pub use program::{Exit, Input, Program, Sink, WindowSize};
 pub use redact::{Secrets, StreamRedactor};

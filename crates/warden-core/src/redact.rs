@@ -1,6 +1,6 @@
 //! Secrets never flow back to the model: granted secret values become `[redacted:NAME]`.
 
-use crate::executor::{OutputSink, OutputStream};
+use crate::output::{OutputSink, OutputStream};
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 
