@@ -213,8 +213,20 @@ def test_endless_data_past_the_output_limit_ends_in_a_few_halvings():
         assert len(sent) == 7  # 44 KiB, halved until at most 1 KiB
 
 
+def test_five_megabytes_go_in_and_out_byte_exact():
+    """Uploads go in 1 MiB commands (their input is not held to the output limit), downloads
+    in chunks that fit it; the bytes come back as they went."""
+    data = os.urandom(5 * 1024 * 1024)
+    with _box() as sandbox:
+        sent = _counting(sandbox)
+        assert [r.error for r in sandbox.upload_files([("/tmp/big", data)])] == [None]
+        assert len(sent) == 5
+        [back] = sandbox.download_files(["/tmp/big"])
+        assert back.error is None and back.content == data
+
+
 def test_an_upload_the_file_does_not_hold_fails(caplog):
-    with _box(chunk_size=4) as sandbox:
+    with _box(upload_chunk_size=4) as sandbox:
         sandbox.execute(_liar(f"{OK}; echo 5"))
         sent = _counting(sandbox)
         with caplog.at_level(logging.WARNING, LOGGER):

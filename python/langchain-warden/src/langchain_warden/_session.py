@@ -52,7 +52,8 @@ class WardenSession:
     """One `warden serve` process and its session of the shell tool `tool`.
 
     Args (as `WardenSandbox` documents them): `tool`, `toolbox`, `home`, `warden`,
-    `timeout`, `chunk_size`, `max_download_size`, `max_output_size`, `python_alias`, `env`.
+    `timeout`, `chunk_size`, `upload_chunk_size`, `max_download_size`, `max_output_size`,
+    `python_alias`, `env`.
     Raises `WardenStartError` when warden does not start or `tool` is no shell tool of the
     toolbox, and `ValueError` for a `timeout` above the policy's or an `env` name it does not
     let a caller set.
@@ -67,6 +68,7 @@ class WardenSession:
         *,
         timeout: float | None = None,
         chunk_size: int = 44 * 1024,
+        upload_chunk_size: int = 1024 * 1024,
         max_download_size: int = 100 * 1024 * 1024,
         max_output_size: int = 10 * 1024 * 1024,
         python_alias: bool = True,
@@ -82,6 +84,7 @@ class WardenSession:
         self._timeout = timeout
         self._policy_timeout: float | None = None
         self._chunk = chunk_size
+        self._upload_chunk = upload_chunk_size
         self._max_download = max_download_size
         self._max_output = max_output_size
         self._prelude = _PRELUDE if python_alias else ""
@@ -177,11 +180,11 @@ class WardenSession:
     def upload(self, path: str, data: bytes, *, new: bool = False) -> Failure | None:
         """Writes `data` to the absolute `path`, making its parents; with `new`, a path that
         exists fails as `exists`. None, or why it failed."""
-        return self._drive(upload(path, data, self._chunk, new=new))
+        return self._drive(upload(path, data, self._upload_chunk, new=new))
 
     async def aupload(self, path: str, data: bytes, *, new: bool = False) -> Failure | None:
         """The async twin of `upload`."""
-        return await self._adrive(upload(path, data, self._chunk, new=new))
+        return await self._adrive(upload(path, data, self._upload_chunk, new=new))
 
     def download(self, path: str) -> bytes | Failure:
         """The bytes of the regular file at the absolute `path` (at most `max_download_size`),

@@ -107,8 +107,10 @@ class WardenSandbox(BaseSandbox):
         warden: The `warden` binary; default: found as `find_warden` does.
         timeout: Seconds each command may run when `execute` is given none; at most the
             policy's `timeout` (more raises `ValueError`). Default, or 0: the policy's.
-        chunk_size: Bytes per transfer command. Downloads halve it when the policy's
-            `output` limit cuts a chunk.
+        chunk_size: Bytes per download command (and per read of a cut output). Downloads
+            halve it when the policy's `output` limit cuts a chunk.
+        upload_chunk_size: Bytes per upload command: its input, which the `output` limit
+            does not hold (1 MiB by default).
         max_download_size: The most bytes `download_files` reads of one file (100 MiB by
             default); a larger file fails with `permission_denied`. It bounds the memory and
             the rounds (size / chunk) a download may take, whatever the sandbox answers.
@@ -130,6 +132,7 @@ class WardenSandbox(BaseSandbox):
         *,
         timeout: float | None = None,
         chunk_size: int = 44 * 1024,
+        upload_chunk_size: int = 1024 * 1024,
         max_download_size: int = 100 * 1024 * 1024,
         max_output_size: int = 10 * 1024 * 1024,
         python_alias: bool = True,
@@ -142,6 +145,7 @@ class WardenSandbox(BaseSandbox):
             warden,
             timeout=timeout,
             chunk_size=chunk_size,
+            upload_chunk_size=upload_chunk_size,
             max_download_size=max_download_size,
             max_output_size=max_output_size,
             python_alias=python_alias,

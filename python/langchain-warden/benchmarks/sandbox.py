@@ -1,0 +1,130 @@
+"""One side-by-side run of a deep agent's sandbox costs: `WardenSandbox` on the host shell, the
+docker shell and the docker shell with a warm pool, beside deepagents' unsandboxed
+`LocalShellBackend` (the floor).
+
+    WARDEN_BIN=target/release/warden python python/langchain-warden/benchmarks/sandbox.py
+
+Run from the root of a warden checkout, in a venv holding langchain-warden and its test
+requirements (deepagents). Docker rows need an engine and warden's Debian sandbox image
+(`warden sandbox-image --debian`). It prints a Markdown table, median and p90 of each figure:
+
+- creation + first command: the backend made and `execute("true")` answered;
+- a later command: `execute("true")` on a live backend;
+- 1 MiB up and 1 MiB down: `upload_files` and `download_files` of one 1 MiB file in `/tmp`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from deepagents.backends import LocalShellBackend
+
+from langchain_warden import WardenSandbox
+
+ROOT = Path.cwd()
+MIB = bytes(range(256)) * 4096
+
+
+def measure(run: Callable[[], object], count: int, warmup: int = 2) -> tuple[float, float]:
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(count):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    times.sort()
+    return statistics.median(times), times[min(len(times) - 1, int(len(times) * 0.9))]
+
+
+def toolbox(base: Path) -> Path:
+    """The shipped shell policies, and the docker one again with a warm pool."""
+    box = base / "policies"
+    box.mkdir()
+    (base / "workspace").mkdir()
+    for name in ("shell-host.toml", "shell-docker.toml"):
+        shutil.copy(ROOT / "policies" / name, box / name)
+    pooled = (ROOT / "policies" / "shell-docker.toml").read_text()
+    pooled = pooled.replace('name = "shell"', 'name = "pooled-shell"', 1)
+    pooled = pooled.replace("session = true", "session = true\npool = 2", 1)
+    (box / "shell-pooled.toml").write_text(pooled)
+    return box
+
+
+def docker_ok() -> bool:
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def rows_of(name: str, make: Callable[[], object], count: int) -> list[tuple[str, float, float]]:
+    """The four figures of one backend."""
+
+    def created() -> None:
+        backend = make()
+        try:
+            assert backend.execute("true").exit_code == 0
+        finally:
+            getattr(backend, "close", lambda: None)()
+
+    rows = [(f"{name}: creation + first command", *measure(created, count))]
+    backend = make()
+    try:
+        rows.append((f"{name}: a later command", *measure(lambda: backend.execute("true"), 50)))
+        path = "/tmp/bench-mib"
+
+        def up() -> None:
+            [done] = backend.upload_files([(path, MIB)])
+            assert done.error is None, done.error
+
+        def down() -> None:
+            [done] = backend.download_files([path])
+            assert done.content == MIB, done.error
+
+        rows.append((f"{name}: 1 MiB up", *measure(up, 10)))
+        rows.append((f"{name}: 1 MiB down", *measure(down, 10)))
+    finally:
+        getattr(backend, "close", lambda: None)()
+    return rows
+
+
+def main() -> None:
+    base = Path(tempfile.mkdtemp(prefix="bench-sandbox-", dir=ROOT / "target"))
+    base.chmod(0o755)
+    try:
+        box = toolbox(base)
+        home = base / "home"
+        local = base / "local"
+        local.mkdir()
+        rows = rows_of(
+            "LocalShellBackend (floor)",
+            lambda: LocalShellBackend(root_dir=str(local), virtual_mode=False),
+            20,
+        )
+        rows += rows_of("host shell", lambda: WardenSandbox("host-shell", box, home), 20)
+        if docker_ok():
+            rows += rows_of("docker shell", lambda: WardenSandbox("shell", box, home), 10)
+            rows += rows_of(
+                "docker shell, pool = 2", lambda: WardenSandbox("pooled-shell", box, home), 10
+            )
+        else:
+            print("(no Docker engine answers: no docker rows)", file=sys.stderr)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    print(f"warden: {os.environ.get('WARDEN_BIN', 'as langchain-warden finds it')}")
+    print("| | median | p90 |\n|---|---|---|")
+    for name, median, p90 in rows:
+        print(f"| {name} | {median * 1000:.1f} ms | {p90 * 1000:.1f} ms |")
+
+
+if __name__ == "__main__":
+    main()
