@@ -17,6 +17,14 @@ pub(crate) async fn remove(docker: &Docker, id: &str) -> bool {
         Err(BollardError::DockerResponseServerError {
             status_code: 404, ..
         }) => false,
+        // Another removal (the pool's end, the lease's reaper) got there first: it is going.
+        Err(BollardError::DockerResponseServerError {
+            status_code: 409,
+            message,
+        }) if message.contains("already in progress") => {
+            tracing::debug!(container = %id, "the container's removal is already under way");
+            true
+        }
         Err(e) => {
             tracing::warn!(container = %id, "cannot remove a container: {e}");
             false
