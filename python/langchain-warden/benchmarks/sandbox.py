@@ -17,32 +17,17 @@ from __future__ import annotations
 
 import os
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bench import ROOT, docker_ok, measure  # this folder's benchmark of tool calls
 from deepagents.backends import LocalShellBackend
 
 from langchain_warden import WardenSandbox
 
-ROOT = Path.cwd()
 MIB = bytes(range(256)) * 4096
-
-
-def measure(run: Callable[[], object], count: int, warmup: int = 2) -> tuple[float, float]:
-    for _ in range(warmup):
-        run()
-    times = []
-    for _ in range(count):
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
-    times.sort()
-    return statistics.median(times), times[min(len(times) - 1, int(len(times) * 0.9))]
 
 
 def toolbox(base: Path) -> Path:
@@ -59,13 +44,6 @@ def toolbox(base: Path) -> Path:
     return box
 
 
-def docker_ok() -> bool:
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
 def rows_of(name: str, make: Callable[[], object], count: int) -> list[tuple[str, float, float]]:
     """The four figures of one backend."""
 
@@ -76,10 +54,11 @@ def rows_of(name: str, make: Callable[[], object], count: int) -> list[tuple[str
         finally:
             getattr(backend, "close", lambda: None)()
 
-    rows = [(f"{name}: creation + first command", *measure(created, count))]
+    rows = [(f"{name}: creation + first command", *measure(created, count, warmup=2))]
     backend = make()
     try:
-        rows.append((f"{name}: a later command", *measure(lambda: backend.execute("true"), 50)))
+        later = measure(lambda: backend.execute("true"), 50, warmup=2)
+        rows.append((f"{name}: a later command", *later))
         path = "/tmp/bench-mib"
 
         def up() -> None:
@@ -90,8 +69,8 @@ def rows_of(name: str, make: Callable[[], object], count: int) -> list[tuple[str
             [done] = backend.download_files([path])
             assert done.content == MIB, done.error
 
-        rows.append((f"{name}: 1 MiB up", *measure(up, 10)))
-        rows.append((f"{name}: 1 MiB down", *measure(down, 10)))
+        rows.append((f"{name}: 1 MiB up", *measure(up, 10, warmup=2)))
+        rows.append((f"{name}: 1 MiB down", *measure(down, 10, warmup=2)))
     finally:
         getattr(backend, "close", lambda: None)()
     return rows
