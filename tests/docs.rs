@@ -30,6 +30,9 @@
 //! prints how many lines it did not run, and why. Keep the marker rare.
 //!
 //! A broken sample fails the test, naming its file and line.
+//!
+//! Beside the samples: the relative links resolve, and docs/operating.md's Layout lists every
+//! crate and Python package by the description its manifest gives.
 
 use crate::common::{polyglot, root, wasm};
 
@@ -308,6 +311,8 @@ struct Workspace {
     /// package → (kind, target name)
     targets: BTreeMap<String, BTreeSet<(String, String)>>,
     root_package: String,
+    /// Each package's folder, relative to the root ("" for the root package) → its description.
+    descriptions: BTreeMap<String, String>,
 }
 
 impl Workspace {
@@ -330,7 +335,14 @@ impl Workspace {
         );
         let meta: Value = serde_json::from_slice(&out.stdout).unwrap();
         let mut targets = BTreeMap::new();
+        let mut descriptions = BTreeMap::new();
         for package in meta["packages"].as_array().unwrap() {
+            let manifest = Path::new(package["manifest_path"].as_str().unwrap());
+            let folder = manifest.parent().unwrap().strip_prefix(root).unwrap();
+            descriptions.insert(
+                folder.display().to_string(),
+                package["description"].as_str().unwrap_or("").to_string(),
+            );
             let mut set = BTreeSet::new();
             for target in package["targets"].as_array().unwrap() {
                 for kind in target["kind"].as_array().unwrap() {
@@ -345,6 +357,7 @@ impl Workspace {
         Self {
             targets,
             root_package: "warden".into(),
+            descriptions,
         }
     }
 
@@ -752,6 +765,116 @@ fn the_docs_samples_run() {
         tally.failures.len(),
         tally.failures.join("\n")
     );
+}
+
+/// The entries of docs/operating.md's Layout: a path (`crates/warden-core/`) → its text, the
+/// wrapped lines joined. An entry starts at the margin or two spaces in (a member of the folder
+/// above it); a line further in goes on with the entry before it.
+fn layout(text: &str) -> Vec<(String, String)> {
+    let section = &text[text
+        .find("\n## Layout\n")
+        .expect("operating.md has a Layout section")..];
+    let body = section
+        .split("```")
+        .nth(1)
+        .expect("the Layout is a fenced block");
+    let mut entries: Vec<(String, String)> = Vec::new();
+    let mut folder = String::new();
+    for line in body.lines().skip(1) {
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        if trimmed.is_empty() {
+            continue;
+        }
+        if indent > 2 {
+            if let Some((_, text)) = entries.last_mut() {
+                text.push(' ');
+                text.push_str(trimmed);
+            }
+            continue;
+        }
+        let (name, rest) = trimmed.split_once(' ').unwrap_or((trimmed, ""));
+        let path = if indent == 0 {
+            folder = name.to_string();
+            name.to_string()
+        } else {
+            format!("{folder}{name}")
+        };
+        entries.push((path, rest.trim().to_string()));
+    }
+    entries
+}
+
+/// docs/operating.md's Layout lists every crate of the workspace and every Python package of
+/// python/, each entry beginning with the description its Cargo.toml or pyproject.toml gives,
+/// and names nothing that is not there: the descriptions are what crates.io and PyPI show, so
+/// the one place that lists them all must say the same.
+#[test]
+fn the_layout_lists_every_package_as_it_describes_itself() {
+    let root = root();
+    let ws = Workspace::read(&root);
+    // The layout's path for a package: the root package is its Cargo.toml.
+    let mut packages: BTreeMap<String, String> = ws
+        .descriptions
+        .iter()
+        .map(|(folder, description)| {
+            let path = if folder.is_empty() {
+                "Cargo.toml".to_string()
+            } else {
+                format!("{folder}/")
+            };
+            (path, description.clone())
+        })
+        .collect();
+    for entry in std::fs::read_dir(root.join("python")).unwrap() {
+        let folder = entry.unwrap().path();
+        let Ok(text) = std::fs::read_to_string(folder.join("pyproject.toml")) else {
+            continue;
+        };
+        let project: toml_edit::DocumentMut = text.parse().unwrap();
+        let description = project["project"]["description"].as_str().unwrap_or("");
+        let name = folder.file_name().unwrap().to_string_lossy();
+        packages.insert(format!("python/{name}/"), description.to_string());
+    }
+    let text = std::fs::read_to_string(root.join("docs/operating.md")).unwrap();
+    let entries = layout(&text);
+    let mut failures = Vec::new();
+    for (path, description) in &packages {
+        if description.is_empty() {
+            failures.push(format!("{path} has no description"));
+            continue;
+        }
+        match entries.iter().find(|(p, _)| p == path) {
+            None => failures.push(format!("the Layout does not list {path}")),
+            Some((_, text)) => {
+                let agrees = text.strip_prefix(description.as_str()).is_some_and(|rest| {
+                    !rest.starts_with(|c: char| c.is_alphanumeric() || c == '_')
+                });
+                if !agrees {
+                    failures.push(format!(
+                        "the Layout's {path} does not begin with its description \
+                         \"{description}\": \"{text}\""
+                    ));
+                }
+            }
+        }
+    }
+    for (path, _) in &entries {
+        let package_folder = path.starts_with("crates/") || path.starts_with("python/");
+        if package_folder && path.ends_with('/') && path.matches('/').count() == 2 {
+            if !packages.contains_key(path) {
+                failures.push(format!("the Layout lists {path}, which is no package"));
+            }
+        } else if !root.join(path).exists() {
+            failures.push(format!("the Layout lists {path}, which does not exist"));
+        }
+    }
+    println!(
+        "layout: {} entries, {} packages checked",
+        entries.len(),
+        packages.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
