@@ -504,15 +504,20 @@ impl Scratch {
         finish(self.command(Path::new(BIN), args, self.toolbox.path()))
     }
 
-    /// Runs `warden ARGS` as a sample's line does: the `warden` its PATH finds.
-    fn run_sample(&self, args: &[String]) -> Result<Output, String> {
-        let warden = self
-            .path
+    /// The `warden` the samples' PATH finds.
+    fn warden(&self) -> Result<PathBuf, String> {
+        self.path
             .iter()
             .map(|dir| dir.join("warden"))
             .find(|p| p.is_file())
-            .ok_or("`warden` is not on the samples' PATH (README.md's tour puts it there)")?;
-        finish(self.command(&warden, args, self.toolbox.path()))
+            .ok_or_else(|| {
+                "`warden` is not on the samples' PATH (README.md's tour puts it there)".into()
+            })
+    }
+
+    /// Runs `warden ARGS` as a sample's line does: the `warden` its PATH finds.
+    fn run_sample(&self, args: &[String]) -> Result<Output, String> {
+        finish(self.command(&self.warden()?, args, self.toolbox.path()))
     }
 
     /// `export PATH=VALUE`: `$PATH` is the samples' PATH so far and `$PWD` the repository's
@@ -546,8 +551,24 @@ impl Scratch {
 
 /// Runs a command to its end, or kills it at [`LINE_DEADLINE`]. Its output is read as it
 /// comes, so a long one cannot fill the pipe and stall it.
-fn finish(mut command: Command) -> Result<Output, String> {
+fn finish(command: Command) -> Result<Output, String> {
+    finish_as(command, false)
+}
+
+/// [`finish`], with the command in a process group of its own when `group`: a script's
+/// background jobs (a receiver it failed to stop) are killed with it, so that they neither
+/// outlive the test nor hold its output pipes open.
+fn finish_as(mut command: Command, group: bool) -> Result<Output, String> {
+    if group {
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    }
     let mut child = command.spawn().map_err(|e| format!("cannot start: {e}"))?;
+    let kill_group = |pid: u32| {
+        if group && let Ok(pid) = libc::pid_t::try_from(pid) {
+            // SAFETY: kill(2) on the process group this function made; it touches no memory.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+        }
+    };
     let drain = |mut pipe: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
             let mut bytes = Vec::new();
@@ -560,6 +581,7 @@ fn finish(mut command: Command) -> Result<Output, String> {
     let started = Instant::now();
     loop {
         if let Some(status) = child.try_wait().unwrap() {
+            kill_group(child.id());
             return Ok(Output {
                 status,
                 stdout: stdout.join().unwrap(),
@@ -567,6 +589,7 @@ fn finish(mut command: Command) -> Result<Output, String> {
             });
         }
         if started.elapsed() > LINE_DEADLINE {
+            kill_group(child.id());
             child.kill().ok();
             child.wait().ok();
             return Err(format!("still running after {LINE_DEADLINE:?}: killed"));
@@ -682,14 +705,14 @@ fn check_shell(
     scratch: &mut Scratch,
     tally: &mut Tally,
 ) {
-    if block.has_word("run") {
-        return run_script(block, scratch, tally);
-    }
     if block.not_run.is_some() && warden_lines(block) == 0 {
         tally.failures.push(format!(
             "{}: a not-run marker on a block without warden lines",
             block.at(block.line)
         ));
+    }
+    if block.has_word("run") {
+        return run_script(block, root, scratch, tally);
     }
     for (n, line) in command_lines(block) {
         let at = block.at(n);
@@ -796,19 +819,28 @@ fn warden_lines(block: &Block) -> usize {
 /// Runs a ```sh run block whole, in bash, the way its reader would: in the samples' current
 /// folder (where its `cd` leaves it is the next blocks' current folder), `warden` from the
 /// samples' PATH, and the venv's Python and Go and guest-sdk/js's componentize-js on PATH
-/// after it (where `pip install` finds them installed). cargo works offline: the guest
-/// components' build fetched every crate a tool of the tutorial needs, and a test needs no
-/// network.
-fn run_script(block: &Block, scratch: &mut Scratch, tally: &mut Tally) {
+/// after it (where `pip install` finds them installed). cargo works offline (the guest
+/// components' build fetched every crate a walkthrough's tool needs) and npm from its cache
+/// where it can; `rustup target add` downloads a target the machine lacks, once.
+fn run_script(block: &Block, root: &Path, scratch: &mut Scratch, tally: &mut Tally) {
+    let lines = warden_lines(block);
     if let Some(reason) = &block.not_run {
-        *tally.not_run.entry(reason.clone()).or_default() += warden_lines(block);
+        *tally.not_run.entry(reason.clone()).or_default() += lines;
         return;
     }
     if block.has_word("polyglot") && !scratch.polyglot {
-        *tally.not_run.entry(NO_POLYGLOT.into()).or_default() += warden_lines(block);
+        *tally.not_run.entry(NO_POLYGLOT.into()).or_default() += lines;
         return;
     }
-    let root = root();
+    // bash would find another warden on the machine's PATH: the samples' must have it.
+    if lines > 0
+        && let Err(e) = scratch.warden()
+    {
+        tally
+            .failures
+            .push(format!("{}: {e}", block.at(block.line)));
+        return;
+    }
     // A `root` block runs where its page's reader stands, in the repository's root, and leaves
     // the samples' current folder as it was.
     let in_root = block.has_word("root");
@@ -826,7 +858,7 @@ fn run_script(block: &Block, scratch: &mut Scratch, tally: &mut Tally) {
         scratch.toolbox.path(),
     );
     if in_root {
-        command.current_dir(&root);
+        command.current_dir(root);
     }
     command
         .env("PATH", std::env::join_paths(path).unwrap())
@@ -838,8 +870,8 @@ fn run_script(block: &Block, scratch: &mut Scratch, tally: &mut Tally) {
         }
     }
     command.env("CARGO_NET_OFFLINE", "true");
-    tally.warden_run += warden_lines(block);
-    match finish(command) {
+    tally.warden_run += lines;
+    match finish_as(command, true) {
         Ok(out) if out.status.success() => {
             if !in_root {
                 let cwd = std::fs::read_to_string(&state).unwrap();
