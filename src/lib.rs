@@ -11,7 +11,14 @@
 //! # let home = tempfile::tempdir()?;
 //! # let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
 //! # if !root.join("target/wasm32-wasip2/release/units.wasm").is_file() {
-//! #     return Ok(()); // the example tools are built by scripts/test and `warden demo`
+//! #     // The example tools are built by scripts/test and `warden demo`. Where they were meant
+//! #     // to be built (CI, or scripts/test's WARDEN_GUESTS_BUILT), a missing one is a broken
+//! #     // build: passing without running would hide it.
+//! #     assert!(
+//! #         !warden_test_support::under_ci() && std::env::var_os("WARDEN_GUESTS_BUILT").is_none(),
+//! #         "target/wasm32-wasip2/release/units.wasm is missing: build guest-sdk first"
+//! #     );
+//! #     return Ok(());
 //! # }
 //! # let policies = root.join("policies");
 //! let warden = Warden::builder(policies).home(home.path()).build()?;

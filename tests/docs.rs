@@ -10,26 +10,42 @@
 //!   every ```toml block without an `[executor]` table.
 //! - a ```sh, ```console or ```bash block is a list of command lines (a `$ ` prompt, comments,
 //!   `&&` and `;` chains, `\` continuations and here-documents are understood):
-//!   - `warden …` runs against the built binary and must succeed, with a scratch `WARDEN_HOME`
-//!     and working folder shared by every block in reading order, and as its toolbox a copy of
-//!     the project's own `policies/` (so `warden add` cannot write into the real one). A host
-//!     tool's call answered `unavailable` (this machine cannot confine a host process) is
-//!     counted as skipped, and fails the test under `CI=true`.
+//!   - `warden …` runs and must succeed: the `warden` the samples' PATH finds, which is empty
+//!     until README.md's tour puts the build there (`export PATH="$PWD/target/debug:$PATH"`,
+//!     `$PWD` being the repository's root, where its reader stands), so a page that forgot it
+//!     fails. It runs with a scratch `WARDEN_HOME` shared by every block in reading order, in
+//!     the page's current folder, and as its toolbox a copy of the project's own `policies/`
+//!     (so `warden add` cannot write into the real one). A host tool's call answered
+//!     `unavailable` (this machine cannot confine a host process) is counted as skipped, and
+//!     fails the test under `CI=true`.
 //!   - `cargo …` must name a cargo command (or alias) and, where it names them, a workspace
 //!     package (`-p`) and a target of it (`--bin`, `--test`, `--bench`, `--example`); `cargo
 //!     run -- SUBCOMMAND` must name a subcommand of `warden`. Nothing is built or run: these
 //!     lines are the test suite itself.
 //!   - `scripts/…` must name an executable file of the repository.
-//!   - any other command (rustup, pip, npm, sudo, export, …) is not checked.
-//! - a ```json block whose info string says `file=NAME` is written as NAME into the scratch
-//!   working folder, for the command lines after it.
+//!   - `export PATH=…` sets the samples' PATH; any other command (rustup, pip, npm, sudo, …)
+//!     is not checked.
+//! - a shell block whose info string says `run` (```sh run) is a walkthrough that builds what
+//!   its `warden` lines use: it runs whole, in bash, every command of it, as its reader would
+//!   run it (see `run_script`). It runs in the page's current folder, which starts as a scratch
+//!   working folder beside a link `warden` to the repository (where a tool author's checkout
+//!   is) and which its `cd` moves for the page's next blocks; with `root`, in the
+//!   repository's root instead. With `polyglot`, it needs scripts/build-polyglot's Go, Python
+//!   and JavaScript toolchains: without them (and not under CI) it is not run.
+//! - a block whose info string says `file=NAME` (```json file=turn.json, ```rust
+//!   file=src/lib.rs) is written as NAME into the page's current folder, for the blocks after it.
 //!
 //! The one marker: an HTML comment `<!-- not run: REASON -->` on the line above a block's
-//! opening fence. Its `warden` lines are not run (they need Docker, a model, a server or a
-//! component built by hand); its `cargo` and `scripts/` lines are still checked. The test
-//! prints how many lines it did not run, and why. Keep the marker rare.
+//! opening fence. Its `warden` lines are not run (they need what CI cannot have: Docker, a
+//! model, a registry on the internet, a server left running, a toolchain CI does not install);
+//! its `cargo` and `scripts/` lines are still checked. The test prints how many lines it did
+//! not run, and why. At most [`MAX_NOT_RUN`] blocks carry it, and only blocks with `warden`
+//! lines.
 //!
 //! A broken sample fails the test, naming its file and line.
+//!
+//! Beside the samples: the relative links resolve, and docs/operating.md's Layout lists every
+//! crate and Python package by the description its manifest gives.
 
 use crate::common::{polyglot, root, wasm};
 
@@ -40,8 +56,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// The binary under test.
+const BIN: &str = env!("CARGO_BIN_EXE_warden");
+/// Why a sample needing scripts/build-polyglot's toolchains did not run (under CI it fails).
+const NO_POLYGLOT: &str = "the Go, Python and JavaScript toolchains are not installed";
 /// The marker on the line above a block whose `warden` lines are not run.
 const NOT_RUN: &str = "<!-- not run:";
+/// How many blocks may carry the marker: each is a sample nothing checks still works.
+const MAX_NOT_RUN: usize = 5;
 /// How long one `warden` command line may take (the first compiles the example components).
 const LINE_DEADLINE: Duration = Duration::from_secs(300);
 /// cargo's own commands the docs may name (besides aliases, of which the project has none).
@@ -308,6 +330,8 @@ struct Workspace {
     /// package → (kind, target name)
     targets: BTreeMap<String, BTreeSet<(String, String)>>,
     root_package: String,
+    /// Each package's folder, relative to the root ("" for the root package) → its description.
+    descriptions: BTreeMap<String, String>,
 }
 
 impl Workspace {
@@ -330,7 +354,14 @@ impl Workspace {
         );
         let meta: Value = serde_json::from_slice(&out.stdout).unwrap();
         let mut targets = BTreeMap::new();
+        let mut descriptions = BTreeMap::new();
         for package in meta["packages"].as_array().unwrap() {
+            let manifest = Path::new(package["manifest_path"].as_str().unwrap());
+            let folder = manifest.parent().unwrap().strip_prefix(root).unwrap();
+            descriptions.insert(
+                folder.display().to_string(),
+                package["description"].as_str().unwrap_or("").to_string(),
+            );
             let mut set = BTreeSet::new();
             for target in package["targets"].as_array().unwrap() {
                 for kind in target["kind"].as_array().unwrap() {
@@ -345,6 +376,7 @@ impl Workspace {
         Self {
             targets,
             root_package: "warden".into(),
+            descriptions,
         }
     }
 
@@ -410,34 +442,52 @@ impl Workspace {
     }
 }
 
-/// The scratch places `warden` runs in: its home, its working folder, its toolbox.
+/// The scratch places `warden` runs in: its home, its working folder, its toolbox, and the
+/// shell state the samples carry from block to block.
 struct Scratch {
     dir: tempfile::TempDir,
     /// A copy of the project's policies/, in the repository's root (their relative paths hold).
     toolbox: tempfile::TempDir,
+    /// The working folder each page's samples start in.
+    work: PathBuf,
+    /// The samples' current folder: the working folder until a `run` block's `cd` moves it.
+    cwd: PathBuf,
+    /// The samples' PATH, as their `export PATH=…` lines leave it: empty until README.md's tour
+    /// puts the built `warden` on it, so a `warden` line before that fails.
+    path: Vec<PathBuf>,
+    /// Whether the Go, Python and JavaScript toolchains are installed (always under CI).
+    polyglot: bool,
 }
 
 impl Scratch {
     fn new(root: &Path) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("work")).unwrap();
+        let work = dir.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        // The tool author's tutorial starts beside the clone of warden (`../warden/…`).
+        std::os::unix::fs::symlink(root, work.join("warden")).unwrap();
         let toolbox = tempfile::Builder::new()
             .prefix(".docs-toolbox-")
             .tempdir_in(root)
             .unwrap();
         copy_tree(&root.join("policies"), toolbox.path());
-        Self { dir, toolbox }
+        Self {
+            dir,
+            toolbox,
+            cwd: work.clone(),
+            work,
+            path: Vec::new(),
+            polyglot: false,
+        }
     }
 
-    fn work(&self) -> PathBuf {
-        self.dir.path().join("work")
-    }
-
-    fn command(&self, args: &[String], toolbox: &Path) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
+    /// `PROGRAM ARGS` as a sample runs it: in the samples' current folder, with the scratch
+    /// home and `toolbox`, and none of the variables that would point warden elsewhere.
+    fn command(&self, program: &Path, args: &[String], toolbox: &Path) -> Command {
+        let mut command = Command::new(program);
         command
             .args(args)
-            .current_dir(self.work())
+            .current_dir(&self.cwd)
             .env("WARDEN_TOOLBOX", toolbox)
             .env("WARDEN_HOME", self.dir.path().join("home"))
             .env_remove("WARDEN_CACHE")
@@ -449,16 +499,76 @@ impl Scratch {
         command
     }
 
-    /// Runs `warden ARGS` against the copy of policies/.
+    /// Runs the binary under test, `warden ARGS`, against the copy of policies/.
     fn run(&self, args: &[String]) -> Result<Output, String> {
-        finish(self.command(args, self.toolbox.path()))
+        finish(self.command(Path::new(BIN), args, self.toolbox.path()))
+    }
+
+    /// The `warden` the samples' PATH finds.
+    fn warden(&self) -> Result<PathBuf, String> {
+        self.path
+            .iter()
+            .map(|dir| dir.join("warden"))
+            .find(|p| p.is_file())
+            .ok_or_else(|| {
+                "`warden` is not on the samples' PATH (README.md's tour puts it there)".into()
+            })
+    }
+
+    /// Runs `warden ARGS` as a sample's line does: the `warden` its PATH finds.
+    fn run_sample(&self, args: &[String]) -> Result<Output, String> {
+        finish(self.command(&self.warden()?, args, self.toolbox.path()))
+    }
+
+    /// `export PATH=VALUE`: `$PATH` is the samples' PATH so far and `$PWD` the repository's
+    /// root, where README.md's reader stands. Its `target/debug` is where `cargo build` put the
+    /// binary under test, unless CARGO_TARGET_DIR moved it.
+    fn export_path(&mut self, value: &str, root: &Path) -> Result<(), String> {
+        let built = Path::new(BIN).parent().unwrap();
+        let mut path = Vec::new();
+        for part in value.split(':') {
+            if part == "$PATH" || part == "${PATH}" {
+                path.extend(self.path.iter().cloned());
+                continue;
+            }
+            let dir = match part.strip_prefix("$PWD") {
+                Some(rest) => root.join(rest.trim_start_matches('/')),
+                None if part.contains('$') => {
+                    return Err(format!("cannot expand `{part}` in PATH"));
+                }
+                None => PathBuf::from(part),
+            };
+            if dir == root.join("target/debug") {
+                path.push(built.to_path_buf());
+            } else {
+                path.push(dir);
+            }
+        }
+        self.path = path;
+        Ok(())
     }
 }
 
 /// Runs a command to its end, or kills it at [`LINE_DEADLINE`]. Its output is read as it
 /// comes, so a long one cannot fill the pipe and stall it.
-fn finish(mut command: Command) -> Result<Output, String> {
+fn finish(command: Command) -> Result<Output, String> {
+    finish_as(command, false)
+}
+
+/// [`finish`], with the command in a process group of its own when `group`: a script's
+/// background jobs (a receiver it failed to stop) are killed with it, so that they neither
+/// outlive the test nor hold its output pipes open.
+fn finish_as(mut command: Command, group: bool) -> Result<Output, String> {
+    if group {
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    }
     let mut child = command.spawn().map_err(|e| format!("cannot start: {e}"))?;
+    let kill_group = |pid: u32| {
+        if group && let Ok(pid) = libc::pid_t::try_from(pid) {
+            // SAFETY: kill(2) on the process group this function made; it touches no memory.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+        }
+    };
     let drain = |mut pipe: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
             let mut bytes = Vec::new();
@@ -471,6 +581,7 @@ fn finish(mut command: Command) -> Result<Output, String> {
     let started = Instant::now();
     loop {
         if let Some(status) = child.try_wait().unwrap() {
+            kill_group(child.id());
             return Ok(Output {
                 status,
                 stdout: stdout.join().unwrap(),
@@ -478,6 +589,7 @@ fn finish(mut command: Command) -> Result<Output, String> {
             });
         }
         if started.elapsed() > LINE_DEADLINE {
+            kill_group(child.id());
             child.kill().ok();
             child.wait().ok();
             return Err(format!("still running after {LINE_DEADLINE:?}: killed"));
@@ -532,7 +644,7 @@ fn check_policy(block: &Block, root: &Path, scratch: &Scratch, tally: &mut Tally
     // Strict: a toolbox serves the policies that load and only names the others, with
     // success; a sample that does not load must fail here.
     let args = ["--strict".to_string(), "tools".to_string()];
-    match finish(scratch.command(&args, toolbox.path())) {
+    match finish(scratch.command(Path::new(BIN), &args, toolbox.path())) {
         Ok(out) if out.status.success() => {}
         Ok(out) => tally.failures.push(format!(
             "{}: the policy does not load (warden tools): {}",
@@ -586,7 +698,22 @@ fn host_unavailable(args: &[String], out: &Output) -> bool {
                 .is_some_and(|m| m.contains("Landlock") || m.contains("namespace")))
 }
 
-fn check_shell(block: &Block, root: &Path, ws: &Workspace, scratch: &Scratch, tally: &mut Tally) {
+fn check_shell(
+    block: &Block,
+    root: &Path,
+    ws: &Workspace,
+    scratch: &mut Scratch,
+    tally: &mut Tally,
+) {
+    if block.not_run.is_some() && warden_lines(block) == 0 {
+        tally.failures.push(format!(
+            "{}: a not-run marker on a block without warden lines",
+            block.at(block.line)
+        ));
+    }
+    if block.has_word("run") {
+        return run_script(block, root, scratch, tally);
+    }
     for (n, line) in command_lines(block) {
         let at = block.at(n);
         let tokens = match tokens(&line) {
@@ -626,7 +753,7 @@ fn check_shell(block: &Block, root: &Path, ws: &Workspace, scratch: &Scratch, ta
                         continue;
                     }
                     tally.warden_run += 1;
-                    match scratch.run(args) {
+                    match scratch.run_sample(args) {
                         Ok(out) if out.status.success() => {}
                         Ok(out) if host_unavailable(args, &out) => {
                             let reason = "this machine cannot confine a host process".to_string();
@@ -645,6 +772,13 @@ fn check_shell(block: &Block, root: &Path, ws: &Workspace, scratch: &Scratch, ta
                             shown(&out)
                         )),
                         Err(e) => tally.failures.push(format!("{at}: `{line}`: {e}")),
+                    }
+                }
+                "export" => {
+                    for value in args.iter().filter_map(|a| a.strip_prefix("PATH=")) {
+                        if let Err(e) = scratch.export_path(value, root) {
+                            tally.failures.push(format!("{at}: {e}"));
+                        }
                     }
                 }
                 "cargo" => {
@@ -669,6 +803,90 @@ fn check_shell(block: &Block, root: &Path, ws: &Workspace, scratch: &Scratch, ta
                 _ => {}
             }
         }
+    }
+}
+
+/// How many `warden` lines a shell block has.
+fn warden_lines(block: &Block) -> usize {
+    command_lines(block)
+        .iter()
+        .filter_map(|(_, line)| tokens(line).ok())
+        .flat_map(commands)
+        .filter(|c| c.words.first().is_some_and(|w| w == "warden"))
+        .count()
+}
+
+/// Runs a ```sh run block whole, in bash, the way its reader would: in the samples' current
+/// folder (where its `cd` leaves it is the next blocks' current folder), `warden` from the
+/// samples' PATH, and the venv's Python and Go and guest-sdk/js's componentize-js on PATH
+/// after it (where `pip install` finds them installed). cargo works offline (the guest
+/// components' build fetched every crate a walkthrough's tool needs) and npm from its cache
+/// where it can; `rustup target add` downloads a target the machine lacks, once.
+fn run_script(block: &Block, root: &Path, scratch: &mut Scratch, tally: &mut Tally) {
+    let lines = warden_lines(block);
+    if let Some(reason) = &block.not_run {
+        *tally.not_run.entry(reason.clone()).or_default() += lines;
+        return;
+    }
+    if block.has_word("polyglot") && !scratch.polyglot {
+        *tally.not_run.entry(NO_POLYGLOT.into()).or_default() += lines;
+        return;
+    }
+    // bash would find another warden on the machine's PATH: the samples' must have it.
+    if lines > 0
+        && let Err(e) = scratch.warden()
+    {
+        tally
+            .failures
+            .push(format!("{}: {e}", block.at(block.line)));
+        return;
+    }
+    // A `root` block runs where its page's reader stands, in the repository's root, and leaves
+    // the samples' current folder as it was.
+    let in_root = block.has_word("root");
+    let state = scratch.dir.path().join("cwd");
+    let script = format!("set -e\n{}\npwd > '{}'\n", block.text(), state.display());
+    let mut path = scratch.path.clone();
+    path.push(root.join("target/py-venv/bin"));
+    path.push(root.join("guest-sdk/js/node_modules/.bin"));
+    path.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    let mut command = scratch.command(
+        Path::new("bash"),
+        &["-c".to_string(), script],
+        scratch.toolbox.path(),
+    );
+    if in_root {
+        command.current_dir(root);
+    }
+    command
+        .env("PATH", std::env::join_paths(path).unwrap())
+        .env("npm_config_prefer_offline", "true");
+    // The reader's own crate builds into its own target/: not where this test's cargo says.
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("CARGO_") && name != "CARGO_HOME" {
+            command.env_remove(&name);
+        }
+    }
+    command.env("CARGO_NET_OFFLINE", "true");
+    tally.warden_run += lines;
+    match finish_as(command, true) {
+        Ok(out) if out.status.success() => {
+            if !in_root {
+                let cwd = std::fs::read_to_string(&state).unwrap();
+                scratch.cwd = PathBuf::from(cwd.trim_end());
+            }
+        }
+        Ok(out) => tally.failures.push(format!(
+            "{}: the block exited with {}: {}",
+            block.at(block.line),
+            out.status,
+            shown(&out)
+        )),
+        Err(e) => tally
+            .failures
+            .push(format!("{}: {e}", block.at(block.line))),
     }
 }
 
@@ -699,16 +917,22 @@ fn the_docs_samples_run() {
     wasm("files");
     let polyglot = polyglot("gowordcount").is_some();
     let ws = Workspace::read(&root);
-    let scratch = Scratch::new(&root);
+    let mut scratch = Scratch::new(&root);
+    scratch.polyglot = polyglot;
     let mut tally = Tally::default();
+    let mut marked = Vec::new();
     for (file, text) in pages(&root) {
+        // Each page's reader starts afresh, in the working folder.
+        scratch.cwd = scratch.work.clone();
         for block in blocks(&file, &text) {
+            if block.not_run.is_some() {
+                marked.push(block.at(block.line));
+            }
             match block.lang() {
                 "toml" => {
                     let is_policy = block.lines.iter().any(|(_, l)| l.trim() == "[executor]");
                     if is_policy && !polyglot && block.text().contains("target/polyglot/") {
-                        let reason = "the Go, Python and JavaScript toolchains are not installed";
-                        *tally.not_run.entry(reason.into()).or_default() += 1;
+                        *tally.not_run.entry(NO_POLYGLOT.into()).or_default() += 1;
                     } else if is_policy && !block.has_word("fragment") {
                         check_policy(&block, &root, &scratch, &mut tally);
                     } else {
@@ -721,14 +945,16 @@ fn the_docs_samples_run() {
                         }
                     }
                 }
-                "sh" | "console" | "bash" => check_shell(&block, &root, &ws, &scratch, &mut tally),
-                "json" => {
-                    if let Some(name) = block.option("file") {
-                        std::fs::write(scratch.work().join(name), block.text()).unwrap();
-                        tally.files += 1;
-                    }
+                "sh" | "console" | "bash" => {
+                    check_shell(&block, &root, &ws, &mut scratch, &mut tally);
                 }
                 _ => {}
+            }
+            if let Some(name) = block.option("file") {
+                let file = scratch.cwd.join(name);
+                std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+                std::fs::write(file, block.text()).unwrap();
+                tally.files += 1;
             }
         }
     }
@@ -737,8 +963,18 @@ fn the_docs_samples_run() {
          {} cargo and scripts lines checked, {} files written",
         tally.policies, tally.fragments, tally.warden_run, tally.static_checked, tally.files
     );
+    if marked.len() > MAX_NOT_RUN {
+        tally.failures.push(format!(
+            "{} blocks are marked not run, more than {MAX_NOT_RUN}: {}",
+            marked.len(),
+            marked.join(", ")
+        ));
+    }
     let skipped: usize = tally.not_run.values().sum();
-    println!("docs samples: {skipped} warden lines not run");
+    println!(
+        "docs samples: {skipped} warden lines not run ({} blocks marked)",
+        marked.len()
+    );
     for (reason, count) in &tally.not_run {
         println!("  {count}: {reason}");
     }
@@ -752,6 +988,116 @@ fn the_docs_samples_run() {
         tally.failures.len(),
         tally.failures.join("\n")
     );
+}
+
+/// The entries of docs/operating.md's Layout: a path (`crates/warden-core/`) → its text, the
+/// wrapped lines joined. An entry starts at the margin or two spaces in (a member of the folder
+/// above it); a line further in goes on with the entry before it.
+fn layout(text: &str) -> Vec<(String, String)> {
+    let section = &text[text
+        .find("\n## Layout\n")
+        .expect("operating.md has a Layout section")..];
+    let body = section
+        .split("```")
+        .nth(1)
+        .expect("the Layout is a fenced block");
+    let mut entries: Vec<(String, String)> = Vec::new();
+    let mut folder = String::new();
+    for line in body.lines().skip(1) {
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        if trimmed.is_empty() {
+            continue;
+        }
+        if indent > 2 {
+            if let Some((_, text)) = entries.last_mut() {
+                text.push(' ');
+                text.push_str(trimmed);
+            }
+            continue;
+        }
+        let (name, rest) = trimmed.split_once(' ').unwrap_or((trimmed, ""));
+        let path = if indent == 0 {
+            folder = name.to_string();
+            name.to_string()
+        } else {
+            format!("{folder}{name}")
+        };
+        entries.push((path, rest.trim().to_string()));
+    }
+    entries
+}
+
+/// docs/operating.md's Layout lists every crate of the workspace and every Python package of
+/// python/, each entry beginning with the description its Cargo.toml or pyproject.toml gives,
+/// and names nothing that is not there: the descriptions are what crates.io and PyPI show, so
+/// the one place that lists them all must say the same.
+#[test]
+fn the_layout_lists_every_package_as_it_describes_itself() {
+    let root = root();
+    let ws = Workspace::read(&root);
+    // The layout's path for a package: the root package is its Cargo.toml.
+    let mut packages: BTreeMap<String, String> = ws
+        .descriptions
+        .iter()
+        .map(|(folder, description)| {
+            let path = if folder.is_empty() {
+                "Cargo.toml".to_string()
+            } else {
+                format!("{folder}/")
+            };
+            (path, description.clone())
+        })
+        .collect();
+    for entry in std::fs::read_dir(root.join("python")).unwrap() {
+        let folder = entry.unwrap().path();
+        let Ok(text) = std::fs::read_to_string(folder.join("pyproject.toml")) else {
+            continue;
+        };
+        let project: toml_edit::DocumentMut = text.parse().unwrap();
+        let description = project["project"]["description"].as_str().unwrap_or("");
+        let name = folder.file_name().unwrap().to_string_lossy();
+        packages.insert(format!("python/{name}/"), description.to_string());
+    }
+    let text = std::fs::read_to_string(root.join("docs/operating.md")).unwrap();
+    let entries = layout(&text);
+    let mut failures = Vec::new();
+    for (path, description) in &packages {
+        if description.is_empty() {
+            failures.push(format!("{path} has no description"));
+            continue;
+        }
+        match entries.iter().find(|(p, _)| p == path) {
+            None => failures.push(format!("the Layout does not list {path}")),
+            Some((_, text)) => {
+                let agrees = text.strip_prefix(description.as_str()).is_some_and(|rest| {
+                    !rest.starts_with(|c: char| c.is_alphanumeric() || c == '_')
+                });
+                if !agrees {
+                    failures.push(format!(
+                        "the Layout's {path} does not begin with its description \
+                         \"{description}\": \"{text}\""
+                    ));
+                }
+            }
+        }
+    }
+    for (path, _) in &entries {
+        let package_folder = path.starts_with("crates/") || path.starts_with("python/");
+        if package_folder && path.ends_with('/') && path.matches('/').count() == 2 {
+            if !packages.contains_key(path) {
+                failures.push(format!("the Layout lists {path}, which is no package"));
+            }
+        } else if !root.join(path).exists() {
+            failures.push(format!("the Layout lists {path}, which does not exist"));
+        }
+    }
+    println!(
+        "layout: {} entries, {} packages checked",
+        entries.len(),
+        packages.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]

@@ -11,6 +11,7 @@ live receiver): `python otlp_receiver.py PORT`.
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 import time
@@ -155,6 +156,9 @@ class Receiver:
 
 
 if __name__ == "__main__":
+    # SIGTERM ends it as Ctrl-C does, printing the count: a script's background job (the
+    # telemetry page's sample) ignores SIGINT, so `kill %1` is how a script stops it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     r = Receiver(int(sys.argv[1]))
     r.thread.start()
     try:
