@@ -6,7 +6,7 @@
 use crate::admission::{Admission, Gate};
 use crate::calllog::{CallLog, CallOutcome, CallRecord, DenialRecord, ExecRecord, Record, now_ms};
 use crate::executor::{Denial, Denials, Invocation, Meter, Output, Reached, Sample, Usage};
-use crate::grants::CallerEnv;
+use crate::grants::{CallerEnv, NO_CALLER_ENV};
 use crate::limits::cap_text;
 use crate::message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage};
 use crate::output::OutputSink;
@@ -556,8 +556,8 @@ impl Dispatcher {
             .session
             .caller_env
             .get(&call.name)
-            .cloned()
-            .unwrap_or_default();
+            .unwrap_or(&NO_CALLER_ENV)
+            .clone();
         tool.policy.grants.check_caller_env(&caller_env)?;
         let _permit = self.gate.admit(tool).await?;
         if let Some(o) = &self.observer {

@@ -7,7 +7,7 @@ use crate::net::{Credential, HostGrant, NetGrantError, NetGrants};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use toml::Spanned;
 
 /// How an executor's tools see their filesystem roots.
@@ -93,6 +93,9 @@ impl std::fmt::Display for FsGrant {
 /// Variables a client set for its session, one tool's: checked against the tool's
 /// `env_from_caller` when a call resolves its environment ([`Grants::resolve_env`]).
 pub type CallerEnv = Arc<BTreeMap<String, String>>;
+
+/// No variables from the client: shared, so a call without any allocates none.
+pub(crate) static NO_CALLER_ENV: LazyLock<CallerEnv> = LazyLock::new(CallerEnv::default);
 
 /// The grants in force for one policy.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -291,11 +294,19 @@ impl Grants {
     /// `env_from_caller` allows (in place of a literal of the same name), and the host
     /// variables named, read now. A caller's name the policy does not allow is refused,
     /// never dropped.
-    pub fn resolve_env(&self, caller: &CallerEnv) -> Result<Vec<(String, String)>, ToolError> {
+    pub fn resolve_env(
+        &self,
+        caller: &BTreeMap<String, String>,
+    ) -> Result<Vec<(String, String)>, ToolError> {
         self.check_caller_env(caller)?;
-        let mut merged = self.env.clone();
-        merged.extend(caller.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let mut out: Vec<(String, String)> = merged.into_iter().collect();
+        let literal = self
+            .env
+            .iter()
+            .filter(|(name, _)| !caller.contains_key(*name));
+        let mut out: Vec<(String, String)> = literal
+            .chain(caller)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         for name in &self.env_from_host {
             let value = std::env::var(name).map_err(|_| {
                 ToolError::new(
@@ -313,8 +324,8 @@ impl Grants {
 
     /// Refuses a client's variables unless `env_from_caller` allows every name, each value
     /// one a program's environment can hold.
-    pub fn check_caller_env(&self, caller: &CallerEnv) -> Result<(), ToolError> {
-        for (name, value) in caller.iter() {
+    pub fn check_caller_env(&self, caller: &BTreeMap<String, String>) -> Result<(), ToolError> {
+        for (name, value) in caller {
             if !self.env_from_caller.contains(name) {
                 let allowed = match self.env_from_caller.as_slice() {
                     [] => "none".to_owned(),
@@ -625,7 +636,7 @@ mod tests {
             env_from_host: vec!["WARDEN_TEST_SURELY_UNSET_VAR".into()],
             ..Default::default()
         };
-        let err = g.resolve_env(&CallerEnv::default()).unwrap_err();
+        let err = g.resolve_env(&BTreeMap::new()).unwrap_err();
         assert_eq!(err.kind, ErrorKind::Unavailable);
         assert!(err.message.contains("WARDEN_TEST_SURELY_UNSET_VAR"));
     }

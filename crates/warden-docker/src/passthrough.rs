@@ -7,10 +7,11 @@ use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::query_parameters::{KillContainerOptionsBuilder, ResizeContainerTTYOptionsBuilder};
 use futures::StreamExt;
+use std::collections::BTreeMap;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use warden_command::program::{Driven, Running, drive};
-use warden_core::{BoxFuture, CallerEnv, ErrorKind, Exit, Held, Program, ToolError, WindowSize};
+use warden_core::{BoxFuture, ErrorKind, Exit, Held, Program, ToolError, WindowSize};
 use warden_net::Scope;
 
 /// A deadline for the gate of a program without one: far enough never to come.
@@ -43,7 +44,7 @@ pub(crate) async fn run(
     let started = recipe
         .launch(
             held_until_told(argv, terminal.is_some()),
-            &recipe.grants.resolve_env(&CallerEnv::default())?,
+            &recipe.grants.resolve_env(&BTreeMap::new())?,
             held.limits.memory,
             "exec",
             terminal.is_some(),

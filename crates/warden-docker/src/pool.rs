@@ -27,13 +27,12 @@ use crate::launch::{Recipe, Started};
 use crate::removal::{finish_apart, remove};
 use bollard::query_parameters::WaitContainerOptionsBuilder;
 use futures::StreamExt;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::task::AbortHandle;
 use warden_command::spares::{Spare, Spares, Taken};
-use warden_core::CallerEnv;
 
 /// How long the pool's end waits for its containers' removal.
 const REMOVAL_WAIT: Duration = Duration::from_secs(20);
@@ -106,7 +105,7 @@ impl Pool {
             return None;
         }
         // A session whose client set variables needs a container started with them.
-        let spares_env = self.inner.recipe.grants.resolve_env(&CallerEnv::default());
+        let spares_env = self.inner.recipe.grants.resolve_env(&BTreeMap::new());
         if spares_env.ok().as_deref() != Some(env) {
             return None;
         }
@@ -157,7 +156,7 @@ impl Inner {
     /// One container for the pool, watched; `None` (logged) when it could not be made: the
     /// next call starts its own, and says why if it cannot either.
     async fn make(self: &Arc<Self>) -> Option<Waiting> {
-        let started = match self.recipe.grants.resolve_env(&CallerEnv::default()) {
+        let started = match self.recipe.grants.resolve_env(&BTreeMap::new()) {
             Ok(env) => self.recipe.start(&env, self.memory, MODE).await,
             Err(e) => Err(e),
         };

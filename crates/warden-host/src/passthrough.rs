@@ -8,13 +8,14 @@ use crate::plan::Report;
 use crate::plan::Stdin;
 use crate::sandboxes::{Started, resize};
 use crate::starter::Starter;
+use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::time::Instant;
 use warden_command::program::{Driven, Running, drive, relay};
-use warden_core::{BoxFuture, CallerEnv, Exit, Held, Program, Sink, ToolError};
+use warden_core::{BoxFuture, Exit, Held, Program, Sink, ToolError};
 use warden_net::Scope;
 
 /// How long the helper has to hand over the gate's listener, and to end once its tree is gone.
@@ -42,7 +43,7 @@ pub(crate) async fn run(
     let credentials = starter.credentials()?;
     let call = starter.plan_for(
         argv,
-        starter.grants.resolve_env(&CallerEnv::default())?,
+        starter.grants.resolve_env(&BTreeMap::new())?,
         &held.limits,
         timeout,
         &credentials,

@@ -10,13 +10,14 @@ use crate::sandboxes::Sandboxes;
 use crate::session::HostShells;
 use crate::starter::Starter;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::time::Instant;
 use warden_command::session::Sessions;
 use warden_command::{Cause, Deadline, NetworkMode, Request, Template, answer, shell, timed_out};
 use warden_core::{
-    Access, BoxFuture, CallerEnv, Denials, ErrorKind, Executor, Exit, Grants, Held, Invocation,
-    Limits, Output, Program, SHELL_DETAIL, SessionId, ToolError,
+    Access, BoxFuture, Denials, ErrorKind, Executor, Exit, Grants, Held, Invocation, Limits,
+    Output, Program, SHELL_DETAIL, SessionId, ToolError,
 };
 use warden_net::Gate;
 
@@ -96,7 +97,7 @@ impl HostTool {
         let credentials = self.starter.credentials()?;
         let plan = self.starter.plan(
             vec!["true".into()],
-            self.starter.grants.resolve_env(&CallerEnv::default())?,
+            self.starter.grants.resolve_env(&BTreeMap::new())?,
             &limits,
             limits.timeout,
             &credentials,

@@ -3,9 +3,10 @@
 
 use crate::net::NetGate;
 use crate::sandbox::{CallIo, CallState, Sandbox};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use warden_core::{CallerEnv, Grants, Limits, Meter, NetGrants, ToolError};
+use warden_core::{Grants, Limits, Meter, NetGrants, ToolError};
 use warden_net::{Credentials, Egress};
 use wasmtime::Engine;
 use wasmtime::component::{ComponentExportIndex, Instance, InstancePre, Val};
@@ -43,7 +44,7 @@ impl Shared {
     ) -> Result<Sandbox, ToolError> {
         // A wasm tool takes no client's variables (its capabilities refuse `env_from_caller`,
         // and the dispatcher refuses a client's variables the policy does not allow).
-        let mut env = self.grants.resolve_env(&CallerEnv::default())?;
+        let mut env = self.grants.resolve_env(&BTreeMap::new())?;
         // Fresh placeholders each call: a wasm tool's sandbox lives for one call.
         let credentials = Credentials::new(self.grants.resolve_credentials()?);
         env.extend(credentials.sandbox_env());
