@@ -14,6 +14,7 @@ mod executor;
 mod grants;
 mod limits;
 mod located;
+mod lock;
 mod message;
 mod net;
 mod output;
@@ -46,6 +47,7 @@ pub use executor::{
 pub use grants::{Access, CallerEnv, FsGrant, GrantLines, Grants, Paths};
 pub use limits::{Capped, Limits, LimitsSpec, MARKER_MAX, shorten, split_marker};
 pub use located::{Located, PolicyError};
+pub use lock::lock;
 pub use message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage, Violation};
 pub use net::{Credential, GrantFault, HostGrant, HostPattern, NetGrantError, NetGrants};
 pub use output::{OutputSink, OutputStream};

@@ -1,5 +1,6 @@
 //! Secrets never flow back to the model: granted secret values become `[redacted:NAME]`.
 
+use crate::lock::lock;
 use crate::output::{OutputSink, OutputStream};
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
@@ -107,10 +108,6 @@ fn index(stream: OutputStream) -> usize {
         OutputStream::Stdout => 0,
         OutputStream::Stderr => 1,
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Replaces each secret value in a byte stream however the stream is cut into reads, holding

@@ -33,6 +33,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::task::AbortHandle;
 use warden_command::spares::{Spare, Spares, Taken};
+use warden_core::lock;
 
 /// How long the pool's end waits for its containers' removal.
 const REMOVAL_WAIT: Duration = Duration::from_secs(20);
@@ -226,10 +227,4 @@ async fn remove_all(engine: &Engine, ids: Vec<String>) {
     if tokio::time::timeout(REMOVAL_WAIT, removals).await.is_err() {
         tracing::warn!("removing the pool's containers took over {REMOVAL_WAIT:?}");
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

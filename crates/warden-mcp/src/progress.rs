@@ -11,7 +11,7 @@ use rmcp::{Peer, RoleServer};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use warden_core::{OutputSink, OutputStream};
+use warden_core::{OutputSink, OutputStream, lock};
 
 /// The `_meta` key naming a notification's stream.
 pub(crate) const STREAM_META: &str = "warden/stream";
@@ -95,10 +95,6 @@ fn whole_characters(partial: &mut Vec<u8>, bytes: &[u8]) -> String {
     };
     *partial = buf.split_off(whole);
     String::from_utf8_lossy(&buf).into_owned()
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! One MCP connection's session, and the header that names it to an HTTP client.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
-use warden_core::{CallerEnv, Dispatcher};
+use std::sync::{Arc, Mutex};
+use warden_core::{CallerEnv, Dispatcher, lock};
 
 /// The header naming a client's session.
 pub(crate) const SESSION_ID_HEADER: &str = "mcp-session-id";
@@ -43,8 +43,4 @@ impl Session {
             d.close().await;
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
