@@ -10,13 +10,18 @@
     reason = "a bench panics on what it cannot go on without"
 )]
 
+// The tests' second engine, shared with this bench.
+#[path = "../tests/common/second_engine.rs"]
+#[allow(dead_code, reason = "the tests use more of it than the bench")]
+mod second_engine;
+
+use second_engine::SecondEngine;
 use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use warden_core::{Dispatcher, Policy, Status, ToolCall, Toolbox};
 use warden_docker::{DockerBackend, Engine, SANDBOX_IMAGE};
-use warden_test_support::second_engine::SecondEngine;
 
 /// Rounds of commands, each engine in turn.
 const ROUNDS: usize = 5;

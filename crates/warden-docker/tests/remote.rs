@@ -1,7 +1,8 @@
 //! Docker engines elsewhere: a second engine on a loopback TCP port with mutual TLS
-//! (`warden_test_support::second_engine`), certificates it refuses, what a remote engine cannot
+//! (`crate::common::second_engine`), certificates it refuses, what a remote engine cannot
 //! do, and the leases that let any warden remove what a gone one left there.
 
+use crate::common::second_engine::SecondEngine;
 use crate::common::{TEST_LABEL, call, cmd, kind, labelled, usage};
 use bollard::Docker;
 use serde_json::Value;
@@ -12,7 +13,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use warden_core::{Backend, Dispatcher, ErrorKind, Policy, Toolbox};
 use warden_docker::{DockerBackend, Engine, INSTANCE_LABEL, LEASE_LABEL};
-use warden_test_support::second_engine::SecondEngine;
 
 /// The lease of the tests' wardens: short, so an expiry is seen in seconds.
 const SHORT_LEASE: Duration = Duration::from_secs(3);
@@ -565,7 +565,7 @@ fn running(pid: &str) -> bool {
 
 #[test]
 fn a_killed_runs_engine_is_cleaned_up_by_the_next() {
-    if !warden_test_support::second_engine::available() {
+    if !crate::common::second_engine::available() {
         return;
     }
     let mut holder = Command::new(std::env::current_exe().unwrap())
@@ -612,7 +612,7 @@ fn a_killed_runs_engine_is_cleaned_up_by_the_next() {
         running(&dockerd),
         "kill -9 of the run left its engine running"
     );
-    warden_test_support::second_engine::clean_stale();
+    crate::common::second_engine::clean_stale();
     assert!(!Path::new(&dir).exists(), "its folder is removed");
     assert!(!running(&dockerd), "its dockerd is stopped");
     assert_eq!(sleepers(), 0, "its container's processes are gone");

@@ -1,8 +1,9 @@
-//! What warden's tests share (not published): the guest components built from source, the
-//! scripted OpenAI-compatible server that stands in for a model provider, a backend of its own
-//! executor kind whose tools are executors a test hands it, the socket calls both sandboxes
-//! must allow and refuse, a message's outcome by name; with feature `wasm` a bench of wasm
-//! policies, with feature `docker` a second Docker engine.
+//! What the tests of several warden crates share (not published): the guest components built
+//! from source, the scripted OpenAI-compatible server that stands in for a model provider, a
+//! backend of its own executor kind whose tools are executors a test hands it, the socket calls
+//! both sandboxes must allow and refuse, a message's outcome by name. It depends on warden-core
+//! alone: what one executor's tests need lives in that executor's `tests/common`, so a change
+//! to an executor rebuilds its own tests and its dependents', not every crate's.
 
 #![forbid(unsafe_code)]
 #![allow(
@@ -12,19 +13,13 @@
 )]
 
 pub mod backend;
-#[cfg(feature = "wasm")]
-pub mod bench;
 pub mod guests;
 mod machine;
 pub mod scripted;
-#[cfg(feature = "docker")]
-pub mod second_engine;
 pub mod servers;
 pub mod sockets;
 
 pub use backend::TestBackend;
-#[cfg(feature = "wasm")]
-pub use bench::Bench;
 pub use machine::{is_root, under_ci};
 
 /// A message's outcome as the call log names it: `"success"`, or its error's kind.

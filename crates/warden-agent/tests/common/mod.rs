@@ -1,7 +1,12 @@
-//! Shared by the agent's tests: a toolbox in a temp dir (warden-test-support's bench), and a
-//! run against the scripted server.
+//! Shared by the agent's tests: a toolbox of wasm tools in a temp dir (the wasm executor's
+//! test bench, included from its tests), and a run against the scripted server.
 
-pub(crate) use warden_test_support::{Bench, scripted};
+#[path = "../../../warden-wasm/tests/common/bench.rs"]
+#[allow(dead_code, reason = "the wasm tests use more of it than the agent's")]
+mod bench;
+
+pub(crate) use bench::Bench;
+pub(crate) use warden_test_support::scripted;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -17,6 +17,8 @@ use warden_docker::{
     OWNER_LABEL, Progress, SANDBOX_IMAGE,
 };
 
+pub(crate) mod second_engine;
+
 /// Every test container carries it, so a check after the suite finds any left behind; its
 /// value tells one test's containers from another's.
 pub(crate) const TEST_LABEL: &str = "warden.test";

@@ -1,11 +1,16 @@
 //! Shared by the integration tests: fixtures built from source once, toolboxes in temp dirs
-//! (warden-test-support's bench), the host variables the tests grant.
+//! (the bench), the host variables the tests grant.
 
 use std::sync::Once;
 use warden_core::{Dispatcher, ToolCall, ToolMessage};
 
 pub(crate) use warden_test_support::guests::{polyglot, root, wasm};
-pub(crate) use warden_test_support::{Bench, kind};
+// The agent's tests include it too (by path), and use parts these do not.
+#[allow(dead_code, reason = "shared with the agent's tests")]
+mod bench;
+
+pub(crate) use bench::Bench;
+pub(crate) use warden_test_support::kind;
 
 /// A host variable no policy grants: a sandbox that shows it leaked it.
 pub(crate) const SECRET: &str = "warden-test-marker-secret-7f3a";

@@ -34,30 +34,30 @@ const INNER_PORT: u16 = 2376;
 const START_WAIT: Duration = Duration::from_secs(60);
 
 /// The running second engine.
-pub struct SecondEngine {
+pub(crate) struct SecondEngine {
     dir: PathBuf,
     dockerd: Mutex<Child>,
     /// `tcp://127.0.0.1:PORT`, the forwarder's port.
-    pub address: String,
-    pub port: u16,
+    pub(crate) address: String,
+    pub(crate) port: u16,
 }
 
 /// A client certificate folder (ca.pem, cert.pem, key.pem) for the engine.
-pub struct Certs {
+pub(crate) struct Certs {
     /// Signed by the CA the engine trusts.
-    pub good: PathBuf,
+    pub(crate) good: PathBuf,
     /// A client certificate of a CA the engine does not trust.
-    pub stranger: PathBuf,
+    pub(crate) stranger: PathBuf,
     /// A good folder without cert.pem and key.pem.
-    pub missing: PathBuf,
+    pub(crate) missing: PathBuf,
     /// Warden's good client certificate, but a ca.pem that did not sign the engine's.
-    pub wrong_ca: PathBuf,
+    pub(crate) wrong_ca: PathBuf,
 }
 
 impl SecondEngine {
     /// The engine of this test process, started on first use; `None` (after saying why) when
     /// it cannot run here outside CI (under `CI=true` a missing capability fails).
-    pub fn get() -> Option<Arc<SecondEngine>> {
+    pub(crate) fn get() -> Option<Arc<SecondEngine>> {
         static SHARED: Mutex<Weak<SecondEngine>> = Mutex::new(Weak::new());
         let mut shared = SHARED
             .lock()
@@ -170,28 +170,28 @@ impl SecondEngine {
     }
 
     /// An engine (a warden instance) reaching it with the client certificates in `certs`.
-    pub fn engine(&self, certs: &Path) -> Engine {
+    pub(crate) fn engine(&self, certs: &Path) -> Engine {
         Engine::at(self.tls_address(certs))
     }
 
-    pub fn tls_address(&self, certs: &Path) -> EngineAddress {
+    pub(crate) fn tls_address(&self, certs: &Path) -> EngineAddress {
         EngineAddress::parse(&self.address, Some(certs.to_owned())).expect("a tcp address")
     }
 
     /// Its folder (named by this test process's id).
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// The pid of its dockerd.
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.dockerd
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .id()
     }
 
-    pub fn certs(&self) -> Certs {
+    pub(crate) fn certs(&self) -> Certs {
         let c = self.dir.join("client");
         Certs {
             good: c.join("good"),
@@ -225,18 +225,18 @@ impl Drop for SecondEngine {
 
 /// True when the second engine can run here; else says why and answers false, outside CI
 /// (under `CI=true` a missing capability fails).
-pub fn available() -> bool {
+pub(crate) fn available() -> bool {
     let Some(why) = missing_capability() else {
         return true;
     };
-    assert!(!crate::under_ci(), "CI=true and {why}");
+    assert!(!warden_test_support::under_ci(), "CI=true and {why}");
     eprintln!("SKIPPED: {why}");
     false
 }
 
 /// Why the second engine cannot run here, if it cannot.
 fn missing_capability() -> Option<String> {
-    if !crate::is_root() {
+    if !warden_test_support::is_root() {
         return Some("the second Docker engine needs root (dockerd, namespaces)".into());
     }
     for tool in ["dockerd", "unshare", "ip"] {
@@ -288,7 +288,7 @@ fn forward(listener: TcpListener, netns: PathBuf) {
 }
 
 /// Cleans up the folders of test processes that are gone.
-pub fn clean_stale() {
+pub(crate) fn clean_stale() {
     let Ok(entries) = std::fs::read_dir(base()) else {
         return;
     };
