@@ -71,7 +71,7 @@ impl Default for Rotation {
 /// One line of the call log; its `event` says which.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
-pub enum Record<'a> {
+pub(crate) enum Record<'a> {
     /// A call and how it ended: exactly one per call.
     Call(&'a CallRecord<'a>),
     /// A destination the sandbox refused a call, written before that call's own record.
@@ -82,7 +82,7 @@ pub enum Record<'a> {
 
 /// What one version of a policy gave its tools, by digest.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PolicyRecord {
+pub(crate) struct PolicyRecord {
     pub ts_ms: u64,
     #[serde(flatten)]
     pub facts: PolicyFacts,
@@ -90,7 +90,7 @@ pub struct PolicyRecord {
 
 /// A call and how it ended, borrowing what it names from the call and its tool.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CallRecord<'a> {
+pub(crate) struct CallRecord<'a> {
     /// When it was written, in milliseconds since the Unix epoch.
     pub ts_ms: u64,
     /// The tool as the call named it (it may not exist).
@@ -148,7 +148,7 @@ pub struct CallRecord<'a> {
 
 /// What a record of `warden exec` adds: `"exec": true`, the command line and how it ended.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ExecRecord<'a> {
+pub(crate) struct ExecRecord<'a> {
     exec: ExecMark,
     /// The command line; empty for the policy's own shell.
     pub argv: &'a [String],
@@ -161,7 +161,7 @@ pub struct ExecRecord<'a> {
 }
 
 impl<'a> ExecRecord<'a> {
-    pub fn new(argv: &'a [String], exit_status: Option<i32>, unlimited_time: bool) -> Self {
+    pub(crate) fn new(argv: &'a [String], exit_status: Option<i32>, unlimited_time: bool) -> Self {
         Self {
             exec: ExecMark,
             argv,
@@ -195,7 +195,7 @@ fn under_both_names<S: Serializer>(count: &Option<u64>, s: S) -> Result<S::Ok, S
 
 /// What a tool's policy gave it, as the log's `policy` record tells it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PolicyFacts {
+pub(crate) struct PolicyFacts {
     /// The first 16 hex digits of the sha256 of the rest.
     pub policy_digest: String,
     /// The executor kind: `wasm`, `docker` or `host`.
@@ -207,7 +207,7 @@ pub struct PolicyFacts {
 }
 
 impl PolicyFacts {
-    pub fn new(executor: String, policy: String, grants: Value, limits: Value) -> Self {
+    pub(crate) fn new(executor: String, policy: String, grants: Value, limits: Value) -> Self {
         use sha2::Digest;
         let text = serde_json::json!([executor, policy, grants, limits]).to_string();
         let digest = hex::encode(&sha2::Sha256::digest(text.as_bytes())[..8]);
@@ -223,7 +223,7 @@ impl PolicyFacts {
 
 /// A destination a sandbox refused a call.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DenialRecord {
+pub(crate) struct DenialRecord {
     /// When it was written, in milliseconds since the Unix epoch.
     pub ts_ms: u64,
     pub tool: String,
@@ -290,7 +290,7 @@ impl CallLog {
 
     /// Writes a call's `policy` record, unless this log has it already (after a rotation,
     /// the first call record of the policy in the new file brings it along).
-    pub fn describe_policy(&self, facts: &PolicyFacts, secrets: &Secrets) {
+    pub(crate) fn describe_policy(&self, facts: &PolicyFacts, secrets: &Secrets) {
         let new = {
             let mut described = self
                 .described
@@ -315,7 +315,7 @@ impl CallLog {
 
     /// Appends `record` as one line, every string in it with `secrets` redacted; it is in the
     /// file when this returns. A failure to write is logged, never fatal to the call.
-    pub fn write(&self, record: Record<'_>, secrets: &Secrets) {
+    pub(crate) fn write(&self, record: Record<'_>, secrets: &Secrets) {
         let text = match serialize(record, secrets) {
             Ok(text) => text,
             Err(e) => {

@@ -34,10 +34,7 @@ mod whole;
 
 pub use admission::Admission;
 pub use backend::{Backend, Loaded, LoadedTool, Probe, ProbeError, Reach, Report, ReportLine};
-pub use calllog::{
-    CallLog, CallOutcome, CallRecord, DenialRecord, ExecRecord, PolicyFacts, PolicyRecord, Record,
-    Rotation,
-};
+pub use calllog::{CallLog, CallOutcome, Rotation};
 pub use capability::{Capabilities, ExecutorKind, NetHosts, Support};
 pub use dispatch::{CallObserver, CallTelemetry, Dispatcher, EndedCall, export_calls};
 pub use executor::{
@@ -53,7 +50,7 @@ pub use net::{Credential, GrantFault, HostGrant, HostPattern, NetGrantError, Net
 pub use output::{OutputSink, OutputStream};
 pub use policy::{FunctionOverride, Origin, Policy};
 pub use program::{Exit, Input, Program, Sink, WindowSize};
-pub use redact::{Secrets, StreamRedactor};
+pub use redact::StreamRedactor;
 pub use review::{Decision, Reviewer};
 pub use run::{RunLimitHit, RunLimits, RunUsage};
 pub use spec::{ToolSpec, is_valid_tool_name};

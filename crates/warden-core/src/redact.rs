@@ -7,22 +7,22 @@ use std::sync::{Arc, Mutex};
 
 /// The secret values in force for one call, by name.
 #[derive(Debug, Clone, Default)]
-pub struct Secrets(Vec<(String, String)>);
+pub(crate) struct Secrets(Vec<(String, String)>);
 
 impl Secrets {
     /// Longest values first, so a secret that contains another is replaced whole.
-    pub fn new(mut pairs: Vec<(String, String)>) -> Self {
+    pub(crate) fn new(mut pairs: Vec<(String, String)>) -> Self {
         pairs.retain(|(_, v)| !v.is_empty());
         pairs.sort_by_key(|(_, v)| std::cmp::Reverse(v.len()));
         Self(pairs)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
     /// `text` with every secret value replaced.
-    pub fn redact(&self, text: &str) -> String {
+    pub(crate) fn redact(&self, text: &str) -> String {
         let mut out = text.to_owned();
         for (name, value) in &self.0 {
             if out.contains(value.as_str()) {
@@ -34,7 +34,7 @@ impl Secrets {
 
     /// A redactor for a stream of bytes (a program's output as it flows), replacing each
     /// value with `[redacted:NAME]` as [`Secrets::redact`] does.
-    pub fn stream(&self) -> StreamRedactor {
+    pub(crate) fn stream(&self) -> StreamRedactor {
         StreamRedactor::new(
             self.0
                 .iter()
@@ -47,7 +47,7 @@ impl Secrets {
     }
 
     /// Redacts every string (and object key) inside `value`.
-    pub fn redact_value(&self, value: &mut Value) {
+    pub(crate) fn redact_value(&self, value: &mut Value) {
         if self.is_empty() {
             return;
         }
