@@ -7,13 +7,19 @@ use std::sync::Arc;
 use warden::{Dispatcher, RunLimits, Warden};
 use warden_net::Egress;
 
+/// The call log the command line names (`--call-log`) and how it rotates.
+pub(crate) struct CallLogFlags {
+    pub(crate) path: Option<PathBuf>,
+    pub(crate) rotation: warden_core::Rotation,
+}
+
 /// warden's places from the command line's flags, telling a person on a terminal about
 /// compiles.
 pub(crate) fn warden(
     toolbox: PathBuf,
     home: Option<PathBuf>,
     cache: Option<PathBuf>,
-    (call_log, rotation): (Option<PathBuf>, warden_core::Rotation),
+    call_log: CallLogFlags,
     egress: Egress,
 ) -> Result<Warden> {
     let hook: warden_wasm::CompileHook = Arc::new(|path: &Path| {
@@ -26,8 +32,8 @@ pub(crate) fn warden(
     });
     let mut builder = Warden::builder(toolbox)
         .cache(cache)
-        .call_log(call_log)
-        .call_log_rotation(rotation)
+        .call_log(call_log.path)
+        .call_log_rotation(call_log.rotation)
         .egress(egress)
         .on_compile(hook);
     if let Some(home) = home {

@@ -269,17 +269,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             .with_roots_pem(&pem)
             .with_context(|| format!("--upstream-roots {}", path.display()))?;
     }
-    let rotation = warden_core::Rotation {
-        max_bytes: cli.call_log_max_size.0,
-        keep: cli.call_log_keep,
+    let call_log = context::CallLogFlags {
+        path: cli.call_log,
+        rotation: warden_core::Rotation {
+            max_bytes: cli.call_log_max_size.0,
+            keep: cli.call_log_keep,
+        },
     };
-    let mut ctx = context::warden(
-        cli.toolbox,
-        cli.home,
-        cli.cache,
-        (cli.call_log, rotation),
-        egress,
-    )?;
+    let mut ctx = context::warden(cli.toolbox, cli.home, cli.cache, call_log, egress)?;
     // Commands that make one call or none set up no pool sized for a server's calls, and no
     // host sandboxes ahead of calls that will not come (`Warden::backends`).
     if !matches!(
