@@ -264,6 +264,146 @@ fn report(
     engine: &Engine,
     runtime: Option<&Runtime>,
 ) -> Report {
+    let audit = Audit::new(cfg, plan, grants, engine, runtime);
+    let network = cfg.network.value.reach(grants);
+    Report {
+        settings: audit.settings(),
+        lines: audit.lines(engine),
+        network,
+        flags: flags(cfg, engine, network),
+    }
+}
+
+/// What the audit says of every container of a tool, worked out once for both its settings
+/// and its lines.
+struct Audit<'a> {
+    cfg: &'a DockerConfig,
+    plan: &'a Plan,
+    grants: &'a Grants,
+    /// What a container is for: "session" or "call".
+    mode: &'static str,
+    cpus: f64,
+    tmp: String,
+    hardening: Vec<&'static str>,
+    /// The engine's address as shown.
+    address: String,
+    /// The runtime as found, or as named.
+    runtime: String,
+}
+
+impl<'a> Audit<'a> {
+    fn new(
+        cfg: &'a DockerConfig,
+        plan: &'a Plan,
+        grants: &'a Grants,
+        engine: &Engine,
+        runtime: Option<&Runtime>,
+    ) -> Self {
+        let runtime = match (&cfg.runtime, runtime) {
+            (_, Some(found)) => found.describe(),
+            (Some(named), None) => {
+                format!("{} (not checked: the engine did not answer)", named.value)
+            }
+            (None, None) => "the engine's default (runc: the host's kernel)".to_owned(),
+        };
+        Audit {
+            cfg,
+            plan,
+            grants,
+            mode: if cfg.session { "session" } else { "call" },
+            cpus: cfg.nano_cpus as f64 / 1e9,
+            tmp: ByteSize(cfg.tmp).to_string(),
+            hardening: hardening(plan.gvisor),
+            address: engine.shown_address(),
+            runtime,
+        }
+    }
+
+    /// The audit's settings, as JSON.
+    fn settings(&self) -> serde_json::Map<String, serde_json::Value> {
+        let (cfg, plan) = (self.cfg, self.plan);
+        let settings = json!({
+            "engine": self.address,
+            "runtime": self.runtime,
+            "pool": cfg.pool.as_ref().map(|p| p.value),
+            "image": cfg.image.value,
+            "argv": cfg.argv.value,
+            "workdir": cfg.workdir.as_ref().map(|w| w.value.clone()),
+            "mode": self.mode,
+            "user": plan.user.to_string(),
+            "pids": cfg.pids,
+            "cpus": self.cpus,
+            "tmp": self.tmp,
+            "hardening": self.hardening,
+            "roots": roots(plan, self.grants),
+        });
+        settings.as_object().cloned().unwrap_or_default()
+    }
+
+    /// The audit's lines: the executor, its engine and runtime, a container, the pool, the
+    /// roots.
+    fn lines(&self, engine: &Engine) -> Vec<ReportLine> {
+        let (cfg, plan, mode) = (self.cfg, self.plan, self.mode);
+        let place = engine
+            .address()
+            .map_or_else(ToString::to_string, EngineAddress::describe);
+        let pids = if plan.gvisor {
+            format!(
+                "{} (a cgroup of {} host pids under gVisor)",
+                cfg.pids,
+                plan.pids_limit()
+            )
+        } else {
+            cfg.pids.to_string()
+        };
+        let mut lines = vec![
+            ReportLine {
+                label: "executor",
+                text: format!(
+                    "docker {} {:?} (a container per {mode})",
+                    cfg.image.value, cfg.argv.value
+                ),
+            },
+            ReportLine {
+                label: "engine",
+                text: place,
+            },
+            ReportLine {
+                label: "runtime",
+                text: self.runtime.clone(),
+            },
+            ReportLine {
+                label: "container",
+                text: format!(
+                    "user {}, pids {pids}, cpus {}, /tmp {}; {}",
+                    plan.user,
+                    self.cpus,
+                    self.tmp,
+                    self.hardening.join(", ")
+                ),
+            },
+        ];
+        if let Some(n) = cfg.pool.as_ref().map(|p| p.value) {
+            let each = if cfg.session {
+                "each for one session"
+            } else {
+                "each for one call and removed after"
+            };
+            lines.push(ReportLine {
+                label: "pool",
+                text: format!("{n} containers kept started and waiting, {each}"),
+            });
+        }
+        lines.extend(roots(plan, self.grants).into_iter().map(|text| ReportLine {
+            label: "root",
+            text,
+        }));
+        lines
+    }
+}
+
+/// The hardening of every container, for the audit.
+fn hardening(gvisor: bool) -> Vec<&'static str> {
     const HARDENING: [&str; 9] = [
         "read-only root filesystem",
         "all capabilities dropped",
@@ -277,18 +417,17 @@ fn report(
     ];
     // Under gVisor what runs inside meets gVisor's kernel: the profile holds gVisor itself.
     let mut hardening = HARDENING.to_vec();
-    if plan.gvisor
-        && let Some(seccomp) = hardening.iter_mut().find(|h| h.starts_with("seccomp"))
-    {
+    if gvisor && let Some(seccomp) = hardening.iter_mut().find(|h| h.starts_with("seccomp")) {
         *seccomp = "seccomp: the engine's default profile on gVisor's own processes; \
             inside, gVisor's kernel, whose sockets are unix, TCP and UDP (netlink route and \
             uevent answered by gVisor itself)";
     }
-    let mode = if cfg.session { "session" } else { "call" };
-    let cpus = cfg.nano_cpus as f64 / 1e9;
-    let tmp = ByteSize(cfg.tmp).to_string();
+    hardening
+}
+
+/// What the audit flags: an unrestricted network, an image by tag, an engine elsewhere.
+fn flags(cfg: &DockerConfig, engine: &Engine, network: Reach) -> Vec<String> {
     let mut flags = Vec::new();
-    let network = cfg.network.value.reach(grants);
     if network == Reach::Unrestricted {
         flags.push(
             "unrestricted network: the container may reach any host (Docker cannot enforce an \
@@ -302,92 +441,14 @@ fn report(
             cfg.image.value
         ));
     }
-    let place = engine
-        .address()
-        .map_or_else(ToString::to_string, EngineAddress::describe);
-    let address = engine.shown_address();
     if engine.place() == Place::Remote {
+        let address = engine.shown_address();
         flags.push(format!(
             "engine elsewhere ({address}): whoever holds its API is root there; no CPU or \
              memory figures from this machine"
         ));
     }
-    let runtime = match (&cfg.runtime, runtime) {
-        (_, Some(found)) => found.describe(),
-        (Some(named), None) => format!("{} (not checked: the engine did not answer)", named.value),
-        (None, None) => "the engine's default (runc: the host's kernel)".to_owned(),
-    };
-    let pool = cfg.pool.as_ref().map(|p| p.value);
-    let pids = if plan.gvisor {
-        format!(
-            "{} (a cgroup of {} host pids under gVisor)",
-            cfg.pids,
-            plan.pids_limit()
-        )
-    } else {
-        cfg.pids.to_string()
-    };
-    let settings = json!({
-        "engine": address,
-        "runtime": runtime,
-        "pool": pool,
-        "image": cfg.image.value,
-        "argv": cfg.argv.value,
-        "workdir": cfg.workdir.as_ref().map(|w| w.value.clone()),
-        "mode": mode,
-        "user": plan.user.to_string(),
-        "pids": cfg.pids,
-        "cpus": cpus,
-        "tmp": tmp,
-        "hardening": hardening,
-        "roots": roots(plan, grants),
-    });
-    let mut lines = vec![
-        ReportLine {
-            label: "executor",
-            text: format!(
-                "docker {} {:?} (a container per {mode})",
-                cfg.image.value, cfg.argv.value
-            ),
-        },
-        ReportLine {
-            label: "engine",
-            text: place,
-        },
-        ReportLine {
-            label: "runtime",
-            text: runtime,
-        },
-        ReportLine {
-            label: "container",
-            text: format!(
-                "user {}, pids {pids}, cpus {cpus}, /tmp {tmp}; {}",
-                plan.user,
-                hardening.join(", ")
-            ),
-        },
-    ];
-    if let Some(n) = pool {
-        let each = if cfg.session {
-            "each for one session"
-        } else {
-            "each for one call and removed after"
-        };
-        lines.push(ReportLine {
-            label: "pool",
-            text: format!("{n} containers kept started and waiting, {each}"),
-        });
-    }
-    lines.extend(roots(plan, grants).into_iter().map(|text| ReportLine {
-        label: "root",
-        text,
-    }));
-    Report {
-        settings: settings.as_object().cloned().unwrap_or_default(),
-        lines,
-        network,
-        flags,
-    }
+    flags
 }
 
 /// The description of a tool whose policy writes none.

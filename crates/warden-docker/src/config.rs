@@ -7,7 +7,7 @@ use crate::files::DEFAULT_COPY_LIMIT;
 use serde::Deserialize;
 use toml::Spanned;
 use warden_command::{NetworkMode, User, command_line, count, tmp_size, tool_name};
-use warden_core::{ByteSize, Located, Policy, PolicyError};
+use warden_core::{ByteSize, ExecutorTable, Located, Policy, PolicyError};
 
 /// Processes (threads included) in one container when the policy writes none.
 pub const DEFAULT_PIDS: u32 = 128;
@@ -94,85 +94,17 @@ impl DockerConfig {
         let table = &policy.executor;
         let spec: DockerSpec = table.parse()?;
         let name = tool_name(table, "docker", spec.name)?;
-        let image = spec.image.ok_or_else(|| {
-            table.error(
-                table.kind_line(),
-                "a docker executor needs `image = \"...\"` (warden's own: `warden sandbox-image` \
-                 builds warden-sandbox:latest, `warden sandbox-image --debian` \
-                 warden-sandbox-debian:latest)",
-            )
-        })?;
-        let image = table.located(image);
-        if image.value.trim().is_empty() {
-            return Err(table.error(image.line, "`image` is empty"));
-        }
+        let image = image(table, spec.image)?;
         let argv = command_line(table, "docker", spec.argv)?;
-        let workdir = spec.workdir.map(|w| table.located(w));
-        if let Some(w) = &workdir
-            && !w.value.starts_with('/')
-        {
-            return Err(table.error(
-                w.line,
-                format!("workdir `{}` must be an absolute path", w.value),
-            ));
-        }
+        let workdir = workdir(table, spec.workdir)?;
         let user = User::written(table, spec.user)?;
         let network = NetworkMode::written(table, "docker", spec.network, &policy.grants)?;
         let pids = count(table, "pids", spec.pids, DEFAULT_PIDS)?;
-        let nano_cpus = match spec.cpus {
-            None => DEFAULT_NANO_CPUS,
-            Some(c) => {
-                let v = match c.get_ref() {
-                    Number::Int(i) => *i as f64,
-                    Number::Float(f) => *f,
-                };
-                if !(v.is_finite() && v >= 0.01) {
-                    return Err(table.error(table.line(&c.span()), "cpus must be at least 0.01"));
-                }
-                (v * 1e9) as u64
-            }
-        };
+        let nano_cpus = nano_cpus(table, spec.cpus)?;
         let tmp = tmp_size(table, spec.tmp)?;
-        let pool = match spec.pool {
-            None => None,
-            Some(p) => {
-                let line = table.line(&p.span());
-                match u32::try_from(*p.get_ref()) {
-                    Ok(n) if (1..=MAX_POOL).contains(&n) => Some(Located { value: n, line }),
-                    _ => {
-                        return Err(table.error(
-                            line,
-                            format!(
-                                "pool must be from 1 to {MAX_POOL} (containers kept started, \
-                                 each for one call); drop it to start each container on its \
-                                 call's path"
-                            ),
-                        ));
-                    }
-                }
-            }
-        };
-        let runtime = spec.runtime.map(|r| table.located(r));
-        if let Some(r) = &runtime
-            && (r.value.is_empty() || !r.value.chars().all(|c| c.is_ascii_graphic()))
-        {
-            return Err(table.error(
-                r.line,
-                "runtime must name one of the engine's runtimes (`docker info` lists them: \
-                 runc, runsc, …)",
-            ));
-        }
-        let copy_limit = match spec.copy_limit {
-            None => DEFAULT_COPY_LIMIT,
-            Some(c) if c.get_ref().0 == 0 => {
-                return Err(table.error(
-                    table.line(&c.span()),
-                    "copy_limit must be more than 0 (it bounds the roots copied into a \
-                     container, e.g. `copy_limit = \"256MiB\"`)",
-                ));
-            }
-            Some(c) => c.get_ref().0,
-        };
+        let pool = pool(table, spec.pool)?;
+        let runtime = runtime(table, spec.runtime)?;
+        let copy_limit = copy_limit(table, spec.copy_limit)?;
         let copy_back = spec.copy_back.map(|c| table.located(c));
         let engine = engine(policy, spec.engine, spec.engine_certs)?;
         Ok(DockerConfig {
@@ -193,6 +125,113 @@ impl DockerConfig {
             copy_back,
             engine,
         })
+    }
+}
+
+/// `image`, which every docker tool names.
+fn image(
+    table: &ExecutorTable,
+    written: Option<Spanned<String>>,
+) -> Result<Located<String>, PolicyError> {
+    let image = written.ok_or_else(|| {
+        table.error(
+            table.kind_line(),
+            "a docker executor needs `image = \"...\"` (warden's own: `warden sandbox-image` \
+             builds warden-sandbox:latest, `warden sandbox-image --debian` \
+             warden-sandbox-debian:latest)",
+        )
+    })?;
+    let image = table.located(image);
+    if image.value.trim().is_empty() {
+        return Err(table.error(image.line, "`image` is empty"));
+    }
+    Ok(image)
+}
+
+/// `workdir`, an absolute path if written.
+fn workdir(
+    table: &ExecutorTable,
+    written: Option<Spanned<String>>,
+) -> Result<Option<Located<String>>, PolicyError> {
+    let workdir = written.map(|w| table.located(w));
+    if let Some(w) = &workdir
+        && !w.value.starts_with('/')
+    {
+        return Err(table.error(
+            w.line,
+            format!("workdir `{}` must be an absolute path", w.value),
+        ));
+    }
+    Ok(workdir)
+}
+
+/// `cpus`, at least 0.01, in billionths.
+fn nano_cpus(table: &ExecutorTable, written: Option<Spanned<Number>>) -> Result<u64, PolicyError> {
+    let Some(c) = written else {
+        return Ok(DEFAULT_NANO_CPUS);
+    };
+    let v = match c.get_ref() {
+        Number::Int(i) => *i as f64,
+        Number::Float(f) => *f,
+    };
+    if !(v.is_finite() && v >= 0.01) {
+        return Err(table.error(table.line(&c.span()), "cpus must be at least 0.01"));
+    }
+    Ok((v * 1e9) as u64)
+}
+
+/// `pool`, from 1 to [`MAX_POOL`] if written.
+fn pool(
+    table: &ExecutorTable,
+    written: Option<Spanned<i64>>,
+) -> Result<Option<Located<u32>>, PolicyError> {
+    let Some(p) = written else {
+        return Ok(None);
+    };
+    let line = table.line(&p.span());
+    match u32::try_from(*p.get_ref()) {
+        Ok(n) if (1..=MAX_POOL).contains(&n) => Ok(Some(Located { value: n, line })),
+        _ => Err(table.error(
+            line,
+            format!(
+                "pool must be from 1 to {MAX_POOL} (containers kept started, each for one \
+                 call); drop it to start each container on its call's path"
+            ),
+        )),
+    }
+}
+
+/// `runtime`, a name of visible ASCII if written (the engine is asked for it at load).
+fn runtime(
+    table: &ExecutorTable,
+    written: Option<Spanned<String>>,
+) -> Result<Option<Located<String>>, PolicyError> {
+    let runtime = written.map(|r| table.located(r));
+    if let Some(r) = &runtime
+        && (r.value.is_empty() || !r.value.chars().all(|c| c.is_ascii_graphic()))
+    {
+        return Err(table.error(
+            r.line,
+            "runtime must name one of the engine's runtimes (`docker info` lists them: \
+             runc, runsc, …)",
+        ));
+    }
+    Ok(runtime)
+}
+
+/// `copy_limit`, more than 0 bytes.
+fn copy_limit(
+    table: &ExecutorTable,
+    written: Option<Spanned<ByteSize>>,
+) -> Result<u64, PolicyError> {
+    match written {
+        None => Ok(DEFAULT_COPY_LIMIT),
+        Some(c) if c.get_ref().0 == 0 => Err(table.error(
+            table.line(&c.span()),
+            "copy_limit must be more than 0 (it bounds the roots copied into a container, \
+             e.g. `copy_limit = \"256MiB\"`)",
+        )),
+        Some(c) => Ok(c.get_ref().0),
     }
 }
 

@@ -3,7 +3,7 @@
 
 use crate::failure::{Failure, send, setup};
 use crate::landlock::restrict;
-use crate::plan::{CA_BUNDLE, Plan, Protections, REPORT_FD, Report, Stdin};
+use crate::plan::{CA_BUNDLE, Plan, Protections, REPORT_FD, Report, Rlimits, Stdin};
 use nix::sys::prctl;
 use nix::sys::resource::{Resource, setrlimit};
 use nix::sys::signal::Signal;
@@ -25,74 +25,18 @@ pub(crate) fn command(
     nix::unistd::setsid().map_err(|e| setup(format!("setsid: {e}")))?;
     let program = find_program(plan)?;
     let limits = plan.call.rlimits;
-    let set = |r: Resource, soft: u64, hard: u64, name: &str| {
-        setrlimit(r, soft, hard).map_err(|e| setup(format!("setting {name}: {e}")))
-    };
-    set(
-        Resource::RLIMIT_CPU,
-        limits.cpu_secs,
-        limits.cpu_secs + 1,
-        "RLIMIT_CPU",
-    )?;
-    set(
-        Resource::RLIMIT_AS,
-        limits.address_space,
-        limits.address_space,
-        "RLIMIT_AS",
-    )?;
-    set(
-        Resource::RLIMIT_FSIZE,
-        limits.file_size,
-        limits.file_size,
-        "RLIMIT_FSIZE",
-    )?;
-    set(
-        Resource::RLIMIT_NOFILE,
-        limits.open_files,
-        limits.open_files,
-        "RLIMIT_NOFILE",
-    )?;
-    set(Resource::RLIMIT_CORE, 0, 0, "RLIMIT_CORE")?;
-    set(
-        Resource::RLIMIT_NPROC,
-        limits.processes,
-        limits.processes,
-        "RLIMIT_NPROC",
-    )?;
+    set_limits(&limits)?;
     std::env::set_current_dir(&plan.sandbox.cwd)
         .map_err(|e| setup(format!("entering {}: {e}", plan.sandbox.cwd.display())))?;
-    match plan.sandbox.stdin {
-        Stdin::Nothing => {
-            let devnull = File::open("/dev/null").map_err(|e| setup(format!("/dev/null: {e}")))?;
-            nix::unistd::dup2_stdin(&devnull).map_err(|e| setup(format!("stdin: {e}")))?;
-        }
-        // A session's shell reads its commands there, a program of `warden exec` its input.
-        Stdin::Helper => {}
-        Stdin::Terminal => {
-            // SAFETY: dup2 of our own descriptors.
-            if unsafe { nix::libc::dup2(1, 0) } < 0 {
-                return Err(setup(format!("stdin: {}", std::io::Error::last_os_error())));
-            }
-            // The session this process leads (setsid above) takes the terminal as its own,
-            // so ^C and job control reach its foreground process group.
-            // SAFETY: TIOCSCTTY on our own descriptor, with no argument to read.
-            if unsafe { nix::libc::ioctl(0, nix::libc::TIOCSCTTY, 0) } < 0 {
-                let e = std::io::Error::last_os_error();
-                return Err(setup(format!("taking the terminal: {e}")));
-            }
-        }
-    }
+    connect_stdin(plan.sandbox.stdin)?;
     close_other_fds();
     // Landlock opens the roots while still privileged, then the user is dropped.
     let ruleset = crate::landlock::ruleset(plan, &mut protections)?;
     if root {
-        let (uid, gid) = (
+        switch_user(
             Uid::from_raw(plan.sandbox.uid),
             Gid::from_raw(plan.sandbox.gid),
-        );
-        nix::unistd::setgroups(&[]).map_err(|e| setup(format!("setgroups: {e}")))?;
-        nix::unistd::setresgid(gid, gid, gid).map_err(|e| setup(format!("setgid: {e}")))?;
-        nix::unistd::setresuid(uid, uid, uid).map_err(|e| setup(format!("setuid: {e}")))?;
+        )?;
     }
     if let Some(bundle) = &plan.call.ca_bundle {
         write_bundle(bundle)?;
@@ -127,6 +71,78 @@ pub(crate) fn command(
         Err(e) => Err(setup(format!("cannot execute {}: {e}", program.display()))),
         Ok(never) => match never {},
     }
+}
+
+/// Limits every process of the command as the plan says, and lets none dump core.
+fn set_limits(limits: &Rlimits) -> Result<(), Failure> {
+    let set = |r: Resource, soft: u64, hard: u64, name: &str| {
+        setrlimit(r, soft, hard).map_err(|e| setup(format!("setting {name}: {e}")))
+    };
+    set(
+        Resource::RLIMIT_CPU,
+        limits.cpu_secs,
+        limits.cpu_secs + 1,
+        "RLIMIT_CPU",
+    )?;
+    set(
+        Resource::RLIMIT_AS,
+        limits.address_space,
+        limits.address_space,
+        "RLIMIT_AS",
+    )?;
+    set(
+        Resource::RLIMIT_FSIZE,
+        limits.file_size,
+        limits.file_size,
+        "RLIMIT_FSIZE",
+    )?;
+    set(
+        Resource::RLIMIT_NOFILE,
+        limits.open_files,
+        limits.open_files,
+        "RLIMIT_NOFILE",
+    )?;
+    set(Resource::RLIMIT_CORE, 0, 0, "RLIMIT_CORE")?;
+    set(
+        Resource::RLIMIT_NPROC,
+        limits.processes,
+        limits.processes,
+        "RLIMIT_NPROC",
+    )
+}
+
+/// Points the command's stdin at what the plan says it reads.
+fn connect_stdin(stdin: Stdin) -> Result<(), Failure> {
+    match stdin {
+        Stdin::Nothing => {
+            let devnull = File::open("/dev/null").map_err(|e| setup(format!("/dev/null: {e}")))?;
+            nix::unistd::dup2_stdin(&devnull).map_err(|e| setup(format!("stdin: {e}")))?;
+        }
+        // A session's shell reads its commands there, a program of `warden exec` its input.
+        Stdin::Helper => {}
+        Stdin::Terminal => {
+            // SAFETY: dup2 of our own descriptors.
+            if unsafe { nix::libc::dup2(1, 0) } < 0 {
+                return Err(setup(format!("stdin: {}", std::io::Error::last_os_error())));
+            }
+            // The session this process leads (`command`'s setsid) takes the terminal as its
+            // own, so ^C and job control reach its foreground process group.
+            // SAFETY: TIOCSCTTY on our own descriptor, with no argument to read.
+            if unsafe { nix::libc::ioctl(0, nix::libc::TIOCSCTTY, 0) } < 0 {
+                let e = std::io::Error::last_os_error();
+                return Err(setup(format!("taking the terminal: {e}")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Becomes the policy's user, `uid` and `gid` with no supplementary groups: warden ran as
+/// root.
+fn switch_user(uid: Uid, gid: Gid) -> Result<(), Failure> {
+    nix::unistd::setgroups(&[]).map_err(|e| setup(format!("setgroups: {e}")))?;
+    nix::unistd::setresgid(gid, gid, gid).map_err(|e| setup(format!("setgid: {e}")))?;
+    nix::unistd::setresuid(uid, uid, uid).map_err(|e| setup(format!("setuid: {e}")))
 }
 
 fn cstrings<I, B>(items: I) -> Result<Vec<CString>, Failure>

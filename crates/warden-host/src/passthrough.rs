@@ -13,10 +13,11 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::net::UnixStream;
 use tokio::time::Instant;
 use warden_command::program::{Driven, Running, drive, relay};
 use warden_core::{BoxFuture, Exit, Held, Program, Sink, ToolError};
-use warden_net::Scope;
+use warden_net::{Credentials, Proxy, Scope};
 
 /// How long the helper has to hand over the gate's listener, and to end once its tree is gone.
 const SETUP_WAIT: Duration = Duration::from_secs(10);
@@ -74,20 +75,7 @@ pub(crate) async fn run(
         }
         _ => (Box::new(helpers_stdin) as Sink, None),
     };
-    let proxy = match gate {
-        Some(socket) => {
-            let by = Instant::now() + SETUP_WAIT;
-            starter.serve_gate(socket, by, credentials).await?
-        }
-        None => None,
-    };
-    if let Some(proxy) = &proxy {
-        let ends = Instant::now() + timeout.unwrap_or(NEVER);
-        proxy.begin(Scope {
-            denials: held.denials.clone(),
-            deadline: ends.into_std(),
-        });
-    }
+    let proxy = open_gate(starter, gate, credentials, &held, timeout).await?;
     let mut reported = Vec::new();
     let output = async {
         let ((), (), told) = tokio::join!(
@@ -111,6 +99,36 @@ pub(crate) async fn run(
     }
     // The tree is gone: the helper exits at once.
     let _ = tokio::time::timeout(SETUP_WAIT, helper.ended()).await;
+    outcome(driven, reported, &held)
+}
+
+/// The gate of a program whose sandbox has one: served, the program's own until its deadline
+/// (or for good, without one).
+async fn open_gate(
+    starter: &Starter,
+    socket: Option<UnixStream>,
+    credentials: Credentials,
+    held: &Held,
+    timeout: Option<Duration>,
+) -> Result<Option<Proxy>, ToolError> {
+    let Some(socket) = socket else {
+        return Ok(None);
+    };
+    let by = Instant::now() + SETUP_WAIT;
+    let proxy = starter.serve_gate(socket, by, credentials).await?;
+    if let Some(proxy) = &proxy {
+        let ends = Instant::now() + timeout.unwrap_or(NEVER);
+        proxy.begin(Scope {
+            denials: held.denials.clone(),
+            deadline: ends.into_std(),
+        });
+    }
+    Ok(proxy)
+}
+
+/// How the program ended, from how driving it ended and what its sandbox reported (its
+/// usage goes to `held`'s meter).
+fn outcome(driven: Driven, reported: Vec<Report>, held: &Held) -> Result<Exit, ToolError> {
     let mut exit = None;
     for report in reported {
         match report {

@@ -21,11 +21,12 @@
 //! once, and a request head must arrive within [`HEAD_WAIT`], so a sandbox cannot pin warden.
 
 mod head;
+mod intercept;
 
 use crate::credentials::{Credentials, normal};
 use crate::gate::{DialError, Gate, Vetting, connect};
 use crate::scrub::{Returning, Unpassable};
-use head::{Ask, HeadError, Request, parse, parse_origin_form, read_head};
+use head::{Ask, Request, parse, read_head};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -270,14 +271,8 @@ impl Connection {
     async fn serve_until_deadline(&self, stream: &mut TcpStream) {
         // Small writes (a head, a TLS record) go out at once rather than wait for an ACK.
         let _ = stream.set_nodelay(true);
-        let head_by = (Instant::now() + HEAD_WAIT).min(self.scope.deadline);
-        let (mut ask, rest) = match read_head(stream, head_by).await {
-            Ok(Some((buf, len))) => match parse(&buf[..len]) {
-                Ok(ask) => (ask, buf[len..].to_vec()),
-                Err(bad) => return reply(stream, bad.status(), &bad.to_string()).await,
-            },
-            Ok(None) => return,
-            Err(e) => return reply(stream, e.status(), &e.to_string()).await,
+        let Some((mut ask, rest)) = self.read_ask(stream).await else {
+            return;
         };
         let (host, port, destination) = match &ask {
             Ask::Tunnel { host, port } => (host, *port, format!("connect {host}:{port}")),
@@ -296,36 +291,8 @@ impl Connection {
                     .await;
             }
         }
-        let addrs = match self.gate.vet(host, port, self.scope.deadline).await {
-            Ok(addrs) => addrs,
-            Err(Vetting::Denied(reason)) => {
-                return self
-                    .deny(stream, "403 Forbidden", destination, reason)
-                    .await;
-            }
-            Err(Vetting::Unresolved(why)) => return reply(stream, "502 Bad Gateway", &why).await,
-        };
-        let wait = self
-            .scope
-            .deadline
-            .saturating_duration_since(Instant::now());
-        let mut upstream = match connect(&addrs, port, wait).await {
-            Ok(upstream) => {
-                let _ = upstream.set_nodelay(true);
-                self.counts.reached.reach(Reached {
-                    destination: destination.clone(),
-                    address: upstream.peer_addr().ok(),
-                });
-                upstream
-            }
-            Err(DialError::TimedOut) => {
-                let why = format!("connecting to {host}:{port} timed out");
-                return reply(stream, "504 Gateway Timeout", &why).await;
-            }
-            Err(DialError::Io(e)) => {
-                let why = format!("connecting to {host}:{port}: {e}");
-                return reply(stream, "502 Bad Gateway", &why).await;
-            }
+        let Some(mut upstream) = self.dial(stream, host, port, &destination).await else {
+            return;
         };
         let opened = match ask {
             Ask::Tunnel { ref host, port } if credentialed => {
@@ -374,6 +341,73 @@ impl Connection {
         }
     }
 
+    /// The connection's request head, parsed, and the bytes the sandbox sent after it. `None`:
+    /// the sandbox sent none, or was told why its head does not pass.
+    async fn read_ask(&self, stream: &mut TcpStream) -> Option<(Ask, Vec<u8>)> {
+        let head_by = (Instant::now() + HEAD_WAIT).min(self.scope.deadline);
+        match read_head(stream, head_by).await {
+            Ok(Some((buf, len))) => match parse(&buf[..len]) {
+                Ok(ask) => Some((ask, buf[len..].to_vec())),
+                Err(bad) => {
+                    reply(stream, bad.status(), &bad.to_string()).await;
+                    None
+                }
+            },
+            Ok(None) => None,
+            Err(e) => {
+                reply(stream, e.status(), &e.to_string()).await;
+                None
+            }
+        }
+    }
+
+    /// A connection to `host:port`, once the gate lets `destination` through, counted as
+    /// reached. `None`: the sandbox was told why not (a refusal is also the command's denial).
+    async fn dial(
+        &self,
+        stream: &mut TcpStream,
+        host: &str,
+        port: u16,
+        destination: &str,
+    ) -> Option<TcpStream> {
+        let addrs = match self.gate.vet(host, port, self.scope.deadline).await {
+            Ok(addrs) => addrs,
+            Err(Vetting::Denied(reason)) => {
+                self.deny(stream, "403 Forbidden", destination.to_owned(), reason)
+                    .await;
+                return None;
+            }
+            Err(Vetting::Unresolved(why)) => {
+                reply(stream, "502 Bad Gateway", &why).await;
+                return None;
+            }
+        };
+        let wait = self
+            .scope
+            .deadline
+            .saturating_duration_since(Instant::now());
+        match connect(&addrs, port, wait).await {
+            Ok(upstream) => {
+                let _ = upstream.set_nodelay(true);
+                self.counts.reached.reach(Reached {
+                    destination: destination.to_owned(),
+                    address: upstream.peer_addr().ok(),
+                });
+                Some(upstream)
+            }
+            Err(DialError::TimedOut) => {
+                let why = format!("connecting to {host}:{port} timed out");
+                reply(stream, "504 Gateway Timeout", &why).await;
+                None
+            }
+            Err(DialError::Io(e)) => {
+                let why = format!("connecting to {host}:{port}: {e}");
+                reply(stream, "502 Bad Gateway", &why).await;
+                None
+            }
+        }
+    }
+
     /// Sets `host`'s credentials in `request`, and asks for a body the gate can scan.
     fn credential(&self, host: &str, request: &mut Request) {
         self.credentials.apply(host, &mut request.headers);
@@ -384,144 +418,6 @@ impl Connection {
         request
             .headers
             .push(("Accept-Encoding".to_owned(), b"identity".to_vec()));
-    }
-}
-
-impl Connection {
-    /// A tunnel to a host that carries a credential: TLS with the sandbox under this
-    /// sandbox's CA, TLS upstream verified against warden's roots, and one request between,
-    /// its credential set.
-    async fn intercept(
-        &self,
-        stream: &mut TcpStream,
-        upstream: TcpStream,
-        host: &str,
-        port: u16,
-        early: Vec<u8>,
-    ) {
-        if !early.is_empty() {
-            let why = "bytes arrived before the tunnel was open";
-            return reply(stream, "400 Bad Request", why).await;
-        }
-        let acceptor = match self.credentials.acceptor(host) {
-            Ok(a) => a,
-            Err(why) => return reply(stream, "500 Internal Server Error", &why.to_string()).await,
-        };
-        let ok = b"HTTP/1.1 200 Connection established\r\n\r\n";
-        if stream.write_all(ok).await.is_err() {
-            return;
-        }
-        // A sandbox that does not trust its CA (or speaks no TLS) ends here.
-        let Ok(mut sandbox) = acceptor.accept(stream).await else {
-            return;
-        };
-        let destination = format!("connect {host}:{port}");
-        if let Some(asked) = sandbox.get_ref().1.server_name() {
-            let literal = host.trim_start_matches('[').trim_end_matches(']');
-            if normal(asked) != normal(literal) {
-                let reason = format!(
-                    "the TLS server name is {}, but the tunnel goes to {host}; {FOR_ITS_HOST}",
-                    asked.escape_default()
-                );
-                return self
-                    .deny(&mut sandbox, MISDIRECTED, destination, reason)
-                    .await;
-            }
-        }
-        let literal = host.trim_start_matches('[').trim_end_matches(']');
-        let name = match literal.parse::<std::net::IpAddr>() {
-            Ok(ip) => rustls::pki_types::ServerName::from(ip),
-            Err(_) => match rustls::pki_types::ServerName::try_from(host.to_owned()) {
-                Ok(n) => n,
-                Err(_) => {
-                    let why = format!("{host} is not a valid TLS server name");
-                    return reply(&mut sandbox, "502 Bad Gateway", &why).await;
-                }
-            },
-        };
-        let connector = tokio_rustls::TlsConnector::from(self.gate.egress().tls());
-        let mut origin = match connector.connect(name, upstream).await {
-            Ok(origin) => origin,
-            Err(e) => {
-                let reason = format!(
-                    "the TLS connection to {host}:{port} failed ({e}): warden sends a \
-                     credential only to a server whose certificate it verifies"
-                );
-                return self
-                    .deny(&mut sandbox, "502 Bad Gateway", destination, reason)
-                    .await;
-            }
-        };
-        let head_by = (Instant::now() + HEAD_WAIT).min(self.scope.deadline);
-        let (mut request, rest) = match read_head(&mut sandbox, head_by).await {
-            Ok(Some((buf, len))) => match parse_origin_form(&buf[..len]) {
-                Ok(r) => (r, buf[len..].to_vec()),
-                Err(bad) => return reply(&mut sandbox, bad.status(), &bad.to_string()).await,
-            },
-            Err(e @ HeadError::TooLarge) => {
-                return reply(&mut sandbox, e.status(), &e.to_string()).await;
-            }
-            // A tunnel whose request never comes just ends.
-            Ok(None) | Err(HeadError::TimedOut) => return,
-        };
-        if let Err(wrong) = names_target(&request.headers, host, port) {
-            return self
-                .deny(&mut sandbox, MISDIRECTED, destination, wrong.to_string())
-                .await;
-        }
-        self.credential(host, &mut request);
-        let head = request.head(&format!("{host}:{port}"));
-        if origin.write_all(&head).await.is_err() || origin.write_all(&rest).await.is_err() {
-            return;
-        }
-        self.counts
-            .up
-            .fetch_add((head.len() + rest.len()) as u64, Ordering::Relaxed);
-        // A server that ends the TLS session before answering (one that demands a client
-        // certificate does so only now, under TLS 1.3) is told to the sandbox and the call.
-        let mut first = vec![0u8; 16 << 10];
-        let n = match origin.read(&mut first).await {
-            Ok(n) => n,
-            Err(e) => {
-                let reason = format!(
-                    "{host}:{port} ended the TLS session before answering ({e}); a server that \
-                     demands a client certificate gets none from warden"
-                );
-                return self
-                    .deny(&mut sandbox, "502 Bad Gateway", destination, reason)
-                    .await;
-            }
-        };
-        let mut back = Returning::new(self.credentials.secrets());
-        let answer = match back.pass(&first[..n]) {
-            Ok(answer) => answer,
-            Err(refused) => {
-                return self
-                    .deny(
-                        &mut sandbox,
-                        "502 Bad Gateway",
-                        destination,
-                        refused.to_string(),
-                    )
-                    .await;
-            }
-        };
-        if sandbox.write_all(&answer).await.is_err() {
-            return;
-        }
-        self.counts.down.fetch_add(n as u64, Ordering::Relaxed);
-        let (from_sandbox, to_sandbox) = tokio::io::split(sandbox);
-        let (from_origin, to_origin) = tokio::io::split(origin);
-        let refused = relay(
-            (from_sandbox, to_origin),
-            (from_origin, to_sandbox),
-            &self.counts,
-            Some(back),
-        )
-        .await;
-        if let Some(reason) = refused {
-            self.record(destination, reason.to_string());
-        }
     }
 }
 
