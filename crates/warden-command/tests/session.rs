@@ -127,6 +127,7 @@ fn invocation(id: SessionId, limits: Limits) -> Invocation {
     Invocation {
         call_id: "c1".into(),
         arguments: json!({}),
+        deadline: Instant::now() + limits.timeout,
         limits,
         denials: Denials::default(),
         session: id,
