@@ -13,8 +13,9 @@
 //! - **What persists** from one command to the next: the working directory, variables and
 //!   functions, shell options, files in `/tmp` (and anywhere else the sandbox may write), and
 //!   background jobs (`cmd &`), which keep running between commands.
-//! - **Each command** reads `/dev/null` on its stdin (never the commands that follow) and has
-//!   its own deadline, which starts when the command gets the shell, not while it waits.
+//! - **Each command** reads `/dev/null` on its stdin (never the commands that follow). The
+//!   `timeout` it asks for starts when it gets the shell, not while it waits; the policy's is
+//!   the call's, from the dispatcher's deadline, and counts the wait too.
 //! - **Ordering.** A session runs one command at a time; concurrent commands of one session
 //!   wait their turn and run in the order they arrived. Sessions never wait for each other.
 //! - **A timeout** ends the command, not the session, where the executor can stop a command's
@@ -85,7 +86,7 @@ use warden_core::{
     ByteSize, ErrorKind, Invocation, Limits, Output, SHELL_DETAIL, SessionId, ToolError,
 };
 
-use crate::{Cause, Deadline, Request, answer, shell, timed_out};
+use crate::{Cause, CommandCall, answer, shell, timed_out};
 
 /// A piece of a shell's output, from one of its two streams.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -304,19 +305,15 @@ impl<L: Launcher> Sessions<L> {
         }
     }
 
-    /// Runs call `inv` in its session: `restart` first if asked, then `command` if given,
-    /// stopped at `time`'s deadline; the sandbox's refusals and usage go to the invocation's.
-    pub async fn run(
-        &self,
-        inv: &Invocation,
-        request: &Request,
-        env: &[(String, String)],
-        time: Deadline,
-    ) -> Result<Output, ToolError> {
+    /// Runs `call`, of invocation `inv`, in its session: `restart` first if asked, then
+    /// `command` if given, stopped at its deadline; the sandbox's refusals and usage go to
+    /// the invocation's.
+    pub async fn run(&self, inv: &Invocation, call: &CommandCall) -> Result<Output, ToolError> {
+        let CommandCall { request, env, time } = call;
         let slot = self.slot(inv.session);
         // Commands of one session queue here, first come first served (tokio's mutex is fair).
         let mut guard = slot.lock().await;
-        let deadline = Instant::now() + time.stop_after;
+        let deadline = time.stop_at();
         let mut notes: Vec<String> = Vec::new();
         if request.restart
             && let Some(old) = guard.live.take()
