@@ -167,6 +167,8 @@ impl Dispatcher {
         }
     }
 
+    /// One attempt: the client's variables checked, admission, then the executor under the
+    /// call's deadline.
     async fn execute(
         &self,
         tool: &Tool,
