@@ -4,8 +4,10 @@
 
 use serde_json::{Value, json};
 use std::time::Duration;
+use tokio::time::Instant;
 use warden_core::{
-    ByteSize, ErrorKind, Limits, MARKER_MAX, Output, SHELL_DETAIL, ToolError, shorten, split_marker,
+    ByteSize, ErrorKind, Invocation, Limits, MARKER_MAX, Output, SHELL_DETAIL, ToolError, shorten,
+    split_marker,
 };
 
 /// A command's time: the timeout its answer names, and when the executor stops it.
@@ -14,24 +16,33 @@ pub struct Deadline {
     /// What a `timeout` answer names: the model's timeout when it asked for less than the
     /// policy's, else the policy's.
     pub named: Duration,
-    /// How long the command may run before the executor stops it.
-    pub stop_after: Duration,
+    /// The model's timeout, when it asked for less than the policy's: counted from the
+    /// command's start (a session's command starts when it gets the shell).
+    asked: Option<Duration>,
+    /// The latest the command is stopped: the call's [`Invocation::answer_by`], just before
+    /// the dispatcher's deadline, so that the answer is the executor's (partial output,
+    /// sandbox gone or kept) rather than a bare timeout.
+    latest: Instant,
 }
 
 impl Deadline {
-    /// The model's timeout (`asked`) lowers the policy's, never raises it. The dispatcher's
-    /// deadline for the policy's timeout started a little earlier than ours: the executor
-    /// stops just before it, so that the answer is the executor's (partial output, sandbox
-    /// gone or kept) rather than a bare timeout.
-    pub fn of(asked: Option<Duration>, policy: Duration) -> Deadline {
-        let margin = (policy / 20).min(Duration::from_millis(100));
-        let stop_after = match asked {
-            Some(t) if t < policy - margin => t,
-            _ => policy - margin,
-        };
+    /// The time of call `inv`, whose model asked for `asked`: it lowers the policy's
+    /// timeout, never raises it.
+    pub fn of(asked: Option<Duration>, inv: &Invocation) -> Deadline {
+        let policy = inv.limits.timeout;
+        let asked = asked.filter(|t| *t < policy);
         Deadline {
-            named: asked.map_or(policy, |t| t.min(policy)),
-            stop_after,
+            named: asked.unwrap_or(policy),
+            asked,
+            latest: Instant::from_std(inv.answer_by()),
+        }
+    }
+
+    /// When a command that starts now is stopped.
+    pub fn stop_at(&self) -> Instant {
+        match self.asked {
+            Some(t) => (Instant::now() + t).min(self.latest),
+            None => self.latest,
         }
     }
 }
@@ -162,23 +173,22 @@ pub fn answer(
     Err(ToolError::new(kind, format!("{head}\n{content}")).with_detail(SHELL_DETAIL, data))
 }
 
-/// A `timeout`: the command was stopped after `timeout`; `what` says what became of it (a
-/// note of the result as data too), the output so far follows.
-pub fn timed_out(timeout: Duration, stdout: &str, stderr: &str, what: &str) -> ToolError {
-    let mut message = format!(
-        "the command did not finish within {timeout:?} and was stopped ({what}); try a \
-         quicker command or a smaller input"
-    );
+/// A `timeout`: the command was stopped at its time limit `limit`, as
+/// [`ToolError::timed_out`] says; `what` says what became of it (a note of the result as data
+/// too), and the output so far follows.
+pub fn timed_out(limit: Duration, stdout: &str, stderr: &str, what: &str) -> ToolError {
+    let mut error = ToolError::timed_out(limit);
+    error.message.push_str(&format!("\n[{what}]"));
     let partial = [("stdout", stdout), ("stderr", stderr)];
     for (name, text) in partial.iter().filter(|(_, t)| !t.is_empty()) {
-        message.push_str(&format!("\n[{name} so far]\n{text}"));
+        error
+            .message
+            .push_str(&format!("\n[{name} so far]\n{text}"));
     }
-    ToolError::new(ErrorKind::Timeout, message)
-        .with_detail("timeout_ms", timeout.as_millis() as u64)
-        .with_detail(
-            SHELL_DETAIL,
-            shell(None, stdout, stderr, &[what.to_owned()]),
-        )
+    error.with_detail(
+        SHELL_DETAIL,
+        shell(None, stdout, stderr, &[what.to_owned()]),
+    )
 }
 
 #[cfg(test)]
@@ -188,15 +198,33 @@ mod tests {
     #[test]
     fn the_model_can_only_lower_the_timeout() {
         let policy = Duration::from_secs(10);
-        let ours = Duration::from_millis(9900);
-        let of = |asked: Option<u64>| Deadline::of(asked.map(Duration::from_secs), policy);
-        assert_eq!((of(None).stop_after, of(None).named), (ours, policy));
+        let inv = Invocation {
+            call_id: "c1".into(),
+            arguments: json!({}),
+            limits: Limits {
+                timeout: policy,
+                ..Limits::default()
+            },
+            deadline: std::time::Instant::now() + policy,
+            denials: Default::default(),
+            session: warden_core::SessionId::fresh(),
+            usage: Default::default(),
+            output: None,
+            caller_env: Default::default(),
+        };
+        // Stopped a tenth of a second before the dispatcher's deadline.
+        let ours = Instant::from_std(inv.deadline) - Duration::from_millis(100);
+        let of = |asked: Option<u64>| Deadline::of(asked.map(Duration::from_secs), &inv);
+        assert_eq!((of(None).stop_at(), of(None).named), (ours, policy));
         assert_eq!(
-            (of(Some(600)).stop_after, of(Some(600)).named),
+            (of(Some(600)).stop_at(), of(Some(600)).named),
             (ours, policy)
         );
         let one = Duration::from_secs(1);
-        assert_eq!((of(Some(1)).stop_after, of(Some(1)).named), (one, one));
+        let before = Instant::now();
+        let (stop_at, named) = (of(Some(1)).stop_at(), of(Some(1)).named);
+        assert!(stop_at >= before + one && stop_at <= Instant::now() + one);
+        assert_eq!(named, one);
     }
 
     #[test]
@@ -278,5 +306,13 @@ mod tests {
         let t = timed_out(Duration::from_secs(1), "so far", "", "it was killed");
         assert_eq!(t.details[SHELL_DETAIL]["exit_code"], Value::Null);
         assert_eq!(t.details[SHELL_DETAIL]["notes"], json!(["it was killed"]));
+        // The one wording of a timeout, then what became of the command and its output.
+        assert_eq!(t.kind, ErrorKind::Timeout);
+        assert_eq!(t.details["timeout_ms"], 1000);
+        assert_eq!(
+            t.message,
+            "the tool did not finish within its time limit of 1s and was stopped; try smaller \
+             input or a cheaper request\n[it was killed]\n[stdout so far]\nso far"
+        );
     }
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use warden_command::session::{Launched, Launcher, Processes, Sandbox, Sessions, chunks};
-use warden_command::{Cause, Deadline, Request, Template};
+use warden_command::{Cause, CommandCall, Deadline, Request, Template};
 use warden_core::{Denials, ErrorKind, Invocation, Limits, Meter, Output, SessionId, ToolError};
 
 /// Starts `sh` (or `$WARDEN_TEST_SHELL`: bash, busybox ash) in a process group of its own;
@@ -127,6 +127,7 @@ fn invocation(id: SessionId, limits: Limits) -> Invocation {
     Invocation {
         call_id: "c1".into(),
         arguments: json!({}),
+        deadline: Instant::now() + limits.timeout,
         limits,
         denials: Denials::default(),
         session: id,
@@ -156,22 +157,18 @@ impl Harness {
     async fn run_in(&self, id: SessionId, args: serde_json::Value) -> Result<Output, ToolError> {
         let template = Template::parse(&["sh".into(), "-c".into(), "{command}".into()]).unwrap();
         let request = Request::parse(&args, &template, true).unwrap();
-        let timeout = request.timeout.unwrap_or(Duration::from_secs(10));
         let limits = Limits {
+            timeout: Duration::from_secs(10),
             output: 1 << 16,
             ..Limits::default()
         };
-        self.sessions
-            .run(
-                &invocation(id, limits),
-                &request,
-                &[("GRANTED".into(), "yes".into())],
-                Deadline {
-                    named: timeout,
-                    stop_after: timeout,
-                },
-            )
-            .await
+        let inv = invocation(id, limits);
+        let call = CommandCall {
+            time: Deadline::of(request.timeout, &inv),
+            request,
+            env: vec![("GRANTED".into(), "yes".into())],
+        };
+        self.sessions.run(&inv, &call).await
     }
 
     /// What the model reads, success or not.
@@ -208,21 +205,24 @@ async fn state_persists_and_each_command_answers_for_itself() {
         h.run("pwd; echo \"X=$X GRANTED=$GRANTED\"; f 2").await,
         "/tmp\nX=1 GRANTED=yes\nf2\n[exit code 0]"
     );
-    let e = h
-        .sessions
-        .run(
-            &invocation(h.id, Limits::default()),
-            &Request::parse(
-                &json!({"command": "echo out; echo err >&2; printf tail; exit_with() { return $1; }; exit_with 3"}),
-                &Template::parse(&["sh".into(), "-c".into(), "{command}".into()]).unwrap(),
-                true,
-            )
-            .unwrap(),
-            &[],
-            Deadline::of(None, Duration::from_secs(5)),
+    let inv = invocation(
+        h.id,
+        Limits {
+            timeout: Duration::from_secs(5),
+            ..Limits::default()
+        },
+    );
+    let call = CommandCall {
+        request: Request::parse(
+            &json!({"command": "echo out; echo err >&2; printf tail; exit_with() { return $1; }; exit_with 3"}),
+            &Template::parse(&["sh".into(), "-c".into(), "{command}".into()]).unwrap(),
+            true,
         )
-        .await
-        .unwrap_err();
+        .unwrap(),
+        env: Vec::new(),
+        time: Deadline::of(None, &inv),
+    };
+    let e = h.sessions.run(&inv, &call).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::ExitStatus);
     assert_eq!(e.details["shell"]["exit_code"], 3);
     assert_eq!(e.details["shell"]["stdout"], "out\ntail");
@@ -352,6 +352,13 @@ async fn a_timeout_takes_the_shell_down_and_the_next_command_starts_afresh() {
     let e = r.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Timeout);
     assert!(start.elapsed() < Duration::from_secs(3));
+    assert!(
+        e.message
+            .starts_with("the tool did not finish within its time limit of 1s and was stopped"),
+        "{}",
+        e.message
+    );
+    assert_eq!(e.details["timeout_ms"], 1000);
     assert!(
         e.message.contains("partial") && e.message.contains("a fresh shell"),
         "{}",

@@ -4,35 +4,32 @@
 //! a check, panicked, cancelled) takes the early path: the same message, record and observer.
 
 use crate::admission::{Admission, Gate};
-use crate::calllog::{CallLog, CallOutcome, CallRecord, DenialRecord, ExecRecord, Record, now_ms};
-use crate::executor::{Denial, Denials, Invocation, Meter, Output, Reached, Sample, Usage};
-use crate::grants::{CallerEnv, NO_CALLER_ENV};
-use crate::limits::cap_text;
+use crate::calllog::CallLog;
+use crate::executor::{Denial, Reached, Sample, Usage};
+use crate::grants::CallerEnv;
 use crate::message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage};
 use crate::output::OutputSink;
-use crate::redact::{RedactedSink, Secrets};
-use crate::review::{Decision, Reviewer};
+use crate::redact::Secrets;
+use crate::review::Reviewer;
 use crate::run::{RunCounter, RunLimits, RunUsage};
 use crate::session::Scope;
 use crate::toolbox::{Tool, Toolbox};
 use futures::FutureExt;
-use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use serde_json::Value;
+use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::task::JoinSet;
 
+mod batch;
 mod exec;
+mod message;
+mod record;
+mod run;
 mod span;
 
-use span::{Answer, CallSpan};
+use span::CallSpan;
 pub use span::{CallTelemetry, EndedCall, export_calls};
-
-/// Attempts of an idempotent call that keeps failing transiently.
-const MAX_ATTEMPTS: u32 = 3;
-/// The first retry waits this long; each next one twice as long.
-const BACKOFF: Duration = Duration::from_millis(100);
 
 /// Hears of each call as it enters its sandbox and as it is answered, so that a transcript can
 /// tell, after a crash, which calls were running and which had finished.
@@ -223,115 +220,6 @@ impl Dispatcher {
         answers
     }
 
-    async fn dispatch_in(&self, calls: Vec<ToolCall>, batch: &tracing::Span) -> Vec<ToolMessage> {
-        let start = Instant::now();
-        let mut answers: Vec<Option<ToolMessage>> = vec![None; calls.len()];
-        let mut seen = HashSet::new();
-        let mut set = JoinSet::new();
-        let mut index_of = HashMap::new();
-        for (i, call) in calls.iter().enumerate() {
-            let span = CallSpan::new(call, Some(batch));
-            if !seen.insert(call.id.as_str()) {
-                // Logged but not told to the observer: it knows calls by id, and this id is
-                // the earlier call's, which may still be running.
-                let tool = self.toolbox.get(&call.name);
-                answers[i] = Some(self.log_early(
-                    &span,
-                    call,
-                    tool,
-                    ToolError::reused_id(&call.id),
-                    start.elapsed(),
-                ));
-                continue;
-            }
-            if let Err((tool, error)) = self.admit_call(call) {
-                answers[i] = Some(self.answer_early(&span, call, tool, error, start.elapsed()));
-                continue;
-            }
-            let this = self.clone();
-            let call = call.clone();
-            // Arguments are parsed in the call's own task, so a batch's parsing spreads over
-            // the runtime's threads like the rest of its work.
-            let task = async move {
-                let checked = this
-                    .tool_for(&call)
-                    .map_err(|e| (None, e))
-                    .and_then(|tool| {
-                        parse_arguments(&call.arguments)
-                            .map(|a| (tool, a))
-                            .map_err(|e| (Some(tool), e))
-                    });
-                match checked {
-                    Ok((tool, arguments)) => this.run(&span, &call, tool, arguments, None).await,
-                    Err((tool, error)) => {
-                        this.answer_early(&span, &call, tool, error, start.elapsed())
-                    }
-                }
-            };
-            let handle = set.spawn(task);
-            index_of.insert(handle.id(), i);
-        }
-        let mut failed: Option<usize> = answers
-            .iter()
-            .position(|a| a.as_ref().is_some_and(|m| m.status == Status::Error));
-        if self.fail_fast && failed.is_some() {
-            set.abort_all();
-        }
-        while let Some(joined) = set.join_next_with_id().await {
-            let (i, message) = match joined {
-                Ok((id, message)) => match index_of.get(&id) {
-                    Some(&i) => (i, message),
-                    None => continue,
-                },
-                Err(e) => {
-                    let Some(&i) = index_of.get(&e.id()) else {
-                        continue;
-                    };
-                    if e.is_cancelled() {
-                        // Aborted by fail_fast; answered below.
-                        continue;
-                    }
-                    let call = &calls[i];
-                    tracing::error!(call = %call.id, "the executor panicked: {e}");
-                    let tool = self.toolbox.get(&call.name);
-                    // The call's span ended with the task, saying it failed.
-                    let none = CallSpan::none();
-                    let took = start.elapsed();
-                    (i, self.answer_early(&none, call, tool, panicked(), took))
-                }
-            };
-            if message.status == Status::Error && failed.is_none() {
-                failed = Some(i);
-                if self.fail_fast {
-                    set.abort_all();
-                }
-            }
-            answers[i] = Some(message);
-        }
-        let took = start.elapsed();
-        answers
-            .into_iter()
-            .zip(&calls)
-            .map(|(answer, call)| {
-                answer.unwrap_or_else(|| {
-                    let error = match failed {
-                        Some(f) if self.fail_fast => ToolError::new(
-                            ErrorKind::Unavailable,
-                            format!(
-                                "not run: call `{}` of this batch failed first, and fail_fast is on",
-                                calls[f].id
-                            ),
-                        ),
-                        _ => ToolError::new(ErrorKind::Internal, "no answer was produced"),
-                    };
-                    // An aborted task's span ended with it.
-                    let tool = self.toolbox.get(&call.name);
-                    self.answer_early(&CallSpan::none(), call, tool, error, took)
-                })
-            })
-            .collect()
-    }
-
     /// Answers a call whose `call` or `dispatch` future was dropped before it answered (an MCP
     /// client cancelled it, an agent's time budget ran out); `error` says why. Dropping the
     /// future stopped the call and freed its sandbox; this answer is logged and told to the
@@ -361,233 +249,6 @@ impl Dispatcher {
             .ok_or_else(|| self.unknown_tool(&call.name))
     }
 
-    /// The early path, for a call answered without its executor's answer: refused by a check,
-    /// panicked, cancelled. Logged and told to the observer like any other answer.
-    fn answer_early(
-        &self,
-        span: &CallSpan,
-        call: &ToolCall,
-        tool: Option<&Tool>,
-        error: ToolError,
-        took: Duration,
-    ) -> ToolMessage {
-        let message = self.log_early(span, call, tool, error, took);
-        self.tell_answered(&message);
-        message
-    }
-
-    /// The early path's message, redacted and logged (the observer is not told).
-    fn log_early(
-        &self,
-        span: &CallSpan,
-        call: &ToolCall,
-        tool: Option<&Tool>,
-        error: ToolError,
-        took: Duration,
-    ) -> ToolMessage {
-        let secrets = tool.map(secrets_of).unwrap_or_default();
-        let mut message = ToolMessage::failure(call, error);
-        attach_usage(&mut message, took, Usage::default(), None);
-        redact_message(&secrets, &mut message);
-        let facts = Facts {
-            took,
-            ..Facts::default()
-        };
-        self.write_log(span, call, tool, &secrets, &message, &facts);
-        message
-    }
-
-    /// The normal path: review, admission, the executor under its deadline, retries.
-    async fn run(
-        &self,
-        span: &CallSpan,
-        call: &ToolCall,
-        tool: &Tool,
-        arguments: Value,
-        output: Option<OutputSink>,
-    ) -> ToolMessage {
-        let secrets = secrets_of(tool);
-        let start = Instant::now();
-        let denials = Denials::default();
-        let meter = Meter::default();
-        let output = output.map(|sink| RedactedSink::new(sink, &secrets));
-        let Answered {
-            mut message,
-            fuel,
-            attempts,
-            usage,
-        } = self
-            .answer(tool, call, arguments, &denials, &meter, output.as_ref())
-            .await;
-        if let Some(output) = &output {
-            output.finish();
-        }
-        let denied = denials.snapshot();
-        attach_denials(&mut message, &denied);
-        let reached = meter.reached();
-        attach_exercised(&mut message, ("reached", "reached_count"), &reached);
-        let roots_opened = meter.roots_opened();
-        attach_exercised(&mut message, ("roots_opened", "root_uses"), &roots_opened);
-        let credentials = meter.credentials_used();
-        attach_exercised(
-            &mut message,
-            ("credentials_used", "credentials_used_count"),
-            &credentials,
-        );
-        let took = start.elapsed();
-        attach_usage(&mut message, took, usage, fuel);
-        redact_message(&secrets, &mut message);
-        let facts = Facts {
-            took,
-            fuel,
-            attempts,
-            denied,
-            usage,
-            reached,
-            roots_opened,
-            credentials,
-            exec: None,
-        };
-        self.write_log(span, call, Some(tool), &secrets, &message, &facts);
-        self.tell_answered(&message);
-        message
-    }
-
-    /// The message for a known tool, with the fuel burnt, the attempts made and what the
-    /// last attempt used; what every attempt reached goes to `meter`.
-    async fn answer(
-        &self,
-        tool: &Tool,
-        call: &ToolCall,
-        mut arguments: Value,
-        denials: &Denials,
-        meter: &Meter,
-        output: Option<&RedactedSink>,
-    ) -> Answered {
-        if tool.review_required {
-            match self.review(tool, call).await {
-                Decision::Approve => {}
-                Decision::Edit { arguments: edited } => arguments = edited,
-                Decision::Reject { reason } => {
-                    let err = ToolError::new(
-                        ErrorKind::Rejected,
-                        format!("a reviewer rejected this call: {reason}"),
-                    );
-                    return Answered::before_running(ToolMessage::failure(call, err));
-                }
-                Decision::Respond { content } => {
-                    let m = ToolMessage::success(call, content, None);
-                    return Answered::before_running(m);
-                }
-            }
-        }
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            // A retry counts its own figures; the first attempt uses the call's meter.
-            let meter = if attempt == 1 {
-                meter.clone()
-            } else {
-                meter.attempt()
-            };
-            // Only an attempt that may be retried needs the arguments kept.
-            let retry = tool.idempotent && attempt < MAX_ATTEMPTS;
-            let attempt_arguments = if retry {
-                arguments.clone()
-            } else {
-                std::mem::take(&mut arguments)
-            };
-            let result = self
-                .execute(
-                    tool,
-                    call,
-                    attempt_arguments,
-                    denials.clone(),
-                    meter.clone(),
-                    output.map(RedactedSink::sink),
-                )
-                .await;
-            match result {
-                Ok(output) => {
-                    return Answered {
-                        fuel: output.fuel_used,
-                        message: success(call, tool, output),
-                        attempts: attempt,
-                        usage: meter.get(),
-                    };
-                }
-                Err(e) if retry && is_transient(e.kind) => {
-                    tracing::info!(call = %call.id, attempt, "retrying after {}", e.kind);
-                    tokio::time::sleep(BACKOFF * 2u32.pow(attempt - 1)).await;
-                }
-                Err(e) => {
-                    return Answered {
-                        message: ToolMessage::failure(call, e),
-                        fuel: None,
-                        attempts: attempt,
-                        usage: meter.get(),
-                    };
-                }
-            }
-        }
-    }
-
-    async fn review(&self, tool: &Tool, call: &ToolCall) -> Decision {
-        match &self.reviewer {
-            Some(r) => r.review(call, &tool.spec).await,
-            None => Decision::Reject {
-                reason: "this tool needs a person to review each call, and no reviewer is \
-                         available here; ask the user to run it with a reviewer"
-                    .into(),
-            },
-        }
-    }
-
-    async fn execute(
-        &self,
-        tool: &Tool,
-        call: &ToolCall,
-        arguments: Value,
-        denials: Denials,
-        usage: Meter,
-        output: Option<OutputSink>,
-    ) -> Result<Output, ToolError> {
-        let caller_env = self
-            .session
-            .caller_env
-            .get(&call.name)
-            .unwrap_or(&NO_CALLER_ENV)
-            .clone();
-        tool.policy.grants.check_caller_env(&caller_env)?;
-        let _permit = self.gate.admit(tool).await?;
-        if let Some(o) = &self.observer {
-            o.started(call, &arguments);
-        }
-        let invocation = Invocation {
-            call_id: call.id.clone(),
-            arguments,
-            limits: tool.limits,
-            denials,
-            session: self.session.id,
-            usage,
-            output,
-            caller_env,
-        };
-        self.session.touch();
-        let deadline = tool.limits.timeout;
-        match tokio::time::timeout(deadline, tool.executor.execute(invocation)).await {
-            Ok(result) => result,
-            Err(_) => Err(ToolError::new(
-                ErrorKind::Timeout,
-                format!(
-                    "the tool did not finish within its time limit of {deadline:?} and was \
-                     stopped; try smaller input or a cheaper request"
-                ),
-            )
-            .with_detail("timeout_ms", deadline.as_millis() as u64)),
-        }
-    }
-
     fn unknown_tool(&self, name: &str) -> ToolError {
         let names = self.toolbox.names();
         let hint = match self.toolbox.closest(name) {
@@ -610,99 +271,6 @@ impl Dispatcher {
             ),
         )
         .with_detail("valid_names", names)
-    }
-
-    /// Called after the log is written: an observer may end the run as soon as it hears.
-    fn tell_answered(&self, message: &ToolMessage) {
-        if let Some(o) = &self.observer {
-            o.answered(message);
-        }
-    }
-
-    fn write_log(
-        &self,
-        span: &CallSpan,
-        call: &ToolCall,
-        tool: Option<&Tool>,
-        secrets: &Secrets,
-        m: &ToolMessage,
-        facts: &Facts,
-    ) {
-        self.run.spend(m.status == Status::Error, &facts.usage);
-        span.answered(Answer {
-            call,
-            tool,
-            secrets,
-            message: m,
-            facts,
-            session: self.session.id.get(),
-        });
-        let Some(log) = &self.log else {
-            return;
-        };
-        let ts_ms = now_ms();
-        for d in &facts.denied.kept {
-            let denial = DenialRecord {
-                ts_ms,
-                tool: call.name.clone(),
-                call_id: call.id.clone(),
-                destination: d.destination.clone(),
-                reason: d.reason.clone(),
-            };
-            log.write(Record::Denied(&denial), secrets);
-        }
-        if let Some(t) = tool {
-            log.describe_policy(&t.facts, secrets);
-        }
-        let record = CallRecord {
-            ts_ms,
-            tool: &call.name,
-            call_id: &call.id,
-            outcome: CallOutcome::of(m),
-            duration_ms: crate::units::millis(facts.took),
-            attempts: facts.attempts,
-            fuel: facts.fuel,
-            usage: facts.usage,
-            denied_count: counted(&facts.denied),
-            reached: &facts.reached.kept,
-            reached_count: counted(&facts.reached),
-            roots_opened: &facts.roots_opened.kept,
-            root_uses: counted(&facts.roots_opened),
-            credentials_used: &facts.credentials.kept,
-            credentials_used_count: counted(&facts.credentials),
-            executor: tool.map(|t| t.facts.executor.as_str()),
-            policy_digest: tool.map(|t| t.facts.policy_digest.as_str()),
-            message: m.error.as_ref().map(|e| e.message.as_str()),
-            exec: facts
-                .exec
-                .as_ref()
-                .map(|e| ExecRecord::new(&e.argv, e.exit_status, e.unlimited_time)),
-        };
-        log.write(Record::Call(&record), secrets);
-    }
-}
-
-/// A call refused before it ran: the error, and the tool when there is one.
-type Refusal<'a> = (Option<&'a Tool>, ToolError);
-
-/// A known tool's message, with the fuel burnt, the attempts made and what the last
-/// attempt used.
-struct Answered {
-    message: ToolMessage,
-    fuel: Option<u64>,
-    attempts: u32,
-    usage: Usage,
-}
-
-impl Answered {
-    /// Answered without running the tool (a reviewer's rejection or response).
-    fn before_running(message: ToolMessage) -> Self {
-        Self {
-            message,
-            fuel: None,
-            attempts: 0,
-            usage: Usage::default(),
-        }
     }
 }
 
@@ -729,109 +297,15 @@ struct ExecFacts {
     unlimited_time: bool,
 }
 
-/// The log's count of a sample: absent when there were none.
-fn counted<T>(sample: &Sample<T>) -> Option<u64> {
-    (sample.total > 0).then_some(sample.total)
-}
-
-/// What the call cost goes with every answer: `usage` in the artifact, or in an error's
-/// details: wall time, what the executor measured, and fuel when metered.
-fn attach_usage(m: &mut ToolMessage, took: Duration, usage: Usage, fuel: Option<u64>) {
-    let mut value = serde_json::to_value(usage).unwrap_or_else(|_| json!({}));
-    if let Value::Object(map) = &mut value {
-        map.insert("wall_ms".into(), json!(crate::units::millis(took)));
-        if let Some(fuel) = fuel {
-            map.insert("fuel".into(), fuel.into());
-        }
-    }
-    set_detail(m, "usage", value);
-}
-
-/// What the call exercised goes with its answer too, when it did any: the list under the
-/// first key (`reached`, `roots_opened`), every occurrence counted under the second
-/// (`reached_count`, `root_uses`: one root opened five times is one root and five uses).
-fn attach_exercised<T: serde::Serialize>(
-    m: &mut ToolMessage,
-    (key, count_key): (&str, &str),
-    sample: &Sample<T>,
-) {
-    if sample.total == 0 {
-        return;
-    }
-    set_detail(
-        m,
-        key,
-        serde_json::to_value(&sample.kept).unwrap_or_default(),
-    );
-    set_detail(m, count_key, sample.total.into());
-}
-
-/// Sets `key` in an error's details, or in a success's artifact.
-fn set_detail(m: &mut ToolMessage, key: &str, value: Value) {
-    match &mut m.error {
-        Some(e) => *e = e.clone().with_detail(key, value),
-        None => {
-            if let Value::Object(map) = m.artifact.get_or_insert_with(|| json!({})) {
-                map.insert(key.into(), value);
-            }
-        }
-    }
-}
-
-/// Refusals are news to the model too: it should stop asking for what the policy forbids.
-fn attach_denials(m: &mut ToolMessage, denied: &Sample<Denial>) {
-    let (count, denied) = (denied.total, &denied.kept);
-    if count == 0 {
-        return;
-    }
-    let list = serde_json::to_value(denied).unwrap_or_default();
-    match &mut m.error {
-        Some(e) => {
-            // The tool's own words may not say what was refused; warden's do.
-            if let Some(first) = denied.first() {
-                let more = match count {
-                    1 => String::new(),
-                    n => format!(" (and {} more)", n - 1),
-                };
-                let note = format!(" [warden refused {}{more}]", refusal(first));
-                e.message.push_str(&note);
-                m.content.push_str(&note);
-            }
-            *e = e
-                .clone()
-                .with_detail("denied", list)
-                .with_detail("denied_count", count);
-        }
-        None => {
-            let artifact = m.artifact.get_or_insert_with(|| json!({}));
-            if let Value::Object(map) = artifact {
-                map.insert("denied".into(), list);
-                map.insert("denied_count".into(), count.into());
-            }
-        }
-    }
-}
-
-/// A refusal as the note on an error says it: the destination and why, naming the
-/// destination once where the reason begins with it (`http://10.0.0.1:80: not granted…`,
-/// not `http://10.0.0.1:80: 10.0.0.1:80 is not granted…`).
-fn refusal(d: &Denial) -> String {
-    // `http://host:port`, `connect host:port`, `tcp 10.0.0.1:22`: the address is the last part.
-    let address = d.destination.rsplit(['/', ' ']).next().unwrap_or_default();
-    let why = d
-        .reason
-        .strip_prefix(address)
-        .and_then(|rest| rest.strip_prefix(" is "))
-        .filter(|_| !address.is_empty())
-        .unwrap_or(&d.reason);
-    format!("{}: {why}", d.destination)
-}
-
 /// The secret values a call of `tool` may see, to keep out of its message and its record.
 fn secrets_of(tool: &Tool) -> Secrets {
     Secrets::new(tool.policy.grants.secrets())
 }
 
+/// A call refused before it ran: the error, and the tool when there is one.
+type Refusal<'a> = (Option<&'a Tool>, ToolError);
+
+/// The answer of a call whose executor panicked.
 fn panicked() -> ToolError {
     ToolError::new(
         ErrorKind::Internal,
@@ -839,10 +313,7 @@ fn panicked() -> ToolError {
     )
 }
 
-fn is_transient(kind: ErrorKind) -> bool {
-    matches!(kind, ErrorKind::Timeout | ErrorKind::Unavailable)
-}
-
+/// A call's arguments as the model wrote them, parsed.
 fn parse_arguments(text: &str) -> Result<Value, ToolError> {
     // Models often send an empty string for a tool without parameters.
     if text.trim().is_empty() {
@@ -854,75 +325,4 @@ fn parse_arguments(text: &str) -> Result<Value, ToolError> {
             format!("the arguments are not valid JSON ({e}); send a JSON object"),
         )
     })
-}
-
-fn success(call: &ToolCall, tool: &Tool, output: Output) -> ToolMessage {
-    let content = cap_text(&output.content, tool.limits.output);
-    let truncated = content.len() != output.content.len();
-    let mut artifact = serde_json::Map::new();
-    match output.structured {
-        // The structured copy would carry everything the cap just cut.
-        Some(_) if truncated => {
-            artifact.insert("truncated".into(), true.into());
-        }
-        Some(s) => {
-            artifact.insert("result".into(), s);
-        }
-        None => {}
-    }
-    if let Some(s) = output.stdout.filter(|s| !s.is_empty()) {
-        artifact.insert("stdout".into(), s.into());
-    }
-    if let Some(s) = output.stderr.filter(|s| !s.is_empty()) {
-        artifact.insert("stderr".into(), s.into());
-    }
-    artifact.extend(output.details);
-    let artifact = (!artifact.is_empty()).then_some(Value::Object(artifact));
-    ToolMessage::success(call, content, artifact)
-}
-
-fn redact_message(secrets: &Secrets, m: &mut ToolMessage) {
-    if secrets.is_empty() {
-        return;
-    }
-    m.content = secrets.redact(&m.content);
-    if let Some(e) = &mut m.error {
-        e.message = secrets.redact(&e.message);
-        secrets.redact_value(&mut e.details);
-    }
-    if let Some(a) = &mut m.artifact {
-        secrets.redact_value(a);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_refusal_names_its_destination_once() {
-        let said = |destination: &str, reason: &str| {
-            refusal(&Denial {
-                destination: destination.into(),
-                reason: reason.into(),
-            })
-        };
-        assert_eq!(
-            said(
-                "http://127.0.0.1:8080",
-                "127.0.0.1:8080 is not granted by the tool's policy"
-            ),
-            "http://127.0.0.1:8080: not granted by the tool's policy"
-        );
-        assert_eq!(
-            said("connect a.test:443", "a.test:443 is not granted"),
-            "connect a.test:443: not granted"
-        );
-        // A reason that does not begin with the address is kept whole.
-        let other = "a.test resolves to 10.0.0.1, a private address";
-        assert_eq!(
-            said("http://a.test:80", other),
-            format!("http://a.test:80: {other}")
-        );
-    }
 }

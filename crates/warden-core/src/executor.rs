@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// A boxed, sendable future, so `Executor` can be a trait object.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -23,6 +24,10 @@ pub struct Invocation {
     pub arguments: Value,
     /// The limits in force for this call.
     pub limits: Limits,
+    /// The call's one deadline, its start plus `limits.timeout`: the dispatcher answers a
+    /// `timeout` then if the executor has not answered. An executor stops the call by
+    /// [`Invocation::answer_by`] to answer the timeout itself.
+    pub deadline: Instant,
     /// Where the sandbox reports what it refused.
     pub denials: Denials,
     /// The session the call belongs to (see [`SessionId`]).
@@ -35,6 +40,17 @@ pub struct Invocation {
     /// The variables the session's client set for this tool, checked against its policy's
     /// `env_from_caller` (empty unless the client set some).
     pub caller_env: CallerEnv,
+}
+
+impl Invocation {
+    /// When an executor that answers a timeout itself (with the output so far, and what
+    /// became of its sandbox) stops the call: a twentieth of the time limit, and at most
+    /// 100 ms, before [`Invocation::deadline`], so that its answer, not the dispatcher's bare
+    /// one, is the call's.
+    pub fn answer_by(&self) -> Instant {
+        let margin = (self.limits.timeout / 20).min(Duration::from_millis(100));
+        self.deadline.checked_sub(margin).unwrap_or(self.deadline)
+    }
 }
 
 /// What a call used, as its executor measures it; what it cannot measure stays `None`,

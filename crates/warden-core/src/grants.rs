@@ -153,86 +153,123 @@ impl GrantsSpec {
         for name in env.keys() {
             check_env_name(name).map_err(|e| Mistake::whole(e.to_string()))?;
         }
-        let mut env_from_host = Vec::new();
-        for name in self.env_from_host {
-            let span = name.span();
-            let name = name.into_inner();
-            check_env_name(&name).map_err(|e| Mistake::at(span.clone(), e.to_string()))?;
-            if env.contains_key(&name) {
-                return Err(Mistake::at(
-                    span,
-                    format!("`{name}` is granted both in env and in env_from_host"),
+        let env_from_host = checked_names(self.env_from_host, |name| {
+            check_env_name(name).map_err(|e| e.to_string())?;
+            if env.contains_key(name) {
+                return Err(format!(
+                    "`{name}` is granted both in env and in env_from_host"
                 ));
             }
-            env_from_host.push(name);
-        }
-        let mut secret_env = Vec::new();
-        for name in self.secret_env {
-            let span = name.span();
-            let name = name.into_inner();
-            if !env.contains_key(&name) {
-                return Err(Mistake::at(
-                    span,
-                    format!("secret_env names `{name}`, which is not in env"),
+            Ok(())
+        })?;
+        let secret_env = checked_names(self.secret_env, |name| {
+            if !env.contains_key(name) {
+                return Err(format!("secret_env names `{name}`, which is not in env"));
+            }
+            Ok(())
+        })?;
+        let env_from_caller = checked_names(self.env_from_caller, |name| {
+            check_env_name(name).map_err(|e| e.to_string())?;
+            if env_from_host.iter().any(|n| n == name) {
+                return Err(format!(
+                    "`{name}` is granted both in env_from_host and in env_from_caller: a host \
+                     value is secret, a caller's is not; keep one"
                 ));
             }
-            secret_env.push(name);
-        }
-        let mut env_from_caller = Vec::new();
-        for name in self.env_from_caller {
-            let span = name.span();
-            let name = name.into_inner();
-            check_env_name(&name).map_err(|e| Mistake::at(span.clone(), e.to_string()))?;
-            if env_from_host.contains(&name) {
-                return Err(Mistake::at(
-                    span,
-                    format!(
-                        "`{name}` is granted both in env_from_host and in env_from_caller: a \
-                         host value is secret, a caller's is not; keep one"
-                    ),
-                ));
-            }
-            env_from_caller.push(name);
-        }
+            Ok(())
+        })?;
         let mut fs: Vec<FsGrant> = Vec::new();
         for grant in self.fs {
             let span = grant.span();
-            let spec = grant.into_inner();
-            let err = |message: String| Mistake::at(span.clone(), message);
-            let joined = base.join(&spec.host);
-            let host = joined.canonicalize().map_err(|e| {
-                err(format!(
-                    "fs grant host `{}` cannot be used ({}): create the directory or fix the path \
-                     (paths are relative to the policy file)",
-                    spec.host, e
-                ))
-            })?;
-            if !host.is_dir() {
-                return Err(err(format!(
-                    "fs grant host `{}` is not a directory",
-                    spec.host
-                )));
+            let grant = grant
+                .into_inner()
+                .resolve(base, paths)
+                .map_err(|e| Mistake::at(span.clone(), e))?;
+            if fs.iter().any(|g| g.guest == grant.guest) {
+                let message = format!("two fs grants use the guest path `{}`", grant.guest);
+                return Err(Mistake::at(span, message));
             }
-            let guest = match (&spec.guest, paths) {
-                (None, Paths::Host) => host.to_string_lossy().into_owned(),
-                (Some(g), _) => normalise_guest(g).map_err(|e| err(e.to_string()))?,
-                (None, Paths::Guest) => {
-                    return Err(err(format!(
-                        "the fs grant of `{}` needs `guest`, the absolute path the tool sees it \
-                         at",
-                        spec.host
-                    )));
-                }
-            };
-            if fs.iter().any(|g| g.guest == guest) {
-                return Err(err(format!("two fs grants use the guest path `{guest}`")));
-            }
-            fs.push(FsGrant {
-                host,
-                guest,
-                access: spec.access,
-            });
+            fs.push(grant);
         }
+        let net = NetSpec {
+            net: self.net,
+            dns: self.dns,
+            credentials: self.net_credentials,
+            credential_host_shared: self.credential_host_shared,
+        }
+        .resolve(&env)?;
+        Ok(Grants {
+            env,
+            env_from_host,
+            secret_env,
+            env_from_caller,
+            fs,
+            net,
+        })
+    }
+}
+
+/// Names as a policy wrote them, each passed through `check` (whose error is the mistake's
+/// message, at the name).
+fn checked_names(
+    names: Vec<Spanned<String>>,
+    check: impl Fn(&str) -> Result<(), String>,
+) -> Result<Vec<String>, Mistake> {
+    names
+        .into_iter()
+        .map(|name| {
+            let span = name.span();
+            let name = name.into_inner();
+            check(&name).map_err(|message| Mistake::at(span, message))?;
+            Ok(name)
+        })
+        .collect()
+}
+
+impl FsGrantSpec {
+    /// The root this grant makes, its host directory checked on this machine (relative to
+    /// `base`); the error says what is wrong with it.
+    fn resolve(self, base: &Path, paths: Paths) -> Result<FsGrant, String> {
+        let host = base.join(&self.host).canonicalize().map_err(|e| {
+            format!(
+                "fs grant host `{}` cannot be used ({}): create the directory or fix the path \
+                 (paths are relative to the policy file)",
+                self.host, e
+            )
+        })?;
+        if !host.is_dir() {
+            return Err(format!("fs grant host `{}` is not a directory", self.host));
+        }
+        let guest = match (&self.guest, paths) {
+            (None, Paths::Host) => host.to_string_lossy().into_owned(),
+            (Some(g), _) => normalise_guest(g).map_err(|e| e.to_string())?,
+            (None, Paths::Guest) => {
+                return Err(format!(
+                    "the fs grant of `{}` needs `guest`, the absolute path the tool sees it at",
+                    self.host
+                ));
+            }
+        };
+        Ok(FsGrant {
+            host,
+            guest,
+            access: self.access,
+        })
+    }
+}
+
+/// The network grants as a policy wrote them.
+struct NetSpec {
+    net: Vec<Spanned<String>>,
+    dns: Option<Spanned<bool>>,
+    credentials: Vec<Spanned<Credential>>,
+    credential_host_shared: Option<Spanned<bool>>,
+}
+
+impl NetSpec {
+    /// The network grants, each checked, with the literal `env` a credential's placeholder
+    /// may not be.
+    fn resolve(self, env: &BTreeMap<String, String>) -> Result<NetGrants, Mistake> {
         let mut net = NetGrants {
             dns: self.dns.as_ref().is_some_and(|d| *d.get_ref()),
             ..NetGrants::default()
@@ -244,49 +281,53 @@ impl GrantsSpec {
                 .map_err(|e| Mistake::at(text.span(), e.to_string()))?;
             net.hosts.push(grant);
         }
-        for c in self.net_credentials {
+        for c in self.credentials {
             let span = c.span();
             let c = c.into_inner();
-            net.check_credential(&c)
-                .map_err(GrantError::from)
-                .and_then(|()| check_env_name(&c.from_host))
-                .and_then(|()| c.env.as_deref().map_or(Ok(()), check_env_name))
-                .and_then(|()| match &c.env {
-                    Some(name) if env.contains_key(name) => Err(GrantError::PlaceholderIsEnv {
-                        name: name.clone(),
-                        host: c.host.clone(),
-                    }),
-                    _ => Ok(()),
-                })
-                .map_err(|e| Mistake::at(span, e.to_string()))?;
+            check_credential(&net, &c, env).map_err(|e| Mistake::at(span, e.to_string()))?;
             net.credentials.push(c);
         }
         net.credential_host_shared = self
             .credential_host_shared
             .is_some_and(toml::Spanned::into_inner);
-        if !net.credential_host_shared {
-            let beside = match (net.beside_credentials(), &self.dns) {
-                (Some(i), _) => Some((net.hosts[i].to_string(), net_spans[i].clone())),
-                (None, Some(dns)) if net.dns && !net.credentials.is_empty() => {
-                    Some(("guest DNS lookups".to_owned(), dns.span()))
-                }
-                _ => None,
-            };
-            if let (Some((other, span)), Some(first)) = (beside, net.credentials.first()) {
-                let host = first.host.clone();
-                let message = GrantError::CredentialShared { other, host }.to_string();
-                return Err(Mistake::at(span, message));
-            }
+        if net.credential_host_shared {
+            return Ok(net);
         }
-        Ok(Grants {
-            env,
-            env_from_host,
-            secret_env,
-            env_from_caller,
-            fs,
-            net,
-        })
+        // A credential's host shares its tool with nothing it could be sent on to.
+        let beside = match (net.beside_credentials(), &self.dns) {
+            (Some(i), _) => Some((net.hosts[i].to_string(), net_spans[i].clone())),
+            (None, Some(dns)) if net.dns && !net.credentials.is_empty() => {
+                Some(("guest DNS lookups".to_owned(), dns.span()))
+            }
+            _ => None,
+        };
+        if let (Some((other, span)), Some(first)) = (beside, net.credentials.first()) {
+            let host = first.host.clone();
+            let message = GrantError::CredentialShared { other, host }.to_string();
+            return Err(Mistake::at(span, message));
+        }
+        Ok(net)
     }
+}
+
+/// Checks credential `c` against the network grants `net` so far and the literal `env`.
+fn check_credential(
+    net: &NetGrants,
+    c: &Credential,
+    env: &BTreeMap<String, String>,
+) -> Result<(), GrantError> {
+    net.check_credential(c)?;
+    check_env_name(&c.from_host)?;
+    if let Some(name) = &c.env {
+        check_env_name(name)?;
+        if env.contains_key(name) {
+            return Err(GrantError::PlaceholderIsEnv {
+                name: name.clone(),
+                host: c.host.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 impl Grants {

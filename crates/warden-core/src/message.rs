@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
+use std::time::Duration;
 
 /// One tool call as a model asked for it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -124,12 +125,30 @@ impl ToolError {
         }
     }
 
-    /// Adds one detail field; `details` becomes an object if it was not one.
     /// Something went wrong on warden's side, not the call's: the model can only retry.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Internal, message)
     }
 
+    /// A call stopped at its time limit `limit`, with the limit in milliseconds as
+    /// `timeout_ms`. The one wording of a timeout, whichever part of warden stopped the call
+    /// (the dispatcher, a sandbox, a command's executor, which adds what became of the
+    /// command and its output so far).
+    pub fn timed_out(limit: Duration) -> Self {
+        Self::new(
+            ErrorKind::Timeout,
+            format!(
+                "the tool did not finish within its time limit of {limit:?} and was stopped; \
+                 try smaller input or a cheaper request"
+            ),
+        )
+        .with_detail(
+            "timeout_ms",
+            u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
+        )
+    }
+
+    /// Adds one detail field; `details` becomes an object if it was not one.
     pub fn with_detail(mut self, key: &str, value: impl Into<Value>) -> Self {
         if !self.details.is_object() {
             self.details = Value::Object(Default::default());

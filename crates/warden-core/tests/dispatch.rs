@@ -34,6 +34,20 @@ impl Executor for Superstitious {
     }
 }
 
+/// Notes the deadline and the time to answer by of its invocation, then sleeps past both.
+#[derive(Default)]
+struct Sleepy(Mutex<Option<(Instant, Instant)>>);
+
+impl Executor for Sleepy {
+    fn execute(&self, inv: Invocation) -> BoxFuture<'_, Result<Output, ToolError>> {
+        *self.0.lock().unwrap() = Some((inv.deadline, inv.answer_by()));
+        Box::pin(async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok(Output::default())
+        })
+    }
+}
+
 /// Every answer the observer heard, in order.
 #[derive(Default)]
 struct Heard(Mutex<Vec<ToolMessage>>);
@@ -342,4 +356,34 @@ async fn cancelled_calls_are_answered_logged_and_heard() {
     let mut heard = b.heard.ids();
     heard.sort();
     assert_eq!(heard, ["bad", "gone", "slow"]);
+}
+
+/// The dispatcher owns a call's deadline: the executor is handed it, with the time to answer
+/// by a little before it, and a call not answered by it gets the one wording of a timeout,
+/// naming the limit and carrying it as `timeout_ms`.
+#[tokio::test]
+async fn a_call_past_its_deadline_is_answered_a_timeout_naming_its_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let sleepy = Arc::new(Sleepy::default());
+    let toolbox = TestBackend::new()
+        .tool("sleepy", sleepy.clone())
+        .toolbox(dir.path(), "[limits]\ntimeout = \"300ms\"")
+        .unwrap();
+    let d = Dispatcher::new(Arc::new(toolbox));
+    let start = Instant::now();
+    let m = d.call(ToolCall::new("late", "sleepy", &json!({}))).await;
+    let took = start.elapsed();
+    let e = m.error.as_ref().expect("a timeout");
+    assert_eq!(e.kind, ErrorKind::Timeout);
+    assert_eq!(
+        e.message,
+        "the tool did not finish within its time limit of 300ms and was stopped; try smaller \
+         input or a cheaper request"
+    );
+    assert_eq!(e.details["timeout_ms"], 300);
+    let limit = Duration::from_millis(300);
+    assert!(took >= limit && took < Duration::from_secs(3), "{took:?}");
+    let (deadline, answer_by) = sleepy.0.lock().unwrap().expect("the executor ran");
+    assert!(deadline >= start + limit && deadline <= start + took);
+    assert_eq!(deadline - answer_by, Duration::from_millis(15));
 }

@@ -8,7 +8,7 @@ use crate::pool::Pool;
 use crate::session::DockerShells;
 use tokio::time::Instant;
 use warden_command::session::Sessions;
-use warden_command::{Cause, Deadline, Request, Template, answer, shell, timed_out};
+use warden_command::{Cause, CommandCall, Template, answer, shell, timed_out};
 use warden_core::{
     BoxFuture, ErrorKind, Executor, Exit, Held, Invocation, Output, Program, SHELL_DETAIL,
     SessionId, ToolError,
@@ -50,81 +50,41 @@ impl DockerTool {
 
     async fn run(&self, inv: Invocation) -> Result<Output, ToolError> {
         let session = self.sessions.is_some();
-        let request = Request::parse(&inv.arguments, &self.template, session)
-            .map_err(ToolError::invalid_arguments)?;
-        let time = Deadline::of(request.timeout, inv.limits.timeout);
-        let env = self.recipe.grants.resolve_env(&inv.caller_env)?;
-        if let Some(sessions) = &self.sessions {
-            return sessions.run(&inv, &request, &env, time).await;
+        let call = CommandCall::of(&inv, &self.template, &self.recipe.grants, session)?;
+        match &self.sessions {
+            Some(sessions) => sessions.run(&inv, &call).await,
+            None => self.run_once(&inv, call).await,
         }
-        let deadline = Instant::now() + time.stop_after;
-        let argv = self.template.render(&request.values);
-        let plan = &self.recipe.plan;
+    }
+
+    /// Runs `call` in a container of its own, and answers how it ended.
+    async fn run_once(&self, inv: &Invocation, call: CommandCall) -> Result<Output, ToolError> {
+        let argv = self.template.render(&call.request.values);
         let Ran {
             ended,
             traffic,
             used,
             files,
-        } = loop {
-            let (mut started, pooled) = match self
-                .pool
-                .as_ref()
-                .and_then(|p| p.take(&env, inv.limits.memory))
-            {
-                Some(started) => (started, true),
-                None => (
-                    self.recipe.start(&env, inv.limits.memory, "call").await?,
-                    false,
-                ),
-            };
-            let call = OneCall {
-                argv: &argv,
-                output_limit: inv.limits.output,
-                deadline,
-                scope: Scope {
-                    denials: inv.denials.clone(),
-                    deadline: deadline.into_std(),
-                },
-                copied: plan.copied.as_ref().map(|c| (c, plan.tool.as_str())),
-            };
-            let ran = run_once(&self.recipe.engine, &mut started, call).await;
-            match (&self.pool, pooled) {
-                (Some(pool), true) => pool.dispose(started),
-                _ => started.container.remove().await,
-            }
-            match ran? {
-                Some(ran) => break ran,
-                // It died while it waited in the pool: the next one runs the command.
-                None if pooled => continue,
-                None => {
-                    return Err(ToolError::new(
-                        ErrorKind::Unavailable,
-                        format!(
-                            "the container's shell ({}) ended before it took the command: \
-                             the image {} needs a POSIX shell there",
-                            self.recipe.shell, plan.image
-                        ),
-                    ));
-                }
-            }
-        };
+        } = self
+            .in_container(inv, &argv, &call.env, call.time.stop_at())
+            .await?;
         inv.usage.record(|u| {
             u.cpu_ms = used.cpu_ms;
             u.peak_memory_bytes = used.peak_memory_bytes;
         });
-        let (stdout, stderr) = match &ended {
-            Ended::Exited { stdout, stderr, .. } | Ended::TimedOut { stdout, stderr } => {
-                (stdout, stderr)
-            }
-        };
         // The command ran, but what it wrote to its read-write roots did not come back: that
         // is the answer, with its output beside.
         let notes = match files {
             Ok(notes) => notes,
             Err(e) => {
-                let code = match &ended {
-                    Ended::Exited { code, .. } => Some(*code),
-                    Ended::TimedOut { .. } => None,
+                let (code, stdout, stderr) = match &ended {
+                    Ended::Exited {
+                        code,
+                        stdout,
+                        stderr,
+                        ..
+                    } => (Some(*code), stdout, stderr),
+                    Ended::TimedOut { stdout, stderr } => (None, stdout, stderr),
                 };
                 return Err(e.with_detail(SHELL_DETAIL, shell(code, stdout, stderr, &[])));
             }
@@ -143,22 +103,80 @@ impl DockerTool {
                 &inv.limits,
                 &notes,
             ),
-            Ended::TimedOut { stdout, stderr } => Err(timed_out(
-                time.named,
-                &stdout,
-                &stderr,
-                if plan.copied.as_ref().is_some_and(Copied::writes_back) {
+            Ended::TimedOut { stdout, stderr } => {
+                let what = if self
+                    .recipe
+                    .plan
+                    .copied
+                    .as_ref()
+                    .is_some_and(Copied::writes_back)
+                {
                     "its container was killed and removed, with what it wrote to its \
                      read-write roots: nothing was written back"
                 } else {
                     "its container was killed and removed"
-                },
-            )),
+                };
+                Err(timed_out(call.time.named, &stdout, &stderr, what))
+            }
         };
         if let Some(t) = traffic {
             t.count_in(&inv.usage);
         }
         answered
+    }
+
+    /// Runs `argv` with `env` in a container, the pool's when it has one waiting (and the
+    /// next, should that one have died while it waited), else a fresh one; stopped at
+    /// `deadline`. The container is gone, or back to the pool, when this returns.
+    async fn in_container(
+        &self,
+        inv: &Invocation,
+        argv: &[String],
+        env: &[(String, String)],
+        deadline: Instant,
+    ) -> Result<Ran, ToolError> {
+        let plan = &self.recipe.plan;
+        loop {
+            let taken = self
+                .pool
+                .as_ref()
+                .and_then(|p| p.take(env, inv.limits.memory));
+            let pooled = taken.is_some();
+            let mut started = match taken {
+                Some(started) => started,
+                None => self.recipe.start(env, inv.limits.memory, "call").await?,
+            };
+            let call = OneCall {
+                argv,
+                output_limit: inv.limits.output,
+                deadline,
+                scope: Scope {
+                    denials: inv.denials.clone(),
+                    deadline: deadline.into_std(),
+                },
+                copied: plan.copied.as_ref().map(|c| (c, plan.tool.as_str())),
+            };
+            let ran = run_once(&self.recipe.engine, &mut started, call).await;
+            match (&self.pool, pooled) {
+                (Some(pool), true) => pool.dispose(started),
+                _ => started.container.remove().await,
+            }
+            match ran? {
+                Some(ran) => return Ok(ran),
+                // It died while it waited in the pool: the next one runs the command.
+                None if pooled => continue,
+                None => {
+                    return Err(ToolError::new(
+                        ErrorKind::Unavailable,
+                        format!(
+                            "the container's shell ({}) ended before it took the command: \
+                             the image {} needs a POSIX shell there",
+                            self.recipe.shell, plan.image
+                        ),
+                    ));
+                }
+            }
+        }
     }
 
     async fn end(&self, id: SessionId) {

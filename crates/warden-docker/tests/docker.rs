@@ -281,9 +281,21 @@ async fn an_endless_command_times_out_and_the_model_can_only_lower_the_limit(san
     let took = start.elapsed();
     assert_eq!(kind(&m), "timeout", "{}", m.content);
     assert!(took < Duration::from_secs(10), "{took:?}");
+    // The answer names the policy's limit, not the 600 s asked for.
+    let e = m.error.as_ref().expect("an error");
+    assert!(
+        e.message
+            .starts_with("the tool did not finish within its time limit of 2s and was stopped"),
+        "{}",
+        e.message
+    );
+    assert_eq!(e.details["timeout_ms"], 2000);
     let start = Instant::now();
     let m = call(&d, "sh", json!({"command": "sleep 1000", "timeout": 0.5})).await;
     assert_eq!(kind(&m), "timeout", "{}", m.content);
+    let e = m.error.as_ref().expect("an error");
+    assert!(e.message.contains("time limit of 500ms"), "{}", e.message);
+    assert_eq!(e.details["timeout_ms"], 500);
     assert!(start.elapsed() < Duration::from_secs(2) + Duration::from_millis(1500));
     h.assert_clean().await;
 }

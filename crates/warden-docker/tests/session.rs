@@ -64,6 +64,14 @@ async fn each_command_has_its_own_deadline_and_a_timeout_keeps_the_shell() {
     );
     assert!(m.content.contains("partial"), "{}", m.content);
     assert!(m.content.contains("shell lives on"), "{}", m.content);
+    let e = m.error.as_ref().expect("an error");
+    assert!(
+        e.message
+            .starts_with("the tool did not finish within its time limit of 1s and was stopped"),
+        "{}",
+        e.message
+    );
+    assert_eq!(e.details["timeout_ms"], 1000);
     let m = call(&d, "sh", cmd("pwd")).await;
     assert_eq!(m.content, "/workspace\n[exit code 0]", "the same shell");
     let m = call(

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::time::Instant;
 use warden_command::session::Sessions;
-use warden_command::{Cause, Deadline, NetworkMode, Request, Template, answer, shell, timed_out};
+use warden_command::{Cause, CommandCall, NetworkMode, Template, answer, shell, timed_out};
 use warden_core::{
     Access, BoxFuture, Denials, ErrorKind, Executor, Exit, Grants, Held, Invocation, Limits,
     Output, Program, SHELL_DETAIL, SessionId, ToolError,
@@ -124,30 +124,28 @@ impl HostTool {
     }
 
     async fn run(&self, inv: Invocation) -> Result<Output, ToolError> {
-        let request = Request::parse(&inv.arguments, &self.template, self.sessions.is_some())
-            .map_err(ToolError::invalid_arguments)?;
-        let time = Deadline::of(request.timeout, inv.limits.timeout);
-        let env = self.starter.grants.resolve_env(&inv.caller_env)?;
-        if let Some(sessions) = &self.sessions {
-            return sessions.run(&inv, &request, &env, time).await;
+        let session = self.sessions.is_some();
+        let call = CommandCall::of(&inv, &self.template, &self.starter.grants, session)?;
+        match &self.sessions {
+            Some(sessions) => sessions.run(&inv, &call).await,
+            None => self.run_once(&inv, call).await,
         }
+    }
+
+    /// Runs `call` in a sandbox of its own, and answers how it ended.
+    async fn run_once(&self, inv: &Invocation, call: CommandCall) -> Result<Output, ToolError> {
         let credentials = self.starter.credentials()?;
+        let stop_at = call.time.stop_at();
         let plan = self.starter.plan(
-            self.template.render(&request.values),
-            env,
+            self.template.render(&call.request.values),
+            call.env,
             &inv.limits,
-            time.stop_after,
+            stop_at.saturating_duration_since(Instant::now()),
             &credentials,
         )?;
         let ended = self
             .starter
-            .spawn(
-                &plan,
-                inv.limits.output,
-                Instant::now() + time.stop_after,
-                &inv.denials,
-                credentials,
-            )
+            .spawn(&plan, inv.limits.output, stop_at, &inv.denials, credentials)
             .await?;
         let (stdout, stderr) = (ended.stdout.text(), ended.stderr.text());
         let mut protections = None;
@@ -173,7 +171,7 @@ impl HostTool {
             .unwrap_or(Value::Null);
         if ended.timed_out {
             return Err(timed_out(
-                time.named,
+                call.time.named,
                 &stdout,
                 &stderr,
                 "every process it started was killed",

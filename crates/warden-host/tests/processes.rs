@@ -155,6 +155,13 @@ async fn a_timeout_kills_the_tree_and_spares_the_caller() {
     let e = r.expect_err("times out");
     assert_eq!(e.kind, ErrorKind::Timeout, "{}", e.message);
     assert!(
+        e.message
+            .starts_with("the tool did not finish within its time limit of 1s and was stopped"),
+        "{}",
+        e.message
+    );
+    assert_eq!(e.details["timeout_ms"], 1000);
+    assert!(
         e.message.contains("before"),
         "partial output kept: {}",
         e.message

@@ -125,6 +125,13 @@ async fn a_timeout_ends_the_command_and_keeps_the_session() {
     assert!(e.message.contains("before"), "{}", e.message);
     assert!(e.message.contains("shell lives on"), "{}", e.message);
     assert!(
+        e.message
+            .starts_with("the tool did not finish within its time limit of 2s and was stopped"),
+        "{}",
+        e.message
+    );
+    assert_eq!(e.details["timeout_ms"], 2000);
+    assert!(
         started.elapsed() < Duration::from_secs(8),
         "{:?}",
         started.elapsed()

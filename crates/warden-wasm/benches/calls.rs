@@ -361,6 +361,7 @@ fn calls(c: &mut Criterion) {
                 call_id: "call-1".into(),
                 arguments: json!({"a": 1, "b": 2}),
                 limits: tool.limits,
+                deadline: Instant::now() + tool.limits.timeout,
                 session: warden_core::SessionId::fresh(),
                 usage: Default::default(),
                 output: None,

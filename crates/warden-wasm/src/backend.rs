@@ -4,7 +4,7 @@ use crate::artifacts::{ArtifactError, Artifacts, Binary};
 use crate::config::WasmConfig;
 use crate::docs::WitDocs;
 use crate::engine::{self, Flavor, MAX_MEMORY, Workload};
-use crate::exports::{Export, exports};
+use crate::exports::{Export, Exports, exports};
 use crate::sandbox::CallState;
 use crate::schema::{Unsupported, params_schema, type_schema};
 use crate::shared::Shared;
@@ -17,6 +17,7 @@ use warden_core::{
     Reach, Report, ReportLine, Support, ToolSpec,
 };
 use warden_net::Egress;
+use wasmtime::Engine;
 use wasmtime::component::Linker;
 
 /// Called before a component is compiled (a slow step worth telling a person about).
@@ -132,6 +133,31 @@ impl WasmBackend {
             }
         }
     }
+
+    /// The linker of a policy's calls: WASI 0.2 and its HTTP, `exit` for a WASI 0.1 module,
+    /// lookups refused without the `dns` grant, and the filesystem observed for the roots a
+    /// call opens when there are roots and usage is accounted.
+    fn linker(
+        &self,
+        engine: &Engine,
+        policy: &Policy,
+        binary: Binary,
+    ) -> wasmtime::Result<Linker<CallState>> {
+        let mut linker: Linker<CallState> = Linker::new(engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+        if binary == Binary::Module {
+            crate::wasip1::link_exit(&mut linker)?;
+        }
+        if !policy.grants.net.dns {
+            crate::net::refuse_lookups(&mut linker)?;
+        }
+        // Without roots there is nothing to observe: the plain functions stay.
+        if self.accounting && !policy.grants.fs.is_empty() {
+            crate::roots::observe(&mut linker)?;
+        }
+        Ok(linker)
+    }
 }
 
 impl ExecutorKind for WasmBackend {
@@ -178,28 +204,8 @@ impl Backend for WasmBackend {
             .artifacts
             .compiled(engine, &sha, &wasm, binary, &*self.on_compile)
             .map_err(|e| err(Some(cfg.component.line), e.to_string()))?;
-        let mut linker: Linker<CallState> = Linker::new(engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
-            .and_then(|()| wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker))
-            .and_then(|()| match binary {
-                Binary::Module => crate::wasip1::link_exit(&mut linker),
-                Binary::Component => Ok(()),
-            })
-            .and_then(|()| {
-                if policy.grants.net.dns {
-                    Ok(())
-                } else {
-                    crate::net::refuse_lookups(&mut linker)
-                }
-            })
-            .and_then(|()| {
-                // Without roots there is nothing to observe: the plain functions stay.
-                if self.accounting && !policy.grants.fs.is_empty() {
-                    crate::roots::observe(&mut linker)
-                } else {
-                    Ok(())
-                }
-            })
+        let linker = self
+            .linker(engine, policy, binary)
             .map_err(|e| err(None, format!("cannot link WASI: {e:#}")))?;
         let pre = linker.instantiate_pre(&component).map_err(|e| {
             err(
@@ -227,45 +233,7 @@ impl Backend for WasmBackend {
             egress: self.egress.clone(),
             accounting: self.accounting,
         });
-        let found = exports(engine, &component);
-        let mut tools = Vec::new();
-        if let Some(run) = found.command {
-            let name = cfg.name.clone().or_else(|| {
-                cfg.component
-                    .value
-                    .file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-            });
-            let name = name.ok_or_else(|| err(None, "a command component needs `name`".into()))?;
-            tools.push(LoadedTool {
-                function: name.clone(),
-                spec: ToolSpec {
-                    description: cfg.description.clone().unwrap_or_else(|| {
-                        format!(
-                            "Runs the command `{name}` with `args` and `stdin`; answers its stdout."
-                        )
-                    }),
-                    name: name.clone(),
-                    input_schema: CommandTool::schema(),
-                    output_schema: None,
-                },
-                executor: Arc::new(CommandTool::new(shared.clone(), run, name)),
-            });
-        }
-        for export in found.functions {
-            match function_spec(&export, &docs) {
-                Ok(spec) => tools.push(LoadedTool {
-                    function: export.tool_name(),
-                    spec,
-                    executor: Arc::new(FunctionTool::new(shared.clone(), export)),
-                }),
-                Err(why) => tracing::warn!(
-                    policy = %policy.path.display(),
-                    "function `{}` is not offered as a tool: {why}",
-                    export.tool_name()
-                ),
-            }
-        }
+        let tools = tools(cfg, &shared, exports(engine, &component), &docs, policy)?;
         if tools.is_empty() {
             return Err(err(
                 Some(cfg.component.line),
@@ -282,6 +250,58 @@ impl Backend for WasmBackend {
             report: report(cfg, &sha, binary, &imports, policy),
         })
     }
+}
+
+/// The tools of a component: its command, named by the policy or after its file, and each
+/// exported function that JSON can call (one that cannot is left out, with a warning).
+fn tools(
+    cfg: &WasmConfig,
+    shared: &Arc<Shared>,
+    found: Exports,
+    docs: &WitDocs,
+    policy: &Policy,
+) -> Result<Vec<LoadedTool>, PolicyError> {
+    let mut tools = Vec::new();
+    if let Some(run) = found.command {
+        let name = cfg.name.clone().or_else(|| {
+            cfg.component
+                .value
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+        });
+        let name = name.ok_or_else(|| {
+            PolicyError::new(&policy.path, None, "a command component needs `name`")
+        })?;
+        tools.push(LoadedTool {
+            function: name.clone(),
+            spec: ToolSpec {
+                description: cfg.description.clone().unwrap_or_else(|| {
+                    format!(
+                        "Runs the command `{name}` with `args` and `stdin`; answers its stdout."
+                    )
+                }),
+                name: name.clone(),
+                input_schema: CommandTool::schema(),
+                output_schema: None,
+            },
+            executor: Arc::new(CommandTool::new(shared.clone(), run, name)),
+        });
+    }
+    for export in found.functions {
+        match function_spec(&export, docs) {
+            Ok(spec) => tools.push(LoadedTool {
+                function: export.tool_name(),
+                spec,
+                executor: Arc::new(FunctionTool::new(shared.clone(), export)),
+            }),
+            Err(why) => tracing::warn!(
+                policy = %policy.path.display(),
+                "function `{}` is not offered as a tool: {why}",
+                export.tool_name()
+            ),
+        }
+    }
+    Ok(tools)
 }
 
 /// Refuses a network grant to a WASI 0.1 module, at the grant's line: WASI 0.1 has no sockets,

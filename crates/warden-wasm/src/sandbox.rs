@@ -203,7 +203,11 @@ impl Sandbox {
         Ok(sandbox)
     }
 
-    /// Stops the guest at `deadline` instead of whenever it was to stop.
+    /// Stops the guest at `deadline` instead of whenever it was to stop: a call's is the
+    /// dispatcher's own ([`Invocation::deadline`]), not a little before it as a command's is.
+    /// Stopping earlier would win nothing clean: the guest's network waits end at the same
+    /// deadline (so that a slow server is the call's timeout, not an error the guest answers
+    /// for), and a guest that sleeps or waits is never interrupted, only one that computes.
     pub(crate) fn stop_at(&mut self, deadline: Instant) {
         self.store.set_epoch_deadline(1);
         self.store.epoch_deadline_callback(move |_| {
@@ -280,13 +284,9 @@ impl Sandbox {
             oom
         } else {
             match trap {
-                Some(Trap::Interrupt) => ToolError::new(
-                    ErrorKind::Timeout,
-                    format!(
-                        "the tool did not finish within its time limit of {:?} and was stopped",
-                        limits.timeout
-                    ),
-                ),
+                // Interrupted at the call's deadline, as the dispatcher's timer fires: whichever
+                // comes first says the same.
+                Some(Trap::Interrupt) => ToolError::timed_out(limits.timeout),
                 Some(Trap::OutOfFuel) => ToolError::new(
                     ErrorKind::OutOfFuel,
                     format!(

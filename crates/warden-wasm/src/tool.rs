@@ -8,7 +8,6 @@ use crate::spare::Spare;
 use crate::value::{args_to_vals, val_to_json};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::time::Instant;
 use warden_core::{BoxFuture, ErrorKind, Executor, Invocation, Output, ToolError, Violation};
 use wasmtime::component::{ComponentExportIndex, Val};
 
@@ -33,7 +32,7 @@ impl FunctionTool {
     async fn run(&self, inv: Invocation) -> Result<Output, ToolError> {
         let params = args_to_vals(&inv.arguments, &self.export.params)
             .map_err(ToolError::invalid_arguments)?;
-        let deadline = Instant::now() + inv.limits.timeout;
+        let deadline = inv.deadline;
         let (mut sandbox, ahead) = match self.spare.claim(&inv.limits) {
             Some(prepared) => {
                 let (mut sandbox, instance, cpu) = prepared.into_parts();
@@ -183,9 +182,8 @@ impl CommandTool {
             args: &argv,
             stdin: Some(stdin.as_deref().unwrap_or("")),
         };
-        let deadline = Instant::now() + inv.limits.timeout;
-        let mut sandbox = self.shared.sandbox(&inv.limits, io, deadline)?;
-        sandbox.bind(&inv, deadline);
+        let mut sandbox = self.shared.sandbox(&inv.limits, io, inv.deadline)?;
+        sandbox.bind(&inv, inv.deadline);
         let mut results = [Val::Bool(false)];
         let outcome = self
             .shared

@@ -151,6 +151,13 @@ async fn an_endless_loop_times_out_and_the_host_goes_on() {
     let start = Instant::now();
     let m = call(&d, "spin", json!({})).await;
     assert_eq!(kind(&m), "timeout", "{m:?}");
+    let e = m.error.as_ref().expect("an error");
+    assert_eq!(
+        e.message,
+        "the tool did not finish within its time limit of 1s and was stopped; try smaller input \
+         or a cheaper request"
+    );
+    assert_eq!(e.details["timeout_ms"], 1000, "{m:?}");
     assert!(
         start.elapsed() < Duration::from_secs(10),
         "took {:?}",

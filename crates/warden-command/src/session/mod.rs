@@ -13,8 +13,9 @@
 //! - **What persists** from one command to the next: the working directory, variables and
 //!   functions, shell options, files in `/tmp` (and anywhere else the sandbox may write), and
 //!   background jobs (`cmd &`), which keep running between commands.
-//! - **Each command** reads `/dev/null` on its stdin (never the commands that follow) and has
-//!   its own deadline, which starts when the command gets the shell, not while it waits.
+//! - **Each command** reads `/dev/null` on its stdin (never the commands that follow). The
+//!   `timeout` it asks for starts when it gets the shell, not while it waits; the policy's is
+//!   the call's, from the dispatcher's deadline, and counts the wait too.
 //! - **Ordering.** A session runs one command at a time; concurrent commands of one session
 //!   wait their turn and run in the order they arrived. Sessions never wait for each other.
 //! - **A timeout** ends the command, not the session, where the executor can stop a command's
@@ -66,13 +67,14 @@ mod frames;
 mod script;
 mod shell;
 mod stop;
+mod told;
 
 pub use frames::Frames;
 pub use script::nonce;
 pub use stop::Children;
 
 use script::Check;
-use shell::{Finished, Live, Ran};
+use shell::{Live, Ran};
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
@@ -81,11 +83,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::time::Instant;
-use warden_core::{
-    ByteSize, ErrorKind, Invocation, Limits, Output, SHELL_DETAIL, SessionId, ToolError,
-};
+use told::{out_of_processes_before, restarted, state};
+use warden_core::{Invocation, Limits, Output, SessionId, ToolError};
 
-use crate::{Cause, Deadline, Request, answer, shell, timed_out};
+use crate::{Cause, CommandCall, timed_out};
 
 /// A piece of a shell's output, from one of its two streams.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -304,19 +305,15 @@ impl<L: Launcher> Sessions<L> {
         }
     }
 
-    /// Runs call `inv` in its session: `restart` first if asked, then `command` if given,
-    /// stopped at `time`'s deadline; the sandbox's refusals and usage go to the invocation's.
-    pub async fn run(
-        &self,
-        inv: &Invocation,
-        request: &Request,
-        env: &[(String, String)],
-        time: Deadline,
-    ) -> Result<Output, ToolError> {
+    /// Runs `call`, of invocation `inv`, in its session: `restart` first if asked, then
+    /// `command` if given, stopped at its deadline; the sandbox's refusals and usage go to
+    /// the invocation's.
+    pub async fn run(&self, inv: &Invocation, call: &CommandCall) -> Result<Output, ToolError> {
+        let CommandCall { request, env, time } = call;
         let slot = self.slot(inv.session);
         // Commands of one session queue here, first come first served (tokio's mutex is fair).
         let mut guard = slot.lock().await;
-        let deadline = Instant::now() + time.stop_after;
+        let deadline = time.stop_at();
         let mut notes: Vec<String> = Vec::new();
         if request.restart
             && let Some(old) = guard.live.take()
@@ -437,138 +434,6 @@ impl<L: Launcher> Sessions<L> {
         }
     }
 
-    /// The answer to how a command ran, and the shell when it lives on; an error when the
-    /// sandbox failed before an answer could say what became of the shell.
-    async fn told(
-        &self,
-        ran: Ran,
-        mut live: Live<L::Sandbox>,
-        used: &warden_core::Usage,
-        start: &Start<'_>,
-        mut notes: Vec<String>,
-    ) -> Result<(Result<Output, ToolError>, Option<Live<L::Sandbox>>), ToolError> {
-        let (limits, limit, counting) = (start.limits, start.limit, &start.counting);
-        let limit_of = counting.limit;
-        match ran {
-            Ran::Finished(finished) => Ok(self.finished(finished, live, used, start, notes).await),
-            Ran::ShellEnded { stdout, stderr } => {
-                let status = live.sandbox.exit_status().await;
-                let ended = live.sandbox.close_noting().await;
-                let (code, cause) = status?;
-                notes.push(format!(
-                    "the shell ended, and with it the session: the next command starts in {}",
-                    L::FRESH
-                ));
-                notes.extend(ended);
-                Ok((answer(code, &cause, &stdout, &stderr, limits, &notes), None))
-            }
-            Ran::Stopped { stdout, stderr } => {
-                let what = "its processes were stopped; the session's shell lives on, with its \
-                            working directory, variables, files and earlier background jobs";
-                let told = timed_out(limit, &stdout, &stderr, &noted(what, &notes));
-                Ok((Err(told), Some(live)))
-            }
-            Ran::TimedOut { stdout, stderr } => {
-                notes.extend(live.sandbox.close_noting().await);
-                let what = format!(
-                    "the session's shell was killed; the next command starts in {} ({LOST})",
-                    L::FRESH
-                );
-                let told = timed_out(limit, &stdout, &stderr, &noted(&what, &notes));
-                Ok((Err(told), None))
-            }
-            Ran::OutOfProcesses {
-                stdout,
-                stderr,
-                processes,
-            } => {
-                notes.extend(live.sandbox.close_noting().await);
-                let what = format!(
-                    "the command filled the session with processes ({processes} of {limit_of} \
-                     in use) and was stopped; the session was reset, and the next command \
-                     starts in {} ({LOST})",
-                    L::FRESH
-                );
-                let error = filled(what, processes, &stdout, &stderr, &notes);
-                Ok((Err(error), None))
-            }
-            // Not reached: `run_in` runs it again, once.
-            Ran::NotRun { processes, refused } => {
-                live.sandbox.close().await;
-                let error = ToolError::new(
-                    ErrorKind::LimitExceeded,
-                    format!(
-                        "a fresh shell found its sandbox out of processes ({}) and could not \
-                         run the command",
-                        state(processes, refused, limit_of)
-                    ),
-                );
-                Ok((Err(error), None))
-            }
-        }
-    }
-
-    /// The answer to a command that finished, and the shell when it lives on (not when the
-    /// command left its sandbox out of processes).
-    async fn finished(
-        &self,
-        Finished {
-            status,
-            processes,
-            stdout,
-            stderr,
-            between,
-            refused,
-        }: Finished,
-        mut live: Live<L::Sandbox>,
-        used: &warden_core::Usage,
-        start: &Start<'_>,
-        mut notes: Vec<String>,
-    ) -> (Result<Output, ToolError>, Option<Live<L::Sandbox>>) {
-        let (limits, counting) = (start.limits, &start.counting);
-        let limit_of = counting.limit;
-        let cause = if status == 137 && live.sandbox.memory_killed().await {
-            Cause::OutOfMemory
-        } else {
-            live.sandbox
-                .limit_ended(status, used)
-                .map_or(Cause::Exited, Cause::Limit)
-        };
-        let processes = match processes {
-            None if counting.outside => live.sandbox.processes().await,
-            counted => counted,
-        };
-        if between > 0 {
-            notes.push(format!(
-                "background jobs wrote {} between commands, not shown: to read what a \
-                 background job writes, send it to a file (`cmd >/tmp/log 2>&1 &`)",
-                ByteSize(between)
-            ));
-        }
-        // A fork bomb churns: its count at the end may fall short of the limit. Forks
-        // refused during the command with many processes still left is the same news.
-        let bombed =
-            |n: u64, c: &Check| n >= c.full_at || (refused > 0 && n >= (limit_of / 4).max(3));
-        let kept = match (processes, &counting.check) {
-            (Some(n), Some(c)) if bombed(n, c) => {
-                let ended = live.sandbox.close_noting().await;
-                notes.push(format!(
-                    "the session is out of processes ({n} of {limit_of} in use, by \
-                     what this command left running): it was reset, and the next \
-                     command starts in {} ({LOST})",
-                    L::FRESH
-                ));
-                notes.extend(ended);
-                None
-            }
-            _ => Some(live),
-        };
-        (
-            answer(status, &cause, &stdout, &stderr, limits, &notes),
-            kept,
-        )
-    }
-
     /// Starts a shell for a session, by its deadline.
     async fn launch(&self, start: &Start<'_>) -> Result<Live<L::Sandbox>, ToolError> {
         let launching = self.launcher.launch(start.env, start.limits);
@@ -606,10 +471,6 @@ impl<L: Launcher> Sessions<L> {
     }
 }
 
-/// What a reset loses, for the notes that say so.
-const LOST: &str =
-    "working directory, variables, background jobs and files outside the granted folders are lost";
-
 /// What one command of a session starts from: the shell's environment and limits, its
 /// deadline and the timeout an answer names, and how its sandbox's processes are counted.
 struct Start<'a> {
@@ -642,65 +503,4 @@ impl Counting {
             outside: processes.as_ref().is_some_and(|p| p.cgroups.is_empty()),
         }
     }
-}
-
-/// The `limit_exceeded` answer of a command that filled its sandbox with processes: `what`
-/// became of it, then `notes` and the output so far.
-fn filled(what: String, processes: u64, stdout: &str, stderr: &str, notes: &[String]) -> ToolError {
-    let mut message = what;
-    for note in notes {
-        message.push_str(&format!("\n[{note}]"));
-    }
-    for (name, text) in [("stdout", stdout), ("stderr", stderr)] {
-        if !text.is_empty() {
-            message.push_str(&format!("\n[{name} so far]\n{text}"));
-        }
-    }
-    ToolError::new(ErrorKind::LimitExceeded, message)
-        .with_detail("processes", processes)
-        .with_detail(SHELL_DETAIL, shell(None, stdout, stderr, notes))
-}
-
-/// The answer of a call that only restarted the session.
-fn restarted(notes: &[String]) -> Output {
-    let mut content =
-        "the session was restarted: the next command runs in a fresh shell".to_owned();
-    for note in notes {
-        content.push_str(&format!("\n[{note}]"));
-    }
-    Output {
-        content,
-        ..Output::default()
-    }
-}
-
-/// The note of a sandbox found out of processes (`state`) before a command, which ran in
-/// `fresh` instead.
-fn out_of_processes_before(state: &str, fresh: &str) -> String {
-    format!(
-        "the session ran out of processes after the last command ({state}), most likely \
-         through background jobs it left: it was reset before this command, which ran in \
-         {fresh}; the working directory, variables, background jobs and files outside the \
-         granted folders of before are gone"
-    )
-}
-
-/// What became of a timed-out command, then each of `notes`, for a `timeout` answer.
-fn noted(what: &str, notes: &[String]) -> String {
-    std::iter::once(what)
-        .chain(notes.iter().map(String::as_str))
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-/// "120 of 128 in use, 37 forks refused".
-fn state(processes: Option<u64>, refused: u64, limit: u64) -> String {
-    let mut text = match processes {
-        Some(n) => format!("{n} of {limit} in use"),
-        None => format!("a limit of {limit}"),
-    };
-    if refused > 0 {
-        text.push_str(&format!(", {refused} forks refused"));
-    }
-    text
 }

@@ -92,7 +92,7 @@ impl<S: Sandbox> Live<S> {
         &mut self,
         command: &str,
         limit: u64,
-        mut deadline: Instant,
+        deadline: Instant,
         check: Option<&Check>,
         watcher: Option<&OutputSink>,
     ) -> Ran {
@@ -103,9 +103,6 @@ impl<S: Sandbox> Live<S> {
         });
         let script = framing.script(command, &self.options, check.as_ref(), self.first);
         self.first = false;
-        let end_line = |rest: &[u8]| Ending::parse(rest).is_some();
-        let mut out = Frames::new(&framing.start, &framing.end, end_line, limit);
-        let mut err = Frames::new(&framing.start, &framing.end, <[u8]>::is_empty, limit);
         let write = async {
             self.input.write_all(script.as_bytes()).await?;
             self.input.flush().await
@@ -121,81 +118,95 @@ impl<S: Sandbox> Live<S> {
             Ok(Err(e)) => tracing::debug!("writing to the session shell failed: {e}"),
             Ok(Ok(())) => {}
         }
-        let mut grace: Option<Instant> = None;
-        let mut probe_at = check.as_ref().map(|_| Instant::now() + PROBE_EVERY);
-        let mut full_in_a_row = 0;
-        let mut stopped = false;
-        while !(out.done() && err.done()) {
+        let mut reading = Reading::new(&framing, limit, deadline, check.is_some());
+        match self.read(&mut reading, check.as_ref(), watcher).await {
+            Some(early) => early,
+            None => self.finish(reading),
+        }
+    }
+
+    /// Reads the command's output until both streams printed their end (or stderr's is
+    /// past its grace); how it ended when that never happens: the deadline passed, the
+    /// sandbox filled with processes, the shell ended.
+    async fn read(
+        &mut self,
+        reading: &mut Reading,
+        check: Option<&Check>,
+        watcher: Option<&OutputSink>,
+    ) -> Option<Ran> {
+        while !(reading.out.done() && reading.err.done()) {
             let now = Instant::now();
-            if now >= deadline {
+            if now >= reading.deadline {
                 // Once: the shell then has a little while to print the command's end.
-                if !stopped && !out.done() && self.sandbox.stop_command() {
-                    stopped = true;
-                    deadline = now + STOPPED_ENDS_WITHIN;
+                if !reading.stopped && !reading.out.done() && self.sandbox.stop_command() {
+                    reading.stopped = true;
+                    reading.deadline = now + STOPPED_ENDS_WITHIN;
                     continue;
                 }
-                return Ran::TimedOut {
-                    stdout: out.text(),
-                    stderr: err.text(),
-                };
+                return Some(Ran::TimedOut {
+                    stdout: reading.out.text(),
+                    stderr: reading.err.text(),
+                });
             }
-            if grace.is_some_and(|g| now >= g) {
-                break;
+            if reading.grace.is_some_and(|g| now >= g) {
+                return None;
             }
-            if let (Some(c), Some(at)) = (&check, probe_at)
+            if let (Some(c), Some(at)) = (check, reading.probe_at)
                 && now >= at
-                && !out.done()
+                && !reading.out.done()
             {
-                match tokio::time::timeout_at(deadline, self.sandbox.processes()).await {
-                    Ok(Some(processes)) if processes >= c.full_at => {
-                        full_in_a_row += 1;
-                        if full_in_a_row >= 2 {
-                            return Ran::OutOfProcesses {
-                                stdout: out.text(),
-                                stderr: err.text(),
-                                processes,
-                            };
-                        }
-                    }
-                    _ => full_in_a_row = 0,
+                if let Some(full) = self.probe(reading, c).await {
+                    return Some(full);
                 }
-                probe_at = Some(Instant::now() + PROBE_EVERY);
                 continue;
             }
-            let until = [Some(deadline), grace, probe_at]
+            let until = [Some(reading.deadline), reading.grace, reading.probe_at]
                 .into_iter()
                 .flatten()
                 .min()
-                .unwrap_or(deadline);
+                .unwrap_or(reading.deadline);
             match tokio::time::timeout_at(until, self.output.next()).await {
                 Err(_) => {}
-                Ok(Some(Ok(Chunk::Stdout(data)))) => {
-                    out.push(&data);
-                    if let Some(w) = watcher {
-                        w.send(OutputStream::Stdout, out.fresh());
-                    }
-                    if out.done() && grace.is_none() {
-                        grace = Some(Instant::now() + STDERR_GRACE);
-                    }
-                }
-                Ok(Some(Ok(Chunk::Stderr(data)))) => {
-                    err.push(&data);
-                    if let Some(w) = watcher {
-                        w.send(OutputStream::Stderr, err.fresh());
-                    }
-                }
+                Ok(Some(Ok(chunk))) => reading.push(chunk, watcher),
                 Ok(Some(Err(e))) => {
                     tracing::debug!("reading the session shell failed: {e}");
-                    return ended(out, err);
+                    return Some(reading.shell_ended());
                 }
-                Ok(None) => return ended(out, err),
+                Ok(None) => return Some(reading.shell_ended()),
             }
         }
+        None
+    }
+
+    /// Counts the sandbox's processes from outside: the command is stopped when it is seen
+    /// full twice in a row.
+    async fn probe(&mut self, reading: &mut Reading, check: &Check) -> Option<Ran> {
+        match tokio::time::timeout_at(reading.deadline, self.sandbox.processes()).await {
+            Ok(Some(processes)) if processes >= check.full_at => {
+                reading.full_in_a_row += 1;
+                if reading.full_in_a_row >= 2 {
+                    return Some(Ran::OutOfProcesses {
+                        stdout: reading.out.text(),
+                        stderr: reading.err.text(),
+                        processes,
+                    });
+                }
+            }
+            _ => reading.full_in_a_row = 0,
+        }
+        reading.probe_at = Some(Instant::now() + PROBE_EVERY);
+        None
+    }
+
+    /// How a command whose output was read to its end ended, as its end line tells; what
+    /// the shell keeps for the next command is taken from it.
+    fn finish(&mut self, mut reading: Reading) -> Ran {
+        let (out, err) = (&mut reading.out, &mut reading.err);
         let between = self.after + out.before + err.before;
         self.after = out.after + err.after;
         // `out` is done: its end line was parsed before it counted as one.
         let Some(ending) = out.rest().and_then(Ending::parse) else {
-            return ended(out, err);
+            return reading.shell_ended();
         };
         self.options = ending.options;
         let refused_since = match (ending.refused, self.refused) {
@@ -203,7 +214,7 @@ impl<S: Sandbox> Live<S> {
             _ => 0,
         };
         self.refused = ending.refused;
-        if stopped {
+        if reading.stopped {
             return Ran::Stopped {
                 stdout: out.text(),
                 stderr: err.text(),
@@ -226,9 +237,63 @@ impl<S: Sandbox> Live<S> {
     }
 }
 
-fn ended(mut out: Frames, mut err: Frames) -> Ran {
-    Ran::ShellEnded {
-        stdout: out.text(),
-        stderr: err.text(),
+/// One command's output as it is read: its two streams, and the times that end the reading.
+struct Reading {
+    out: Frames,
+    err: Frames,
+    /// When the command is stopped; after a stop, when the shell must have printed its end.
+    deadline: Instant,
+    /// How long stderr's end line may still trail, once stdout's came.
+    grace: Option<Instant>,
+    /// When the sandbox's processes are next counted from outside (with a check).
+    probe_at: Option<Instant>,
+    /// How many counts in a row found the sandbox full.
+    full_in_a_row: u32,
+    /// The command's processes were stopped at the deadline: the shell lives on if it
+    /// prints the command's end.
+    stopped: bool,
+}
+
+impl Reading {
+    fn new(framing: &Framing, limit: u64, deadline: Instant, probed: bool) -> Reading {
+        let end_line = |rest: &[u8]| Ending::parse(rest).is_some();
+        Reading {
+            out: Frames::new(&framing.start, &framing.end, end_line, limit),
+            err: Frames::new(&framing.start, &framing.end, <[u8]>::is_empty, limit),
+            deadline,
+            grace: None,
+            probe_at: probed.then(|| Instant::now() + PROBE_EVERY),
+            full_in_a_row: 0,
+            stopped: false,
+        }
+    }
+
+    /// Takes in a chunk of the shell's output, handing what is new to `watcher`.
+    fn push(&mut self, chunk: Chunk, watcher: Option<&OutputSink>) {
+        match chunk {
+            Chunk::Stdout(data) => {
+                self.out.push(&data);
+                if let Some(w) = watcher {
+                    w.send(OutputStream::Stdout, self.out.fresh());
+                }
+                if self.out.done() && self.grace.is_none() {
+                    self.grace = Some(Instant::now() + STDERR_GRACE);
+                }
+            }
+            Chunk::Stderr(data) => {
+                self.err.push(&data);
+                if let Some(w) = watcher {
+                    w.send(OutputStream::Stderr, self.err.fresh());
+                }
+            }
+        }
+    }
+
+    /// The shell ended before the command's end: its output so far.
+    fn shell_ended(&mut self) -> Ran {
+        Ran::ShellEnded {
+            stdout: self.out.text(),
+            stderr: self.err.text(),
+        }
     }
 }

@@ -12,7 +12,7 @@ use crate::review::Decision;
 use crate::toolbox::Tool;
 use serde_json::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 impl Dispatcher {
     /// Runs `program` in the sandbox a call of `tool` gets, under the tool's review, limits
@@ -41,6 +41,7 @@ impl Dispatcher {
             usage: Meter::default(),
         };
         let reviewed = self.review_program(tool, &call, &mut program).await;
+        let limit = program.timeout;
         let facts = ExecFacts {
             argv: program.argv.clone(),
             exit_status: None,
@@ -58,7 +59,7 @@ impl Dispatcher {
         };
         let message = match &ended {
             Ok(Exit::Code(0)) => ToolMessage::success(&call, "exited with status 0".into(), None),
-            Ok(exit) => ToolMessage::failure(&call, ended_badly(*exit)),
+            Ok(exit) => ToolMessage::failure(&call, ended_badly(*exit, limit)),
             Err(e) => ToolMessage::failure(&call, e.clone()),
         };
         let facts = Facts {
@@ -149,13 +150,11 @@ fn argv_of(arguments: &Value) -> Result<Vec<String>, ToolError> {
     })
 }
 
-/// The record's error for a program that did not exit with 0.
-fn ended_badly(exit: Exit) -> ToolError {
+/// The record's error for a program that did not exit with 0, whose time limit was `limit`
+/// (a program without one never times out).
+fn ended_badly(exit: Exit, limit: Option<Duration>) -> ToolError {
     match exit {
-        Exit::TimedOut => ToolError::new(
-            ErrorKind::Timeout,
-            "the program outlived its time limit and was killed",
-        ),
+        Exit::TimedOut => ToolError::timed_out(limit.unwrap_or_default()),
         Exit::Signal(signal) => ToolError::new(
             ErrorKind::ExitStatus,
             format!("the program was killed by signal {signal}"),

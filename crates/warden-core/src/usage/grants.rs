@@ -13,6 +13,9 @@ use std::path::PathBuf;
 /// Hosts a wide grant may be narrowed to; past this many it is left as written.
 const NARROW_TO_AT_MOST: usize = 10;
 
+/// Why a grant went unused when none of its policy's tools ran.
+const NEVER_RAN: &str = "none of its tools ran in the window";
+
 /// A grant nothing in the window used.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct UnusedGrant {
@@ -99,102 +102,149 @@ pub(crate) fn review(
     seen: &[&ToolSeen],
     roots_observed: bool,
 ) -> (Vec<UnusedGrant>, Option<Suggestion>) {
-    let ran = seen.iter().any(|t| t.ran);
-    let destinations: Vec<Destination> = seen
-        .iter()
-        .flat_map(|t| &t.reached)
-        .filter_map(Destination::parse)
-        .collect();
-    let grants = &policy.grants;
-    let lines = &policy.grant_lines;
-    let mut unused = Vec::new();
-    let mut note = |key, line: Option<&usize>, grant: String, why: &str| {
-        unused.push(UnusedGrant {
-            policy: policy.path.clone(),
+    let mut review = Review {
+        policy,
+        seen,
+        ran: seen.iter().any(|t| t.ran),
+        unused: Vec::new(),
+    };
+    let net = review.net();
+    review.credentials(&net);
+    let roots = review.roots(roots_observed);
+    review.host_env();
+    let suggestion = review.suggestion(&net, &roots);
+    (review.unused, suggestion)
+}
+
+/// One policy's grants under review: what its tools' calls did, and the grants found unused
+/// so far, in the order of their keys.
+struct Review<'a> {
+    policy: &'a Policy,
+    seen: &'a [&'a ToolSeen],
+    /// Whether any of its tools ran in the window.
+    ran: bool,
+    unused: Vec<UnusedGrant>,
+}
+
+impl<'a> Review<'a> {
+    /// Why a grant went unused: `unexercised` when the tools ran, else that none did.
+    fn why(&self, unexercised: &'static str) -> &'static str {
+        if self.ran { unexercised } else { NEVER_RAN }
+    }
+
+    /// Notes grant `grant` of `key`, written at `line`, as unused for `why`.
+    fn note(&mut self, key: &'static str, line: Option<&usize>, grant: String, why: &str) {
+        self.unused.push(UnusedGrant {
+            policy: self.policy.path.clone(),
             line: line.copied().unwrap_or(0),
             key,
             grant,
             why: why.to_owned(),
         });
-    };
-    let never_ran = "none of its tools ran in the window";
-    let mut net = Vec::new();
-    for (i, grant) in grants.net.hosts.iter().enumerate() {
-        let used: BTreeSet<String> = destinations.iter().filter_map(|d| d.used(grant)).collect();
-        if used.is_empty() {
-            let why = if ran {
-                "no call in the window reached it"
-            } else {
-                never_ran
-            };
-            note("net", lines.net.get(i), grant.to_string(), why);
-        } else if is_exact(grant) || used.len() > NARROW_TO_AT_MOST {
-            net.push(grant.to_string());
-        } else {
-            net.extend(used);
-        }
     }
-    let mut once = HashSet::new();
-    net.retain(|g| once.insert(g.clone()));
-    let kept = NetGrants {
-        hosts: net
+
+    /// The `net` grants to keep, each narrowed to what its calls reached where it can be;
+    /// those nothing reached are noted.
+    fn net(&mut self) -> Vec<String> {
+        let destinations: Vec<Destination> = self
+            .seen
             .iter()
-            .filter_map(|g| HostGrant::parse(g).ok())
-            .collect(),
-        ..grants.net.clone()
-    };
-    for (i, c) in grants.net.credentials.iter().enumerate() {
-        if kept.check_credential(c).is_err() {
-            let why = "the host it is for is not reached: remove it with its net grant";
-            let text = format!("{} header for {}", c.header, c.host);
-            note("net_credentials", lines.net_credentials.get(i), text, why);
-        }
-    }
-    let opened: HashSet<&str> = seen
-        .iter()
-        .flat_map(|t| &t.roots_opened)
-        .map(String::as_str)
-        .collect();
-    let mut roots = Vec::new();
-    for (i, root) in grants.fs.iter().enumerate() {
-        if !roots_observed || opened.contains(root.guest.as_str()) {
-            roots.push(root);
-        } else {
-            let why = if ran {
-                "no call in the window opened it"
+            .flat_map(|t| &t.reached)
+            .filter_map(Destination::parse)
+            .collect();
+        let (grants, lines) = (&self.policy.grants, &self.policy.grant_lines);
+        let mut net = Vec::new();
+        for (i, grant) in grants.net.hosts.iter().enumerate() {
+            let used: BTreeSet<String> =
+                destinations.iter().filter_map(|d| d.used(grant)).collect();
+            if used.is_empty() {
+                let why = self.why("no call in the window reached it");
+                self.note("net", lines.net.get(i), grant.to_string(), why);
+            } else if is_exact(grant) || used.len() > NARROW_TO_AT_MOST {
+                net.push(grant.to_string());
             } else {
-                never_ran
-            };
-            note("fs", lines.fs.get(i), root.to_string(), why);
+                net.extend(used);
+            }
+        }
+        let mut once = HashSet::new();
+        net.retain(|g| once.insert(g.clone()));
+        net
+    }
+
+    /// Notes the credentials whose host the kept `net` grants no longer reach.
+    fn credentials(&mut self, net: &[String]) {
+        let (grants, lines) = (&self.policy.grants, &self.policy.grant_lines);
+        let kept = NetGrants {
+            hosts: net
+                .iter()
+                .filter_map(|g| HostGrant::parse(g).ok())
+                .collect(),
+            ..grants.net.clone()
+        };
+        for (i, c) in grants.net.credentials.iter().enumerate() {
+            if kept.check_credential(c).is_err() {
+                let why = "the host it is for is not reached: remove it with its net grant";
+                let text = format!("{} header for {}", c.header, c.host);
+                self.note("net_credentials", lines.net_credentials.get(i), text, why);
+            }
         }
     }
-    if !ran {
-        for (i, name) in grants.env_from_host.iter().enumerate() {
-            note(
-                "env_from_host",
-                lines.env_from_host.get(i),
-                name.clone(),
-                never_ran,
-            );
+
+    /// The roots to keep: those a call opened, or all when the executor does not report
+    /// them (`observed` false); the others are noted.
+    fn roots(&mut self, observed: bool) -> Vec<&'a FsGrant> {
+        let policy = self.policy;
+        let opened: HashSet<&str> = self
+            .seen
+            .iter()
+            .flat_map(|t| &t.roots_opened)
+            .map(String::as_str)
+            .collect();
+        let mut roots = Vec::new();
+        for (i, root) in policy.grants.fs.iter().enumerate() {
+            if !observed || opened.contains(root.guest.as_str()) {
+                roots.push(root);
+            } else {
+                let why = self.why("no call in the window opened it");
+                self.note("fs", policy.grant_lines.fs.get(i), root.to_string(), why);
+            }
+        }
+        roots
+    }
+
+    /// Notes every host variable when no tool ran: nothing read them.
+    fn host_env(&mut self) {
+        if self.ran {
+            return;
+        }
+        let policy = self.policy;
+        for (i, name) in policy.grants.env_from_host.iter().enumerate() {
+            let line = policy.grant_lines.env_from_host.get(i);
+            self.note("env_from_host", line, name.clone(), NEVER_RAN);
         }
     }
-    let written: Vec<String> = grants.net.hosts.iter().map(ToString::to_string).collect();
-    let mut toml = String::new();
-    if net != written {
-        toml.push_str(&format!("net = {}\n", array(&net)));
+
+    /// The `[grants]` keys that change, when any does: `net` narrowed, `fs` without the
+    /// unopened roots, `env_from_host` emptied when nothing ran.
+    fn suggestion(&self, net: &[String], roots: &[&FsGrant]) -> Option<Suggestion> {
+        let grants = &self.policy.grants;
+        let written: Vec<String> = grants.net.hosts.iter().map(ToString::to_string).collect();
+        let mut toml = String::new();
+        if net != written {
+            toml.push_str(&format!("net = {}\n", array(net)));
+        }
+        if roots.len() < grants.fs.len() {
+            let tables: Vec<String> = roots.iter().map(|r| fs_table(r)).collect();
+            toml.push_str(&format!("fs = [{}]\n", tables.join(", ")));
+        }
+        if !self.ran && !grants.env_from_host.is_empty() {
+            toml.push_str("env_from_host = []\n");
+        }
+        (!toml.is_empty()).then(|| Suggestion {
+            policy: self.policy.path.clone(),
+            grants: format!("[grants]\n{toml}"),
+        })
     }
-    if roots.len() < grants.fs.len() {
-        let tables: Vec<String> = roots.iter().map(|r| fs_table(r)).collect();
-        toml.push_str(&format!("fs = [{}]\n", tables.join(", ")));
-    }
-    if !ran && !grants.env_from_host.is_empty() {
-        toml.push_str("env_from_host = []\n");
-    }
-    let suggestion = (!toml.is_empty()).then(|| Suggestion {
-        policy: policy.path.clone(),
-        grants: format!("[grants]\n{toml}"),
-    });
-    (unused, suggestion)
 }
 
 /// A TOML array of strings (JSON's string escapes are TOML's).

@@ -109,6 +109,7 @@ pub(crate) async fn call_metered(
             call_id: "call-1".into(),
             arguments: args,
             limits: *limits,
+            deadline: std::time::Instant::now() + limits.timeout,
             denials: denials.clone(),
             session,
             usage: usage.clone(),

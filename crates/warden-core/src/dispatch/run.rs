@@ -1,0 +1,239 @@
+//! The normal path of a call of a known tool: review, admission, the executor under the
+//! call's deadline (retried where the tool is idempotent and the failure transient), and the
+//! message made whole, logged and told.
+
+use super::message::{attach_denials, attach_exercised, attach_usage, redact_message, success};
+use super::span::CallSpan;
+use super::{Dispatcher, Facts, secrets_of};
+use crate::executor::{Denials, Invocation, Meter, Output, Usage};
+use crate::grants::NO_CALLER_ENV;
+use crate::message::{ErrorKind, ToolCall, ToolError, ToolMessage};
+use crate::output::OutputSink;
+use crate::redact::RedactedSink;
+use crate::review::Decision;
+use crate::toolbox::Tool;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+/// Attempts of an idempotent call that keeps failing transiently.
+const MAX_ATTEMPTS: u32 = 3;
+/// The first retry waits this long; each next one twice as long.
+const BACKOFF: Duration = Duration::from_millis(100);
+
+impl Dispatcher {
+    /// The normal path: review, admission, the executor under its deadline, retries.
+    pub(super) async fn run(
+        &self,
+        span: &CallSpan,
+        call: &ToolCall,
+        tool: &Tool,
+        arguments: Value,
+        output: Option<OutputSink>,
+    ) -> ToolMessage {
+        let secrets = secrets_of(tool);
+        let start = Instant::now();
+        let denials = Denials::default();
+        let meter = Meter::default();
+        let output = output.map(|sink| RedactedSink::new(sink, &secrets));
+        let Answered {
+            mut message,
+            fuel,
+            attempts,
+            usage,
+        } = self
+            .answer(tool, call, arguments, &denials, &meter, output.as_ref())
+            .await;
+        if let Some(output) = &output {
+            output.finish();
+        }
+        let denied = denials.snapshot();
+        attach_denials(&mut message, &denied);
+        let reached = meter.reached();
+        attach_exercised(&mut message, ("reached", "reached_count"), &reached);
+        let roots_opened = meter.roots_opened();
+        attach_exercised(&mut message, ("roots_opened", "root_uses"), &roots_opened);
+        let credentials = meter.credentials_used();
+        attach_exercised(
+            &mut message,
+            ("credentials_used", "credentials_used_count"),
+            &credentials,
+        );
+        let took = start.elapsed();
+        attach_usage(&mut message, took, usage, fuel);
+        redact_message(&secrets, &mut message);
+        let facts = Facts {
+            took,
+            fuel,
+            attempts,
+            denied,
+            usage,
+            reached,
+            roots_opened,
+            credentials,
+            exec: None,
+        };
+        self.write_log(span, call, Some(tool), &secrets, &message, &facts);
+        self.tell_answered(&message);
+        message
+    }
+
+    /// The message for a known tool, with the fuel burnt, the attempts made and what the
+    /// last attempt used; what every attempt reached goes to `meter`.
+    async fn answer(
+        &self,
+        tool: &Tool,
+        call: &ToolCall,
+        mut arguments: Value,
+        denials: &Denials,
+        meter: &Meter,
+        output: Option<&RedactedSink>,
+    ) -> Answered {
+        if tool.review_required {
+            match self.review(tool, call).await {
+                Decision::Approve => {}
+                Decision::Edit { arguments: edited } => arguments = edited,
+                Decision::Reject { reason } => {
+                    let err = ToolError::new(
+                        ErrorKind::Rejected,
+                        format!("a reviewer rejected this call: {reason}"),
+                    );
+                    return Answered::before_running(ToolMessage::failure(call, err));
+                }
+                Decision::Respond { content } => {
+                    let m = ToolMessage::success(call, content, None);
+                    return Answered::before_running(m);
+                }
+            }
+        }
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            // A retry counts its own figures; the first attempt uses the call's meter.
+            let meter = if attempt == 1 {
+                meter.clone()
+            } else {
+                meter.attempt()
+            };
+            // Only an attempt that may be retried needs the arguments kept.
+            let retry = tool.idempotent && attempt < MAX_ATTEMPTS;
+            let attempt_arguments = if retry {
+                arguments.clone()
+            } else {
+                std::mem::take(&mut arguments)
+            };
+            let result = self
+                .execute(
+                    tool,
+                    call,
+                    attempt_arguments,
+                    denials.clone(),
+                    meter.clone(),
+                    output.map(RedactedSink::sink),
+                )
+                .await;
+            match result {
+                Ok(output) => {
+                    return Answered {
+                        fuel: output.fuel_used,
+                        message: success(call, tool, output),
+                        attempts: attempt,
+                        usage: meter.get(),
+                    };
+                }
+                Err(e) if retry && is_transient(e.kind) => {
+                    tracing::info!(call = %call.id, attempt, "retrying after {}", e.kind);
+                    tokio::time::sleep(BACKOFF * 2u32.pow(attempt - 1)).await;
+                }
+                Err(e) => {
+                    return Answered {
+                        message: ToolMessage::failure(call, e),
+                        fuel: None,
+                        attempts: attempt,
+                        usage: meter.get(),
+                    };
+                }
+            }
+        }
+    }
+
+    pub(super) async fn review(&self, tool: &Tool, call: &ToolCall) -> Decision {
+        match &self.reviewer {
+            Some(r) => r.review(call, &tool.spec).await,
+            None => Decision::Reject {
+                reason: "this tool needs a person to review each call, and no reviewer is \
+                         available here; ask the user to run it with a reviewer"
+                    .into(),
+            },
+        }
+    }
+
+    /// One attempt: the client's variables checked, admission, then the executor under the
+    /// call's deadline.
+    async fn execute(
+        &self,
+        tool: &Tool,
+        call: &ToolCall,
+        arguments: Value,
+        denials: Denials,
+        usage: Meter,
+        output: Option<OutputSink>,
+    ) -> Result<Output, ToolError> {
+        let caller_env = self
+            .session
+            .caller_env
+            .get(&call.name)
+            .unwrap_or(&NO_CALLER_ENV)
+            .clone();
+        tool.policy.grants.check_caller_env(&caller_env)?;
+        let _permit = self.gate.admit(tool).await?;
+        if let Some(o) = &self.observer {
+            o.started(call, &arguments);
+        }
+        // The call's one deadline: the dispatcher stops waiting for it then, and an executor
+        // that stops the call itself does so by it (see `Invocation::answer_by`).
+        let deadline = Instant::now() + tool.limits.timeout;
+        let invocation = Invocation {
+            call_id: call.id.clone(),
+            arguments,
+            limits: tool.limits,
+            deadline,
+            denials,
+            session: self.session.id,
+            usage,
+            output,
+            caller_env,
+        };
+        self.session.touch();
+        let executed = tool.executor.execute(invocation);
+        match tokio::time::timeout_at(deadline.into(), executed).await {
+            Ok(result) => result,
+            Err(_) => Err(ToolError::timed_out(tool.limits.timeout)),
+        }
+    }
+}
+
+/// A known tool's message, with the fuel burnt, the attempts made and what the last
+/// attempt used.
+struct Answered {
+    message: ToolMessage,
+    fuel: Option<u64>,
+    attempts: u32,
+    usage: Usage,
+}
+
+impl Answered {
+    /// Answered without running the tool (a reviewer's rejection or response).
+    fn before_running(message: ToolMessage) -> Self {
+        Self {
+            message,
+            fuel: None,
+            attempts: 0,
+            usage: Usage::default(),
+        }
+    }
+}
+
+/// A failure worth another attempt of an idempotent tool.
+fn is_transient(kind: ErrorKind) -> bool {
+    matches!(kind, ErrorKind::Timeout | ErrorKind::Unavailable)
+}
