@@ -17,7 +17,7 @@ pub(crate) fn next() -> String {
 /// Drawn from the keys the standard library seeds from the system's randomness for hash maps,
 /// mixed with the process id and the time, so two processes (two runs, two replicas) do not
 /// draw the same one short of chance (one in 2^48).
-pub fn instance() -> &'static str {
+pub(crate) fn instance() -> &'static str {
     static INSTANCE: OnceLock<String> = OnceLock::new();
     INSTANCE.get_or_init(|| {
         let nanos = SystemTime::now()

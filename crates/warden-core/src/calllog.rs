@@ -95,7 +95,10 @@ pub(crate) struct CallRecord<'a> {
     pub ts_ms: u64,
     /// The tool as the call named it (it may not exist).
     pub tool: &'a str,
+    /// warden's own id of the call: unique across runs and replicas.
     pub call_id: &'a str,
+    /// The caller's id of the call (a model's, a batch file's, an MCP server run's).
+    pub tool_call_id: &'a str,
     pub outcome: CallOutcome,
     pub duration_ms: f64,
     /// Runs of the tool that came back, retries included.
@@ -227,7 +230,9 @@ pub(crate) struct DenialRecord {
     /// When it was written, in milliseconds since the Unix epoch.
     pub ts_ms: u64,
     pub tool: String,
+    /// warden's id of the call refused (its `call` record has the same).
     pub call_id: String,
+    pub tool_call_id: String,
     /// What the call tried to reach (`http://host:port`, `tcp 10.0.0.1:22`).
     pub destination: String,
     pub reason: String,
@@ -378,7 +383,8 @@ mod tests {
         CallRecord {
             ts_ms: 1,
             tool: &message.name,
-            call_id: &message.tool_call_id,
+            call_id: "0123456789ab-1",
+            tool_call_id: &message.tool_call_id,
             outcome: CallOutcome::of(message),
             duration_ms: 1.5,
             attempts: 1,
@@ -432,7 +438,8 @@ mod tests {
         let denied = DenialRecord {
             ts_ms: 1,
             tool: "fetch".into(),
-            call_id: "c1".into(),
+            call_id: "0123456789ab-1".into(),
+            tool_call_id: "c1".into(),
             destination: "http://x.test/?key=sk-123".into(),
             reason: "not granted".into(),
         };

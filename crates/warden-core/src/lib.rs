@@ -7,6 +7,7 @@
 mod admission;
 pub mod after_answer;
 mod backend;
+mod call_id;
 mod calllog;
 mod capability;
 mod dispatch;

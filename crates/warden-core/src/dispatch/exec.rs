@@ -57,7 +57,7 @@ impl Dispatcher {
                 Err(e) => Err(e),
             },
         };
-        let message = match &ended {
+        let mut message = match &ended {
             Ok(Exit::Code(0)) => ToolMessage::success(&call, "exited with status 0".into(), None),
             Ok(exit) => ToolMessage::failure(&call, ended_badly(*exit, limit)),
             Err(e) => ToolMessage::failure(&call, e.clone()),
@@ -75,7 +75,7 @@ impl Dispatcher {
             }),
             ..Facts::default()
         };
-        self.write_log(&span, &call, Some(tool), &secrets, &message, &facts);
+        self.record_answer(&span, &call, Some(tool), &secrets, &mut message, &facts);
         ended
     }
 

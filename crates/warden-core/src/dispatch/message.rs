@@ -42,7 +42,7 @@ pub(super) fn attach_exercised<T: serde::Serialize>(
 }
 
 /// Sets `key` in an error's details, or in a success's artifact.
-fn set_detail(m: &mut ToolMessage, key: &str, value: Value) {
+pub(super) fn set_detail(m: &mut ToolMessage, key: &str, value: Value) {
     match &mut m.error {
         Some(e) => *e = e.clone().with_detail(key, value),
         None => {

@@ -1,9 +1,10 @@
 //! The early path, for a call answered without its executor's answer, and the record every
 //! call leaves: the call log's, telemetry's, and the run's count of what it spent.
 
-use super::message::{attach_usage, redact_message};
+use super::message::{attach_usage, redact_message, set_detail};
 use super::span::{Answer, CallSpan};
 use super::{Dispatcher, Facts, secrets_of};
+use crate::call_id;
 use crate::calllog::{CallOutcome, CallRecord, DenialRecord, ExecRecord, Record, now_ms};
 use crate::executor::{Sample, Usage};
 use crate::message::{Status, ToolCall, ToolError, ToolMessage};
@@ -44,7 +45,7 @@ impl Dispatcher {
             took,
             ..Facts::default()
         };
-        self.write_log(span, call, tool, &secrets, &message, &facts);
+        self.record_answer(span, call, tool, &secrets, &mut message, &facts);
         message
     }
 
@@ -55,15 +56,21 @@ impl Dispatcher {
         }
     }
 
-    pub(super) fn write_log(
+    /// Every answered call passes here once: its answer gets warden's own id of the call
+    /// (`call_id` in its details, beside the caller's `tool_call_id`), the run counts what it
+    /// spent, telemetry hears of it, and the call log gets its records.
+    pub(super) fn record_answer(
         &self,
         span: &CallSpan,
         call: &ToolCall,
         tool: Option<&Tool>,
         secrets: &Secrets,
-        m: &ToolMessage,
+        m: &mut ToolMessage,
         facts: &Facts,
     ) {
+        let call_id = call_id::next();
+        set_detail(m, "call_id", call_id.as_str().into());
+        let m = &*m;
         self.run.spend(m.status == Status::Error, &facts.usage);
         span.answered(Answer {
             call,
@@ -81,7 +88,8 @@ impl Dispatcher {
             let denial = DenialRecord {
                 ts_ms,
                 tool: call.name.clone(),
-                call_id: call.id.clone(),
+                call_id: call_id.clone(),
+                tool_call_id: call.id.clone(),
                 destination: d.destination.clone(),
                 reason: d.reason.clone(),
             };
@@ -93,7 +101,8 @@ impl Dispatcher {
         let record = CallRecord {
             ts_ms,
             tool: &call.name,
-            call_id: &call.id,
+            call_id: &call_id,
+            tool_call_id: &call.id,
             outcome: CallOutcome::of(m),
             duration_ms: crate::units::millis(facts.took),
             attempts: facts.attempts,

@@ -72,7 +72,7 @@ impl Dispatcher {
             credentials,
             exec: None,
         };
-        self.write_log(span, call, Some(tool), &secrets, &message, &facts);
+        self.record_answer(span, call, Some(tool), &secrets, &mut message, &facts);
         self.tell_answered(&message);
         message
     }
