@@ -14,9 +14,11 @@
 //! request, which is how to tell whether a difference in an answer comes from this path.
 //!
 //! When this path can go: once rmcp's service loop answers a call for about what this path
-//! costs, that is, when `scripts/bench-guard`'s `warden serve` round trip and CPU a call with
-//! `WARDEN_MCP_DIRECT=0` are within 5 % of the figures with it on. Then this file, the switch
-//! and its CI stage go, and the reader hands every message to rmcp.
+//! costs, that is, when `scripts/bench-guard`'s `warden serve` rows marked "direct path off"
+//! (round trip and CPU a call) are within 5 % of those with it on. Then this file goes, with
+//! the switch, the stages of `scripts/test` that run with it off and the test that compares
+//! the two paths' answers (`serve_answers_alike_with_the_direct_path_on_and_off`), and the
+//! reader hands every message to rmcp.
 
 use super::plain::PlainCall;
 use super::write_line;
