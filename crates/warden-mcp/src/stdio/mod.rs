@@ -212,6 +212,7 @@ struct Reader<R, W> {
     lines: Lines<R>,
     out: Arc<Mutex<W>>,
     handler: Handler,
+    /// The direct path, when it is switched on.
     direct: Option<Direct>,
     /// The session was opened by `initialize` with a version before 2026-07-28.
     legacy: bool,
