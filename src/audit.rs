@@ -303,7 +303,7 @@ pub(crate) fn audit(ctx: &Warden, json: bool, built: &[PathBuf]) -> Result<ExitC
             };
             outln!("  {label:<9} {text}");
         }
-        grant_lines(&loaded.policy.grants, &p.network, &red);
+        grant_lines(&loaded.policy.grants, p.network, &red);
         tool_lines(&p.tools);
         for f in &p.flags {
             if runs_built && f == warden_wasm::UNPINNED {
@@ -346,7 +346,7 @@ impl Red {
 }
 
 /// A policy's grants, a line each: its variables, folders and network.
-fn grant_lines(grants: &Grants, network: &Reach, red: &Red) {
+fn grant_lines(grants: &Grants, network: Reach, red: &Red) {
     outln!("  env       {}", Escaped(env_line(grants)));
     outln!(
         "  env host  {}",
