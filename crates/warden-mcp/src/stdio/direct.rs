@@ -137,9 +137,7 @@ impl Direct {
     }
 
     fn running(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, CancellationToken>> {
-        self.running
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        warden_core::lock(&self.running)
     }
 
     /// Runs `call`, which writes the answer to `out` (none when the call is cancelled, as
