@@ -273,19 +273,15 @@ pub(crate) fn audit(ctx: &Warden, json: bool, built: &[PathBuf]) -> Result<ExitC
         outln!("{}", escape_json(&serde_json::to_string_pretty(&audit)?));
         return Ok(ExitCode::SUCCESS);
     }
-    let color = std::io::IsTerminal::is_terminal(&std::io::stdout());
-    // What the policy and the backends wrote is escaped before any colour is added.
-    let red = |s: &str| {
-        if color {
-            format!("\x1b[31m{}\x1b[0m", escape(s))
-        } else {
-            escape(s).into_owned()
-        }
-    };
+    let red = Red(std::io::IsTerminal::is_terminal(&std::io::stdout()));
     // First: a policy left out is what a reviewer most needs to see.
     for broken in &audit.not_loaded {
         outln!("{}", Escaped(&broken.policy));
-        outln!("  {} not loaded: {}", red("!"), Escaped(&broken.error));
+        outln!(
+            "  {} not loaded: {}",
+            red.paint("!"),
+            Escaped(&broken.error)
+        );
         outln!();
     }
     let built: Vec<PathBuf> = built.iter().filter_map(|b| b.canonicalize().ok()).collect();
@@ -301,56 +297,20 @@ pub(crate) fn audit(ctx: &Warden, json: bool, built: &[PathBuf]) -> Result<ExitC
         outln!("{}", Escaped(&p.policy));
         for (label, text) in &p.lines {
             let text = if text.starts_with("MISSING") || text.starts_with("refused") {
-                red(text)
+                red.paint(text)
             } else {
                 escape(text).into_owned()
             };
             outln!("  {label:<9} {text}");
         }
-        let grants = &loaded.policy.grants;
-        outln!("  env       {}", Escaped(env_line(grants)));
-        outln!(
-            "  env host  {}",
-            Escaped(list_or_none(grants.env_from_host.clone()))
-        );
-        if !grants.env_from_caller.is_empty() {
-            let names = grants.env_from_caller.join(", ");
-            outln!("  env set   {} (by the client)", Escaped(names));
-        }
-        outln!(
-            "  fs        {}",
-            Escaped(list_or_none(
-                grants.fs.iter().map(ToString::to_string).collect()
-            ))
-        );
-        match p.network {
-            Reach::Grants => outln!("  network   {}", Escaped(network_line(grants))),
-            Reach::None => outln!("  network   none"),
-            Reach::Unrestricted => outln!("  network   {}", red("unrestricted")),
-        }
-        for t in &p.tools {
-            let l = &t.in_force;
-            outln!(
-                "  tool {:<20} timeout {} memory {} fuel {} output {} concurrency {}{}",
-                Escaped(&t.name),
-                HumanDuration(l.timeout),
-                ByteSize(l.memory),
-                l.fuel.map_or("off".into(), |f| f.to_string()),
-                ByteSize(l.output),
-                l.concurrency,
-                if t.review_required {
-                    ", review required"
-                } else {
-                    ""
-                },
-            );
-        }
+        grant_lines(&loaded.policy.grants, p.network, &red);
+        tool_lines(&p.tools);
         for f in &p.flags {
             if runs_built && f == warden_wasm::UNPINNED {
                 unpinned_built.push(loaded.policy.path.clone());
                 continue;
             }
-            outln!("  {} {}", red("!"), Escaped(f));
+            outln!("  {} {}", red.paint("!"), Escaped(f));
         }
         outln!();
     }
@@ -363,11 +323,71 @@ pub(crate) fn audit(ctx: &Warden, json: bool, built: &[PathBuf]) -> Result<ExitC
             "{} unpinned: {} run the components the demo has just built from this checkout's \
              sources, so they carry no pin (a pin would refuse the next rebuild); `warden pin` \
              pins a tool you keep",
-            red("!"),
+            red.paint("!"),
             Escaped(&names.join(", "))
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Red at a terminal, for what a reviewer must not miss.
+struct Red(bool);
+
+impl Red {
+    /// `s`, escaped (what the policy and the backends wrote is escaped before any colour is
+    /// added), in red at a terminal.
+    fn paint(&self, s: &str) -> String {
+        if self.0 {
+            format!("\x1b[31m{}\x1b[0m", escape(s))
+        } else {
+            escape(s).into_owned()
+        }
+    }
+}
+
+/// A policy's grants, a line each: its variables, folders and network.
+fn grant_lines(grants: &Grants, network: Reach, red: &Red) {
+    outln!("  env       {}", Escaped(env_line(grants)));
+    outln!(
+        "  env host  {}",
+        Escaped(list_or_none(grants.env_from_host.clone()))
+    );
+    if !grants.env_from_caller.is_empty() {
+        let names = grants.env_from_caller.join(", ");
+        outln!("  env set   {} (by the client)", Escaped(names));
+    }
+    outln!(
+        "  fs        {}",
+        Escaped(list_or_none(
+            grants.fs.iter().map(ToString::to_string).collect()
+        ))
+    );
+    match network {
+        Reach::Grants => outln!("  network   {}", Escaped(network_line(grants))),
+        Reach::None => outln!("  network   none"),
+        Reach::Unrestricted => outln!("  network   {}", red.paint("unrestricted")),
+    }
+}
+
+/// A policy's tools, a line each with the limits in force.
+fn tool_lines(tools: &[ToolAudit]) {
+    for t in tools {
+        let l = &t.in_force;
+        outln!(
+            "  tool {:<20} timeout {} memory {} fuel {} output {} concurrency {}{}",
+            Escaped(&t.name),
+            HumanDuration(l.timeout),
+            ByteSize(l.memory),
+            l.fuel.map_or("off".into(), |f| f.to_string()),
+            ByteSize(l.output),
+            l.concurrency,
+            if t.review_required {
+                ", review required"
+            } else {
+                ""
+            },
+        );
+    }
 }
 
 /// Literal env as `KEY=value`, secret values hidden.

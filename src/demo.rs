@@ -7,7 +7,7 @@
 
 use crate::context;
 use anyhow::{Context as _, Result, anyhow, bail};
-use serde_json::json;
+use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -126,13 +126,32 @@ pub(crate) fn build_examples(root: &Path) -> Result<Vec<PathBuf>> {
         .collect())
 }
 
+/// `warden demo`: the example tools built from `root`'s source, a tour of calls that shows
+/// what their sandboxes allow and refuse, then the audit of the toolbox.
 pub(crate) fn demo(ctx: &Warden, root: Option<&Path>) -> Result<ExitCode> {
     let root = find_root(root)?;
     let built = build_examples(&root)?;
     let policies = root.join("policies");
     let port = serve_page()?;
-    let ctx = Warden {
-        toolbox: policies.clone(),
+    let ctx = tour_context(ctx, &policies)?;
+    let dispatcher = tour_dispatcher(&ctx, &policies, port)?;
+    let runtime = context::runtime()?;
+    for (i, (title, tool, args)) in steps(port).iter().enumerate() {
+        let call = ToolCall::new(format!("call-{}", i + 1), *tool, args);
+        outln!("== {title}");
+        outln!("-> {}({})", call.name, call.arguments);
+        let message = runtime.block_on(dispatcher.call(call));
+        show(&message);
+    }
+    outln!("== The audit: what each tool may touch\n");
+    crate::audit::audit(&ctx, false, &built)
+}
+
+/// `ctx` with the checkout's `policies` as its toolbox, and the demo server's name pinned to
+/// loopback.
+fn tour_context(ctx: &Warden, policies: &Path) -> Result<Warden> {
+    Ok(Warden {
+        toolbox: policies.to_owned(),
         egress: ctx
             .egress
             .clone()
@@ -147,7 +166,12 @@ pub(crate) fn demo(ctx: &Warden, root: Option<&Path>) -> Result<ExitCode> {
         on_compile: ctx.on_compile.clone(),
         workload: ctx.workload,
         loading: ctx.loading,
-    };
+    })
+}
+
+/// The tour's dispatcher: the shipped toolbox, the hostile tool and the fetch tool granted the
+/// demo server on `port`.
+fn tour_dispatcher(ctx: &Warden, policies: &Path, port: u16) -> Result<Dispatcher> {
     let mut toolbox: Toolbox = ctx.load()?;
     let backend = ctx.wasm();
     let hostile = Policy::parse(&policies.join("demo-hostile.toml"), HOSTILE, &[&backend])?;
@@ -158,10 +182,12 @@ pub(crate) fn demo(ctx: &Warden, root: Option<&Path>) -> Result<ExitCode> {
         &[&backend],
     )?;
     toolbox.add_policy(Arc::new(fetch), &[&backend])?;
-    let dispatcher = Dispatcher::new(Arc::new(toolbox));
-    let runtime = context::runtime()?;
+    Ok(Dispatcher::new(Arc::new(toolbox)))
+}
 
-    let steps = [
+/// The tour: each step's title, tool and arguments; the demo server listens on `port`.
+fn steps(port: u16) -> Vec<(&'static str, &'static str, Value)> {
+    vec![
         (
             "A pure tool: a record and an enum in, a number out",
             "convert",
@@ -233,20 +259,7 @@ pub(crate) fn demo(ctx: &Warden, root: Option<&Path>) -> Result<ExitCode> {
                  bash -c 'echo > /dev/tcp/127.0.0.1/{port}' || echo the demo server is out of reach"
             )}),
         ),
-    ];
-    let calls: Vec<ToolCall> = steps
-        .iter()
-        .enumerate()
-        .map(|(i, (_, tool, args))| ToolCall::new(format!("call-{}", i + 1), *tool, args))
-        .collect();
-    for ((title, _, _), call) in steps.iter().zip(calls) {
-        outln!("== {title}");
-        outln!("-> {}({})", call.name, call.arguments);
-        let message = runtime.block_on(dispatcher.call(call));
-        show(&message);
-    }
-    outln!("== The audit: what each tool may touch\n");
-    crate::audit::audit(&ctx, false, &built)
+    ]
 }
 
 /// A one-page web server on 127.0.0.1 for the fetch steps; it lives as long as the demo.

@@ -11,7 +11,7 @@ use warden_core::shown::escape;
 use warden_core::{Backend, ByteSize, HumanDuration, Policy};
 use warden_oci::layout::WitFile;
 use warden_oci::{
-    Bounds, Credentials, Digest, Reach, Reference, SigningKey, Suggestion, Target, Trust,
+    Bounds, Credentials, Digest, Pulled, Reach, Reference, SigningKey, Suggestion, Target, Trust,
     TrustFile, TrustedKey,
 };
 use warden_wasm::WasmConfig;
@@ -407,6 +407,19 @@ pub(crate) fn suggestion_of(text: &str, path: &Path) -> Result<String> {
     Ok(doc.to_string().trim_start().to_owned())
 }
 
+/// The publisher's suggestion that came with `pulled`, and its tables as they would be
+/// written.
+pub(crate) fn served_suggestion(pulled: &Pulled) -> Result<Option<(&Suggestion, String)>> {
+    pulled
+        .suggestion
+        .as_ref()
+        .map(|s| suggestion_of(&s.text, Path::new("the publisher's suggestion")).map(|t| (s, t)))
+        .transpose()
+}
+
+/// `warden add oci://…`: the component `source` names, pulled and verified, installed as
+/// `name` (else its repository's last segment) with its origin recorded and the publisher's
+/// suggested grants written as `--accept-grants` says (else shown as comments).
 pub(crate) fn add(
     ctx: &Warden,
     source: String,
@@ -415,101 +428,47 @@ pub(crate) fn add(
     args: &PullArgs,
 ) -> Result<ExitCode> {
     let reference = Reference::parse(&source)?;
-    let stem = reference
-        .repository
-        .rsplit('/')
-        .next()
-        .unwrap_or(&reference.repository)
-        .to_owned();
-    let named = name.is_some();
-    let name = name.unwrap_or(stem);
-    let policy = policy_path(ctx, &name, force)?;
-    let component_path = ctx.toolbox.join(format!("{name}.wasm"));
-    if component_path.exists() && !force {
-        bail!(
-            "{} already exists; pass --force to overwrite it, or --name to pick another",
-            component_path.display()
-        );
-    }
-    let docs_folder = ctx.toolbox.join(format!("{name}.wit"));
-    if docs_folder.exists() && !force {
-        bail!(
-            "{} already exists; pass --force to overwrite it, or --name to pick another",
-            docs_folder.display()
-        );
-    }
+    let place = Place::of(ctx, &reference, name, force)?;
     let pulled = fetch(ctx, &reference, args)?;
     let pinned = reference.at(&pulled.digest);
     let signer = match &pulled.signer {
         Some(key) => format!("signed by {}", key.fingerprint()),
         None => "UNSIGNED (taken with --allow-unsigned)".to_owned(),
     };
-    let mut origin = toml_edit::Table::new();
-    origin["reference"] = toml_edit::value(pinned.to_string());
-    if let Some(key) = &pulled.signer {
-        origin["signed_by"] = toml_edit::value(key.fingerprint().to_string());
-    }
-    if matches!(reference.target, Target::Tag(_)) {
-        origin["pulled_as"] = toml_edit::value(reference.to_string());
-    }
-    origin["added"] = toml_edit::value(now_utc());
-    if let Some(created) = pulled.created.as_deref().and_then(created_at) {
-        origin["created"] = toml_edit::value(rfc3339(created));
-    }
-    if pulled.plain_http {
-        origin["plain_http"] = toml_edit::value(true);
-    }
-    let mut doc = toml_edit::DocumentMut::new();
-    doc["origin"] = toml_edit::Item::Table(origin);
-    let suggestion = pulled
-        .suggestion
-        .as_ref()
-        .map(|s| suggestion_of(&s.text, Path::new("the publisher's suggestion")).map(|t| (s, t)))
-        .transpose()?;
+    let origin = origin(&reference, &pinned, &pulled);
+    let suggestion = served_suggestion(&pulled)?;
     let accept = accepted(
         args.accept_grants.as_ref(),
         suggestion.as_ref().map(|(s, t)| (*s, t.as_str())),
         &reference,
     )?;
-    let mut comments = String::new();
-    let grants = match (&suggestion, accept) {
-        (Some((_, text)), true) => Some(text.clone()),
-        (Some((served, text)), false) => {
-            comments.push_str(&format!(
-                "# The publisher suggests these grants and limits (written with \
-                 --accept-grants={}):\n",
-                served.digest
-            ));
-            for line in text.lines() {
-                comments.push_str(format!("#   {line}").trim_end());
-                comments.push('\n');
-            }
-            None
-        }
-        (None, _) => None,
+    let (grants, comments) = match (&suggestion, accept) {
+        (Some((_, text)), true) => (Some(text.clone()), String::new()),
+        (Some((served, text)), false) => (None, suggested_as_comments(served, text)),
+        (None, _) => (None, String::new()),
     };
-    warden_core::write_whole(&component_path, &pulled.component)
-        .with_context(|| format!("writing {}", component_path.display()))?;
-    let wrote_docs = write_docs(&docs_folder, &pulled.docs);
+    warden_core::write_whole(&place.component, &pulled.component)
+        .with_context(|| format!("writing {}", place.component.display()))?;
+    let wrote_docs = write_docs(&place.docs, &pulled.docs);
     let installed = wrote_docs.and_then(|wit| {
         install(
             ctx,
             &Install {
-                name: &name,
-                named,
-                component: &component_path,
+                name: &place.name,
+                named: place.named,
+                component: &place.component,
                 wit,
                 comments: Some(comments),
-                origin: Some(doc.to_string()),
+                origin: Some(origin.to_string()),
                 grants,
             },
-            &policy,
+            &place.policy,
         )
     });
     if let Err(e) = installed {
-        let _ = std::fs::remove_file(&component_path);
+        let _ = std::fs::remove_file(&place.component);
         if !pulled.docs.is_empty() {
-            let _ = std::fs::remove_dir_all(&docs_folder);
+            let _ = std::fs::remove_dir_all(&place.docs);
         }
         return Err(e);
     }
@@ -533,6 +492,85 @@ pub(crate) fn add(
         (None, _) => {}
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where `warden add oci://…` puts a tool: its name, and its policy, component and docs
+/// folder in the toolbox, none of which may exist unless `--force`.
+struct Place {
+    name: String,
+    /// The name was given (`--name`), not taken from the repository.
+    named: bool,
+    policy: PathBuf,
+    component: PathBuf,
+    docs: PathBuf,
+}
+
+impl Place {
+    fn of(ctx: &Warden, reference: &Reference, name: Option<String>, force: bool) -> Result<Self> {
+        let stem = reference
+            .repository
+            .rsplit('/')
+            .next()
+            .unwrap_or(&reference.repository)
+            .to_owned();
+        let named = name.is_some();
+        let name = name.unwrap_or(stem);
+        let policy = policy_path(ctx, &name, force)?;
+        let component = ctx.toolbox.join(format!("{name}.wasm"));
+        let docs = ctx.toolbox.join(format!("{name}.wit"));
+        for path in [&component, &docs] {
+            if path.exists() && !force {
+                bail!(
+                    "{} already exists; pass --force to overwrite it, or --name to pick another",
+                    path.display()
+                );
+            }
+        }
+        Ok(Place {
+            name,
+            named,
+            policy,
+            component,
+            docs,
+        })
+    }
+}
+
+/// The policy's `[origin]` for `pulled`, asked for as `reference` and pinned as `pinned`.
+fn origin(reference: &Reference, pinned: &Reference, pulled: &Pulled) -> toml_edit::DocumentMut {
+    let mut origin = toml_edit::Table::new();
+    origin["reference"] = toml_edit::value(pinned.to_string());
+    if let Some(key) = &pulled.signer {
+        origin["signed_by"] = toml_edit::value(key.fingerprint().to_string());
+    }
+    if matches!(reference.target, Target::Tag(_)) {
+        origin["pulled_as"] = toml_edit::value(reference.to_string());
+    }
+    origin["added"] = toml_edit::value(now_utc());
+    if let Some(created) = pulled.created.as_deref().and_then(created_at) {
+        origin["created"] = toml_edit::value(rfc3339(created));
+    }
+    if pulled.plain_http {
+        origin["plain_http"] = toml_edit::value(true);
+    }
+    let mut doc = toml_edit::DocumentMut::new();
+    doc["origin"] = toml_edit::Item::Table(origin);
+    doc
+}
+
+/// The publisher's suggestion `served` (its tables as `text`) as comments over the policy,
+/// saying how to write it.
+fn suggested_as_comments(served: &Suggestion, text: &str) -> String {
+    let mut comments = format!(
+        "# The publisher suggests these grants and limits (written with \
+         --accept-grants={}):\n",
+        served.digest
+    );
+    for line in text.lines() {
+        comments.push_str(format!("#   {line}").trim_end());
+        comments.push('\n');
+    }
+    comments
 }
 
 /// Writes the WIT docs that came with a tool into `folder` (afresh), for its policy's `wit`;

@@ -2,17 +2,17 @@
 //! verified as `add` verifies it, never quietly older, its grants kept.
 
 use crate::oci::{
-    PullArgs, SUGGESTED_TABLES, accepted, created_at, fetch, now_utc, rfc3339, suggestion_of,
-    write_docs,
+    PullArgs, SUGGESTED_TABLES, accepted, created_at, fetch, now_utc, rfc3339, served_suggestion,
+    suggestion_of, write_docs,
 };
 use anyhow::{Context as _, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use warden::Warden;
 use warden_core::shown::escape;
-use warden_core::{Backend, Policy};
-use warden_oci::Reference;
+use warden_core::{Backend, Origin, Policy};
 use warden_oci::layout::WitFile;
+use warden_oci::{Pulled, Reference, Suggestion};
 use warden_wasm::WasmConfig;
 
 #[derive(clap::Args)]
@@ -120,20 +120,7 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
     let policy_path = ctx.toolbox.join(format!("{}.toml", args.name));
     let backend = ctx.wasm();
     let policy = Policy::load(&policy_path, &[&backend as &dyn Backend])?;
-    let Some(origin) = &policy.origin else {
-        bail!(
-            "{} has no [origin]: only a tool added from a registry (`warden add oci://…`) can be \
-             pulled again",
-            policy_path.display()
-        );
-    };
-    let Some(tag) = &origin.pulled_as else {
-        bail!(
-            "{} was added by digest ({}): there is nothing newer to look for",
-            args.name,
-            origin.reference
-        );
-    };
+    let (origin, tag) = pulled_as(&policy, &policy_path, &args.name)?;
     let reference = Reference::parse(tag)?;
     let pulled = fetch(ctx, &reference, &args.trust)?;
     let pinned = reference.at(&pulled.digest);
@@ -145,32 +132,9 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let new_signer = pulled.signer.as_ref().map(|k| k.fingerprint().to_string());
-    if origin.signed_by.is_some() && new_signer != origin.signed_by && args.trust.keys.is_empty() {
-        bail!(
-            "{tag} now points to {} signed by {}, not by {} as before: refused. If the publisher \
-             changed keys, pass the new one with --key",
-            pulled.digest,
-            new_signer.as_deref().unwrap_or("no trusted key"),
-            origin.signed_by.as_deref().unwrap_or_default()
-        );
-    }
-    let created = pulled.created.as_deref().and_then(created_at).map(rfc3339);
-    let downgrade = older(origin.created.as_deref(), created.as_deref());
-    if let (Some(why), false) = (&downgrade, args.allow_downgrade) {
-        bail!(
-            "{tag} now points to {}, older than the version in use: {why}. A tag moved back is \
-             refused and the version in use stays; if the publisher meant it, pass \
-             --allow-downgrade (the origin and the audit will say so)",
-            pulled.digest
-        );
-    }
+    let version = Version::vet(origin, tag, &pulled, args)?;
     let text = std::fs::read_to_string(&policy_path)?;
-    let suggestion = pulled
-        .suggestion
-        .as_ref()
-        .map(|s| suggestion_of(&s.text, Path::new("the publisher's suggestion")).map(|t| (s, t)))
-        .transpose()?;
+    let suggestion = served_suggestion(&pulled)?;
     let current = suggestion_of(&text, &policy_path)?;
     // Only a suggestion that differs from the policy's grants is anything to accept; a digest
     // given must still be what is served.
@@ -198,41 +162,12 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
         .with_context(|| format!("writing {}", component_path.display()))?;
     let sha = ctx.artifacts.put(&component_path)?;
     doc["executor"]["sha256"] = toml_edit::value(sha.clone());
-    doc["origin"]["reference"] = toml_edit::value(pinned.to_string());
-    doc["origin"]["added"] = toml_edit::value(now_utc());
-    if let Some(table) = doc["origin"].as_table_mut() {
-        let mut set = |key: &str, value: Option<toml_edit::Item>| match value {
-            Some(v) => table[key] = v,
-            None => {
-                table.remove(key);
-            }
-        };
-        set("signed_by", new_signer.clone().map(toml_edit::value));
-        set("created", created.map(toml_edit::value));
-        set(
-            "downgraded_from",
-            downgrade
-                .as_ref()
-                .map(|_| toml_edit::value(origin.reference.clone())),
-        );
-        set(
-            "plain_http",
-            pulled.plain_http.then(|| toml_edit::value(true)),
-        );
-    }
+    version.record(&mut doc, &pinned, origin, pulled.plain_http);
     if docs.replaced() {
         doc["executor"]["wit"] = toml_edit::value(format!("{}.wit", args.name));
     }
     if let (Some((_, new)), true) = (changed, accept) {
-        let new: toml_edit::DocumentMut = new.parse()?;
-        for table in SUGGESTED_TABLES {
-            match new.get(table) {
-                Some(item) => doc[table] = item.clone(),
-                None => {
-                    doc.remove(table);
-                }
-            }
-        }
+        take_grants(&mut doc, new)?;
     }
     let updated = doc.to_string();
     let checked = Policy::parse(&policy_path, &updated, &[&backend as &dyn Backend])
@@ -253,14 +188,134 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
         .with_context(|| format!("writing {}", policy_path.display()))?;
     docs.keep();
     outln!("{}: {} -> {}", args.name, origin.reference, pinned);
-    outln!(
-        "  {}; stored as {sha}",
-        new_signer.map_or_else(|| "UNSIGNED".to_owned(), |k| format!("signed by {k}"))
-    );
-    if let Some(why) = &downgrade {
-        outln!("  ! DOWNGRADE, taken with --allow-downgrade: {why}");
+    version.report(&sha);
+    report_grants(changed, accept);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The policy's origin and the tag it was pulled as: what `pull` looks at again.
+fn pulled_as<'p>(policy: &'p Policy, path: &Path, name: &str) -> Result<(&'p Origin, &'p str)> {
+    let Some(origin) = &policy.origin else {
+        bail!(
+            "{} has no [origin]: only a tool added from a registry (`warden add oci://…`) can be \
+             pulled again",
+            path.display()
+        );
+    };
+    let Some(tag) = &origin.pulled_as else {
+        bail!(
+            "{name} was added by digest ({}): there is nothing newer to look for",
+            origin.reference
+        );
+    };
+    Ok((origin, tag))
+}
+
+/// What the origin says of a new version that may replace the one in use: who signed it, when
+/// it was made, and why it is older, if it is.
+struct Version {
+    /// The fingerprint of the key that signed it; `None` when it was taken unsigned.
+    signer: Option<String>,
+    /// When its publisher made it, RFC 3339 in UTC.
+    created: Option<String>,
+    /// Why it is older than the one in use, taken with `--allow-downgrade`.
+    downgrade: Option<String>,
+}
+
+impl Version {
+    /// The version `tag` points to now, refused when another key signed it than signed the one
+    /// in use (unless `--key` names keys), or when it is older (unless `--allow-downgrade`).
+    fn vet(origin: &Origin, tag: &str, pulled: &Pulled, args: &PullToolArgs) -> Result<Version> {
+        let signer = pulled.signer.as_ref().map(|k| k.fingerprint().to_string());
+        if origin.signed_by.is_some() && signer != origin.signed_by && args.trust.keys.is_empty() {
+            bail!(
+                "{tag} now points to {} signed by {}, not by {} as before: refused. If the \
+                 publisher changed keys, pass the new one with --key",
+                pulled.digest,
+                signer.as_deref().unwrap_or("no trusted key"),
+                origin.signed_by.as_deref().unwrap_or_default()
+            );
+        }
+        let created = pulled.created.as_deref().and_then(created_at).map(rfc3339);
+        let downgrade = older(origin.created.as_deref(), created.as_deref());
+        if let (Some(why), false) = (&downgrade, args.allow_downgrade) {
+            bail!(
+                "{tag} now points to {}, older than the version in use: {why}. A tag moved back \
+                 is refused and the version in use stays; if the publisher meant it, pass \
+                 --allow-downgrade (the origin and the audit will say so)",
+                pulled.digest
+            );
+        }
+        Ok(Version {
+            signer,
+            created,
+            downgrade,
+        })
     }
-    match (changed, accept) {
+
+    /// Writes the new version, `pinned`, into the policy's `[origin]`, which held `origin`.
+    fn record(
+        &self,
+        doc: &mut toml_edit::DocumentMut,
+        pinned: &Reference,
+        origin: &Origin,
+        plain_http: bool,
+    ) {
+        doc["origin"]["reference"] = toml_edit::value(pinned.to_string());
+        doc["origin"]["added"] = toml_edit::value(now_utc());
+        let Some(table) = doc["origin"].as_table_mut() else {
+            return;
+        };
+        let mut set = |key: &str, value: Option<toml_edit::Item>| match value {
+            Some(v) => table[key] = v,
+            None => {
+                table.remove(key);
+            }
+        };
+        set("signed_by", self.signer.clone().map(toml_edit::value));
+        set("created", self.created.clone().map(toml_edit::value));
+        set(
+            "downgraded_from",
+            self.downgrade
+                .as_ref()
+                .map(|_| toml_edit::value(origin.reference.clone())),
+        );
+        set("plain_http", plain_http.then(|| toml_edit::value(true)));
+    }
+
+    /// Says who signed the version taken (stored as `sha`), and that it is older, if it is.
+    fn report(&self, sha: &str) {
+        outln!(
+            "  {}; stored as {sha}",
+            self.signer
+                .as_ref()
+                .map_or_else(|| "UNSIGNED".to_owned(), |k| format!("signed by {k}"))
+        );
+        if let Some(why) = &self.downgrade {
+            outln!("  ! DOWNGRADE, taken with --allow-downgrade: {why}");
+        }
+    }
+}
+
+/// Replaces the policy's suggested tables with those of the publisher's new suggestion, `new`
+/// (a table it no longer suggests goes).
+fn take_grants(doc: &mut toml_edit::DocumentMut, new: &str) -> Result<()> {
+    let new: toml_edit::DocumentMut = new.parse()?;
+    for table in SUGGESTED_TABLES {
+        match new.get(table) {
+            Some(item) => doc[table] = item.clone(),
+            None => {
+                doc.remove(table);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Says what became of the publisher's suggestion: `changed` from the policy's grants (and its
+/// text), and whether it was `accepted`.
+fn report_grants(changed: Option<(&Suggestion, &str)>, accepted: bool) {
+    match (changed, accepted) {
         (Some((served, _)), true) => outln!(
             "  the publisher's new grants and limits are written ({})",
             served.digest
@@ -276,7 +331,6 @@ pub(crate) fn pull(ctx: &Warden, args: &PullToolArgs) -> Result<ExitCode> {
         }
         (None, _) => outln!("  the grants are as the publisher suggests"),
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

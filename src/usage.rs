@@ -7,6 +7,8 @@ use warden::Warden;
 use warden_core::shown::{Escaped, escape_json};
 use warden_core::{ByteSize, HumanDuration, UsageError, UsageReport};
 
+/// `warden audit --usage`: the usage report of the call log (of the last `since`), as JSON
+/// or as text.
 pub(crate) fn usage(ctx: &Warden, since: Option<HumanDuration>, json: bool) -> Result<ExitCode> {
     let toolbox = ctx.load()?;
     let files = ctx.call_log_rotation.files(&ctx.call_log);
@@ -39,6 +41,14 @@ pub(crate) fn usage(ctx: &Warden, since: Option<HumanDuration>, json: bool) -> R
         );
     }
     outln!();
+    tools_table(&report);
+    outln!();
+    grants(&report);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A line for each tool: its calls, their times, usage and errors.
+fn tools_table(report: &UsageReport) {
     outln!(
         "{:<24} {:>6} {:>6} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9}  errors",
         "tool",
@@ -75,7 +85,11 @@ pub(crate) fn usage(ctx: &Warden, since: Option<HumanDuration>, json: bool) -> R
             },
         );
     }
-    outln!();
+}
+
+/// What the report says of the grants: those never used, narrower ones to write, refusals
+/// that recur, and its notes.
+fn grants(report: &UsageReport) {
     if report.unused_grants.is_empty() {
         outln!("every grant was used in the window");
     } else {
@@ -115,7 +129,6 @@ pub(crate) fn usage(ctx: &Warden, since: Option<HumanDuration>, json: bool) -> R
         outln!();
         outln!("note: {}", Escaped(note));
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Bytes as the audit writes sizes, in whole units where they fit.

@@ -1269,6 +1269,86 @@ fn serve_answers_10000_pipelined_calls() {
     assert!(serving.exited().success());
 }
 
+/// Over stdio, stdio's direct path answers a plain call with the bytes rmcp writes: the same
+/// calls (a result, a scalar wrapped, bad arguments, a tool's error, a trap, an unknown tool)
+/// answered with it on and with it off (`WARDEN_MCP_DIRECT=0`) give the same lines, the
+/// usage figures aside.
+#[test]
+fn serve_answers_alike_with_the_direct_path_on_and_off() {
+    use std::io::{Read, Write};
+    use std::process::Stdio;
+    let env = cli_env();
+    env.ok(&["add", path_str(&wasm("trivial"))]);
+    env.ok(&["add", path_str(&wasm("hostile"))]);
+    let calls = [
+        serde_json::json!({"name": "add", "arguments": {"a": 1, "b": 2}}),
+        serde_json::json!({"name": "add", "arguments": {"a": "one"}}),
+        serde_json::json!({"name": "noop"}),
+        serde_json::json!({"name": "fail", "arguments": {"message": "no \"luck\" é"}}),
+        serde_json::json!({"name": "echo-env", "arguments": {"name": "NOT_SET"}}),
+        serde_json::json!({"name": "boom", "arguments": {"message": "down"}}),
+        serde_json::json!({"name": "no-such-tool", "arguments": {}}),
+    ];
+    let mut lines = vec![
+        serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "test", "version": "0"}}}),
+        serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    ];
+    for (id, params) in calls.iter().enumerate() {
+        lines.push(serde_json::json!({"jsonrpc": "2.0", "id": id + 1,
+            "method": "tools/call", "params": params}));
+    }
+    let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let answers = |direct: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_warden"))
+            .arg("serve")
+            .env("WARDEN_TOOLBOX", env.toolbox())
+            .env("WARDEN_HOME", env.dir.path().join("home"))
+            .env("WARDEN_MCP_DIRECT", direct)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input.as_bytes()).unwrap();
+        drop(stdin);
+        let mut out = String::new();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        assert!(child.wait().unwrap().success());
+        // Answered as each call ends, which need not be in the order asked: by id.
+        let mut answers: Vec<(i64, String)> = out
+            .lines()
+            .map(|line| (json(line)["id"].as_i64().unwrap(), without_usage(line)))
+            .collect();
+        answers.sort();
+        answers
+    };
+    let (on, off) = (answers("1"), answers("0"));
+    assert_eq!(on.len(), calls.len() + 1, "{on:#?}");
+    assert_eq!(on, off);
+}
+
+/// `line` with the figures of each `"warden/usage"` object taken out.
+fn without_usage(line: &str) -> String {
+    const USAGE: &str = "\"warden/usage\":{";
+    let mut rest = line;
+    let mut out = String::new();
+    while let Some(at) = rest.find(USAGE) {
+        out.push_str(&rest[..at + USAGE.len()]);
+        rest = &rest[at + USAGE.len()..];
+        rest = &rest[rest.find('}').unwrap_or(rest.len())..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// `warden serve` stopped by SIGTERM with calls in flight (sleeps of 0.2 s, and of ten
 /// minutes) answers each, cancelling those still running after the drain's 2 s, logs each
 /// once, says on stderr that it drains, and exits cleanly. (It used to exit at once: no

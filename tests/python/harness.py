@@ -87,11 +87,17 @@ class Toolbox:
         return path
 
     def env(self) -> dict[str, str]:
+        # The MCP SDK starts a stdio server with these alone (and PATH, HOME and the like):
+        # the switch of stdio's direct path is handed on, so scripts/test can run the tests
+        # with it off.
+        switch = os.environ.get("WARDEN_MCP_DIRECT")
+        direct = {} if switch is None else {"WARDEN_MCP_DIRECT": switch}
         return {
             "WARDEN_TOOLBOX": str(self.dir),
             "WARDEN_HOME": str(self.home),
             "WARDEN_CACHE": str(CACHE),
             "RUST_LOG": os.environ.get("RUST_LOG", "warn"),
+            **direct,
             **self.extra_env,
         }
 
