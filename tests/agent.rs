@@ -65,7 +65,7 @@ impl Env {
     fn logged(&self, call_id: &str) -> usize {
         lines(&self.home().join("calls.jsonl"))
             .iter()
-            .filter(|v| v["event"] == "call" && v["call_id"] == call_id)
+            .filter(|v| v["event"] == "call" && v["tool_call_id"] == call_id)
             .count()
     }
 }

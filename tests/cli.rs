@@ -527,8 +527,31 @@ fn run_answers_a_model_turn_in_order_in_either_format() {
     assert_eq!(messages[0]["content"], "42");
 
     let log = std::fs::read_to_string(env.dir.path().join("home/calls.jsonl")).unwrap();
-    let calls = log.lines().filter(|l| json(l)["event"] == "call").count();
-    assert_eq!(calls, 5, "every call is logged: {log}");
+    let calls: Vec<serde_json::Value> = log
+        .lines()
+        .map(json)
+        .filter(|r| r["event"] == "call")
+        .collect();
+    assert_eq!(calls.len(), 5, "every call is logged: {log}");
+    // Two processes wrote the log: warden's own call ids tell every call apart (each process
+    // draws an instance part of its own), and the caller's ids stay beside them.
+    let ids: std::collections::BTreeSet<&str> = calls
+        .iter()
+        .map(|r| r["call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 5, "{log}");
+    let instances: std::collections::BTreeSet<&str> = ids
+        .iter()
+        .map(|id| id.rsplit_once('-').unwrap().0)
+        .collect();
+    assert_eq!(instances.len(), 2, "{log}");
+    let callers: std::collections::BTreeSet<&str> = calls
+        .iter()
+        .map(|r| r["tool_call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(callers, ["l1", "x1", "x2", "x3", "x4"].into(), "{log}");
+    let l1 = calls.iter().find(|r| r["tool_call_id"] == "l1").unwrap();
+    assert_eq!(messages[0]["artifact"]["call_id"], l1["call_id"], "{log}");
 }
 
 #[test]

@@ -64,7 +64,7 @@ async def test_successful_calls_answer_text_and_structured_content(transport, to
     # What each call used rides in _meta, beside the result the client checks.
     for result in (add, convert, noop):
         assert result.meta["warden/usage"]["wall_ms"] >= 0, result.meta
-    assert '"call_id":"mcp-' in toolbox.call_log(), "every call goes to the call log"
+    assert '"tool_call_id":"mcp-' in toolbox.call_log(), "every call goes to the call log"
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

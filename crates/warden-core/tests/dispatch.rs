@@ -106,7 +106,7 @@ impl Bench {
             .unwrap()
             .lines()
             .map(|l| serde_json::from_str::<Value>(l).unwrap())
-            .filter(|r| r["event"] == "call" && r["call_id"] == id)
+            .filter(|r| r["event"] == "call" && r["tool_call_id"] == id)
             .collect()
     }
 
@@ -127,7 +127,7 @@ async fn a_calls_record_is_in_the_file_when_its_answer_comes_back() {
         std::fs::read_to_string(b.log.path())
             .unwrap()
             .lines()
-            .any(|l| serde_json::from_str::<Value>(l).unwrap()["call_id"] == id)
+            .any(|l| serde_json::from_str::<Value>(l).unwrap()["tool_call_id"] == id)
     };
     for i in 0..50 {
         let id = format!("alone{i}");
@@ -386,4 +386,42 @@ async fn a_call_past_its_deadline_is_answered_a_timeout_naming_its_limit() {
     let (deadline, answer_by) = sleepy.0.lock().unwrap().expect("the executor ran");
     assert!(deadline >= start + limit && deadline <= start + took);
     assert_eq!(deadline - answer_by, Duration::from_millis(15));
+}
+
+/// Callers reuse their ids (`call-1` in every batch file); warden's own id of each call, in its
+/// answer and its record, is new every time: this process's instance part, then a count.
+#[tokio::test]
+async fn every_answer_and_record_carries_wardens_own_call_id() {
+    let b = Bench::new(RunLimits::default());
+    let answers = [
+        b.dispatcher.call(count("same", json!({"n": 1}))).await,
+        b.dispatcher.call(count("same", json!({"n": -1}))).await,
+        b.dispatcher
+            .call(count("same", json!("not an object")))
+            .await,
+    ];
+    let ids: Vec<String> = answers
+        .iter()
+        .map(|m| {
+            let details = match &m.error {
+                Some(e) => &e.details,
+                None => m.artifact.as_ref().expect("a success has an artifact"),
+            };
+            details["call_id"]
+                .as_str()
+                .expect("call_id in details")
+                .to_owned()
+        })
+        .collect();
+    let records = b.records("same");
+    assert_eq!(records.len(), 3, "{records:?}");
+    for (id, record) in ids.iter().zip(&records) {
+        assert_eq!(record["call_id"], id.as_str(), "{record}");
+        let (instance, n) = id.rsplit_once('-').expect("instance-count");
+        assert_eq!(instance.len(), 12, "{id}");
+        assert!(n.parse::<u64>().is_ok(), "{id}");
+    }
+    assert!(ids[0] != ids[1] && ids[1] != ids[2], "{ids:?}");
+    let instances: Vec<&str> = ids.iter().map(|i| i.rsplit_once('-').unwrap().0).collect();
+    assert!(instances.iter().all(|i| *i == instances[0]), "{ids:?}");
 }

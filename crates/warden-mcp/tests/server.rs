@@ -344,7 +344,7 @@ async fn a_cancelled_call_drops_its_sandbox() {
         "{nap}"
     );
     assert!(
-        nap["call_id"].as_str().unwrap().starts_with("mcp-"),
+        nap["tool_call_id"].as_str().unwrap().starts_with("mcp-"),
         "{nap}"
     );
     assert_eq!(nap["executor"], "test", "{nap}");

@@ -155,6 +155,7 @@ async fn a_granted_secret_never_reaches_the_model_or_the_log() {
     for key in [
         "tool",
         "call_id",
+        "tool_call_id",
         "executor",
         "policy_digest",
         "outcome",
@@ -290,7 +291,7 @@ async fn only_idempotent_tools_are_retried_and_only_when_transient() {
         .filter(|v| v["event"] == "call")
         .map(|v| {
             (
-                v["call_id"].as_str().unwrap().to_owned(),
+                v["tool_call_id"].as_str().unwrap().to_owned(),
                 v["attempts"].as_u64().unwrap(),
             )
         })

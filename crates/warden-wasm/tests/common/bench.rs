@@ -94,7 +94,7 @@ impl Bench {
         self.dir.path().join("calls.jsonl")
     }
 
-    /// How many times the call log says `call_id` ran (or was answered).
+    /// How many times the call log says the call the caller named `call_id` ran (or was answered).
     pub(crate) fn logged(&self, call_id: &str) -> usize {
         self.outcomes(call_id).len()
     }
@@ -106,7 +106,7 @@ impl Bench {
         let mut outcomes: Vec<String> = text
             .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|v| v["event"] == "call" && v["call_id"] == call_id)
+            .filter(|v| v["event"] == "call" && v["tool_call_id"] == call_id)
             .map(|v| v["outcome"].as_str().unwrap_or_default().to_owned())
             .collect();
         outcomes.sort();
