@@ -5,7 +5,8 @@ use anyhow::{Result, bail};
 use std::process::ExitCode;
 use warden::Warden;
 use warden_core::shown::{Escaped, escape_json};
-use warden_core::{ByteSize, HumanDuration, UsageError, UsageReport};
+use warden_core::{ByteSize, HumanDuration};
+use warden_usage::{UsageError, UsageReport};
 
 /// `warden audit --usage`: the usage report of the call log (of the last `since`), as JSON
 /// or as text.

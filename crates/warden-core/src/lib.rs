@@ -30,7 +30,6 @@ mod spec;
 mod table;
 mod toolbox;
 mod units;
-mod usage;
 mod whole;
 
 pub use admission::Admission;
@@ -57,6 +56,5 @@ pub use run::{RunLimitHit, RunLimits, RunUsage};
 pub use spec::{ToolSpec, is_valid_tool_name};
 pub use table::ExecutorTable;
 pub use toolbox::{Broken, Keep, LoadedPolicy, Loading, Protected, Tool, Toolbox, ToolboxError};
-pub use units::{ByteSize, HumanDuration, UnitError, millis};
-pub use usage::{RepeatedRefusal, Suggestion, ToolUsage, UnusedGrant, UsageError, UsageReport};
+pub use units::{ByteSize, HumanDuration, UnitError, millis, serialize_ms};
 pub use whole::{Temporary, write_whole};

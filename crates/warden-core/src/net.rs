@@ -278,7 +278,7 @@ impl NetGrants {
     }
 
     /// Checks that each credential names a header and a host the policy grants.
-    pub(crate) fn check_credential(&self, c: &Credential) -> Result<(), NetGrantError> {
+    pub fn check_credential(&self, c: &Credential) -> Result<(), NetGrantError> {
         let header_ok = !c.header.is_empty()
             && c.header
                 .bytes()

@@ -9,4 +9,3 @@
 
 mod dispatch;
 mod session;
-mod usage;

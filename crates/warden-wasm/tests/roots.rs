@@ -6,7 +6,8 @@
 use crate::common::{Bench, call, kind};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use warden_core::{CallLog, Dispatcher, ToolMessage, UsageReport};
+use warden_core::{CallLog, Dispatcher, ToolMessage};
+use warden_usage::UsageReport;
 
 /// A bench with `files.toml` granting `/workspace` (read-only, line 6) and `/other`
 /// (read-write, line 7), a dispatcher writing a call log, and the log's path.

@@ -2,13 +2,11 @@
 //! line that writes it, and a narrower `[grants]` built from what was reached.
 
 use super::read::ToolSeen;
-use crate::grants::FsGrant;
-use crate::net::{HostGrant, HostPattern, NetGrants};
-use crate::policy::Policy;
 use serde::Serialize;
 use std::collections::{BTreeSet, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use warden_core::{FsGrant, HostGrant, HostPattern, NetGrants, Policy, Reached};
 
 /// Hosts a wide grant may be narrowed to; past this many it is left as written.
 const NARROW_TO_AT_MOST: usize = 10;
@@ -47,7 +45,7 @@ struct Destination {
 }
 
 impl Destination {
-    fn parse(reached: &crate::executor::Reached) -> Option<Destination> {
+    fn parse(reached: &Reached) -> Option<Destination> {
         let d = reached.destination.as_str();
         let authority = ["http://", "https://", "connect ", "tcp ", "udp "]
             .iter()

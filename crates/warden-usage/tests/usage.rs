@@ -2,14 +2,21 @@
 //! report from one file as from many rotated ones, and grants are read against the policy's
 //! lines. The executor is a fake that reports what a sandbox would (reaches, refusals, CPU).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a test panics on what it cannot go on without"
+)]
+
 use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
 use warden_core::{
     BoxFuture, CallLog, Denial, Dispatcher, ErrorKind, Executor, Invocation, Output, Reached,
-    Rotation, ToolCall, ToolError, Toolbox, UsageReport,
+    Rotation, ToolCall, ToolError, Toolbox,
 };
 use warden_test_support::TestBackend;
+use warden_usage::UsageReport;
 
 /// Reaches `{"reach": "http://host:port"}` and is refused `{"deny": "..."}`; fails when
 /// told to.

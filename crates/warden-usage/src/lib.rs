@@ -2,20 +2,21 @@
 //! files, turned into per-tool figures, the grants of the current policies that no call
 //! used, and the destinations tools kept asking for without a grant.
 
+#![forbid(unsafe_code)]
+
 mod grants;
 mod read;
 
 pub use grants::{Suggestion, UnusedGrant};
 pub use read::UsageError;
 
-use crate::calllog::now_ms;
-use crate::toolbox::Toolbox;
 use read::{Seen, ToolSeen};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use warden_core::Toolbox;
 
 /// A destination refused this often is listed: a tool that keeps asking for a host it lacks.
 const REPEATED: u64 = 2;
@@ -56,7 +57,7 @@ pub struct ToolUsage {
     /// CPU of the calls that measured it, summed; written to the microsecond.
     #[serde(
         skip_serializing_if = "Option::is_none",
-        serialize_with = "crate::units::serialize_ms"
+        serialize_with = "warden_core::serialize_ms"
     )]
     pub cpu_ms: Option<f64>,
     /// The largest peak of any call.
@@ -79,7 +80,7 @@ pub struct RepeatedRefusal {
 }
 
 impl UsageReport {
-    /// Reads `files` (a log's files oldest first, as [`crate::Rotation::files`] lists them),
+    /// Reads `files` (a log's files oldest first, as [`warden_core::Rotation::files`] lists them),
     /// keeping the records of the last `since` (all of them without it), and reads them
     /// against the policies of `toolbox`.
     pub fn read(
@@ -87,7 +88,10 @@ impl UsageReport {
         since: Option<Duration>,
         toolbox: &Toolbox,
     ) -> Result<UsageReport, UsageError> {
-        let since_ms = since.map_or(0, |s| now_ms().saturating_sub(s.as_millis() as u64));
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let since_ms = since.map_or(0, |s| now_ms.saturating_sub(s.as_millis() as u64));
         let seen = Seen::read(files, since_ms)?;
         Ok(Self::from_seen(seen, since_ms, toolbox))
     }
@@ -192,6 +196,26 @@ fn percentile(sorted: &[f64], p: usize) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn summed_cpu_is_written_to_the_microsecond() {
+        // `audit --usage --json` sums what the calls measured.
+        let tool = ToolUsage {
+            tool: "t".into(),
+            calls: 3,
+            execs: 0,
+            errors: Default::default(),
+            wall_ms_p50: 1.0,
+            wall_ms_p95: 1.0,
+            cpu_ms: Some(0.1 + 0.2 + 3.4011940000000003),
+            peak_memory_bytes: None,
+            net_bytes_out: 0,
+            net_bytes_in: 0,
+            destinations: 0,
+        };
+        let json = serde_json::to_value(&tool).unwrap();
+        assert_eq!(json["cpu_ms"].to_string(), "3.701");
+    }
 
     #[test]
     fn percentiles_are_nearest_rank() {

@@ -2,11 +2,11 @@
 //! per tool. Only the fields the usage report needs are read, so a record that gains fields
 //! stays readable, and a line cut short (a crash mid-write) is counted and passed over.
 
-use crate::executor::{Reached, Usage};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashSet};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
+use warden_core::{Denials, Reached, Usage};
 
 /// The call log could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -157,9 +157,9 @@ impl Seen {
         tool.net_bytes_out += u.net_bytes_out.unwrap_or(0);
         tool.net_bytes_in += u.net_bytes_in.unwrap_or(0);
         tool.ran |= call.attempts > 0;
-        tool.reached_cut |= call.reached.len() >= crate::executor::Denials::KEPT;
+        tool.reached_cut |= call.reached.len() >= Denials::KEPT;
         tool.reached.extend(call.reached);
-        tool.roots_cut |= call.roots_opened.len() >= crate::executor::Denials::KEPT;
+        tool.roots_cut |= call.roots_opened.len() >= Denials::KEPT;
         tool.roots_opened.extend(call.roots_opened);
     }
 }
