@@ -33,11 +33,13 @@ pub enum Driven {
 }
 
 /// Drives a started program until `output` (the executor's relay of its output, which ends
-/// when the program's side of it is gone) is done: feeds `stdin` to `input`, passes
-/// `signals` on, and kills the program at `timeout` from now or at the end of a grace period.
+/// when the program's side of it is gone) is done: feeds `stdin` to the program's `input`,
+/// passes `signals` on, and kills the program at `timeout` from now or at the end of a grace
+/// period.
 pub async fn drive(
     program: &impl Running,
-    (stdin, input): (impl AsyncRead + Unpin, impl AsyncWrite + Unpin),
+    stdin: impl AsyncRead + Unpin,
+    input: impl AsyncWrite + Unpin,
     output: impl Future<Output = ()>,
     signals: &mut UnboundedReceiver<i32>,
     timeout: Option<Duration>,

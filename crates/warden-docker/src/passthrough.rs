@@ -84,11 +84,11 @@ pub(crate) async fn run(
     let driven = match terminal {
         Some(size) => {
             tokio::select! {
-                driven = drive(&running, (stdin, input), output, &mut signals, timeout) => driven,
+                driven = drive(&running, stdin, input, output, &mut signals, timeout) => driven,
                 never = running.follow(size) => match never {},
             }
         }
-        None => drive(&running, (stdin, input), output, &mut signals, timeout).await,
+        None => drive(&running, stdin, input, output, &mut signals, timeout).await,
     };
     let status = container.exit_status(engine).await;
     if let Some(traffic) = gate.map(|p| p.end()) {

@@ -3,7 +3,7 @@
 use crate::config::{HostConfig, Isolation};
 use crate::forks::Forker;
 use crate::program::Helper;
-use crate::tool::HostTool;
+use crate::tool::{CallSetup, HostTool};
 use serde_json::json;
 use std::sync::{Arc, OnceLock};
 use warden_command::{Template, session_shell};
@@ -96,8 +96,11 @@ impl HostBackend {
             cfg,
             template,
             policy.grants.clone(),
-            (shell, gate),
-            prepared,
+            CallSetup {
+                shell,
+                gate,
+                prepared,
+            },
         ))
     }
 }

@@ -88,11 +88,11 @@ pub(crate) async fn run(
     let driven = match resizing {
         Some(resizing) => {
             tokio::select! {
-                driven = drive(&helper, (stdin, input), output, &mut signals, timeout) => driven,
+                driven = drive(&helper, stdin, input, output, &mut signals, timeout) => driven,
                 never = resizing => match never {},
             }
         }
-        None => drive(&helper, (stdin, input), output, &mut signals, timeout).await,
+        None => drive(&helper, stdin, input, output, &mut signals, timeout).await,
     };
     if let Some(traffic) = proxy.map(|p| p.end()) {
         traffic.count_in(&held.usage);

@@ -29,17 +29,32 @@ pub(crate) struct HostTool {
     sessions: Option<Sessions<HostShells>>,
 }
 
+/// How a host tool's calls run, besides its policy: in a session's shell or each in a
+/// sandbox of its own, behind warden's gate or not.
+pub(crate) struct CallSetup {
+    /// The shell that drives every session, in session mode.
+    pub(crate) shell: Option<String>,
+    /// The gate of a policy with net grants that does not open every host.
+    pub(crate) gate: Option<Gate>,
+    /// How many sandboxes are kept set up ahead for calls (none in session mode).
+    pub(crate) prepared: usize,
+}
+
 impl HostTool {
-    /// `shell` is `Some` in session mode: the shell that drives every session. `prepared`
-    /// sandboxes are kept set up ahead for calls (none in session mode).
+    /// `calls.shell` is `Some` in session mode: the shell that drives every session.
+    /// `calls.prepared` sandboxes are kept set up ahead for calls (none in session mode).
     pub(crate) fn new(
         forker: Arc<Forker>,
         config: HostConfig,
         template: Template,
         grants: Grants,
-        (shell, gate): (Option<String>, Option<Gate>),
-        prepared: usize,
+        calls: CallSetup,
     ) -> Self {
+        let CallSetup {
+            shell,
+            gate,
+            prepared,
+        } = calls;
         let roots = grants
             .fs
             .iter()

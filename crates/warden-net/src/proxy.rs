@@ -330,8 +330,14 @@ impl Connection {
         let (from_upstream, to_upstream) = upstream.split();
         let back = credentialed.then(|| Returning::new(self.credentials.secrets()));
         let refused = relay(
-            (from_sandbox, to_upstream),
-            (from_upstream, to_sandbox),
+            Way {
+                from: from_sandbox,
+                to: to_upstream,
+            },
+            Way {
+                from: from_upstream,
+                to: to_sandbox,
+            },
             &self.counts,
             back,
         )
@@ -494,18 +500,24 @@ async fn reply(stream: &mut (impl AsyncWrite + Unpin), status: &str, why: &str) 
     let _ = stream.shutdown().await;
 }
 
+/// One direction of a relayed connection: what is read from `from` is written to `to`.
+pub(crate) struct Way<R, W> {
+    pub(crate) from: R,
+    pub(crate) to: W,
+}
+
 /// Copies both ways until both directions have ended, or either fails: then both end (the
 /// caller drops the streams), so a reset on one side never leaves the other waiting. With
 /// `back`, what comes down is a credential host's answer, passed through it; the reason it
 /// was refused, if it was, is returned.
 async fn relay(
-    (up_from, up_to): (impl AsyncRead + Unpin, impl AsyncWrite + Unpin),
-    (down_from, down_to): (impl AsyncRead + Unpin, impl AsyncWrite + Unpin),
+    up: Way<impl AsyncRead + Unpin, impl AsyncWrite + Unpin>,
+    down: Way<impl AsyncRead + Unpin, impl AsyncWrite + Unpin>,
     counts: &Counts,
     back: Option<Returning>,
 ) -> Option<Unpassable> {
-    let up = pump(up_from, up_to, &counts.up, None);
-    let down = pump(down_from, down_to, &counts.down, back);
+    let up = pump(up.from, up.to, &counts.up, None);
+    let down = pump(down.from, down.to, &counts.down, back);
     tokio::pin!(up, down);
     let (mut up_done, mut down_done) = (false, false);
     while !(up_done && down_done) {

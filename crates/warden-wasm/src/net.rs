@@ -55,7 +55,7 @@ impl NetGate {
 
     /// Opens the gate for the call whose refusals go to `denials`, whose destinations go to
     /// `meter` and which ends at `deadline`. A gate serves one call: a second bind is ignored.
-    pub(crate) fn bind(&self, (denials, meter): (Denials, Meter), deadline: Instant) {
+    pub(crate) fn bind(&self, denials: Denials, meter: Meter, deadline: Instant) {
         let _ = self.0.call.set(CallSide {
             denials,
             meter,
@@ -258,7 +258,8 @@ mod tests {
 
         let (denials, meter) = (Denials::default(), Meter::default());
         gate.bind(
-            (denials.clone(), meter.clone()),
+            denials.clone(),
+            meter.clone(),
             Instant::now() + Duration::from_secs(5),
         );
         assert!(gate.check_socket(granted, SocketAddrUse::TcpConnect));

@@ -232,7 +232,7 @@ impl Sandbox {
         state
             .hooks
             .gate
-            .bind((inv.denials.clone(), inv.usage.clone()), deadline);
+            .bind(inv.denials.clone(), inv.usage.clone(), deadline);
         state.roots.bind(inv.usage.clone());
     }
 

@@ -22,12 +22,33 @@ pub(super) fn attach_usage(m: &mut ToolMessage, took: Duration, usage: Usage, fu
     set_detail(m, "usage", value);
 }
 
-/// What the call exercised goes with its answer too, when it did any: the list under the
-/// first key (`reached`, `roots_opened`), every occurrence counted under the second
-/// (`reached_count`, `root_uses`: one root opened five times is one root and five uses).
+/// The keys a sample of what a call exercised goes under in its answer: the list kept, and
+/// every occurrence counted (one root opened five times is one root and five uses).
+pub(super) struct Exercised {
+    list: &'static str,
+    count: &'static str,
+}
+
+/// The destinations the call reached.
+pub(super) const REACHED: Exercised = Exercised {
+    list: "reached",
+    count: "reached_count",
+};
+/// The granted roots the call opened, and its uses of them.
+pub(super) const ROOTS_OPENED: Exercised = Exercised {
+    list: "roots_opened",
+    count: "root_uses",
+};
+/// The hosts the gate set a credential for.
+pub(super) const CREDENTIALS_USED: Exercised = Exercised {
+    list: "credentials_used",
+    count: "credentials_used_count",
+};
+
+/// What the call exercised goes with its answer too, when it did any.
 pub(super) fn attach_exercised<T: serde::Serialize>(
     m: &mut ToolMessage,
-    (key, count_key): (&str, &str),
+    keys: &Exercised,
     sample: &Sample<T>,
 ) {
     if sample.total == 0 {
@@ -35,10 +56,10 @@ pub(super) fn attach_exercised<T: serde::Serialize>(
     }
     set_detail(
         m,
-        key,
+        keys.list,
         serde_json::to_value(&sample.kept).unwrap_or_default(),
     );
-    set_detail(m, count_key, sample.total.into());
+    set_detail(m, keys.count, sample.total.into());
 }
 
 /// Sets `key` in an error's details, or in a success's artifact.

@@ -2,7 +2,10 @@
 //! call's deadline (retried where the tool is idempotent and the failure transient), and the
 //! message made whole, logged and told.
 
-use super::message::{attach_denials, attach_exercised, attach_usage, redact_message, success};
+use super::message::{
+    CREDENTIALS_USED, REACHED, ROOTS_OPENED, attach_denials, attach_exercised, attach_usage,
+    redact_message, success,
+};
 use super::span::CallSpan;
 use super::{Dispatcher, Facts, secrets_of};
 use crate::executor::{Denials, Invocation, Meter, Output, Usage};
@@ -49,15 +52,11 @@ impl Dispatcher {
         let denied = denials.snapshot();
         attach_denials(&mut message, &denied);
         let reached = meter.reached();
-        attach_exercised(&mut message, ("reached", "reached_count"), &reached);
+        attach_exercised(&mut message, &REACHED, &reached);
         let roots_opened = meter.roots_opened();
-        attach_exercised(&mut message, ("roots_opened", "root_uses"), &roots_opened);
+        attach_exercised(&mut message, &ROOTS_OPENED, &roots_opened);
         let credentials = meter.credentials_used();
-        attach_exercised(
-            &mut message,
-            ("credentials_used", "credentials_used_count"),
-            &credentials,
-        );
+        attach_exercised(&mut message, &CREDENTIALS_USED, &credentials);
         let took = start.elapsed();
         attach_usage(&mut message, took, usage, fuel);
         redact_message(&secrets, &mut message);

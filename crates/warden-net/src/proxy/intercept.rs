@@ -3,7 +3,7 @@
 //! request between, its credential set, whose answer comes back scrubbed.
 
 use super::head::{HeadError, Request, parse_origin_form, read_head};
-use super::{Connection, FOR_ITS_HOST, HEAD_WAIT, MISDIRECTED, names_target, relay, reply};
+use super::{Connection, FOR_ITS_HOST, HEAD_WAIT, MISDIRECTED, Way, names_target, relay, reply};
 use crate::credentials::normal;
 use crate::scrub::Returning;
 use rustls::pki_types::ServerName;
@@ -80,8 +80,14 @@ impl Tunnel<'_> {
         let (from_sandbox, to_sandbox) = tokio::io::split(sandbox);
         let (from_origin, to_origin) = tokio::io::split(origin);
         let refused = relay(
-            (from_sandbox, to_origin),
-            (from_origin, to_sandbox),
+            Way {
+                from: from_sandbox,
+                to: to_origin,
+            },
+            Way {
+                from: from_origin,
+                to: to_sandbox,
+            },
             &connection.counts,
             Some(back),
         )
