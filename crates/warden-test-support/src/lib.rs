@@ -26,3 +26,17 @@ pub use machine::{is_root, under_ci};
 pub fn kind(m: &warden_core::ToolMessage) -> &'static str {
     warden_core::CallOutcome::of(m).as_str()
 }
+
+/// Asserts that `e` is a timeout in the one wording every part of warden gives it (the
+/// dispatcher's, naming `limit`), with `timeout_ms`; a command's executor adds what became of
+/// the command after it.
+pub fn assert_timed_out(e: &warden_core::ToolError, limit: std::time::Duration) {
+    let expected = warden_core::ToolError::timed_out(limit);
+    assert_eq!(e.kind, warden_core::ErrorKind::Timeout, "{}", e.message);
+    assert!(e.message.starts_with(&expected.message), "{}", e.message);
+    assert_eq!(
+        e.details["timeout_ms"], expected.details["timeout_ms"],
+        "{}",
+        e.message
+    );
+}
