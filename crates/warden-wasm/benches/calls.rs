@@ -38,15 +38,11 @@ use serde_json::json;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use warden_core::{Dispatcher, Invocation, Protected, ToolCall, ToolMessage, Toolbox};
 use warden_wasm::{Artifacts, Binary, WasmBackend, sha256_file};
-use wasmtime::component::{ComponentExportIndex, InstancePre, Linker, ResourceTable, Val};
-use wasmtime::{
-    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store,
-    UpdateDeadline,
-};
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime::component::{ComponentExportIndex, InstancePre, Linker, Val};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
 
 /// The repository root.
 fn root() -> PathBuf {
@@ -77,51 +73,10 @@ fn artifacts(store: &Path) -> Artifacts {
 
 // ---- plain wasmtime -------------------------------------------------------------------------
 
-struct Raw {
-    wasi: WasiCtx,
-    table: ResourceTable,
-    limiter: Limiter,
-}
+#[path = "floor/mod.rs"]
+mod floor;
 
-impl WasiView for Raw {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
-    }
-}
-
-/// As warden's: sums linear memories against a limit.
-struct Limiter {
-    limit: usize,
-    used: usize,
-}
-
-impl ResourceLimiter for Limiter {
-    fn memory_growing(
-        &mut self,
-        current: usize,
-        desired: usize,
-        _max: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        let after = self.used - current.min(self.used) + desired;
-        if after > self.limit {
-            return Ok(false);
-        }
-        self.used = after;
-        Ok(true)
-    }
-
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _max: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        Ok(desired <= 1_000_000)
-    }
-}
+use floor::{Raw, as_warden_does};
 
 #[derive(Clone, Copy, PartialEq)]
 enum RawKind {
@@ -194,29 +149,9 @@ fn raw_setup(kind: RawKind, store_dir: &Path) -> RawSetup {
 
 /// One call the plain way: a fresh store and instance, `add(1, 2)`.
 async fn raw_call(s: &RawSetup) -> i32 {
-    let state = Raw {
-        wasi: WasiCtxBuilder::new().build(),
-        table: ResourceTable::new(),
-        limiter: Limiter {
-            limit: 256 << 20,
-            used: 0,
-        },
-    };
-    let mut store = Store::new(&s.engine, state);
+    let mut store = Store::new(&s.engine, Raw::new());
     if s.kind == RawKind::WardenConfig {
-        store.limiter(|s| &mut s.limiter);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |_| {
-            if Instant::now() >= deadline {
-                Ok(UpdateDeadline::Interrupt)
-            } else {
-                Ok(UpdateDeadline::YieldCustom(
-                    1,
-                    Box::pin(tokio::task::yield_now()),
-                ))
-            }
-        });
+        as_warden_does(&mut store);
     }
     let instance = s
         .pre

@@ -11,80 +11,25 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 use warden_wasm::{Artifacts, Binary, sha256_file};
-use wasmtime::component::{ComponentExportIndex, InstancePre, Linker, ResourceTable, Val};
-use wasmtime::{Engine, ResourceLimiter, Store, UpdateDeadline};
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime::component::{ComponentExportIndex, InstancePre, Linker, Val};
+use wasmtime::{Engine, Store};
 
-struct Call {
-    wasi: WasiCtx,
-    table: ResourceTable,
-    limiter: Limiter,
-}
+// The floor's store data and per-store setup, shared with benches/calls.rs.
+#[path = "../benches/floor/mod.rs"]
+mod floor;
 
-impl WasiView for Call {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
-    }
-}
-
-/// As warden's (and criterion's floor): sums linear memories against 256 MiB.
-struct Limiter {
-    used: usize,
-}
-
-impl ResourceLimiter for Limiter {
-    fn memory_growing(
-        &mut self,
-        current: usize,
-        desired: usize,
-        _max: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        let after = self.used - current.min(self.used) + desired;
-        if after > 256 << 20 {
-            return Ok(false);
-        }
-        self.used = after;
-        Ok(true)
-    }
-
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _max: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        Ok(desired <= 1_000_000)
-    }
-}
+use floor::{Raw, as_warden_does};
 
 struct Setup {
     engine: Engine,
-    pre: InstancePre<Call>,
+    pre: InstancePre<Raw>,
     add: ComponentExportIndex,
 }
 
 async fn call(s: &Setup) -> wasmtime::Result<i32> {
-    let state = Call {
-        wasi: WasiCtxBuilder::new().build(),
-        table: ResourceTable::new(),
-        limiter: Limiter { used: 0 },
-    };
-    let mut store = Store::new(&s.engine, state);
-    store.limiter(|s| &mut s.limiter);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    store.set_epoch_deadline(1);
-    store.epoch_deadline_callback(move |_| {
-        Ok(if Instant::now() >= deadline {
-            UpdateDeadline::Interrupt
-        } else {
-            UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now()))
-        })
-    });
+    let mut store = Store::new(&s.engine, Raw::new());
+    as_warden_does(&mut store);
     let instance = s.pre.instantiate_async(&mut store).await?;
     let func = instance
         .get_func(&mut store, s.add)
@@ -123,7 +68,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Binary::Component,
         &|_| {},
     )?;
-    let mut linker: Linker<Call> = Linker::new(&engine);
+    let mut linker: Linker<Raw> = Linker::new(&engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     let setup = Arc::new(Setup {
         pre: linker.instantiate_pre(&component)?,
