@@ -150,13 +150,18 @@ impl ToolError {
 
     /// Adds one detail field; `details` becomes an object if it was not one.
     pub fn with_detail(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.set_detail(key, value);
+        self
+    }
+
+    /// Sets one detail field in place; `details` becomes an object if it was not one.
+    pub fn set_detail(&mut self, key: &str, value: impl Into<Value>) {
         if !self.details.is_object() {
             self.details = Value::Object(Default::default());
         }
         if let Value::Object(map) = &mut self.details {
             map.insert(key.to_owned(), value.into());
         }
-        self
     }
 
     /// The refusal of a call whose `tool_call_id` an earlier call of its batch has: it is not

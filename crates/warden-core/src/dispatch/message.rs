@@ -65,7 +65,7 @@ pub(super) fn attach_exercised<T: serde::Serialize>(
 /// Sets `key` in an error's details, or in a success's artifact.
 pub(super) fn set_detail(m: &mut ToolMessage, key: &str, value: Value) {
     match &mut m.error {
-        Some(e) => *e = e.clone().with_detail(key, value),
+        Some(e) => e.set_detail(key, value),
         None => {
             if let Value::Object(map) = m.artifact.get_or_insert_with(|| json!({})) {
                 map.insert(key.into(), value);
@@ -93,10 +93,8 @@ pub(super) fn attach_denials(m: &mut ToolMessage, denied: &Sample<Denial>) {
                 e.message.push_str(&note);
                 m.content.push_str(&note);
             }
-            *e = e
-                .clone()
-                .with_detail("denied", list)
-                .with_detail("denied_count", count);
+            e.set_detail("denied", list);
+            e.set_detail("denied_count", count);
         }
         None => {
             let artifact = m.artifact.get_or_insert_with(|| json!({}));
