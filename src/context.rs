@@ -51,6 +51,15 @@ pub(crate) fn dispatcher(ctx: &Warden, run: RunLimits) -> Result<Dispatcher> {
     Ok(d)
 }
 
+/// The async runtime for one call: on this thread, so that a whole process that makes a single
+/// call starts no worker threads (spawning them is a measurable share of `warden call`).
+pub(crate) fn one_call_runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
 /// The async runtime the commands use.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()

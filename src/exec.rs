@@ -95,7 +95,7 @@ fn run(ctx: &Warden, args: ExecArgs) -> Result<ExitCode> {
         true => None,
         false => Raw::if_terminal()?,
     };
-    let runtime = context::runtime()?;
+    let runtime = context::one_call_runtime()?;
     let ended = runtime.block_on(async {
         let (pass, signals) = tokio::sync::mpsc::unbounded_channel();
         let (resized, terminal) = match &raw {

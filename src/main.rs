@@ -104,6 +104,7 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+#[command(defer = true)]
 enum Command {
     /// Store a component and write a deny-by-default policy for it.
     Add(add::AddArgs),
@@ -391,7 +392,7 @@ fn tools(ctx: &Warden, json: bool) -> Result<ExitCode> {
 
 fn call(ctx: &Warden, tool: String, arguments: String, format: Format) -> Result<ExitCode> {
     let dispatcher = context::dispatcher(ctx, RunLimits::default())?;
-    let runtime = context::runtime()?;
+    let runtime = context::one_call_runtime()?;
     let call = ToolCall {
         id: "call-1".into(),
         name: tool,

@@ -39,12 +39,12 @@ pub(crate) struct ServeArgs {
     /// Calls that may wait, across the server, while as many run as warden runs at once; over
     /// HTTP one more is answered `unavailable`, over stdio the server reads no further until
     /// a call has answered.
-    #[arg(long, value_name = "N", default_value_t = Options::default().queue)]
+    #[arg(long, value_name = "N", default_value_t = Options::QUEUE)]
     max_queued_calls: usize,
     /// After SIGTERM or SIGINT, how long the calls in flight have to answer before they are
     /// cancelled (each answered and logged either way).
     #[arg(long, value_name = "DURATION",
-          default_value_t = HumanDuration(Options::default().drain))]
+          default_value_t = HumanDuration(Options::DRAIN))]
     drain: HumanDuration,
     /// How long an HTTP connection without the token must have sent nothing before it may be
     /// closed to make room for another (at --max-unauthenticated, or with no descriptors left).

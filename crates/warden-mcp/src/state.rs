@@ -36,6 +36,13 @@ pub struct Options {
     pub drain: Duration,
 }
 
+impl Options {
+    /// The default [`Options::queue`].
+    pub const QUEUE: usize = 1024;
+    /// The default [`Options::drain`].
+    pub const DRAIN: Duration = Duration::from_secs(2);
+}
+
 impl Default for Options {
     fn default() -> Self {
         Self {
@@ -43,8 +50,8 @@ impl Default for Options {
             call_log: None,
             watch: None,
             poll_interval: Duration::from_secs(1),
-            queue: 1024,
-            drain: Duration::from_secs(2),
+            queue: Self::QUEUE,
+            drain: Self::DRAIN,
         }
     }
 }
