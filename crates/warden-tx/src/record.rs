@@ -1,0 +1,157 @@
+//! A committed call's record: its steps, each with the pre-image of what it replaced, in
+//! `calls/CALL_ID/` of the store. Written before the first step (the journal: a warden killed
+//! mid-commit leaves it `committing`, and the next one rolls the steps back), then marked
+//! `committed`; undo marks it `undone`, and the store's bounds mark it `dropped`.
+
+use crate::TxError;
+use crate::beneath::Beneath;
+use crate::changes::Change;
+use crate::entry::{Entry, Kind};
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Where a call's record stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// Being applied: the journal of a commit in progress.
+    Committing,
+    /// Applied; its pre-images are kept.
+    Committed,
+    /// Put back by an undo or a rewind.
+    Undone,
+    /// Applied, but its pre-images were dropped (the store's bounds): it can no longer be
+    /// undone.
+    Dropped,
+}
+
+/// One call's applied changes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CallRecord {
+    /// warden's own id of the call.
+    pub call_id: String,
+    /// The tool that made the changes.
+    pub tool: String,
+    pub state: State,
+    /// When it was committed, in nanoseconds since the epoch: the order `rewind` undoes in.
+    pub committed_ns: u128,
+    /// The process that committed it (see `owner`).
+    pub owner: String,
+    /// The roots the steps' `root` numbers name.
+    pub roots: Vec<PathBuf>,
+    /// In the order they are applied.
+    pub steps: Vec<Step>,
+    /// Bytes of the pre-images kept.
+    pub pre_bytes: u64,
+    /// Why its pre-images were dropped, when they were.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub dropped: Option<String>,
+}
+
+/// One change applied, and where the file it replaced is kept.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Step {
+    #[serde(flatten)]
+    pub change: Change,
+    /// The pre-image's file in the record's `pre/` folder, for a file replaced or removed.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pre: Option<String>,
+}
+
+impl CallRecord {
+    /// Reads the record in `dir`.
+    pub(crate) fn read(dir: &Path, call: &str) -> Result<Self, TxError> {
+        let path = dir.join("record.json");
+        let text = fs::read(&path).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => TxError::Unknown(call.to_owned()),
+            _ => TxError::io("reading", &path, e),
+        })?;
+        serde_json::from_slice(&text).map_err(|source| TxError::Record {
+            call: call.to_owned(),
+            source,
+        })
+    }
+
+    /// Writes it into `dir` in one rename.
+    pub(crate) fn write(&self, dir: &Path) -> Result<(), TxError> {
+        let text = serde_json::to_vec_pretty(self).map_err(|source| TxError::Record {
+            call: self.call_id.clone(),
+            source,
+        })?;
+        let (temp, path) = (dir.join("record.json.new"), dir.join("record.json"));
+        write_synced(&temp, &text).map_err(|e| TxError::io("writing", &temp, e))?;
+        fs::rename(&temp, &path).map_err(|e| TxError::io("writing", &path, e))
+    }
+}
+
+/// Writes `bytes` to `path` and waits until they are on disk.
+pub(crate) fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let mut file = fs::File::create(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
+/// Applies `step` to `root`: its pre-image kept first (in `pre`), then the change made,
+/// its new content read from the view's upper layer `upper`.
+pub(crate) fn apply(step: &Step, root: &Beneath, upper: &Path, pre: &Path) -> io::Result<()> {
+    let Step { change, pre: kept } = step;
+    if let (Some(name), Some(before)) = (kept, &change.before)
+        && before.kind == Kind::File
+    {
+        let mut from = root.read(&change.path)?;
+        let temp = pre.join(format!("{name}.new"));
+        let mut to = fs::File::create(&temp)?;
+        io::copy(&mut from, &mut to)?;
+        to.sync_all()?;
+        fs::rename(&temp, pre.join(name))?;
+    }
+    let replace = change.before.is_some();
+    match &change.after {
+        None => root.remove(&change.path, change.before.as_ref().is_some_and(is_dir)),
+        Some(after) if after.kind == Kind::Dir => root.make_dir(&change.path, after.mode),
+        Some(after) if after.kind == Kind::File => {
+            let mut content = crate::changes::open_nofollow(&upper.join(&change.path))
+                .map_err(|e| io::Error::other(e.to_string()))?;
+            root.put(&change.path, after, Some(&mut content), replace)
+        }
+        Some(after) => root.put(&change.path, after, None, replace),
+    }
+}
+
+/// Puts back what `step` changed: what was there before, from its pre-image. `force`: a
+/// rollback of a commit that may have stopped before this step, so a missing pre-image means
+/// the step was never applied.
+pub(crate) fn restore(step: &Step, root: &Beneath, pre: &Path, force: bool) -> io::Result<()> {
+    let Step { change, pre: kept } = step;
+    match &change.before {
+        None => {
+            // Added: removed again, unless a rollback finds something else there.
+            let now = root.entry(&change.path)?;
+            if now.is_some() && (!force || now == change.after) {
+                let dir = change.after.as_ref().is_some_and(is_dir);
+                root.remove(&change.path, dir)?;
+            }
+            Ok(())
+        }
+        Some(before) if before.kind == Kind::Dir => root.make_dir(&change.path, before.mode),
+        Some(before) if before.kind == Kind::File => {
+            let Some(name) = kept else {
+                return Err(io::Error::other("a file's pre-image was not recorded"));
+            };
+            let mut content = match fs::File::open(pre.join(name)) {
+                Ok(file) => file,
+                Err(e) if force && e.kind() == io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            root.put(&change.path, before, Some(&mut content), true)
+        }
+        Some(before) => root.put(&change.path, before, None, true),
+    }
+}
+
+fn is_dir(entry: &Entry) -> bool {
+    entry.kind == Kind::Dir
+}

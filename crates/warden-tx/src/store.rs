@@ -1,0 +1,527 @@
+//! The store in warden's home: the views of calls running (`views/`), and the records of
+//! calls committed (`calls/`), with their pre-images.
+
+use crate::beneath::Beneath;
+use crate::changes::{Change, scan};
+use crate::entry::Kind;
+use crate::record::{CallRecord, State, Step, apply, restore};
+use crate::{KEEP_BYTES, KEEP_FOR, MAX_CALL_BYTES, TxError, owner};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeSet, HashMap};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Views and records of one warden home. Commits of one process are applied one at a time.
+#[derive(Debug)]
+pub struct Store {
+    dir: PathBuf,
+    owner: String,
+    committed: Mutex<Committed>,
+}
+
+/// What this process committed, for conflicts between calls that ran side by side.
+#[derive(Debug, Default)]
+struct Committed {
+    /// Commits so far.
+    count: u64,
+    /// The commit that last changed each path (root joined with the change's path).
+    last: HashMap<PathBuf, u64>,
+}
+
+/// One call's view of its read-write roots: an overlay layer for each. Dropped without a
+/// commit, it is discarded: the roots never saw the call.
+#[derive(Debug)]
+pub struct View {
+    store: Arc<Store>,
+    dir: PathBuf,
+    roots: Vec<PathBuf>,
+    /// Commits this process had made when the view was made.
+    since: u64,
+}
+
+/// The folders of one root's overlay: the call's writes land in `upper`; `work` is the
+/// overlay's own.
+#[derive(Debug, Clone)]
+pub struct Layer {
+    pub upper: PathBuf,
+    pub work: PathBuf,
+}
+
+/// What a call changed in its roots.
+#[derive(Debug, Clone, Default)]
+pub struct ChangeSet {
+    /// The roots the changes' `root` numbers name.
+    pub roots: Vec<PathBuf>,
+    pub changes: Vec<Change>,
+}
+
+impl Store {
+    /// Opens (making) the store in `dir`: rolls back the commits a warden killed in the middle
+    /// left, removes the views of wardens that are gone, and drops pre-images past the bounds.
+    pub fn open(dir: &Path) -> Result<Arc<Self>, TxError> {
+        for sub in ["", "views", "calls"] {
+            let path = dir.join(sub);
+            fs::create_dir_all(&path).map_err(|e| TxError::io("making", &path, e))?;
+        }
+        // Outside every grant, and no one else's to read: pre-images are the roots' content.
+        set_private(dir)?;
+        let store = Arc::new(Self {
+            dir: dir.to_owned(),
+            owner: owner::this_process(),
+            committed: Mutex::default(),
+        });
+        store.recover()?;
+        store.prune()?;
+        Ok(store)
+    }
+
+    /// A view of `roots` (each a folder, canonical) for one call.
+    pub fn view(self: &Arc<Self>, roots: &[PathBuf]) -> Result<View, TxError> {
+        static COUNT: AtomicU64 = AtomicU64::new(0);
+        let n = COUNT.fetch_add(1, Ordering::Relaxed);
+        let dir = self.dir.join("views").join(format!(
+            "{}-{n}",
+            self.owner.replace(':', "_")
+        ));
+        for i in 0..roots.len() {
+            for sub in ["upper", "work"] {
+                let path = dir.join(i.to_string()).join(sub);
+                fs::create_dir_all(&path).map_err(|e| TxError::io("making", &path, e))?;
+            }
+        }
+        Ok(View {
+            store: self.clone(),
+            dir,
+            roots: roots.to_vec(),
+            since: lock(&self.committed).count,
+        })
+    }
+
+    /// The records of committed calls, oldest first.
+    pub fn records(&self) -> Result<Vec<CallRecord>, TxError> {
+        let calls = self.dir.join("calls");
+        let mut records = Vec::new();
+        let entries = fs::read_dir(&calls).map_err(|e| TxError::io("reading", &calls, e))?;
+        for entry in entries.flatten() {
+            let call = entry.file_name().to_string_lossy().into_owned();
+            match CallRecord::read(&entry.path(), &call) {
+                Ok(record) => records.push(record),
+                Err(e) => tracing::warn!("skipping a record: {e}"),
+            }
+        }
+        records.sort_by_key(|r| r.committed_ns);
+        Ok(records)
+    }
+
+    /// Puts back exactly what call `call` changed, if nothing since changed those paths
+    /// (a [`TxError::Conflict`] otherwise, and nothing is touched).
+    pub fn undo(&self, call: &str) -> Result<CallRecord, TxError> {
+        let dir = self.record_dir(call)?;
+        let _one_at_a_time = lock(&self.committed);
+        let mut record = CallRecord::read(&dir, call)?;
+        let why = match record.state {
+            State::Committed => None,
+            State::Committing => Some("it is being committed".to_owned()),
+            State::Undone => Some("it was undone already".to_owned()),
+            State::Dropped => Some(format!(
+                "its pre-images were dropped ({})",
+                record.dropped.as_deref().unwrap_or("the store's bounds")
+            )),
+        };
+        if let Some(why) = why {
+            return Err(TxError::NotUndoable {
+                call: call.to_owned(),
+                why,
+            });
+        }
+        let roots = open_roots(&record.roots)?;
+        let changed = changed_since(&record, &roots)?;
+        if !changed.is_empty() {
+            return Err(TxError::Conflict {
+                call: Some(call.to_owned()),
+                paths: changed,
+            });
+        }
+        let pre = dir.join("pre");
+        for step in record.steps.iter().rev() {
+            let root = &roots[step.change.root];
+            restore(step, root, &pre, false)
+                .map_err(|e| TxError::io("undoing a change at", root.path(), e))?;
+        }
+        record.state = State::Undone;
+        record.write(&dir)?;
+        remove_tree(&pre);
+        Ok(record)
+    }
+
+    /// Undoes every call committed after `call`, newest first; stops at the first that cannot
+    /// be undone. Answers the calls undone.
+    pub fn rewind(&self, call: &str) -> Result<Vec<CallRecord>, TxError> {
+        let records = self.records()?;
+        let Some(at) = records.iter().position(|r| r.call_id == call) else {
+            return Err(TxError::Unknown(call.to_owned()));
+        };
+        let mut undone = Vec::new();
+        for record in records[at + 1..].iter().rev() {
+            if record.state == State::Committed {
+                undone.push(self.undo(&record.call_id)?);
+            }
+        }
+        Ok(undone)
+    }
+
+    fn record_dir(&self, call: &str) -> Result<PathBuf, TxError> {
+        // warden's call ids are hex digits and a count: nothing else names a record.
+        let valid = !call.is_empty()
+            && call
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() || c == '-' || c.is_ascii_digit());
+        if !valid {
+            return Err(TxError::Unknown(call.to_owned()));
+        }
+        Ok(self.dir.join("calls").join(call))
+    }
+
+    /// Rolls back the commits whose warden died before finishing them.
+    fn recover(&self) -> Result<(), TxError> {
+        for record in self.records()? {
+            if record.state != State::Committing || !owner::gone(&record.owner) {
+                continue;
+            }
+            let dir = self.record_dir(&record.call_id)?;
+            let roots = open_roots(&record.roots)?;
+            let pre = dir.join("pre");
+            for step in record.steps.iter().rev() {
+                let root = &roots[step.change.root];
+                restore(step, root, &pre, true)
+                    .map_err(|e| TxError::io("rolling back a change at", root.path(), e))?;
+            }
+            tracing::warn!(
+                call = %record.call_id,
+                "rolled back the changes of a call whose warden stopped while committing them"
+            );
+            remove_tree(&dir);
+        }
+        let views = self.dir.join("views");
+        for entry in fs::read_dir(&views).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().replace('_', ":");
+            let owner = name.rsplit_once('-').map_or("", |(owner, _)| owner);
+            if owner::gone(owner) {
+                remove_tree(&entry.path());
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the pre-images past [`KEEP_FOR`], then the oldest past [`KEEP_BYTES`].
+    fn prune(&self) -> Result<(), TxError> {
+        let now = now_ns();
+        let mut kept: u64 = 0;
+        for mut record in self.records()?.into_iter().rev() {
+            if record.state != State::Committed {
+                continue;
+            }
+            let old = now.saturating_sub(record.committed_ns) > KEEP_FOR.as_nanos();
+            let why = if old {
+                Some(format!("older than {} days", KEEP_FOR.as_secs() / 86_400))
+            } else if kept + record.pre_bytes > KEEP_BYTES {
+                Some(format!(
+                    "newer calls' pre-images fill the {} MiB kept",
+                    KEEP_BYTES >> 20
+                ))
+            } else {
+                kept += record.pre_bytes;
+                None
+            };
+            if let Some(why) = why {
+                let dir = self.record_dir(&record.call_id)?;
+                remove_tree(&dir.join("pre"));
+                tracing::info!(call = %record.call_id, "dropped the pre-images of a call: {why}");
+                record.state = State::Dropped;
+                record.dropped = Some(why);
+                record.write(&dir)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl View {
+    /// The overlay folders of root number `i`.
+    pub fn layer(&self, i: usize) -> Layer {
+        let dir = self.dir.join(i.to_string());
+        Layer {
+            upper: dir.join("upper"),
+            work: dir.join("work"),
+        }
+    }
+
+    /// The roots it views.
+    pub fn roots(&self) -> &[PathBuf] {
+        &self.roots
+    }
+
+    /// What the call changed. Read once every process of the call is gone.
+    pub fn changes(&self) -> Result<ChangeSet, TxError> {
+        let mut changes = Vec::new();
+        for (i, root) in self.roots.iter().enumerate() {
+            let lower = Beneath::open(root).map_err(|e| TxError::io("opening", root, e))?;
+            changes.extend(scan(&self.layer(i).upper, &lower, i)?);
+        }
+        Ok(ChangeSet {
+            roots: self.roots.clone(),
+            changes,
+        })
+    }
+
+    /// Applies `changes` (this view's) to the roots as call `call` of `tool`, keeping what they
+    /// replace for undo. Refused, and nothing applied, when a call that committed after this
+    /// view was made changed one of the same paths ([`TxError::Conflict`]) or when the
+    /// changes are too large ([`TxError::TooLarge`]).
+    pub fn commit(self, call: &str, tool: &str, changes: &ChangeSet) -> Result<(), TxError> {
+        let bytes = changes.bytes() + changes.replaced_bytes();
+        if bytes > MAX_CALL_BYTES {
+            return Err(TxError::TooLarge {
+                bytes,
+                limit: MAX_CALL_BYTES,
+            });
+        }
+        if changes.changes.is_empty() {
+            return Ok(());
+        }
+        let store = self.store.clone();
+        let mut committed = lock(&store.committed);
+        let paths: Vec<PathBuf> = changes
+            .changes
+            .iter()
+            .map(|c| self.roots[c.root].join(&c.path))
+            .collect();
+        let clashes: Vec<PathBuf> = paths
+            .iter()
+            .filter(|p| committed.last.get(*p).is_some_and(|&at| at > self.since))
+            .cloned()
+            .collect();
+        if !clashes.is_empty() {
+            return Err(TxError::Conflict {
+                call: None,
+                paths: clashes,
+            });
+        }
+        self.apply(&store, call, tool, changes)?;
+        committed.count += 1;
+        let count = committed.count;
+        committed.last.extend(paths.into_iter().map(|p| (p, count)));
+        Ok(())
+    }
+
+    fn apply(
+        &self,
+        store: &Store,
+        call: &str,
+        tool: &str,
+        changes: &ChangeSet,
+    ) -> Result<(), TxError> {
+        let dir = store.record_dir(call)?;
+        let pre = dir.join("pre");
+        fs::create_dir_all(&pre).map_err(|e| TxError::io("making", &pre, e))?;
+        // Removals first (a folder's entries before it), then additions and modifications
+        // (a folder before its entries): the order the scan found them in, within each.
+        let (removals, others): (Vec<&Change>, Vec<&Change>) =
+            changes.changes.iter().partition(|c| c.after.is_none());
+        let steps: Vec<Step> = removals
+            .into_iter()
+            .chain(others)
+            .enumerate()
+            .map(|(k, change)| Step {
+                change: change.clone(),
+                pre: change
+                    .before
+                    .as_ref()
+                    .filter(|b| b.kind == Kind::File)
+                    .map(|_| k.to_string()),
+            })
+            .collect();
+        let mut record = CallRecord {
+            call_id: call.to_owned(),
+            tool: tool.to_owned(),
+            state: State::Committing,
+            committed_ns: now_ns(),
+            owner: store.owner.clone(),
+            roots: self.roots.clone(),
+            steps,
+            pre_bytes: changes.replaced_bytes(),
+            dropped: None,
+        };
+        record.write(&dir)?;
+        let roots = open_roots(&self.roots)?;
+        for (k, step) in record.steps.iter().enumerate() {
+            let root = &roots[step.change.root];
+            let upper = self.layer(step.change.root).upper;
+            if let Err(e) = apply(step, root, &upper, &pre) {
+                // Put back what was applied, and forget the call: it changed nothing.
+                for done in record.steps[..=k].iter().rev() {
+                    let _ = restore(done, &roots[done.change.root], &pre, true);
+                }
+                remove_tree(&dir);
+                return Err(TxError::io("applying a change at", &root.path().join(&step.change.path), e));
+            }
+        }
+        record.state = State::Committed;
+        record.write(&dir)?;
+        drop(roots);
+        store.prune()
+    }
+}
+
+impl Drop for View {
+    fn drop(&mut self) {
+        remove_tree(&self.dir);
+    }
+}
+
+impl ChangeSet {
+    /// Bytes of the files the changes leave.
+    pub fn bytes(&self) -> u64 {
+        self.changes
+            .iter()
+            .filter_map(|c| c.after.as_ref()?.size)
+            .sum()
+    }
+
+    /// Bytes of the files the changes replace or remove: their pre-images.
+    pub fn replaced_bytes(&self) -> u64 {
+        self.changes
+            .iter()
+            .filter_map(|c| c.before.as_ref()?.size)
+            .sum()
+    }
+
+    /// A sha256 of the changes as [`ChangeSet::to_json`] lists them all: what the call log
+    /// records.
+    pub fn digest(&self) -> String {
+        let all = self.to_json(usize::MAX);
+        format!(
+            "sha256:{}",
+            hex::encode(Sha256::digest(all["changes"].to_string()))
+        )
+    }
+
+    /// The changes as an answer shows them: the first `max`, with how many there are.
+    pub fn to_json(&self, max: usize) -> Value {
+        let shown: Vec<Value> = self
+            .changes
+            .iter()
+            .take(max)
+            .map(|c| {
+                let entry = c.after.as_ref().or(c.before.as_ref());
+                let mut v = json!({
+                    "root": self.roots[c.root],
+                    "path": c.path,
+                    "change": c.kind(),
+                    "type": entry.map(|e| e.kind),
+                });
+                if let Some(after) = &c.after {
+                    extend(&mut v, after);
+                }
+                v
+            })
+            .collect();
+        json!({
+            "count": self.changes.len(),
+            "bytes": self.bytes(),
+            "changes": shown,
+        })
+    }
+}
+
+fn extend(v: &mut Value, entry: &crate::Entry) {
+    if entry.kind != Kind::Symlink {
+        v["mode"] = format!("{:04o}", entry.mode).into();
+    }
+    if let Some(size) = entry.size {
+        v["size"] = size.into();
+    }
+    if let Some(sha) = &entry.sha256 {
+        v["sha256"] = sha.as_str().into();
+    }
+    if let Some(target) = &entry.target {
+        v["target"] = target.to_string_lossy().into_owned().into();
+    }
+}
+
+/// The paths whose entries are not what `record` left: what an undo would overwrite.
+fn changed_since(record: &CallRecord, roots: &[Beneath]) -> Result<Vec<PathBuf>, TxError> {
+    let added: BTreeSet<(usize, &Path)> = record
+        .steps
+        .iter()
+        .filter(|s| s.change.before.is_none())
+        .map(|s| (s.change.root, s.change.path.as_path()))
+        .collect();
+    let mut changed = Vec::new();
+    for step in &record.steps {
+        let (root, path) = (&roots[step.change.root], &step.change.path);
+        let now = root
+            .entry(path)
+            .map_err(|e| TxError::io("reading", &root.path().join(path), e))?;
+        if now != step.change.after {
+            changed.push(root.path().join(path));
+            continue;
+        }
+        // A folder the call added must hold nothing a later call put there.
+        if step.change.before.is_none() && now.as_ref().is_some_and(|e| e.kind == Kind::Dir) {
+            let names = root
+                .names(path)
+                .map_err(|e| TxError::io("listing", &root.path().join(path), e))?;
+            if names
+                .iter()
+                .any(|n| !added.contains(&(step.change.root, path.join(n).as_path())))
+            {
+                changed.push(root.path().join(path));
+            }
+        }
+    }
+    Ok(changed)
+}
+
+fn open_roots(roots: &[PathBuf]) -> Result<Vec<Beneath>, TxError> {
+    roots
+        .iter()
+        .map(|r| Beneath::open(r).map_err(|e| TxError::io("opening the root", r, e)))
+        .collect()
+}
+
+fn set_private(dir: &Path) -> Result<(), TxError> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+        .map_err(|e| TxError::io("making private", dir, e))
+}
+
+/// Removes `dir` and everything in it, making each folder readable first: an overlay's work
+/// folder is left without permissions.
+fn remove_tree(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if fs::remove_dir_all(dir).is_ok() {
+        return;
+    }
+    let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
+    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_tree(&entry.path());
+        }
+    }
+    let _ = fs::remove_dir_all(dir);
+}
+
+fn lock(m: &Mutex<Committed>) -> std::sync::MutexGuard<'_, Committed> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}

@@ -1,0 +1,293 @@
+//! Transactions over real folders, written through real overlay mounts (`unshare -m` and
+//! `mount -t overlay`, as a sandbox's view is): change sets, commit, discard, conflicts, undo,
+//! rewind, links planted by a call, and a commit a killed warden left half done.
+//! They need root (to mount); elsewhere they say so and pass.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test panics on what it cannot go on without"
+)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use warden_tx::{ChangeKind, State, Store, TxError, View};
+
+/// A root and a store in a folder of their own.
+struct Setup {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    mount: PathBuf,
+    store: Arc<Store>,
+}
+
+fn setup() -> Option<Setup> {
+    if !rustix_is_root() {
+        eprintln!("skipped: mounting an overlay needs root");
+        return None;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().join("root");
+    let mount = dir.path().join("mnt");
+    fs::create_dir_all(root.join("d/e")).expect("root");
+    fs::create_dir_all(&mount).expect("mount point");
+    fs::write(root.join("a"), "alpha\n").expect("a");
+    fs::write(root.join("b"), "bravo\n").expect("b");
+    fs::write(root.join("d/c"), "charlie\n").expect("c");
+    fs::write(root.join("d/e/f"), "foxtrot\n").expect("f");
+    fs::set_permissions(root.join("a"), fs::Permissions::from_mode(0o640)).expect("mode");
+    std::os::unix::fs::symlink("a", root.join("link")).expect("link");
+    let store = Store::open(&dir.path().join("home/tx")).expect("store");
+    let root = root.canonicalize().expect("canonical");
+    Some(Setup {
+        _dir: dir,
+        root,
+        mount,
+        store,
+    })
+}
+
+fn rustix_is_root() -> bool {
+    fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+impl Setup {
+    fn view(&self) -> View {
+        self.store.view(std::slice::from_ref(&self.root)).expect("view")
+    }
+
+    /// Runs `script` in the root as `view` shows it, in a mount namespace of its own.
+    fn write_through(&self, view: &View, script: &str) {
+        let layer = view.layer(0);
+        let mount = format!(
+            "mount -t overlay overlay -o lowerdir={},upperdir={},workdir={} {} && cd {} && {script}",
+            self.root.display(),
+            layer.upper.display(),
+            layer.work.display(),
+            self.mount.display(),
+            self.mount.display(),
+        );
+        let out = Command::new("unshare")
+            .args(["-m", "sh", "-ec", &mount])
+            .output()
+            .expect("unshare");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// A call: a view, the script through it, its changes committed as `call`.
+    fn call(&self, call: &str, script: &str) -> Result<(), TxError> {
+        let view = self.view();
+        self.write_through(&view, script);
+        let changes = view.changes()?;
+        view.commit(call, "t", &changes)
+    }
+
+    /// Every entry of the root: its content (or link target, or "dir") and mode.
+    fn tree(&self) -> BTreeMap<PathBuf, (String, u32)> {
+        let mut tree = BTreeMap::new();
+        walk(&self.root, &self.root, &mut tree);
+        tree
+    }
+}
+
+fn walk(root: &Path, dir: &Path, tree: &mut BTreeMap<PathBuf, (String, u32)>) {
+    for entry in fs::read_dir(dir).expect("read_dir").flatten() {
+        let path = entry.path();
+        let meta = fs::symlink_metadata(&path).expect("lstat");
+        let rel = path.strip_prefix(root).expect("below").to_owned();
+        let mode = meta.mode() & 0o7777;
+        if meta.file_type().is_symlink() {
+            let target = fs::read_link(&path).expect("link");
+            tree.insert(rel, (format!("-> {}", target.display()), 0));
+        } else if meta.is_dir() {
+            tree.insert(rel, ("dir".into(), mode));
+            walk(root, &path, tree);
+        } else {
+            let content = fs::read_to_string(&path).expect("read");
+            tree.insert(rel, (content, mode));
+        }
+    }
+}
+
+#[test]
+fn a_change_set_names_what_was_added_modified_and_removed() {
+    let Some(s) = setup() else { return };
+    let view = s.view();
+    s.write_through(
+        &view,
+        "echo ALPHA > a; rm b; rm -r d; mkdir -p new/deep; echo n > new/deep/n; chmod 600 \
+         new/deep/n; ln -s /etc/shadow s; touch link",
+    );
+    let changes = view.changes().expect("changes");
+    let kinds: BTreeMap<String, ChangeKind> = changes
+        .changes
+        .iter()
+        .map(|c| (c.path.display().to_string(), c.kind()))
+        .collect();
+    let expected: BTreeMap<String, ChangeKind> = [
+        ("a", ChangeKind::Modified),
+        ("b", ChangeKind::Removed),
+        ("d", ChangeKind::Removed),
+        ("d/c", ChangeKind::Removed),
+        ("d/e", ChangeKind::Removed),
+        ("d/e/f", ChangeKind::Removed),
+        ("new", ChangeKind::Added),
+        ("new/deep", ChangeKind::Added),
+        ("new/deep/n", ChangeKind::Added),
+        ("s", ChangeKind::Added),
+    ]
+    .into_iter()
+    .map(|(p, k)| (p.to_owned(), k))
+    .collect();
+    // `touch link` wrote through the link to `a` (already changed): no change of its own.
+    assert_eq!(kinds, expected);
+    let shown = changes.to_json(100);
+    let s_entry = shown["changes"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["path"] == "s"))
+        .expect("s listed");
+    assert_eq!(s_entry["type"], "symlink");
+    assert_eq!(s_entry["target"], "/etc/shadow");
+    let n = shown["changes"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["path"] == "new/deep/n"))
+        .expect("n listed");
+    assert_eq!(n["mode"], "0600");
+    assert_eq!(n["size"], 2);
+    // Nothing reached the root before the commit.
+    assert_eq!(fs::read_to_string(s.root.join("a")).expect("a"), "alpha\n");
+    assert!(changes.digest().starts_with("sha256:"));
+}
+
+#[test]
+fn a_commit_applies_byte_exact_and_an_undo_puts_everything_back() {
+    let Some(s) = setup() else { return };
+    let before = s.tree();
+    s.call(
+        "aaaa-1",
+        "echo ALPHA > a; chmod 755 a; rm b; rm -r d; mkdir d; echo file > d/x; ln -sf b link; \
+         echo new > new",
+    )
+    .expect("commit");
+    let after = s.tree();
+    assert_eq!(after[Path::new("a")], ("ALPHA\n".into(), 0o755));
+    assert!(!after.contains_key(Path::new("b")));
+    assert!(!after.contains_key(Path::new("d/c")));
+    assert_eq!(after[Path::new("d/x")].0, "file\n");
+    assert_eq!(after[Path::new("link")].0, "-> b");
+    assert_eq!(after[Path::new("new")].0, "new\n");
+    let undone = s.store.undo("aaaa-1").expect("undo");
+    assert_eq!(undone.state, State::Undone);
+    assert_eq!(s.tree(), before);
+    assert!(matches!(
+        s.store.undo("aaaa-1"),
+        Err(TxError::NotUndoable { .. })
+    ));
+}
+
+#[test]
+fn a_view_dropped_without_a_commit_leaves_the_root_untouched() {
+    let Some(s) = setup() else { return };
+    let before = s.tree();
+    let view = s.view();
+    s.write_through(&view, "echo gone > a; rm -r d; echo x > x");
+    drop(view);
+    assert_eq!(s.tree(), before);
+    let views = fs::read_dir(s._dir.path().join("home/tx/views")).expect("views");
+    assert_eq!(views.count(), 0, "the view's folders are removed");
+}
+
+#[test]
+fn two_views_writing_one_file_commit_once_and_conflict_once() {
+    let Some(s) = setup() else { return };
+    let (first, second) = (s.view(), s.view());
+    s.write_through(&first, "echo first > a");
+    s.write_through(&second, "echo second > a; echo mine > only-second");
+    let changes = first.changes().expect("changes");
+    first.commit("bbbb-1", "t", &changes).expect("first commits");
+    let changes = second.changes().expect("changes");
+    match second.commit("bbbb-2", "t", &changes) {
+        Err(TxError::Conflict { paths, .. }) => assert_eq!(paths, vec![s.root.join("a")]),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert_eq!(fs::read_to_string(s.root.join("a")).expect("a"), "first\n");
+    assert!(!s.root.join("only-second").exists(), "nothing of it applied");
+}
+
+#[test]
+fn undo_of_a_call_whose_paths_a_later_call_changed_is_a_conflict_and_rewind_undoes_in_order() {
+    let Some(s) = setup() else { return };
+    let start = s.tree();
+    s.call("cccc-1", "echo one > a").expect("one");
+    let after_one = s.tree();
+    s.call("cccc-2", "echo two > a").expect("two");
+    match s.store.undo("cccc-1") {
+        Err(TxError::Conflict { call, paths }) => {
+            assert_eq!(call.as_deref(), Some("cccc-1"));
+            assert_eq!(paths, vec![s.root.join("a")]);
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert_eq!(s.tree().get(Path::new("a")).map(|e| e.0.as_str()), Some("two\n"));
+    for n in 3..=12 {
+        s.call(&format!("cccc-{n}"), &format!("echo {n} > f{n}; echo {n} >> b"))
+            .expect("call");
+    }
+    let undone = s.store.rewind("cccc-1").expect("rewind");
+    assert_eq!(undone.len(), 11, "calls 12 down to 2");
+    assert_eq!(undone.first().map(|r| r.call_id.as_str()), Some("cccc-12"));
+    assert_eq!(s.tree(), after_one);
+    s.store.undo("cccc-1").expect("now it can be undone");
+    assert_eq!(s.tree(), start);
+}
+
+#[test]
+fn a_link_planted_by_one_call_is_never_written_or_read_through() {
+    let Some(s) = setup() else { return };
+    let secret = s._dir.path().join("secret");
+    fs::write(&secret, "do not read\n").expect("secret");
+    s.call("dddd-1", &format!("ln -s {} planted", secret.display()))
+        .expect("plant");
+    // A second call replaces the link with a file: the link goes, the target stays as it was.
+    s.call("dddd-2", "rm planted; echo mine > planted").expect("replace");
+    assert_eq!(fs::read_to_string(&secret).expect("secret"), "do not read\n");
+    assert_eq!(
+        fs::read_to_string(s.root.join("planted")).expect("planted"),
+        "mine\n"
+    );
+    // Its undo puts the link back, without reading what it points to.
+    s.store.undo("dddd-2").expect("undo");
+    assert_eq!(fs::read_link(s.root.join("planted")).expect("link"), secret);
+    let record = s
+        .store
+        .records()
+        .expect("records")
+        .into_iter()
+        .find(|r| r.call_id == "dddd-2")
+        .expect("record");
+    assert_eq!(record.pre_bytes, 0, "a link's pre-image is its target, not its content");
+}
+
+#[test]
+fn a_commit_left_half_done_by_a_killed_warden_is_rolled_back_at_the_next_open() {
+    let Some(s) = setup() else { return };
+    let before = s.tree();
+    s.call("eeee-1", "echo changed > a; rm b; echo new > new").expect("commit");
+    // As a warden killed mid-commit leaves it: the journal says committing, its owner gone.
+    let record = s._dir.path().join("home/tx/calls/eeee-1/record.json");
+    let text = fs::read_to_string(&record).expect("record");
+    let mut json: serde_json::Value = serde_json::from_str(&text).expect("json");
+    json["state"] = "committing".into();
+    json["owner"] = "gone:1:1".into();
+    fs::write(&record, json.to_string()).expect("write");
+    // And a step it never reached: `new` not yet in place.
+    fs::remove_file(s.root.join("new")).expect("rm new");
+    Store::open(&s._dir.path().join("home/tx")).expect("reopen");
+    assert_eq!(s.tree(), before);
+    assert!(!record.exists(), "the call is forgotten: it changed nothing");
+}
