@@ -160,6 +160,7 @@ fn tour_context(ctx: &Warden, policies: &Path) -> Result<Warden> {
         call_log: ctx.call_log.clone(),
         call_log_rotation: ctx.call_log_rotation,
         runs: ctx.runs.clone(),
+        transactions: ctx.transactions.clone(),
         trust: ctx.trust.clone(),
         docker: ctx.docker.clone(),
         host: ctx.host.clone(),

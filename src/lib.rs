@@ -55,6 +55,7 @@ use warden_core::{
 use warden_docker::{DockerBackend, Engine};
 use warden_host::{Helper, HostBackend};
 use warden_net::{Egress, Resolver};
+use warden_tx::Store;
 use warden_wasm::{Artifacts, CompileHook, WasmBackend, Workload};
 
 pub use warden_core::{
@@ -103,6 +104,9 @@ pub struct Warden {
     pub call_log_rotation: Rotation,
     /// The agent's run transcripts.
     pub runs: PathBuf,
+    /// Calls' views of their read-write roots and the pre-images of what they committed
+    /// (`warden undo`, `warden rewind`), opened at its first use.
+    pub transactions: Arc<Store>,
     /// The keys `warden add oci://…` and `warden pull` trust per registry or repository
     /// prefix ([`warden_oci::TrustFile`]).
     pub trust: PathBuf,
@@ -197,6 +201,7 @@ impl Builder {
             call_log: self.call_log.unwrap_or_else(|| home.join("calls.jsonl")),
             call_log_rotation: self.call_log_rotation,
             runs: home.join("runs"),
+            transactions: Store::at(&home.join("transactions")),
             trust: home.join("trust.toml"),
             toolbox: self.toolbox,
             egress: self.egress,
@@ -235,6 +240,7 @@ impl Warden {
             Protected::new("the compile cache", &self.artifacts.cache),
             Protected::new("the call log", &self.call_log),
             Protected::new("the agent's transcripts", &self.runs),
+            Protected::new("the calls' views and pre-images", self.transactions.dir()),
         ];
         if let Ok(exe) = std::env::current_exe() {
             places.push(Protected::unwritten(
@@ -257,7 +263,11 @@ impl Warden {
     /// The host backend as configured; a one-shot workload prepares no sandbox ahead (its
     /// one call would start its own beside it).
     fn host_backend(&self) -> HostBackend {
-        let host = self.host.clone().egress(self.egress.clone());
+        let host = self
+            .host
+            .clone()
+            .egress(self.egress.clone())
+            .transactions(self.transactions.clone());
         match self.workload {
             Workload::OneShot => host.prepared(0),
             Workload::Server => host,

@@ -23,6 +23,7 @@ mod progress;
 mod pull;
 mod review;
 mod serve;
+mod undo;
 mod usage;
 
 use anyhow::{Context as _, Result};
@@ -136,6 +137,20 @@ enum Command {
     /// Run a whole program in the sandbox a call of a docker or host tool gets, its stdin,
     /// stdout and stderr passed through and its exit status warden's (125: warden failed).
     Exec(exec::ExecArgs),
+    /// Put back what a call changed in its read-write roots (warden's `call_id`, from its
+    /// answer's details), if nothing since changed the same paths; --list shows the calls.
+    Undo {
+        #[arg(value_name = "CALL_ID", required_unless_present = "list")]
+        call_id: Option<String>,
+        /// List the calls that changed roots, and whether each can be undone.
+        #[arg(long, conflicts_with = "call_id")]
+        list: bool,
+    },
+    /// Undo every call committed after CALL_ID, newest first (CALL_ID itself stays).
+    Rewind {
+        #[arg(long = "to", value_name = "CALL_ID")]
+        to: String,
+    },
     /// Run one model turn's tool calls as a batch and print their ToolMessages in order.
     Run {
         /// An OpenAI assistant message, a LangChain AIMessage, or a list of calls (JSON);
@@ -297,6 +312,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Pin { targets } => add::pin(&ctx, &targets),
         Command::Tools { json } => tools(&ctx, json),
         Command::Exec(args) => exec::exec(&ctx, args),
+        Command::Undo { list: true, .. } => undo::list(&ctx),
+        Command::Undo { call_id, .. } => undo::undo(&ctx, call_id.as_deref().unwrap_or_default()),
+        Command::Rewind { to } => undo::rewind(&ctx, &to),
         Command::Call {
             tool,
             arguments,

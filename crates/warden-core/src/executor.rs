@@ -19,6 +19,8 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// One checked call handed to an executor.
 #[derive(Debug, Clone)]
 pub struct Invocation {
+    /// warden's own id of the call, the one its answer carries (`details.call_id`): what an
+    /// executor names the call's changes by (a transaction's record, see `warden_tx`).
     pub call_id: String,
     /// The parsed arguments object (the executor checks it against its schema).
     pub arguments: Value,

@@ -44,6 +44,9 @@ pub enum ErrorKind {
     Trap,
     ExitStatus,
     LimitExceeded,
+    /// A call's changes to its read-write roots touched paths another call changed while it
+    /// ran (or since, for an undo): not applied.
+    Conflict,
     Unavailable,
     Internal,
 }
@@ -64,6 +67,7 @@ impl ErrorKind {
             Self::Trap => "trap",
             Self::ExitStatus => "exit_status",
             Self::LimitExceeded => "limit_exceeded",
+            Self::Conflict => "conflict",
             Self::Unavailable => "unavailable",
             Self::Internal => "internal",
         }

@@ -12,6 +12,7 @@ use warden_core::{
     Paths, Policy, PolicyError, Probe, ProbeError, Reach, Report, ReportLine, ToolSpec,
 };
 use warden_net::{Egress, Gate};
+use warden_tx::Store;
 
 /// How many sandboxes each host tool keeps prepared ahead of its calls by default: one is
 /// enough for calls one after another (it is made up again while a call runs); a batch
@@ -30,6 +31,8 @@ pub struct HostBackend {
     fallback: Helper,
     egress: Egress,
     prepared: usize,
+    /// Where calls' views of their writable roots are made; `None`: written in place.
+    views: Option<Arc<Store>>,
 }
 
 impl HostBackend {
@@ -41,6 +44,7 @@ impl HostBackend {
             fallback: helper,
             egress: Egress::default(),
             prepared: DEFAULT_PREPARED,
+            views: None,
         }
     }
 
@@ -67,6 +71,14 @@ impl HostBackend {
     /// cost two processes and a set of namespaces each.
     pub fn prepared(mut self, depth: usize) -> Self {
         self.prepared = depth;
+        self
+    }
+
+    /// Makes each call a transaction over its writable roots, its views and records in `store`
+    /// (see `warden_tx`): a call warden ends leaves nothing behind, and one that ends on its own
+    /// commits, undoably. Session shells and `exec`'s programs still write in place.
+    pub fn transactions(mut self, store: Arc<Store>) -> Self {
+        self.views = Some(store);
         self
     }
 
@@ -100,6 +112,7 @@ impl HostBackend {
                 shell,
                 gate,
                 prepared,
+                views: self.views.clone(),
             },
         ))
     }

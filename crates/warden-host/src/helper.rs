@@ -92,7 +92,7 @@ fn run(sandbox: &Sandbox, stdin: &File, reports: &mut File) -> Result<i32, Failu
     // As root, the roots are copied here, where every folder above them can be passed through;
     // else `init` copies them as warden's user.
     let detached = if sandboxing.root {
-        Some(crate::mounts::detach(&sandbox.roots)?)
+        Some(crate::mounts::detach(&sandbox.roots, false)?)
     } else {
         None
     };
@@ -108,8 +108,13 @@ fn run(sandbox: &Sandbox, stdin: &File, reports: &mut File) -> Result<i32, Failu
             sandboxing.hand_over(pid, &mut go_write, reports)?
         }
         // Net grants are kept by the namespace's gate: without one they would be the host's
-        // whole network, so no best effort here.
-        Err(e) if sandbox.best_effort && !sandbox.gate => {
+        // whole network; a call's view of its roots is a mount of the namespace: without one
+        // it would write the roots in place. So no best effort for either.
+        Err(e)
+            if sandbox.best_effort
+                && !sandbox.gate
+                && !sandbox.roots.iter().any(|r| r.view.is_some()) =>
+        {
             sandboxing.without_namespaces(e, reports)?
         }
         Err(e) => return Err(sandboxing.namespaces_refused(e)),
@@ -217,7 +222,7 @@ impl Sandboxing<'_> {
             .then(|| (Uid::from_raw(sandbox.uid), Gid::from_raw(sandbox.gid)));
         let entered = match detached {
             Some(roots) => Ok(roots),
-            None => crate::mounts::detach(&sandbox.roots),
+            None => crate::mounts::detach(&sandbox.roots, true),
         }
         .and_then(|roots| crate::mounts::enter(sandbox, roots, user));
         if let Err(f) = entered {

@@ -31,6 +31,7 @@ mod signals;
 mod spawner;
 mod starter;
 mod tool;
+mod transaction;
 
 pub use backend::{DEFAULT_PREPARED, HostBackend};
 pub use config::{DEFAULT_FILE_SIZE, DEFAULT_OPEN_FILES, DEFAULT_PROCESSES, HostConfig, Isolation};

@@ -12,7 +12,7 @@
 
 use crate::failure::{Failure, setup};
 use crate::layout::{SYSTEM_FOLDERS, TMP, system_folder};
-use crate::plan::{Root, Sandbox, TRUST_MOUNT};
+use crate::plan::{Root, Sandbox, TRUST_MOUNT, ViewLayer};
 use nix::errno::Errno;
 use nix::libc;
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
@@ -26,8 +26,10 @@ use std::path::{Path, PathBuf};
 pub(crate) struct Detached(Vec<(PathBuf, OwnedFd)>);
 
 /// Copies the mounts of every root the sandbox mounts (not those seen through a system folder),
-/// as this process's user may reach them.
-pub(crate) fn detach(roots: &[Root]) -> Result<Detached, Failure> {
+/// as this process's user may reach them; a root with a view is an overlay of it instead.
+/// `in_user_namespace`: this process is root only in a user namespace of its own, where an
+/// overlay keeps its marks in `user.` extended attributes.
+pub(crate) fn detach(roots: &[Root], in_user_namespace: bool) -> Result<Detached, Failure> {
     let mut copies = Vec::new();
     for root in roots.iter().filter(|r| system_folder(&r.guest).is_none()) {
         let failed = |what: &str, e: Errno| {
@@ -41,7 +43,11 @@ pub(crate) fn detach(roots: &[Root]) -> Result<Detached, Failure> {
                 setup(message)
             }
         };
-        let copy = open_tree(&root.host).map_err(|e| failed("copying the mounts of", e))?;
+        let copy = match &root.view {
+            Some(layer) => overlay(&root.host, layer, in_user_namespace)
+                .map_err(|e| failed("making the call's view of", e))?,
+            None => open_tree(&root.host).map_err(|e| failed("copying the mounts of", e))?,
+        };
         let attr = libc::mount_attr {
             attr_set: if root.writable {
                 0
@@ -179,6 +185,31 @@ fn open_tree(path: &Path) -> Result<OwnedFd, Errno> {
     }
     // SAFETY: the descriptor is new and ours alone.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A detached overlay of `lower` whose writes land in `layer` (`fsopen(2)`, `fsmount(2)`).
+fn overlay(lower: &Path, layer: &ViewLayer, in_user_namespace: bool) -> Result<OwnedFd, Errno> {
+    use rustix::mount::{
+        FsMountFlags, FsOpenFlags, MountAttrFlags, fsconfig_create, fsconfig_set_flag,
+        fsconfig_set_string, fsmount, fsopen,
+    };
+    let errno = |e: rustix::io::Errno| Errno::from_raw(e.raw_os_error());
+    let fs = fsopen("overlay", FsOpenFlags::FSOPEN_CLOEXEC).map_err(errno)?;
+    // `lowerdir+` (Linux 6.8) takes the path as it is; the older `lowerdir` splits at `:`.
+    if fsconfig_set_string(&fs, "lowerdir+", lower).is_err() {
+        let escaped = lower
+            .to_string_lossy()
+            .replace('\\', "\\\\")
+            .replace(':', "\\:");
+        fsconfig_set_string(&fs, "lowerdir", escaped).map_err(errno)?;
+    }
+    fsconfig_set_string(&fs, "upperdir", &layer.upper).map_err(errno)?;
+    fsconfig_set_string(&fs, "workdir", &layer.work).map_err(errno)?;
+    if in_user_namespace {
+        fsconfig_set_flag(&fs, "userxattr").map_err(errno)?;
+    }
+    fsconfig_create(&fs).map_err(errno)?;
+    fsmount(&fs, FsMountFlags::FSMOUNT_CLOEXEC, MountAttrFlags::empty()).map_err(errno)
 }
 
 /// Sets `attr` on every mount of the detached copy `copy` (`mount_setattr(2)`).

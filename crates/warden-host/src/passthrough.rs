@@ -65,6 +65,8 @@ pub(crate) async fn run(
         reports,
         gate,
         terminal: at_terminal,
+        // A program writes its roots in place: it has no view.
+        view: _,
     } = started;
     // At a terminal the program reads the terminal, and the helper's stdin has served.
     let (input, resizing) = match (at_terminal, terminal) {

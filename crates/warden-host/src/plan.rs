@@ -110,6 +110,19 @@ pub(crate) struct Root {
     /// system folder, where it is seen as it is (then it is the host path).
     pub guest: PathBuf,
     pub writable: bool,
+    /// A call's view of a writable root (see `warden_tx`): the sandbox sees the root through an
+    /// overlay whose upper layer takes its writes, and the root itself is untouched until
+    /// warden commits them. `None`: the root itself, read-only or written in place (a
+    /// session's, a program's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub view: Option<ViewLayer>,
+}
+
+/// The folders of a root's overlay, in warden's home.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ViewLayer {
+    pub upper: PathBuf,
+    pub work: PathBuf,
 }
 
 /// The resource limits of every process of the command.

@@ -12,13 +12,16 @@
 
 use crate::failure::unavailable;
 use crate::forks::{Forked, Forker};
-use crate::plan::{Call, Sandbox, Stdin, frame};
+use crate::layout::system_folder;
+use crate::plan::{Call, Root, Sandbox, Stdin, ViewLayer, frame};
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
 use warden_command::spares::{Spare, Spares, Taken};
 use warden_core::{ToolError, WindowSize};
+use warden_tx::{Store, View};
 
 /// A helper just forked with the sandbox part of its plan: its process, its stdin (for the
 /// call part and a session's commands), stdout, stderr and reports.
@@ -33,6 +36,8 @@ pub(crate) struct Started {
     /// A command at a terminal: the terminal's side where its input goes, and whose size
     /// warden sets ([`resize`]).
     pub terminal: Option<pipe::Sender>,
+    /// A call's view of its writable roots, discarded unless committed.
+    pub view: Option<View>,
 }
 
 /// Sets the size of the terminal whose warden side is `terminal`; the kernel tells the
@@ -98,15 +103,25 @@ pub(crate) struct Sandboxes {
     /// The sandbox part of every plan of this tool, made once at load.
     sandbox: Sandbox,
     prepared: Spares<Started>,
+    /// Where each call's view of its writable roots is made; `None`: roots are written in
+    /// place.
+    views: Option<Arc<Store>>,
 }
 
 impl Sandboxes {
-    /// Starts `sandbox`es through `forker`, keeping `prepared` of them ready ahead.
-    pub(crate) fn new(forker: Arc<Forker>, sandbox: Sandbox, prepared: usize) -> Self {
+    /// Starts `sandbox`es through `forker`, keeping `prepared` of them ready ahead; a call's
+    /// writable roots are seen through a view made in `views`.
+    pub(crate) fn new(
+        forker: Arc<Forker>,
+        sandbox: Sandbox,
+        prepared: usize,
+        views: Option<Arc<Store>>,
+    ) -> Self {
         Self {
             forker,
             sandbox,
             prepared: Spares::new(prepared),
+            views,
         }
     }
 
@@ -145,9 +160,14 @@ impl Sandboxes {
     }
 
     async fn start_at(&self, input: Stdin, size: Option<WindowSize>) -> Result<Started, ToolError> {
-        let sandbox = Sandbox {
+        let mut sandbox = Sandbox {
             stdin: input,
             ..self.sandbox.clone()
+        };
+        // A call's (its command reads nothing); a session's shell and a program write in place.
+        let view = match &self.views {
+            Some(store) if input == Stdin::Nothing => view_of(store, &mut sandbox.roots)?,
+            _ => None,
         };
         let pipe = || {
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
@@ -211,12 +231,36 @@ impl Sandboxes {
                 .map(pipe::Sender::from_owned_fd_unchecked)
                 .transpose()
                 .map_err(ours)?,
+            view,
         };
         let framed = frame(&sandbox).map_err(|e| ToolError::internal(e.to_string()))?;
         // A helper that died early shows up as a missing report.
         let _ = started.stdin.write_all(&framed).await;
         Ok(started)
     }
+}
+
+/// A view of the writable roots the sandbox mounts (those in a system folder are seen as they
+/// are), each root's layer set in `roots`; `None` when there are none.
+fn view_of(store: &Arc<Store>, roots: &mut [Root]) -> Result<Option<View>, ToolError> {
+    let viewed: Vec<usize> = (0..roots.len())
+        .filter(|&i| roots[i].writable && system_folder(&roots[i].guest).is_none())
+        .collect();
+    if viewed.is_empty() {
+        return Ok(None);
+    }
+    let hosts: Vec<PathBuf> = viewed.iter().map(|&i| roots[i].host.clone()).collect();
+    let view = store
+        .view(&hosts)
+        .map_err(|e| ToolError::internal(format!("a view of the call's roots: {e}")))?;
+    for (n, &i) in viewed.iter().enumerate() {
+        let layer = view.layer(n);
+        roots[i].view = Some(ViewLayer {
+            upper: layer.upper,
+            work: layer.work,
+        });
+    }
+    Ok(Some(view))
 }
 
 impl Started {

@@ -10,6 +10,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::time::Instant;
 use warden_core::{Capped, Denials, Grants, Limits, ToolError};
 use warden_net::{Credentials, Gate, Proxy, Scope, Traffic};
+use warden_tx::View;
 
 /// What starts the helper with a plan: shared by a tool's calls and its session shells.
 pub(crate) struct Starter {
@@ -29,6 +30,10 @@ pub(crate) struct Ended {
     pub(crate) timed_out: bool,
     /// What went through the gate, when the plan had one.
     pub(crate) traffic: Option<Traffic>,
+    /// The call's view of its writable roots, when it had one.
+    pub(crate) view: Option<View>,
+    /// The helper (and so every process of the call) is gone: what the view holds is final.
+    pub(crate) gone: bool,
 }
 
 impl Starter {
@@ -125,6 +130,7 @@ impl Starter {
             stderr,
             reports,
             gate,
+            view,
             ..
         } = sandbox;
         // The command reads /dev/null; the helper needs nothing more.
@@ -147,6 +153,8 @@ impl Starter {
         }
         // The tree is gone (or being killed): the helper exits at once.
         let _ = tokio::time::timeout(Duration::from_secs(5), helper.ended()).await;
+        ended.gone = !helper.running();
+        ended.view = view;
         Ok(ended)
     }
 
@@ -225,5 +233,7 @@ async fn drain(
         reports,
         timed_out,
         traffic: None,
+        view: None,
+        gone: false,
     }
 }

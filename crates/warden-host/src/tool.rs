@@ -5,13 +5,14 @@
 use crate::config::{HostConfig, Isolation};
 use crate::failure::unavailable;
 use crate::forks::Forker;
-use crate::plan::{Protections, Report, Rlimits, Root, Sandbox, Stdin};
+use crate::plan::{Call, Protections, Report, Rlimits, Root, Sandbox, Stdin};
 use crate::sandboxes::Sandboxes;
 use crate::session::HostShells;
-use crate::starter::Starter;
+use crate::starter::{Ended, Starter};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::time::Instant;
 use warden_command::session::Sessions;
 use warden_command::{Cause, CommandCall, NetworkMode, Template, answer, shell, timed_out};
@@ -20,6 +21,7 @@ use warden_core::{
     Output, Program, SHELL_DETAIL, SessionId, ToolError,
 };
 use warden_net::Gate;
+use warden_tx::Store;
 
 /// One host tool.
 pub(crate) struct HostTool {
@@ -38,6 +40,8 @@ pub(crate) struct CallSetup {
     pub(crate) gate: Option<Gate>,
     /// How many sandboxes are kept set up ahead for calls (none in session mode).
     pub(crate) prepared: usize,
+    /// Where each call's view of its writable roots is made (a call's, not a session's).
+    pub(crate) views: Option<Arc<Store>>,
 }
 
 impl HostTool {
@@ -54,6 +58,7 @@ impl HostTool {
             shell,
             gate,
             prepared,
+            views,
         } = calls;
         let roots = grants
             .fs
@@ -62,9 +67,13 @@ impl HostTool {
                 host: g.host.clone(),
                 guest: g.guest.clone().into(),
                 writable: g.access == Access::ReadWrite,
+                view: None,
             })
             .collect();
-        let prepared = if shell.is_some() { 0 } else { prepared };
+        let (prepared, views) = match shell {
+            Some(_) => (0, None),
+            None => (prepared, views),
+        };
         let sandbox = Sandbox {
             cwd: config.start_dir(&grants),
             uid: config.user.uid,
@@ -82,7 +91,7 @@ impl HostTool {
             config,
             grants,
             gate,
-            sandboxes: Arc::new(Sandboxes::new(forker, sandbox, prepared)),
+            sandboxes: Arc::new(Sandboxes::new(forker, sandbox, prepared, views)),
         });
         let sessions = shell.map(|shell| {
             Sessions::new(HostShells {
@@ -158,69 +167,84 @@ impl HostTool {
             stop_at.saturating_duration_since(Instant::now()),
             &credentials,
         )?;
-        let ended = self
+        let mut ended = self
             .starter
             .spawn(&plan, inv.limits.output, stop_at, &inv.denials, credentials)
             .await?;
-        let (stdout, stderr) = (ended.stdout.text(), ended.stderr.text());
-        let mut protections = None;
-        let mut exit = None;
-        for report in ended.reports {
-            match report {
-                Report::Ready(p) => protections = Some(p),
-                Report::Failed { message, .. } => return Err(unavailable(&message)),
-                Report::Exited { code, signal } => exit = Some((code, signal)),
-                Report::Used {
-                    cpu_ms,
-                    max_rss_bytes,
-                } => inv.usage.record(|u| {
-                    u.cpu_ms = Some(cpu_ms);
-                    u.peak_memory_bytes = Some(max_rss_bytes);
-                }),
-                Report::Init { .. } => {}
-            }
-        }
-        let isolation = protections
-            .as_ref()
-            .and_then(|p| serde_json::to_value(p).ok())
-            .unwrap_or(Value::Null);
-        if ended.timed_out {
-            return Err(timed_out(
-                call.time.named,
-                &stdout,
-                &stderr,
-                "every process it started was killed",
-            )
-            .with_detail("isolation", isolation));
-        }
-        let result = match exit {
-            Some((Some(code), _)) => answer(
-                code.into(),
-                &Cause::Exited,
-                &stdout,
-                &stderr,
-                &inv.limits,
-                &[],
-            ),
-            Some((None, Some(signal))) => Err(killed(signal, &plan.rlimits, &stdout, &stderr)),
-            _ => Err(ToolError::new(
-                ErrorKind::Internal,
-                "the host sandbox ended without saying how the command ended",
-            )),
-        };
-        let answered = match result {
-            Ok(mut output) => {
-                output.details.insert("isolation".into(), isolation);
-                Ok(output)
-            }
-            Err(e) => Err(e.with_detail("isolation", isolation)),
-        };
-        if let Some(t) = ended.traffic {
-            t.count_in(&inv.usage);
-        }
-        answered
+        let (view, gone) = (ended.view.take(), ended.gone);
+        let names = (inv.call_id.as_str(), self.starter.config.name.as_str());
+        let answered = answered_as(inv, &plan, ended, call.time.named);
+        crate::transaction::settle(view, gone, names, answered)
     }
+}
 
+/// What a call's command came to, from how its sandbox ended.
+fn answered_as(
+    inv: &Invocation,
+    plan: &Call,
+    ended: Ended,
+    named: Duration,
+) -> Result<Output, ToolError> {
+    let (stdout, stderr) = (ended.stdout.text(), ended.stderr.text());
+    let mut protections = None;
+    let mut exit = None;
+    for report in ended.reports {
+        match report {
+            Report::Ready(p) => protections = Some(p),
+            Report::Failed { message, .. } => return Err(unavailable(&message)),
+            Report::Exited { code, signal } => exit = Some((code, signal)),
+            Report::Used {
+                cpu_ms,
+                max_rss_bytes,
+            } => inv.usage.record(|u| {
+                u.cpu_ms = Some(cpu_ms);
+                u.peak_memory_bytes = Some(max_rss_bytes);
+            }),
+            Report::Init { .. } => {}
+        }
+    }
+    let isolation = protections
+        .as_ref()
+        .and_then(|p| serde_json::to_value(p).ok())
+        .unwrap_or(Value::Null);
+    if ended.timed_out {
+        return Err(timed_out(
+            named,
+            &stdout,
+            &stderr,
+            "every process it started was killed",
+        )
+        .with_detail("isolation", isolation));
+    }
+    let result = match exit {
+        Some((Some(code), _)) => answer(
+            code.into(),
+            &Cause::Exited,
+            &stdout,
+            &stderr,
+            &inv.limits,
+            &[],
+        ),
+        Some((None, Some(signal))) => Err(killed(signal, &plan.rlimits, &stdout, &stderr)),
+        _ => Err(ToolError::new(
+            ErrorKind::Internal,
+            "the host sandbox ended without saying how the command ended",
+        )),
+    };
+    let answered = match result {
+        Ok(mut output) => {
+            output.details.insert("isolation".into(), isolation);
+            Ok(output)
+        }
+        Err(e) => Err(e.with_detail("isolation", isolation)),
+    };
+    if let Some(t) = ended.traffic {
+        t.count_in(&inv.usage);
+    }
+    answered
+}
+
+impl HostTool {
     async fn end(&self, id: SessionId) {
         if let Some(sessions) = &self.sessions {
             sessions.end(id).await;

@@ -82,10 +82,11 @@ impl Beneath {
             return Ok(None);
         };
         let mode = stat.st_mode & 0o7777;
+        let owner = (stat.st_uid, stat.st_gid);
         Ok(match FileType::from_raw_mode(stat.st_mode) {
-            FileType::Directory => Some(Entry::dir(mode)),
-            FileType::Symlink => Some(Entry::symlink(self.read_link(rel)?)),
-            FileType::RegularFile => Some(Entry::file_from(mode, &mut self.read(rel)?)?),
+            FileType::Directory => Some(Entry::dir(mode, owner)),
+            FileType::Symlink => Some(Entry::symlink(self.read_link(rel)?, owner)),
+            FileType::RegularFile => Some(Entry::file_from(mode, owner, &mut self.read(rel)?)?),
             _ => None,
         })
     }
@@ -125,8 +126,9 @@ impl Beneath {
         }
     }
 
-    /// Makes the folder `rel` with `mode`, or sets the mode of the one there.
-    pub(crate) fn make_dir(&self, rel: &Path, mode: u32) -> io::Result<()> {
+    /// Makes the folder `rel` as `entry` says (mode, owner), or sets those of the one there.
+    pub(crate) fn make_dir(&self, rel: &Path, entry: &Entry) -> io::Result<()> {
+        let mode = entry.mode;
         let (parent, name) = self.parent(rel)?;
         match mkdirat(&parent, name, Mode::from_raw_mode(mode)) {
             Ok(()) | Err(Errno::EXIST) => {}
@@ -135,9 +137,12 @@ impl Beneath {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = openat(&parent, name, flags, Mode::empty())
             .map_err(|e| io::Error::from(e).with_path("opening", &self.path.join(rel)))?;
-        // mkdir's mode went through the umask; the recorded one is exact.
-        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))
-            .map_err(|e| io::Error::from(e).with_path("setting the mode of", &self.path.join(rel)))
+        own(&fd, entry)
+            .and_then(|()| {
+                // mkdir's mode went through the umask; the recorded one is exact.
+                rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(io::Error::from)
+            })
+            .map_err(|e| e.with_path("setting the mode of", &self.path.join(rel)))
     }
 
     /// Puts `entry` (a file read from `content`, or a link) at `rel` in one rename: over what
@@ -163,7 +168,9 @@ impl Beneath {
                 let mut file = File::from(fd);
                 let written = io::copy(content, &mut file)
                     .and_then(|_| file.flush())
+                    .and_then(|()| own(&file, entry))
                     .and_then(|()| {
+                        // After the owner: a change of owner clears setuid and setgid.
                         rustix::fs::fchmod(&file, Mode::from_raw_mode(entry.mode))
                             .map_err(io::Error::from)
                     });
@@ -176,6 +183,17 @@ impl Beneath {
                 let target = entry.target.as_deref().unwrap_or(Path::new(""));
                 symlinkat(target, &parent, &temp)
                     .map_err(|e| io::Error::from(e).with_path("linking", &self.path.join(rel)))?;
+                let owned = rustix::fs::chownat(
+                    &parent,
+                    &temp,
+                    Some(rustix::process::Uid::from_raw(entry.uid)),
+                    Some(rustix::process::Gid::from_raw(entry.gid)),
+                    AtFlags::SYMLINK_NOFOLLOW,
+                );
+                if let Err(e) = owned.filter_permission() {
+                    let _ = unlinkat(&parent, &temp, AtFlags::empty());
+                    return Err(io::Error::from(e).with_path("linking", &self.path.join(rel)));
+                }
             }
             _ => {
                 return Err(io::Error::other(format!(
@@ -216,6 +234,31 @@ impl Beneath {
         }
         names.sort();
         Ok(names)
+    }
+}
+
+/// Gives `fd` the owner `entry` names, where this process may (as root); elsewhere what warden
+/// writes is its own user's.
+fn own(fd: &impl std::os::fd::AsFd, entry: &Entry) -> io::Result<()> {
+    let owned = rustix::fs::fchown(
+        fd,
+        Some(rustix::process::Uid::from_raw(entry.uid)),
+        Some(rustix::process::Gid::from_raw(entry.gid)),
+    );
+    owned.filter_permission().map_err(io::Error::from)
+}
+
+/// A refusal to change an owner is no error: not root, warden keeps what it writes its own.
+trait FilterPermission {
+    fn filter_permission(self) -> Result<(), Errno>;
+}
+
+impl FilterPermission for Result<(), Errno> {
+    fn filter_permission(self) -> Result<(), Errno> {
+        match self {
+            Err(Errno::PERM) => Ok(()),
+            other => other,
+        }
     }
 }
 

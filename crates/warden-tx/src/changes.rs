@@ -84,7 +84,11 @@ impl Scan<'_> {
         if !new && !rel.as_os_str().is_empty() && opaque(&here) {
             // What the root had here and the view does not: removed.
             let kept: BTreeSet<&PathBuf> = names.iter().collect();
-            for name in self.lower.names(rel).map_err(|e| TxError::io("listing", rel, e))? {
+            for name in self
+                .lower
+                .names(rel)
+                .map_err(|e| TxError::io("listing", rel, e))?
+            {
                 if !kept.contains(&name) {
                     self.removed(&rel.join(name))?;
                 }
@@ -107,15 +111,15 @@ impl Scan<'_> {
             }
             return Ok(());
         }
-        let mode = meta.mode() & 0o7777;
+        let (mode, owner) = (meta.mode() & 0o7777, (meta.uid(), meta.gid()));
         let after = if file_type.is_dir() {
-            Entry::dir(mode)
+            Entry::dir(mode, owner)
         } else if file_type.is_symlink() {
             let target = fs::read_link(&at).map_err(|e| TxError::io("reading", &at, e))?;
-            Entry::symlink(target)
+            Entry::symlink(target, owner)
         } else if file_type.is_file() {
             let mut file = open_nofollow(&at)?;
-            Entry::file_from(mode, &mut file).map_err(|e| TxError::io("reading", &at, e))?
+            Entry::file_from(mode, owner, &mut file).map_err(|e| TxError::io("reading", &at, e))?
         } else {
             return Err(TxError::Special(self.lower.path().join(rel)));
         };

@@ -1,6 +1,7 @@
 //! One entry of a tree as a transaction sees it: what "byte-exact" covers. Content (a file's
 //! bytes, by sha256), mode (permission bits, setuid/setgid/sticky included) and links (their
-//! target, never followed). Not covered: owner, times, extended attributes, hard links
+//! target, never followed). The owner is kept too (a file the sandbox's user made stays
+//! its), where warden may set it (as root). Not covered: times, extended attributes, hard links
 //! (a file linked twice is two files), and special files (a call that makes a device, pipe or
 //! socket gets it refused at commit, see [`crate::changes`]).
 
@@ -34,33 +35,44 @@ pub struct Entry {
     /// A link's target, as written.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub target: Option<PathBuf>,
+    /// Its owner and group.
+    pub uid: u32,
+    pub gid: u32,
 }
 
 impl Entry {
-    /// A folder of `mode`.
-    pub(crate) fn dir(mode: u32) -> Self {
+    /// A folder of `mode`, owned by `owner` (uid, gid).
+    pub(crate) fn dir(mode: u32, owner: (u32, u32)) -> Self {
         Self {
             kind: Kind::Dir,
             mode,
             size: None,
             sha256: None,
             target: None,
+            uid: owner.0,
+            gid: owner.1,
         }
     }
 
     /// A link to `target`.
-    pub(crate) fn symlink(target: PathBuf) -> Self {
+    pub(crate) fn symlink(target: PathBuf, owner: (u32, u32)) -> Self {
         Self {
             kind: Kind::Symlink,
             mode: 0,
             size: None,
             sha256: None,
             target: Some(target),
+            uid: owner.0,
+            gid: owner.1,
         }
     }
 
     /// A file of `mode` whose bytes `content` reads.
-    pub(crate) fn file_from(mode: u32, content: &mut impl Read) -> io::Result<Self> {
+    pub(crate) fn file_from(
+        mode: u32,
+        owner: (u32, u32),
+        content: &mut impl Read,
+    ) -> io::Result<Self> {
         let mut hasher = Sha256::new();
         let size = io::copy(content, &mut HashWriter(&mut hasher))?;
         Ok(Self {
@@ -69,6 +81,8 @@ impl Entry {
             size: Some(size),
             sha256: Some(hex::encode(hasher.finalize())),
             target: None,
+            uid: owner.0,
+            gid: owner.1,
         })
     }
 }

@@ -72,6 +72,8 @@ pub enum TxError {
     Unknown(String),
     #[error("the call {call} cannot be undone: {why}")]
     NotUndoable { call: String, why: String },
+    #[error("warden's transaction store {}: {why}", dir.display())]
+    Unready { dir: PathBuf, why: String },
     #[error("the record of call {call}: {source}")]
     Record {
         call: String,

@@ -7,7 +7,11 @@ use std::fs;
 /// This process's owner id.
 pub(crate) fn this_process() -> String {
     let pid = std::process::id();
-    format!("{}:{pid}:{}", boot_id(), start_time(pid).unwrap_or_default())
+    format!(
+        "{}:{pid}:{}",
+        boot_id(),
+        start_time(pid).unwrap_or_default()
+    )
 }
 
 /// True when `owner` ran on this machine since its last boot and is gone. An owner of

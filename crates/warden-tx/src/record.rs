@@ -111,7 +111,7 @@ pub(crate) fn apply(step: &Step, root: &Beneath, upper: &Path, pre: &Path) -> io
     let replace = change.before.is_some();
     match &change.after {
         None => root.remove(&change.path, change.before.as_ref().is_some_and(is_dir)),
-        Some(after) if after.kind == Kind::Dir => root.make_dir(&change.path, after.mode),
+        Some(after) if after.kind == Kind::Dir => root.make_dir(&change.path, after),
         Some(after) if after.kind == Kind::File => {
             let mut content = crate::changes::open_nofollow(&upper.join(&change.path))
                 .map_err(|e| io::Error::other(e.to_string()))?;
@@ -136,7 +136,7 @@ pub(crate) fn restore(step: &Step, root: &Beneath, pre: &Path, force: bool) -> i
             }
             Ok(())
         }
-        Some(before) if before.kind == Kind::Dir => root.make_dir(&change.path, before.mode),
+        Some(before) if before.kind == Kind::Dir => root.make_dir(&change.path, before),
         Some(before) if before.kind == Kind::File => {
             let Some(name) = kept else {
                 return Err(io::Error::other("a file's pre-image was not recorded"));

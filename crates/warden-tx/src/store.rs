@@ -12,7 +12,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Views and records of one warden home. Commits of one process are applied one at a time.
@@ -21,6 +21,8 @@ pub struct Store {
     dir: PathBuf,
     owner: String,
     committed: Mutex<Committed>,
+    /// Made, recovered and pruned: once, at the first use (see [`Store::at`]).
+    ready: OnceLock<Result<(), String>>,
 }
 
 /// What this process committed, for conflicts between calls that ran side by side.
@@ -63,35 +65,61 @@ impl Store {
     /// Opens (making) the store in `dir`: rolls back the commits a warden killed in the middle
     /// left, removes the views of wardens that are gone, and drops pre-images past the bounds.
     pub fn open(dir: &Path) -> Result<Arc<Self>, TxError> {
-        for sub in ["", "views", "calls"] {
-            let path = dir.join(sub);
-            fs::create_dir_all(&path).map_err(|e| TxError::io("making", &path, e))?;
-        }
-        // Outside every grant, and no one else's to read: pre-images are the roots' content.
-        set_private(dir)?;
-        let store = Arc::new(Self {
+        let store = Self::at(dir);
+        store.ready()?;
+        Ok(store)
+    }
+
+    /// The store in `dir`, opened as [`Store::open`] does at its first use: a process that
+    /// makes no call with a read-write root never touches it.
+    pub fn at(dir: &Path) -> Arc<Self> {
+        Arc::new(Self {
             dir: dir.to_owned(),
             owner: owner::this_process(),
             committed: Mutex::default(),
+            ready: OnceLock::new(),
+        })
+    }
+
+    /// Where it is.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn ready(&self) -> Result<(), TxError> {
+        let ready = self.ready.get_or_init(|| {
+            let made = ["", "views", "calls"].iter().try_for_each(|sub| {
+                let path = self.dir.join(sub);
+                fs::create_dir_all(&path).map_err(|e| TxError::io("making", &path, e))
+            });
+            // Outside every grant, and no one else's to read: pre-images are the roots'
+            // content.
+            made.and_then(|()| set_private(&self.dir))
+                .and_then(|()| self.recover())
+                .and_then(|()| self.prune())
+                .map_err(|e| e.to_string())
         });
-        store.recover()?;
-        store.prune()?;
-        Ok(store)
+        ready.clone().map_err(|why| TxError::Unready {
+            dir: self.dir.clone(),
+            why,
+        })
     }
 
     /// A view of `roots` (each a folder, canonical) for one call.
     pub fn view(self: &Arc<Self>, roots: &[PathBuf]) -> Result<View, TxError> {
+        self.ready()?;
         static COUNT: AtomicU64 = AtomicU64::new(0);
         let n = COUNT.fetch_add(1, Ordering::Relaxed);
-        let dir = self.dir.join("views").join(format!(
-            "{}-{n}",
-            self.owner.replace(':', "_")
-        ));
-        for i in 0..roots.len() {
+        let dir = self
+            .dir
+            .join("views")
+            .join(format!("{}-{n}", self.owner.replace(':', "_")));
+        for (i, root) in roots.iter().enumerate() {
             for sub in ["upper", "work"] {
                 let path = dir.join(i.to_string()).join(sub);
                 fs::create_dir_all(&path).map_err(|e| TxError::io("making", &path, e))?;
             }
+            like_root(&dir.join(i.to_string()).join("upper"), root)?;
         }
         Ok(View {
             store: self.clone(),
@@ -103,6 +131,11 @@ impl Store {
 
     /// The records of committed calls, oldest first.
     pub fn records(&self) -> Result<Vec<CallRecord>, TxError> {
+        self.ready()?;
+        self.read_records()
+    }
+
+    fn read_records(&self) -> Result<Vec<CallRecord>, TxError> {
         let calls = self.dir.join("calls");
         let mut records = Vec::new();
         let entries = fs::read_dir(&calls).map_err(|e| TxError::io("reading", &calls, e))?;
@@ -120,6 +153,7 @@ impl Store {
     /// Puts back exactly what call `call` changed, if nothing since changed those paths
     /// (a [`TxError::Conflict`] otherwise, and nothing is touched).
     pub fn undo(&self, call: &str) -> Result<CallRecord, TxError> {
+        self.ready()?;
         let dir = self.record_dir(call)?;
         let _one_at_a_time = lock(&self.committed);
         let mut record = CallRecord::read(&dir, call)?;
@@ -188,7 +222,7 @@ impl Store {
 
     /// Rolls back the commits whose warden died before finishing them.
     fn recover(&self) -> Result<(), TxError> {
-        for record in self.records()? {
+        for record in self.read_records()? {
             if record.state != State::Committing || !owner::gone(&record.owner) {
                 continue;
             }
@@ -221,7 +255,7 @@ impl Store {
     fn prune(&self) -> Result<(), TxError> {
         let now = now_ns();
         let mut kept: u64 = 0;
-        for mut record in self.records()?.into_iter().rev() {
+        for mut record in self.read_records()?.into_iter().rev() {
             if record.state != State::Committed {
                 continue;
             }
@@ -367,7 +401,11 @@ impl View {
                     let _ = restore(done, &roots[done.change.root], &pre, true);
                 }
                 remove_tree(&dir);
-                return Err(TxError::io("applying a change at", &root.path().join(&step.change.path), e));
+                return Err(TxError::io(
+                    "applying a change at",
+                    &root.path().join(&step.change.path),
+                    e,
+                ));
             }
         }
         record.state = State::Committed;
@@ -492,6 +530,19 @@ fn open_roots(roots: &[PathBuf]) -> Result<Vec<Beneath>, TxError> {
         .iter()
         .map(|r| Beneath::open(r).map_err(|e| TxError::io("opening the root", r, e)))
         .collect()
+}
+
+/// Gives the upper layer `upper` the mode and owner of `root`: the overlay shows its root
+/// folder as the upper layer's, so a sandbox's user may write where it may in the root.
+fn like_root(upper: &Path, root: &Path) -> Result<(), TxError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::metadata(root).map_err(|e| TxError::io("reading", root, e))?;
+    fs::set_permissions(upper, meta.permissions()).map_err(|e| TxError::io("setting", upper, e))?;
+    match std::os::unix::fs::chown(upper, Some(meta.uid()), Some(meta.gid())) {
+        // Not root: what warden makes is its own user's, as the root's writes would be.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Ok(()),
+        other => other.map_err(|e| TxError::io("setting the owner of", upper, e)),
+    }
 }
 
 fn set_private(dir: &Path) -> Result<(), TxError> {

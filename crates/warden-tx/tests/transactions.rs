@@ -58,7 +58,9 @@ fn rustix_is_root() -> bool {
 
 impl Setup {
     fn view(&self) -> View {
-        self.store.view(std::slice::from_ref(&self.root)).expect("view")
+        self.store
+            .view(std::slice::from_ref(&self.root))
+            .expect("view")
     }
 
     /// Runs `script` in the root as `view` shows it, in a mount namespace of its own.
@@ -76,7 +78,11 @@ impl Setup {
             .args(["-m", "sh", "-ec", &mount])
             .output()
             .expect("unshare");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// A call: a view, the script through it, its changes committed as `call`.
@@ -209,14 +215,19 @@ fn two_views_writing_one_file_commit_once_and_conflict_once() {
     s.write_through(&first, "echo first > a");
     s.write_through(&second, "echo second > a; echo mine > only-second");
     let changes = first.changes().expect("changes");
-    first.commit("bbbb-1", "t", &changes).expect("first commits");
+    first
+        .commit("bbbb-1", "t", &changes)
+        .expect("first commits");
     let changes = second.changes().expect("changes");
     match second.commit("bbbb-2", "t", &changes) {
         Err(TxError::Conflict { paths, .. }) => assert_eq!(paths, vec![s.root.join("a")]),
         other => panic!("expected a conflict, got {other:?}"),
     }
     assert_eq!(fs::read_to_string(s.root.join("a")).expect("a"), "first\n");
-    assert!(!s.root.join("only-second").exists(), "nothing of it applied");
+    assert!(
+        !s.root.join("only-second").exists(),
+        "nothing of it applied"
+    );
 }
 
 #[test]
@@ -233,10 +244,16 @@ fn undo_of_a_call_whose_paths_a_later_call_changed_is_a_conflict_and_rewind_undo
         }
         other => panic!("expected a conflict, got {other:?}"),
     }
-    assert_eq!(s.tree().get(Path::new("a")).map(|e| e.0.as_str()), Some("two\n"));
+    assert_eq!(
+        s.tree().get(Path::new("a")).map(|e| e.0.as_str()),
+        Some("two\n")
+    );
     for n in 3..=12 {
-        s.call(&format!("cccc-{n}"), &format!("echo {n} > f{n}; echo {n} >> b"))
-            .expect("call");
+        s.call(
+            &format!("cccc-{n}"),
+            &format!("echo {n} > f{n}; echo {n} >> b"),
+        )
+        .expect("call");
     }
     let undone = s.store.rewind("cccc-1").expect("rewind");
     assert_eq!(undone.len(), 11, "calls 12 down to 2");
@@ -254,8 +271,12 @@ fn a_link_planted_by_one_call_is_never_written_or_read_through() {
     s.call("dddd-1", &format!("ln -s {} planted", secret.display()))
         .expect("plant");
     // A second call replaces the link with a file: the link goes, the target stays as it was.
-    s.call("dddd-2", "rm planted; echo mine > planted").expect("replace");
-    assert_eq!(fs::read_to_string(&secret).expect("secret"), "do not read\n");
+    s.call("dddd-2", "rm planted; echo mine > planted")
+        .expect("replace");
+    assert_eq!(
+        fs::read_to_string(&secret).expect("secret"),
+        "do not read\n"
+    );
     assert_eq!(
         fs::read_to_string(s.root.join("planted")).expect("planted"),
         "mine\n"
@@ -270,14 +291,18 @@ fn a_link_planted_by_one_call_is_never_written_or_read_through() {
         .into_iter()
         .find(|r| r.call_id == "dddd-2")
         .expect("record");
-    assert_eq!(record.pre_bytes, 0, "a link's pre-image is its target, not its content");
+    assert_eq!(
+        record.pre_bytes, 0,
+        "a link's pre-image is its target, not its content"
+    );
 }
 
 #[test]
 fn a_commit_left_half_done_by_a_killed_warden_is_rolled_back_at_the_next_open() {
     let Some(s) = setup() else { return };
     let before = s.tree();
-    s.call("eeee-1", "echo changed > a; rm b; echo new > new").expect("commit");
+    s.call("eeee-1", "echo changed > a; rm b; echo new > new")
+        .expect("commit");
     // As a warden killed mid-commit leaves it: the journal says committing, its owner gone.
     let record = s._dir.path().join("home/tx/calls/eeee-1/record.json");
     let text = fs::read_to_string(&record).expect("record");
@@ -289,5 +314,8 @@ fn a_commit_left_half_done_by_a_killed_warden_is_rolled_back_at_the_next_open() 
     fs::remove_file(s.root.join("new")).expect("rm new");
     Store::open(&s._dir.path().join("home/tx")).expect("reopen");
     assert_eq!(s.tree(), before);
-    assert!(!record.exists(), "the call is forgotten: it changed nothing");
+    assert!(
+        !record.exists(),
+        "the call is forgotten: it changed nothing"
+    );
 }

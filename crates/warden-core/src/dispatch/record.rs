@@ -4,7 +4,6 @@
 use super::message::{attach_usage, redact_message, set_detail};
 use super::span::{Answer, CallSpan};
 use super::{Dispatcher, Facts, secrets_of};
-use crate::call_id;
 use crate::calllog::{CallOutcome, CallRecord, DenialRecord, ExecRecord, Record, now_ms};
 use crate::executor::{Sample, Usage};
 use crate::message::{Status, ToolCall, ToolError, ToolMessage};
@@ -68,7 +67,7 @@ impl Dispatcher {
         m: &mut ToolMessage,
         facts: &Facts,
     ) {
-        let call_id = call_id::next();
+        let call_id = span.id().to_owned();
         set_detail(m, "call_id", call_id.as_str().into());
         let m = &*m;
         self.run.spend(m.status == Status::Error, &facts.usage);

@@ -18,6 +18,13 @@ use crate::toolbox::Tool;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
+/// A call with warden's own id of it (the caller's is `call.id`).
+#[derive(Clone, Copy)]
+struct Numbered<'a> {
+    call: &'a ToolCall,
+    id: &'a str,
+}
+
 /// Attempts of an idempotent call that keeps failing transiently.
 const MAX_ATTEMPTS: u32 = 3;
 /// The first retry waits this long; each next one twice as long.
@@ -44,7 +51,17 @@ impl Dispatcher {
             attempts,
             usage,
         } = self
-            .answer(tool, call, arguments, &denials, &meter, output.as_ref())
+            .answer(
+                tool,
+                Numbered {
+                    call,
+                    id: span.id(),
+                },
+                arguments,
+                &denials,
+                &meter,
+                output.as_ref(),
+            )
             .await;
         if let Some(output) = &output {
             output.finish();
@@ -81,14 +98,14 @@ impl Dispatcher {
     async fn answer(
         &self,
         tool: &Tool,
-        call: &ToolCall,
+        call: Numbered<'_>,
         mut arguments: Value,
         denials: &Denials,
         meter: &Meter,
         output: Option<&RedactedSink>,
     ) -> Answered {
         if tool.review_required {
-            match self.review(tool, call).await {
+            match self.review(tool, call.call).await {
                 Decision::Approve => {}
                 Decision::Edit { arguments: edited } => arguments = edited,
                 Decision::Reject { reason } => {
@@ -96,10 +113,10 @@ impl Dispatcher {
                         ErrorKind::Rejected,
                         format!("a reviewer rejected this call: {reason}"),
                     );
-                    return Answered::before_running(ToolMessage::failure(call, err));
+                    return Answered::before_running(ToolMessage::failure(call.call, err));
                 }
                 Decision::Respond { content } => {
-                    let m = ToolMessage::success(call, content, None);
+                    let m = ToolMessage::success(call.call, content, None);
                     return Answered::before_running(m);
                 }
             }
@@ -134,18 +151,18 @@ impl Dispatcher {
                 Ok(output) => {
                     return Answered {
                         fuel: output.fuel_used,
-                        message: success(call, tool, output),
+                        message: success(call.call, tool, output),
                         attempts: attempt,
                         usage: meter.get(),
                     };
                 }
                 Err(e) if retry && is_transient(e.kind) => {
-                    tracing::info!(call = %call.id, attempt, "retrying after {}", e.kind);
+                    tracing::info!(call = %call.call.id, attempt, "retrying after {}", e.kind);
                     tokio::time::sleep(BACKOFF * 2u32.pow(attempt - 1)).await;
                 }
                 Err(e) => {
                     return Answered {
-                        message: ToolMessage::failure(call, e),
+                        message: ToolMessage::failure(call.call, e),
                         fuel: None,
                         attempts: attempt,
                         usage: meter.get(),
@@ -171,7 +188,7 @@ impl Dispatcher {
     async fn execute(
         &self,
         tool: &Tool,
-        call: &ToolCall,
+        call: Numbered<'_>,
         arguments: Value,
         denials: Denials,
         usage: Meter,
@@ -180,19 +197,19 @@ impl Dispatcher {
         let caller_env = self
             .session
             .caller_env
-            .get(&call.name)
+            .get(&call.call.name)
             .unwrap_or(&NO_CALLER_ENV)
             .clone();
         tool.policy.grants.check_caller_env(&caller_env)?;
         let _permit = self.gate.admit(tool).await?;
         if let Some(o) = &self.observer {
-            o.started(call, &arguments);
+            o.started(call.call, &arguments);
         }
         // The call's one deadline: the dispatcher stops waiting for it then, and an executor
         // that stops the call itself does so by it (see `Invocation::answer_by`).
         let deadline = Instant::now() + tool.limits.timeout;
         let invocation = Invocation {
-            call_id: call.id.clone(),
+            call_id: call.id.to_owned(),
             arguments,
             limits: tool.limits,
             deadline,

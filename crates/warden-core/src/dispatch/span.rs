@@ -107,6 +107,9 @@ pub(super) fn batch_span(calls: usize) -> Span {
 /// One call between its start and its end, for telemetry. Ended without an answer (its
 /// future dropped, or unwinding from a panic), it tells telemetry so.
 pub(super) struct CallSpan {
+    /// warden's own id of the call (see `crate::call_id`), in its answer, its record and its
+    /// invocation.
+    id: String,
     /// `None` when no telemetry is installed.
     open: Option<Box<Open>>,
     answered: AtomicBool,
@@ -135,6 +138,7 @@ impl CallSpan {
             call_id: call.id.clone(),
         };
         CallSpan {
+            id: crate::call_id::next(),
             open: Some(Box::new(open)),
             answered: AtomicBool::new(false),
         }
@@ -144,9 +148,15 @@ impl CallSpan {
     /// panicked call's, which said so).
     pub(super) fn none() -> CallSpan {
         CallSpan {
+            id: crate::call_id::next(),
             open: None,
             answered: AtomicBool::new(true),
         }
+    }
+
+    /// warden's own id of the call.
+    pub(super) fn id(&self) -> &str {
+        &self.id
     }
 
     /// Tells telemetry how the call ended: what its record says.
