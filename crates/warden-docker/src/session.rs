@@ -134,6 +134,8 @@ pub(crate) struct ShellContainer {
 }
 
 impl Sandbox for ShellContainer {
+    type Siblings = warden_command::session::NoSiblings;
+
     async fn exit_status(&mut self) -> Result<(i64, Cause), ToolError> {
         let (code, oom) = self.container.exit_status(&self.engine).await?;
         Ok((code, Cause::of_memory(oom && !self.oom_seen)))

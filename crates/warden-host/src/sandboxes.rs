@@ -12,7 +12,7 @@
 
 use crate::failure::unavailable;
 use crate::forks::{Forked, Forker};
-use crate::plan::{Call, Sandbox, Stdin, frame};
+use crate::plan::{Call, Join, Sandbox, Stdin, frame};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
@@ -144,11 +144,31 @@ impl Sandboxes {
         self.start_at(Stdin::Terminal, Some(size)).await
     }
 
+    /// A helper that joins the live sandbox of `join` (a session's) instead of making one,
+    /// and runs its call there reading the helper's stdin: a shell beside the session's.
+    pub(crate) async fn join(&self, join: Join) -> Result<Started, ToolError> {
+        let sandbox = Sandbox {
+            stdin: Stdin::Helper,
+            gate: false,
+            join: Some(join),
+            ..self.sandbox.clone()
+        };
+        self.start_with(sandbox, None).await
+    }
+
     async fn start_at(&self, input: Stdin, size: Option<WindowSize>) -> Result<Started, ToolError> {
         let sandbox = Sandbox {
             stdin: input,
             ..self.sandbox.clone()
         };
+        self.start_with(sandbox, size).await
+    }
+
+    async fn start_with(
+        &self,
+        sandbox: Sandbox,
+        size: Option<WindowSize>,
+    ) -> Result<Started, ToolError> {
         let pipe = || {
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
                 .map_err(|e| ToolError::internal(format!("a pipe for the sandbox's helper: {e}")))
