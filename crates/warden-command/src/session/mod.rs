@@ -25,9 +25,9 @@
 //!   its files and background jobs stay in the sandbox. Commands that do not overlap run in
 //!   the session's shell, one after another, and keep its `cd` and variables. Each command
 //!   has its own deadline, output limit and usage: a command beside the session's counts the
-//!   CPU of its own processes (its shell and what it waited for) and no memory peak, and one
-//!   in the session's shell counts the whole sandbox's CPU while it ran, as it counts
-//!   background jobs, so the CPU of commands that overlapped is counted in both. A timeout
+//!   CPU of its own processes (its shell and what it waited for) and no memory peak; one in
+//!   the session's shell counts what the executor's counters read while it ran, as before
+//!   (a container's cover the commands beside it too, which are then counted in both). A timeout
 //!   of a command beside the session's kills that command's shell and processes only. Where
 //!   the executor starts no shell beside the session's — a sandbox with an egress gate
 //!   (which serves one command at a time), gVisor, an engine elsewhere — overlapping
