@@ -3,17 +3,26 @@ limit, the `timeout` the policy allows, a warden process that dies, and the `pyt
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from langchain_harness import WASM, scratch, shell_toolbox, warden_bin, warden_env
+from langchain_harness import (
+    WASM,
+    require_docker,
+    scratch,
+    shell_toolbox,
+    warden_bin,
+    warden_env,
+)
 from langchain_warden import WardenSandbox
 
 pytestmark = pytest.mark.anyio
@@ -250,3 +259,41 @@ def test_env_sets_only_the_variables_the_policy_lets_a_caller_set():
             assert sandbox.execute("echo ${PROJECT:-unset} $LANG").output == "unset C.UTF-8\n"
         with pytest.raises(ValueError, match=r"HOME.*env_from_caller allows: PROJECT, LANG"):
             WardenSandbox("host-shell", box, base / "home", warden_bin(), env={"HOME": "/x"})
+
+
+@pytest.mark.parametrize("tool", ["host-shell", "shell"])
+def test_three_sleeps_at_once_on_one_sandbox_take_one_second(tool):
+    """`execute` calls from several threads run at once, each its own process in the
+    sandbox: 3 x `sleep 1` take one second, not three."""
+    if tool == "shell":
+        require_docker()
+    with scratch() as base:
+        box = shell_toolbox(base)
+        with WardenSandbox(tool, box, base / "home", warden_bin()) as sandbox:
+            assert sandbox.execute("true").exit_code == 0  # the shell started
+            started = time.monotonic()
+            with ThreadPoolExecutor(3) as pool:
+                done = list(pool.map(lambda _: sandbox.execute("sleep 1; echo slept"), range(3)))
+            elapsed = time.monotonic() - started
+    assert [d.output for d in done] == ["slept\n"] * 3
+    assert elapsed < 1.5, f"{elapsed:.2f} s"
+
+
+async def test_commands_at_once_overlap_and_start_from_the_sandbox_s_state(small):
+    """Each waits for a file the other makes (commands run one after the other would wait
+    forever); both start from the state the last command left. The one that ran in the
+    session's shell carries its `cd` and `export` on, the one beside it does not."""
+    small.execute("cd /tmp && export V=1")
+    first, second = await asyncio.gather(
+        small.aexecute(
+            "touch /tmp/a; until [ -e /tmp/b ]; do sleep 0.05; done; pwd; echo V=$V; "
+            "mkdir -p /tmp/one && cd /tmp/one && export V=one"
+        ),
+        small.aexecute(
+            "touch /tmp/b; until [ -e /tmp/a ]; do sleep 0.05; done; pwd; echo V=$V; "
+            "mkdir -p /tmp/two && cd /tmp/two && export V=two"
+        ),
+    )
+    assert (first.output, second.output) == ("/tmp\nV=1\n", "/tmp\nV=1\n")
+    after = small.execute("pwd; echo V=$V").output
+    assert after in ("/tmp/one\nV=one\n", "/tmp/two\nV=two\n")

@@ -12,7 +12,9 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use warden_command::session::{Launched, Launcher, Processes, Sandbox, Sessions, chunks};
+use warden_command::session::{
+    Launched, Launcher, NoSiblings, Processes, Sandbox, Sessions, chunks,
+};
 use warden_command::{Cause, CommandCall, Deadline, Request, Template};
 use warden_core::{Denials, ErrorKind, Invocation, Limits, Meter, Output, SessionId, ToolError};
 use warden_test_support::assert_timed_out;
@@ -49,6 +51,8 @@ impl Drop for Group {
 }
 
 impl Sandbox for Group {
+    type Siblings = NoSiblings;
+
     async fn exit_status(&mut self) -> Result<(i64, Cause), ToolError> {
         let status = self.child.wait().await.unwrap();
         Ok((status.code().map_or(137, i64::from), Cause::Exited))

@@ -16,6 +16,7 @@
 
 mod address;
 mod backend;
+mod beside;
 mod config;
 mod container;
 mod debian;

@@ -1,8 +1,10 @@
 //! Session mode's Docker side: a session's shell runs alone (under an init) in a container
 //! of its own, driven over attach by the shared session driver (`warden_command::session`),
 //! which frames commands, keeps deadlines and resets. `exec` per command would be slower
-//! (26–43 ms here), would not keep `cd` and cannot be killed.
+//! (26–43 ms here) and would not keep `cd`: only a command that overlaps another gets one
+//! (`crate::beside`).
 
+use crate::beside::DockerSiblings;
 use crate::container::Container;
 use crate::engine::Engine;
 use crate::files::CopiedIn;
@@ -81,14 +83,18 @@ impl Launcher for DockerShells {
         // processes: runc's containers on this machine (gVisor's run inside its sandbox). The
         // container's first process is its init; the shell is that init's one child.
         let runc = !plan.gvisor && plan.runtime.as_deref().is_none_or(|r| r == "runc");
-        let shell = pid
-            .filter(|_| runc)
-            .and_then(|pid| i32::try_from(pid).ok())
-            .and_then(Children::only_child);
+        let here = pid.filter(|_| runc).and_then(|pid| i32::try_from(pid).ok());
+        let shell = here.and_then(Children::only_child);
         let output = attached.output.map(|frame| match frame {
             Ok(LogOutput::StdErr { message }) => Ok(Chunk::Stderr(message.to_vec())),
             Ok(frame) => Ok(Chunk::Stdout(frame.into_bytes().to_vec())),
             Err(e) => Err(io::Error::other(e)),
+        });
+        let siblings = (here.is_some() && gate.is_none()).then(|| DockerSiblings {
+            engine: engine.clone(),
+            docker: docker.clone(),
+            container: container.id.clone(),
+            shell: self.recipe.shell.clone(),
         });
         Ok(Launched {
             sandbox: ShellContainer {
@@ -103,6 +109,7 @@ impl Launcher for DockerShells {
                 shell,
                 children: None,
                 gate,
+                siblings,
                 _sandboxed: sandboxed,
             },
             input: attached.input,
@@ -129,11 +136,20 @@ pub(crate) struct ShellContainer {
     /// The shell's children as the running command began: what a stop leaves alone.
     children: Option<Children>,
     gate: Option<Proxy>,
+    /// What starts shells beside its own, where it can: its processes on this machine (a
+    /// command's stop), no gate (which serves one command at a time).
+    siblings: Option<DockerSiblings>,
     /// Its credentials and the bundle it trusts, kept as long as it runs.
     _sandboxed: Option<Sandboxed>,
 }
 
 impl Sandbox for ShellContainer {
+    type Siblings = DockerSiblings;
+
+    fn siblings(&self) -> Option<DockerSiblings> {
+        self.siblings.clone()
+    }
+
     async fn exit_status(&mut self) -> Result<(i64, Cause), ToolError> {
         let (code, oom) = self.container.exit_status(&self.engine).await?;
         Ok((code, Cause::of_memory(oom && !self.oom_seen)))

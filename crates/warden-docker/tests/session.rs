@@ -451,3 +451,84 @@ async fn each_command_of_a_session_reports_its_own_cpu_and_memory_peak() {
     d.close().await;
     h.assert_clean().await;
 }
+
+/// A command that comes while the session's shell runs another runs at once, in the same
+/// container: each waits for a file the other makes, which commands run one after the other
+/// would never see. The second starts from the state the last command left, as the session's
+/// user, and its own `cd` and `export` stay its own.
+#[tokio::test]
+async fn overlapping_commands_run_at_once_in_the_session_s_container() {
+    let h = docker_or_skip!();
+    let d = h.dispatcher("sh", &session_policy(&h, "timeout = \"20s\""));
+    let m = call(&d, "sh", cmd("cd /workspace && export V=1 && W=2 && id -u")).await;
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    let uid = m
+        .content
+        .trim_end_matches("[exit code 0]")
+        .trim()
+        .to_owned();
+    let (first, second) = tokio::join!(
+        call(
+            &d,
+            "sh",
+            cmd("touch /tmp/a; until [ -e /tmp/b ]; do sleep 0.05; done; echo first")
+        ),
+        call(
+            &d,
+            "sh",
+            cmd("until [ -e /tmp/a ]; do sleep 0.05; done; touch /tmp/b; \
+                 pwd; echo V=$V W=${W:-unset} $(id -u); cd /tmp; export V=changed")
+        ),
+    );
+    assert_eq!(first.content, "first\n[exit code 0]");
+    assert_eq!(
+        second.content,
+        format!("/workspace\nV=1 W=unset {uid}\n[exit code 0]")
+    );
+    let m = call(&d, "sh", cmd("pwd; echo V=$V W=$W")).await;
+    assert_eq!(m.content, "/workspace\nV=1 W=2\n[exit code 0]");
+    assert_eq!(h.containers().await.len(), 1, "one container per session");
+    d.close().await;
+    h.assert_clean().await;
+}
+
+/// A timeout of a command that overlaps another ends that command alone: the other one, the
+/// session's shell and its files live on.
+#[tokio::test]
+async fn a_timeout_of_an_overlapping_command_ends_only_it_in_docker() {
+    let h = docker_or_skip!();
+    let d = h.dispatcher("sh", &session_policy(&h, "timeout = \"20s\""));
+    call(&d, "sh", cmd("cd /tmp; X=kept")).await;
+    let beside = async {
+        let stopped = call(
+            &d,
+            "sh",
+            json!({"command": "until [ -e /tmp/a ]; do sleep 0.05; done; echo started; sleep 300",
+                   "timeout": 1}),
+        )
+        .await;
+        let done = call(&d, "sh", cmd("touch /tmp/done; echo told")).await;
+        (stopped, done)
+    };
+    let (first, (stopped, done)) = tokio::join!(
+        call(
+            &d,
+            "sh",
+            cmd("touch /tmp/a; until [ -e /tmp/done ]; do sleep 0.05; done; echo first")
+        ),
+        beside,
+    );
+    assert_eq!(kind(&stopped), "timeout", "{}", stopped.content);
+    assert!(
+        stopped.content.contains("session lives on"),
+        "{}",
+        stopped.content
+    );
+    assert!(stopped.content.contains("started"), "{}", stopped.content);
+    assert_eq!(done.content, "told\n[exit code 0]");
+    assert_eq!(first.content, "first\n[exit code 0]");
+    let m = call(&d, "sh", cmd("echo $X; pwd; ls a done")).await;
+    assert_eq!(m.content, "kept\n/tmp\na\ndone\n[exit code 0]");
+    d.close().await;
+    h.assert_clean().await;
+}

@@ -69,7 +69,7 @@ const MAX_PLAN: usize = 16 << 20;
 
 /// The call's frame, from warden: the call's deadline starts now, whenever the sandbox was
 /// prepared. Answers the call and its frame as read, for `init`.
-fn receive_call(stdin: &File) -> Result<(Call, Vec<u8>), Failure> {
+pub(crate) fn receive_call(stdin: &File) -> Result<(Call, Vec<u8>), Failure> {
     let (call, framed): (Call, _) = read_frame(stdin)?;
     if call.deadline_secs > 0 {
         // Should warden die without killing us, the command still ends.
@@ -84,6 +84,9 @@ fn receive_call(stdin: &File) -> Result<(Call, Vec<u8>), Failure> {
 /// command's (128 + signal when killed).
 fn run(sandbox: &Sandbox, stdin: &File, reports: &mut File) -> Result<i32, Failure> {
     tie_to_warden()?;
+    if let Some(join) = sandbox.join {
+        return crate::join::run(sandbox, join, stdin, reports);
+    }
     let sandboxing = Sandboxing {
         sandbox,
         root: Uid::effective().is_root(),

@@ -12,12 +12,14 @@
 //! answer says which protections were in force.
 
 mod backend;
+mod beside;
 mod config;
 mod exec;
 mod failure;
 mod forks;
 mod gate;
 mod helper;
+mod join;
 mod landlock;
 mod layout;
 mod mounts;

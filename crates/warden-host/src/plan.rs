@@ -50,6 +50,17 @@ pub(crate) struct Sandbox {
     pub stdin: Stdin,
     /// Run with what the kernel offers instead of refusing.
     pub best_effort: bool,
+    /// Set for a shell beside a session's: the session's sandbox, joined rather than made.
+    #[serde(default)]
+    pub join: Option<Join>,
+}
+
+/// A live sandbox to join: its `init`, and its PID namespace's inode (a pid reused since is
+/// not joined).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Join {
+    pub init: i32,
+    pub pid_namespace: u64,
 }
 
 /// What a command reads.

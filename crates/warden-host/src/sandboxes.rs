@@ -13,7 +13,7 @@
 use crate::failure::unavailable;
 use crate::forks::{Forked, Forker};
 use crate::layout::system_folder;
-use crate::plan::{Call, Root, Sandbox, Stdin, ViewLayer, frame};
+use crate::plan::{Call, Join, Root, Sandbox, Stdin, ViewLayer, frame};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -159,6 +159,18 @@ impl Sandboxes {
         self.start_at(Stdin::Terminal, Some(size)).await
     }
 
+    /// A helper that joins the live sandbox of `join` (a session's) instead of making one,
+    /// and runs its call there reading the helper's stdin: a shell beside the session's.
+    pub(crate) async fn join(&self, join: Join) -> Result<Started, ToolError> {
+        let sandbox = Sandbox {
+            stdin: Stdin::Helper,
+            gate: false,
+            join: Some(join),
+            ..self.sandbox.clone()
+        };
+        self.start_with(sandbox, None, None).await
+    }
+
     async fn start_at(&self, input: Stdin, size: Option<WindowSize>) -> Result<Started, ToolError> {
         let mut sandbox = Sandbox {
             stdin: input,
@@ -169,6 +181,15 @@ impl Sandboxes {
             Some(store) if input == Stdin::Nothing => view_of(store, &mut sandbox.roots)?,
             _ => None,
         };
+        self.start_with(sandbox, size, view).await
+    }
+
+    async fn start_with(
+        &self,
+        sandbox: Sandbox,
+        size: Option<WindowSize>,
+        view: Option<View>,
+    ) -> Result<Started, ToolError> {
         let pipe = || {
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
                 .map_err(|e| ToolError::internal(format!("a pipe for the sandbox's helper: {e}")))

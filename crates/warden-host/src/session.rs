@@ -15,20 +15,24 @@
 //! over the whole session, which no reading can start anew. A job still running when a
 //! command ends counts with the command that sees it end.
 
+use crate::beside::HostSiblings;
 use crate::failure::unavailable;
 use crate::forks::Forked;
-use crate::plan::{Protections, Report, Rlimits, Stdin};
+use crate::plan::{Call, Join, Protections, Report, Rlimits, Stdin};
 use crate::sandboxes::Started;
 use crate::starter::Starter;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::unix::pipe::Receiver;
 use warden_command::Cause;
 use warden_command::cgroup::{Owned, Readings};
-use warden_command::session::{Children, Counters, Launched, Launcher, Processes, Sandbox, chunks};
+use warden_command::session::{
+    Children, Counters, Launched, Launcher, Processes, Sandbox, chunks, cpu_ms,
+};
 use warden_core::{Limits, ToolError, Usage};
 use warden_net::{Proxy, Scope, Traffic};
 
@@ -46,7 +50,7 @@ const RECOUNT_EVERY: Duration = Duration::from_millis(5);
 const CPU_SEEN_AT_LEAST: f64 = 0.8;
 
 /// How long closing waits for the helper to exit once its namespace is killed.
-const CLOSE_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 /// Starts a tool's session shells, each through the helper, in namespaces of its own.
 pub(crate) struct HostShells {
@@ -109,6 +113,7 @@ impl Launcher for HostShells {
             cgroup: None,
             readings: Readings::default(),
             children: None,
+            siblings: None,
         };
         // Until the shell is confined and executed: `init`'s pid, then `ready` or a failure.
         loop {
@@ -142,10 +147,38 @@ impl Launcher for HostShells {
             let pids = [sandbox.init, sandbox.shell];
             pids.iter().all(Option::is_some) && pids.into_iter().flatten().all(|p| cgroup.join(p))
         });
+        sandbox.siblings = self.siblings(&sandbox, plan);
         Ok(Launched {
             sandbox,
             input: Box::pin(input),
             output: chunks(stdout, stderr),
+        })
+    }
+}
+
+impl HostShells {
+    /// What starts shells beside `sandbox`'s, run with its `call`: where it has namespaces of
+    /// its own to join and no gate (which serves one command at a time).
+    fn siblings(&self, sandbox: &ShellNamespace, call: Call) -> Option<HostSiblings> {
+        let namespaces = sandbox.protections.as_ref()?.pid_namespace;
+        let init = sandbox.init?;
+        if !namespaces || sandbox.gate.is_some() {
+            return None;
+        }
+        let pid_namespace = std::fs::metadata(format!("/proc/{init}/ns/pid"))
+            .ok()?
+            .ino();
+        Some(HostSiblings {
+            starter: self.starter.clone(),
+            // Written once, by the session's shell.
+            call: Call {
+                ca_bundle: None,
+                ..call
+            },
+            join: Join {
+                init,
+                pid_namespace,
+            },
         })
     }
 }
@@ -174,22 +207,14 @@ pub(crate) struct ShellNamespace {
     readings: Readings,
     /// The shell's children as the running command began: what a stop leaves alone.
     children: Option<Children>,
+    /// What starts shells beside this one, where it can (namespaces of its own, no gate).
+    siblings: Option<HostSiblings>,
 }
 
 impl ShellNamespace {
     /// The next report, `None` at the end of the pipe.
     async fn report(&mut self) -> Option<Report> {
-        loop {
-            let mut line = String::new();
-            match self.reports.read_line(&mut line).await {
-                Ok(0) | Err(_) => return None,
-                Ok(_) => {
-                    if let Ok(report) = serde_json::from_str(line.trim_end()) {
-                        return Some(report);
-                    }
-                }
-            }
-        }
+        next_report(&mut self.reports).await
     }
 
     /// Kills `init`, and with it the namespace, while the helper (its parent, which has not
@@ -204,6 +229,12 @@ impl ShellNamespace {
 }
 
 impl Sandbox for ShellNamespace {
+    type Siblings = HostSiblings;
+
+    fn siblings(&self) -> Option<HostSiblings> {
+        self.siblings.clone()
+    }
+
     /// As `init` saw the shell end: a signal a limit sends (its CPU time, counted over every
     /// command it ran itself, or a file too large) is that limit.
     async fn exit_status(&mut self) -> Result<(i64, Cause), ToolError> {
@@ -289,7 +320,7 @@ impl Sandbox for ShellNamespace {
             return self.readings.read(cgroup.counters());
         }
         let namespace = self.namespace.as_deref();
-        let cpu = |pid: Option<i32>| cpu_ms(pid?, namespace?);
+        let cpu = |pid: Option<i32>| cpu_ms(pid?, Some(namespace?));
         Counters {
             cpu_ms: cpu(self.init).zip(cpu(self.shell)).map(|(a, b)| a + b),
             peak_memory_bytes: None,
@@ -345,27 +376,19 @@ impl Drop for ShellNamespace {
     }
 }
 
-/// CPU of process `pid` and of its waited-for children, in milliseconds, while it is in the
-/// PID namespace `namespace` (a pid reused elsewhere is not read).
-fn cpu_ms(pid: i32, namespace: &std::path::Path) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    if std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()? != namespace {
-        return None;
+/// The next report a helper sent on `reports`, `None` at the end of the pipe.
+pub(crate) async fn next_report(reports: &mut BufReader<Receiver>) -> Option<Report> {
+    loop {
+        let mut line = String::new();
+        match reports.read_line(&mut line).await {
+            Ok(0) | Err(_) => return None,
+            Ok(_) => {
+                if let Ok(report) = serde_json::from_str(line.trim_end()) {
+                    return Some(report);
+                }
+            }
+        }
     }
-    // Fields 14 to 17: utime, stime, cutime, cstime, in clock ticks. The command name
-    // (field 2) may hold spaces and parentheses: count from its end, field 3 first.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let ticks: u64 = rest
-        .split_whitespace()
-        .skip(11)
-        .take(4)
-        .map(|t| t.parse::<u64>().ok())
-        .sum::<Option<u64>>()?;
-    let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .filter(|&t| t > 0)?;
-    Some(ticks as f64 * 1e3 / per_second as f64)
 }
 
 /// Processes in the PID namespace `namespace` but its `init`.

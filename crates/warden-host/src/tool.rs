@@ -86,6 +86,7 @@ impl HostTool {
             // Each start says what its command reads.
             stdin: Stdin::Nothing,
             best_effort: config.isolation.value == Isolation::BestEffort,
+            join: None,
         };
         let starter = Arc::new(Starter {
             config,

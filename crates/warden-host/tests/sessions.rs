@@ -445,3 +445,65 @@ async fn a_sessions_cpu_loops_are_answered_as_the_cpu_time_limit() {
     assert_eq!(body(&r), "fresh");
     tool.end_session(id).await;
 }
+
+/// A command that comes while the session's shell runs another runs at once, in the same
+/// sandbox: each waits for a file the other makes, which a session that ran them one after
+/// the other would never see (the first would run into its deadline). The second starts
+/// from the state the last command left, and its own `cd` and `export` stay its own.
+#[tokio::test]
+async fn overlapping_commands_run_at_once_from_the_session_s_state() {
+    let place = Place::new();
+    let (tool, limits, w) = session_tool(&place, 65518, "", "");
+    let id = SessionId::fresh();
+    let run = |command: &str| call_in(&tool, &limits, id, json!({ "command": command }));
+    body(&run("cd sub && export V=1 && W=2").await);
+    let (first, second) = tokio::join!(
+        run("touch /tmp/a; until [ -e /tmp/b ]; do sleep 0.05; done; echo first"),
+        run("until [ -e /tmp/a ]; do sleep 0.05; done; touch /tmp/b; \
+             pwd; echo V=$V W=${W:-unset} $(id -u); cd /tmp; export V=changed"),
+    );
+    assert_eq!(body(&first), "first");
+    let sub = w.path().join("sub").canonicalize().unwrap();
+    assert_eq!(
+        body(&second),
+        format!("{}\nV=1 W=unset 65518", sub.display())
+    );
+    let after = run("pwd; echo V=$V W=$W").await;
+    assert_eq!(body(&after), format!("{}\nV=1 W=2", sub.display()));
+    tool.end_session(id).await;
+}
+
+/// A timeout of a command that overlaps another ends that command alone: the other one, the
+/// session's shell and its files live on.
+#[tokio::test]
+async fn a_timeout_of_an_overlapping_command_ends_only_it() {
+    let place = Place::new();
+    let (tool, limits, _w) = session_tool(&place, 65517, "", "");
+    let id = SessionId::fresh();
+    let call = |args: serde_json::Value| call_in(&tool, &limits, id, args);
+    body(&call(json!({"command": "cd /tmp; X=kept"})).await);
+    let beside = async {
+        let stopped = call(json!({
+            "command": "until [ -e /tmp/a ]; do sleep 0.05; done; echo started; sleep 300",
+            "timeout": 1,
+        }))
+        .await;
+        let done = call(json!({"command": "touch /tmp/done; echo told"})).await;
+        (stopped, done)
+    };
+    let (first, (stopped, done)) = tokio::join!(
+        call(
+            json!({"command": "touch /tmp/a; until [ -e /tmp/done ]; do sleep 0.05; done; echo first"})
+        ),
+        beside,
+    );
+    let e = stopped.expect_err("past its deadline");
+    assert_eq!(e.kind, ErrorKind::Timeout, "{}", e.message);
+    assert!(e.message.contains("session lives on"), "{}", e.message);
+    assert!(e.message.contains("started"), "{}", e.message);
+    assert_eq!(body(&done), "told");
+    assert_eq!(body(&first), "first");
+    let r = call(json!({"command": "echo $X; pwd; ls a done"})).await;
+    assert_eq!(body(&r), "kept\n/tmp\na\ndone");
+    tool.end_session(id).await;
+}

@@ -7,11 +7,19 @@
 //! background jobs: it is counted, not shown.
 //!
 //! A docker tool's per-call container frames its output the same way ([`Frames::between`]).
+//!
+//! A session shell's stdout may carry, just before the end line, the shell's state after the
+//! command (its working directory and exported variables, for a command that overlaps the
+//! next one): from the exact line `<state>` up to the end line, kept apart and never shown
+//! ([`Frames::with_state`]).
 
 use warden_core::Capped;
 
 /// How long the rest of a marker line may be before it cannot be one.
 const MAX_REST: usize = 64;
+
+/// The most of a shell's state kept: past it, the state is not known.
+const MAX_STATE: usize = 256 << 10;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -19,6 +27,8 @@ enum Phase {
     Before,
     /// The command's own output.
     In,
+    /// The shell's state, after the command's output.
+    State,
     /// After its end line.
     Done,
 }
@@ -42,6 +52,10 @@ pub struct Frames {
     rest: Option<Vec<u8>>,
     /// How much of the output [`Frames::fresh`] has handed out.
     shown: usize,
+    /// The line that starts the shell's state, when the stream carries one.
+    state_line: Option<Vec<u8>>,
+    /// The state as read so far; `None` once it went past [`MAX_STATE`].
+    state: Option<Vec<u8>>,
 }
 
 impl Frames {
@@ -59,7 +73,17 @@ impl Frames {
             after: 0,
             rest: None,
             shown: 0,
+            state_line: None,
+            state: Some(Vec::new()),
         }
+    }
+
+    /// The same stream, whose output may be followed by the exact line `state` (beginning
+    /// with `\n`) and the shell's state, up to the end line.
+    #[must_use]
+    pub fn with_state(mut self, state: &str) -> Self {
+        self.state_line = Some(state.as_bytes().to_vec());
+        self
     }
 
     /// A stream whose output runs from the exact line `start` up to the exact line `end`
@@ -81,21 +105,19 @@ impl Frames {
         }
         self.pending.extend_from_slice(data);
         loop {
-            let marker = match self.phase {
-                Phase::Before => &self.start,
-                _ => &self.end,
-            };
-            let len = marker.len();
-            let Some(at) = find(&self.pending, marker) else {
+            let markers = self.markers();
+            let found = markers
+                .iter()
+                .filter_map(|m| find(&self.pending, m).map(|at| (at, m)))
+                .min_by_key(|(at, _)| *at);
+            let Some((at, marker)) = found else {
                 // A marker may have begun in the last bytes: keep the longest end of them
-                // that begins it, so that output which cannot goes on at once.
-                let keep = (1..len.min(self.pending.len() + 1))
-                    .rev()
-                    .find(|&n| marker.starts_with(&self.pending[self.pending.len() - n..]))
-                    .unwrap_or(0);
+                // that begins one, so that output which cannot goes on at once.
+                let keep = markers.iter().map(|m| self.begun(m)).max().unwrap_or(0);
                 self.flush(self.pending.len() - keep);
                 return;
             };
+            let (len, is_end) = (marker.len(), *marker == self.end);
             self.flush(at);
             let Some(nl) = self.pending[len..].iter().position(|&b| b == b'\n') else {
                 if self.pending.len() - len > MAX_REST {
@@ -106,9 +128,10 @@ impl Frames {
                 return;
             };
             let rest = &self.pending[len..len + nl];
-            let exact = match self.phase {
-                Phase::Before => rest.is_empty(),
-                _ => (self.end_rest)(rest),
+            let exact = if is_end {
+                (self.end_rest)(rest)
+            } else {
+                rest.is_empty()
             };
             if !exact {
                 self.flush(1);
@@ -116,23 +139,54 @@ impl Frames {
             }
             let rest = rest.to_vec();
             self.pending.drain(..len + nl + 1);
-            match self.phase {
-                Phase::Before => self.phase = Phase::In,
-                _ => {
+            self.phase = match (self.phase, is_end) {
+                (Phase::Before, _) => Phase::In,
+                (_, false) => Phase::State,
+                (_, true) => {
                     self.phase = Phase::Done;
                     self.rest = Some(rest);
                     self.after += self.pending.len() as u64;
                     self.pending.clear();
                     return;
                 }
-            }
+            };
         }
+    }
+
+    /// The lines that may come next: the start line, else the end line and (in the
+    /// command's output) the state's.
+    fn markers(&self) -> Vec<Vec<u8>> {
+        match (self.phase, &self.state_line) {
+            (Phase::Before, _) => vec![self.start.clone()],
+            (Phase::In, Some(state)) => vec![self.end.clone(), state.clone()],
+            _ => vec![self.end.clone()],
+        }
+    }
+
+    /// How many of the last bytes pending begin `marker`.
+    fn begun(&self, marker: &[u8]) -> usize {
+        let n = self.pending.len();
+        (1..marker.len().min(n + 1))
+            .rev()
+            .find(|&k| marker.starts_with(&self.pending[n - k..]))
+            .unwrap_or(0)
     }
 
     /// Moves `n` bytes of `pending` to where they belong.
     fn flush(&mut self, n: usize) {
         match self.phase {
             Phase::Before => self.before += n as u64,
+            Phase::State => {
+                let bytes = &self.pending[..n];
+                self.state = self
+                    .state
+                    .take()
+                    .filter(|s| s.len() + bytes.len() <= MAX_STATE)
+                    .map(|mut s| {
+                        s.extend_from_slice(bytes);
+                        s
+                    });
+            }
             _ => self.out.push(&self.pending[..n]),
         }
         self.pending.drain(..n);
@@ -155,6 +209,14 @@ impl Frames {
     /// The rest of the end line.
     pub fn rest(&self) -> Option<&[u8]> {
         self.rest.as_deref()
+    }
+
+    /// The shell's state, when the stream carried it whole before its end line.
+    pub fn state(&self) -> Option<&[u8]> {
+        match (&self.state_line, self.phase) {
+            (Some(_), Phase::Done) => self.state.as_deref().filter(|s| !s.is_empty()),
+            _ => None,
+        }
     }
 
     /// The command's output (all of it so far, when the end never came).

@@ -16,8 +16,23 @@
 //! - **Each command** reads `/dev/null` on its stdin (never the commands that follow). The
 //!   `timeout` it asks for starts when it gets the shell, not while it waits; the policy's is
 //!   the call's, from the dispatcher's deadline, and counts the wait too.
-//! - **Ordering.** A session runs one command at a time; concurrent commands of one session
-//!   wait their turn and run in the order they arrived. Sessions never wait for each other.
+//! - **Concurrency.** Commands of one session that overlap run at once, each its own process
+//!   in the same sandbox: a command that comes while the session's shell runs another one
+//!   runs in a shell of its own started beside it ([`Siblings`]: the same container; the same
+//!   namespaces, mounts, Landlock, seccomp, user and rlimits). It starts from the session's
+//!   state as the last command that ended in the session's shell left it (working directory,
+//!   exported variables, shell options), and its own `cd` and `export` are not carried back;
+//!   its files and background jobs stay in the sandbox. Commands that do not overlap run in
+//!   the session's shell, one after another, and keep its `cd` and variables. Each command
+//!   has its own deadline, output limit and usage: a command beside the session's counts the
+//!   CPU of its own processes (its shell and what it waited for) and no memory peak; one in
+//!   the session's shell counts what the executor's counters read while it ran, as before
+//!   (a container's cover the commands beside it too, which are then counted in both). A timeout
+//!   of a command beside the session's kills that command's shell and processes only. Where
+//!   the executor starts no shell beside the session's — a sandbox with an egress gate
+//!   (which serves one command at a time), gVisor, an engine elsewhere — overlapping
+//!   commands wait their turn and run in the order they arrived. Sessions never wait for
+//!   each other.
 //! - **A timeout** ends the command, not the session, where the executor can stop a command's
 //!   processes ([`Sandbox::stop_command`]: host shells, and Docker's runc containers on this
 //!   machine): the processes the shell started for it are killed, and the working directory,
@@ -63,15 +78,19 @@
 //! redefines those builtins as functions or aliases breaks the framing, and runs into its
 //! deadline (which resets the session).
 
+mod beside;
 mod frames;
 mod script;
 mod shell;
 mod stop;
 mod told;
 
+pub use beside::{NoSiblings, Sibling, Siblings};
 pub use frames::Frames;
 pub use script::nonce;
-pub use stop::Children;
+pub use stop::{Children, cpu_ms, kill_tree};
+
+use beside::Beside;
 
 use script::Check;
 use shell::{Live, Ran};
@@ -202,6 +221,15 @@ pub trait Launcher: Send + Sync + 'static {
 /// What holds one shell: a container, a set of namespaces. Dropped without [`Sandbox::close`]
 /// (a call's future dropped mid-command), it must still be released, in the background.
 pub trait Sandbox: Send + 'static {
+    /// What starts shells beside this one's, for commands that overlap ([`NoSiblings`]:
+    /// none, they take turns).
+    type Siblings: Siblings;
+
+    /// What starts shells beside this one's in this sandbox, if it can. None by default.
+    fn siblings(&self) -> Option<Self::Siblings> {
+        None
+    }
+
     /// After the shell's output closed: its exit status, and what ended it.
     fn exit_status(&mut self) -> impl Future<Output = Result<(i64, Cause), ToolError>> + Send;
 
@@ -270,8 +298,33 @@ pub trait Sandbox: Send + 'static {
     }
 }
 
-/// A session's shell, or none until its first command (or after a reset).
-type Slot<S> = Arc<tokio::sync::Mutex<Held<S>>>;
+/// A session's shell, or none until its first command (or after a reset), and what a
+/// command that overlaps the one it runs starts from.
+type Slot<S> = Arc<SlotOf<S>>;
+
+/// What [`Slot`] holds.
+struct SlotOf<S: Sandbox> {
+    held: tokio::sync::Mutex<Held<S>>,
+    /// Set while the shell lives, when its sandbox can start shells beside it.
+    beside: tokio::sync::watch::Sender<Option<Beside<S::Siblings>>>,
+}
+
+impl<S: Sandbox> Default for SlotOf<S> {
+    fn default() -> Self {
+        SlotOf {
+            held: tokio::sync::Mutex::default(),
+            beside: tokio::sync::watch::Sender::new(None),
+        }
+    }
+}
+
+/// Where a command runs.
+enum Turn<'a, S: Sandbox> {
+    /// In the session's shell.
+    Shell(tokio::sync::MutexGuard<'a, Held<S>>),
+    /// Beside it, the session's shell being busy.
+    Beside(Beside<S::Siblings>),
+}
 
 /// What a session holds between its commands.
 struct Held<S> {
@@ -311,13 +364,20 @@ impl<L: Launcher> Sessions<L> {
     pub async fn run(&self, inv: &Invocation, call: &CommandCall) -> Result<Output, ToolError> {
         let CommandCall { request, env, time } = call;
         let slot = self.slot(inv.session);
-        // Commands of one session queue here, first come first served (tokio's mutex is fair).
-        let mut guard = slot.lock().await;
+        let command = request.values.get("command").filter(|_| !request.restart);
+        let mut guard = match Self::turn(&slot, command.is_some()).await {
+            Turn::Shell(guard) => guard,
+            Turn::Beside(beside) => {
+                let command = command.map_or("", String::as_str);
+                return self.beside(beside, inv, call, command).await;
+            }
+        };
         let deadline = time.stop_at();
         let mut notes: Vec<String> = Vec::new();
         if request.restart
             && let Some(old) = guard.live.take()
         {
+            slot.beside.send_replace(None);
             notes.extend(old.sandbox.close_noting().await);
         }
         let Some(command) = request.values.get("command") else {
@@ -349,15 +409,30 @@ impl<L: Launcher> Sessions<L> {
         };
         // Until this command's answer says what became of the shell.
         guard.lost_untold = true;
-        let (ran, used, mut live) = self
+        if launched {
+            Self::offer(&slot, &live);
+        }
+        let ran = self
             .run_in(live, launched, command, inv, &start, &mut notes)
-            .await?;
+            .await;
+        let (ran, used, mut live) = ran.inspect_err(|_| {
+            slot.beside.send_replace(None);
+        })?;
         if let Some(traffic) = live.sandbox.command_ended() {
             traffic.count_in(&inv.usage);
         }
         // Taken before the sandbox may be closed below: they describe the one that ran it.
         let details = live.sandbox.details();
-        let (answered, kept) = self.told(ran, live, &used, &start, notes).await?;
+        let told = self.told(ran, live, &used, &start, notes).await;
+        let (answered, kept) = told.inspect_err(|_| {
+            slot.beside.send_replace(None);
+        })?;
+        match &kept {
+            Some(live) => Self::offer(&slot, live),
+            None => {
+                slot.beside.send_replace(None);
+            }
+        }
         guard.live = kept;
         // Every answer says whether the shell lives on or what the next one is.
         guard.lost_untold = false;
@@ -370,6 +445,43 @@ impl<L: Launcher> Sessions<L> {
                 .into_iter()
                 .fold(e, |e, (key, value)| e.with_detail(&key, value))),
         }
+    }
+
+    /// Where a call runs: in the session's shell when it is free, else (with a `command`)
+    /// beside it once the sandbox can start a shell there; else it waits for the shell, its
+    /// turn in the order of arrival (tokio's mutex is fair).
+    async fn turn(slot: &SlotOf<L::Sandbox>, command: bool) -> Turn<'_, L::Sandbox> {
+        if !command {
+            return Turn::Shell(slot.held.lock().await);
+        }
+        let mut offered = slot.beside.subscribe();
+        loop {
+            if let Ok(guard) = slot.held.try_lock() {
+                return Turn::Shell(guard);
+            }
+            if let Some(beside) = offered.borrow_and_update().clone() {
+                return Turn::Beside(beside);
+            }
+            tokio::select! {
+                guard = slot.held.lock() => return Turn::Shell(guard),
+                // The sender lives as long as the slot.
+                _ = offered.changed() => {}
+            }
+        }
+    }
+
+    /// Lets commands that overlap the next one run beside the shell of `live`, from the
+    /// state it is in now.
+    fn offer(slot: &SlotOf<L::Sandbox>, live: &Live<L::Sandbox>) {
+        let Some(siblings) = live.sandbox.siblings() else {
+            return;
+        };
+        slot.beside.send_replace(Some(Beside {
+            siblings: Arc::new(siblings),
+            state: live.state.clone(),
+            options: live.options().to_owned(),
+            details: live.sandbox.details(),
+        }));
     }
 
     /// Runs `command` in `live` (`launched` for this call), after replacing a sandbox found
@@ -463,10 +575,11 @@ impl<L: Launcher> Sessions<L> {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             slots.remove(&id)
         };
-        if let Some(slot) = slot
-            && let Some(live) = slot.lock().await.live.take()
-        {
-            live.sandbox.close().await;
+        if let Some(slot) = slot {
+            slot.beside.send_replace(None);
+            if let Some(live) = slot.held.lock().await.live.take() {
+                live.sandbox.close().await;
+            }
         }
     }
 }

@@ -29,6 +29,21 @@ pub(crate) struct Framing {
     /// `\n__WARDEN_END_<nonce>`: ends the command on both streams; on stdout followed by
     /// ` <status> <processes> <refused forks> f<shell options>` (see [`Ending`]).
     pub end: String,
+    /// `\n__WARDEN_STATE_<nonce>`: on stdout after a command that ran, before the end line,
+    /// then the shell's state: `export -p`'s lines, `__WARDEN_CWD` among them (see [`replay`]).
+    pub state: String,
+}
+
+/// The variable that carries a shell's working directory in its state, quoted as
+/// `export -p` quotes any value.
+const CWD: &str = "__WARDEN_CWD";
+
+/// What a fresh shell runs, before its first command, to start from another shell's `state`
+/// (as [`Framing::state`] carried it): its exported variables, then its working directory.
+/// Silent: nothing of it shows in the command's output.
+pub(crate) fn replay(state: &str) -> String {
+    let quoted = state.replace('\'', r"'\''");
+    format!("{{ eval '{quoted}'; cd -- \"${CWD}\"; unset {CWD}; }} >/dev/null 2>&1\n")
 }
 
 impl Framing {
@@ -37,6 +52,7 @@ impl Framing {
         Framing {
             start: format!("\n{PREFIX}START_{nonce}"),
             end: format!("\n{PREFIX}END_{nonce}"),
+            state: format!("\n{PREFIX}STATE_{nonce}"),
         }
     }
 
@@ -65,7 +81,7 @@ impl Framing {
         first: bool,
     ) -> String {
         let quoted = format!("{options}{command}").replace('\'', r"'\''");
-        let (start, end) = (&self.start[1..], &self.end[1..]);
+        let (start, end, state) = (&self.start[1..], &self.end[1..], &self.state[1..]);
         let dirs = check.map_or(&[][..], |c| c.dirs.as_slice());
         // The count of processes and of refused forks, or nothing: read with builtins.
         let count = if dirs.is_empty() {
@@ -98,14 +114,21 @@ impl Framing {
             }
             _ => ":".to_owned(),
         };
+        // The shell's state after a command that ran, for a command that overlaps the next:
+        // the working directory in a variable exported for a moment, so that `export -p`
+        // quotes it as it quotes every value.
+        let saved = format!(
+            "printf '\\n%s\\n' '{state}' >&3; {CWD}=$PWD; export {CWD}; export -p >&3; \
+             unset {CWD}; "
+        );
         // After the command, with stderr on /dev/null: a trace of the framing goes nowhere.
         // Its variables are gone when the next command runs; the last `:` leaves none of
         // their names in bash's `$_`.
-        let after = |status: &str| {
+        let after = |status: &str, saved: &str| {
             format!(
                 "{{ __w_rc={status}; \
                  IFS=' ' read -r __w_me __w_x </proc/self/stat || __w_me=$$; \
-                 [ \"$__w_me\" = \"$$\" ] || exit 0; __w_f=$-; set +xv; {count}\
+                 [ \"$__w_me\" = \"$$\" ] || exit 0; __w_f=$-; set +xv; {count}{saved}\
                  printf '\\n%s\\n' '{end}' >&4; \
                  printf '\\n%s %s %s %s f%s\\n' '{end}' \"$__w_rc\" \"$__w_n\" \"$__w_e\" \"$__w_f\" >&3; \
                  unset __w_rc __w_me __w_x __w_n __w_e __w_k __w_f; :; }} 2>/dev/null"
@@ -116,8 +139,8 @@ impl Framing {
             "{once}{{ printf '\\n%s\\n' '{start}' >&4; printf '\\n%s\\n' '{start}' >&3; \
              {count}if {go}; then unset __w_n __w_e __w_k; :; \
              command eval '{quoted}' </dev/null 3>&- 4>&-; {}; else {}; fi; }}\n",
-            after("$?"),
-            after("-"),
+            after("$?", &saved),
+            after("-", ""),
         )
     }
 }

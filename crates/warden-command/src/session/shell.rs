@@ -34,6 +34,10 @@ pub(crate) struct Live<S> {
     after: u64,
     /// Forks refused for the process limit, as the shell counted at the last command's end.
     refused: Option<u64>,
+    /// The shell's state after the last command that ran (see [`super::script::replay`]).
+    pub state: Option<String>,
+    /// What the shell runs before the first command, once.
+    prelude: String,
 }
 
 /// A command that finished, as its shell saw it.
@@ -84,7 +88,26 @@ impl<S: Sandbox> Live<S> {
             options: String::new(),
             after: 0,
             refused: None,
+            state: None,
+            prelude: String::new(),
         }
+    }
+
+    /// A shell that runs `prelude` before its first command, and `options` inside it.
+    pub(crate) fn starting_with(mut self, prelude: String, options: String) -> Self {
+        self.prelude = prelude;
+        self.options = options;
+        self
+    }
+
+    /// The shell options restored inside the next command (`set -x`).
+    pub(crate) fn options(&self) -> &str {
+        &self.options
+    }
+
+    /// Its sandbox; the shell's stdin closes.
+    pub(crate) fn into_sandbox(self) -> S {
+        self.sandbox
     }
 
     /// Runs one command under `deadline`; each stream is cut at `limit` bytes.
@@ -101,7 +124,8 @@ impl<S: Sandbox> Live<S> {
             refused: self.refused,
             ..c.clone()
         });
-        let script = framing.script(command, &self.options, check.as_ref(), self.first);
+        let mut script = std::mem::take(&mut self.prelude);
+        script.push_str(&framing.script(command, &self.options, check.as_ref(), self.first));
         self.first = false;
         let write = async {
             self.input.write_all(script.as_bytes()).await?;
@@ -209,6 +233,9 @@ impl<S: Sandbox> Live<S> {
             return reading.shell_ended();
         };
         self.options = ending.options;
+        if let Some(state) = out.state() {
+            self.state = Some(String::from_utf8_lossy(state).into_owned());
+        }
         let refused_since = match (ending.refused, self.refused) {
             (Some(now), Some(before)) => now.saturating_sub(before),
             _ => 0,
@@ -258,7 +285,8 @@ impl Reading {
     fn new(framing: &Framing, limit: u64, deadline: Instant, probed: bool) -> Reading {
         let end_line = |rest: &[u8]| Ending::parse(rest).is_some();
         Reading {
-            out: Frames::new(&framing.start, &framing.end, end_line, limit),
+            out: Frames::new(&framing.start, &framing.end, end_line, limit)
+                .with_state(&framing.state),
             err: Frames::new(&framing.start, &framing.end, <[u8]>::is_empty, limit),
             deadline,
             grace: None,

@@ -65,6 +65,43 @@ impl Children {
     }
 }
 
+/// Kills process `shell` and everything below it (a shell beside a session's, its command
+/// past its deadline): its processes first, so that it forks no more of them.
+pub fn kill_tree(shell: i32) {
+    // Never a process group, nor every process.
+    if shell <= 1 {
+        return;
+    }
+    Children::default().kill_new(shell);
+    let _ = kill(Pid::from_raw(shell), Signal::SIGKILL);
+}
+
+/// CPU of process `pid` and of the children it waited for, in milliseconds, as `/proc`
+/// shows it; with `namespace`, only while `pid` is in that PID namespace (a pid reused
+/// elsewhere is not read).
+pub fn cpu_ms(pid: i32, namespace: Option<&std::path::Path>) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    if let Some(namespace) = namespace
+        && std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()? != namespace
+    {
+        return None;
+    }
+    // Fields 14 to 17: utime, stime, cutime, cstime, in clock ticks. The command name
+    // (field 2) may hold spaces and parentheses: count from its end, field 3 first.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let ticks: u64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .map(|t| t.parse::<u64>().ok())
+        .sum::<Option<u64>>()?;
+    let per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .filter(|&t| t > 0)?;
+    Some(ticks as f64 * 1e3 / per_second as f64)
+}
+
 /// The children of process `pid`, every thread's (`/proc/PID/task/*/children`).
 fn children(pid: i32) -> Option<HashSet<i32>> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;

@@ -74,6 +74,14 @@ class WardenSandbox(BaseSandbox):
     one confined host shell) whose working directory, variables and `/tmp` last from one
     `execute` to the next. Several sandboxes share nothing.
 
+    `execute` and `aexecute` calls made at once (from several threads or tasks) run at once,
+    each its own process in the same sandbox: a command that starts while another one runs
+    starts from the sandbox's working directory and exported variables as the last command
+    that ended left them, and its own `cd` and `export` are not carried back. Commands that
+    do not overlap keep the session's `cd` and variables. Each command keeps its own timeout,
+    output and capture files; a timeout of one ends that one alone. (A policy with net grants,
+    whose gate serves one command at a time, runs them one after another.)
+
     `execute` answers a command's whole output whatever the policy's `output` limit, up to
     `max_output_size` bytes a stream: the command's stdout and stderr go to files in the
     sandbox's `/tmp`, and what the limit cuts is read from them in chunks; an output cut all

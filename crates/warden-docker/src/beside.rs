@@ -1,0 +1,126 @@
+//! Shells beside a session's, for commands that overlap (`warden_command::session`'s
+//! contract): each an `exec` of the session's shell in its container, which runs it as the
+//! container's user, in its cgroup, under its seccomp profile, capabilities and limits.
+//! Offered where the exec's process shows in this machine's `/proc` (runc, an engine here),
+//! so that a command past its deadline can be stopped with everything it started.
+
+use crate::engine::Engine;
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::exec::{StartExecOptions, StartExecResults};
+use bollard::models::ExecConfig;
+use futures::StreamExt;
+use std::io;
+use std::sync::Arc;
+use warden_command::session::{Chunk, Launched, Sibling, Siblings};
+use warden_core::{ErrorKind, ToolError};
+
+/// How often, and how far apart, the engine is asked for an exec's pid once started, and for
+/// its exit code once its output closed: it has them a little later.
+const EXIT_TRIES: u32 = 50;
+const EXIT_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Starts shells in one session's container.
+#[derive(Clone)]
+pub(crate) struct DockerSiblings {
+    pub engine: Arc<Engine>,
+    pub docker: Docker,
+    /// The session's container.
+    pub container: String,
+    /// The session's shell (`/bin/sh`).
+    pub shell: String,
+}
+
+impl Siblings for DockerSiblings {
+    type Sibling = DockerSibling;
+
+    async fn start(&self) -> Result<Launched<DockerSibling>, ToolError> {
+        let config = ExecConfig {
+            attach_stdin: Some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            cmd: Some(vec![self.shell.clone()]),
+            ..ExecConfig::default()
+        };
+        let failed = |what: &str, e: &bollard::errors::Error| self.engine.failure(what, e);
+        let exec = self
+            .docker
+            .create_exec(&self.container, config)
+            .await
+            .map_err(|e| failed("start a shell beside the session's", &e))?;
+        let started = self
+            .docker
+            .start_exec(&exec.id, None::<StartExecOptions>)
+            .await
+            .map_err(|e| failed("start a shell beside the session's", &e))?;
+        let StartExecResults::Attached { output, input } = started else {
+            return Err(ToolError::internal(
+                "the engine started a shell beside the session's detached",
+            ));
+        };
+        let Some(pid) = self.pid_of(&exec.id).await else {
+            return Err(ToolError::new(
+                ErrorKind::Unavailable,
+                "the engine did not say where the shell beside the session's runs",
+            ));
+        };
+        let output = output.map(|frame| match frame {
+            Ok(LogOutput::StdErr { message }) => Ok(Chunk::Stderr(message.to_vec())),
+            Ok(frame) => Ok(Chunk::Stdout(frame.into_bytes().to_vec())),
+            Err(e) => Err(io::Error::other(e)),
+        });
+        Ok(Launched {
+            sandbox: DockerSibling {
+                docker: self.docker.clone(),
+                exec: exec.id,
+                pid,
+            },
+            input,
+            output: Box::pin(output),
+        })
+    }
+}
+
+impl DockerSiblings {
+    /// The pid on this machine of `exec`, once the engine has started it.
+    async fn pid_of(&self, exec: &str) -> Option<i32> {
+        for _ in 0..EXIT_TRIES {
+            let inspected = self.docker.inspect_exec(exec).await.ok()?;
+            let pid = inspected.pid.and_then(|p| i32::try_from(p).ok());
+            if let Some(pid) = pid.filter(|&p| p > 1) {
+                return Some(pid);
+            }
+            tokio::time::sleep(EXIT_WAIT).await;
+        }
+        None
+    }
+}
+
+/// One `exec` of a shell beside a session's.
+pub(crate) struct DockerSibling {
+    docker: Docker,
+    exec: String,
+    /// Its process on this machine.
+    pid: i32,
+}
+
+impl Sibling for DockerSibling {
+    fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// The engine marks the exec ended a little after its output closed.
+    async fn exit_status(&mut self) -> Option<i64> {
+        for _ in 0..EXIT_TRIES {
+            let inspected = self.docker.inspect_exec(&self.exec).await.ok()?;
+            if inspected.running != Some(true) {
+                return inspected.exit_code;
+            }
+            tokio::time::sleep(EXIT_WAIT).await;
+        }
+        None
+    }
+
+    /// Its shell ends at the end of its input; the engine forgets the exec on its own.
+    async fn close(self) {}
+}
