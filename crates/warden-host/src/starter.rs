@@ -122,6 +122,9 @@ impl Starter {
         credentials: Credentials,
     ) -> Result<Ended, ToolError> {
         let mut sandbox = self.sandboxes.for_call().await?;
+        if let Some(view) = &mut sandbox.view {
+            view.begin();
+        }
         sandbox.send_call(call).await?;
         let Started {
             helper,

@@ -19,4 +19,5 @@ mod processes;
 mod roots;
 mod sessions;
 mod sockets;
+mod transactions;
 mod usage;

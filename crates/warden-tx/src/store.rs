@@ -209,11 +209,12 @@ impl Store {
     }
 
     fn record_dir(&self, call: &str) -> Result<PathBuf, TxError> {
-        // warden's call ids are hex digits and a count: nothing else names a record.
+        // A call id names a folder: letters, digits, `-` and `_` only (warden's are hex
+        // digits and a count), so no id reaches outside `calls/`.
         let valid = !call.is_empty()
             && call
                 .chars()
-                .all(|c| c.is_ascii_hexdigit() || c == '-' || c.is_ascii_digit());
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
         if !valid {
             return Err(TxError::Unknown(call.to_owned()));
         }
@@ -285,6 +286,12 @@ impl Store {
 }
 
 impl View {
+    /// Starts the call: a conflict is a path another call committed after this, not after the
+    /// view was made (a sandbox prepared ahead of its call sees the commits made meanwhile).
+    pub fn begin(&mut self) {
+        self.since = lock(&self.store.committed).count;
+    }
+
     /// The overlay folders of root number `i`.
     pub fn layer(&self, i: usize) -> Layer {
         let dir = self.dir.join(i.to_string());
