@@ -125,7 +125,7 @@ async fn a_command_that_ends_commits_and_one_warden_ends_leaves_nothing() {
             "echo half > /ws/a; echo more > /ws/new; rm /ws/f; sleep 30",
         )
         .await;
-    let e = r.as_ref().err().expect("a timeout");
+    let e = r.as_ref().expect_err("a timeout");
     assert_eq!(e.kind, ErrorKind::Timeout);
     assert!(e.message.contains("Nothing it wrote"), "{}", e.message);
     assert_eq!(changes(&r), json!({ "discarded": true }));
@@ -173,7 +173,7 @@ async fn two_calls_writing_one_file_side_by_side_commit_once_and_conflict_once()
     assert!(first.is_ok(), "{}", text(&first));
     std::fs::write(&go, "").unwrap();
     let second = waiting.await.unwrap();
-    let e = second.as_ref().err().expect("a conflict");
+    let e = second.as_ref().expect_err("a conflict");
     assert_eq!(e.kind, ErrorKind::Conflict, "{}", e.message);
     assert!(
         e.message.contains(&s.ws.join("a").display().to_string()),
