@@ -6,8 +6,8 @@
 
 use crate::entry::{Entry, Kind};
 use rustix::fs::{
-    AtFlags, FileType, Mode, OFlags, RenameFlags, ResolveFlags, Stat, mkdirat, openat, openat2,
-    readlinkat, renameat_with, statat, symlinkat, unlinkat,
+    AtFlags, CWD, FileType, Mode, OFlags, RenameFlags, ResolveFlags, Stat, linkat, mkdirat, openat,
+    openat2, readlinkat, renameat_with, statat, symlinkat, unlinkat,
 };
 use rustix::io::Errno;
 use std::ffi::OsStr;
@@ -211,6 +211,36 @@ impl Beneath {
             let _ = unlinkat(&parent, &temp, AtFlags::empty());
             io::Error::from(e).with_path("putting in place", &self.path.join(rel))
         })
+    }
+
+    /// Links the file at `rel` as `to` (a path of warden's own, on the same filesystem): a
+    /// pre-image kept without a copy. `false` where a link cannot be made there (another
+    /// filesystem or mount): the caller copies instead.
+    pub(crate) fn link_out(&self, rel: &Path, to: &Path) -> io::Result<bool> {
+        let (parent, name) = self.parent(rel)?;
+        // Without AT_SYMLINK_FOLLOW: a link at `rel` would be linked itself, not its target.
+        match linkat(&parent, name, CWD, to, AtFlags::empty()) {
+            Ok(()) => Ok(true),
+            Err(Errno::XDEV | Errno::PERM | Errno::MLINK) => Ok(false),
+            Err(e) => Err(io::Error::from(e).with_path("keeping", &self.path.join(rel))),
+        }
+    }
+
+    /// Renames `from` (a file or link of warden's own, on the same filesystem) to `rel`, over
+    /// what is there when `replace`: content put in place without a copy. `false` where a
+    /// rename cannot cross (another filesystem or mount): the caller copies instead.
+    pub(crate) fn move_in(&self, from: &Path, rel: &Path, replace: bool) -> io::Result<bool> {
+        let (parent, name) = self.parent(rel)?;
+        let flags = if replace {
+            RenameFlags::empty()
+        } else {
+            RenameFlags::NOREPLACE
+        };
+        match renameat_with(CWD, from, &parent, name, flags) {
+            Ok(()) => Ok(true),
+            Err(Errno::XDEV) => Ok(false),
+            Err(e) => Err(io::Error::from(e).with_path("putting in place", &self.path.join(rel))),
+        }
     }
 
     /// The names in the folder `rel` (`.` for the root).

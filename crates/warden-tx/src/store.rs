@@ -15,6 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// Commits between two applications of the store's bounds.
+const PRUNE_EVERY: u64 = 100;
+
 /// Views and records of one warden home. Commits of one process are applied one at a time.
 #[derive(Debug)]
 pub struct Store {
@@ -30,6 +33,8 @@ pub struct Store {
 struct Committed {
     /// Commits so far.
     count: u64,
+    /// Commits, and bytes of pre-images, since the store's bounds were last applied.
+    unpruned: (u64, u64),
     /// The commit that last changed each path (root joined with the change's path).
     last: HashMap<PathBuf, u64>,
 }
@@ -353,6 +358,15 @@ impl View {
             });
         }
         self.apply(&store, call, tool, changes)?;
+        // The bounds are applied at the store's first use, then after every
+        // [`PRUNE_EVERY`] commits or an eighth of [`KEEP_BYTES`] of pre-images: reading every
+        // record after each commit would make a commit's cost grow with the store.
+        committed.unpruned.0 += 1;
+        committed.unpruned.1 += changes.replaced_bytes();
+        if committed.unpruned.0 >= PRUNE_EVERY || committed.unpruned.1 >= KEEP_BYTES / 8 {
+            committed.unpruned = (0, 0);
+            store.prune()?;
+        }
         committed.count += 1;
         let count = committed.count;
         committed.last.extend(paths.into_iter().map(|p| (p, count)));
@@ -416,9 +430,7 @@ impl View {
             }
         }
         record.state = State::Committed;
-        record.write(&dir)?;
-        drop(roots);
-        store.prune()
+        record.write(&dir)
     }
 }
 
