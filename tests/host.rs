@@ -669,3 +669,66 @@ fn a_host_session_does_not_outlive_a_killed_warden() {
         pids_in(&namespaces)
     );
 }
+
+/// A call of a host tool with a read-write root, end to end: its answer lists what it changed,
+/// the call log records the change set's digest, and `warden undo` puts it back.
+#[test]
+fn a_calls_changes_are_answered_logged_and_undone() {
+    let env = Env::new();
+    let policy = env.dir.path().join("policies/shell-host.toml");
+    let text = std::fs::read_to_string(&policy)
+        .unwrap()
+        .replace("access = \"read-only\"", "access = \"read-write\"")
+        // A call of its own: a session's commands write in place.
+        .replace("\nsession = true", "\n# session = true");
+    assert!(text.contains("read-write"), "the shipped grant changed");
+    assert!(
+        !text.contains("\nsession = true"),
+        "the shipped policy changed"
+    );
+    std::fs::write(&policy, text).unwrap();
+    let workspace = env.dir.path().join("workspace");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&workspace, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let m = env.shell("echo notes > notes.txt && rm README.txt");
+    assert_eq!(m["status"], "success", "{m}");
+    let changes = &m["artifact"]["changes"];
+    assert_eq!(changes["count"], 2, "{m}");
+    let call_id = m["artifact"]["call_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("notes.txt")).unwrap(),
+        "notes\n"
+    );
+    let log = std::fs::read_to_string(env.home().join("calls.jsonl")).unwrap();
+    let record: Value = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|r| r["event"] == "call" && r["call_id"] == call_id.as_str())
+        .expect("the call's record");
+    assert_eq!(record["changes"]["digest"], changes["digest"]);
+    assert_eq!(record["changes"]["count"], 2);
+
+    let out = env.warden(&["undo", &call_id]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!workspace.join("notes.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("README.txt")).unwrap(),
+        "granted file\n"
+    );
+    let again = env.warden(&["undo", &call_id]);
+    assert!(!again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("undone already"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let unknown = env.warden(&["undo", "../../etc"]);
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no call ../../etc"));
+}

@@ -144,9 +144,36 @@ pub(crate) struct CallRecord<'a> {
     /// The error's message, when the call failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<&'a str>,
+    /// What the call committed to its read-write roots (see `warden_tx`): how many changes,
+    /// and the digest of the change set its answer lists.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changes: Option<ChangesRecord<'a>>,
     /// A whole program's record (`warden exec`) rather than a call's.
     #[serde(flatten)]
     pub exec: Option<ExecRecord<'a>>,
+}
+
+/// A committed change set, as the call log keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct ChangesRecord<'a> {
+    pub count: u64,
+    pub digest: &'a str,
+}
+
+impl<'a> ChangesRecord<'a> {
+    /// The change set an answer lists (`changes` in its artifact or its error's details),
+    /// when its call committed one.
+    pub(crate) fn of(message: &'a ToolMessage) -> Option<Self> {
+        let details = match &message.error {
+            Some(e) => &e.details,
+            None => message.artifact.as_ref()?,
+        };
+        let changes = details.get("changes")?;
+        Some(Self {
+            count: changes.get("count")?.as_u64()?,
+            digest: changes.get("digest")?.as_str()?,
+        })
+    }
 }
 
 /// What a record of `warden exec` adds: `"exec": true`, the command line and how it ended.
@@ -400,6 +427,7 @@ mod tests {
             executor: policy.map(|p| p.executor.as_str()),
             policy_digest: policy.map(|p| p.policy_digest.as_str()),
             message: message.error.as_ref().map(|e| e.message.as_str()),
+            changes: ChangesRecord::of(message),
             exec: None,
         }
     }

@@ -19,6 +19,7 @@ mod lock;
 mod message;
 mod net;
 mod output;
+pub mod owner;
 mod policy;
 mod program;
 mod redact;

@@ -33,6 +33,7 @@ use bollard::query_parameters::{
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use warden_core::owner::{self, Liveness};
 
 /// Every container warden creates carries this label (`docker ps -a --filter label=warden`).
 pub const LABEL: &str = "warden";
@@ -77,7 +78,7 @@ impl Lease {
     pub(crate) fn new(length: Duration) -> Self {
         Self {
             instance: warden_command::session::nonce()[..16].to_owned(),
-            owner: owner_id(),
+            owner: owner::this_process(),
             length,
             marker: tokio::sync::Mutex::new(None),
             offset: Mutex::new(0),
@@ -330,60 +331,15 @@ fn unix_seconds(text: &str) -> Option<i64> {
     Some(days * 86_400 + h * 3600 + min * 60 + s - offset)
 }
 
-/// `boot-id:pid:start-time` of this process: a pid alone is reused, after a reboot too.
-fn owner_id() -> String {
-    let pid = std::process::id();
-    format!(
-        "{}:{pid}:{}",
-        boot_id(),
-        start_time(pid).unwrap_or_default()
-    )
-}
-
-fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_default()
-}
-
-/// Field 22 of /proc/PID/stat: when the process started, in clock ticks since boot.
-fn start_time(pid: u32) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces and parentheses: count from its end.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19).map(str::to_owned)
-}
-
 /// True when the owner ran on this machine since its last boot and is gone. An owner of
 /// another machine (or another boot) is never gone by this rule: its lease decides.
 fn owner_gone_here(owner: &str) -> bool {
-    let mut parts = owner.splitn(3, ':');
-    let (Some(boot), Some(pid), Some(start)) = (parts.next(), parts.next(), parts.next()) else {
-        return false;
-    };
-    if boot.is_empty() || boot != boot_id() {
-        return false;
-    }
-    pid.parse::<u32>()
-        .map_or(true, |pid| start_time(pid).as_deref() != Some(start))
+    owner::liveness(owner) == Liveness::Gone
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn this_process_is_alive_and_a_gone_one_is_told_only_on_this_machine() {
-        assert!(!owner_gone_here(&owner_id()));
-        let id = owner_id();
-        let (head, _) = id.rsplit_once(':').unwrap();
-        assert!(owner_gone_here(&format!("{head}:1")), "a restarted pid");
-        assert!(!owner_gone_here("garbage"));
-        assert!(
-            !owner_gone_here(&format!("other-boot:{}:1", std::process::id())),
-            "another machine's process is not ours to judge"
-        );
-    }
 
     #[test]
     fn the_engines_clock_is_read_with_its_offset() {

@@ -19,7 +19,6 @@
 mod beneath;
 mod changes;
 mod entry;
-mod owner;
 mod record;
 mod store;
 

@@ -5,7 +5,7 @@ use crate::beneath::Beneath;
 use crate::changes::{Change, scan};
 use crate::entry::Kind;
 use crate::record::{CallRecord, State, Step, apply, restore};
-use crate::{KEEP_BYTES, KEEP_FOR, MAX_CALL_BYTES, TxError, owner};
+use crate::{KEEP_BYTES, KEEP_FOR, MAX_CALL_BYTES, TxError};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeSet, HashMap};
@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
+use warden_core::owner::{self, Liveness};
 
 /// Commits between two applications of the store's bounds.
 const PRUNE_EVERY: u64 = 100;
@@ -229,7 +230,7 @@ impl Store {
     /// Rolls back the commits whose warden died before finishing them.
     fn recover(&self) -> Result<(), TxError> {
         for record in self.read_records()? {
-            if record.state != State::Committing || !owner::gone(&record.owner) {
+            if record.state != State::Committing || !gone(&record.owner) {
                 continue;
             }
             let dir = self.record_dir(&record.call_id)?;
@@ -250,7 +251,7 @@ impl Store {
         for entry in fs::read_dir(&views).into_iter().flatten().flatten() {
             let name = entry.file_name().to_string_lossy().replace('_', ":");
             let owner = name.rsplit_once('-').map_or("", |(owner, _)| owner);
-            if owner::gone(owner) {
+            if gone(owner) {
                 remove_tree(&entry.path());
             }
         }
@@ -584,6 +585,12 @@ fn remove_tree(dir: &Path) {
         }
     }
     let _ = fs::remove_dir_all(dir);
+}
+
+/// True when `owner` no longer runs: gone from this machine, or another boot's (nothing of
+/// it runs now; a home is not shared between machines).
+fn gone(owner: &str) -> bool {
+    owner::liveness(owner) != Liveness::Running
 }
 
 fn lock(m: &Mutex<Committed>) -> std::sync::MutexGuard<'_, Committed> {

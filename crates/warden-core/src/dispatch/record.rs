@@ -4,7 +4,9 @@
 use super::message::{attach_usage, redact_message, set_detail};
 use super::span::{Answer, CallSpan};
 use super::{Dispatcher, Facts, secrets_of};
-use crate::calllog::{CallOutcome, CallRecord, DenialRecord, ExecRecord, Record, now_ms};
+use crate::calllog::{
+    CallOutcome, CallRecord, ChangesRecord, DenialRecord, ExecRecord, Record, now_ms,
+};
 use crate::executor::{Sample, Usage};
 use crate::message::{Status, ToolCall, ToolError, ToolMessage};
 use crate::redact::Secrets;
@@ -117,6 +119,7 @@ impl Dispatcher {
             executor: tool.map(|t| t.facts.executor.as_str()),
             policy_digest: tool.map(|t| t.facts.policy_digest.as_str()),
             message: m.error.as_ref().map(|e| e.message.as_str()),
+            changes: ChangesRecord::of(m),
             exec: facts
                 .exec
                 .as_ref()
