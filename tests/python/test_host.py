@@ -74,10 +74,13 @@ async def test_a_parallel_batch_keeps_every_answer(host_box):
         "also-fast": {"command": "echo also"},
     }
     results = {}
-    async with session("stdio", host_box) as s:
+    # The bomb in a session of its own: commands of one session run at once in one sandbox,
+    # and share its process limit, which the bomb uses up.
+    async with session("stdio", host_box) as s, session("stdio", host_box) as apart:
 
         async def run(name, args):
-            results[name] = await s.call_tool("host-shell", args)
+            on = apart if name == "bomb" else s
+            results[name] = await on.call_tool("host-shell", args)
 
         with anyio.fail_after(60):
             async with anyio.create_task_group() as tg:

@@ -37,17 +37,22 @@ impl Siblings for HostSiblings {
             ..
         } = started;
         let mut reports = BufReader::new(reports);
-        // Until the shell is confined and executed: its pid, then `ready` or a failure.
-        let (mut pid, mut failed) = (None, None);
+        // Until the shell is confined and executed: its pid and `ready`, or a failure. The two
+        // come from two processes (the helper sends the pid once it has forked, the shell
+        // says `ready` before its exec), so either may come first.
+        let (mut pid, mut ready, mut failed) = (None, false, None);
         while let Some(report) = next_report(&mut reports).await {
             match report {
                 Report::Init { pid: p } => pid = Some(p),
-                Report::Ready(_) => break,
+                Report::Ready(_) => ready = true,
                 Report::Failed { message, .. } => failed = Some(message),
                 Report::Used { .. } | Report::Exited { .. } => {}
             }
+            if (ready && pid.is_some()) || failed.is_some() {
+                break;
+            }
         }
-        let Some(pid) = pid.filter(|_| failed.is_none() && helper.running()) else {
+        let Some(pid) = pid.filter(|_| ready && failed.is_none() && helper.running()) else {
             end(&helper).await;
             let why = failed.unwrap_or_else(|| "a shell beside the session's did not start".into());
             return Err(unavailable(&why));
