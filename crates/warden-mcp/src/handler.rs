@@ -189,6 +189,9 @@ impl ServerHandler for Handler {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let span = request_span("tools/call", Some(&request.name), &context);
+        // Over HTTP the session may not be known by its id yet (its `initialized` is handled
+        // apart): the call itself keeps it from being idle.
+        let _busy = self.session.busy();
         let reserved = context
             .extensions
             .get::<Reserved>()
@@ -233,6 +236,7 @@ impl ServerHandler for Handler {
             .and_then(|head| head.headers.get(SESSION_ID_HEADER))
             .and_then(|id| id.to_str().ok());
         if let Some(id) = id {
+            self.session.touch();
             self.shared.add_session(id, &self.session);
         }
         self.shared.add_peer(context.peer);

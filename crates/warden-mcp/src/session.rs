@@ -48,10 +48,9 @@ pub(crate) struct Busy(Arc<Session>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        let activity = &self.0.activity;
         // The time first: a sweep that sees no request busy also sees this one's end.
-        *lock(&activity.last) = Instant::now();
-        activity.busy.fetch_sub(1, Ordering::SeqCst);
+        self.0.touch();
+        self.0.activity.busy.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -84,6 +83,11 @@ impl Session {
     pub(crate) fn busy(self: &Arc<Self>) -> Busy {
         self.activity.busy.fetch_add(1, Ordering::SeqCst);
         Busy(self.clone())
+    }
+
+    /// Notes that the session was used now.
+    pub(crate) fn touch(&self) {
+        *lock(&self.activity.last) = Instant::now();
     }
 
     /// Whether no request of the session is being answered and none has been for longer

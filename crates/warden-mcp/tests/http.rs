@@ -530,6 +530,20 @@ fn initialize_idle(idle: Value) -> Value {
     message
 }
 
+/// The status of a HEAD's answer on `stream`, its head read whole.
+async fn head_status(stream: &mut BufReader<TcpStream>) -> u16 {
+    let mut status = String::new();
+    stream.read_line(&mut status).await.unwrap();
+    loop {
+        let mut line = String::new();
+        stream.read_line(&mut line).await.unwrap();
+        if line.trim_end().is_empty() {
+            break;
+        }
+    }
+    status.split(' ').nth(1).unwrap().parse().unwrap()
+}
+
 /// Waits until `n` sessions have ended.
 async fn ended(n: usize) {
     tokio::time::timeout(Duration::from_secs(30), async {
@@ -557,6 +571,26 @@ async fn an_idle_session_ends_after_its_own_limit_or_the_server_s() {
         assert_eq!(answer.unwrap()["result"]["content"][0]["text"], "ok");
     }
 
+    // Asking whether a session is held is no use of it.
+    let head = |id: &str| {
+        format!(
+            "HEAD /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nMcp-Session-Id: {id}\r\n\r\n"
+        )
+    };
+    let mut asking = BufReader::new(TcpStream::connect(addr).await.unwrap());
+    while ENDED.load(Ordering::SeqCst) == 0 {
+        asking
+            .get_mut()
+            .write_all(head(&short).as_bytes())
+            .await
+            .unwrap();
+        let status = head_status(&mut asking).await;
+        if status == 404 {
+            break;
+        }
+        assert_eq!(status, 200);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     ended(1).await;
     let (status, _, _) = post(&mut brief, Some(&short), &call(2, "ok")).await;
     assert_eq!(status, 404, "the idle session is gone");

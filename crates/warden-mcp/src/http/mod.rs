@@ -16,7 +16,8 @@
 //! A session lives in the server that initialized it. A request naming a session this server
 //! does not hold (it ended, or a load balancer sent it to another replica) is answered 404,
 //! which tells the client to start a new session. A `DELETE` ends the session it names: its
-//! sandboxes are gone when the answer, 200, is sent. A session none of whose requests has
+//! sandboxes are gone when the answer, 200, is sent. A `HEAD` naming a session asks whether
+//! the server holds it (200, else 404), without counting as its use. A session none of whose requests has
 //! been answered for longer than its idle limit ([`HttpOptions::session_idle`], or its own
 //! `_meta["warden/idle"]` at `initialize`) is ended as a `DELETE` ends it; a request still
 //! being answered keeps it.
@@ -273,6 +274,10 @@ impl Endpoint {
         let mut busy = None;
         let response = match self.guard.check(&request) {
             Err(refusal) => refusal.response(),
+            Ok(()) if request.method() == Method::HEAD => {
+                ticket.authenticated();
+                self.ending.held(named_session(&request)).await
+            }
             Ok(()) => {
                 ticket.authenticated();
                 busy = named_session(&request)
@@ -455,6 +460,22 @@ impl Ending {
     async fn end(&self, id: &str) -> Response<Body> {
         if self.close(id).await {
             text(StatusCode::OK, "the session has ended")
+        } else {
+            text(StatusCode::NOT_FOUND, UNKNOWN_SESSION)
+        }
+    }
+
+    /// Whether this server holds session `id`: 200, else 404 (400 when none is named).
+    async fn held(&self, id: Option<&str>) -> Response<Body> {
+        let Some(id) = id else {
+            return text(
+                StatusCode::BAD_REQUEST,
+                "name the session in Mcp-Session-Id",
+            );
+        };
+        let key = id.to_owned().into();
+        if self.sessions.has_session(&key).await.unwrap_or(false) {
+            text(StatusCode::OK, "the session is open")
         } else {
             text(StatusCode::NOT_FOUND, UNKNOWN_SESSION)
         }
