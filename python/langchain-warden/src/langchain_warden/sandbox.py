@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import builtins
+import contextlib
 import json
 import logging
 import os
@@ -210,12 +211,21 @@ class WardenSandbox(BaseSandbox):
         key, server = registry.server(box, warden)
         session_env = {tool: dict(env)} if env else None
 
-        def channel() -> Channel:
-            return HttpSession(server.url, server.token, session_env=session_env, idle=ttl)
+        opened: builtins.list[HttpSession] = []
 
-        self._session = WardenSession(
-            tool, box, registry.home, warden, env=env, channel=channel, **options
-        )
+        def channel() -> Channel:
+            opened.append(HttpSession(server.url, server.token, session_env=session_env, idle=ttl))
+            return opened[-1]
+
+        try:
+            self._session = WardenSession(
+                tool, box, registry.home, warden, env=env, channel=channel, **options
+            )
+        except BaseException:
+            for session in opened:  # a sandbox that failed to start leaves no session behind
+                with contextlib.suppress(WardenError):
+                    session.delete()
+            raise
         info = SandboxInfo(self._id, tool, str(box), dict(labels or {}), ttl, time.time())
         registry.add(info, key, cast(HttpSession, self._session.process).session_id)
         self._registry = registry
@@ -345,12 +355,7 @@ class WardenSandbox(BaseSandbox):
     def delete(self) -> None:
         """Ends the sandbox: its shell or container, and a detached one's record. Idempotent."""
         if self._registry is not None:
-            channel = cast(HttpSession, self._session.process)
-            try:
-                channel.delete()
-            except WardenError:
-                if channel.held():
-                    raise
+            cast(HttpSession, self._session.process).delete()
             self._registry.remove(self._id)
         self.close()
 
