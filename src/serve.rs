@@ -3,7 +3,10 @@
 use crate::context;
 use anyhow::{Context as _, Result};
 use clap::Args;
+use std::io::Write as _;
 use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,6 +54,15 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "DURATION",
           default_value_t = HumanDuration(ConnectionLimits::default().silence))]
     unauthenticated_silence: HumanDuration,
+    /// Over HTTP, end a session (its shells and containers) once none of its requests has
+    /// been answered for this long; 0: never (its client ends it with a DELETE). A client may
+    /// set its session's own limit: `_meta["warden/idle"]` (seconds) at `initialize`.
+    #[arg(long, value_name = "DURATION", default_value = "5m")]
+    session_idle: HumanDuration,
+    /// Once listening over HTTP, write `{"url", "token", "pid"}` to this file, readable by
+    /// this user alone (0600), for a client that started the server to find it.
+    #[arg(long, value_name = "FILE", requires = "http")]
+    address_file: Option<PathBuf>,
 }
 
 pub(crate) fn serve(ctx: &Warden, args: ServeArgs) -> Result<ExitCode> {
@@ -162,12 +174,35 @@ async fn serve_http(server: Server, addr: SocketAddr, args: ServeArgs) -> Result
             unauthenticated: args.max_unauthenticated,
             silence: args.unauthenticated_silence.0,
         },
+        session_idle: Some(args.session_idle.0).filter(|d| !d.is_zero()),
     })
     .await?;
     eprintln!("warden: serving MCP over streamable HTTP at {}", http.url());
-    if generated {
-        eprintln!("warden: bearer token: {token}");
+    match &args.address_file {
+        Some(path) => write_address_file(path, &http.url(), &token)
+            .with_context(|| format!("writing the address file {}", path.display()))?,
+        None if generated => eprintln!("warden: bearer token: {token}"),
+        None => {}
     }
     http.run(server).await?;
+    Ok(())
+}
+
+/// Writes the server's URL, token and process id to `path`, readable and writable by this
+/// user alone: whole or not at all (a temporary file beside it, renamed into place), so a
+/// client polling for it never reads half of it.
+fn write_address_file(path: &Path, url: &str, token: &str) -> Result<()> {
+    let text = serde_json::json!({"url": url, "token": token, "pid": std::process::id()});
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(format!(".{}.tmp", std::process::id()));
+    let temporary = PathBuf::from(temporary);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&temporary)?;
+    file.write_all(text.to_string().as_bytes())?;
+    drop(file);
+    std::fs::rename(&temporary, path)?;
     Ok(())
 }

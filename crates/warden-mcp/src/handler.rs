@@ -4,7 +4,7 @@ use crate::caller_env;
 use crate::calls::{Place, Reserved};
 use crate::convert::Answered;
 use crate::progress::Progress;
-use crate::session::{SESSION_ID_HEADER, Session};
+use crate::session::{SESSION_ID_HEADER, Session, read_idle_limit};
 use crate::state::Shared;
 use crate::trace::{self, Incoming};
 use rmcp::Peer;
@@ -161,7 +161,9 @@ impl ServerHandler for Handler {
         let meta = request.meta.as_deref().unwrap_or(&context.meta);
         let env = caller_env::read(meta, &self.shared.snapshot().dispatcher)
             .map_err(|e| ErrorData::invalid_params(e, None))?;
+        let idle = read_idle_limit(meta).map_err(|e| ErrorData::invalid_params(e, None))?;
         self.session.set_caller_env(env);
+        self.session.set_idle_limit(idle);
         context.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
     }
@@ -187,6 +189,9 @@ impl ServerHandler for Handler {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let span = request_span("tools/call", Some(&request.name), &context);
+        // Over HTTP the session may not be known by its id yet (its `initialized` is handled
+        // apart): the call itself keeps it from being idle.
+        let _busy = self.session.busy();
         let reserved = context
             .extensions
             .get::<Reserved>()
@@ -231,6 +236,7 @@ impl ServerHandler for Handler {
             .and_then(|head| head.headers.get(SESSION_ID_HEADER))
             .and_then(|id| id.to_str().ok());
         if let Some(id) = id {
+            self.session.touch();
             self.shared.add_session(id, &self.session);
         }
         self.shared.add_peer(context.peer);

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use warden_core::{Admission, CallLog, Dispatcher, Toolbox, ToolboxError};
 
 /// Loads the toolbox afresh: once before serving, and again whenever its policies change.
@@ -189,6 +189,28 @@ impl Shared {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         sessions.remove(id).and_then(|s| s.upgrade())
+    }
+
+    /// The ids of the HTTP sessions idle past their limit (else `default`) at `now`.
+    pub(crate) fn idle_sessions(&self, default: Option<Duration>, now: Instant) -> Vec<String> {
+        let sessions = self
+            .sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        sessions
+            .iter()
+            .filter(|(_, s)| s.upgrade().is_some_and(|s| s.idle_past(default, now)))
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// The HTTP session `id` names, if it still runs.
+    pub(crate) fn session(&self, id: &str) -> Option<Arc<Session>> {
+        let sessions = self
+            .sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        sessions.get(id).and_then(Weak::upgrade)
     }
 
     /// Ends every HTTP session still open, and waits until their sandboxes are gone.

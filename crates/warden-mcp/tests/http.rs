@@ -12,7 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use warden_core::{
-    BoxFuture, CallLog, Executor, Invocation, Output, Protected, ToolError, Toolbox,
+    BoxFuture, CallLog, Executor, Invocation, Output, Protected, SessionId, ToolError, Toolbox,
 };
 use warden_mcp::{ConnectionLimits, HttpOptions, HttpServer, Loader, Options, Server};
 use warden_test_support::TestBackend;
@@ -21,8 +21,11 @@ use warden_test_support::servers::header;
 
 const TOKEN: &str = "mcp-http-test-token-0123456789";
 
-/// Answers `"ok"`.
+/// Answers `"ok"`; counts the sessions that ended in [`ENDED`].
 struct Fine;
+
+/// The sessions of `ok` and `held` that ended.
+static ENDED: AtomicUsize = AtomicUsize::new(0);
 
 impl Executor for Fine {
     fn execute(&self, _: Invocation) -> BoxFuture<'_, Result<Output, ToolError>> {
@@ -32,6 +35,11 @@ impl Executor for Fine {
                 ..Output::default()
             })
         })
+    }
+
+    fn end_session(&self, _: SessionId) -> BoxFuture<'_, ()> {
+        ENDED.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async {})
     }
 }
 
@@ -83,12 +91,24 @@ async fn serving(
     SocketAddr,
     tokio::task::JoinHandle<Result<(), warden_mcp::Error>>,
 ) {
+    serving_idle(server, None).await
+}
+
+/// [`serving`] with sessions ending after `session_idle` idle.
+async fn serving_idle(
+    server: Server,
+    session_idle: Option<Duration>,
+) -> (
+    SocketAddr,
+    tokio::task::JoinHandle<Result<(), warden_mcp::Error>>,
+) {
     let http = HttpServer::bind(HttpOptions {
         addr: "127.0.0.1:0".parse().unwrap(),
         token: TOKEN.into(),
         allow_origins: Vec::new(),
         allow_remote: false,
         limits: ConnectionLimits::default(),
+        session_idle,
     })
     .await
     .unwrap();
@@ -98,8 +118,13 @@ async fn serving(
 
 /// A connection to `addr`, with an initialized session: the connection and the session's id.
 async fn session(addr: SocketAddr) -> (BufReader<TcpStream>, String) {
+    session_with(addr, initialize()).await
+}
+
+/// [`session`], initialized with `initialize`.
+async fn session_with(addr: SocketAddr, initialize: Value) -> (BufReader<TcpStream>, String) {
     let mut stream = BufReader::new(TcpStream::connect(addr).await.unwrap());
-    let (status, headers, _) = post(&mut stream, None, &initialize()).await;
+    let (status, headers, _) = post(&mut stream, None, &initialize).await;
     assert_eq!(status, 200, "{headers:?}");
     let session = header(&headers, "mcp-session-id").unwrap();
     let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
@@ -496,4 +521,112 @@ async fn a_second_request_with_an_id_in_flight_is_refused_and_the_first_answered
         reused.expect("an answer")["result"]["content"][0]["text"],
         "ok"
     );
+}
+
+/// `initialize` setting the session's idle limit to `idle`.
+fn initialize_idle(idle: Value) -> Value {
+    let mut message = initialize();
+    message["params"]["_meta"] = json!({"warden/idle": idle});
+    message
+}
+
+/// The status of a HEAD's answer on `stream`, its head read whole.
+async fn head_status(stream: &mut BufReader<TcpStream>) -> u16 {
+    let mut status = String::new();
+    stream.read_line(&mut status).await.unwrap();
+    loop {
+        let mut line = String::new();
+        stream.read_line(&mut line).await.unwrap();
+        if line.trim_end().is_empty() {
+            break;
+        }
+    }
+    status.split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+/// Waits until `n` sessions have ended.
+async fn ended(n: usize) {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while ENDED.load(Ordering::SeqCst) < n {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the idle sessions ended");
+}
+
+/// A session idle past the server's limit ends with its sandboxes, as a DELETE would end it
+/// (its id is then unknown: 404); one that set a longer limit of its own at `initialize`
+/// goes on; a limit that is no positive number is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_ends_after_its_own_limit_or_the_server_s() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, _log) = server(dir.path(), Options::default());
+    let (addr, _served) = serving_idle(server, Some(Duration::from_secs(1))).await;
+    let (mut lasting, long) = session_with(addr, initialize_idle(json!(3600))).await;
+    let (mut brief, short) = session(addr).await;
+    for (stream, id) in [(&mut lasting, &long), (&mut brief, &short)] {
+        let (status, _, answer) = post(stream, Some(id), &call(1, "ok")).await;
+        assert_eq!(status, 200);
+        assert_eq!(answer.unwrap()["result"]["content"][0]["text"], "ok");
+    }
+
+    // Asking whether a session is held is no use of it.
+    let head = |id: &str| {
+        format!(
+            "HEAD /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nMcp-Session-Id: {id}\r\n\r\n"
+        )
+    };
+    let mut asking = BufReader::new(TcpStream::connect(addr).await.unwrap());
+    while ENDED.load(Ordering::SeqCst) == 0 {
+        asking
+            .get_mut()
+            .write_all(head(&short).as_bytes())
+            .await
+            .unwrap();
+        let status = head_status(&mut asking).await;
+        if status == 404 {
+            break;
+        }
+        assert_eq!(status, 200);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    ended(1).await;
+    let (status, _, _) = post(&mut brief, Some(&short), &call(2, "ok")).await;
+    assert_eq!(status, 404, "the idle session is gone");
+    let (status, _, answer) = post(&mut lasting, Some(&long), &call(2, "ok")).await;
+    assert_eq!(status, 200);
+    assert_eq!(answer.unwrap()["result"]["content"][0]["text"], "ok");
+    assert_eq!(ENDED.load(Ordering::SeqCst), 1, "the other session goes on");
+
+    let mut stream = BufReader::new(TcpStream::connect(addr).await.unwrap());
+    for bad in [json!(0), json!(-1), json!("60")] {
+        let (_, _, answer) = post(&mut stream, None, &initialize_idle(bad.clone())).await;
+        let error = &answer.unwrap()["error"];
+        assert_eq!(error["code"], -32602, "{bad}: {error}");
+        assert!(error["message"].as_str().unwrap().contains("warden/idle"));
+    }
+}
+
+/// A session with a call being answered is not idle, however long the call takes; once it
+/// has answered, the session's own limit runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_answering_a_call_is_not_idle() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, _log) = server(dir.path(), Options::default());
+    let (addr, _served) = serving_idle(server, None).await;
+    let (_stream, id) = session_with(addr, initialize_idle(json!(0.2))).await;
+    let running = call_apart(addr, &id, 1, "held");
+    held(1).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        ENDED.load(Ordering::SeqCst),
+        0,
+        "ended while answering a call"
+    );
+    RELEASE.add_permits(1);
+    let (status, _, answer) = running.await.unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(answer.unwrap()["result"]["content"][0]["text"], "released");
+    ended(1).await;
 }

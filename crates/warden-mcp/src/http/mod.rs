@@ -16,7 +16,11 @@
 //! A session lives in the server that initialized it. A request naming a session this server
 //! does not hold (it ended, or a load balancer sent it to another replica) is answered 404,
 //! which tells the client to start a new session. A `DELETE` ends the session it names: its
-//! sandboxes are gone when the answer, 200, is sent.
+//! sandboxes are gone when the answer, 200, is sent. A `HEAD` naming a session asks whether
+//! the server holds it (200, else 404), without counting as its use. A session none of whose requests has
+//! been answered for longer than its idle limit ([`HttpOptions::session_idle`], or its own
+//! `_meta["warden/idle"]` at `initialize`) is ended as a `DELETE` ends it; a request still
+//! being answered keeps it.
 
 mod guard;
 
@@ -25,7 +29,7 @@ use crate::connections::{ConnectionLimits, Ticket, Unauthenticated};
 use crate::handler::Handler;
 use crate::inflight::{Claim, InFlight};
 use crate::jsonrpc::{self, error_reply};
-use crate::session::SESSION_ID_HEADER;
+use crate::session::{Busy, SESSION_ID_HEADER};
 use crate::state::Server;
 use crate::{Error, watch};
 use bytes::Bytes;
@@ -68,7 +72,13 @@ pub struct HttpOptions {
     /// Listen on an address that is not loopback; `Host` is then not checked.
     pub allow_remote: bool,
     pub limits: ConnectionLimits,
+    /// How long a session may sit idle (no request being answered) before it ends with its
+    /// sandboxes, unless its client set its own limit; `None`: until its client ends it.
+    pub session_idle: Option<Duration>,
 }
+
+/// How often sessions are checked for idleness.
+const IDLE_SWEEP: Duration = Duration::from_millis(500);
 
 /// A bound listener, ready to serve.
 pub struct HttpServer {
@@ -124,6 +134,10 @@ impl HttpServer {
         let _watcher = watch::spawn(server.shared.clone()).map(AbortOnDrop);
         let (endpoint, open) = Endpoint::new(&server, &self.options, self.local);
         let endpoint = Arc::new(endpoint);
+        let _sweeper = AbortOnDrop(tokio::spawn(end_idle_sessions(
+            endpoint.clone(),
+            self.options.session_idle,
+        )));
         let waiting = Arc::new(Unauthenticated::new(&self.options.limits));
         let mut http1 = http1::Builder::new();
         http1
@@ -219,7 +233,11 @@ impl Endpoint {
         let max_body = config.max_request_body_bytes;
         let streams = config.cancellation_token.clone();
         let shared = server.shared.clone();
-        let sessions = Arc::new(LocalSessionManager::default());
+        let mut sessions = LocalSessionManager::default();
+        // Idle sessions are ended here (`end_idle_sessions`), as a DELETE ends them, after
+        // each one's own limit: rmcp's one limit for all would end them behind warden's back.
+        sessions.session_config.keep_alive = None;
+        let sessions = Arc::new(sessions);
         let service = StreamableHttpService::new(
             move || Ok(Handler::new(shared.clone())),
             sessions.clone(),
@@ -253,10 +271,18 @@ impl Endpoint {
     async fn answer(&self, request: Request<Incoming>, ticket: &Ticket) -> Response<Body> {
         let sending = (request.method() == Method::POST).then(|| self.answers.token());
         let mut claim = None;
+        let mut busy = None;
         let response = match self.guard.check(&request) {
             Err(refusal) => refusal.response(),
+            Ok(()) if request.method() == Method::HEAD => {
+                ticket.authenticated();
+                self.ending.held(named_session(&request)).await
+            }
             Ok(()) => {
                 ticket.authenticated();
+                busy = named_session(&request)
+                    .and_then(|id| self.ending.shared.session(id))
+                    .map(|session| session.busy());
                 match session_to_end(&request) {
                     Some(id) => self.ending.end(&id).await,
                     None if is_json_post(&request) => {
@@ -278,6 +304,7 @@ impl Endpoint {
                     body,
                     _token: token,
                     _claim: claim,
+                    _busy: busy,
                 }
                 .boxed()
             }),
@@ -352,12 +379,14 @@ impl Open {
 /// and the connections to close.
 const LINGER: Duration = Duration::from_secs(1);
 
-/// A POST's answer, holding its token of the answers being sent, and its request's id in its
-/// session, until hyper has sent it whole (or dropped it, its connection gone).
+/// A POST's answer, holding its token of the answers being sent, its request's id in its
+/// session, and its session busy, until hyper has sent it whole (or dropped it, its
+/// connection gone).
 struct Sending {
     body: Body,
     _token: TaskTrackerToken,
     _claim: Option<Claim>,
+    _busy: Option<Busy>,
 }
 
 impl hyper::body::Body for Sending {
@@ -396,8 +425,27 @@ fn session_to_end<B>(request: &Request<B>) -> Option<String> {
     if request.method() != Method::DELETE {
         return None;
     }
-    let id = request.headers().get(SESSION_ID_HEADER)?.to_str().ok()?;
-    Some(id.to_owned())
+    named_session(request).map(str::to_owned)
+}
+
+/// The session a request names in its `Mcp-Session-Id`.
+fn named_session<B>(request: &Request<B>) -> Option<&str> {
+    request.headers().get(SESSION_ID_HEADER)?.to_str().ok()
+}
+
+/// Ends, every [`IDLE_SWEEP`], the sessions idle past their limit (else `default`).
+async fn end_idle_sessions(endpoint: Arc<Endpoint>, default: Option<Duration>) {
+    let mut sweep = tokio::time::interval(IDLE_SWEEP);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        sweep.tick().await;
+        let now = std::time::Instant::now();
+        for id in endpoint.ending.shared.idle_sessions(default, now) {
+            if endpoint.ending.close(&id).await {
+                tracing::info!(session = %id, "ended an idle MCP session and its sandboxes");
+            }
+        }
+    }
 }
 
 /// Ends sessions on a client's `DELETE`.
@@ -410,9 +458,35 @@ impl Ending {
     /// Ends session `id`: rmcp's side first (no request reaches it any more), then its
     /// sandboxes, awaited. 404 when this server holds no such session.
     async fn end(&self, id: &str) -> Response<Body> {
+        if self.close(id).await {
+            text(StatusCode::OK, "the session has ended")
+        } else {
+            text(StatusCode::NOT_FOUND, UNKNOWN_SESSION)
+        }
+    }
+
+    /// Whether this server holds session `id`: 200, else 404 (400 when none is named).
+    async fn held(&self, id: Option<&str>) -> Response<Body> {
+        let Some(id) = id else {
+            return text(
+                StatusCode::BAD_REQUEST,
+                "name the session in Mcp-Session-Id",
+            );
+        };
+        let key = id.to_owned().into();
+        if self.sessions.has_session(&key).await.unwrap_or(false) {
+            text(StatusCode::OK, "the session is open")
+        } else {
+            text(StatusCode::NOT_FOUND, UNKNOWN_SESSION)
+        }
+    }
+
+    /// Ends session `id` as [`Ending::end`] does; false when this server holds no such
+    /// session.
+    async fn close(&self, id: &str) -> bool {
         let key = id.to_owned().into();
         if !self.sessions.has_session(&key).await.unwrap_or(false) {
-            return text(StatusCode::NOT_FOUND, UNKNOWN_SESSION);
+            return false;
         }
         if let Err(e) = self.sessions.close_session(&key).await {
             tracing::warn!("ending MCP session {id}: {e}");
@@ -420,7 +494,7 @@ impl Ending {
         if let Some(session) = self.shared.take_session(id) {
             session.close().await;
         }
-        text(StatusCode::OK, "the session has ended")
+        true
     }
 }
 
@@ -545,6 +619,7 @@ mod tests {
             allow_origins: vec!["https://App.example.com/".into()],
             allow_remote,
             limits: ConnectionLimits::default(),
+            session_idle: None,
         }
     }
 

@@ -6,6 +6,9 @@
 - `WardenSandboxClient`: the OpenAI Agents SDK's sandbox client for `SandboxAgent`, each
   session a warden shell session (module `langchain_warden.openai_agents`; needs the
   `openai-agents` extra: `pip install 'langchain-warden[openai-agents]'`).
+- `WardenSandboxProvider`: deepagents-code's `SandboxProvider` (`get_or_create`, `delete`)
+  of detached `WardenSandbox`es; `list_sandboxes`, `delete_sandbox` and `SandboxInfo` find
+  and end them by id or label.
 - `WardenExecutionPolicy`: `ShellToolMiddleware`'s shell inside `warden exec`.
 - `SHELL_TOOLBOX`: the toolbox they use by default, warden's host and docker shells.
 """
@@ -23,6 +26,7 @@ from ._errors import (
     WardenStartError,
     WardenVersionError,
 )
+from ._lifecycle import SandboxInfo, SandboxNotFound, delete_sandbox, list_sandboxes
 from ._toolbox import SHELL_TOOLBOX
 from .policy import WardenExecutionPolicy
 from .toolkit import WardenTool, WardenToolkit
@@ -30,11 +34,14 @@ from .toolkit import WardenTool, WardenToolkit
 if TYPE_CHECKING:
     from .openai_agents import WardenSandboxClient as WardenSandboxClient
     from .openai_agents import WardenSandboxClientOptions as WardenSandboxClientOptions
+    from .provider import WardenSandboxProvider as WardenSandboxProvider
     from .sandbox import WardenSandbox as WardenSandbox
 
 # The lazy names (below) are not in __all__: `import *` would then need their frameworks.
 __all__ = [
     "SHELL_TOOLBOX",
+    "SandboxInfo",
+    "SandboxNotFound",
     "WardenError",
     "WardenExecutionPolicy",
     "WardenNotFoundError",
@@ -43,7 +50,9 @@ __all__ = [
     "WardenTool",
     "WardenToolkit",
     "WardenVersionError",
+    "delete_sandbox",
     "find_warden",
+    "list_sandboxes",
 ]
 
 
@@ -51,6 +60,7 @@ __all__ = [
 # and the execution policy need only LangChain. By name: (module, the framework's package, extra).
 _LAZY = {
     "WardenSandbox": ("sandbox", "deepagents", "deepagents"),
+    "WardenSandboxProvider": ("provider", "deepagents", "deepagents"),
     "WardenSandboxClient": ("openai_agents", "agents", "openai-agents"),
     "WardenSandboxClientOptions": ("openai_agents", "agents", "openai-agents"),
 }

@@ -362,17 +362,10 @@ class WardenProcess:
 
     def _progress(self, params: Any) -> None:
         """Hands a piece of streamed output to its call's watcher."""
-        if not isinstance(params, dict):
-            return
-        watcher = self._watchers.get(str(params.get("progressToken")))
-        text = params.get("message")
-        if watcher is None or not isinstance(text, str):
-            return
-        stream = (params.get("_meta") or {}).get("warden/stream", "stdout")
-        try:
-            watcher(str(stream), text)
-        except Exception:  # a failing watcher must not stop the reading of answers
-            logger.exception("an output watcher failed")
+        if isinstance(params, dict):
+            watcher = self._watchers.get(str(params.get("progressToken")))
+            if watcher is not None:
+                deliver_progress(watcher, params)
 
     def _answer_server_request(self, message: dict[str, Any]) -> None:
         method = message.get("method")
@@ -491,6 +484,18 @@ class WardenProcess:
         _stop(self._proc, timeout)
         with self._lock:
             self._fail_pending(WardenProcessError("this warden process was closed"))
+
+
+def deliver_progress(watcher: Watcher, params: Mapping[str, Any]) -> None:
+    """Hands the piece of output a progress notification's `params` carry to `watcher`."""
+    text = params.get("message")
+    if not isinstance(text, str):
+        return
+    stream = (params.get("_meta") or {}).get("warden/stream", "stdout")
+    try:
+        watcher(str(stream), text)
+    except Exception:  # a failing watcher must not stop the reading of answers
+        logger.exception("an output watcher failed")
 
 
 def how_it_ended(code: int) -> str:

@@ -13,12 +13,13 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Generator, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Generator, Mapping
+from typing import Any, TypeVar, Union
 
 from . import _capture
 from ._audit import policy_timeout
 from ._errors import WardenError, WardenProcessError, WardenStartError
+from ._http import HttpSession
 from ._process import WardenProcess, Watcher, how_it_ended
 from ._results import CallResult, ShellOutput, parse_shell
 from ._trace import call_params
@@ -48,8 +49,15 @@ _RESTART_WINDOW = 60.0
 _SPENT_BATCH = 16
 
 
+Channel = Union[WardenProcess, HttpSession]
+"""What a session's requests go through: its own `warden serve` process (stdio), or an MCP
+session of a shared server over HTTP."""
+
+
 class WardenSession:
-    """One `warden serve` process and its session of the shell tool `tool`.
+    """One `warden serve` process and its session of the shell tool `tool`; or, with
+    `channel`, the session that `channel()` opens (an `HttpSession` of a shared server, which
+    is not restarted: when it is gone, calls answer so).
 
     Args (as `WardenSandbox` documents them): `tool`, `toolbox`, `home`, `warden`,
     `timeout`, `chunk_size`, `upload_chunk_size`, `max_download_size`, `max_output_size`,
@@ -73,6 +81,7 @@ class WardenSession:
         max_output_size: int = 10 * 1024 * 1024,
         python_alias: bool = True,
         env: Mapping[str, str] | None = None,
+        channel: Callable[[], Channel] | None = None,
     ) -> None:
         if timeout is not None and timeout < 0:
             raise ValueError(f"timeout={timeout}: pass a number of seconds above 0, or none")
@@ -92,9 +101,13 @@ class WardenSession:
         self._restarts: collections.deque[float] = collections.deque()
         self._spent: list[str] = []
         self._closed = False
-        self._process = WardenProcess(**self._start, session_env=self._session_env)
+        self._restartable = channel is None
+        self._open: Callable[[], Channel] = channel or (
+            lambda: WardenProcess(**self._start, session_env=self._session_env)
+        )
+        self._process = self._open()
         # The finalizer closes whichever process is current then.
-        self._current = [self._process]
+        self._current: list[Channel] = [self._process]
         self._finalizer = weakref.finalize(self, _close_current, self._current)
         try:
             tools = self._process.request("tools/list", {}, timeout=60)["tools"]
@@ -234,12 +247,14 @@ class WardenSession:
             arguments["timeout"] = seconds
         return arguments
 
-    def _live(self) -> tuple[WardenProcess, str | None]:
+    def _live(self) -> tuple[Channel, str | None]:
         """The process to call, and a note when it is a new one in place of one that died."""
         with self._lock:
             process = self._process
             if process.alive or self._closed:
                 return process, None
+            if not self._restartable:
+                raise WardenError(process.ended())
             why, code = process.ended(), process.returncode
             now = time.monotonic()
             while self._restarts and now - self._restarts[0] >= _RESTART_WINDOW:
@@ -252,9 +267,7 @@ class WardenSession:
                 )
             self._restarts.append(now)
             process.close()
-            self._process = self._current[0] = WardenProcess(
-                **self._start, session_env=self._session_env
-            )
+            self._process = self._current[0] = self._open()
             self._spent.clear()  # the new session has its own /tmp
         logger.warning("warden's process died and was restarted, in a new session: %s", why)
         how = "stopped answering" if code is None else how_it_ended(code)
@@ -296,7 +309,7 @@ class WardenSession:
             return self._unanswered(err, process)
         return _noted(parse_shell(CallResult.from_mcp(result)), note)
 
-    def _unanswered(self, err: WardenError, process: WardenProcess | None) -> ShellOutput:
+    def _unanswered(self, err: WardenError, process: Channel | None) -> ShellOutput:
         """The answer of a call warden did not answer: lost with its process when that died
         under it (and the session was not being closed), else warden's failure."""
         if isinstance(err, WardenProcessError) and process is not None and not self._closed:
@@ -336,8 +349,9 @@ class WardenSession:
     # -- life ------------------------------------------------------------------------------
 
     @property
-    def process(self) -> WardenProcess:
-        """The `warden serve` process behind this session (a new one after a restart)."""
+    def process(self) -> Channel:
+        """The `warden serve` process behind this session (a new one after a restart), or
+        its HTTP session."""
         return self._process
 
     @property
@@ -351,7 +365,7 @@ class WardenSession:
         self._finalizer()
 
 
-def _close_current(current: list[WardenProcess]) -> None:
+def _close_current(current: list[Channel]) -> None:
     current[0].close()
 
 
@@ -360,7 +374,7 @@ def _failed(err: WardenError) -> ShellOutput:
     return ShellOutput("", f"warden failed: {err}", 1, [], False, stopped=True)
 
 
-def _lost(process: WardenProcess) -> ShellOutput:
+def _lost(process: Channel) -> ShellOutput:
     """The answer of a call whose warden process died under it."""
     note = (
         "the command was lost with warden's process (it may have run in part); the next "

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import builtins
+import contextlib
 import json
 import logging
 import os
-import uuid
+import time
 from types import TracebackType
 from collections.abc import Mapping
-from typing import cast
+from typing import Any, cast
 
 from deepagents.backends.protocol import (
     ExecuteResponse,
@@ -23,9 +26,18 @@ from deepagents.backends.protocol import (
 from deepagents.backends.sandbox import BaseSandbox
 
 from ._errors import WardenError
-from ._process import WardenProcess, Watcher
+from ._http import HttpSession
+from ._lifecycle import (
+    Registry,
+    SandboxInfo,
+    SandboxNotFound,
+    list_sandboxes,
+    live_session,
+    new_id,
+)
+from ._process import Watcher, resolve_toolbox
 from ._results import ShellOutput
-from ._session import WardenSession
+from ._session import Channel, WardenSession
 from ._toolbox import DEFAULT_SHELL, SHELL_TOOLBOX
 from ._transfer import Failure
 
@@ -63,6 +75,19 @@ except NotADirectoryError:
 except PermissionError:
     print(json.dumps({{'error': 'permission_denied'}}))
 " 2>&1"""
+
+
+SESSION_OPTIONS = frozenset(
+    {
+        "timeout",
+        "chunk_size",
+        "upload_chunk_size",
+        "max_download_size",
+        "max_output_size",
+        "python_alias",
+    }
+)
+"""The constructor's options that `connect` takes too: how this process uses the sandbox."""
 
 
 class WardenSandbox(BaseSandbox):
@@ -108,6 +133,18 @@ class WardenSandbox(BaseSandbox):
     `close()` (or leaving a `with` block, or interpreter exit) ends the process, and warden
     removes the session's container or kills its shell's processes.
 
+    A detached sandbox (`detached=True`, or given `labels=` or `ttl=`) outlives its Python
+    process: it is one MCP session of a `warden serve --http` on loopback that runs in the
+    background, one per warden home and toolbox, started by the first detached sandbox that
+    needs it. `WardenSandbox.connect(id)` reattaches to it from any process of the same user
+    (its shell session as it was: files, working directory, variables);
+    `WardenSandbox.list(labels=...)` finds the live ones; `delete()` ends one (its shell or
+    container), and so does `ttl` seconds without a call. `close()` only lets go of it. Its
+    record (`<home>/sandboxes/<id>.json`) and its server's URL and token
+    (`<home>/sandboxes/servers/`) are readable by their owner alone, and the server answers
+    nothing without the token. A detached sandbox whose server stopped is gone, not
+    restarted.
+
     Args:
         tool: The shell tool's name (default `DEFAULT_SHELL`).
         toolbox: The folder of policy files (default `SHELL_TOOLBOX`).
@@ -129,6 +166,10 @@ class WardenSandbox(BaseSandbox):
         env: Variables for the session's shell, of the names the policy lets a caller set
             (`[grants] env_from_caller`; a literal `env` entry of the same name is the
             default); any other name raises `ValueError`, naming those the policy allows.
+        detached: Make the sandbox outlive this process (see above).
+        labels: Names and values to find the sandbox by (`list`); makes it detached.
+        ttl: Seconds the sandbox may sit without a call before warden ends it (its shell or
+            container gone); makes it detached. None: until `delete()`.
     """
 
     def __init__(
@@ -145,22 +186,49 @@ class WardenSandbox(BaseSandbox):
         max_output_size: int = 10 * 1024 * 1024,
         python_alias: bool = True,
         env: Mapping[str, str] | None = None,
+        detached: bool = False,
+        labels: Mapping[str, str] | None = None,
+        ttl: float | None = None,
     ) -> None:
-        self._session = WardenSession(
-            tool,
-            toolbox,
-            home,
-            warden,
-            timeout=timeout,
-            chunk_size=chunk_size,
-            upload_chunk_size=upload_chunk_size,
-            max_download_size=max_download_size,
-            max_output_size=max_output_size,
-            python_alias=python_alias,
-            env=env,
-        )
+        if ttl is not None and ttl <= 0:
+            raise ValueError(f"ttl={ttl}: pass a number of seconds above 0, or none")
+        options: dict[str, Any] = {
+            "timeout": timeout,
+            "chunk_size": chunk_size,
+            "upload_chunk_size": upload_chunk_size,
+            "max_download_size": max_download_size,
+            "max_output_size": max_output_size,
+            "python_alias": python_alias,
+        }
         self._tool = tool
-        self._id = f"warden-{tool}-{uuid.uuid4().hex[:12]}"
+        self._id = new_id(tool)
+        self._registry: Registry | None = None
+        if not (detached or labels is not None or ttl is not None):
+            self._session = WardenSession(tool, toolbox, home, warden, env=env, **options)
+            return
+        registry = Registry(home)
+        box = resolve_toolbox(toolbox)
+        key, server = registry.server(box, warden)
+        session_env = {tool: dict(env)} if env else None
+
+        opened: builtins.list[HttpSession] = []
+
+        def channel() -> Channel:
+            opened.append(HttpSession(server.url, server.token, session_env=session_env, idle=ttl))
+            return opened[-1]
+
+        try:
+            self._session = WardenSession(
+                tool, box, registry.home, warden, env=env, channel=channel, **options
+            )
+        except BaseException:
+            for session in opened:  # a sandbox that failed to start leaves no session behind
+                with contextlib.suppress(WardenError):
+                    session.delete()
+            raise
+        info = SandboxInfo(self._id, tool, str(box), dict(labels or {}), ttl, time.time())
+        registry.add(info, key, cast(HttpSession, self._session.process).session_id)
+        self._registry = registry
 
     # -- the protocol ---------------------------------------------------------------------
 
@@ -269,13 +337,72 @@ class WardenSandbox(BaseSandbox):
     # -- life ------------------------------------------------------------------------------
 
     @property
-    def process(self) -> WardenProcess:
-        """The `warden serve` process behind this sandbox (a new one after a restart)."""
+    def process(self) -> Channel:
+        """The `warden serve` process behind this sandbox (a new one after a restart); for a
+        detached sandbox, its HTTP session of the background server."""
         return self._session.process
 
+    @property
+    def detached(self) -> bool:
+        """Whether the sandbox outlives this process (`connect`, `list`, `delete`)."""
+        return self._registry is not None
+
     def close(self) -> None:
-        """Ends the session: warden removes its container or kills its shell. Idempotent."""
+        """Ends the session: warden removes its container or kills its shell. A detached
+        sandbox is only let go of (it lives on: `delete()` ends it). Idempotent."""
         self._session.close()
+
+    def delete(self) -> None:
+        """Ends the sandbox: its shell or container, and a detached one's record. Idempotent."""
+        if self._registry is not None:
+            cast(HttpSession, self._session.process).delete()
+            self._registry.remove(self._id)
+        self.close()
+
+    async def adelete(self) -> None:
+        """The async twin of `delete`."""
+        await asyncio.to_thread(self.delete)
+
+    @classmethod
+    def connect(
+        cls,
+        sandbox_id: str,
+        home: str | os.PathLike[str] | None = None,
+        warden: str | os.PathLike[str] | None = None,
+        **options: Any,
+    ) -> WardenSandbox:
+        """Reattaches to the live detached sandbox `sandbox_id` (made in the warden home
+        `home`, by this user, in any process): its shell session as it was. `options` are
+        the constructor's `timeout`, `chunk_size`, `upload_chunk_size`, `max_download_size`,
+        `max_output_size` and `python_alias`. `SandboxNotFound` when no live sandbox has that
+        id; `PermissionError` when it is another user's."""
+        unknown = set(options) - SESSION_OPTIONS
+        if unknown:
+            raise TypeError(f"connect() takes no {', '.join(sorted(unknown))}")
+        registry = Registry(home)
+        info, key, session = registry.find(sandbox_id)
+        channel = live_session(registry, sandbox_id, key, session)
+        if channel is None:
+            raise SandboxNotFound(
+                f"the sandbox {sandbox_id!r} is gone: it was deleted, or idle past its ttl, "
+                "or its server stopped"
+            )
+        sandbox = cls.__new__(cls)
+        sandbox._tool, sandbox._id, sandbox._registry = info.tool, info.id, registry
+        sandbox._session = WardenSession(
+            info.tool, info.toolbox, registry.home, warden, channel=lambda: channel, **options
+        )
+        return sandbox
+
+    @classmethod
+    def list(
+        cls,
+        labels: Mapping[str, str] | None = None,
+        home: str | os.PathLike[str] | None = None,
+    ) -> builtins.list[SandboxInfo]:
+        """The live detached sandboxes of this user in the warden home `home` whose labels
+        include `labels` (`list_sandboxes`)."""
+        return list_sandboxes(labels, home)
 
     def __enter__(self) -> WardenSandbox:
         return self
