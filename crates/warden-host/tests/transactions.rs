@@ -48,20 +48,25 @@ fn setup(limits: &str, prepared: usize) -> Setup {
     }
 }
 
+/// Call `id` of `command`, in a session of its own.
+fn invocation(id: &str, command: &str, limits: Limits) -> Invocation {
+    Invocation {
+        call_id: id.into(),
+        arguments: json!({ "command": command }),
+        limits,
+        deadline: std::time::Instant::now() + limits.timeout,
+        denials: Denials::default(),
+        session: SessionId::fresh(),
+        usage: Meter::default(),
+        output: None,
+        caller_env: Default::default(),
+    }
+}
+
 impl Setup {
     async fn call(&self, id: &str, command: &str) -> Result<Output, ToolError> {
         self.tool
-            .execute(Invocation {
-                call_id: id.into(),
-                arguments: json!({ "command": command }),
-                limits: self.limits,
-                deadline: std::time::Instant::now() + self.limits.timeout,
-                denials: Denials::default(),
-                session: SessionId::fresh(),
-                usage: Meter::default(),
-                output: None,
-                caller_env: Default::default(),
-            })
+            .execute(invocation(id, command, self.limits))
             .await
     }
 
@@ -148,23 +153,9 @@ async fn two_calls_writing_one_file_side_by_side_commit_once_and_conflict_once()
     let waiting = {
         let tool = s.tool.clone();
         let limits = s.limits;
-        tokio::spawn(async move {
-            tool.execute(Invocation {
-                call_id: "t2-2".into(),
-                arguments: json!({
-                    "command": "echo second > /ws/a; echo mine > /ws/only-second; \
-                                while ! test -e /ctl/go; do sleep 0.05; done"
-                }),
-                limits,
-                deadline: std::time::Instant::now() + limits.timeout,
-                denials: Denials::default(),
-                session: SessionId::fresh(),
-                usage: Meter::default(),
-                output: None,
-                caller_env: Default::default(),
-            })
-            .await
-        })
+        let command = "echo second > /ws/a; echo mine > /ws/only-second; \
+                       while ! test -e /ctl/go; do sleep 0.05; done";
+        tokio::spawn(async move { tool.execute(invocation("t2-2", command, limits)).await })
     };
     // Once its write is in its view, the first call writes the same file and commits.
     let upper = s.place.path("home/transactions/views");
