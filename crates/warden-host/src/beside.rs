@@ -4,8 +4,8 @@
 use crate::failure::unavailable;
 use crate::forks::Forked;
 use crate::plan::{Call, Join, Report};
+use crate::reports::{CLOSE_WAIT, next_report};
 use crate::sandboxes::Started;
-use crate::session::{CLOSE_WAIT, next_report};
 use crate::starter::Starter;
 use std::sync::Arc;
 use tokio::io::BufReader;

@@ -7,8 +7,8 @@
 
 use crate::exec::command;
 use crate::failure::{Failure, SETUP_FAILED, fail, send, setup};
-use crate::helper::receive_call;
 use crate::plan::{Join, Plan, Protections, Report, Sandbox};
+use crate::received::receive_call;
 use nix::sched::{CloneFlags, setns};
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, Uid, fork};

@@ -26,6 +26,8 @@ mod mounts;
 mod passthrough;
 mod plan;
 mod program;
+mod received;
+mod reports;
 mod sandboxes;
 mod seccomp;
 mod session;

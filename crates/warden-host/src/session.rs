@@ -19,6 +19,7 @@ use crate::beside::HostSiblings;
 use crate::failure::unavailable;
 use crate::forks::Forked;
 use crate::plan::{Call, Join, Protections, Report, Rlimits, Stdin};
+use crate::reports::{CLOSE_WAIT, next_report};
 use crate::sandboxes::Started;
 use crate::starter::Starter;
 use nix::sys::signal::{Signal, kill};
@@ -26,7 +27,7 @@ use nix::unistd::Pid;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::BufReader;
 use tokio::net::unix::pipe::Receiver;
 use warden_command::Cause;
 use warden_command::cgroup::{Owned, Readings};
@@ -48,9 +49,6 @@ const RECOUNT_EVERY: Duration = Duration::from_millis(5);
 /// cores). A program that exits with 152 itself, having used four fifths of the limit, is
 /// the one it cannot tell apart.
 const CPU_SEEN_AT_LEAST: f64 = 0.8;
-
-/// How long closing waits for the helper to exit once its namespace is killed.
-pub(crate) const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 /// Starts a tool's session shells, each through the helper, in namespaces of its own.
 pub(crate) struct HostShells {
@@ -373,21 +371,6 @@ impl Drop for ShellNamespace {
     fn drop(&mut self) {
         // The helper is killed on drop too (`Forked`), and `init` dies with it.
         self.kill_init();
-    }
-}
-
-/// The next report a helper sent on `reports`, `None` at the end of the pipe.
-pub(crate) async fn next_report(reports: &mut BufReader<Receiver>) -> Option<Report> {
-    loop {
-        let mut line = String::new();
-        match reports.read_line(&mut line).await {
-            Ok(0) | Err(_) => return None,
-            Ok(_) => {
-                if let Ok(report) = serde_json::from_str(line.trim_end()) {
-                    return Some(report);
-                }
-            }
-        }
     }
 }
 
