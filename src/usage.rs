@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use warden::Warden;
 use warden_core::shown::{Escaped, escape_json};
 use warden_core::{ByteSize, HumanDuration};
+use warden_tx::ToolWrites;
 use warden_usage::{UsageError, UsageReport};
 
 /// `warden audit --usage`: the usage report of the call log (of the last `since`), as JSON
@@ -23,8 +24,11 @@ pub(crate) fn usage(ctx: &Warden, since: Option<HumanDuration>, json: bool) -> R
         ),
         Err(e) => return Err(e.into()),
     };
+    let writes = ctx.transactions.writes(since.map(|s| s.0))?;
     if json {
-        outln!("{}", escape_json(&serde_json::to_string_pretty(&report)?));
+        let mut out = serde_json::to_value(&report)?;
+        out["writes"] = serde_json::to_value(&writes)?;
+        outln!("{}", escape_json(&serde_json::to_string_pretty(&out)?));
         return Ok(ExitCode::SUCCESS);
     }
     let window = since.map_or("in the whole log".to_owned(), |s| {
@@ -44,8 +48,33 @@ pub(crate) fn usage(ctx: &Warden, since: Option<HumanDuration>, json: bool) -> R
     outln!();
     tools_table(&report);
     outln!();
+    written(&writes);
     grants(&report);
     Ok(ExitCode::SUCCESS)
+}
+
+/// What tools wrote to their read-write roots, from the transactions' records.
+fn written(writes: &[ToolWrites]) {
+    if writes.is_empty() {
+        return;
+    }
+    outln!("written to read-write roots (`warden undo --list` lists each call):");
+    for w in writes {
+        outln!(
+            "  {}: {} calls ({} undone), {} added, {} modified, {} removed, {} paths",
+            Escaped(&w.tool),
+            w.calls,
+            w.undone,
+            w.added,
+            w.modified,
+            w.removed,
+            w.distinct_paths
+        );
+        for path in &w.paths {
+            outln!("    {}", Escaped(path.display()));
+        }
+    }
+    outln!();
 }
 
 /// A line for each tool: its calls, their times, usage and errors.

@@ -671,7 +671,8 @@ fn a_host_session_does_not_outlive_a_killed_warden() {
 }
 
 /// A call of a host tool with a read-write root, end to end: its answer lists what it changed,
-/// the call log records the change set's digest, and `warden undo` puts it back.
+/// the call log records the change set's digest, the audit counts what the tool wrote, and
+/// `warden undo` puts it back.
 #[test]
 fn a_calls_changes_are_answered_logged_and_undone() {
     let env = Env::new();
@@ -709,6 +710,14 @@ fn a_calls_changes_are_answered_logged_and_undone() {
         .expect("the call's record");
     assert_eq!(record["changes"]["digest"], changes["digest"]);
     assert_eq!(record["changes"]["count"], 2);
+    let audit = env.warden(&["audit", "--usage", "--json"]);
+    let audit: Value = serde_json::from_slice(&audit.stdout).unwrap();
+    let written = &audit["writes"][0];
+    assert_eq!(written["tool"], "host-shell", "{audit}");
+    assert_eq!(
+        (written["added"].as_u64(), written["removed"].as_u64()),
+        (Some(1), Some(1))
+    );
 
     let out = env.warden(&["undo", &call_id]);
     assert!(

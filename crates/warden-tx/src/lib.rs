@@ -21,11 +21,13 @@ mod changes;
 mod entry;
 mod record;
 mod store;
+mod writes;
 
 pub use changes::{Change, ChangeKind};
 pub use entry::{Entry, Kind};
 pub use record::{CallRecord, State};
 pub use store::{ChangeSet, Layer, Store, View};
+pub use writes::ToolWrites;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

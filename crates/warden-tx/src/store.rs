@@ -156,6 +156,16 @@ impl Store {
         Ok(records)
     }
 
+    /// What each tool wrote in the calls committed in the last `window` (all of them when
+    /// `None`), undone ones included and counted.
+    pub fn writes(
+        &self,
+        window: Option<std::time::Duration>,
+    ) -> Result<Vec<crate::ToolWrites>, TxError> {
+        let since = window.map_or(0, |w| now_ns().saturating_sub(w.as_nanos()));
+        Ok(crate::writes::by_tool(&self.records()?, since))
+    }
+
     /// Puts back exactly what call `call` changed, if nothing since changed those paths
     /// (a [`TxError::Conflict`] otherwise, and nothing is touched).
     pub fn undo(&self, call: &str) -> Result<CallRecord, TxError> {
