@@ -82,6 +82,7 @@ pub(crate) fn serve(ctx: &Warden, args: ServeArgs) -> Result<ExitCode> {
         watch: Some(ctx.toolbox.clone()),
         queue: args.max_queued_calls,
         drain: args.drain.0,
+        transactions: Some(ctx.transactions.clone()),
         ..Options::default()
     };
     let drain = options.drain;

@@ -673,8 +673,8 @@ fn a_host_session_does_not_outlive_a_killed_warden() {
 /// A call of a host tool with a read-write root, end to end: its answer lists what it changed,
 /// the call log records the change set's digest, the audit counts what the tool wrote, and
 /// `warden undo` puts it back.
-#[test]
-fn a_calls_changes_are_answered_logged_and_undone() {
+/// The shipped host shell made a tool per call with its folder read-write, and the folder.
+fn read_write_env() -> (Env, PathBuf) {
     let env = Env::new();
     let policy = env.dir.path().join("policies/shell-host.toml");
     let text = std::fs::read_to_string(&policy)
@@ -693,6 +693,12 @@ fn a_calls_changes_are_answered_logged_and_undone() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&workspace, std::fs::Permissions::from_mode(0o777)).unwrap();
     }
+    (env, workspace)
+}
+
+#[test]
+fn a_calls_changes_are_answered_logged_and_undone() {
+    let (env, workspace) = read_write_env();
     let m = env.shell("echo notes > notes.txt && rm README.txt");
     assert_eq!(m["status"], "success", "{m}");
     let changes = &m["artifact"]["changes"];
@@ -740,4 +746,64 @@ fn a_calls_changes_are_answered_logged_and_undone() {
     let unknown = env.warden(&["undo", "../../etc"]);
     assert!(!unknown.status.success());
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no call ../../etc"));
+}
+
+/// An MCP client undoes a call with `warden/undo` (a request, not a tool): what the call
+/// changed is put back, and a second undo of it is refused as invalid params.
+#[test]
+fn an_mcp_client_undoes_a_call_with_a_request_of_its_own() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let (env, workspace) = read_write_env();
+    let m = env.shell("echo mcp > by-mcp.txt");
+    assert_eq!(m["status"], "success", "{m}");
+    let call_id = m["artifact"]["call_id"].as_str().unwrap().to_owned();
+    let lines = [
+        serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "test", "version": "0"}}}),
+        serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "warden/undo",
+            "params": {"call_id": call_id}}),
+        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "warden/undo",
+            "params": {"call_id": call_id}}),
+    ];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .arg("serve")
+        .env("WARDEN_TOOLBOX", env.dir.path().join("policies"))
+        .env("WARDEN_HOME", env.home())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for line in &lines {
+        writeln!(stdin, "{line}").unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let answers: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let by_id = |id: u64| {
+        answers
+            .iter()
+            .find(|a| a["id"] == id)
+            .unwrap_or_else(|| panic!("no answer {id}: {answers:?}"))
+    };
+    // The two requests run at once: one undoes, the other finds it undone already.
+    let (done, refused) = match by_id(1).get("result") {
+        Some(_) => (by_id(1), by_id(2)),
+        None => (by_id(2), by_id(1)),
+    };
+    assert_eq!(
+        done["result"]["undone"][0]["call_id"],
+        call_id.as_str(),
+        "{done}"
+    );
+    assert_eq!(done["result"]["undone"][0]["added"], 1);
+    assert!(!workspace.join("by-mcp.txt").exists());
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
 }

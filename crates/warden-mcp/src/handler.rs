@@ -9,9 +9,9 @@ use crate::state::Shared;
 use crate::trace::{self, Incoming};
 use rmcp::Peer;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation,
-    InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CustomRequest, CustomResult,
+    Implementation, InitializeRequestParams, InitializeResult, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -225,6 +225,21 @@ impl ServerHandler for Handler {
                 Err(ErrorData::internal_error("the call was cancelled", None))
             }
         }
+    }
+
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        let store = self.shared.options.transactions.as_deref();
+        crate::undo::answer(store, &request).unwrap_or_else(|| {
+            Err(ErrorData::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                request.method,
+                None,
+            ))
+        })
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {

@@ -24,6 +24,7 @@ mod session;
 mod state;
 mod stdio;
 mod trace;
+mod undo;
 mod watch;
 
 pub use connections::ConnectionLimits;

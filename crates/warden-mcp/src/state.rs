@@ -34,6 +34,9 @@ pub struct Options {
     /// How long the calls in flight when the server is told to stop ([`Server::stop`]) may
     /// take to answer; those still running then are cancelled.
     pub drain: Duration,
+    /// The transactions its calls commit, which a client may undo (`warden/undo`,
+    /// `warden/rewind`: see `crate::undo`); `None`: those requests are refused.
+    pub transactions: Option<Arc<warden_tx::Store>>,
 }
 
 impl Options {
@@ -52,6 +55,7 @@ impl Default for Options {
             poll_interval: Duration::from_secs(1),
             queue: Self::QUEUE,
             drain: Self::DRAIN,
+            transactions: None,
         }
     }
 }
