@@ -8,15 +8,18 @@ Run from the root of a warden checkout, in a venv holding langchain-warden and i
 requirements (deepagents). Docker rows need an engine and warden's Debian sandbox image
 (`warden sandbox-image --debian`). It prints a Markdown table, median and p90 of each figure:
 
-- creation + first command: the backend made and `execute("true")` answered;
+- creation + first command: the backend made and `execute("true")` answered (a detached
+  sandbox is deleted after, a pooled container of the shared server taking its place);
 - a later command: `execute("true")` on a live backend;
 - 1 MiB up and 1 MiB down: `upload_files` and `download_files` of one 1 MiB file in `/tmp`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Callable
@@ -52,7 +55,7 @@ def rows_of(name: str, make: Callable[[], object], count: int) -> list[tuple[str
         try:
             assert backend.execute("true").exit_code == 0
         finally:
-            getattr(backend, "close", lambda: None)()
+            end(backend)
 
     rows = [(f"{name}: creation + first command", *measure(created, count, warmup=2))]
     backend = make()
@@ -72,8 +75,24 @@ def rows_of(name: str, make: Callable[[], object], count: int) -> list[tuple[str
         rows.append((f"{name}: 1 MiB up", *measure(up, 10, warmup=2)))
         rows.append((f"{name}: 1 MiB down", *measure(down, 10, warmup=2)))
     finally:
-        getattr(backend, "close", lambda: None)()
+        end(backend)
     return rows
+
+
+def stop_servers(home: Path) -> None:
+    """Stops the home's background servers (detached sandboxes'), and so their containers."""
+    for address in (home / "sandboxes" / "servers").glob("*.json"):
+        pid = json.loads(address.read_text()).get("pid")
+        if isinstance(pid, int):
+            os.kill(pid, signal.SIGTERM)
+
+
+def end(backend: object) -> None:
+    """Ends a backend: a detached sandbox is deleted (closing only lets go of it)."""
+    if getattr(backend, "detached", False):
+        backend.delete()  # type: ignore[attr-defined]
+    else:
+        getattr(backend, "close", lambda: None)()
 
 
 def main() -> None:
@@ -95,9 +114,16 @@ def main() -> None:
             rows += rows_of(
                 "docker shell, pool = 2", lambda: WardenSandbox("pooled-shell", box, home), 10
             )
+            # Detached sandboxes share one server per home, whose pool outlives each of them.
+            rows += rows_of(
+                "docker shell, pool = 2, detached",
+                lambda: WardenSandbox("pooled-shell", box, home, detached=True),
+                10,
+            )
         else:
             print("(no Docker engine answers: no docker rows)", file=sys.stderr)
     finally:
+        stop_servers(base / "home")
         shutil.rmtree(base, ignore_errors=True)
     print(f"warden: {os.environ.get('WARDEN_BIN', 'as langchain-warden finds it')}")
     print("| | median | p90 |\n|---|---|---|")
