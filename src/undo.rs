@@ -50,13 +50,7 @@ pub(crate) fn list(ctx: &Warden) -> Result<ExitCode> {
 
 /// `CALL_ID (TOOL): 2 added, 1 modified, 0 removed in ROOT`.
 fn summary(record: &CallRecord) -> String {
-    let count = |kind: ChangeKind| {
-        record
-            .steps
-            .iter()
-            .filter(|s| s.change.kind() == kind)
-            .count()
-    };
+    let count = |kind| record.count(kind);
     let roots: Vec<String> = record
         .roots
         .iter()

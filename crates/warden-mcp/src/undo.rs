@@ -60,13 +60,7 @@ pub(crate) fn answer(
 }
 
 fn shown(record: &CallRecord) -> Value {
-    let count = |kind: ChangeKind| {
-        record
-            .steps
-            .iter()
-            .filter(|s| s.change.kind() == kind)
-            .count()
-    };
+    let count = |kind| record.count(kind);
     json!({
         "call_id": record.call_id,
         "tool": record.tool,

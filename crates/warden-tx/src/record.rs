@@ -10,7 +10,7 @@
 
 use crate::TxError;
 use crate::beneath::Beneath;
-use crate::changes::Change;
+use crate::changes::{Change, ChangeKind};
 use crate::entry::{Entry, Kind};
 use serde::{Deserialize, Serialize};
 use std::fs;
@@ -48,8 +48,6 @@ pub struct CallRecord {
     pub roots: Vec<PathBuf>,
     /// In the order they are applied.
     pub steps: Vec<Step>,
-    /// Bytes of the pre-images kept.
-    pub pre_bytes: u64,
     /// Why its pre-images were dropped, when they were.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub dropped: Option<String>,
@@ -66,6 +64,22 @@ pub struct Step {
 }
 
 impl CallRecord {
+    /// Bytes of the pre-images it keeps: the files its steps replaced or removed.
+    pub fn pre_bytes(&self) -> u64 {
+        self.steps
+            .iter()
+            .filter_map(|s| s.change.before.as_ref()?.size)
+            .sum()
+    }
+
+    /// How many of its steps are changes of `kind`.
+    pub fn count(&self, kind: ChangeKind) -> usize {
+        self.steps
+            .iter()
+            .filter(|s| s.change.kind() == kind)
+            .count()
+    }
+
     /// Reads the record in `dir`.
     pub(crate) fn read(dir: &Path, call: &str) -> Result<Self, TxError> {
         let path = dir.join("record.json");

@@ -101,8 +101,13 @@ impl Store {
             // Outside every grant, and no one else's to read: pre-images are the roots'
             // content.
             made.and_then(|()| set_private(&self.dir))
-                .and_then(|()| self.recover())
-                .and_then(|()| self.prune())
+                .and_then(|()| self.read_records())
+                .and_then(|records| {
+                    // One read for both: recovery takes the `committing` records, the bounds
+                    // the `committed` ones.
+                    self.recover(&records)?;
+                    self.prune(records)
+                })
                 .map_err(|e| e.to_string())
         });
         ready.clone().map_err(|why| TxError::Unready {
@@ -237,9 +242,9 @@ impl Store {
         Ok(self.dir.join("calls").join(call))
     }
 
-    /// Rolls back the commits whose warden died before finishing them.
-    fn recover(&self) -> Result<(), TxError> {
-        for record in self.read_records()? {
+    /// Rolls back the commits of `records` whose warden died before finishing them.
+    fn recover(&self, records: &[CallRecord]) -> Result<(), TxError> {
+        for record in records {
             if record.state != State::Committing || !gone(&record.owner) {
                 continue;
             }
@@ -268,24 +273,25 @@ impl Store {
         Ok(())
     }
 
-    /// Drops the pre-images past [`KEEP_FOR`], then the oldest past [`KEEP_BYTES`].
-    fn prune(&self) -> Result<(), TxError> {
+    /// Drops the pre-images of `records` (oldest first) past [`KEEP_FOR`], then the oldest
+    /// past [`KEEP_BYTES`].
+    fn prune(&self, records: Vec<CallRecord>) -> Result<(), TxError> {
         let now = now_ns();
         let mut kept: u64 = 0;
-        for mut record in self.read_records()?.into_iter().rev() {
+        for mut record in records.into_iter().rev() {
             if record.state != State::Committed {
                 continue;
             }
             let old = now.saturating_sub(record.committed_ns) > KEEP_FOR.as_nanos();
             let why = if old {
                 Some(format!("older than {} days", KEEP_FOR.as_secs() / 86_400))
-            } else if kept + record.pre_bytes > KEEP_BYTES {
+            } else if kept + record.pre_bytes() > KEEP_BYTES {
                 Some(format!(
                     "newer calls' pre-images fill the {} MiB kept",
                     KEEP_BYTES >> 20
                 ))
             } else {
-                kept += record.pre_bytes;
+                kept += record.pre_bytes();
                 None
             };
             if let Some(why) = why {
@@ -340,7 +346,8 @@ impl View {
     /// view was made changed one of the same paths ([`TxError::Conflict`]) or when the
     /// changes are too large ([`TxError::TooLarge`]).
     pub fn commit(self, call: &str, tool: &str, changes: &ChangeSet) -> Result<(), TxError> {
-        let bytes = changes.bytes() + changes.replaced_bytes();
+        let replaced = changes.replaced_bytes();
+        let bytes = changes.bytes() + replaced;
         if bytes > MAX_CALL_BYTES {
             return Err(TxError::TooLarge {
                 bytes,
@@ -373,10 +380,10 @@ impl View {
         // [`PRUNE_EVERY`] commits or an eighth of [`KEEP_BYTES`] of pre-images: reading every
         // record after each commit would make a commit's cost grow with the store.
         committed.unpruned.0 += 1;
-        committed.unpruned.1 += changes.replaced_bytes();
+        committed.unpruned.1 += replaced;
         if committed.unpruned.0 >= PRUNE_EVERY || committed.unpruned.1 >= KEEP_BYTES / 8 {
             committed.unpruned = (0, 0);
-            store.prune()?;
+            store.prune(store.read_records()?)?;
         }
         committed.count += 1;
         let count = committed.count;
@@ -419,7 +426,6 @@ impl View {
             owner: store.owner.clone(),
             roots: self.roots.clone(),
             steps,
-            pre_bytes: changes.replaced_bytes(),
             dropped: None,
         };
         record.write(&dir)?;

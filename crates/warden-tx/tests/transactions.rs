@@ -292,7 +292,8 @@ fn a_link_planted_by_one_call_is_never_written_or_read_through() {
         .find(|r| r.call_id == "dddd-2")
         .expect("record");
     assert_eq!(
-        record.pre_bytes, 0,
+        record.pre_bytes(),
+        0,
         "a link's pre-image is its target, not its content"
     );
 }
