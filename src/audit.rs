@@ -62,6 +62,8 @@ struct ToolAudit {
     name: String,
     limits: Value,
     review_required: bool,
+    /// A person decides, once a call has run, whether its changes are kept.
+    review_changes: bool,
     #[serde(skip)]
     in_force: Limits,
 }
@@ -194,6 +196,7 @@ fn describe(toolbox: &Toolbox, probes: Vec<Option<Result<Probe, ProbeError>>>) -
                     name: t.spec.name.clone(),
                     limits: t.limits.describe(),
                     review_required: t.review_required,
+                    review_changes: t.review_changes,
                     in_force: t.limits,
                 })
                 .collect();
@@ -381,10 +384,11 @@ fn tool_lines(tools: &[ToolAudit]) {
             l.fuel.map_or("off".into(), |f| f.to_string()),
             ByteSize(l.output),
             l.concurrency,
-            if t.review_required {
-                ", review required"
-            } else {
-                ""
+            match (t.review_required, t.review_changes) {
+                (true, true) => ", review required, changes reviewed",
+                (true, false) => ", review required",
+                (false, true) => ", changes reviewed",
+                (false, false) => "",
             },
         );
     }

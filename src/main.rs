@@ -372,6 +372,8 @@ struct Listed<'a> {
     #[serde(flatten)]
     spec: &'a warden_core::ToolSpec,
     review_required: bool,
+    /// A person decides whether each call's changes are kept.
+    review_changes: bool,
 }
 
 impl<'a> Listed<'a> {
@@ -379,6 +381,7 @@ impl<'a> Listed<'a> {
         Listed {
             spec: &tool.spec,
             review_required: tool.review_required,
+            review_changes: tool.review_changes,
         }
     }
 }

@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 use warden_core::shown::Escaped;
-use warden_core::{BoxFuture, Decision, Reviewer, ToolCall, ToolSpec};
+use warden_core::{BoxFuture, ChangesToReview, Decision, Reviewer, ToolCall, ToolSpec, Verdict};
 
 /// The terminal a process has even when its streams are pipes, as `sudo` and `ssh` ask on it.
 const CONTROLLING_TERMINAL: &str = "/dev/tty";
@@ -102,18 +102,20 @@ fn ask(
     }
 }
 
-/// Asks on the controlling terminal, in line mode while asking (`warden exec` may have put it
-/// in raw mode for the program), as it was afterwards.
-fn ask_on_controlling_terminal(call: &ToolCall, spec: &ToolSpec) -> Decision {
+/// Asks with `ask` on the controlling terminal, in line mode while asking (`warden exec` may
+/// have put it in raw mode for the program), as it was afterwards; `unasked` when it cannot
+/// be opened.
+fn on_controlling_terminal<T>(
+    ask: impl FnOnce(&mut dyn BufRead, &mut dyn Write) -> T,
+    unasked: T,
+) -> T {
     use nix::sys::termios::{InputFlags, LocalFlags, OutputFlags, SetArg, tcgetattr, tcsetattr};
     let opened = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(CONTROLLING_TERMINAL);
     let Ok(terminal) = opened else {
-        return Decision::Reject {
-            reason: "the reviewer's terminal could not be opened".into(),
-        };
+        return unasked;
     };
     let saved = tcgetattr(&terminal).ok();
     if let Some(saved) = &saved {
@@ -123,35 +125,101 @@ fn ask_on_controlling_terminal(call: &ToolCall, spec: &ToolSpec) -> Decision {
         lines.output_flags |= OutputFlags::OPOST | OutputFlags::ONLCR;
         let _ = tcsetattr(&terminal, SetArg::TCSANOW, &lines);
     }
-    let decision = ask(call, spec, &mut BufReader::new(&terminal), &mut &terminal);
+    let answer = ask(&mut BufReader::new(&terminal), &mut &terminal);
     if let Some(saved) = &saved {
         let _ = tcsetattr(&terminal, SetArg::TCSANOW, saved);
     }
-    decision
+    answer
 }
 
-impl Reviewer for TerminalReviewer {
-    fn review<'a>(&'a self, call: &'a ToolCall, spec: &'a ToolSpec) -> BoxFuture<'a, Decision> {
+impl TerminalReviewer {
+    /// Asks with `ask` where this reviewer asks, one question at a time; `failed` when the
+    /// prompt could not be put.
+    fn asked<T: Send + 'static>(
+        &self,
+        ask: impl FnOnce(&mut dyn BufRead, &mut dyn Write) -> T + Send + 'static,
+        failed: impl Fn() -> T + Send + 'static,
+    ) -> BoxFuture<'static, T> {
         let (lock, on) = (self.lock.clone(), self.on);
-        let (call, spec) = (call.clone(), spec.clone());
         Box::pin(async move {
+            let unasked = failed();
             let asked = tokio::task::spawn_blocking(move || {
                 let _one_at_a_time = lock
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 match on {
-                    Asks::Streams => ask(
-                        &call,
-                        &spec,
-                        &mut std::io::stdin().lock(),
-                        &mut std::io::stderr(),
-                    ),
-                    Asks::Controlling => ask_on_controlling_terminal(&call, &spec),
+                    Asks::Streams => ask(&mut std::io::stdin().lock(), &mut std::io::stderr()),
+                    Asks::Controlling => on_controlling_terminal(ask, unasked),
                 }
             });
-            asked.await.unwrap_or(Decision::Reject {
-                reason: "the review prompt failed".into(),
-            })
+            asked.await.unwrap_or_else(|_| failed())
         })
+    }
+}
+
+impl Reviewer for TerminalReviewer {
+    fn review<'a>(&'a self, call: &'a ToolCall, spec: &'a ToolSpec) -> BoxFuture<'a, Decision> {
+        let (call, spec) = (call.clone(), spec.clone());
+        self.asked(
+            move |input, output| ask(&call, &spec, input, output),
+            || Decision::Reject {
+                reason: "the review prompt failed".into(),
+            },
+        )
+    }
+
+    fn review_changes<'a>(
+        &'a self,
+        call: &'a ToolCall,
+        spec: &'a ToolSpec,
+        changes: &'a ChangesToReview,
+    ) -> BoxFuture<'a, Verdict> {
+        let (call, spec, changes) = (call.clone(), spec.clone(), changes.clone());
+        self.asked(
+            move |input, output| ask_changes(&call, &spec, &changes, input, output),
+            || Verdict::Reject {
+                reason: "the review prompt failed".into(),
+            },
+        )
+    }
+}
+
+/// Asks whether the changes `call` made are kept.
+fn ask_changes(
+    call: &ToolCall,
+    spec: &ToolSpec,
+    changes: &ChangesToReview,
+    input: &mut dyn BufRead,
+    output: &mut dyn Write,
+) -> Verdict {
+    let _ = writeln!(
+        output,
+        "\nreview of changes: `{}` (call {}) ran with {}\n{}",
+        Escaped(&spec.name),
+        Escaped(&call.id),
+        Escaped(&call.arguments),
+        changes.to_text()
+    );
+    loop {
+        match line(
+            "[a]pprove (keep them), [r]eject (discard them)? ",
+            input,
+            output,
+        )
+        .as_str()
+        {
+            "a" | "approve" => return Verdict::Approve,
+            "r" | "reject" => {
+                return Verdict::Reject {
+                    reason: line("reason: ", input, output),
+                };
+            }
+            "" => {
+                return Verdict::Reject {
+                    reason: "no answer from the reviewer".into(),
+                };
+            }
+            _ => {}
+        }
     }
 }

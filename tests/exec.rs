@@ -713,6 +713,26 @@ fn a_reviewed_tools_program_runs_only_once_a_person_approves_it() {
     env.leaves_nothing();
 }
 
+/// A tool whose calls' changes a person reviews runs no program: `warden exec` writes its
+/// roots in place, so there would be nothing to review.
+#[test]
+fn a_tool_whose_changes_are_reviewed_runs_no_program() {
+    let env = Env::new(65_486, "");
+    let path = env.dir.path().join("policies/shell-host.toml");
+    let policy = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("\nsession = true", "\n# session = true")
+        .replace("access = \"read-only\"", "access = \"read-write\"");
+    std::fs::write(&path, format!("{policy}\n[review]\nchanges = true\n")).unwrap();
+    let script = "echo RAN > planted; echo RAN";
+    let out = env.exec(&["host-shell", "--", "sh", "-c", script], b"");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(125), "{stdout}{stderr}");
+    assert!(!stdout.contains("RAN"), "{stdout}");
+    assert!(stderr.contains("writes its roots in place"), "{stderr}");
+    assert!(!env.dir.path().join("workspace/planted").exists());
+}
+
 /// `echo RAN` exec'd at [`Terminal::controlling`], the reviewer typing each answer once its
 /// prompt shows, with no input: how it ended, as [`finish`] says.
 fn reviewed(env: &Env, answers: &[(&str, &[u8])]) -> (Option<i32>, String, String) {

@@ -112,7 +112,7 @@ impl Replay {
                         t.decisions.insert(call_id.clone(), decision.clone());
                     }
                 }
-                Event::Pending { .. } => {}
+                Event::Pending { .. } | Event::ChangesDecision { .. } => {}
                 Event::Started { call_id, .. } => {
                     if let Some(t) = &mut turn {
                         t.started.insert(call_id.clone());

@@ -7,7 +7,10 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
-use warden_core::{BoxFuture, CallObserver, Decision, Reviewer, ToolCall, ToolMessage, ToolSpec};
+use warden_core::{
+    BoxFuture, CallObserver, ChangesToReview, Decision, Reviewer, ToolCall, ToolMessage, ToolSpec,
+    Verdict,
+};
 
 /// Where decisions about calls that need review come from.
 #[derive(Clone)]
@@ -29,7 +32,9 @@ pub enum DecisionsError {
     Invalid(PathBuf, String),
 }
 
-/// Decisions keyed by `tool_call_id`: `{"call_1": {"decision": "approve"}, …}`.
+/// Decisions keyed by `tool_call_id`: `{"call_1": {"decision": "approve"}, …}`; an entry's
+/// `changes` (`{"decision": "approve"}` or `{"decision": "reject", "reason": …}`) decides
+/// whether the changes the call made are kept, where its policy reviews them.
 #[derive(Debug, Clone, Default)]
 pub struct Decisions {
     path: PathBuf,
@@ -38,12 +43,23 @@ pub struct Decisions {
 
 #[derive(Debug, Clone)]
 struct Entry {
-    decision: Decision,
+    /// Whether the call runs; `None` when the entry decides only its changes.
+    decision: Option<Decision>,
+    /// Whether its changes are kept.
+    changes: Option<Verdict>,
     /// The tool the decision is meant for, when the file says.
     tool: Option<String>,
 }
 
-const FIELDS: [&str; 6] = ["decision", "arguments", "reason", "content", "tool", "name"];
+const FIELDS: [&str; 7] = [
+    "decision",
+    "arguments",
+    "reason",
+    "content",
+    "tool",
+    "name",
+    "changes",
+];
 
 impl Decisions {
     /// Reads a decisions file. Unknown fields are errors: a typo must not approve a call.
@@ -78,9 +94,29 @@ impl Decisions {
                 Some(Value::String(s)) => Some(s),
                 Some(_) => return Err(invalid(format!("`tool` of `{id}` is not a string"))),
             };
-            let decision: Decision = serde_json::from_value(entry)
-                .map_err(|e| invalid(format!("the decision for `{id}`: {e}")))?;
-            by_id.insert(id, Entry { decision, tool });
+            let changes =
+                match fields.remove("changes") {
+                    None => None,
+                    Some(v) => Some(serde_json::from_value(v).map_err(|e| {
+                        invalid(format!("the decision on the changes of `{id}`: {e}"))
+                    })?),
+                };
+            let decision = if fields.is_empty() && changes.is_some() {
+                None
+            } else {
+                Some(
+                    serde_json::from_value(entry)
+                        .map_err(|e| invalid(format!("the decision for `{id}`: {e}")))?,
+                )
+            };
+            by_id.insert(
+                id,
+                Entry {
+                    decision,
+                    changes,
+                    tool,
+                },
+            );
         }
         Ok(Self {
             path: path.to_owned(),
@@ -97,15 +133,40 @@ impl Decisions {
     /// rejection: an edit may change the arguments, never the tool.
     pub fn decide(&self, call: &ToolCall) -> Option<Decision> {
         let entry = self.by_id.get(&call.id)?;
-        match &entry.tool {
-            Some(tool) if *tool != call.name => Some(Decision::Reject {
+        match Self::other_tool(entry, call) {
+            Some(reason) => Some(Decision::Reject { reason }),
+            None => entry.decision.clone(),
+        }
+    }
+
+    /// The decision on the changes of one call: a rejection when the file has none, since
+    /// the changes cannot wait for a resume (they are held by this process).
+    pub fn decide_changes(&self, call: &ToolCall) -> Verdict {
+        let entry = self.by_id.get(&call.id);
+        let other = entry.and_then(|e| Self::other_tool(e, call));
+        match (entry.and_then(|e| e.changes.clone()), other) {
+            (_, Some(reason)) => Verdict::Reject { reason },
+            (Some(verdict), None) => verdict,
+            (None, None) => Verdict::Reject {
                 reason: format!(
-                    "the reviewer's decision names the tool `{tool}`, but this call is for `{}`; \
-                     a review cannot switch a call to another tool",
-                    call.name
+                    "the decisions file {} has no decision on this call's changes (`changes` \
+                     in the entry for `{}`), so they were discarded",
+                    self.path.display(),
+                    call.id
                 ),
-            }),
-            _ => Some(entry.decision.clone()),
+            },
+        }
+    }
+
+    /// Why `entry` cannot decide `call`: it names another tool.
+    fn other_tool(entry: &Entry, call: &ToolCall) -> Option<String> {
+        match &entry.tool {
+            Some(tool) if *tool != call.name => Some(format!(
+                "the reviewer's decision names the tool `{tool}`, but this call is for `{}`; a \
+                 review cannot switch a call to another tool",
+                call.name
+            )),
+            _ => None,
         }
     }
 }
@@ -248,6 +309,33 @@ impl ReviewGate {
         decision
     }
 
+    async fn decide_changes(
+        &self,
+        call: &ToolCall,
+        spec: &ToolSpec,
+        changes: &ChangesToReview,
+    ) -> Verdict {
+        let (verdict, source) = match &self.source {
+            ReviewSource::Ask(r) => (r.review_changes(call, spec, changes).await, "terminal"),
+            ReviewSource::File(file) => (file.decide_changes(call), "file"),
+            ReviewSource::Nobody => (
+                Verdict::Reject {
+                    reason: "this tool needs a person to review what each call changed, and no \
+                             reviewer is available (no terminal, no --decisions file)"
+                        .into(),
+                },
+                "none",
+            ),
+        };
+        self.ledger.transcript.record(Event::ChangesDecision {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            verdict: verdict.clone(),
+            source: source.into(),
+        });
+        verdict
+    }
+
     fn write(&self, call: &ToolCall, decision: &Decision, source: &str) {
         self.ledger.transcript.record(Event::Decision {
             call_id: call.id.clone(),
@@ -261,6 +349,15 @@ impl ReviewGate {
 impl Reviewer for ReviewGate {
     fn review<'a>(&'a self, call: &'a ToolCall, spec: &'a ToolSpec) -> BoxFuture<'a, Decision> {
         Box::pin(self.decide(call, spec))
+    }
+
+    fn review_changes<'a>(
+        &'a self,
+        call: &'a ToolCall,
+        spec: &'a ToolSpec,
+        changes: &'a ChangesToReview,
+    ) -> BoxFuture<'a, Verdict> {
+        Box::pin(self.decide_changes(call, spec, changes))
     }
 }
 
@@ -293,6 +390,34 @@ mod tests {
             matches!(d.decide(&call("c")), Some(Decision::Reject { reason }) if reason.contains("another tool"))
         );
         assert_eq!(d.decide(&call("z")), None);
+    }
+
+    #[test]
+    fn reads_decisions_on_a_calls_changes() {
+        let d = parse(json!({
+            "a": {"changes": {"decision": "approve"}},
+            "b": {"decision": "approve", "changes": {"decision": "reject", "reason": "no"}},
+            "c": {"decision": "approve"},
+            "d": {"tool": "rm", "changes": {"decision": "approve"}},
+        }))
+        .unwrap();
+        let call = |id: &str| ToolCall::new(id, "add", &json!({}));
+        assert_eq!(d.decide(&call("a")), None, "a decision on changes alone");
+        assert_eq!(d.decide_changes(&call("a")), Verdict::Approve);
+        assert_eq!(d.decide(&call("b")), Some(Decision::Approve));
+        assert_eq!(
+            d.decide_changes(&call("b")),
+            Verdict::Reject {
+                reason: "no".into()
+            }
+        );
+        for id in ["c", "d", "z"] {
+            assert!(
+                matches!(d.decide_changes(&call(id)), Verdict::Reject { .. }),
+                "{id}"
+            );
+        }
+        assert!(parse(json!({"a": {"changes": {"decision": "edit"}}})).is_err());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
-use warden_core::Decision;
+use warden_core::{Decision, Verdict};
 
 /// One event of a run. Every line also carries `ts_ms`, milliseconds since the Unix epoch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,6 +56,15 @@ pub enum Event {
         #[serde(flatten)]
         decision: Decision,
         /// `terminal`, `file`, `none` (no reviewer) or `transcript` (decided before a resume).
+        source: String,
+    },
+    /// A person's decision about the changes a call made (`[review] changes = true`).
+    ChangesDecision {
+        call_id: String,
+        tool: String,
+        #[serde(flatten)]
+        verdict: Verdict,
+        /// `terminal`, `file` or `none` (no reviewer).
         source: String,
     },
     /// A call that waits for a decision the decisions file does not hold yet.

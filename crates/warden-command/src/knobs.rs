@@ -10,8 +10,8 @@ use warden_core::{
 /// What a command executor honours: env and roots (seen at `paths`), hosts and credentials
 /// through warden's gate, sessions; not the DNS switch, fuel or the response cap, which
 /// belong to wasm tools' host-side HTTP and instructions; which roots a command opened is
-/// not observed.
-pub fn capabilities(paths: Paths) -> Capabilities {
+/// not observed. `changes`: whether the executor can hold a call's changes for a reviewer.
+pub fn capabilities(paths: Paths, changes: Support) -> Capabilities {
     Capabilities {
         paths,
         env: Support::Honoured,
@@ -36,6 +36,7 @@ pub fn capabilities(paths: Paths) -> Capabilities {
         // A container or process opens its roots through the kernel, where warden does not
         // watch (fanotify needs privileges and sees every process on the mount).
         roots_observed: false,
+        changes,
     }
 }
 

@@ -139,6 +139,7 @@ fn invocation(id: SessionId, limits: Limits) -> Invocation {
         usage: Meter::default(),
         output: None,
         caller_env: Default::default(),
+        hold: None,
     }
 }
 

@@ -70,6 +70,9 @@ pub struct Capabilities {
     /// Each call reports the filesystem roots it opened ([`crate::Meter::open_root`]), so the
     /// usage report can name the roots no call opened.
     pub roots_observed: bool,
+    /// A call's changes to its read-write roots held for a reviewer before they are applied
+    /// (`[review] changes = true`, see [`crate::HeldChanges`]).
+    pub changes: Support,
 }
 
 /// Where the check reports: the file, its text and the executor kind.
@@ -128,6 +131,21 @@ impl Checked<'_> {
             return Err(self.refuse(first.span(), "net_credentials", why));
         }
         Ok(())
+    }
+
+    /// Refuses `changes = true` in a review table (`table`) where the executor cannot hold a
+    /// call's changes for the reviewer.
+    pub(crate) fn review(
+        &self,
+        caps: &Capabilities,
+        changes: Option<&Spanned<bool>>,
+    ) -> Result<(), PolicyError> {
+        match (caps.changes, changes) {
+            (Support::Refused(why), Some(on)) if *on.get_ref() => {
+                Err(self.refuse(on.span(), "review of changes (`changes = true`)", why))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Refuses every limit the executor cannot honour; `table` names where it was written.

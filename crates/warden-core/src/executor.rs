@@ -1,5 +1,6 @@
 //! The seam between the dispatcher and the sandboxes.
 
+use crate::changes::HeldChanges;
 use crate::grants::CallerEnv;
 use crate::limits::Limits;
 use crate::message::{ErrorKind, ToolError};
@@ -42,6 +43,9 @@ pub struct Invocation {
     /// The variables the session's client set for this tool, checked against its policy's
     /// `env_from_caller` (empty unless the client set some).
     pub caller_env: CallerEnv,
+    /// Set when a person reviews the call's effects: an executor that sees the call's writes
+    /// holds them there, once its command has ended on its own, instead of committing them.
+    pub hold: Option<HeldChanges>,
 }
 
 impl Invocation {

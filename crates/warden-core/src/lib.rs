@@ -10,6 +10,7 @@ mod backend;
 mod call_id;
 mod calllog;
 mod capability;
+pub mod changes;
 mod dispatch;
 mod executor;
 mod grants;
@@ -37,6 +38,7 @@ pub use admission::Admission;
 pub use backend::{Backend, Loaded, LoadedTool, Probe, ProbeError, Reach, Report, ReportLine};
 pub use calllog::{CallLog, CallOutcome, Rotation};
 pub use capability::{Capabilities, ExecutorKind, NetHosts, Support};
+pub use changes::{ChangesToReview, HeldChanges, PendingChanges};
 pub use dispatch::{CallObserver, CallTelemetry, Dispatcher, EndedCall, export_calls};
 pub use executor::{
     BoxFuture, Denial, Denials, Executor, Held, Invocation, Meter, Output, Reached, SHELL_DETAIL,
@@ -52,7 +54,7 @@ pub use output::{OutputSink, OutputStream};
 pub use policy::{FunctionOverride, Origin, Policy};
 pub use program::{Exit, Input, Program, Sink, WindowSize};
 pub use redact::StreamRedactor;
-pub use review::{Decision, Reviewer};
+pub use review::{Decision, Reviewer, Verdict};
 pub use run::{RunLimitHit, RunLimits, RunUsage};
 pub use spec::{ToolSpec, is_valid_tool_name};
 pub use table::ExecutorTable;

@@ -18,6 +18,15 @@ use toml::de::DeTable;
 struct ReviewSpec {
     #[serde(default)]
     required: bool,
+    /// Ask the reviewer again once the call has run, with what it changed.
+    #[serde(default)]
+    changes: Option<Spanned<bool>>,
+}
+
+impl ReviewSpec {
+    fn changes(&self) -> Option<bool> {
+        self.changes.as_ref().map(|c| *c.get_ref())
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -82,6 +91,8 @@ pub struct Origin {
 pub struct FunctionOverride {
     pub limits: LimitsSpec,
     pub review_required: Option<bool>,
+    /// `review.changes` of the function, when it writes one.
+    pub review_changes: Option<bool>,
     pub idempotent: Option<bool>,
     pub line: usize,
 }
@@ -104,6 +115,9 @@ pub struct Policy {
     pub grant_lines: GrantLines,
     pub limits: LimitsSpec,
     pub review_required: bool,
+    /// `[review] changes = true`: a person decides whether a call's changes to its read-write
+    /// roots are kept, once it has run.
+    pub review_changes: bool,
     pub functions: BTreeMap<String, FunctionOverride>,
     /// Where the component came from, when it came from a registry.
     pub origin: Option<Origin>,
@@ -161,6 +175,7 @@ impl Policy {
         };
         checked.grants(&caps, &file.grants)?;
         checked.limits(&caps, "[limits]", &file.limits)?;
+        checked.review(&caps, file.review.changes.as_ref())?;
         let base = path.parent().unwrap_or(Path::new("."));
         let grant_lines = file.grants.lines(&text);
         let grants = file
@@ -177,6 +192,8 @@ impl Policy {
             let spec = spec.into_inner();
             let table = format!("[functions.{name}]");
             checked.limits(&caps, &table, &spec.limits)?;
+            let review = spec.review.as_ref();
+            checked.review(&caps, review.and_then(|r| r.changes.as_ref()))?;
             let limits = spec
                 .limits
                 .check()
@@ -185,7 +202,8 @@ impl Policy {
                 name,
                 FunctionOverride {
                     limits,
-                    review_required: spec.review.map(|r| r.required),
+                    review_required: review.map(|r| r.required),
+                    review_changes: review.and_then(ReviewSpec::changes),
                     idempotent: spec.idempotent,
                     line,
                 },
@@ -214,6 +232,7 @@ impl Policy {
             grant_lines,
             limits,
             review_required: file.review.required,
+            review_changes: file.review.changes().unwrap_or(false),
             functions,
             origin: file.origin,
         })
@@ -251,6 +270,7 @@ mod tests {
         sessions: false,
         programs: false,
         roots_observed: true,
+        changes: Support::Honoured,
     };
 
     impl ExecutorKind for Fake {
@@ -394,7 +414,7 @@ mod tests {
     #[test]
     fn what_a_backend_cannot_honour_is_refused_at_its_line() {
         let no = Support::Refused("the reason");
-        let cases: [(Capabilities, &str, usize, &str); 9] = [
+        let cases: [(Capabilities, &str, usize, &str); 11] = [
             (
                 Capabilities { env: no, ..ALL },
                 "[grants]\nenv = { A = \"1\" }\n",
@@ -460,6 +480,18 @@ mod tests {
                 "[limits]\nmemory = \"2MiB\"\n",
                 4,
                 "at most 1MiB",
+            ),
+            (
+                Capabilities { changes: no, ..ALL },
+                "[review]\nrequired = true\nchanges = true\n",
+                5,
+                "review of changes",
+            ),
+            (
+                Capabilities { changes: no, ..ALL },
+                "[functions.f]\nreview = { changes = true }\n",
+                4,
+                "review of changes",
             ),
         ];
         for (caps, grants, line, words) in cases {

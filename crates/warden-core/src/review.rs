@@ -1,5 +1,6 @@
 //! The review gate: a person decides calls whose policy requires review.
 
+use crate::changes::ChangesToReview;
 use crate::executor::BoxFuture;
 use crate::message::ToolCall;
 use crate::spec::ToolSpec;
@@ -20,7 +21,28 @@ pub enum Decision {
     Respond { content: String },
 }
 
+/// What a reviewer decided about the changes a call made (`[review] changes = true`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum Verdict {
+    /// Keep them: they are applied to the roots.
+    Approve,
+    /// Discard them; the model gets a `rejected` error with the reason.
+    Reject { reason: String },
+}
+
 /// Decides calls that need review. Keyed by the call (its `tool_call_id`), never by position.
 pub trait Reviewer: Send + Sync {
+    /// Whether `call` may run (`[review] required = true`).
     fn review<'a>(&'a self, call: &'a ToolCall, spec: &'a ToolSpec) -> BoxFuture<'a, Decision>;
+
+    /// Whether the changes `call` made are kept (`[review] changes = true`); asked once the
+    /// call has run, its changes held. Secrets are redacted from `changes` already; the
+    /// paths and text are the sandbox's, so a reviewer shows them escaped.
+    fn review_changes<'a>(
+        &'a self,
+        call: &'a ToolCall,
+        spec: &'a ToolSpec,
+        changes: &'a ChangesToReview,
+    ) -> BoxFuture<'a, Verdict>;
 }

@@ -120,6 +120,8 @@ pub struct Tool {
     pub policy: Arc<Policy>,
     pub limits: Limits,
     pub review_required: bool,
+    /// A person decides, once a call has run, whether its changes are kept.
+    pub review_changes: bool,
     /// Transient failures may be retried.
     pub idempotent: bool,
     pub executor: Arc<dyn Executor>,
@@ -278,6 +280,9 @@ impl Toolbox {
             let review_required = over
                 .and_then(|o| o.review_required)
                 .unwrap_or(policy.review_required);
+            let review_changes = over
+                .and_then(|o| o.review_changes)
+                .unwrap_or(policy.review_changes);
             let idempotent = over.and_then(|o| o.idempotent).unwrap_or(policy.idempotent);
             let permits = Arc::new(Semaphore::new(limits.concurrency as usize));
             let facts = Arc::new(PolicyFacts::new(
@@ -294,6 +299,7 @@ impl Toolbox {
                     policy: policy.clone(),
                     limits,
                     review_required,
+                    review_changes,
                     idempotent,
                     executor: tool.executor,
                     report: report.clone(),

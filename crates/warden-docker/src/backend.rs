@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use warden_command::{Template, session_shell};
 use warden_core::{
     Access, Backend, ByteSize, Capabilities, ExecutorKind, Grants, Loaded, LoadedTool, Paths,
-    Policy, PolicyError, Reach, Report, ReportLine, ToolSpec,
+    Policy, PolicyError, Reach, Report, ReportLine, Support, ToolSpec,
 };
 use warden_net::{Egress, Gate};
 
@@ -88,7 +88,13 @@ impl ExecutorKind for DockerBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        warden_command::capabilities(Paths::Guest)
+        warden_command::capabilities(
+            Paths::Guest,
+            Support::Refused(
+                "a docker call writes its binds in place; only host tools' calls are \
+                 transactions so far",
+            ),
+        )
     }
 }
 

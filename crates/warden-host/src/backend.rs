@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use warden_command::{Template, session_shell};
 use warden_core::{
     Backend, BoxFuture, ByteSize, Capabilities, ExecutorKind, HumanDuration, Loaded, LoadedTool,
-    Paths, Policy, PolicyError, Probe, ProbeError, Reach, Report, ReportLine, ToolSpec,
+    Paths, Policy, PolicyError, Probe, ProbeError, Reach, Report, ReportLine, Support, ToolSpec,
 };
 use warden_net::{Egress, Gate};
 use warden_tx::Store;
@@ -80,6 +80,35 @@ impl HostBackend {
     pub fn transactions(mut self, store: Arc<Store>) -> Self {
         self.views = Some(store);
         self
+    }
+
+    /// Refuses `[review] changes = true` where this backend's calls are not transactions: a
+    /// session's shell writes in place, and so does every call without a store.
+    fn check_review_of_changes(
+        &self,
+        cfg: &HostConfig,
+        policy: &Policy,
+    ) -> Result<(), PolicyError> {
+        let reviewed = policy.review_changes
+            || policy
+                .functions
+                .values()
+                .any(|f| f.review_changes == Some(true));
+        let why = if !reviewed {
+            return Ok(());
+        } else if cfg.session {
+            "a session's shell writes its roots in place; review of changes needs a call of its \
+             own for each command (drop `session = true`)"
+        } else if self.views.is_none() {
+            "this warden keeps no transaction store, so its calls write in place"
+        } else {
+            return Ok(());
+        };
+        Err(PolicyError::new(
+            &policy.path,
+            None,
+            format!("review of changes (`[review] changes = true`) cannot be honoured: {why}"),
+        ))
     }
 
     /// Reaches out for tools' gates as `egress` says (resolver, upstream roots).
@@ -181,7 +210,7 @@ impl ExecutorKind for HostBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        warden_command::capabilities(Paths::Host)
+        warden_command::capabilities(Paths::Host, Support::Honoured)
     }
 }
 
@@ -208,6 +237,7 @@ impl Backend for HostBackend {
     fn load(&self, policy: &Arc<Policy>) -> Result<Loaded, PolicyError> {
         let tool = self.tool(policy, self.prepared)?;
         let (cfg, template) = (tool.config(), tool.template());
+        self.check_review_of_changes(cfg, policy)?;
         let limits = policy.limits_for(&cfg.name);
         let roots: Vec<String> = policy
             .grants

@@ -1,33 +1,34 @@
 //! A call's changes to its writable roots, settled once its command has ended (see
-//! `warden_tx`): committed when the command ended on its own, whatever its exit status;
-//! discarded when warden ended it (timeout, a limit, a failed sandbox, a cancel: the view is
-//! dropped with the call's future), so such a call leaves nothing behind.
+//! `warden_tx`): committed when the command ended on its own, whatever its exit status — or
+//! held for the dispatcher when a person reviews them; discarded when warden ended it
+//! (timeout, a limit, a failed sandbox, a cancel: the view is dropped with the call's
+//! future), so such a call leaves nothing behind.
 
-use serde_json::Value;
-use warden_core::{ErrorKind, Output, ToolError};
+use warden_core::changes::{self, discarded_detail};
+use warden_core::{ChangesToReview, ErrorKind, HeldChanges, Output, PendingChanges, ToolError};
 use warden_tx::{ChangeSet, TxError, View};
 
 /// The changes an answer lists; the rest are counted (`count`) and in the record.
 const SHOWN: usize = 100;
 
-/// What a call with a view answers, once its changes are committed or discarded. `gone`:
-/// every process of the call has ended, so what the view holds is final.
+/// The bytes of diff a reviewer of a call's changes is shown.
+const DIFF_BYTES: usize = 64 * 1024;
+
+/// What a call with a view answers, once its changes are committed, held in `hold` or
+/// discarded. `gone`: every process of the call has ended, so what the view holds is final.
 pub(crate) fn settle(
     view: Option<View>,
     gone: bool,
     names: (&str, &str),
+    hold: Option<&HeldChanges>,
     answered: Result<Output, ToolError>,
 ) -> Result<Output, ToolError> {
     let Some(view) = view else {
         return answered;
     };
-    let on_its_own = match &answered {
-        Ok(_) => true,
-        Err(e) => e.kind == ErrorKind::ExitStatus,
-    };
-    if !on_its_own {
+    if !changes::ended_on_its_own(&answered) {
         drop(view);
-        return answered.map_err(discarded);
+        return answered.map_err(changes::discarded);
     }
     if !gone {
         drop(view);
@@ -37,61 +38,73 @@ pub(crate) fn settle(
         return Err(e.with_detail("changes", discarded_detail()));
     }
     let (call_id, tool) = names;
-    let committed = view
-        .changes()
-        .and_then(|changes| view.commit(call_id, tool, &changes).map(|()| changes));
-    match committed {
-        Ok(changes) => with_changes(answered, &changes),
-        Err(e) => Err(refused(&e, answered)),
+    let changes = match view.changes() {
+        Ok(changes) => changes,
+        Err(e) => return Err(changes::refused(refusal(&e), answered)),
+    };
+    let shown = shown(&changes);
+    match hold {
+        Some(hold) if !changes.changes.is_empty() => {
+            let diff = view.diff(&changes, DIFF_BYTES);
+            hold.put(Box::new(Pending {
+                view,
+                changes,
+                call: call_id.to_owned(),
+                tool: tool.to_owned(),
+                shown: ChangesToReview {
+                    changes: shown.clone(),
+                    diff,
+                },
+            }));
+            changes::with_changes(answered, shown)
+        }
+        _ => match view.commit(call_id, tool, &changes) {
+            Ok(()) => changes::with_changes(answered, shown),
+            Err(e) => Err(changes::refused(refusal(&e), answered)),
+        },
     }
 }
 
-/// The answer with its change set in its details.
-fn with_changes(
-    answered: Result<Output, ToolError>,
-    changes: &ChangeSet,
-) -> Result<Output, ToolError> {
+/// The change set as an answer lists it, with its digest.
+fn shown(changes: &ChangeSet) -> serde_json::Value {
     let mut shown = changes.to_json(SHOWN);
     shown["digest"] = changes.digest().into();
-    match answered {
-        Ok(mut output) => {
-            output.details.insert("changes".into(), shown);
-            Ok(output)
-        }
-        Err(mut e) => {
-            e.set_detail("changes", shown);
-            Err(e)
-        }
+    shown
+}
+
+/// A call's changes held for a reviewer: committed on approval, discarded when dropped.
+struct Pending {
+    view: View,
+    changes: ChangeSet,
+    call: String,
+    tool: String,
+    shown: ChangesToReview,
+}
+
+impl PendingChanges for Pending {
+    fn shown(&self) -> &ChangesToReview {
+        &self.shown
+    }
+
+    fn commit(self: Box<Self>) -> Result<(), ToolError> {
+        let Pending {
+            view,
+            changes,
+            call,
+            tool,
+            ..
+        } = *self;
+        view.commit(&call, &tool, &changes).map_err(|e| refusal(&e))
     }
 }
 
-/// A warden-ended call's answer, saying its writes were not kept.
-fn discarded(mut e: ToolError) -> ToolError {
-    e.message
-        .push_str("\nNothing it wrote to its read-write roots was kept.");
-    e.set_detail("changes", discarded_detail());
-    e
-}
-
-fn discarded_detail() -> Value {
-    serde_json::json!({ "discarded": true })
-}
-
-/// The answer of a call whose changes could not be applied: the reason, then what the
-/// command itself answered.
-fn refused(e: &TxError, answered: Result<Output, ToolError>) -> ToolError {
+/// Why a call's changes were not applied, as the kind of error the model acts on.
+fn refusal(e: &TxError) -> ToolError {
     let kind = match e {
         TxError::Conflict { .. } => ErrorKind::Conflict,
         TxError::TooLarge { .. } => ErrorKind::LimitExceeded,
         TxError::Special(_) => ErrorKind::Denied,
         _ => ErrorKind::Internal,
     };
-    let (said, details) = match answered {
-        Ok(output) => (output.content, Value::Object(output.details)),
-        Err(err) => (err.message, err.details),
-    };
-    let mut refused = ToolError::new(kind, format!("{e}\n[what the command answered]\n{said}"));
-    refused.details = details;
-    refused.set_detail("changes", discarded_detail());
-    refused
+    ToolError::new(kind, e.to_string())
 }

@@ -56,7 +56,7 @@ impl Handler {
     pub(crate) fn needs_peer(&self, name: &str) -> bool {
         let snapshot = self.shared.snapshot();
         let tool = snapshot.dispatcher.toolbox().get(name);
-        tool.is_some_and(|t| t.review_required)
+        tool.is_some_and(|t| t.review_required || t.review_changes)
     }
 
     /// Runs one `tools/call` through this session's dispatcher, in the place among the calls
@@ -113,7 +113,7 @@ impl Handler {
             return Some(Answered::new(message, spec));
         }
         let _review = tool
-            .filter(|t| t.review_required)
+            .filter(|t| t.review_required || t.review_changes)
             .zip(peer)
             .map(|(_, peer)| self.shared.reviewer.register(&call.id, peer.clone()));
         let start = Instant::now();

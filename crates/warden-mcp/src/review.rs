@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use warden_core::shown::Escaped;
-use warden_core::{BoxFuture, Decision, Reviewer, ToolCall, ToolSpec};
+use warden_core::{BoxFuture, ChangesToReview, Decision, Reviewer, ToolCall, ToolSpec, Verdict};
 
 /// Asks the client that sent each call, when it declared the elicitation capability.
 #[derive(Default)]
@@ -46,32 +46,67 @@ impl ElicitationReviewer {
     }
 }
 
+impl ElicitationReviewer {
+    /// Asks the client of `call` with the form [`request`] makes of `message`.
+    async fn ask(&self, call: &ToolCall, message: String) -> Decision {
+        let peer = self.lock().get(&call.id).cloned();
+        let Some(peer) = peer else {
+            return reject(NO_REVIEWER);
+        };
+        if !peer
+            .supported_elicitation_modes()
+            .contains(&ElicitationMode::Form)
+        {
+            return reject(NO_REVIEWER);
+        }
+        let params = match request(message) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!("cannot build the review form: {e}");
+                return reject("warden could not build the review form; this is a bug");
+            }
+        };
+        match peer.create_elicitation(params).await {
+            Ok(answer) => decide(answer.action, answer.content.as_ref()),
+            Err(e) => {
+                tracing::warn!(call = %call.id, "the review request failed: {e}");
+                reject("the review request to the client failed, so the call was not run")
+            }
+        }
+    }
+}
+
 impl Reviewer for ElicitationReviewer {
     fn review<'a>(&'a self, call: &'a ToolCall, spec: &'a ToolSpec) -> BoxFuture<'a, Decision> {
-        let peer = self.lock().get(&call.id).cloned();
+        // A client may show this on a terminal: the model's arguments are shown, not obeyed.
+        let message = format!(
+            "The tool `{}` needs your review before it runs.\nArguments: {}",
+            Escaped(&spec.name),
+            Escaped(&call.arguments)
+        );
+        Box::pin(self.ask(call, message))
+    }
+
+    fn review_changes<'a>(
+        &'a self,
+        call: &'a ToolCall,
+        spec: &'a ToolSpec,
+        changes: &'a ChangesToReview,
+    ) -> BoxFuture<'a, Verdict> {
+        let message = format!(
+            "The tool `{}` ran with {} and changed files. Approve to keep its changes, \
+             reject to discard them.\n{}",
+            Escaped(&spec.name),
+            Escaped(&call.arguments),
+            changes.to_text()
+        );
         Box::pin(async move {
-            let Some(peer) = peer else {
-                return reject(NO_REVIEWER);
-            };
-            if !peer
-                .supported_elicitation_modes()
-                .contains(&ElicitationMode::Form)
-            {
-                return reject(NO_REVIEWER);
-            }
-            let params = match request(call, spec) {
-                Ok(p) => p,
-                Err(e) => {
-                    tracing::error!("cannot build the review form: {e}");
-                    return reject("warden could not build the review form; this is a bug");
-                }
-            };
-            match peer.create_elicitation(params).await {
-                Ok(answer) => decide(answer.action, answer.content.as_ref()),
-                Err(e) => {
-                    tracing::warn!(call = %call.id, "the review request failed: {e}");
-                    reject("the review request to the client failed, so the call was not run")
-                }
+            match self.ask(call, message).await {
+                Decision::Approve => Verdict::Approve,
+                Decision::Reject { reason } => Verdict::Reject { reason },
+                _ => Verdict::Reject {
+                    reason: "the reviewer answered neither approve nor reject".into(),
+                },
             }
         })
     }
@@ -87,8 +122,8 @@ fn reject(reason: &str) -> Decision {
     }
 }
 
-/// The form a reviewer fills in: approve or reject, and why.
-fn request(call: &ToolCall, spec: &ToolSpec) -> Result<ElicitRequestParams, serde_json::Error> {
+/// The form a reviewer fills in below `message`: approve or reject, and why.
+fn request(message: String) -> Result<ElicitRequestParams, serde_json::Error> {
     let schema: rmcp::model::JsonObject = serde_json::from_value(json!({
         "type": "object",
         "properties": {
@@ -96,7 +131,7 @@ fn request(call: &ToolCall, spec: &ToolSpec) -> Result<ElicitRequestParams, serd
                 "type": "string",
                 "title": "Decision",
                 "enum": ["approve", "reject"],
-                "description": "Run the call as written, or refuse it",
+                "description": "Approve or refuse what the message asks about",
             },
             "reason": {
                 "type": "string",
@@ -108,12 +143,7 @@ fn request(call: &ToolCall, spec: &ToolSpec) -> Result<ElicitRequestParams, serd
     }))?;
     Ok(ElicitRequestParams::FormElicitationParams {
         meta: None,
-        // A client may show this on a terminal: the model's arguments are shown, not obeyed.
-        message: format!(
-            "The tool `{}` needs your review before it runs.\nArguments: {}",
-            Escaped(&spec.name),
-            Escaped(&call.arguments)
-        ),
+        message,
         requested_schema: ElicitationSchema::from_json_schema(schema)?,
     })
 }
@@ -164,13 +194,6 @@ mod tests {
 
     #[test]
     fn the_form_is_a_valid_elicitation_schema() {
-        let call = ToolCall::new("c", "t", &json!({"a": 1}));
-        let spec = ToolSpec {
-            name: "t".into(),
-            description: String::new(),
-            input_schema: json!({"type": "object"}),
-            output_schema: None,
-        };
-        assert!(request(&call, &spec).is_ok());
+        assert!(request("review".into()).is_ok());
     }
 }

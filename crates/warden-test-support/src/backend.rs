@@ -79,6 +79,7 @@ impl ExecutorKind for TestBackend {
             sessions: true,
             programs: false,
             roots_observed: true,
+            changes: Support::Refused("the test backend writes nothing"),
         }
     }
 }

@@ -11,6 +11,7 @@
 //! - [`MAX_CALL_BYTES`]: what one call's changes and their pre-images may hold.
 //! - [`KEEP_BYTES`] and [`KEEP_FOR`]: the pre-images kept for undo; past them the oldest are
 //!   dropped, and an undo of a dropped call says so.
+//! - [`DIFF_FILE_BYTES`]: the largest file [`View::diff`] shows the text of.
 //!
 //! What "byte-exact" covers is in [`Entry`]. Commit, undo and rewind reach every path beneath
 //! its root without following a link (see `beneath`), and a commit is journalled: a warden
@@ -18,12 +19,14 @@
 
 mod beneath;
 mod changes;
+mod diff;
 mod entry;
 mod record;
 mod store;
 mod writes;
 
 pub use changes::{Change, ChangeKind};
+pub use diff::DIFF_FILE_BYTES;
 pub use entry::{Entry, Kind};
 pub use record::{CallRecord, State};
 pub use store::{ChangeSet, Layer, Store, View};

@@ -182,6 +182,10 @@ impl ExecutorKind for WasmBackend {
             sessions: false,
             programs: false,
             roots_observed: true,
+            changes: Support::Refused(
+                "a wasm tool writes through warden's own WASI filesystem, which has no \
+                 copy-on-write layer yet: only host tools' calls are transactions so far",
+            ),
         }
     }
 }

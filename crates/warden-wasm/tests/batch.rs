@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use warden_core::{
-    Admission, BoxFuture, CallLog, Decision, Dispatcher, Reviewer, RunLimits, Status, ToolCall,
-    ToolMessage, ToolSpec,
+    Admission, BoxFuture, CallLog, ChangesToReview, Decision, Dispatcher, Reviewer, RunLimits,
+    Status, ToolCall, ToolMessage, ToolSpec, Verdict,
 };
 
 /// The secret WARDEN_TEST_TOKEN holds ([`crate::common::host_vars`]).
@@ -348,6 +348,19 @@ impl Reviewer for Scripted {
             d.unwrap_or(Decision::Reject {
                 reason: "no decision".into(),
             })
+        })
+    }
+
+    fn review_changes<'a>(
+        &'a self,
+        _: &'a ToolCall,
+        _: &'a ToolSpec,
+        _: &'a ChangesToReview,
+    ) -> BoxFuture<'a, Verdict> {
+        Box::pin(async {
+            Verdict::Reject {
+                reason: "wasm tools hold no changes".into(),
+            }
         })
     }
 }

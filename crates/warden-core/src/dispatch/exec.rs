@@ -81,13 +81,26 @@ impl Dispatcher {
 
     /// A program of a tool that requires review, put to the reviewer as a call whose
     /// arguments are `{"argv": [...]}`: `None` to run it (with the argv an edit gave), or how
-    /// it ended without running. A tool without review runs as it is.
+    /// it ended without running. A tool without review runs as it is; one whose calls'
+    /// changes are reviewed runs no program.
     async fn review_program(
         &self,
         tool: &Tool,
         call: &ToolCall,
         program: &mut Program,
     ) -> Option<Result<Exit, ToolError>> {
+        if tool.review_changes {
+            // A program writes its roots in place: there would be nothing held to review.
+            return Some(Err(ToolError::new(
+                ErrorKind::Rejected,
+                format!(
+                    "a person reviews what each call of `{}` changes ([review] changes = true \
+                     in its policy), and a program run by `warden exec` writes its roots in \
+                     place: use `warden call`, or a tool without that review",
+                    tool.spec.name
+                ),
+            )));
+        }
         if !tool.review_required {
             return None;
         }

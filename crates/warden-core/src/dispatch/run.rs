@@ -8,22 +8,29 @@ use super::message::{
 };
 use super::span::CallSpan;
 use super::{Dispatcher, Facts, secrets_of};
+use crate::changes::{self, HeldChanges};
 use crate::executor::{Denials, Invocation, Meter, Output, Usage};
 use crate::grants::NO_CALLER_ENV;
 use crate::message::{ErrorKind, ToolCall, ToolError, ToolMessage};
 use crate::output::OutputSink;
 use crate::redact::RedactedSink;
-use crate::review::Decision;
+use crate::review::{Decision, Verdict};
 use crate::toolbox::Tool;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
-/// A call with warden's own id of it (the caller's is `call.id`).
+/// A call with warden's own id of it (the caller's is `call.id`), and where its executor holds
+/// its changes when a person reviews them.
 #[derive(Clone, Copy)]
 struct Numbered<'a> {
     call: &'a ToolCall,
     id: &'a str,
+    held: Option<&'a HeldChanges>,
 }
+
+/// Why a call that needs a person's review is rejected where no one can review.
+const NO_REVIEWER: &str = "this tool needs a person to review each call, and no reviewer is \
+                           available here; ask the user to run it with a reviewer";
 
 /// Attempts of an idempotent call that keeps failing transiently.
 const MAX_ATTEMPTS: u32 = 3;
@@ -41,6 +48,7 @@ impl Dispatcher {
         output: Option<OutputSink>,
     ) -> ToolMessage {
         let secrets = secrets_of(tool);
+        let held = tool.review_changes.then(HeldChanges::default);
         let start = Instant::now();
         let denials = Denials::default();
         let meter = Meter::default();
@@ -56,6 +64,7 @@ impl Dispatcher {
                 Numbered {
                     call,
                     id: span.id(),
+                    held: held.as_ref(),
                 },
                 arguments,
                 &denials,
@@ -147,6 +156,10 @@ impl Dispatcher {
                     output.map(RedactedSink::sink),
                 )
                 .await;
+            let result = match call.held {
+                Some(held) => self.settle_held(tool, call.call, held, result).await,
+                None => result,
+            };
             match result {
                 Ok(output) => {
                     return Answered {
@@ -176,11 +189,52 @@ impl Dispatcher {
         match &self.reviewer {
             Some(r) => r.review(call, &tool.spec).await,
             None => Decision::Reject {
-                reason: "this tool needs a person to review each call, and no reviewer is \
-                         available here; ask the user to run it with a reviewer"
-                    .into(),
+                reason: NO_REVIEWER.into(),
             },
         }
+    }
+
+    /// The answer of a call whose changes a person reviews, once its executor has held them
+    /// in `held` (an executor holds nothing for a call without changes): kept when the
+    /// reviewer approves, discarded otherwise, and the answer says which.
+    async fn settle_held(
+        &self,
+        tool: &Tool,
+        call: &ToolCall,
+        held: &HeldChanges,
+        answered: Result<Output, ToolError>,
+    ) -> Result<Output, ToolError> {
+        let Some(pending) = held.take() else {
+            return answered;
+        };
+        if !changes::ended_on_its_own(&answered) {
+            drop(pending);
+            return answered.map_err(changes::discarded);
+        }
+        let secrets = secrets_of(tool);
+        let mut shown = pending.shown().clone();
+        shown.diff = secrets.redact(&shown.diff);
+        secrets.redact_value(&mut shown.changes);
+        let verdict = match &self.reviewer {
+            Some(r) => r.review_changes(call, &tool.spec, &shown).await,
+            None => Verdict::Reject {
+                reason: NO_REVIEWER.into(),
+            },
+        };
+        let why = match verdict {
+            Verdict::Approve => match pending.commit() {
+                Ok(()) => return answered,
+                Err(why) => why,
+            },
+            Verdict::Reject { reason } => ToolError::new(
+                ErrorKind::Rejected,
+                format!(
+                    "a reviewer rejected the changes this call made: {reason}\n{}",
+                    changes::DISCARDED
+                ),
+            ),
+        };
+        Err(changes::refused(why, answered))
     }
 
     /// One attempt: the client's variables checked, admission, then the executor under the
@@ -218,6 +272,7 @@ impl Dispatcher {
             usage,
             output,
             caller_env,
+            hold: call.held.cloned(),
         };
         self.session.touch();
         let executed = tool.executor.execute(invocation);

@@ -115,6 +115,7 @@ pub(crate) async fn call_metered(
             usage: usage.clone(),
             output: None,
             caller_env: Default::default(),
+            hold: None,
         })
         .await;
     let denied = denials.snapshot().kept;
