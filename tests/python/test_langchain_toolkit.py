@@ -199,6 +199,37 @@ def test_review_asks_the_review_function(box):
     assert asked == [("host-reviewed", {"text": "fine"}), ("host-reviewed", {"text": "bad"})]
 
 
+def test_review_changes_decides_what_a_call_keeps(box):
+    workspace = box.parent / "workspace"
+    workspace.chmod(0o777)
+    policy = host_tool(
+        "host-write", ["/bin/sh", "-c", "echo $0 > out.txt", "{text}"], workspace
+    ).replace('access = "read-only"', 'access = "read-write"')
+    (box / "write.toml").write_text(policy + "[review]\nchanges = true\n")
+    shown = []
+
+    def review_changes(name, arguments, changes):
+        shown.append((name, arguments, changes))
+        return (arguments["text"] == "keep", "not that text")
+
+    with WardenToolkit(
+        toolbox=box, home=box.parent / "home", warden=warden_bin(), review_changes=review_changes
+    ) as kit:
+        write = tools_of(kit)["host-write"]
+        dropped = write.invoke(call("host-write", {"text": "drop"}, "w1"))
+        assert not (workspace / "out.txt").exists()
+        kept = write.invoke(call("host-write", {"text": "keep"}, "w2"))
+    assert dropped.status == "error" and "not that text" in dropped.content
+    assert dropped.artifact["error"]["kind"] == "rejected"
+    assert kept.status == "success", kept.content
+    assert (workspace / "out.txt").read_text() == "keep\n"
+    assert [(n, a) for n, a, _ in shown] == [
+        ("host-write", {"text": "drop"}),
+        ("host-write", {"text": "keep"}),
+    ]
+    assert "out.txt" in shown[1][2] and "+keep" in shown[1][2], shown[1][2]
+
+
 def test_human_in_the_loop_approves_edits_and_rejects(toolkit):
     turn = AIMessage(
         content="",

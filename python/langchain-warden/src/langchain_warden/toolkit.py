@@ -34,6 +34,17 @@ ReviewFunction = Callable[[str, Mapping[str, Any]], "bool | tuple[bool, str]"]
 """Decides a call that warden holds for review: given the tool's name and arguments, answers
 True to approve, False to reject, or (decision, reason)."""
 
+ReviewChangesFunction = Callable[[str, Mapping[str, Any], str], "bool | tuple[bool, str]"]
+"""Decides whether a call's changes are kept (a tool with `[review] changes = true`): given the
+tool's name, its arguments and what warden shows of the changes (a line each, then a diff),
+answers True to keep them, False to discard them, or (decision, reason)."""
+
+_CHANGED = re.compile(
+    r"\AThe tool `(?P<name>[^`]*)` ran with (?P<args>[^\n]*?) and changed files\. Approve to keep "
+    r"its changes, reject to discard them\.\n(?P<changes>.*)\Z",
+    re.DOTALL,
+)
+
 _ASKED = re.compile(
     r"\AThe tool `(?P<name>[^`]*)` needs your review before it runs\.\nArguments: (?P<args>.*)\Z",
     re.DOTALL,
@@ -62,6 +73,9 @@ class WardenToolkit(BaseToolkit):
         home: warden's home (component store, compile cache, call log); default warden's.
         warden: The `warden` binary; default: found as `find_warden` does.
         review: Decides calls held for review that no HumanInTheLoopMiddleware approved.
+        review_changes: Decides whether the changes of a call of a tool with
+            `[review] changes = true` are kept; without it they are discarded
+            (HumanInTheLoopMiddleware reviews calls before they run, not what they changed).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -72,6 +86,7 @@ class WardenToolkit(BaseToolkit):
     _approved: list[tuple[str, Any]] = PrivateAttr(default_factory=list)
     _approved_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _review: ReviewFunction | None = PrivateAttr(default=None)
+    _review_changes: ReviewChangesFunction | None = PrivateAttr(default=None)
     _finalizer: Any = PrivateAttr()
 
     def __init__(
@@ -81,9 +96,11 @@ class WardenToolkit(BaseToolkit):
         warden: str | os.PathLike[str] | None = None,
         *,
         review: ReviewFunction | None = None,
+        review_changes: ReviewChangesFunction | None = None,
     ) -> None:
         super().__init__()
         self._review = review
+        self._review_changes = review_changes
         self._process = WardenProcess(
             toolbox=toolbox, home=home, warden=warden, reviewer=self._elicit
         )
@@ -141,6 +158,9 @@ class WardenToolkit(BaseToolkit):
                     pass
 
     def _elicit(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
+        changed = _CHANGED.match(str(params.get("message", "")))
+        if changed is not None:
+            return self._decide_changes(changed)
         asked = _ASKED.match(str(params.get("message", "")))
         if asked is None:
             return _decision(False, "langchain-warden could not read the review request")
@@ -164,6 +184,23 @@ class WardenToolkit(BaseToolkit):
         return _decision(
             bool(approved), reason or ("approved" if approved else "rejected by the reviewer")
         )
+
+    def _decide_changes(self, changed: re.Match[str]) -> Mapping[str, Any]:
+        if self._review_changes is None:
+            return _decision(
+                False,
+                "what this call changed needs a person's review, and no one was asked: pass "
+                "WardenToolkit(review_changes=...)",
+            )
+        try:
+            arguments = json.loads(changed["args"])
+        except ValueError:
+            arguments = None
+        answer = self._review_changes(
+            changed["name"], arguments if isinstance(arguments, dict) else {}, changed["changes"]
+        )
+        kept, reason = answer if isinstance(answer, tuple) else (answer, "")
+        return _decision(bool(kept), reason or ("kept" if kept else "discarded by the reviewer"))
 
     # -- calls ---------------------------------------------------------------------------
 
