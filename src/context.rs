@@ -11,6 +11,9 @@ use warden_net::Egress;
 pub(crate) struct CallLogFlags {
     pub(crate) path: Option<PathBuf>,
     pub(crate) rotation: warden_core::Rotation,
+    /// The key that seals the log (`--ledger-key`), and where seals' heads go.
+    pub(crate) ledger_key: Option<PathBuf>,
+    pub(crate) syslog: Option<PathBuf>,
 }
 
 /// warden's places from the command line's flags, telling a person on a terminal about
@@ -34,6 +37,7 @@ pub(crate) fn warden(
         .cache(cache)
         .call_log(call_log.path)
         .call_log_rotation(call_log.rotation)
+        .ledger(call_log.ledger_key, call_log.syslog)
         .egress(egress)
         .on_compile(hook);
     if let Some(home) = home {

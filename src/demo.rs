@@ -159,6 +159,7 @@ fn tour_context(ctx: &Warden, policies: &Path) -> Result<Warden> {
         artifacts: ctx.artifacts.clone(),
         call_log: ctx.call_log.clone(),
         call_log_rotation: ctx.call_log_rotation,
+        seals: ctx.seals.clone(),
         runs: ctx.runs.clone(),
         transactions: ctx.transactions.clone(),
         trust: ctx.trust.clone(),

@@ -50,7 +50,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use warden_core::{
-    Admission, Backend, CallLog, ExecutorKind, Loading, Protected, Rotation, Toolbox, ToolboxError,
+    Admission, Backend, CallLog, ExecutorKind, Loading, Protected, Rotation, Seals, Toolbox,
+    ToolboxError,
 };
 use warden_docker::{DockerBackend, Engine};
 use warden_host::{Helper, HostBackend};
@@ -102,6 +103,8 @@ pub struct Warden {
     pub call_log: PathBuf,
     /// When the call log is rotated and how many old files are kept.
     pub call_log_rotation: Rotation,
+    /// How the call log's chain is sealed: the key, and where heads are exported.
+    pub seals: Seals,
     /// The agent's run transcripts.
     pub runs: PathBuf,
     /// Calls' views of their read-write roots and the pre-images of what they committed
@@ -132,6 +135,8 @@ pub struct Builder {
     cache: Option<PathBuf>,
     call_log: Option<PathBuf>,
     call_log_rotation: Rotation,
+    ledger_key: Option<PathBuf>,
+    syslog: Option<PathBuf>,
     egress: Egress,
     on_compile: CompileHook,
     workload: Workload,
@@ -159,6 +164,14 @@ impl Builder {
     /// When the call log is rotated, and how many old files are kept [default: 64 MiB, 4].
     pub fn call_log_rotation(mut self, rotation: Rotation) -> Self {
         self.call_log_rotation = rotation;
+        self
+    }
+
+    /// The key that seals the call log [default: HOME/ledger.key], and the syslog socket
+    /// each seal's head goes to [default: none].
+    pub fn ledger(mut self, key: Option<PathBuf>, syslog: Option<PathBuf>) -> Self {
+        self.ledger_key = key;
+        self.syslog = syslog;
         self
     }
 
@@ -200,6 +213,10 @@ impl Builder {
             },
             call_log: self.call_log.unwrap_or_else(|| home.join("calls.jsonl")),
             call_log_rotation: self.call_log_rotation,
+            seals: Seals {
+                key: self.ledger_key.unwrap_or_else(|| home.join("ledger.key")),
+                export: self.syslog,
+            },
             runs: home.join("runs"),
             transactions: Store::at(&home.join("transactions")),
             trust: home.join("trust.toml"),
@@ -224,6 +241,8 @@ impl Warden {
             cache: None,
             call_log: None,
             call_log_rotation: Rotation::default(),
+            ledger_key: None,
+            syslog: None,
             egress: Egress::default(),
             on_compile: Arc::new(|_| {}),
             workload: Workload::default(),
@@ -239,6 +258,7 @@ impl Warden {
             Protected::new("the component store", &self.artifacts.store),
             Protected::new("the compile cache", &self.artifacts.cache),
             Protected::new("the call log", &self.call_log),
+            Protected::new("the call log's seal key", &self.seals.key),
             Protected::new("the agent's transcripts", &self.runs),
             Protected::new("the calls' views and pre-images", self.transactions.dir()),
         ];
@@ -295,6 +315,7 @@ impl Warden {
     /// not a lost record later.
     pub fn open_call_log(&self) -> Result<CallLog, Error> {
         CallLog::open_rotated(&self.call_log, self.call_log_rotation)
+            .map(|log| log.sealed(self.seals.clone()))
             .map_err(|e| Error::CallLog(self.call_log.clone(), e))
     }
 

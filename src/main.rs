@@ -18,6 +18,7 @@ mod context;
 mod demo;
 mod exec;
 mod install;
+mod ledger;
 mod oci;
 mod progress;
 mod pull;
@@ -75,6 +76,21 @@ struct Cli {
     /// Rotated call-log files kept; the oldest beyond them is removed.
     #[arg(long, global = true, env = "WARDEN_CALL_LOG_KEEP", default_value_t = 4)]
     call_log_keep: u32,
+    /// The key that seals the call log's chain, made there at the first seal when there is
+    /// none [default: HOME/ledger.key]; a key kept outside warden's home is the strong setup
+    /// (docs/ledger.md).
+    #[arg(long, global = true, env = "WARDEN_LEDGER_KEY", value_name = "PATH")]
+    ledger_key: Option<PathBuf>,
+    /// The syslog socket each seal's head is sent to, so that a log cut short is caught
+    /// elsewhere; `none` sends it nowhere.
+    #[arg(
+        long,
+        global = true,
+        env = "WARDEN_LEDGER_SYSLOG",
+        value_name = "SOCKET",
+        default_value = "/dev/log"
+    )]
+    ledger_syslog: PathBuf,
     /// Pin a host name to addresses for tools' HTTP requests, like curl's --resolve:
     /// NAME:ADDRESS[,ADDRESS…]. Repeatable; WARDEN_RESOLVE takes a space-separated list.
     #[arg(
@@ -102,6 +118,25 @@ struct Cli {
     strict: bool,
     #[command(subcommand)]
     command: Command,
+}
+
+/// `warden log …`.
+#[derive(Subcommand)]
+enum LogCommand {
+    /// Verify the call log with its rotated files: exit 0 when whole, 1 naming the first
+    /// problem.
+    Verify {
+        /// The public key the seals must be made with [default: the home key's, beside it as
+        /// KEY.pub; pin one kept elsewhere].
+        #[arg(long, value_name = "PUB")]
+        key: Option<PathBuf>,
+        /// A head exported earlier (`SEQ:HASH`, as syslog got it), which the log must still
+        /// hold: a log cut short after it is caught.
+        #[arg(long, value_name = "SEQ:HASH")]
+        head: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -146,6 +181,10 @@ enum Command {
         #[arg(long, conflicts_with = "call_id")]
         list: bool,
     },
+    /// Check the call log's chain and seals: the first record edited, removed, reordered or
+    /// inserted is named by file, line and call.
+    #[command(subcommand)]
+    Log(LogCommand),
     /// Undo every call committed after CALL_ID, newest first (CALL_ID itself stays).
     Rewind {
         #[arg(long = "to", value_name = "CALL_ID")]
@@ -291,6 +330,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             max_bytes: cli.call_log_max_size.0,
             keep: cli.call_log_keep,
         },
+        ledger_key: cli.ledger_key,
+        syslog: Some(cli.ledger_syslog).filter(|s| s.as_os_str() != "none"),
     };
     let mut ctx = context::warden(cli.toolbox, cli.home, cli.cache, call_log, egress)?;
     // Commands that make one call or none set up no pool sized for a server's calls, and no
@@ -315,6 +356,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Undo { list: true, .. } => undo::list(&ctx),
         Command::Undo { call_id, .. } => undo::undo(&ctx, call_id.as_deref().unwrap_or_default()),
         Command::Rewind { to } => undo::rewind(&ctx, &to),
+        Command::Log(LogCommand::Verify { key, head, json }) => {
+            ledger::verify(&ctx, key.as_deref(), head.as_deref(), json)
+        }
         Command::Call {
             tool,
             arguments,

@@ -1139,7 +1139,14 @@ fn a_full_disk_leaves_nothing_half_written_and_the_next_try_works() {
         .filter(|l| json(l)["event"] == "call")
         .count();
     assert_eq!(calls, 2, "{log}");
-    assert_eq!(json(records.last().unwrap())["event"], "call", "{log}");
+    // The last call's record, then the seal its process ended with (docs/ledger.md).
+    let events: Vec<Value> = records
+        .iter()
+        .rev()
+        .take(2)
+        .map(|l| json(l)["event"].clone())
+        .collect();
+    assert_eq!(events, ["seal", "call"], "{log}");
 }
 
 /// `warden serve` over stdio, its answers read on a thread of their own, its stderr kept.

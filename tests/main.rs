@@ -15,6 +15,7 @@ mod docs;
 mod exec;
 mod host;
 mod http;
+mod ledger;
 mod oci;
 mod shell;
 mod wasip1;

@@ -77,7 +77,7 @@ def test_a_call_is_an_execute_tool_span_with_its_metrics(toolbox, receiver):
     assert a["warden.attempts"] == 1
     assert "error.type" not in a
     # The grants by digest, as the call log names them.
-    record = [json.loads(line) for line in toolbox.call_log().splitlines()][-1]
+    record = [r for r in map(json.loads, toolbox.call_log().splitlines()) if r["event"] == "call"][-1]
     assert a["warden.policy.digest"] == record["policy_digest"]
     # No content unless the operator asks for it.
     assert "gen_ai.tool.call.arguments" not in a and "gen_ai.tool.call.result" not in a
@@ -316,7 +316,9 @@ def test_a_credential_use_names_its_host_and_never_its_value(host_box, receiver,
     assert set(event["attributes"]) <= {"server.address", "level", "target"}
     assert "gen_ai.tool.call.result" in span["attributes"]
     # The call log names the host too.
-    record = [json.loads(line) for line in host_box.call_log().splitlines()][-1]
+    record = [
+        r for r in map(json.loads, host_box.call_log().splitlines()) if r["event"] == "call"
+    ][-1]
     assert record["credentials_used"] == ["127.0.0.1"]
     assert record["credentials_used_count"] == 1
     receiver.wait_for(lambda: receiver.metrics)

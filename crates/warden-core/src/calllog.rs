@@ -18,7 +18,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use writer::{Kind, Line, Writer, rotated};
 
+mod seals;
 mod writer;
+pub use seals::Seals;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// An append-only JSONL file of calls, rotated by size. A record is serialized and redacted
@@ -315,6 +317,17 @@ impl CallLog {
         })
     }
 
+    /// Seals the log's chain as `seals` says (see `warden_ledger`): after every
+    /// [`warden_ledger::SEAL_EVERY`] lines, or [`warden_ledger::SEAL_AFTER`], and when the log
+    /// is dropped.
+    pub fn sealed(self, seals: Seals) -> Self {
+        self.file
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .sealing = Some(seals::Sealing::new(seals));
+        self
+    }
+
     /// The files of this log, oldest first: the rotated ones that exist, then the current.
     pub fn files(&self) -> Vec<PathBuf> {
         self.rotation.files(&self.path)
@@ -374,6 +387,16 @@ impl CallLog {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
+    }
+}
+
+impl Drop for CallLog {
+    /// Seals what this log appended since its last seal.
+    fn drop(&mut self) {
+        self.file
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .seal_at_end();
     }
 }
 

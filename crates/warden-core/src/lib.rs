@@ -36,7 +36,7 @@ mod whole;
 
 pub use admission::Admission;
 pub use backend::{Backend, Loaded, LoadedTool, Probe, ProbeError, Reach, Report, ReportLine};
-pub use calllog::{CallLog, CallOutcome, Rotation};
+pub use calllog::{CallLog, CallOutcome, Rotation, Seals};
 pub use capability::{Capabilities, ExecutorKind, NetHosts, Support};
 pub use changes::{ChangesToReview, HeldChanges, PendingChanges};
 pub use dispatch::{CallObserver, CallTelemetry, Dispatcher, EndedCall, export_calls};

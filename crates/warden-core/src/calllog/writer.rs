@@ -1,12 +1,18 @@
 //! The call log's file: appends each record's line (with the policy line it needs, in one
-//! `write`) and rotates the file by size. It is driven on the caller's thread, under the log's
-//! lock, so a record is in the file before its call's answer leaves warden.
+//! `write`), chained after the line before it (see `warden_ledger`), and rotates the file by
+//! size. It is driven on the caller's thread, under the log's lock and the lock every writer of
+//! the file takes (`NAME.lock`: several wardens may share one log), so a record is in the file
+//! before its call's answer leaves warden.
 
 use super::Rotation;
+use super::seals::Sealing;
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use warden_ledger::{Link, chained, last_link};
 
 /// A serialized record, newline included, and what rotation needs to know of it.
 pub(super) struct Line<'a> {
@@ -22,13 +28,26 @@ pub(super) enum Kind<'a> {
     Denied,
 }
 
+/// What a line's place in the chain adds to it at most: `,"seq":N,"prev":"<64 hex>"`.
+const CHAIN_BYTES: u64 = 100;
+
+/// Room a file keeps for a seal line, which never rotates the file: a file stays within its
+/// size with the seal that ends it.
+const SEAL_BYTES: u64 = 400;
+
 /// The file and what it holds.
 pub(super) struct Writer {
     path: PathBuf,
     rotation: Rotation,
     file: File,
+    /// Its inode: another writer's rotation shows as another file at `path`.
+    ino: u64,
+    /// Held around reading the chain's end and appending.
+    lock: Arc<File>,
     /// The file's size, queued lines included.
     bytes: u64,
+    /// The last line's place in the chain as of `bytes`; `None`: to be read from the file.
+    last: Option<Link>,
     /// The text of the next `write`: a record's line, after the policy line it needs.
     pending: String,
     /// The policies the current file describes.
@@ -38,17 +57,24 @@ pub(super) struct Writer {
     lines: HashMap<String, String>,
     /// The last write failed: the file may end in part of a line.
     torn: bool,
+    /// Seals, when the log is sealed.
+    pub(super) sealing: Option<Sealing>,
 }
 
 impl Writer {
     /// Opens (creating) the file at `path` for appending.
     pub(super) fn open(path: &Path, rotation: Rotation) -> std::io::Result<Writer> {
         let file = open_file(path)?;
+        let meta = file.metadata()?;
+        let lock = Arc::new(open_file(&sibling(path, ".lock"))?);
         Ok(Writer {
             path: path.to_owned(),
             rotation,
-            bytes: file.metadata()?.len(),
+            bytes: meta.len(),
+            ino: meta.ino(),
             file,
+            lock,
+            last: None,
             pending: String::new(),
             // A file written before may describe policies, but a reader of one rotated file
             // alone must find them in it: each file describes its own.
@@ -57,18 +83,88 @@ impl Writer {
             // A file another run left torn (a full disk, a crash) is ended before the first
             // record of this one.
             torn: true,
+            sealing: None,
         })
     }
 
     /// Appends `line` (after the policy line it names, when this file lacks it) in one write,
-    /// rotating the file first when the line would take it past its size.
+    /// rotating the file first when the line would take it past its size, and sealing the
+    /// chain when a seal is due.
     pub(super) fn append_line(&mut self, line: Line<'_>) {
+        let _locked = self.locked();
+        self.catch_up();
         self.queue(line);
+        if self.sealing.as_ref().is_some_and(Sealing::due) {
+            self.seal();
+        }
         self.write_pending();
     }
 
+    /// Seals what this writer appended since its last seal, if anything: at the end.
+    pub(super) fn seal_at_end(&mut self) {
+        if !self.sealing.as_ref().is_some_and(Sealing::pending) {
+            return;
+        }
+        let _locked = self.locked();
+        self.catch_up();
+        self.seal();
+        self.write_pending();
+    }
+
+    /// The lock of every writer of the file, held until the guard is dropped; `None` when it
+    /// cannot be taken (said once in the log: records are still written, but another warden's
+    /// may then interleave with a break in the chain).
+    fn locked(&self) -> Option<Unlock> {
+        match self.lock.lock() {
+            Ok(()) => Some(Unlock(self.lock.clone())),
+            Err(e) => {
+                tracing::error!("cannot lock the call log {}: {e}", self.path.display());
+                None
+            }
+        }
+    }
+
+    /// Takes the file up where another writer left it: reopened when it was rotated away,
+    /// the chain's end read again when it grew.
+    fn catch_up(&mut self) {
+        match std::fs::metadata(&self.path) {
+            Ok(m) if m.ino() == self.ino => {
+                if m.len() != self.bytes {
+                    self.bytes = m.len();
+                    self.last = None;
+                }
+            }
+            _ => match open_file(&self.path).and_then(|f| Ok((f.metadata()?, f))) {
+                Ok((meta, file)) => {
+                    (self.file, self.ino, self.bytes) = (file, meta.ino(), meta.len());
+                    self.policies.clear();
+                    self.last = None;
+                }
+                Err(e) => {
+                    tracing::error!("cannot reopen the call log {}: {e}", self.path.display());
+                }
+            },
+        }
+        if self.last.is_none() {
+            self.last = Some(self.read_last());
+        }
+    }
+
+    /// The last line's place in the chain: in the file, else in the file rotated before it
+    /// (a new file goes on from there), else the chain's start.
+    fn read_last(&self) -> Link {
+        let in_file = |file: &File| {
+            let size = file.metadata().ok()?.len();
+            last_link(file, size).ok().flatten()
+        };
+        in_file(&self.file)
+            .or_else(|| in_file(&File::open(rotated(&self.path, 1)).ok()?))
+            .unwrap_or(Link::GENESIS)
+    }
+
     fn queue(&mut self, line: Line<'_>) {
-        if self.bytes > 0 && self.bytes + line.text.len() as u64 > self.rotation.max_bytes {
+        let len = line.text.len() as u64 + CHAIN_BYTES + SEAL_BYTES;
+        if self.bytes > 0 && self.bytes + len > self.rotation.max_bytes {
             self.write_pending();
             if let Err(e) = self.rotate() {
                 tracing::error!("cannot rotate the call log {}: {e}", self.path.display());
@@ -83,17 +179,39 @@ impl Writer {
             Kind::Call(Some(digest)) if !self.policies.contains(digest) => {
                 if let Some(policy) = self.lines.get(digest).cloned() {
                     self.policies.insert(digest.to_owned());
-                    self.append(&policy);
+                    self.append(policy);
                 }
             }
             Kind::Call(_) | Kind::Denied => {}
         }
-        self.append(&line.text);
+        self.append(line.text);
     }
 
-    fn append(&mut self, text: &str) {
-        self.pending.push_str(text);
+    /// Queues `text`, one line, chained after the last.
+    fn append(&mut self, mut text: String) {
+        if text.ends_with('\n') {
+            text.pop();
+        }
+        let last = self.last.unwrap_or(Link::GENESIS);
+        self.last = Some(chained(&last, &mut text));
+        self.pending.push_str(&text);
         self.bytes += text.len() as u64;
+        if let Some(sealing) = &mut self.sealing {
+            sealing.unsealed += 1;
+        }
+    }
+
+    /// Queues a seal of the chain as it stands, and exports its head.
+    fn seal(&mut self) {
+        let last = self.last.unwrap_or(Link::GENESIS);
+        let Some(line) = self.sealing.as_mut().and_then(|s| s.line(&last)) else {
+            return;
+        };
+        self.append(line);
+        if let (Some(sealing), Some(head)) = (&mut self.sealing, self.last) {
+            sealing.sealed();
+            sealing.export(&self.path, &head);
+        }
     }
 
     fn write_pending(&mut self) {
@@ -117,8 +235,10 @@ impl Writer {
                     self.pending.len()
                 );
                 self.torn = true;
-                // What the file holds is unknown now; its real size is the best guess.
+                // What the file holds is unknown now; its real size is the best guess, and
+                // the chain's end is read again.
                 self.bytes = self.file.metadata().map_or(self.bytes, |m| m.len());
+                self.last = None;
             }
         }
         self.pending.clear();
@@ -142,7 +262,7 @@ impl Writer {
     }
 
     /// Shifts `NAME.n` to `NAME.n+1` (dropping the last), the current file to `NAME.1`, and
-    /// opens a fresh one.
+    /// opens a fresh one; the chain goes on in it.
     fn rotate(&mut self) -> std::io::Result<()> {
         let path = &self.path;
         let keep = self.rotation.keep;
@@ -159,9 +279,19 @@ impl Writer {
             std::fs::rename(path, rotated(path, 1))?;
         }
         self.file = open_file(path)?;
+        self.ino = self.file.metadata()?.ino();
         self.bytes = 0;
         self.policies.clear();
         Ok(())
+    }
+}
+
+/// Unlocks the writers' lock when dropped.
+struct Unlock(Arc<File>);
+
+impl Drop for Unlock {
+    fn drop(&mut self) {
+        let _ = self.0.unlock();
     }
 }
 
@@ -176,7 +306,12 @@ fn open_file(path: &Path) -> std::io::Result<File> {
 
 /// `NAME.n`.
 pub(super) fn rotated(path: &Path, n: u32) -> PathBuf {
+    sibling(path, &format!(".{n}"))
+}
+
+/// `path` with `suffix` added to its name.
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
-    name.push(format!(".{n}"));
+    name.push(suffix);
     PathBuf::from(name)
 }
