@@ -4,7 +4,9 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 use warden_core::shown::Escaped;
-use warden_core::{BoxFuture, ChangesToReview, Decision, Reviewer, ToolCall, ToolSpec, Verdict};
+use warden_core::{
+    Asked, BoxFuture, ChangesToReview, Decision, Reviewer, ToolCall, ToolSpec, Verdict,
+};
 
 /// The terminal a process has even when its streams are pipes, as `sudo` and `ssh` ask on it.
 const CONTROLLING_TERMINAL: &str = "/dev/tty";
@@ -60,13 +62,14 @@ fn line(prompt: &str, input: &mut dyn BufRead, output: &mut dyn Write) -> String
 fn ask(
     call: &ToolCall,
     spec: &ToolSpec,
+    digest: &str,
     input: &mut dyn BufRead,
     output: &mut dyn Write,
 ) -> Decision {
     // The call's id and arguments are the model's: shown, never obeyed by the terminal.
     let _ = writeln!(
         output,
-        "\nreview: `{}` (call {}) with {}",
+        "\nreview: `{}` (call {}) with {}\n(the decision is for this call alone: {digest})",
         Escaped(&spec.name),
         Escaped(&call.id),
         Escaped(&call.arguments)
@@ -158,10 +161,10 @@ impl TerminalReviewer {
 }
 
 impl Reviewer for TerminalReviewer {
-    fn review<'a>(&'a self, call: &'a ToolCall, spec: &'a ToolSpec) -> BoxFuture<'a, Decision> {
-        let (call, spec) = (call.clone(), spec.clone());
+    fn review<'a>(&'a self, asked: &'a Asked<'a>) -> BoxFuture<'a, Decision> {
+        let (call, spec, digest) = (asked.call.clone(), asked.spec.clone(), asked.digest.clone());
         self.asked(
-            move |input, output| ask(&call, &spec, input, output),
+            move |input, output| ask(&call, &spec, &digest, input, output),
             || Decision::Reject {
                 reason: "the review prompt failed".into(),
             },
@@ -170,17 +173,20 @@ impl Reviewer for TerminalReviewer {
 
     fn review_changes<'a>(
         &'a self,
-        call: &'a ToolCall,
-        spec: &'a ToolSpec,
+        asked: &'a Asked<'a>,
         changes: &'a ChangesToReview,
     ) -> BoxFuture<'a, Verdict> {
-        let (call, spec, changes) = (call.clone(), spec.clone(), changes.clone());
+        let (call, spec, changes) = (asked.call.clone(), asked.spec.clone(), changes.clone());
         self.asked(
             move |input, output| ask_changes(&call, &spec, &changes, input, output),
             || Verdict::Reject {
                 reason: "the review prompt failed".into(),
             },
         )
+    }
+
+    fn name(&self) -> &'static str {
+        "terminal"
     }
 }
 

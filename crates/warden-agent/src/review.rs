@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use warden_core::{
-    BoxFuture, CallObserver, ChangesToReview, Decision, Reviewer, ToolCall, ToolMessage, ToolSpec,
+    Asked, BoxFuture, CallObserver, ChangesToReview, Decision, Reviewer, ToolCall, ToolMessage,
     Verdict,
 };
 
@@ -47,11 +47,15 @@ struct Entry {
     decision: Option<Decision>,
     /// Whether its changes are kept.
     changes: Option<Verdict>,
+    /// The call it is for: `call_digest` of its tool and arguments, when the file says.
+    digest: Option<String>,
+    /// The policy it was made under, when the file says.
+    policy_digest: Option<String>,
     /// The tool the decision is meant for, when the file says.
     tool: Option<String>,
 }
 
-const FIELDS: [&str; 7] = [
+const FIELDS: [&str; 9] = [
     "decision",
     "arguments",
     "reason",
@@ -59,6 +63,8 @@ const FIELDS: [&str; 7] = [
     "tool",
     "name",
     "changes",
+    "digest",
+    "policy_digest",
 ];
 
 impl Decisions {
@@ -89,11 +95,16 @@ impl Decisions {
                     FIELDS.join(", ")
                 )));
             }
-            let tool = match fields.remove("tool").or_else(|| fields.remove("name")) {
-                None => None,
-                Some(Value::String(s)) => Some(s),
-                Some(_) => return Err(invalid(format!("`tool` of `{id}` is not a string"))),
+            let mut text = |key: &str| match fields.remove(key) {
+                None => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s)),
+                Some(_) => Err(invalid(format!("`{key}` of `{id}` is not a string"))),
             };
+            let tool = match text("tool")? {
+                Some(tool) => Some(tool),
+                None => text("name")?,
+            };
+            let (digest, policy_digest) = (text("digest")?, text("policy_digest")?);
             let changes =
                 match fields.remove("changes") {
                     None => None,
@@ -115,6 +126,8 @@ impl Decisions {
                     decision,
                     changes,
                     tool,
+                    digest,
+                    policy_digest,
                 },
             );
         }
@@ -129,11 +142,12 @@ impl Decisions {
         &self.path
     }
 
-    /// The decision for one call. A decision that names another tool than the call's is a
-    /// rejection: an edit may change the arguments, never the tool.
-    pub fn decide(&self, call: &ToolCall) -> Option<Decision> {
-        let entry = self.by_id.get(&call.id)?;
-        match Self::other_tool(entry, call) {
+    /// The decision for one call. A decision that names another tool than the call's, or
+    /// another call's digest or another policy than the one in force, is a rejection: an edit
+    /// may change the arguments, never the tool, and an approval is for one call alone.
+    pub fn decide(&self, asked: &Asked<'_>) -> Option<Decision> {
+        let entry = self.by_id.get(&asked.call.id)?;
+        match Self::not_for(entry, asked) {
             Some(reason) => Some(Decision::Reject { reason }),
             None => entry.decision.clone(),
         }
@@ -141,9 +155,10 @@ impl Decisions {
 
     /// The decision on the changes of one call: a rejection when the file has none, since
     /// the changes cannot wait for a resume (they are held by this process).
-    pub fn decide_changes(&self, call: &ToolCall) -> Verdict {
+    pub fn decide_changes(&self, asked: &Asked<'_>) -> Verdict {
+        let call = asked.call;
         let entry = self.by_id.get(&call.id);
-        let other = entry.and_then(|e| Self::other_tool(e, call));
+        let other = entry.and_then(|e| Self::not_for(e, asked));
         match (entry.and_then(|e| e.changes.clone()), other) {
             (_, Some(reason)) => Verdict::Reject { reason },
             (Some(verdict), None) => verdict,
@@ -158,16 +173,36 @@ impl Decisions {
         }
     }
 
-    /// Why `entry` cannot decide `call`: it names another tool.
-    fn other_tool(entry: &Entry, call: &ToolCall) -> Option<String> {
-        match &entry.tool {
-            Some(tool) if *tool != call.name => Some(format!(
+    /// Why `entry` cannot decide `asked`: it names another tool, another call's digest, or
+    /// another policy.
+    fn not_for(entry: &Entry, asked: &Asked<'_>) -> Option<String> {
+        let call = asked.call;
+        if let Some(tool) = entry.tool.as_ref().filter(|t| **t != call.name) {
+            return Some(format!(
                 "the reviewer's decision names the tool `{tool}`, but this call is for `{}`; a \
                  review cannot switch a call to another tool",
                 call.name
-            )),
-            _ => None,
+            ));
         }
+        if let Some(digest) = entry.digest.as_ref().filter(|d| **d != asked.digest) {
+            return Some(format!(
+                "the reviewer's decision is for the call with digest {digest}, and this call's \
+                 tool and arguments make {}: a decision is for the call it names alone",
+                asked.digest
+            ));
+        }
+        if let Some(policy) = entry
+            .policy_digest
+            .as_ref()
+            .filter(|p| **p != asked.policy_digest)
+        {
+            return Some(format!(
+                "the reviewer's decision was made under the policy {policy}, and the tool's \
+                 policy is now {}: decide again under the policy in force",
+                asked.policy_digest
+            ));
+        }
+        None
     }
 }
 
@@ -264,7 +299,8 @@ pub(crate) struct ReviewGate {
 }
 
 impl ReviewGate {
-    async fn decide(&self, call: &ToolCall, spec: &ToolSpec) -> Decision {
+    async fn decide(&self, asked: &Asked<'_>) -> Decision {
+        let call = asked.call;
         let earlier = self
             .earlier
             .lock()
@@ -275,8 +311,8 @@ impl ReviewGate {
             return d;
         }
         let (decision, source) = match &self.source {
-            ReviewSource::Ask(r) => (r.review(call, spec).await, "terminal"),
-            ReviewSource::File(file) => match file.decide(call) {
+            ReviewSource::Ask(r) => (r.review(asked).await, "terminal"),
+            ReviewSource::File(file) => match file.decide(asked) {
                 Some(d) => (d, "file"),
                 None => {
                     self.ledger.transcript.record(Event::Pending {
@@ -309,15 +345,11 @@ impl ReviewGate {
         decision
     }
 
-    async fn decide_changes(
-        &self,
-        call: &ToolCall,
-        spec: &ToolSpec,
-        changes: &ChangesToReview,
-    ) -> Verdict {
+    async fn decide_changes(&self, asked: &Asked<'_>, changes: &ChangesToReview) -> Verdict {
+        let call = asked.call;
         let (verdict, source) = match &self.source {
-            ReviewSource::Ask(r) => (r.review_changes(call, spec, changes).await, "terminal"),
-            ReviewSource::File(file) => (file.decide_changes(call), "file"),
+            ReviewSource::Ask(r) => (r.review_changes(asked, changes).await, "terminal"),
+            ReviewSource::File(file) => (file.decide_changes(asked), "file"),
             ReviewSource::Nobody => (
                 Verdict::Reject {
                     reason: "this tool needs a person to review what each call changed, and no \
@@ -347,17 +379,24 @@ impl ReviewGate {
 }
 
 impl Reviewer for ReviewGate {
-    fn review<'a>(&'a self, call: &'a ToolCall, spec: &'a ToolSpec) -> BoxFuture<'a, Decision> {
-        Box::pin(self.decide(call, spec))
+    fn review<'a>(&'a self, asked: &'a Asked<'a>) -> BoxFuture<'a, Decision> {
+        Box::pin(self.decide(asked))
     }
 
     fn review_changes<'a>(
         &'a self,
-        call: &'a ToolCall,
-        spec: &'a ToolSpec,
+        asked: &'a Asked<'a>,
         changes: &'a ChangesToReview,
     ) -> BoxFuture<'a, Verdict> {
-        Box::pin(self.decide_changes(call, spec, changes))
+        Box::pin(self.decide_changes(asked, changes))
+    }
+
+    fn name(&self) -> &'static str {
+        match &self.source {
+            ReviewSource::Ask(r) => r.name(),
+            ReviewSource::File(_) => "file",
+            ReviewSource::Nobody => "none",
+        }
     }
 }
 
@@ -370,6 +409,31 @@ mod tests {
         Decisions::parse(Path::new("d.json"), &v.to_string())
     }
 
+    /// Asks `d` about the call `id` of `add` with `arguments`, under the policy `p1`.
+    fn ask<T>(id: &str, arguments: &Value, ask: impl FnOnce(&Asked<'_>) -> T) -> T {
+        let call = ToolCall::new(id, "add", arguments);
+        let spec = warden_core::ToolSpec {
+            name: "add".into(),
+            description: String::new(),
+            input_schema: json!({}),
+            output_schema: None,
+        };
+        ask(&Asked {
+            call: &call,
+            spec: &spec,
+            digest: warden_core::call_digest("add", &call.arguments),
+            policy_digest: "p1",
+        })
+    }
+
+    fn decide(d: &Decisions, id: &str) -> Option<Decision> {
+        ask(id, &json!({}), |a| d.decide(a))
+    }
+
+    fn decide_changes(d: &Decisions, id: &str) -> Verdict {
+        ask(id, &json!({}), |a| d.decide_changes(a))
+    }
+
     #[test]
     fn reads_decisions_by_call_id() {
         let d = parse(json!({
@@ -378,18 +442,17 @@ mod tests {
             "c": {"decision": "edit", "tool": "rm", "arguments": {}},
         }))
         .unwrap();
-        let call = |id: &str| ToolCall::new(id, "add", &json!({}));
-        assert_eq!(d.decide(&call("a")), Some(Decision::Approve));
+        assert_eq!(decide(&d, "a"), Some(Decision::Approve));
         assert_eq!(
-            d.decide(&call("b")),
+            decide(&d, "b"),
             Some(Decision::Edit {
                 arguments: json!({"a": 1})
             })
         );
         assert!(
-            matches!(d.decide(&call("c")), Some(Decision::Reject { reason }) if reason.contains("another tool"))
+            matches!(decide(&d, "c"), Some(Decision::Reject { reason }) if reason.contains("another tool"))
         );
-        assert_eq!(d.decide(&call("z")), None);
+        assert_eq!(decide(&d, "z"), None);
     }
 
     #[test]
@@ -401,23 +464,47 @@ mod tests {
             "d": {"tool": "rm", "changes": {"decision": "approve"}},
         }))
         .unwrap();
-        let call = |id: &str| ToolCall::new(id, "add", &json!({}));
-        assert_eq!(d.decide(&call("a")), None, "a decision on changes alone");
-        assert_eq!(d.decide_changes(&call("a")), Verdict::Approve);
-        assert_eq!(d.decide(&call("b")), Some(Decision::Approve));
+        assert_eq!(decide(&d, "a"), None, "a decision on changes alone");
+        assert_eq!(decide_changes(&d, "a"), Verdict::Approve);
+        assert_eq!(decide(&d, "b"), Some(Decision::Approve));
         assert_eq!(
-            d.decide_changes(&call("b")),
+            decide_changes(&d, "b"),
             Verdict::Reject {
                 reason: "no".into()
             }
         );
         for id in ["c", "d", "z"] {
             assert!(
-                matches!(d.decide_changes(&call(id)), Verdict::Reject { .. }),
+                matches!(decide_changes(&d, id), Verdict::Reject { .. }),
                 "{id}"
             );
         }
         assert!(parse(json!({"a": {"changes": {"decision": "edit"}}})).is_err());
+    }
+
+    /// An approval names the call it approves by digest (and may name the policy): the same id
+    /// with other arguments, or under another policy, is refused.
+    #[test]
+    fn a_decision_bound_to_a_digest_approves_that_call_alone() {
+        let build = json!({"command": "rm -rf build"});
+        let digest = warden_core::call_digest("add", &build.to_string());
+        let d = parse(json!({
+            "c1": {"decision": "approve", "digest": digest},
+            "c2": {"decision": "approve", "digest": digest, "policy_digest": "p0"},
+        }))
+        .unwrap();
+        assert_eq!(ask("c1", &build, |a| d.decide(a)), Some(Decision::Approve));
+        let root = json!({"command": "rm -rf /"});
+        let refused = ask("c1", &root, |a| d.decide(a));
+        assert!(
+            matches!(&refused, Some(Decision::Reject { reason }) if reason.contains("digest")),
+            "{refused:?}"
+        );
+        let stale = ask("c2", &build, |a| d.decide(a));
+        assert!(
+            matches!(&stale, Some(Decision::Reject { reason }) if reason.contains("policy p1") || reason.contains("policy is now p1")),
+            "{stale:?}"
+        );
     }
 
     #[test]

@@ -101,6 +101,77 @@ async fn decisions_from_a_file_apply_by_call_id() {
     assert_eq!(answered["message"]["status"], "success");
 }
 
+/// An approval names the call it is for by digest, sha256 of the JCS form of tool and
+/// arguments (computed here from the canonical text, as a decisions file's author would): the
+/// same approval for other arguments is refused, and the call log records each decision with
+/// the digest it was bound to.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approval_is_bound_to_the_calls_digest() {
+    use warden_core::call_digest;
+    let bench = reviewed_bench();
+    let server = Scripted::start(vec![
+        calls(&[
+            ("bound", "add", r#"{"b": 2, "a": 1}"#),
+            ("moved", "add", r#"{"a": 1, "b": 200}"#),
+        ]),
+        answer("done"),
+    ]);
+    let digest = call_digest("add", r#"{"a":1,"b":2}"#);
+    let canonical = r#"["add",{"a":1,"b":2}]"#;
+    assert_eq!(digest, format!("sha256:{}", sha256_hex(canonical)));
+    let review = decisions(
+        &bench,
+        json!({
+            "bound": {"decision": "approve", "digest": digest},
+            "moved": {"decision": "approve", "digest": digest},
+        }),
+    );
+    let exec = execution(&server.base_url(), Limits::default(), review);
+    let (outcome, _) = run(&bench, "t", exec).await;
+    assert_eq!(outcome.reason, StopReason::Answered);
+    let r = &server.requests()[1];
+    assert_eq!(r.answer("bound"), "3");
+    let moved = r.answer("moved");
+    assert!(
+        moved.contains("rejected") && moved.contains("digest"),
+        "{moved}"
+    );
+
+    let log = std::fs::read_to_string(bench.call_log()).unwrap();
+    let decision = |id: &str| {
+        log.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|r| r["event"] == "decision" && r["tool_call_id"] == id)
+            .unwrap()
+    };
+    let (bound, moved) = (decision("bound"), decision("moved"));
+    assert_eq!(
+        (&bound["decision"], &bound["reviewer"]),
+        (&json!("approve"), &json!("file"))
+    );
+    assert_eq!(bound["digest"], digest.as_str());
+    assert_eq!(moved["decision"], "reject");
+    assert_eq!(moved["digest"], call_digest("add", r#"{"a":1,"b":200}"#));
+}
+
+/// The hex of the sha256 of `text`, by `sha256sum`: another implementation than warden's.
+fn sha256_hex(text: &str) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8(out.stdout).unwrap()[..64].to_owned()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_call_without_a_decision_pauses_the_run_until_resumed() {
     let bench = reviewed_bench();

@@ -80,6 +80,37 @@ pub(crate) enum Record<'a> {
     Denied(&'a DenialRecord),
     /// What a policy gave its tools, once per file before the first call that names it.
     Policy(&'a PolicyRecord),
+    /// A reviewer's decision about a call, written before it takes effect.
+    Decision(&'a DecisionRecord<'a>),
+}
+
+/// A reviewer's decision, bound to what it decided on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct DecisionRecord<'a> {
+    pub ts_ms: u64,
+    pub tool: &'a str,
+    /// warden's id of the call (its `call` record has the same).
+    pub call_id: &'a str,
+    pub tool_call_id: &'a str,
+    /// Before it runs: `approve`, `edit`, `reject` or `respond`; of its changes: `keep` or
+    /// `discard`.
+    pub decision: &'a str,
+    /// Who decided (`Reviewer::name`).
+    pub reviewer: &'a str,
+    /// `call_digest` of the tool and the arguments decided on.
+    pub digest: &'a str,
+    /// An edit's: `call_digest` of the arguments that run instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edited_digest: Option<String>,
+    /// The policy in force, as its `policy` record names it.
+    pub policy_digest: &'a str,
+    /// The dispatcher session the call belongs to.
+    pub session: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'a str>,
+    /// A decision on changes: the digest of the change set decided on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changes: Option<&'a str>,
 }
 
 /// What one version of a policy gave its tools, by digest.
@@ -371,6 +402,7 @@ impl CallLog {
         let kind = match record {
             Record::Policy(p) => Kind::Policy(&p.facts.policy_digest),
             Record::Call(c) => Kind::Call(c.policy_digest),
+            Record::Decision(d) => Kind::Call(Some(d.policy_digest)),
             Record::Denied(_) => Kind::Denied,
         };
         self.file

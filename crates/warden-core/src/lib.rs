@@ -54,7 +54,7 @@ pub use output::{OutputSink, OutputStream};
 pub use policy::{FunctionOverride, Origin, Policy};
 pub use program::{Exit, Input, Program, Sink, WindowSize};
 pub use redact::StreamRedactor;
-pub use review::{Decision, Reviewer, Verdict};
+pub use review::{Asked, Decision, Reviewer, Verdict, call_digest};
 pub use run::{RunLimitHit, RunLimits, RunUsage};
 pub use spec::{ToolSpec, is_valid_tool_name};
 pub use table::ExecutorTable;

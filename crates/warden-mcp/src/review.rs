@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use warden_core::shown::Escaped;
-use warden_core::{BoxFuture, ChangesToReview, Decision, Reviewer, ToolCall, ToolSpec, Verdict};
+use warden_core::{Asked, BoxFuture, ChangesToReview, Decision, Reviewer, ToolCall, Verdict};
 
 /// Asks the client that sent each call, when it declared the elicitation capability.
 #[derive(Default)]
@@ -77,31 +77,31 @@ impl ElicitationReviewer {
 }
 
 impl Reviewer for ElicitationReviewer {
-    fn review<'a>(&'a self, call: &'a ToolCall, spec: &'a ToolSpec) -> BoxFuture<'a, Decision> {
+    fn review<'a>(&'a self, asked: &'a Asked<'a>) -> BoxFuture<'a, Decision> {
         // A client may show this on a terminal: the model's arguments are shown, not obeyed.
         let message = format!(
-            "The tool `{}` needs your review before it runs.\nArguments: {}",
-            Escaped(&spec.name),
-            Escaped(&call.arguments)
+            "The tool `{}` needs your review before it runs.\nArguments: {}\nDigest: {}",
+            Escaped(&asked.spec.name),
+            Escaped(&asked.call.arguments),
+            asked.digest
         );
-        Box::pin(self.ask(call, message))
+        Box::pin(self.ask(asked.call, message))
     }
 
     fn review_changes<'a>(
         &'a self,
-        call: &'a ToolCall,
-        spec: &'a ToolSpec,
+        asked: &'a Asked<'a>,
         changes: &'a ChangesToReview,
     ) -> BoxFuture<'a, Verdict> {
         let message = format!(
             "The tool `{}` ran with {} and changed files. Approve to keep its changes, \
              reject to discard them.\n{}",
-            Escaped(&spec.name),
-            Escaped(&call.arguments),
+            Escaped(&asked.spec.name),
+            Escaped(&asked.call.arguments),
             changes.to_text()
         );
         Box::pin(async move {
-            match self.ask(call, message).await {
+            match self.ask(asked.call, message).await {
                 Decision::Approve => Verdict::Approve,
                 Decision::Reject { reason } => Verdict::Reject { reason },
                 _ => Verdict::Reject {
@@ -109,6 +109,10 @@ impl Reviewer for ElicitationReviewer {
                 },
             }
         })
+    }
+
+    fn name(&self) -> &'static str {
+        "mcp-elicitation"
     }
 }
 

@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use warden_core::{
-    Admission, BoxFuture, CallLog, ChangesToReview, Decision, Dispatcher, Reviewer, RunLimits,
-    Status, ToolCall, ToolMessage, ToolSpec, Verdict,
+    Admission, Asked, BoxFuture, CallLog, ChangesToReview, Decision, Dispatcher, Reviewer,
+    RunLimits, Status, ToolCall, ToolMessage, Verdict,
 };
 
 /// The secret WARDEN_TEST_TOKEN holds ([`crate::common::host_vars`]).
@@ -338,11 +338,11 @@ async fn fail_fast_is_opt_in() {
 struct Scripted(Vec<(&'static str, Decision)>);
 
 impl Reviewer for Scripted {
-    fn review<'a>(&'a self, call: &'a ToolCall, _: &'a ToolSpec) -> BoxFuture<'a, Decision> {
+    fn review<'a>(&'a self, asked: &'a Asked<'a>) -> BoxFuture<'a, Decision> {
         let d = self
             .0
             .iter()
-            .find(|(id, _)| *id == call.id)
+            .find(|(id, _)| *id == asked.call.id)
             .map(|(_, d)| d.clone());
         Box::pin(async move {
             d.unwrap_or(Decision::Reject {
@@ -353,8 +353,7 @@ impl Reviewer for Scripted {
 
     fn review_changes<'a>(
         &'a self,
-        _: &'a ToolCall,
-        _: &'a ToolSpec,
+        _: &'a Asked<'a>,
         _: &'a ChangesToReview,
     ) -> BoxFuture<'a, Verdict> {
         Box::pin(async {
@@ -362,6 +361,10 @@ impl Reviewer for Scripted {
                 reason: "wasm tools hold no changes".into(),
             }
         })
+    }
+
+    fn name(&self) -> &'static str {
+        "scripted"
     }
 }
 

@@ -40,7 +40,9 @@ impl Dispatcher {
             denials: Denials::default(),
             usage: Meter::default(),
         };
-        let reviewed = self.review_program(tool, &call, &mut program).await;
+        let reviewed = self
+            .review_program(tool, &call, span.id(), &mut program)
+            .await;
         let limit = program.timeout;
         let facts = ExecFacts {
             argv: program.argv.clone(),
@@ -87,6 +89,7 @@ impl Dispatcher {
         &self,
         tool: &Tool,
         call: &ToolCall,
+        id: &str,
         program: &mut Program,
     ) -> Option<Result<Exit, ToolError>> {
         if tool.review_changes {
@@ -116,7 +119,7 @@ impl Dispatcher {
                 ),
             )));
         }
-        match self.review(tool, call).await {
+        match self.review(tool, call, id).await {
             Decision::Approve => None,
             Decision::Edit { arguments } => match argv_of(&arguments) {
                 Ok(argv) => {

@@ -5,11 +5,13 @@ use super::message::{attach_usage, redact_message, set_detail};
 use super::span::{Answer, CallSpan};
 use super::{Dispatcher, Facts, secrets_of};
 use crate::calllog::{
-    CallOutcome, CallRecord, ChangesRecord, DenialRecord, ExecRecord, Record, now_ms,
+    CallOutcome, CallRecord, ChangesRecord, DecisionRecord, DenialRecord, ExecRecord, Record,
+    now_ms,
 };
 use crate::executor::{Sample, Usage};
 use crate::message::{Status, ToolCall, ToolError, ToolMessage};
 use crate::redact::Secrets;
+use crate::review::Asked;
 use crate::toolbox::Tool;
 use std::time::Duration;
 
@@ -55,6 +57,41 @@ impl Dispatcher {
         if let Some(o) = &self.observer {
             o.answered(message);
         }
+    }
+
+    /// Writes a reviewer's decision about call `id` to the call log, before it takes effect:
+    /// `(decision, reviewer)`, the reason of a rejection, and what `more` adds (an edit's
+    /// digest, a change set's).
+    pub(super) fn record_decision<'a>(
+        &self,
+        tool: &'a Tool,
+        id: &'a str,
+        asked: &'a Asked<'a>,
+        (decision, reviewer): (&'a str, &'a str),
+        reason: Option<&'a str>,
+        more: impl FnOnce(&mut DecisionRecord<'a>),
+    ) {
+        let Some(log) = &self.log else {
+            return;
+        };
+        let mut record = DecisionRecord {
+            ts_ms: now_ms(),
+            tool: &asked.call.name,
+            call_id: id,
+            tool_call_id: &asked.call.id,
+            decision,
+            reviewer,
+            digest: &asked.digest,
+            edited_digest: None,
+            policy_digest: asked.policy_digest,
+            session: self.session.id.get(),
+            reason,
+            changes: None,
+        };
+        more(&mut record);
+        let secrets = secrets_of(tool);
+        log.describe_policy(&tool.facts, &secrets);
+        log.write(Record::Decision(&record), &secrets);
     }
 
     /// Every answered call passes here once: its answer gets warden's own id of the call

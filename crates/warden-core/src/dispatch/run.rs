@@ -14,7 +14,7 @@ use crate::grants::NO_CALLER_ENV;
 use crate::message::{ErrorKind, ToolCall, ToolError, ToolMessage};
 use crate::output::OutputSink;
 use crate::redact::RedactedSink;
-use crate::review::{Decision, Verdict};
+use crate::review::{Asked, Decision, Verdict, call_digest};
 use crate::toolbox::Tool;
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -114,7 +114,7 @@ impl Dispatcher {
         output: Option<&RedactedSink>,
     ) -> Answered {
         if tool.review_required {
-            match self.review(tool, call.call).await {
+            match self.review(tool, call.call, call.id).await {
                 Decision::Approve => {}
                 Decision::Edit { arguments: edited } => arguments = edited,
                 Decision::Reject { reason } => {
@@ -157,7 +157,7 @@ impl Dispatcher {
                 )
                 .await;
             let result = match call.held {
-                Some(held) => self.settle_held(tool, call.call, held, result).await,
+                Some(held) => self.settle_held(tool, call, held, result).await,
                 None => result,
             };
             match result {
@@ -185,12 +185,41 @@ impl Dispatcher {
         }
     }
 
-    pub(super) async fn review(&self, tool: &Tool, call: &ToolCall) -> Decision {
-        match &self.reviewer {
-            Some(r) => r.review(call, &tool.spec).await,
-            None => Decision::Reject {
-                reason: NO_REVIEWER.into(),
-            },
+    /// Asks the reviewer whether `call` (warden's `id` of it) may run, and writes the decision
+    /// to the call log, bound to the call's digest, before it takes effect.
+    pub(super) async fn review(&self, tool: &Tool, call: &ToolCall, id: &str) -> Decision {
+        let asked = self.asked(tool, call);
+        let (decision, reviewer) = match &self.reviewer {
+            Some(r) => (r.review(&asked).await, r.name()),
+            None => (
+                Decision::Reject {
+                    reason: NO_REVIEWER.into(),
+                },
+                "none",
+            ),
+        };
+        let (name, reason, edited) = match &decision {
+            Decision::Approve => ("approve", None, None),
+            Decision::Edit { arguments } => {
+                let edited = call_digest(&call.name, &arguments.to_string());
+                ("edit", None, Some(edited))
+            }
+            Decision::Reject { reason } => ("reject", Some(reason.as_str()), None),
+            Decision::Respond { .. } => ("respond", None, None),
+        };
+        self.record_decision(tool, id, &asked, (name, reviewer), reason, |r| {
+            r.edited_digest = edited;
+        });
+        decision
+    }
+
+    /// `call` as a reviewer is asked about it.
+    fn asked<'a>(&self, tool: &'a Tool, call: &'a ToolCall) -> Asked<'a> {
+        Asked {
+            call,
+            spec: &tool.spec,
+            digest: call_digest(&call.name, &call.arguments),
+            policy_digest: &tool.facts.policy_digest,
         }
     }
 
@@ -200,7 +229,7 @@ impl Dispatcher {
     async fn settle_held(
         &self,
         tool: &Tool,
-        call: &ToolCall,
+        call: Numbered<'_>,
         held: &HeldChanges,
         answered: Result<Output, ToolError>,
     ) -> Result<Output, ToolError> {
@@ -215,12 +244,24 @@ impl Dispatcher {
         let mut shown = pending.shown().clone();
         shown.diff = secrets.redact(&shown.diff);
         secrets.redact_value(&mut shown.changes);
-        let verdict = match &self.reviewer {
-            Some(r) => r.review_changes(call, &tool.spec, &shown).await,
-            None => Verdict::Reject {
-                reason: NO_REVIEWER.into(),
-            },
+        let asked = self.asked(tool, call.call);
+        let (verdict, reviewer) = match &self.reviewer {
+            Some(r) => (r.review_changes(&asked, &shown).await, r.name()),
+            None => (
+                Verdict::Reject {
+                    reason: NO_REVIEWER.into(),
+                },
+                "none",
+            ),
         };
+        let (name, reason) = match &verdict {
+            Verdict::Approve => ("keep", None),
+            Verdict::Reject { reason } => ("discard", Some(reason.as_str())),
+        };
+        let changes = shown.changes["digest"].as_str();
+        self.record_decision(tool, call.id, &asked, (name, reviewer), reason, |r| {
+            r.changes = changes;
+        });
         let why = match verdict {
             Verdict::Approve => match pending.commit() {
                 Ok(()) => return answered,

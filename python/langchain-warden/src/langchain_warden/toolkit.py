@@ -46,8 +46,8 @@ _CHANGED = re.compile(
 )
 
 _ASKED = re.compile(
-    r"\AThe tool `(?P<name>[^`]*)` needs your review before it runs\.\nArguments: (?P<args>.*)\Z",
-    re.DOTALL,
+    r"\AThe tool `(?P<name>[^`]*)` needs your review before it runs\.\n"
+    r"Arguments: (?P<args>[^\n]*)\nDigest: sha256:[0-9a-f]{64}\Z",
 )
 
 
