@@ -209,19 +209,7 @@ impl Policy {
                 },
             );
         }
-        let prefix = match file.prefix {
-            Some(p) if !p.get_ref().is_empty() && !is_valid_tool_name(p.get_ref()) => {
-                return Err(at(
-                    Some(p.span()),
-                    format!(
-                        "prefix `{}` may only use letters, digits, _ and -",
-                        p.get_ref()
-                    ),
-                ));
-            }
-            Some(p) => p.into_inner(),
-            None => String::new(),
-        };
+        let prefix = checked_prefix(file.prefix).map_err(|(span, m)| at(Some(span), m))?;
         Ok(Policy {
             path: path.to_owned(),
             prefix,
@@ -245,6 +233,23 @@ impl Policy {
             Some(f) => self.limits.overlay(&f.limits).resolve(),
             None => self.limits.resolve(),
         }
+    }
+}
+
+/// The prefix as written, checked: what it adds to each tool's name must keep the name valid.
+fn checked_prefix(
+    prefix: Option<Spanned<String>>,
+) -> Result<String, (std::ops::Range<usize>, String)> {
+    match prefix {
+        Some(p) if !p.get_ref().is_empty() && !is_valid_tool_name(p.get_ref()) => Err((
+            p.span(),
+            format!(
+                "prefix `{}` may only use letters, digits, _ and -",
+                p.get_ref()
+            ),
+        )),
+        Some(p) => Ok(p.into_inner()),
+        None => Ok(String::new()),
     }
 }
 

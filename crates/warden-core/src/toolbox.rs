@@ -1,6 +1,6 @@
 //! The toolbox: a folder of policy files, and the tools they define.
 
-use crate::backend::{Backend, Report};
+use crate::backend::{Backend, LoadedTool, Report};
 use crate::calllog::PolicyFacts;
 use crate::capability::Capabilities;
 use crate::capability::ExecutorKind;
@@ -235,20 +235,7 @@ impl Toolbox {
             report,
         } = backend.load(&policy)?;
         let report = Arc::new(report);
-        for (name, f) in &policy.functions {
-            if !loaded.iter().any(|t| &t.function == name) {
-                let known: Vec<&str> = loaded.iter().map(|t| t.function.as_str()).collect();
-                return Err(PolicyError::new(
-                    &policy.path,
-                    Some(f.line),
-                    format!(
-                        "[functions.{name}] names no function of this tool; it has: {}",
-                        known.join(", ")
-                    ),
-                )
-                .into());
-            }
-        }
+        functions_named(&policy, &loaded)?;
         // Every name is checked before any tool is added: a policy is added whole or not at all.
         let mut named = Vec::with_capacity(loaded.len());
         for tool in loaded {
@@ -405,6 +392,24 @@ fn edit_distance(a: &str, b: &str) -> usize {
         }
     }
     row[b.len()]
+}
+
+/// Refuses a `[functions.NAME]` that names no function the backend loaded.
+fn functions_named(policy: &Policy, loaded: &[LoadedTool]) -> Result<(), PolicyError> {
+    for (name, f) in &policy.functions {
+        if !loaded.iter().any(|t| &t.function == name) {
+            let known: Vec<&str> = loaded.iter().map(|t| t.function.as_str()).collect();
+            return Err(PolicyError::new(
+                &policy.path,
+                Some(f.line),
+                format!(
+                    "[functions.{name}] names no function of this tool; it has: {}",
+                    known.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
