@@ -1,5 +1,9 @@
 """Tools whose policy requires review ask the client's user through MCP elicitation."""
 
+import hashlib
+import json
+import re
+
 import pytest
 from mcp import types
 
@@ -47,6 +51,33 @@ async def test_a_rejected_call_does_not_run_and_says_why(transport, reviewed):
     assert rejected.isError is True
     assert rejected.meta["warden/error"]["kind"] == "rejected"
     assert "not on a Friday" in rejected.content[0].text
+
+
+def digest(tool: str, arguments: dict) -> str:
+    """sha256 of the JCS form of [tool, arguments] (for these plain values: sorted keys, no
+    spaces), as a client computes it on its own."""
+    canonical = json.dumps([tool, arguments], separators=(",", ":"), sort_keys=True)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+async def test_an_approval_is_bound_to_the_digest_the_message_names(reviewed):
+    asked = []
+
+    async def elicit(context, params: types.ElicitRequestParams):
+        asked.append(params.message)
+        named = re.search(r"Digest: (sha256:[0-9a-f]{64})", params.message)[1]
+        wrong = named if len(asked) == 1 else digest("rev_add", {"a": 2, "b": 3})
+        return types.ElicitResult(action="accept", content={"decision": "approve", "digest": wrong})
+
+    async with session("stdio", reviewed, elicitation_callback=elicit) as s:
+        bound = await s.call_tool("rev_add", {"a": 2, "b": 3})
+        other = await s.call_tool("rev_add", {"a": 2, "b": 30})
+    assert f"Digest: {digest('rev_add', {'a': 2, 'b': 3})}" in asked[0], asked[0]
+    assert bound.structuredContent == {"result": 5}
+    # An approval of the first call's digest does not run the second.
+    assert other.isError is True
+    assert other.meta["warden/error"]["kind"] == "rejected"
+    assert "digest" in other.content[0].text
 
 
 async def test_a_declined_review_is_a_rejection(reviewed):

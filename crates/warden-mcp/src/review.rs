@@ -47,8 +47,9 @@ impl ElicitationReviewer {
 }
 
 impl ElicitationReviewer {
-    /// Asks the client of `call` with the form [`request`] makes of `message`.
-    async fn ask(&self, call: &ToolCall, message: String) -> Decision {
+    /// Asks the client of `call` with the form [`request`] makes of `message`; an answer that
+    /// names a digest must name `digest`, the call's.
+    async fn ask(&self, call: &ToolCall, message: String, digest: &str) -> Decision {
         let peer = self.lock().get(&call.id).cloned();
         let Some(peer) = peer else {
             return reject(NO_REVIEWER);
@@ -67,7 +68,7 @@ impl ElicitationReviewer {
             }
         };
         match peer.create_elicitation(params).await {
-            Ok(answer) => decide(answer.action, answer.content.as_ref()),
+            Ok(answer) => decide(answer.action, answer.content.as_ref(), digest),
             Err(e) => {
                 tracing::warn!(call = %call.id, "the review request failed: {e}");
                 reject("the review request to the client failed, so the call was not run")
@@ -85,7 +86,7 @@ impl Reviewer for ElicitationReviewer {
             Escaped(&asked.call.arguments),
             asked.digest
         );
-        Box::pin(self.ask(asked.call, message))
+        Box::pin(self.ask(asked.call, message, &asked.digest))
     }
 
     fn review_changes<'a>(
@@ -101,7 +102,7 @@ impl Reviewer for ElicitationReviewer {
             changes.to_text()
         );
         Box::pin(async move {
-            match self.ask(asked.call, message).await {
+            match self.ask(asked.call, message, &asked.digest).await {
                 Decision::Approve => Verdict::Approve,
                 Decision::Reject { reason } => Verdict::Reject { reason },
                 _ => Verdict::Reject {
@@ -142,6 +143,11 @@ fn request(message: String) -> Result<ElicitRequestParams, serde_json::Error> {
                 "title": "Reason",
                 "description": "Why it is rejected; the model reads this",
             },
+            "digest": {
+                "type": "string",
+                "title": "Digest",
+                "description": "The digest the message names: the decision is for that call alone",
+            },
         },
         "required": ["decision"],
     }))?;
@@ -152,10 +158,18 @@ fn request(message: String) -> Result<ElicitRequestParams, serde_json::Error> {
     })
 }
 
-fn decide(action: ElicitationAction, content: Option<&Value>) -> Decision {
+/// What the client's answer decides about the call whose digest is `digest`: an approval that
+/// names another digest approves another call, so it is a rejection.
+fn decide(action: ElicitationAction, content: Option<&Value>, digest: &str) -> Decision {
     match action {
         ElicitationAction::Accept => {
             let field = |k: &str| content.and_then(|c| c.get(k)).and_then(Value::as_str);
+            if let Some(named) = field("digest").filter(|d| *d != digest) {
+                return reject(&format!(
+                    "the reviewer's answer is for the call with digest {named}, and this call's \
+                     is {digest}: a decision is for the call it names alone"
+                ));
+            }
             match field("decision") {
                 Some("approve") => Decision::Approve,
                 _ => reject(
@@ -178,21 +192,35 @@ mod tests {
     fn decisions() {
         let approve = json!({"decision": "approve"});
         assert_eq!(
-            decide(ElicitationAction::Accept, Some(&approve)),
+            decide(ElicitationAction::Accept, Some(&approve), "d"),
             Decision::Approve
         );
         let no = json!({"decision": "reject", "reason": "not on Fridays"});
         assert_eq!(
-            decide(ElicitationAction::Accept, Some(&no)),
+            decide(ElicitationAction::Accept, Some(&no), "d"),
             reject("not on Fridays")
         );
         assert!(matches!(
-            decide(ElicitationAction::Accept, None),
+            decide(ElicitationAction::Accept, None, "d"),
             Decision::Reject { .. }
         ));
         assert!(matches!(
-            decide(ElicitationAction::Decline, None),
+            decide(ElicitationAction::Decline, None, "d"),
             Decision::Reject { .. }
+        ));
+    }
+
+    #[test]
+    fn an_approval_naming_another_digest_is_a_rejection() {
+        let bound = json!({"decision": "approve", "digest": "d"});
+        assert_eq!(
+            decide(ElicitationAction::Accept, Some(&bound), "d"),
+            Decision::Approve
+        );
+        let other = json!({"decision": "approve", "digest": "e"});
+        assert!(matches!(
+            decide(ElicitationAction::Accept, Some(&other), "d"),
+            Decision::Reject { reason } if reason.contains("digest e")
         ));
     }
 
