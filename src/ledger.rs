@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use warden::Warden;
 use warden_core::shown::Escaped;
-use warden_ledger::{Link, PublicKey, Verified};
+use warden_ledger::{Link, PublicKey, SealKey, Verified};
 
 /// Verifies the call log with its rotated files against the pinned key (`key`, else the home
 /// key's public half) and an exported `head`; exit 1 names the first problem.
@@ -19,7 +19,7 @@ pub(crate) fn verify(
     let (pinned, from) = match key {
         Some(path) => (Some(PublicKey::read(path)?), Some(path.to_owned())),
         None => {
-            let beside = public_beside(&ctx.seals.key);
+            let beside = SealKey::public_path(&ctx.seals.key);
             if beside.exists() {
                 (Some(PublicKey::read(&beside)?), Some(beside))
             } else {
@@ -45,12 +45,6 @@ pub(crate) fn verify(
     } else {
         ExitCode::SUCCESS
     })
-}
-
-fn public_beside(key: &Path) -> PathBuf {
-    let mut name = key.as_os_str().to_owned();
-    name.push(".pub");
-    PathBuf::from(name)
 }
 
 fn report(v: &Verified, files: &[PathBuf], key: Option<&Path>) -> serde_json::Value {

@@ -65,10 +65,15 @@ impl SealKey {
         let text = std::fs::read_to_string(path)
             .map_err(|e| LedgerError::io("reading the ledger key", path, e))?;
         let key = Self::parse(path, &text)?;
-        let public = sibling(path, ".pub");
+        let public = Self::public_path(path);
         std::fs::write(&public, format!("{}\n", key.public().to_text()))
             .map_err(|e| LedgerError::io("writing the public key", &public, e))?;
         Ok(key)
+    }
+
+    /// Where the public half of the key at `key` is written: `KEY.pub`.
+    pub fn public_path(key: &Path) -> PathBuf {
+        sibling(key, ".pub")
     }
 
     fn parse(path: &Path, text: &str) -> Result<SealKey, LedgerError> {

@@ -38,7 +38,7 @@ fn write(dir: &Path, name: &str, lines: &[String]) -> PathBuf {
 
 fn keys(dir: &Path, name: &str) -> (SealKey, PublicKey) {
     let key = SealKey::load_or_create(&dir.join(name)).unwrap();
-    let public = PublicKey::read(&dir.join(format!("{name}.pub"))).unwrap();
+    let public = PublicKey::read(&SealKey::public_path(&dir.join(name))).unwrap();
     assert_eq!(key.public(), public);
     (key, public)
 }

@@ -21,13 +21,19 @@ impl View {
     /// named, in the order of the change set, until the bound cuts the rest (which says how
     /// many paths it left out).
     pub fn diff(&self, changes: &ChangeSet, max: usize) -> String {
+        // Each root and its upper layer opened once, for every change below them.
+        let open = |p: &Path| Beneath::open(p).map_err(|e| e.to_string());
+        let folders: Vec<Folders> = (0..changes.roots.len())
+            .map(|i| (open(&changes.roots[i]), open(&self.layer(i).upper)))
+            .collect();
         let mut out = String::new();
         for (i, change) in changes.changes.iter().enumerate() {
-            let root = &changes.roots[change.root];
             // A name may hold a line break that would forge a line of the diff: escaped.
-            let name = Path::new(root).join(&change.path).display().to_string();
-            let upper = self.layer(change.root).upper;
-            let hunk = file_diff(change, root, &upper, &escape(&name));
+            let name = Path::new(&changes.roots[change.root])
+                .join(&change.path)
+                .display()
+                .to_string();
+            let hunk = file_diff(change, &folders[change.root], &escape(&name));
             if out.len() + hunk.len() > max {
                 let left = changes.changes.len() - i;
                 let _ = writeln!(out, "… the diff stops here: {left} more changed path(s)");
@@ -39,15 +45,20 @@ impl View {
     }
 }
 
+/// A root and its upper layer, opened (or why not).
+type Folders = (Result<Beneath, String>, Result<Beneath, String>);
+
 /// The diff of one change, headed `--- NAME` / `+++ NAME`; what it is on each side (a
 /// folder, a link, a mode) follows, unless both sides are text of one mode.
-fn file_diff(change: &Change, root: &Path, upper: &Path, name: &str) -> String {
-    let before = side(change.before.as_ref(), || {
-        Beneath::open(root)?.read(&change.path)
-    });
-    let after = side(change.after.as_ref(), || {
-        Beneath::open(upper)?.read(&change.path)
-    });
+fn file_diff(change: &Change, (root, upper): &Folders, name: &str) -> String {
+    let read = |folder: &Result<Beneath, String>| {
+        folder
+            .as_ref()
+            .map_err(|e| std::io::Error::other(e.clone()))?
+            .read(&change.path)
+    };
+    let before = side(change.before.as_ref(), || read(root));
+    let after = side(change.after.as_ref(), || read(upper));
     let mut out = String::new();
     match (&before, &after) {
         (Side::Text(old), Side::Text(new)) => {
