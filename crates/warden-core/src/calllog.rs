@@ -18,23 +18,26 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use writer::{Kind, Line, Writer, rotated};
 
+mod appends;
 mod seals;
 mod writer;
+pub(crate) use appends::Logged;
 pub use seals::Seals;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// An append-only JSONL file of calls, rotated by size. A record is serialized and redacted
-/// outside the log's lock and written on the caller's thread with one `write` (page cache, not
-/// `fsync`), so when [`CallLog::write`] returns the record is in the file: a process killed
-/// right after a call's answer still has that call's record. (A writer thread was tried: waking
-/// it for each record cost more than the `write`, and a kill could beat it to the file.)
+/// outside the log's lock and written by the caller's thread, or by another caller's that holds
+/// the file then, with one `write` (page cache, not `fsync`); a call's answer waits until its
+/// record is in the file ([`Logged`]), so a process killed right after a call's answer still
+/// has that call's record. (A writer thread was tried: waking it for each record cost more
+/// than the `write`, and a kill could beat it to the file.)
 pub struct CallLog {
     path: PathBuf,
     rotation: Rotation,
     /// Policies whose record has been written: a call of a known policy does not serialize it
     /// again.
     described: Mutex<HashSet<String>>,
-    file: Mutex<Writer>,
+    appends: appends::Appends,
 }
 
 /// When the log is rotated, and how many rotated files are kept.
@@ -344,7 +347,7 @@ impl CallLog {
             path: path.to_owned(),
             rotation,
             described: Mutex::default(),
-            file: Mutex::new(Writer::open(path, rotation)?),
+            appends: appends::Appends::new(Writer::open(path, rotation)?),
         })
     }
 
@@ -352,10 +355,8 @@ impl CallLog {
     /// [`warden_ledger::SEAL_EVERY`] lines, or [`warden_ledger::SEAL_AFTER`], and when the log
     /// is dropped.
     pub fn sealed(self, seals: Seals) -> Self {
-        self.file
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .sealing = Some(seals::Sealing::new(seals));
+        self.appends
+            .with_writer(|w| w.sealing = Some(seals::Sealing::new(seals)));
         self
     }
 
@@ -381,7 +382,8 @@ impl CallLog {
                 ts_ms: now_ms(),
                 facts: facts.clone(),
             };
-            self.write(Record::Policy(&record), secrets);
+            // Not waited for: the call record that follows is, and lines keep their order.
+            drop(self.write(Record::Policy(&record), secrets));
         }
     }
 
@@ -389,46 +391,36 @@ impl CallLog {
         &self.path
     }
 
-    /// Appends `record` as one line, every string in it with `secrets` redacted; it is in the
-    /// file when this returns. A failure to write is logged, never fatal to the call.
-    pub(crate) fn write(&self, record: Record<'_>, secrets: &Secrets) {
+    /// Appends `record` as one line, every string in it with `secrets` redacted: it is in the
+    /// file once the answer is waited for (records are written in the order they were
+    /// given). A failure to write is logged, never fatal to the call.
+    pub(crate) fn write(&self, record: Record<'_>, secrets: &Secrets) -> Logged<'_> {
         let text = match serialize(record, secrets) {
             Ok(text) => text,
             Err(e) => {
                 tracing::error!("cannot write a record to the call log: {e}");
-                return;
+                return Logged::NOTHING;
             }
         };
         let kind = match record {
-            Record::Policy(p) => Kind::Policy(&p.facts.policy_digest),
-            Record::Call(c) => Kind::Call(c.policy_digest),
-            Record::Decision(d) => Kind::Call(Some(d.policy_digest)),
+            Record::Policy(p) => Kind::Policy(p.facts.policy_digest.clone()),
+            Record::Call(c) => Kind::Call(c.policy_digest.map(str::to_owned)),
+            Record::Decision(d) => Kind::Call(Some(d.policy_digest.to_owned())),
             Record::Denied(_) => Kind::Denied,
         };
-        self.file
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .append_line(Line { text, kind });
+        self.appends.push(Line { text, kind })
     }
 
-    /// Waits until a record being written on another thread is in the file (each
-    /// [`CallLog::write`] has written its own when it returns).
+    /// Waits until every record given so far is in the file.
     pub fn flush(&self) {
-        drop(
-            self.file
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+        self.appends.flush();
     }
 }
 
 impl Drop for CallLog {
-    /// Seals what this log appended since its last seal.
+    /// Writes what is queued, and seals what this log appended since its last seal.
     fn drop(&mut self) {
-        self.file
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .seal_at_end();
+        self.appends.into_writer().seal_at_end();
     }
 }
 
@@ -513,11 +505,13 @@ mod tests {
             serde_json::json!({}),
         );
         log.describe_policy(&facts, &secrets);
-        log.write(Record::Call(&call_record(&failed, Some(&facts))), &secrets);
+        log.write(Record::Call(&call_record(&failed, Some(&facts))), &secrets)
+            .wait();
         // Once per file: a second call of the same policy names it only.
         log.describe_policy(&facts, &secrets);
         let ok = ToolMessage::success(&call, "fine".into(), None);
-        log.write(Record::Call(&call_record(&ok, None)), &Secrets::default());
+        log.write(Record::Call(&call_record(&ok, None)), &Secrets::default())
+            .wait();
         let denied = DenialRecord {
             ts_ms: 1,
             tool: "fetch".into(),
@@ -526,7 +520,7 @@ mod tests {
             destination: "http://x.test/?key=sk-123".into(),
             reason: "not granted".into(),
         };
-        log.write(Record::Denied(&denied), &secrets);
+        log.write(Record::Denied(&denied), &secrets).wait();
 
         let v = lines(&log);
         assert_eq!(v[0]["event"], "policy");
@@ -556,7 +550,7 @@ mod tests {
         let ok = ToolMessage::success(&call, "fine".into(), None);
         let mut record = call_record(&ok, None);
         record.denied_count = Some(2);
-        log.write(Record::Call(&record), &Secrets::default());
+        log.write(Record::Call(&record), &Secrets::default()).wait();
         let v = lines(&log);
         assert_eq!(v[0]["denied_count"], 2);
         assert_eq!(v[0]["denied"], 2);
@@ -584,7 +578,8 @@ mod tests {
             log.write(
                 Record::Call(&call_record(&ok, Some(&facts))),
                 &Secrets::default(),
-            );
+            )
+            .wait();
         }
         log.flush();
         let files = log.files();
@@ -614,7 +609,8 @@ mod tests {
         log.write(
             Record::Call(&call_record(&ok, Some(&facts))),
             &Secrets::default(),
-        );
+        )
+        .wait();
         drop(log);
         assert!(std::fs::metadata(&path).unwrap().len() <= 4096);
     }
@@ -648,7 +644,7 @@ mod tests {
         let secrets = Secrets::default();
         for _ in 0..100_000 {
             log.describe_policy(&facts, &secrets);
-            log.write(Record::Call(&record), &secrets);
+            log.write(Record::Call(&record), &secrets).wait();
         }
         log.flush();
         let files = log.files();

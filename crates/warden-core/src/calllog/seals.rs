@@ -131,7 +131,8 @@ mod tests {
                 s.spawn(move || {
                     let log = CallLog::open_rotated(path, rotation).unwrap().sealed(seals);
                     for n in 0..3000 {
-                        log.write(Record::Denied(&denial(w * 10_000 + n)), &Secrets::default());
+                        log.write(Record::Denied(&denial(w * 10_000 + n)), &Secrets::default())
+                            .wait();
                     }
                 });
             }
@@ -163,7 +164,8 @@ mod tests {
         let log = CallLog::open(&path)
             .unwrap()
             .sealed(seals(dir.path(), Some(socket)));
-        log.write(Record::Denied(&denial(1)), &Secrets::default());
+        log.write(Record::Denied(&denial(1)), &Secrets::default())
+            .wait();
         drop(log);
         let v = verify(&[path], None, None).unwrap();
         assert_eq!(v.problem, None);

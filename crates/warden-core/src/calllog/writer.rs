@@ -1,8 +1,7 @@
-//! The call log's file: appends each record's line (with the policy line it needs, in one
-//! `write`), chained after the line before it (see `warden_ledger`), and rotates the file by
-//! size. It is driven on the caller's thread, under the log's lock and the lock every writer of
-//! the file takes (`NAME.lock`: several wardens may share one log), so a record is in the file
-//! before its call's answer leaves warden.
+//! The call log's file: appends records' lines (each after the policy line it needs, all in
+//! one `write`), chained after the line before them (see `warden_ledger`), and rotates the
+//! file by size. It is driven under the log's lock (see `appends`) and the lock every writer of
+//! the file takes (`NAME.lock`: several wardens may share one log).
 
 use super::Rotation;
 use super::seals::Sealing;
@@ -15,16 +14,16 @@ use std::sync::Arc;
 use warden_ledger::{Link, chained, last_link};
 
 /// A serialized record, newline included, and what rotation needs to know of it.
-pub(super) struct Line<'a> {
+pub(super) struct Line {
     pub(super) text: String,
-    pub(super) kind: Kind<'a>,
+    pub(super) kind: Kind,
 }
 
-pub(super) enum Kind<'a> {
+pub(super) enum Kind {
     /// A `policy` record, by digest.
-    Policy(&'a str),
+    Policy(String),
     /// A call record, naming its policy's digest when the tool exists.
-    Call(Option<&'a str>),
+    Call(Option<String>),
     Denied,
 }
 
@@ -87,15 +86,20 @@ impl Writer {
         })
     }
 
-    /// Appends `line` (after the policy line it names, when this file lacks it) in one write,
-    /// rotating the file first when the line would take it past its size, and sealing the
-    /// chain when a seal is due.
-    pub(super) fn append_line(&mut self, line: Line<'_>) {
+    /// Appends `lines` (each after the policy line it names, when this file lacks it) in one
+    /// write, rotating the file first when a line would take it past its size, and sealing
+    /// the chain when a seal is due.
+    pub(super) fn append_lines(&mut self, lines: Vec<Line>) {
+        if lines.is_empty() {
+            return;
+        }
         let _locked = self.locked();
         self.catch_up();
-        self.queue(line);
-        if self.sealing.as_ref().is_some_and(Sealing::due) {
-            self.seal();
+        for line in lines {
+            self.queue(line);
+            if self.sealing.as_ref().is_some_and(Sealing::due) {
+                self.seal();
+            }
         }
         self.write_pending();
     }
@@ -162,7 +166,7 @@ impl Writer {
             .unwrap_or(Link::GENESIS)
     }
 
-    fn queue(&mut self, line: Line<'_>) {
+    fn queue(&mut self, line: Line) {
         let len = line.text.len() as u64 + CHAIN_BYTES + SEAL_BYTES;
         if self.bytes > 0 && self.bytes + len > self.rotation.max_bytes {
             self.write_pending();
@@ -172,13 +176,13 @@ impl Writer {
         }
         match line.kind {
             Kind::Policy(digest) => {
-                self.policies.insert(digest.to_owned());
-                self.lines.insert(digest.to_owned(), line.text.clone());
+                self.policies.insert(digest.clone());
+                self.lines.insert(digest, line.text.clone());
             }
             // Each file can be read alone: a policy a call names is described in it first.
-            Kind::Call(Some(digest)) if !self.policies.contains(digest) => {
-                if let Some(policy) = self.lines.get(digest).cloned() {
-                    self.policies.insert(digest.to_owned());
+            Kind::Call(Some(digest)) if !self.policies.contains(&digest) => {
+                if let Some(policy) = self.lines.get(&digest).cloned() {
+                    self.policies.insert(digest);
                     self.append(policy);
                 }
             }

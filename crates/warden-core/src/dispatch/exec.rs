@@ -77,7 +77,8 @@ impl Dispatcher {
             }),
             ..Facts::default()
         };
-        self.record_answer(&span, &call, Some(tool), &secrets, &mut message, &facts);
+        self.record_answer(&span, &call, Some(tool), &secrets, &mut message, &facts)
+            .wait();
         ended
     }
 

@@ -5,8 +5,8 @@ use super::message::{attach_usage, redact_message, set_detail};
 use super::span::{Answer, CallSpan};
 use super::{Dispatcher, Facts, secrets_of};
 use crate::calllog::{
-    CallOutcome, CallRecord, ChangesRecord, DecisionRecord, DenialRecord, ExecRecord, Record,
-    now_ms,
+    CallOutcome, CallRecord, ChangesRecord, DecisionRecord, DenialRecord, ExecRecord, Logged,
+    Record, now_ms,
 };
 use crate::executor::{Sample, Usage};
 use crate::message::{Status, ToolCall, ToolError, ToolMessage};
@@ -48,7 +48,8 @@ impl Dispatcher {
             took,
             ..Facts::default()
         };
-        self.record_answer(span, call, tool, &secrets, &mut message, &facts);
+        self.record_answer(span, call, tool, &secrets, &mut message, &facts)
+            .wait();
         message
     }
 
@@ -91,12 +92,13 @@ impl Dispatcher {
         more(&mut record);
         let secrets = secrets_of(tool);
         log.describe_policy(&tool.facts, &secrets);
-        log.write(Record::Decision(&record), &secrets);
+        log.write(Record::Decision(&record), &secrets).wait();
     }
 
     /// Every answered call passes here once: its answer gets warden's own id of the call
     /// (`call_id` in its details, beside the caller's `tool_call_id`), the run counts what it
-    /// spent, telemetry hears of it, and the call log gets its records.
+    /// spent, telemetry hears of it, and the call log gets its records: the answer leaves
+    /// once they are written ([`Logged`]).
     pub(super) fn record_answer(
         &self,
         span: &CallSpan,
@@ -105,7 +107,7 @@ impl Dispatcher {
         secrets: &Secrets,
         m: &mut ToolMessage,
         facts: &Facts,
-    ) {
+    ) -> Logged<'_> {
         let call_id = span.id().to_owned();
         set_detail(m, "call_id", call_id.as_str().into());
         let m = &*m;
@@ -119,7 +121,7 @@ impl Dispatcher {
             session: self.session.id.get(),
         });
         let Some(log) = &self.log else {
-            return;
+            return Logged::NOTHING;
         };
         let ts_ms = now_ms();
         for d in &facts.denied.kept {
@@ -131,7 +133,8 @@ impl Dispatcher {
                 destination: d.destination.clone(),
                 reason: d.reason.clone(),
             };
-            log.write(Record::Denied(&denial), secrets);
+            // Not waited for: the call record that follows is, and lines keep their order.
+            drop(log.write(Record::Denied(&denial), secrets));
         }
         if let Some(t) = tool {
             log.describe_policy(&t.facts, secrets);
@@ -162,7 +165,7 @@ impl Dispatcher {
                 .as_ref()
                 .map(|e| ExecRecord::new(&e.argv, e.exit_status, e.unlimited_time)),
         };
-        log.write(Record::Call(&record), secrets);
+        log.write(Record::Call(&record), secrets)
     }
 }
 

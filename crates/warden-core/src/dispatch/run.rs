@@ -97,7 +97,9 @@ impl Dispatcher {
             credentials,
             exec: None,
         };
-        self.record_answer(span, call, Some(tool), &secrets, &mut message, &facts);
+        self.record_answer(span, call, Some(tool), &secrets, &mut message, &facts)
+            .settled()
+            .await;
         self.tell_answered(&message);
         message
     }
