@@ -420,7 +420,7 @@ impl CallLog {
 impl Drop for CallLog {
     /// Writes what is queued, and seals what this log appended since its last seal.
     fn drop(&mut self) {
-        self.appends.into_writer().seal_at_end();
+        self.appends.last_writer().seal_at_end();
     }
 }
 

@@ -80,8 +80,8 @@ impl Appends {
         out
     }
 
-    /// The writer, at the end: nothing else holds the log.
-    pub(super) fn into_writer(&mut self) -> &mut Writer {
+    /// The writer with the queue written, at the end: nothing else holds the log.
+    pub(super) fn last_writer(&mut self) -> &mut Writer {
         let queued = std::mem::take(&mut lock(&self.queue).lines);
         let file = self.file.get_mut().unwrap_or_else(PoisonError::into_inner);
         file.append_lines(queued);
