@@ -9,9 +9,12 @@
 //! unsigned, and [`Verified::unsigned`] says how much; a log cut short after a seal is caught
 //! against a head exported elsewhere ([`verify`]'s `head`).
 //!
+//! [`ocsf`] maps each line to an OCSF record, for a SIEM.
+//!
 //! Every default is here: [`SEAL_EVERY`] and [`SEAL_AFTER`].
 
 mod chain;
+pub mod ocsf;
 mod seal;
 mod verify;
 
