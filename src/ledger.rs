@@ -1,4 +1,5 @@
-//! `warden log verify`: the call log's chain and seals checked (see `warden_ledger`).
+//! `warden log verify`: the call log's chain and seals checked (see `warden_ledger`); `warden
+//! log export`: its lines as records a SIEM takes.
 
 use anyhow::{Context as _, Result};
 use serde_json::json;
@@ -45,6 +46,55 @@ pub(crate) fn verify(
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Prints each line of the call log and its rotated files as an OCSF record (none for a line
+/// that records no event); a line that cannot be exported is named on stderr, the export
+/// goes on, and it exits 1.
+pub(crate) fn export_ocsf(ctx: &Warden) -> Result<ExitCode> {
+    use std::io::{BufRead as _, Write as _};
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut failed = 0u64;
+    for file in ctx.call_log_rotation.files(&ctx.call_log) {
+        let reader = match std::fs::File::open(&file) {
+            Ok(f) => std::io::BufReader::new(f),
+            // A log not written yet has nothing to export.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", file.display())),
+        };
+        for (n, line) in reader.split(b'\n').enumerate() {
+            let line = line.with_context(|| format!("cannot read {}", file.display()))?;
+            let record = std::str::from_utf8(&line)
+                .map_err(|_| "not UTF-8 text".to_string())
+                .and_then(|text| warden_ledger::ocsf::to_ocsf(text).map_err(|e| e.to_string()));
+            match record {
+                Ok(Some(record)) => {
+                    if writeln!(out, "{record}").is_err() {
+                        // The reader went away (`| head`): nothing more to say to it.
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                }
+                Ok(None) => {}
+                Err(why) => {
+                    failed += 1;
+                    let at = format!("{}:{}", file.display(), n + 1);
+                    eprintln!(
+                        "warden: {}: cannot export this line: {}",
+                        Escaped(&at),
+                        Escaped(&why)
+                    );
+                }
+            }
+        }
+    }
+    if out.flush().is_err() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    if failed > 0 {
+        eprintln!("warden: {failed} line(s) of the call log were not exported (named above)");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn report(v: &Verified, files: &[PathBuf], key: Option<&Path>) -> serde_json::Value {

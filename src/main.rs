@@ -137,6 +137,19 @@ enum LogCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Print the call log with its rotated files, oldest first, as records a SIEM takes: one
+    /// JSON object a line.
+    Export {
+        #[arg(long, value_enum)]
+        format: ExportFormat,
+    },
+}
+
+/// What `warden log export` writes.
+#[derive(Clone, Copy, ValueEnum)]
+enum ExportFormat {
+    /// The Open Cybersecurity Schema Framework (the version `warden_ledger::ocsf` pins).
+    Ocsf,
 }
 
 #[derive(Subcommand)]
@@ -359,6 +372,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Log(LogCommand::Verify { key, head, json }) => {
             ledger::verify(&ctx, key.as_deref(), head.as_deref(), json)
         }
+        Command::Log(LogCommand::Export {
+            format: ExportFormat::Ocsf,
+        }) => ledger::export_ocsf(&ctx),
         Command::Call {
             tool,
             arguments,

@@ -128,3 +128,43 @@ fn a_log_sealed_by_another_key_fails_the_pinned_key() {
         "{report}"
     );
 }
+
+/// `warden log export --format ocsf`: one API Activity record for each call, none for the
+/// policy and seal lines, each carrying its line's hash; a line that is not a record is named
+/// on stderr, the rest are still exported, and the export exits 1.
+#[test]
+fn the_log_exports_as_ocsf_with_each_lines_hash_and_names_a_line_it_cannot() {
+    let (env, _syslog) = three_calls();
+    let text = std::fs::read_to_string(log(&env)).unwrap();
+    let out = env.warden(&["log", "export", "--format", "ocsf"]);
+    assert!(out.status.success(), "{out:?}");
+    let records: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(json)
+        .collect();
+    let calls: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("\"event\":\"call\""))
+        .collect();
+    assert_eq!((records.len(), calls.len()), (3, 3), "{records:?}");
+    for (record, line) in records.iter().zip(&calls) {
+        assert_eq!(record["class_uid"], 6003);
+        assert_eq!(record["api"]["operation"], "add");
+        assert_eq!(record["status_id"], 1);
+        // The chain's own hash of the line, as `SEQ:HEX`.
+        let link = warden_ledger::Link::of(line.as_bytes()).0.to_text();
+        let hash = link.split_once(':').unwrap().1;
+        assert_eq!(record["metadata"]["uid"], hash);
+        assert_eq!(record["api"]["request"]["uid"], json(line)["call_id"]);
+    }
+
+    std::fs::write(log(&env), format!("{text}not a record\n")).unwrap();
+    let out = env.warden(&["log", "export", "--format", "ocsf"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    let at = format!(
+        "calls.jsonl:{}: cannot export this line: not JSON",
+        text.lines().count() + 1
+    );
+    assert!(!out.status.success() && said.contains(&at), "{said}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 3);
+}
