@@ -59,6 +59,10 @@ pub(crate) struct ServeArgs {
     /// set its session's own limit: `_meta["warden/idle"]` (seconds) at `initialize`.
     #[arg(long, value_name = "DURATION", default_value = "5m")]
     session_idle: HumanDuration,
+    /// Over HTTP, stop the server once it has held no session and had no request for this
+    /// long; 0: never (until SIGTERM).
+    #[arg(long, value_name = "DURATION", default_value = "0", requires = "http")]
+    stop_idle: HumanDuration,
     /// Once listening over HTTP, write `{"url", "token", "pid"}` to this file, readable by
     /// this user alone (0600), for a client that started the server to find it.
     #[arg(long, value_name = "FILE", requires = "http")]
@@ -176,6 +180,7 @@ async fn serve_http(server: Server, addr: SocketAddr, args: ServeArgs) -> Result
             silence: args.unauthenticated_silence.0,
         },
         session_idle: Some(args.session_idle.0).filter(|d| !d.is_zero()),
+        stop_idle: Some(args.stop_idle.0).filter(|d| !d.is_zero()),
     })
     .await?;
     eprintln!("warden: serving MCP over streamable HTTP at {}", http.url());

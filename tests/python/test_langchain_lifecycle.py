@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from langchain_harness import containers_of, require_docker, scratch, shell_toolbox, warden_bin
-from langchain_warden import SandboxNotFound, WardenSandbox, list_sandboxes
+from langchain_warden import SandboxNotFound, WardenSandbox, _lifecycle, list_sandboxes
 from langchain_warden.provider import WardenSandboxProvider
 
 # How long a bounded wait for warden to end something may take.
@@ -174,6 +174,20 @@ def test_delete_ends_the_shell_and_the_record(place):
         WardenSandbox.connect(sandbox.id, place.home)
     sandbox.delete()  # again: nothing to do
     assert "gone" in sandbox.execute("echo hi").output
+
+
+def test_a_server_with_no_sandbox_left_stops_and_a_new_sandbox_starts_another(place, monkeypatch):
+    monkeypatch.setattr(_lifecycle, "SERVER_IDLE", 1.0)
+    sandbox = place.sandbox(detached=True)
+    assert sandbox.execute("echo hi").output == "hi\n"
+    first = int(place.server()["pid"])  # type: ignore[call-overload]
+    time.sleep(2.5)
+    assert _running(first), "a server holding a sandbox goes on"
+    sandbox.delete()
+    until(lambda: not _running(first), "the server with no sandbox left stopped")
+    again = place.sandbox(detached=True)
+    assert again.execute("echo again").output == "again\n"
+    assert int(place.server()["pid"]) != first  # type: ignore[call-overload]
 
 
 @pytest.mark.parametrize("tool", ["host-shell", "shell"])

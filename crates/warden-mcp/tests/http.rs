@@ -102,6 +102,18 @@ async fn serving_idle(
     SocketAddr,
     tokio::task::JoinHandle<Result<(), warden_mcp::Error>>,
 ) {
+    serving_until_idle(server, session_idle, None).await
+}
+
+/// [`serving_idle`], the server stopping once idle `stop_idle`.
+async fn serving_until_idle(
+    server: Server,
+    session_idle: Option<Duration>,
+    stop_idle: Option<Duration>,
+) -> (
+    SocketAddr,
+    tokio::task::JoinHandle<Result<(), warden_mcp::Error>>,
+) {
     let http = HttpServer::bind(HttpOptions {
         addr: "127.0.0.1:0".parse().unwrap(),
         token: TOKEN.into(),
@@ -109,6 +121,7 @@ async fn serving_idle(
         allow_remote: false,
         limits: ConnectionLimits::default(),
         session_idle,
+        stop_idle,
     })
     .await
     .unwrap();
@@ -606,6 +619,62 @@ async fn an_idle_session_ends_after_its_own_limit_or_the_server_s() {
         assert_eq!(error["code"], -32602, "{bad}: {error}");
         assert!(error["message"].as_str().unwrap().contains("warden/idle"));
     }
+}
+
+/// A session whose client sent `initialize` but never `notifications/initialized` ends after
+/// the server's idle limit (at most a minute), though no call of it was ever answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_never_started_ends_after_the_idle_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, _log) = server(dir.path(), Options::default());
+    let (addr, _served) = serving_idle(server, Some(Duration::from_secs(1))).await;
+    let mut stream = BufReader::new(TcpStream::connect(addr).await.unwrap());
+    let (status, headers, _) = post(&mut stream, None, &initialize()).await;
+    assert_eq!(status, 200, "{headers:?}");
+    let id = header(&headers, "mcp-session-id").unwrap();
+    let head = format!(
+        "HEAD /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nMcp-Session-Id: {id}\r\n\r\n"
+    );
+    let mut asking = BufReader::new(TcpStream::connect(addr).await.unwrap());
+    asking.get_mut().write_all(head.as_bytes()).await.unwrap();
+    assert_eq!(head_status(&mut asking).await, 200, "held while it starts");
+    tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            asking.get_mut().write_all(head.as_bytes()).await.unwrap();
+            if head_status(&mut asking).await == 404 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the session that never started ended");
+}
+
+/// A server told to stop once idle keeps serving while it holds a session, and stops by
+/// itself once its last session has ended and nothing has come for that long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_with_no_session_left_stops_once_idle() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, _log) = server(dir.path(), Options::default());
+    let idle = Duration::from_secs(1);
+    let (addr, served) = serving_until_idle(server, None, Some(idle)).await;
+    let (mut stream, id) = session(addr).await;
+    tokio::time::sleep(idle * 3).await;
+    let (status, _, answer) = post(&mut stream, Some(&id), &call(1, "ok")).await;
+    assert_eq!(status, 200, "a server holding a session goes on");
+    assert_eq!(answer.unwrap()["result"]["content"][0]["text"], "ok");
+    assert!(!served.is_finished());
+
+    let delete = format!(
+        "DELETE /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nMcp-Session-Id: {id}\r\nContent-Length: 0\r\n\r\n"
+    );
+    stream.get_mut().write_all(delete.as_bytes()).await.unwrap();
+    assert_eq!(head_status(&mut stream).await, 200);
+    let stopped = tokio::time::timeout(Duration::from_secs(30), served)
+        .await
+        .expect("the idle server stopped");
+    stopped.unwrap().unwrap();
 }
 
 /// A session with a call being answered is not idle, however long the call takes; once it

@@ -47,6 +47,7 @@ use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::Value;
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -75,10 +76,17 @@ pub struct HttpOptions {
     /// How long a session may sit idle (no request being answered) before it ends with its
     /// sandboxes, unless its client set its own limit; `None`: until its client ends it.
     pub session_idle: Option<Duration>,
+    /// Stop the server once it has held no session and answered no request for this long;
+    /// `None`: until it is told to stop.
+    pub stop_idle: Option<Duration>,
 }
 
 /// How often sessions are checked for idleness.
 const IDLE_SWEEP: Duration = Duration::from_millis(500);
+
+/// How long a session may go without its client's `notifications/initialized` (it cannot be
+/// used before): at most this long, or the server's idle limit when that is shorter.
+const START_GRACE: Duration = Duration::from_secs(60);
 
 /// A bound listener, ready to serve.
 pub struct HttpServer {
@@ -137,6 +145,7 @@ impl HttpServer {
         let _sweeper = AbortOnDrop(tokio::spawn(end_idle_sessions(
             endpoint.clone(),
             self.options.session_idle,
+            self.options.stop_idle,
         )));
         let waiting = Arc::new(Unauthenticated::new(&self.options.limits));
         let mut http1 = http1::Builder::new();
@@ -211,6 +220,9 @@ struct Endpoint {
     max_body: usize,
     /// The answers to POSTs being sent.
     answers: TaskTracker,
+    /// When the last request with the token came (`HEAD` included: a client about to open a
+    /// session asks first).
+    last_request: std::sync::Mutex<std::time::Instant>,
 }
 
 /// What a stop waits for and then closes.
@@ -254,6 +266,7 @@ impl Endpoint {
             in_flight: InFlight::default(),
             max_body,
             answers: answers.clone(),
+            last_request: std::sync::Mutex::new(std::time::Instant::now()),
         };
         let open = Open {
             answers,
@@ -264,6 +277,18 @@ impl Endpoint {
         (endpoint, open)
     }
 
+    /// How long the server has held no session, sent no answer and had no request, at `now`.
+    async fn idle_for(&self, now: std::time::Instant) -> Duration {
+        if !self.answers.is_empty() || !self.ending.sessions.sessions.read().await.is_empty() {
+            return Duration::ZERO;
+        }
+        let last = *self
+            .last_request
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        now.saturating_duration_since(last)
+    }
+
     /// The answer to one request: the guard's refusal, the end of the session a `DELETE`
     /// names, the JSON-RPC error for a body that is no message, or rmcp's. A POST's answer
     /// holds its token of the answers being sent, and its request's id in its session, until
@@ -272,7 +297,14 @@ impl Endpoint {
         let sending = (request.method() == Method::POST).then(|| self.answers.token());
         let mut claim = None;
         let mut busy = None;
-        let response = match self.guard.check(&request) {
+        let allowed = self.guard.check(&request);
+        if allowed.is_ok() {
+            *self
+                .last_request
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = std::time::Instant::now();
+        }
+        let response = match allowed {
             Err(refusal) => refusal.response(),
             Ok(()) if request.method() == Method::HEAD => {
                 ticket.authenticated();
@@ -433,10 +465,19 @@ fn named_session<B>(request: &Request<B>) -> Option<&str> {
     request.headers().get(SESSION_ID_HEADER)?.to_str().ok()
 }
 
-/// Ends, every [`IDLE_SWEEP`], the sessions idle past their limit (else `default`).
-async fn end_idle_sessions(endpoint: Arc<Endpoint>, default: Option<Duration>) {
+/// Ends, every [`IDLE_SWEEP`], the sessions idle past their limit (else `default`), and those
+/// whose client never finished starting them past [`START_GRACE`]; stops the server once it
+/// has been idle `stop_idle`.
+async fn end_idle_sessions(
+    endpoint: Arc<Endpoint>,
+    default: Option<Duration>,
+    stop_idle: Option<Duration>,
+) {
     let mut sweep = tokio::time::interval(IDLE_SWEEP);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let grace = default.map_or(START_GRACE, |idle| idle.min(START_GRACE));
+    // Sessions seen without `initialized`, since when.
+    let mut starting = HashMap::new();
     loop {
         sweep.tick().await;
         let now = std::time::Instant::now();
@@ -444,6 +485,18 @@ async fn end_idle_sessions(endpoint: Arc<Endpoint>, default: Option<Duration>) {
             if endpoint.ending.close(&id).await {
                 tracing::info!(session = %id, "ended an idle MCP session and its sandboxes");
             }
+        }
+        for id in endpoint.ending.unstarted(&mut starting, now, grace).await {
+            if endpoint.ending.close(&id).await {
+                tracing::info!(session = %id, "ended an MCP session its client never started");
+            }
+        }
+        if let Some(limit) = stop_idle
+            && endpoint.idle_for(now).await >= limit
+        {
+            tracing::info!("stopping: no session and no request for {limit:?}");
+            endpoint.ending.shared.calls.stop();
+            return;
         }
     }
 }
@@ -479,6 +532,35 @@ impl Ending {
         } else {
             text(StatusCode::NOT_FOUND, UNKNOWN_SESSION)
         }
+    }
+
+    /// The sessions rmcp holds whose `initialized` has not come in `grace` since a sweep first
+    /// saw them (`starting` remembers when, for the sessions still starting).
+    async fn unstarted(
+        &self,
+        starting: &mut HashMap<String, std::time::Instant>,
+        now: std::time::Instant,
+        grace: Duration,
+    ) -> Vec<String> {
+        let held: Vec<String> = self
+            .sessions
+            .sessions
+            .read()
+            .await
+            .keys()
+            .map(ToString::to_string)
+            .collect();
+        starting.retain(|id, _| held.contains(id));
+        let mut late = Vec::new();
+        for id in held {
+            if self.shared.session(&id).is_some() {
+                starting.remove(&id);
+            } else if now.duration_since(*starting.entry(id.clone()).or_insert(now)) >= grace {
+                starting.remove(&id);
+                late.push(id);
+            }
+        }
+        late
     }
 
     /// Ends session `id` as [`Ending::end`] does; false when this server holds no such
@@ -620,6 +702,7 @@ mod tests {
             allow_remote,
             limits: ConnectionLimits::default(),
             session_idle: None,
+            stop_idle: None,
         }
     }
 

@@ -57,6 +57,11 @@ class Server:
     pid: int
 
 
+SERVER_IDLE = 600.0
+"""Seconds a background server goes on with no sandbox and no request before it stops (a new
+sandbox starts another)."""
+
+
 def warden_home(home: str | os.PathLike[str] | None) -> Path:
     """The warden home as warden resolves it: `home`, else `WARDEN_HOME`, else
     `$XDG_DATA_HOME/warden`, else `~/.local/share/warden`."""
@@ -134,6 +139,8 @@ class Registry:
             "127.0.0.1:0",
             "--session-idle",
             "0",
+            "--stop-idle",
+            f"{SERVER_IDLE:g}s",
             "--address-file",
             str(address),
         ]
