@@ -4,7 +4,9 @@ limit, the `timeout` the policy allows, a warden process that dies, and the `pyt
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -259,6 +261,49 @@ def test_env_sets_only_the_variables_the_policy_lets_a_caller_set():
             assert sandbox.execute("echo ${PROJECT:-unset} $LANG").output == "unset C.UTF-8\n"
         with pytest.raises(ValueError, match=r"HOME.*env_from_caller allows: PROJECT, LANG"):
             WardenSandbox("host-shell", box, base / "home", warden_bin(), env={"HOME": "/x"})
+
+
+@pytest.mark.parametrize("detached", [False, True])
+def test_image_chooses_among_the_images_the_policy_lists(detached):
+    """`image=` narrows too: the docker shell's containers run the policy's `image`, or one of
+    its `images` when the sandbox asks; any other image, or one for a host shell, is refused
+    before a command runs, naming what is allowed."""
+    require_docker()
+    with scratch() as base:
+        box = shell_toolbox(base)
+        policy = box / "shell-docker.toml"
+        text = re.sub(
+            r'^image = .*$',
+            'image = "warden-sandbox:latest"\nimages = ["warden-sandbox-debian:latest"]',
+            policy.read_text(),
+            count=1,
+            flags=re.MULTILINE,
+        )
+        policy.write_text(text)
+        home = base / "home"
+
+        def sandbox(tool: str = "shell", **options: object) -> WardenSandbox:
+            return WardenSandbox(tool, box, home, warden_bin(), detached=detached, **options)  # type: ignore[arg-type]
+
+        debian = "test -e /etc/debian_version && echo debian || echo busybox"
+        chosen = sandbox(image="warden-sandbox-debian:latest")
+        try:
+            assert chosen.execute(debian).output == "debian\n"
+        finally:
+            chosen.delete() if detached else chosen.close()
+        plain = sandbox()
+        try:
+            assert plain.execute(debian).output == "busybox\n"
+        finally:
+            plain.delete() if detached else plain.close()
+        allowed = r'\["warden-sandbox:latest", "warden-sandbox-debian:latest"\], not "alpine:3"'
+        with pytest.raises(ValueError, match=allowed):
+            sandbox(image="alpine:3")
+        with pytest.raises(ValueError, match="runs no container image"):
+            sandbox("host-shell", image="warden-sandbox:latest")
+        if detached:
+            for address in (home / "sandboxes" / "servers").glob("*.json"):
+                os.kill(int(json.loads(address.read_text())["pid"]), signal.SIGTERM)
 
 
 @pytest.mark.parametrize("tool", ["host-shell", "shell"])

@@ -211,6 +211,7 @@ mod tests {
             usage: Default::default(),
             output: None,
             caller_env: Default::default(),
+            image: None,
             hold: None,
         };
         // Stopped a tenth of a second before the dispatcher's deadline.

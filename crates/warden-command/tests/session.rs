@@ -87,6 +87,7 @@ impl Launcher for Sh {
         &self,
         env: &[(String, String)],
         _: &Limits,
+        _: Option<&str>,
     ) -> Result<Launched<Group>, ToolError> {
         self.launched.fetch_add(1, Ordering::SeqCst);
         if let Some((dir, outside)) = &self.counter {
@@ -139,6 +140,7 @@ fn invocation(id: SessionId, limits: Limits) -> Invocation {
         usage: Meter::default(),
         output: None,
         caller_env: Default::default(),
+        image: None,
         hold: None,
     }
 }

@@ -6,17 +6,16 @@
 use crate::admission::{Admission, Gate};
 use crate::calllog::CallLog;
 use crate::executor::{Denial, Reached, Sample, Usage};
-use crate::grants::CallerEnv;
+
 use crate::message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage};
 use crate::output::OutputSink;
 use crate::redact::Secrets;
 use crate::review::Reviewer;
 use crate::run::{RunCounter, RunLimits, RunUsage};
-use crate::session::Scope;
+use crate::session::{ClientChoices, Scope};
 use crate::toolbox::{Tool, Toolbox};
 use futures::FutureExt;
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -67,7 +66,7 @@ impl Dispatcher {
 
     pub fn with_admission(toolbox: Arc<Toolbox>, admission: Admission) -> Self {
         Self {
-            session: Arc::new(Scope::new(toolbox.clone(), BTreeMap::new())),
+            session: Arc::new(Scope::new(toolbox.clone(), ClientChoices::default())),
             toolbox,
             gate: Arc::new(Gate::new(&admission)),
             run: Arc::new(RunCounter::new(admission.run)),
@@ -109,15 +108,15 @@ impl Dispatcher {
     /// The same run (limits, reviewer, log) in a session of its own: one MCP connection, one
     /// agent run.
     pub fn new_session(&self) -> Dispatcher {
-        self.new_session_with(BTreeMap::new())
+        self.new_session_with(ClientChoices::default())
     }
 
-    /// [`Dispatcher::new_session`], its client having set `caller_env`, variables by tool:
-    /// each call of a tool named there gets them, where the tool's policy allows each name
-    /// (`env_from_caller`), and is refused otherwise.
-    pub fn new_session_with(&self, caller_env: BTreeMap<String, CallerEnv>) -> Dispatcher {
+    /// [`Dispatcher::new_session`], its client having made `choices` for its tools: each
+    /// call of a tool named there gets them, where the tool's policy allows each (variables
+    /// its `env_from_caller` names, an image it lists), and is refused otherwise.
+    pub fn new_session_with(&self, choices: ClientChoices) -> Dispatcher {
         Dispatcher {
-            session: Arc::new(Scope::new(self.toolbox.clone(), caller_env)),
+            session: Arc::new(Scope::new(self.toolbox.clone(), choices)),
             ..self.clone()
         }
     }

@@ -43,6 +43,9 @@ pub struct Invocation {
     /// The variables the session's client set for this tool, checked against its policy's
     /// `env_from_caller` (empty unless the client set some).
     pub caller_env: CallerEnv,
+    /// The image the session's client chose for this tool's containers, checked with
+    /// [`Executor::check_image`]; `None`: the policy's own.
+    pub image: Option<Arc<str>>,
     /// Set when a person reviews the call's effects: an executor that sees the call's writes
     /// holds them there, once its command has ended on its own, instead of committing them.
     pub hold: Option<HeldChanges>,
@@ -379,6 +382,15 @@ pub trait Executor: Send + Sync {
                 "this tool runs calls, not programs: call it with `warden call`",
             ))
         })
+    }
+
+    /// Whether a session's client may have this tool's containers run `image`; why not, for
+    /// the client, otherwise. Executors that run no images refuse every one.
+    fn check_image(&self, image: &str) -> Result<(), String> {
+        Err(format!(
+            "this tool runs no container image, so it cannot run {image:?}: choose images \
+             only for docker tools"
+        ))
     }
 
     /// Gets ready ahead of the first call (a warm pool starts filling). Long-running front

@@ -27,6 +27,7 @@ mod redact;
 mod review;
 mod run;
 mod session;
+pub use session::ClientChoices;
 pub mod shown;
 mod spec;
 mod table;

@@ -8,22 +8,34 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// What a session's client chose for its tools, each within what the tool's policy allows:
+/// checked when the client chooses, and again at each call (the toolbox may have been
+/// reloaded since).
+#[derive(Debug, Clone, Default)]
+pub struct ClientChoices {
+    /// Variables, by tool: each a name the policy's `env_from_caller` allows.
+    pub env: BTreeMap<String, CallerEnv>,
+    /// The image each tool's containers run, by tool: one its policy lists (a docker tool's
+    /// `image` or `images`).
+    pub images: BTreeMap<String, Arc<str>>,
+}
+
 /// Ends its session on every executor of its toolbox, when closed or at the latest when the
 /// last dispatcher sharing it is dropped.
 pub(crate) struct Scope {
     pub id: SessionId,
-    /// The variables the session's client set, by tool.
-    pub caller_env: BTreeMap<String, CallerEnv>,
+    /// What the session's client chose, by tool.
+    pub choices: ClientChoices,
     toolbox: Arc<Toolbox>,
     /// A call ran since the session last ended: there may be something to free.
     used: AtomicBool,
 }
 
 impl Scope {
-    pub(crate) fn new(toolbox: Arc<Toolbox>, caller_env: BTreeMap<String, CallerEnv>) -> Self {
+    pub(crate) fn new(toolbox: Arc<Toolbox>, choices: ClientChoices) -> Self {
         Self {
             id: SessionId::fresh(),
-            caller_env,
+            choices,
             toolbox,
             used: AtomicBool::new(false),
         }

@@ -333,6 +333,7 @@ impl<'a> Audit<'a> {
             "runtime": self.runtime,
             "pool": cfg.pool.as_ref().map(|p| p.value),
             "image": cfg.image.value,
+            "images": cfg.images,
             "argv": cfg.argv.value,
             "workdir": cfg.workdir.as_ref().map(|w| w.value.clone()),
             "mode": self.mode,
@@ -389,6 +390,15 @@ impl<'a> Audit<'a> {
                 ),
             },
         ];
+        if !cfg.images.is_empty() {
+            lines.push(ReportLine {
+                label: "images",
+                text: format!(
+                    "a session's client may choose instead: {}",
+                    cfg.images.join(", ")
+                ),
+            });
+        }
         if let Some(n) = cfg.pool.as_ref().map(|p| p.value) {
             let each = if cfg.session {
                 "each for one session"

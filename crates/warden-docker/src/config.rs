@@ -25,6 +25,9 @@ pub struct DockerConfig {
     pub description: Option<String>,
     /// The image to run, as the engine names it (`warden-sandbox:latest`).
     pub image: Located<String>,
+    /// Other images a session's client may choose for its containers instead
+    /// (`_meta["warden/image"]`); none when the policy writes none.
+    pub images: Vec<String>,
     /// The command line; `{name}` is replaced by the string argument `name`, `{{`/`}}` are
     /// literal braces.
     pub argv: Located<Vec<String>>,
@@ -72,6 +75,7 @@ struct DockerSpec {
     name: Option<String>,
     description: Option<String>,
     image: Option<Spanned<String>>,
+    images: Option<Spanned<Vec<String>>>,
     argv: Option<Spanned<Vec<String>>>,
     workdir: Option<Spanned<String>>,
     session: Option<bool>,
@@ -95,6 +99,7 @@ impl DockerConfig {
         let spec: DockerSpec = table.parse()?;
         let name = tool_name(table, "docker", spec.name)?;
         let image = image(table, spec.image)?;
+        let images = images(table, spec.images, &image.value)?;
         let argv = command_line(table, "docker", spec.argv)?;
         let workdir = workdir(table, spec.workdir)?;
         let user = User::written(table, spec.user)?;
@@ -111,6 +116,7 @@ impl DockerConfig {
             name,
             description: spec.description,
             image,
+            images,
             argv,
             workdir,
             session: spec.session.unwrap_or(false),
@@ -126,6 +132,31 @@ impl DockerConfig {
             engine,
         })
     }
+}
+
+/// `images`: other images a client may choose, each named once, none empty nor `image`.
+fn images(
+    table: &ExecutorTable,
+    written: Option<Spanned<Vec<String>>>,
+    image: &str,
+) -> Result<Vec<String>, PolicyError> {
+    let Some(written) = written else {
+        return Ok(Vec::new());
+    };
+    let images = table.located(written);
+    let mut seen = std::collections::HashSet::from([image]);
+    for other in &images.value {
+        if other.trim().is_empty() {
+            return Err(table.error(images.line, "`images` holds an empty name"));
+        }
+        if !seen.insert(other) {
+            return Err(table.error(
+                images.line,
+                format!("`images` names {other:?} twice (with `image`): name each image once"),
+            ));
+        }
+    }
+    Ok(images.value)
 }
 
 /// `image`, which every docker tool names.
@@ -343,6 +374,29 @@ mod tests {
         assert_eq!(pooled.runtime.map(|r| r.value), Some("runsc".to_owned()));
         assert_eq!(cfg.copy_back.map(|c| (c.value, c.line)), Some((true, 7)));
         assert_eq!(parse(SHELL).unwrap().copy_limit, DEFAULT_COPY_LIMIT);
+    }
+
+    #[test]
+    fn other_images_are_listed_once_each_and_never_empty() {
+        let cfg = parse(&format!(
+            "{SHELL}images = [\"debian:12\", \"python:3.12\"]\n"
+        ))
+        .unwrap();
+        assert_eq!(cfg.images, ["debian:12", "python:3.12"]);
+        assert!(parse(SHELL).unwrap().images.is_empty());
+        for (images, why) in [
+            ("[\"\"]", "`images` holds an empty name"),
+            ("[\"a\", \"a\"]", "`images` names \"a\" twice"),
+        ] {
+            let e = parse(&format!("{SHELL}images = {images}\n")).unwrap_err();
+            assert!(e.message.contains(why), "{e}");
+        }
+        let image = SHELL
+            .lines()
+            .find_map(|l| l.strip_prefix("image = "))
+            .unwrap();
+        let e = parse(&format!("{SHELL}images = [{image}]\n")).unwrap_err();
+        assert!(e.message.contains("twice (with `image`)"), "{e}");
     }
 
     #[test]

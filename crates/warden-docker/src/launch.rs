@@ -9,6 +9,7 @@ use crate::gate::Sandboxed;
 use crate::plan::Plan;
 use bollard::Docker;
 use bollard::container::AttachContainerResults;
+use std::borrow::Cow;
 use std::sync::Arc;
 use warden_command::cgroup::Cgroup;
 use warden_core::{ErrorKind, Grants, ToolError};
@@ -48,6 +49,19 @@ pub(crate) struct Started {
 }
 
 impl Recipe {
+    /// This recipe, or one whose containers run `image` instead of the plan's (a session's
+    /// client chose it, within the policy's `images`).
+    pub(crate) fn for_image(&self, image: Option<&str>) -> Cow<'_, Recipe> {
+        match image {
+            Some(image) if image != self.plan.image => {
+                let mut other = self.clone();
+                other.plan.image = image.to_owned();
+                Cow::Owned(other)
+            }
+            _ => Cow::Borrowed(self),
+        }
+    }
+
     /// Starts a container running the shell with `env` (the tool's granted env), `memory`
     /// bytes at most, and the label `warden.mode=mode`.
     pub(crate) async fn start(

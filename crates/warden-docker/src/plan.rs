@@ -18,6 +18,8 @@ use warden_core::{Access, Grants};
 pub(crate) struct Plan {
     pub tool: String,
     pub image: String,
+    /// Other images a session's client may choose (the policy's `images`).
+    pub images: Vec<String>,
     pub user: User,
     pub workdir: Option<String>,
     pub mounts: Vec<Mount>,
@@ -98,6 +100,7 @@ impl Plan {
         Ok(Plan {
             tool: cfg.name.clone(),
             image: cfg.image.value.clone(),
+            images: cfg.images.clone(),
             user,
             workdir: cfg.workdir.as_ref().map(|w| w.value.clone()),
             mounts,

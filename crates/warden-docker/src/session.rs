@@ -14,6 +14,7 @@ use crate::plan::Plan;
 use crate::pool::Pool;
 use bollard::container::LogOutput;
 use futures::StreamExt;
+use std::borrow::Cow;
 use std::io;
 use std::sync::Arc;
 use warden_command::Cause;
@@ -48,11 +49,18 @@ impl Launcher for DockerShells {
         &self,
         env: &[(String, String)],
         limits: &Limits,
+        image: Option<&str>,
     ) -> Result<Launched<ShellContainer>, ToolError> {
         let (engine, plan) = (&self.recipe.engine, &self.recipe.plan);
-        let started = match self.pool.as_ref().and_then(|p| p.take(env, limits.memory)) {
+        let recipe = self.recipe.for_image(image);
+        // The pool's containers run the policy's own image.
+        let pool = self
+            .pool
+            .as_ref()
+            .filter(|_| matches!(recipe, Cow::Borrowed(_)));
+        let started = match pool.and_then(|p| p.take(env, limits.memory)) {
             Some(started) => started,
-            None => self.recipe.start(env, limits.memory, "session").await?,
+            None => recipe.start(env, limits.memory, "session").await?,
         };
         let Started {
             docker,

@@ -6,6 +6,7 @@ use crate::launch::Recipe;
 use crate::per_call::{Ended, OneCall, Ran, run_once};
 use crate::pool::Pool;
 use crate::session::DockerShells;
+use std::borrow::Cow;
 use tokio::time::Instant;
 use warden_command::session::Sessions;
 use warden_command::{Cause, CommandCall, Template, answer, shell, timed_out};
@@ -135,16 +136,19 @@ impl DockerTool {
         env: &[(String, String)],
         deadline: Instant,
     ) -> Result<Ran, ToolError> {
-        let plan = &self.recipe.plan;
+        let recipe = self.recipe.for_image(inv.image.as_deref());
+        let plan = &recipe.plan;
+        // The pool's containers run the policy's own image.
+        let pool = self
+            .pool
+            .as_ref()
+            .filter(|_| matches!(recipe, Cow::Borrowed(_)));
         loop {
-            let taken = self
-                .pool
-                .as_ref()
-                .and_then(|p| p.take(env, inv.limits.memory));
+            let taken = pool.and_then(|p| p.take(env, inv.limits.memory));
             let pooled = taken.is_some();
             let mut started = match taken {
                 Some(started) => started,
-                None => self.recipe.start(env, inv.limits.memory, "call").await?,
+                None => recipe.start(env, inv.limits.memory, "call").await?,
             };
             let call = OneCall {
                 argv,
@@ -156,8 +160,8 @@ impl DockerTool {
                 },
                 copied: plan.copied.as_ref().map(|c| (c, plan.tool.as_str())),
             };
-            let ran = run_once(&self.recipe.engine, &mut started, call).await;
-            match (&self.pool, pooled) {
+            let ran = run_once(&recipe.engine, &mut started, call).await;
+            match (pool, pooled) {
                 (Some(pool), true) => pool.dispose(started),
                 _ => started.container.remove().await,
             }
@@ -200,6 +204,20 @@ impl Executor for DockerTool {
 
     fn end_session(&self, session: SessionId) -> BoxFuture<'_, ()> {
         Box::pin(self.end(session))
+    }
+
+    fn check_image(&self, image: &str) -> Result<(), String> {
+        let plan = &self.recipe.plan;
+        if image == plan.image || plan.images.iter().any(|i| i == image) {
+            return Ok(());
+        }
+        let allowed: Vec<&str> = std::iter::once(plan.image.as_str())
+            .chain(plan.images.iter().map(String::as_str))
+            .collect();
+        Err(format!(
+            "its policy lets its containers run {allowed:?}, not {image:?}: choose one of \
+             those, or add it to the policy's `images`"
+        ))
     }
 
     fn warm(&self) {

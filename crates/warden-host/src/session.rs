@@ -73,6 +73,8 @@ impl Launcher for HostShells {
         &self,
         env: &[(String, String)],
         limits: &Limits,
+        // A host shell runs no image (its executor refuses every choice of one).
+        _image: Option<&str>,
     ) -> Result<Launched<ShellNamespace>, ToolError> {
         // A session's own credentials: its placeholders and CA last as long as its shell.
         let credentials = self.starter.credentials()?;

@@ -60,6 +60,7 @@ fn invocation(id: &str, command: &str, limits: Limits) -> Invocation {
         usage: Meter::default(),
         output: None,
         caller_env: Default::default(),
+        image: None,
         hold: None,
     }
 }

@@ -1,7 +1,7 @@
 //! The MCP methods: `tools/list` and `tools/call` over the toolbox in force.
 
-use crate::caller_env;
 use crate::calls::{Place, Reserved};
+use crate::choices;
 use crate::convert::Answered;
 use crate::progress::Progress;
 use crate::session::{SESSION_ID_HEADER, Session, read_idle_limit};
@@ -159,10 +159,10 @@ impl ServerHandler for Handler {
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
         let meta = request.meta.as_deref().unwrap_or(&context.meta);
-        let env = caller_env::read(meta, &self.shared.snapshot().dispatcher)
+        let choices = choices::read(meta, &self.shared.snapshot().dispatcher)
             .map_err(|e| ErrorData::invalid_params(e, None))?;
         let idle = read_idle_limit(meta).map_err(|e| ErrorData::invalid_params(e, None))?;
-        self.session.set_caller_env(env);
+        self.session.set_choices(choices);
         self.session.set_idle_limit(idle);
         context.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)

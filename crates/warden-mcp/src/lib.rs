@@ -10,8 +10,8 @@
 
 #![forbid(unsafe_code)]
 
-mod caller_env;
 mod calls;
+mod choices;
 mod connections;
 mod convert;
 mod handler;

@@ -3,11 +3,10 @@
 
 use rmcp::model::MetaObject;
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use warden_core::{CallerEnv, Dispatcher, lock};
+use warden_core::{ClientChoices, Dispatcher, lock};
 
 /// The header naming a client's session.
 pub(crate) const SESSION_ID_HEADER: &str = "mcp-session-id";
@@ -20,8 +19,8 @@ pub(crate) const IDLE_KEY: &str = "warden/idle";
 #[derive(Default)]
 pub(crate) struct Session {
     current: Mutex<Option<Dispatcher>>,
-    /// The variables its client set at `initialize`, by tool.
-    caller_env: Mutex<BTreeMap<String, CallerEnv>>,
+    /// What its client chose at `initialize`, by tool.
+    choices: Mutex<ClientChoices>,
     activity: Activity,
 }
 
@@ -62,16 +61,16 @@ impl Session {
         match current.as_ref() {
             Some(d) if Arc::ptr_eq(d.toolbox(), base.toolbox()) => d.clone(),
             _ => {
-                let d = base.new_session_with(lock(&self.caller_env).clone());
+                let d = base.new_session_with(lock(&self.choices).clone());
                 *current = Some(d.clone());
                 d
             }
         }
     }
 
-    /// Sets the variables the client asks for, by tool, before its first call.
-    pub(crate) fn set_caller_env(&self, env: BTreeMap<String, CallerEnv>) {
-        *lock(&self.caller_env) = env;
+    /// Sets what the client chose for its tools, before its first call.
+    pub(crate) fn set_choices(&self, choices: ClientChoices) {
+        *lock(&self.choices) = choices;
     }
 
     /// Sets the session's own idle limit, in place of the server's.

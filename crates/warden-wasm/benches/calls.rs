@@ -301,6 +301,7 @@ fn calls(c: &mut Criterion) {
                 usage: Default::default(),
                 output: None,
                 caller_env: Default::default(),
+                image: None,
                 hold: None,
             };
             black_box(tool.executor.execute(inv).await.expect("add runs"))

@@ -210,11 +210,13 @@ pub trait Launcher: Send + Sync + 'static {
     fn processes(&self) -> Option<Processes>;
 
     /// Starts a shell reading commands on its stdin, in a fresh sandbox with `env` and held
-    /// to `limits`.
+    /// to `limits`; `image`, when the session's client chose one, is what a launcher that
+    /// runs images runs (checked by its executor's `check_image`).
     fn launch(
         &self,
         env: &[(String, String)],
         limits: &Limits,
+        image: Option<&str>,
     ) -> impl Future<Output = Result<Launched<Self::Sandbox>, ToolError>> + Send;
 }
 
@@ -386,6 +388,7 @@ impl<L: Launcher> Sessions<L> {
         let start = Start {
             env,
             limits: &inv.limits,
+            image: inv.image.as_deref(),
             deadline,
             limit: time.named,
             counting: Counting::of(self.launcher.processes()),
@@ -548,7 +551,7 @@ impl<L: Launcher> Sessions<L> {
 
     /// Starts a shell for a session, by its deadline.
     async fn launch(&self, start: &Start<'_>) -> Result<Live<L::Sandbox>, ToolError> {
-        let launching = self.launcher.launch(start.env, start.limits);
+        let launching = self.launcher.launch(start.env, start.limits, start.image);
         match tokio::time::timeout_at(start.deadline, launching).await {
             Ok(launched) => {
                 let l = launched?;
@@ -589,6 +592,7 @@ impl<L: Launcher> Sessions<L> {
 struct Start<'a> {
     env: &'a [(String, String)],
     limits: &'a Limits,
+    image: Option<&'a str>,
     deadline: Instant,
     limit: Duration,
     counting: Counting,

@@ -291,13 +291,19 @@ impl Dispatcher {
         usage: Meter,
         output: Option<OutputSink>,
     ) -> Result<Output, ToolError> {
-        let caller_env = self
-            .session
-            .caller_env
+        let choices = &self.session.choices;
+        let caller_env = choices
+            .env
             .get(&call.call.name)
             .unwrap_or(&NO_CALLER_ENV)
             .clone();
         tool.policy.grants.check_caller_env(&caller_env)?;
+        let image = choices.images.get(&call.call.name).cloned();
+        if let Some(image) = &image {
+            tool.executor
+                .check_image(image)
+                .map_err(|why| ToolError::new(ErrorKind::Denied, why))?;
+        }
         let _permit = self.gate.admit(tool).await?;
         if let Some(o) = &self.observer {
             o.started(call.call, &arguments);
@@ -315,6 +321,7 @@ impl Dispatcher {
             usage,
             output,
             caller_env,
+            image,
             hold: call.held.cloned(),
         };
         self.session.touch();

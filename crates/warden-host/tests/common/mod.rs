@@ -115,6 +115,7 @@ pub(crate) async fn call_metered(
             usage: usage.clone(),
             output: None,
             caller_env: Default::default(),
+            image: None,
             hold: None,
         })
         .await;

@@ -30,8 +30,9 @@ class SessionGone(WardenError):
 
 class HttpSession:
     """An MCP session of the warden server at `url`: a new one (`initialize`d with
-    `session_env` and, when given, `idle` seconds as its own idle limit; `ValueError` when
-    warden refuses either), or the existing `session_id` (`held()` tells whether the server
+    `session_meta`, the client's choices (`session_choices`), and, when given, `idle` seconds
+    as its own idle limit; `ValueError` when warden refuses them), or the existing
+    `session_id` (`held()` tells whether the server
     still holds it)."""
 
     def __init__(
@@ -40,7 +41,7 @@ class HttpSession:
         token: str,
         *,
         session_id: str | None = None,
-        session_env: Mapping[str, Mapping[str, str]] | None = None,
+        session_meta: Mapping[str, Any] | None = None,
         idle: float | None = None,
         startup_timeout: float = 120.0,
     ) -> None:
@@ -54,7 +55,7 @@ class HttpSession:
         self._ids = itertools.count(1)
         self._closed = False
         self._gone: str | None = None
-        self.session_id = session_id or self._initialize(session_env, idle, startup_timeout)
+        self.session_id = session_id or self._initialize(session_meta, idle, startup_timeout)
 
     # -- requests ------------------------------------------------------------------------
 
@@ -114,13 +115,11 @@ class HttpSession:
 
     def _initialize(
         self,
-        session_env: Mapping[str, Mapping[str, str]] | None,
+        session_meta: Mapping[str, Any] | None,
         idle: float | None,
         timeout: float,
     ) -> str:
-        meta: dict[str, Any] = {}
-        if session_env:
-            meta["warden/env"] = {t: dict(e) for t, e in session_env.items()}
+        meta: dict[str, Any] = dict(session_meta or {})
         if idle is not None:
             meta["warden/idle"] = idle
         params: dict[str, Any] = {
@@ -139,7 +138,7 @@ class HttpSession:
             self.server_info = _result(answer)
         except McpError as err:
             if err.code == _INVALID_PARAMS and meta:
-                raise ValueError(f"warden refused this session's variables or ttl: {err}") from None
+                raise ValueError(f"warden refused this session's choices or ttl: {err}") from None
             raise
         if session is None:
             raise WardenError("warden answered initialize without a session id")

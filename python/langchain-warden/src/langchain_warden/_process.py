@@ -102,7 +102,7 @@ class WardenProcess:
         warden: str | os.PathLike[str] | None = None,
         reviewer: Reviewer | None = None,
         env: Mapping[str, str] | None = None,
-        session_env: Mapping[str, Mapping[str, str]] | None = None,
+        session_meta: Mapping[str, Any] | None = None,
         startup_timeout: float = 120.0,
     ) -> None:
         argv = warden_argv(warden, "serve", toolbox, home)
@@ -152,14 +152,14 @@ class WardenProcess:
                 "capabilities": capabilities,
                 "clientInfo": {"name": "langchain-warden", "version": "0.1.0"},
             }
-            if session_env:
-                params["_meta"] = {"warden/env": {t: dict(e) for t, e in session_env.items()}}
+            if session_meta:
+                params["_meta"] = dict(session_meta)
             self.server_info = self.request("initialize", params, timeout=startup_timeout)
             self.notify("notifications/initialized", {})
         except McpError as err:
             self.close()
-            if err.code == _INVALID_PARAMS and session_env:
-                raise ValueError(f"warden refused this session's variables: {err}") from None
+            if err.code == _INVALID_PARAMS and session_meta:
+                raise ValueError(f"warden refused this session's choices: {err}") from None
             raise WardenStartError(f"`warden serve` did not start: {err}") from None
         except WardenError as err:
             self.close()

@@ -54,6 +54,21 @@ Channel = Union[WardenProcess, HttpSession]
 session of a shared server over HTTP."""
 
 
+def session_choices(
+    tool: str, env: Mapping[str, str] | None, image: str | None
+) -> dict[str, Any] | None:
+    """The `_meta` of a session's `initialize` that makes the client's choices for `tool`:
+    variables of the names its policy's `env_from_caller` allows (`warden/env`), and an image
+    its docker policy lists (`warden/image`). warden checks each, and refuses the session
+    otherwise."""
+    meta: dict[str, Any] = {}
+    if env:
+        meta["warden/env"] = {tool: dict(env)}
+    if image is not None:
+        meta["warden/image"] = {tool: image}
+    return meta or None
+
+
 class WardenSession:
     """One `warden serve` process and its session of the shell tool `tool`; or, with
     `channel`, the session that `channel()` opens (an `HttpSession` of a shared server, which
@@ -81,15 +96,16 @@ class WardenSession:
         max_output_size: int = 10 * 1024 * 1024,
         python_alias: bool = True,
         env: Mapping[str, str] | None = None,
+        image: str | None = None,
         channel: Callable[[], Channel] | None = None,
     ) -> None:
         if timeout is not None and timeout < 0:
             raise ValueError(f"timeout={timeout}: pass a number of seconds above 0, or none")
         self.tool = tool
         self._start: dict[str, Any] = {"toolbox": toolbox, "home": home, "warden": warden}
-        # Set at each process's `initialize` (a restarted one's too); warden checks each name
-        # against the policy's `env_from_caller`.
-        self._session_env = {tool: dict(env)} if env else None
+        # Set at each process's `initialize` (a restarted one's too); warden checks each
+        # against the policy.
+        self._session_meta = session_choices(tool, env, image)
         self._timeout = timeout
         self._policy_timeout: float | None = None
         self._chunk = chunk_size
@@ -103,7 +119,7 @@ class WardenSession:
         self._closed = False
         self._restartable = channel is None
         self._open: Callable[[], Channel] = channel or (
-            lambda: WardenProcess(**self._start, session_env=self._session_env)
+            lambda: WardenProcess(**self._start, session_meta=self._session_meta)
         )
         self._process = self._open()
         # The finalizer closes whichever process is current then.

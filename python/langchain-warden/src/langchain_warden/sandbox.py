@@ -37,7 +37,7 @@ from ._lifecycle import (
 )
 from ._process import Watcher, resolve_toolbox
 from ._results import ShellOutput
-from ._session import Channel, WardenSession
+from ._session import Channel, WardenSession, session_choices
 from ._toolbox import DEFAULT_SHELL, SHELL_TOOLBOX
 from ._transfer import Failure
 
@@ -166,6 +166,9 @@ class WardenSandbox(BaseSandbox):
         env: Variables for the session's shell, of the names the policy lets a caller set
             (`[grants] env_from_caller`; a literal `env` entry of the same name is the
             default); any other name raises `ValueError`, naming those the policy allows.
+        image: The image a docker shell's container runs: the policy's `image` or one of
+            its `images`; any other raises `ValueError`, naming those the policy allows.
+            Default: the policy's `image`.
         detached: Make the sandbox outlive this process (see above).
         labels: Names and values to find the sandbox by (`list`); makes it detached.
         ttl: Seconds the sandbox may sit without a call before warden ends it (its shell or
@@ -186,6 +189,7 @@ class WardenSandbox(BaseSandbox):
         max_output_size: int = 10 * 1024 * 1024,
         python_alias: bool = True,
         env: Mapping[str, str] | None = None,
+        image: str | None = None,
         detached: bool = False,
         labels: Mapping[str, str] | None = None,
         ttl: float | None = None,
@@ -204,22 +208,26 @@ class WardenSandbox(BaseSandbox):
         self._id = new_id(tool)
         self._registry: Registry | None = None
         if not (detached or labels is not None or ttl is not None):
-            self._session = WardenSession(tool, toolbox, home, warden, env=env, **options)
+            self._session = WardenSession(
+                tool, toolbox, home, warden, env=env, image=image, **options
+            )
             return
         registry = Registry(home)
         box = resolve_toolbox(toolbox)
         key, server = registry.server(box, warden)
-        session_env = {tool: dict(env)} if env else None
+        session_meta = session_choices(tool, env, image)
 
         opened: builtins.list[HttpSession] = []
 
         def channel() -> Channel:
-            opened.append(HttpSession(server.url, server.token, session_env=session_env, idle=ttl))
+            opened.append(
+                HttpSession(server.url, server.token, session_meta=session_meta, idle=ttl)
+            )
             return opened[-1]
 
         try:
             self._session = WardenSession(
-                tool, box, registry.home, warden, env=env, channel=channel, **options
+                tool, box, registry.home, warden, env=env, image=image, channel=channel, **options
             )
         except BaseException:
             for session in opened:  # a sandbox that failed to start leaves no session behind
