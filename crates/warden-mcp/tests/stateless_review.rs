@@ -114,12 +114,15 @@ impl Client {
 
     /// The result of `tools/call` with `params`.
     async fn call(&mut self, params: Value) -> Value {
+        self.request("tools/call", params).await
+    }
+
+    /// The result of the request `method` with `params`.
+    async fn request(&mut self, method: &str, params: Value) -> Value {
         let id = self.next;
         self.next += 1;
-        let message = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
-        let mut line = message.to_string().into_bytes();
-        line.push(b'\n');
-        self.write.write_all(&line).await.unwrap();
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
         loop {
             let line = tokio::time::timeout(Duration::from_secs(30), self.lines.next_line())
                 .await
@@ -131,6 +134,12 @@ impl Client {
                 return answer["result"].clone();
             }
         }
+    }
+
+    async fn send(&mut self, message: Value) {
+        let mut line = message.to_string().into_bytes();
+        line.push(b'\n');
+        self.write.write_all(&line).await.unwrap();
     }
 }
 
@@ -349,4 +358,29 @@ async fn over_http_another_replica_takes_the_approval() {
     let refused = post(serve(three).await, call(arguments, true, retry)).await;
     assert!(rejected(&refused).contains("policy changed"), "{refused}");
     assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+/// A session opened by `initialize` on an earlier protocol keeps elicitation: a client that
+/// did not declare it is rejected as before, whatever its call carries.
+#[tokio::test]
+async fn sessions_before_2026_07_28_are_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, runs, log) = server(dir.path());
+    let mut client = Client::start(server);
+    let init = json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                      "clientInfo": {"name": "test", "version": "0"}});
+    client.request("initialize", init).await;
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    client.send(initialized).await;
+    let arguments = json!({"path": "build"});
+    let digest = call_digest("rm", &arguments.to_string());
+    let params = json!({"name": "rm", "arguments": arguments,
+                        "inputResponses": approve(&digest), "requestState": "AAAA"});
+    let result = client.call(params).await;
+    assert!(
+        rejected(&result).contains("elicitation capability"),
+        "{result}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    assert_eq!(decisions(&log)[0]["reviewer"], "mcp-elicitation");
 }
