@@ -133,6 +133,14 @@ pub struct Tool {
     pub(crate) facts: Arc<PolicyFacts>,
 }
 
+impl Tool {
+    /// The digest of its policy as the call log names it (`policy_digest`), which a review's
+    /// decision is bound to.
+    pub fn policy_digest(&self) -> &str {
+        &self.facts.policy_digest
+    }
+}
+
 /// Every tool of a toolbox folder, by name.
 #[derive(Default)]
 pub struct Toolbox {

@@ -6,6 +6,7 @@ use crate::convert::Answered;
 use crate::progress::Progress;
 use crate::session::{SESSION_ID_HEADER, Session, read_idle_limit};
 use crate::state::Shared;
+use crate::stateless_review::{self, Round};
 use crate::trace::{self, Incoming};
 use rmcp::Peer;
 use rmcp::model::{
@@ -19,7 +20,7 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument as _;
-use warden_core::{ErrorKind, OutputSink, ToolCall, ToolError};
+use warden_core::{ErrorKind, OutputSink, Reviewer, ToolCall, ToolError};
 
 const INSTRUCTIONS: &str = "Each tool runs in its own sandbox with only the files and \
     environment its policy grants. A failed call answers isError with the error's kind and a \
@@ -32,6 +33,16 @@ pub(crate) struct Text {
     pub name: String,
     pub arguments: String,
     pub output: Option<OutputSink>,
+}
+
+/// Who reviews a call whose tool needs review.
+pub(crate) enum Reviewing<'a> {
+    /// No one: such a call is rejected.
+    Nobody,
+    /// The client that sent it, through elicitation (sessions before 2026-07-28).
+    Client(&'a Peer<RoleServer>),
+    /// A reviewer of its own, which judges what a stateless call's retry carried.
+    Stateless(Arc<dyn Reviewer>),
 }
 
 /// One session's view of the shared server.
@@ -61,12 +72,11 @@ impl Handler {
 
     /// Runs one `tools/call` through this session's dispatcher, in the place among the calls
     /// in flight `reserved` for it, else one it finds now; `None` when `cancelled` resolved
-    /// first (the call was stopped, its sandbox freed, and it is logged as cancelled). `peer`
-    /// is who a reviewer asks: without it, a call that needs review is rejected.
+    /// first (the call was stopped, its sandbox freed, and it is logged as cancelled).
     pub(crate) async fn call(
         &self,
         request: CallToolRequestParams,
-        peer: Option<&Peer<RoleServer>>,
+        reviewing: Reviewing<'_>,
         cancelled: impl Future<Output = ()>,
         reserved: Option<Place>,
         output: Option<OutputSink>,
@@ -78,7 +88,7 @@ impl Handler {
             arguments,
             output,
         };
-        let answered = self.call_text(call, peer, cancelled, &place);
+        let answered = self.call_text(call, reviewing, cancelled, &place);
         answered.await.map(|a| a.result())
     }
 
@@ -95,7 +105,7 @@ impl Handler {
             arguments,
             output,
         }: Text,
-        peer: Option<&Peer<RoleServer>>,
+        reviewing: Reviewing<'_>,
         cancelled: impl Future<Output = ()>,
         place: &Result<Place, ToolError>,
     ) -> Option<Answered> {
@@ -105,17 +115,24 @@ impl Handler {
             name,
             arguments,
         };
-        let dispatcher = self.session.dispatcher(&snapshot.dispatcher);
+        let mut dispatcher = self.session.dispatcher(&snapshot.dispatcher);
         let tool = snapshot.dispatcher.toolbox().get(&call.name);
         let spec = tool.map(|t| &t.spec);
         if let Err(refused) = place {
             let message = dispatcher.answer_cancelled(&call, refused.clone(), Duration::ZERO);
             return Some(Answered::new(message, spec));
         }
-        let _review = tool
-            .filter(|t| t.review_required || t.review_changes)
-            .zip(peer)
-            .map(|(_, peer)| self.shared.reviewer.register(&call.id, peer.clone()));
+        let reviewed = tool.is_some_and(|t| t.review_required || t.review_changes);
+        let _review = match reviewing {
+            Reviewing::Client(peer) if reviewed => {
+                Some(self.shared.reviewer.register(&call.id, peer.clone()))
+            }
+            Reviewing::Stateless(reviewer) => {
+                dispatcher = dispatcher.reviewer(reviewer);
+                None
+            }
+            _ => None,
+        };
         let start = Instant::now();
         tokio::select! {
             // The call first: one that answers at once never polls (so never registers with)
@@ -139,6 +156,26 @@ impl Handler {
                 Some(Answered::new(message, spec))
             }
         }
+    }
+
+    /// The review round of a call on protocol 2026-07-28 whose tool needs review; `None`
+    /// for any other call (a session's client is asked by elicitation).
+    fn stateless_round(
+        &self,
+        request: &mut CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Option<Round>, stateless_review::AskError> {
+        if !stateless_review::is_stateless(context.protocol_version().as_ref()) {
+            return Ok(None);
+        }
+        let snapshot = self.shared.snapshot();
+        let tool = snapshot.dispatcher.toolbox().get(&request.name);
+        let Some(tool) = tool.filter(|t| t.review_required || t.review_changes) else {
+            return Ok(None);
+        };
+        let client = context.client_capabilities();
+        let stateless = &self.shared.stateless;
+        stateless.round(tool, request, client.as_ref()).map(Some)
     }
 }
 
@@ -185,10 +222,19 @@ impl ServerHandler for Handler {
 
     async fn call_tool(
         &self,
-        request: CallToolRequestParams,
+        mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let span = request_span("tools/call", Some(&request.name), &context);
+        let reviewing = match self.stateless_round(&mut request, &context) {
+            Ok(Some(Round::Ask(input))) => return Ok(CallToolResponse::InputRequired(*input)),
+            Ok(Some(Round::Run(reviewer))) => Reviewing::Stateless(reviewer),
+            Ok(None) => Reviewing::Client(&context.peer),
+            Err(e) => {
+                tracing::error!("cannot ask for review: {e}");
+                return Err(ErrorData::internal_error(e.to_string(), None));
+            }
+        };
         // Over HTTP the session may not be known by its id yet (its `initialized` is handled
         // apart): the call itself keeps it from being idle.
         let _busy = self.session.busy();
@@ -203,7 +249,7 @@ impl ServerHandler for Handler {
         let answered = self
             .call(
                 request,
-                Some(&context.peer),
+                reviewing,
                 context.ct.cancelled(),
                 reserved,
                 progress.as_ref().map(Progress::sink),

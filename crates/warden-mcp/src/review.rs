@@ -79,13 +79,7 @@ impl ElicitationReviewer {
 
 impl Reviewer for ElicitationReviewer {
     fn review<'a>(&'a self, asked: &'a Asked<'a>) -> BoxFuture<'a, Decision> {
-        // A client may show this on a terminal: the model's arguments are shown, not obeyed.
-        let message = format!(
-            "The tool `{}` needs your review before it runs.\nArguments: {}\nDigest: {}",
-            Escaped(&asked.spec.name),
-            Escaped(&asked.call.arguments),
-            asked.digest
-        );
+        let message = call_message(&asked.spec.name, &asked.call.arguments, &asked.digest);
         Box::pin(self.ask(asked.call, message, &asked.digest))
     }
 
@@ -121,6 +115,17 @@ const NO_REVIEWER: &str = "this tool needs a person to review each call, and thi
     cannot ask one (it did not declare the elicitation capability); ask the user to run it from \
     a client that supports elicitation, or with another reviewer";
 
+/// What a reviewer is asked about a call of `tool` with `arguments` (their text), whose
+/// digest is `digest`: by elicitation, or in an input request on a stateless protocol.
+pub(crate) fn call_message(tool: &str, arguments: &str, digest: &str) -> String {
+    // A client may show this on a terminal: the model's arguments are shown, not obeyed.
+    format!(
+        "The tool `{}` needs your review before it runs.\nArguments: {}\nDigest: {digest}",
+        Escaped(tool),
+        Escaped(arguments),
+    )
+}
+
 fn reject(reason: &str) -> Decision {
     Decision::Reject {
         reason: reason.to_owned(),
@@ -128,7 +133,7 @@ fn reject(reason: &str) -> Decision {
 }
 
 /// The form a reviewer fills in below `message`: approve or reject, and why.
-fn request(message: String) -> Result<ElicitRequestParams, serde_json::Error> {
+pub(crate) fn request(message: String) -> Result<ElicitRequestParams, serde_json::Error> {
     let schema: rmcp::model::JsonObject = serde_json::from_value(json!({
         "type": "object",
         "properties": {
@@ -160,7 +165,7 @@ fn request(message: String) -> Result<ElicitRequestParams, serde_json::Error> {
 
 /// What the client's answer decides about the call whose digest is `digest`: an approval that
 /// names another digest approves another call, so it is a rejection.
-fn decide(action: ElicitationAction, content: Option<&Value>, digest: &str) -> Decision {
+pub(crate) fn decide(action: ElicitationAction, content: Option<&Value>, digest: &str) -> Decision {
     match action {
         ElicitationAction::Accept => {
             let field = |k: &str| content.and_then(|c| c.get(k)).and_then(Value::as_str);

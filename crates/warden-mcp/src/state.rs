@@ -5,6 +5,7 @@ use crate::calls::Calls;
 use crate::convert;
 use crate::review::ElicitationReviewer;
 use crate::session::Session;
+use crate::stateless_review::StatelessReview;
 use rmcp::{Peer, RoleServer};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -77,6 +78,8 @@ pub(crate) struct Shared {
     pub loader: Loader,
     pub options: Options,
     pub reviewer: Arc<ElicitationReviewer>,
+    /// Review on protocol 2026-07-28, by input requests.
+    pub stateless: Arc<StatelessReview>,
     peers: Mutex<Vec<Peer<RoleServer>>>,
     /// The sessions of HTTP clients by their `Mcp-Session-Id`, so that a client's `DELETE`
     /// can end its session's sandboxes before it is answered. Weak: a session that ends
@@ -107,6 +110,9 @@ impl Server {
                 loader,
                 options,
                 reviewer,
+                stateless: Arc::new(
+                    StatelessReview::new().map_err(|e| crate::Error::Random(e.to_string()))?,
+                ),
                 peers: Mutex::default(),
                 sessions: Mutex::default(),
                 call_prefix: call_prefix()?,

@@ -80,7 +80,7 @@ fn server(dir: &Path, options: Options) -> (Server, Arc<CallLog>) {
 }
 
 /// A server listening on a free loopback port, run on this runtime.
-async fn serve(server: Server) -> SocketAddr {
+pub(crate) async fn serve(server: Server) -> SocketAddr {
     serving(server).await.0
 }
 
@@ -191,6 +191,16 @@ async fn post_text(
     session: Option<&str>,
     body: &str,
 ) -> (u16, Vec<String>, Option<Value>) {
+    let session = session.map(|id| ("Mcp-Session-Id", id));
+    post_with(stream, session.as_slice(), body).await
+}
+
+/// [`post_text`] with the headers `extra`.
+pub(crate) async fn post_with(
+    stream: &mut BufReader<TcpStream>,
+    extra: &[(&str, &str)],
+    body: &str,
+) -> (u16, Vec<String>, Option<Value>) {
     let addr = stream.get_ref().peer_addr().unwrap();
     let mut head = format!(
         "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\n\
@@ -198,8 +208,8 @@ async fn post_text(
          Content-Length: {}\r\n",
         body.len()
     );
-    if let Some(id) = session {
-        head.push_str(&format!("Mcp-Session-Id: {id}\r\n"));
+    for (name, value) in extra {
+        head.push_str(&format!("{name}: {value}\r\n"));
     }
     stream
         .get_mut()

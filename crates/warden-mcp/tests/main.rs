@@ -10,3 +10,4 @@
 mod http;
 mod server;
 mod sessions;
+mod stateless_review;

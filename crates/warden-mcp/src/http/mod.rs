@@ -139,6 +139,8 @@ impl HttpServer {
     /// second) and closes every connection and session before it returns.
     pub async fn run(self, server: Server) -> Result<(), Error> {
         server.shared.warm();
+        // Replicas share the token, so a retry's requestState opens on whichever answers it.
+        server.shared.stateless.use_token(&self.options.token);
         let _watcher = watch::spawn(server.shared.clone()).map(AbortOnDrop);
         let (endpoint, open) = Endpoint::new(&server, &self.options, self.local);
         let endpoint = Arc::new(endpoint);

@@ -24,7 +24,7 @@ use super::plain::PlainCall;
 use super::write_line;
 use crate::calls::Place;
 use crate::convert::Answered;
-use crate::handler::{Handler, Text};
+use crate::handler::{Handler, Reviewing, Text};
 use crate::trace::{self, Incoming};
 use rmcp::model::{RequestId, ServerJsonRpcMessage, ServerResult};
 use serde_json::value::RawValue;
@@ -226,7 +226,7 @@ impl Direct {
         async move {
             let (answered, deferred) = warden_core::after_answer::answering(handler.call_text(
                 call,
-                None,
+                Reviewing::Nobody,
                 cancelled.cancelled(),
                 &place,
             ))
