@@ -142,6 +142,10 @@ impl Logged<'_> {
         let Some((appends, number)) = self.line else {
             return;
         };
+        // Most lines are written by their own thread, in `push`: then nothing is waited on.
+        if appends.is_written(number) {
+            return;
+        }
         loop {
             let released = appends.released.notified();
             tokio::pin!(released);
