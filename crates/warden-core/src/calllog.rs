@@ -19,6 +19,7 @@ use std::sync::Mutex;
 use writer::{Kind, Line, Writer, rotated};
 
 mod appends;
+mod hold;
 mod seals;
 mod writer;
 pub(crate) use appends::Logged;
@@ -37,7 +38,7 @@ pub struct CallLog {
     /// Policies whose record has been written: a call of a known policy does not serialize it
     /// again.
     described: Mutex<HashSet<String>>,
-    appends: appends::Appends,
+    appends: std::sync::Arc<appends::Appends>,
 }
 
 /// When the log is rotated, and how many rotated files are kept.
@@ -347,7 +348,7 @@ impl CallLog {
             path: path.to_owned(),
             rotation,
             described: Mutex::default(),
-            appends: appends::Appends::new(Writer::open(path, rotation)?),
+            appends: std::sync::Arc::new(appends::Appends::new(Writer::open(path, rotation)?)),
         })
     }
 
@@ -420,7 +421,7 @@ impl CallLog {
 impl Drop for CallLog {
     /// Writes what is queued, and seals what this log appended since its last seal.
     fn drop(&mut self) {
-        self.appends.last_writer().seal_at_end();
+        self.appends.close();
     }
 }
 

@@ -9,9 +9,11 @@
 //! [`Logged::settled`] return once the line is written, whoever wrote it; `settled` waits
 //! without holding up the runtime's thread, which meanwhile runs other calls.
 
+use super::hold::Releaser;
 use super::writer::{Line, Writer};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::time::Instant;
 use tokio::sync::Notify;
 
 /// The log's file with its queue of lines to append.
@@ -22,6 +24,10 @@ pub(super) struct Appends {
     written: AtomicU64,
     /// Told each time the file is let go, so a waiter looks again.
     released: Notify,
+    /// Lets the writers' lock go once this process stops appending.
+    releaser: Releaser,
+    /// The log is being closed: the releaser goes.
+    closing: AtomicBool,
 }
 
 /// Lines waiting for the file, in the order they were numbered.
@@ -36,7 +42,7 @@ struct Queue {
 #[must_use = "a record is in the file only once it is waited for"]
 pub(crate) struct Logged<'a> {
     /// The log and the line's number there; `None` when nothing was queued.
-    line: Option<(&'a Appends, u64)>,
+    line: Option<(&'a Arc<Appends>, u64)>,
 }
 
 impl Appends {
@@ -46,11 +52,13 @@ impl Appends {
             file: Mutex::new(writer),
             written: AtomicU64::new(0),
             released: Notify::new(),
+            releaser: Releaser::default(),
+            closing: AtomicBool::new(false),
         }
     }
 
     /// Queues `line` and writes the queue if the file is free.
-    pub(super) fn push(&self, line: Line) -> Logged<'_> {
+    pub(super) fn push(self: &Arc<Self>, line: Line) -> Logged<'_> {
         let number = {
             let mut queue = lock(&self.queue);
             queue.last += 1;
@@ -66,26 +74,31 @@ impl Appends {
     }
 
     /// Writes everything queued, waiting for the file.
-    pub(super) fn flush(&self) {
+    pub(super) fn flush(self: &Arc<Self>) {
         self.write_queued(lock(&self.file));
     }
 
     /// The writer, for what is not a queued line (sealing); the queue is written first.
-    pub(super) fn with_writer<T>(&self, f: impl FnOnce(&mut Writer) -> T) -> T {
+    pub(super) fn with_writer<T>(self: &Arc<Self>, f: impl FnOnce(&mut Writer) -> T) -> T {
         let mut file = lock(&self.file);
         self.drain(&mut file);
         let out = f(&mut file);
+        self.watch_lock(&mut file);
         drop(file);
         self.released.notify_waiters();
         out
     }
 
-    /// The writer with the queue written, at the end: nothing else holds the log.
-    pub(super) fn last_writer(&mut self) -> &mut Writer {
-        let queued = std::mem::take(&mut lock(&self.queue).lines);
-        let file = self.file.get_mut().unwrap_or_else(PoisonError::into_inner);
-        file.append_lines(queued);
-        file
+    /// Writes what is queued, seals, lets the writers' lock go and stops the releaser: the
+    /// log is closing.
+    pub(super) fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        let mut file = lock(&self.file);
+        self.drain(&mut file);
+        file.seal_at_end();
+        file.release_lock();
+        drop(file);
+        self.releaser.stop();
     }
 
     fn try_file(&self) -> Option<MutexGuard<'_, Writer>> {
@@ -98,10 +111,39 @@ impl Appends {
 
     /// Writes the queue until it is empty, lets the file go, and tells the waiters, who look
     /// again: a line queued after the last look here is written by its own thread then.
-    fn write_queued(&self, mut file: MutexGuard<'_, Writer>) {
+    fn write_queued(self: &Arc<Self>, mut file: MutexGuard<'_, Writer>) {
         self.drain(&mut file);
+        self.watch_lock(&mut file);
         drop(file);
         self.released.notify_waiters();
+    }
+
+    /// Has the releaser watch the writers' lock the writer just took, or lets it go now when
+    /// there is no releaser.
+    fn watch_lock(self: &Arc<Self>, file: &mut Writer) {
+        if file.take_fresh_hold()
+            && !self
+                .releaser
+                .watch(Arc::downgrade(self), Appends::release_if_idle)
+        {
+            file.release_lock();
+        }
+    }
+
+    /// For the releaser: lets the writers' lock go if the writer is idle; whether it is still
+    /// held, `None` once the log closes.
+    fn release_if_idle(&self) -> Option<bool> {
+        if self.closing.load(Ordering::SeqCst) {
+            return None;
+        }
+        match self.file.try_lock() {
+            Ok(mut file) => Some(file.release_lock_if_idle(Instant::now())),
+            Err(TryLockError::Poisoned(p)) => {
+                Some(p.into_inner().release_lock_if_idle(Instant::now()))
+            }
+            // Being written: busy, not idle.
+            Err(TryLockError::WouldBlock) => Some(true),
+        }
     }
 
     fn drain(&self, file: &mut Writer) {

@@ -1,16 +1,17 @@
 //! The call log's file: appends records' lines (each after the policy line it needs, all in
 //! one `write`), chained after the line before them (see `warden_ledger`), and rotates the
 //! file by size. It is driven under the log's lock (see `appends`) and the lock every writer of
-//! the file takes (`NAME.lock`: several wardens may share one log).
+//! the file takes (`NAME.lock`: several wardens may share one log; see `hold`).
 
 use super::Rotation;
+use super::hold::{Taken, WritersLock};
 use super::seals::Sealing;
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::time::Instant;
 use warden_ledger::{Link, chained, last_link};
 
 /// A serialized record, newline included, and what rotation needs to know of it.
@@ -42,7 +43,9 @@ pub(super) struct Writer {
     /// Its inode: another writer's rotation shows as another file at `path`.
     ino: u64,
     /// Held around reading the chain's end and appending.
-    lock: Arc<File>,
+    lock: WritersLock,
+    /// The lock was taken afresh by the last append (a watch for its release may be due).
+    fresh_hold: bool,
     /// The file's size, queued lines included.
     bytes: u64,
     /// The last line's place in the chain as of `bytes`; `None`: to be read from the file.
@@ -65,7 +68,7 @@ impl Writer {
     pub(super) fn open(path: &Path, rotation: Rotation) -> std::io::Result<Writer> {
         let file = open_file(path)?;
         let meta = file.metadata()?;
-        let lock = Arc::new(open_file(&sibling(path, ".lock"))?);
+        let lock = WritersLock::new(open_file(&sibling(path, ".lock"))?);
         Ok(Writer {
             path: path.to_owned(),
             rotation,
@@ -73,6 +76,7 @@ impl Writer {
             ino: meta.ino(),
             file,
             lock,
+            fresh_hold: false,
             last: None,
             pending: String::new(),
             // A file written before may describe policies, but a reader of one rotated file
@@ -93,8 +97,7 @@ impl Writer {
         if lines.is_empty() {
             return;
         }
-        let _locked = self.locked();
-        self.catch_up();
+        self.hold();
         for line in lines {
             self.queue(line);
             if self.sealing.as_ref().is_some_and(Sealing::due) {
@@ -109,23 +112,42 @@ impl Writer {
         if !self.sealing.as_ref().is_some_and(Sealing::pending) {
             return;
         }
-        let _locked = self.locked();
-        self.catch_up();
+        self.hold();
         self.seal();
         self.write_pending();
+        self.lock.release();
     }
 
-    /// The lock of every writer of the file, held until the guard is dropped; `None` when it
-    /// cannot be taken (said once in the log: records are still written, but another warden's
-    /// may then interleave with a break in the chain).
-    fn locked(&self) -> Option<Unlock> {
-        match self.lock.lock() {
-            Ok(()) => Some(Unlock(self.lock.clone())),
-            Err(e) => {
-                tracing::error!("cannot lock the call log {}: {e}", self.path.display());
-                None
-            }
+    /// Holds the lock of every writer of the file for an append, and takes the file up where
+    /// others left it when they may have touched it. Without the lock (an error, logged),
+    /// records are still written, but another warden's may then interleave with a break in
+    /// the chain.
+    fn hold(&mut self) {
+        let taken = self.lock.take(Instant::now()).unwrap_or_else(|e| {
+            tracing::error!("cannot lock the call log {}: {e}", self.path.display());
+            Taken::Afresh
+        });
+        if taken == Taken::Afresh {
+            self.fresh_hold = self.lock.is_held();
+            self.catch_up();
+        } else if self.last.is_none() {
+            self.catch_up();
         }
+    }
+
+    /// Whether the last appends took the writers' lock afresh (cleared by asking).
+    pub(super) fn take_fresh_hold(&mut self) -> bool {
+        std::mem::take(&mut self.fresh_hold)
+    }
+
+    /// Lets the writers' lock go.
+    pub(super) fn release_lock(&mut self) {
+        self.lock.release();
+    }
+
+    /// Lets the writers' lock go if this writer has been idle; whether it is still held.
+    pub(super) fn release_lock_if_idle(&mut self, now: Instant) -> bool {
+        self.lock.release_if_idle(now)
     }
 
     /// Takes the file up where another writer left it: reopened when it was rotated away,
@@ -287,15 +309,6 @@ impl Writer {
         self.bytes = 0;
         self.policies.clear();
         Ok(())
-    }
-}
-
-/// Unlocks the writers' lock when dropped.
-struct Unlock(Arc<File>);
-
-impl Drop for Unlock {
-    fn drop(&mut self) {
-        let _ = self.0.unlock();
     }
 }
 
