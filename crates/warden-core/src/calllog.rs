@@ -302,6 +302,20 @@ pub(crate) struct DenialRecord {
     pub reason: String,
 }
 
+/// A refusal record numbered `n` (its `call_id` is `c-{n}-`, no prefix of another's), for
+/// the log's tests.
+#[cfg(test)]
+pub(crate) fn test_denial(n: usize) -> DenialRecord {
+    DenialRecord {
+        ts_ms: n as u64,
+        tool: "fetch".into(),
+        call_id: format!("c-{n}-"),
+        tool_call_id: format!("t-{n}"),
+        destination: "tcp 10.0.0.1:22".into(),
+        reason: "not granted".into(),
+    }
+}
+
 /// How a call ended: `"success"`, or the kind of its error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallOutcome {

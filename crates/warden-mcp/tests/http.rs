@@ -553,6 +553,13 @@ fn initialize_idle(idle: Value) -> Value {
     message
 }
 
+/// A `HEAD` asking `addr` whether it holds session `id`.
+fn head_request(addr: SocketAddr, id: &str) -> String {
+    format!(
+        "HEAD /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nMcp-Session-Id: {id}\r\n\r\n"
+    )
+}
+
 /// The status of a HEAD's answer on `stream`, its head read whole.
 async fn head_status(stream: &mut BufReader<TcpStream>) -> u16 {
     let mut status = String::new();
@@ -595,11 +602,7 @@ async fn an_idle_session_ends_after_its_own_limit_or_the_server_s() {
     }
 
     // Asking whether a session is held is no use of it.
-    let head = |id: &str| {
-        format!(
-            "HEAD /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nMcp-Session-Id: {id}\r\n\r\n"
-        )
-    };
+    let head = |id: &str| head_request(addr, id);
     let mut asking = BufReader::new(TcpStream::connect(addr).await.unwrap());
     while ENDED.load(Ordering::SeqCst) == 0 {
         asking
@@ -642,9 +645,7 @@ async fn a_session_never_started_ends_after_the_idle_limit() {
     let (status, headers, _) = post(&mut stream, None, &initialize()).await;
     assert_eq!(status, 200, "{headers:?}");
     let id = header(&headers, "mcp-session-id").unwrap();
-    let head = format!(
-        "HEAD /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nMcp-Session-Id: {id}\r\n\r\n"
-    );
+    let head = head_request(addr, &id);
     let mut asking = BufReader::new(TcpStream::connect(addr).await.unwrap());
     asking.get_mut().write_all(head.as_bytes()).await.unwrap();
     assert_eq!(head_status(&mut asking).await, 200, "held while it starts");

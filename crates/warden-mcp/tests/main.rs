@@ -7,6 +7,7 @@
     reason = "a test panics on what it cannot go on without"
 )]
 
+mod client;
 mod http;
 mod server;
 mod sessions;

@@ -2,12 +2,13 @@
 //! shapes (objects, wrapped scalars, results cut by the output limit), and a cancelled call's
 //! sandbox being dropped.
 
+use crate::client::Client;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines, WriteHalf};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{Semaphore, SemaphorePermit};
 use warden_core::{
     BoxFuture, CallLog, ErrorKind, Executor, Invocation, Output, Protected, ToolError, Toolbox,
@@ -176,63 +177,6 @@ fn records(log: &CallLog) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
-}
-
-struct Client {
-    write: WriteHalf<DuplexStream>,
-    lines: Lines<BufReader<tokio::io::ReadHalf<DuplexStream>>>,
-}
-
-impl Client {
-    async fn start(server: Server) -> Client {
-        Client::serving(server).await.0
-    }
-
-    /// An initialized client, and the task serving it (it ends when the server returns).
-    async fn serving(
-        server: Server,
-    ) -> (
-        Client,
-        tokio::task::JoinHandle<Result<(), warden_mcp::Error>>,
-    ) {
-        let (ours, theirs) = tokio::io::duplex(1 << 16);
-        let (read, write) = tokio::io::split(theirs);
-        let serving = tokio::spawn(server.serve_io(read, write));
-        let (read, write) = tokio::io::split(ours);
-        let mut client = Client {
-            write,
-            lines: BufReader::new(read).lines(),
-        };
-        let init = json!({"protocolVersion": "2025-06-18", "capabilities": {},
-                          "clientInfo": {"name": "test", "version": "0"}});
-        client.request(0, "initialize", init).await;
-        client
-            .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-            .await;
-        (client, serving)
-    }
-
-    async fn send(&mut self, message: Value) {
-        let mut line = message.to_string().into_bytes();
-        line.push(b'\n');
-        self.write.write_all(&line).await.unwrap();
-    }
-
-    async fn request(&mut self, id: i64, method: &str, params: Value) -> Value {
-        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        self.send(message).await;
-        loop {
-            let line = tokio::time::timeout(Duration::from_secs(30), self.lines.next_line())
-                .await
-                .expect("an answer in time")
-                .unwrap()
-                .expect("the server is still there");
-            let answer: Value = serde_json::from_str(&line).unwrap();
-            if answer["id"] == id {
-                return answer;
-            }
-        }
-    }
 }
 
 #[tokio::test]

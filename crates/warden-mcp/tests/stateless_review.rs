@@ -6,12 +6,12 @@
 //! project's venv (1.30, protocols up to 2025-11-25) speaks the multi round-trip requests of
 //! 2026-07-28, so the client here writes the spec's messages itself.
 
+use crate::client::Client;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines, WriteHalf};
+use tokio::io::BufReader;
 use warden_core::{
     BoxFuture, CallLog, Executor, Invocation, Output, Protected, ToolError, Toolbox, call_digest,
 };
@@ -90,24 +90,17 @@ fn approve(digest: &str) -> Value {
     answer("accept", json!({"decision": "approve", "digest": digest}))
 }
 
-/// A client on a line transport to a server in this process, speaking 2026-07-28 only.
-struct Client {
-    write: WriteHalf<DuplexStream>,
-    lines: Lines<BufReader<tokio::io::ReadHalf<DuplexStream>>>,
+/// The tests' client, numbering its requests and reading their results, speaking 2026-07-28
+/// only.
+struct Stateless {
+    client: Client,
     next: i64,
 }
 
-impl Client {
-    fn start(server: Server) -> Client {
-        let (ours, theirs) = tokio::io::duplex(1 << 16);
-        let (read, write) = tokio::io::split(theirs);
-        tokio::spawn(async move {
-            let _ = server.serve_io(read, write).await;
-        });
-        let (read, write) = tokio::io::split(ours);
-        Client {
-            write,
-            lines: BufReader::new(read).lines(),
+impl Stateless {
+    fn start(server: Server) -> Stateless {
+        Stateless {
+            client: Client::connect(server).0,
             next: 1,
         }
     }
@@ -121,25 +114,11 @@ impl Client {
     async fn request(&mut self, method: &str, params: Value) -> Value {
         let id = self.next;
         self.next += 1;
-        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-            .await;
-        loop {
-            let line = tokio::time::timeout(Duration::from_secs(30), self.lines.next_line())
-                .await
-                .expect("an answer in time")
-                .unwrap()
-                .expect("the server is still there");
-            let answer: Value = serde_json::from_str(&line).unwrap();
-            if answer["id"] == id {
-                return answer["result"].clone();
-            }
-        }
+        self.client.request(id, method, params).await["result"].clone()
     }
 
     async fn send(&mut self, message: Value) {
-        let mut line = message.to_string().into_bytes();
-        line.push(b'\n');
-        self.write.write_all(&line).await.unwrap();
+        self.client.send(message).await;
     }
 }
 
@@ -181,7 +160,7 @@ fn decisions(log: &Path) -> Vec<Value> {
 async fn an_approved_retry_runs_once() {
     let dir = tempfile::tempdir().unwrap();
     let (server, runs, log) = server(dir.path());
-    let mut client = Client::start(server);
+    let mut client = Stateless::start(server);
     let arguments = json!({"path": "build"});
     let digest = call_digest("rm", &arguments.to_string());
 
@@ -225,7 +204,7 @@ async fn an_approved_retry_runs_once() {
 async fn a_declined_review_is_rejected_and_nothing_runs() {
     let dir = tempfile::tempdir().unwrap();
     let (server, runs, log) = server(dir.path());
-    let mut client = Client::start(server);
+    let mut client = Stateless::start(server);
     let arguments = json!({"path": "build"});
     let (_, state) = asked(&client.call(call(arguments.clone(), true, None)).await);
     let declined = answer("decline", Value::Null);
@@ -244,7 +223,7 @@ async fn a_declined_review_is_rejected_and_nothing_runs() {
 async fn forged_states_and_malformed_answers_are_rejected() {
     let dir = tempfile::tempdir().unwrap();
     let (server, runs, _) = server(dir.path());
-    let mut client = Client::start(server);
+    let mut client = Stateless::start(server);
     let arguments = json!({"path": "build"});
     let digest = call_digest("rm", &arguments.to_string());
     let (_, state) = asked(&client.call(call(arguments.clone(), true, None)).await);
@@ -290,7 +269,7 @@ async fn forged_states_and_malformed_answers_are_rejected() {
 async fn a_retry_with_other_arguments_is_rejected_naming_both_digests() {
     let dir = tempfile::tempdir().unwrap();
     let (server, runs, log) = server(dir.path());
-    let mut client = Client::start(server);
+    let mut client = Stateless::start(server);
     let asked_about = json!({"path": "build"});
     let sent = json!({"path": "/"});
     let (d1, d2) = (
@@ -312,7 +291,7 @@ async fn a_retry_with_other_arguments_is_rejected_naming_both_digests() {
 async fn a_client_that_answers_no_forms_is_rejected_as_before() {
     let dir = tempfile::tempdir().unwrap();
     let (server, runs, log) = server(dir.path());
-    let mut client = Client::start(server);
+    let mut client = Stateless::start(server);
     let result = client.call(call(json!({"path": "x"}), false, None)).await;
     assert!(rejected(&result).contains("cannot be asked"), "{result}");
     assert_eq!(runs.load(Ordering::SeqCst), 0);
@@ -366,7 +345,7 @@ async fn over_http_another_replica_takes_the_approval() {
 async fn sessions_before_2026_07_28_are_unchanged() {
     let dir = tempfile::tempdir().unwrap();
     let (server, runs, log) = server(dir.path());
-    let mut client = Client::start(server);
+    let mut client = Stateless::start(server);
     let init = json!({"protocolVersion": "2025-11-25", "capabilities": {},
                       "clientInfo": {"name": "test", "version": "0"}});
     client.request("initialize", init).await;

@@ -217,20 +217,9 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
-    use crate::calllog::{CallLog, DenialRecord, Record};
+    use crate::calllog::{CallLog, Record, test_denial};
     use crate::redact::Secrets;
     use std::path::Path;
-
-    fn denial(n: usize) -> DenialRecord {
-        DenialRecord {
-            ts_ms: n as u64,
-            tool: "fetch".into(),
-            call_id: format!("c-{n}-"),
-            tool_call_id: String::new(),
-            destination: "tcp 10.0.0.1:22".into(),
-            reason: "not granted".into(),
-        }
-    }
 
     fn holds(path: &Path, n: usize) -> bool {
         let text = std::fs::read_to_string(path).unwrap();
@@ -254,7 +243,7 @@ mod tests {
             s.spawn(move || {
                 for n in 0..150 {
                     plain
-                        .write(Record::Denied(&denial(n)), &Secrets::default())
+                        .write(Record::Denied(&test_denial(n)), &Secrets::default())
                         .wait();
                     assert!(holds(path, n), "record {n} after its wait");
                 }
@@ -265,7 +254,7 @@ mod tests {
                         let (log, path) = (log.clone(), path.to_owned());
                         tokio::spawn(async move {
                             for n in t * 1000..t * 1000 + 150 {
-                                let denial = denial(n);
+                                let denial = test_denial(n);
                                 let logged =
                                     log.write(Record::Denied(&denial), &Secrets::default());
                                 logged.settled().await;

@@ -155,21 +155,10 @@ fn watching<T>(owner: &Weak<T>, release_if_idle: fn(&T) -> Option<bool>) {
 
 #[cfg(test)]
 mod tests {
-    use crate::calllog::{CallLog, DenialRecord, Record};
+    use crate::calllog::{CallLog, Record, test_denial};
     use crate::redact::Secrets;
     use std::fs::File;
     use std::time::{Duration, Instant};
-
-    fn denial(n: u64) -> DenialRecord {
-        DenialRecord {
-            ts_ms: n,
-            tool: "fetch".into(),
-            call_id: format!("c-{n}"),
-            tool_call_id: String::new(),
-            destination: "tcp 10.0.0.1:22".into(),
-            reason: "not granted".into(),
-        }
-    }
 
     /// Whether another writer could take the lock now (another open file, as another warden
     /// has).
@@ -191,8 +180,8 @@ mod tests {
         let path = dir.path().join("calls.jsonl");
         let log = CallLog::open(&path).unwrap();
         let other = File::open(dir.path().join("calls.jsonl.lock")).unwrap();
-        for round in 0..2 {
-            log.write(Record::Denied(&denial(round)), &Secrets::default())
+        for round in 0..2_usize {
+            log.write(Record::Denied(&test_denial(round)), &Secrets::default())
                 .wait();
             let waited = Instant::now();
             while !free(&other) {

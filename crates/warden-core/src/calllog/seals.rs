@@ -93,20 +93,9 @@ impl Sealing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::calllog::{CallLog, DenialRecord, Record, Rotation};
+    use crate::calllog::{CallLog, Record, Rotation, test_denial};
     use crate::redact::Secrets;
     use warden_ledger::{PublicKey, verify};
-
-    fn denial(n: usize) -> DenialRecord {
-        DenialRecord {
-            ts_ms: n as u64,
-            tool: "fetch".into(),
-            call_id: format!("c-{n}"),
-            tool_call_id: format!("t-{n}"),
-            destination: "tcp 10.0.0.1:22".into(),
-            reason: "not granted".into(),
-        }
-    }
 
     fn seals(dir: &Path, export: Option<PathBuf>) -> Seals {
         Seals {
@@ -131,8 +120,11 @@ mod tests {
                 s.spawn(move || {
                     let log = CallLog::open_rotated(path, rotation).unwrap().sealed(seals);
                     for n in 0..3000 {
-                        log.write(Record::Denied(&denial(w * 10_000 + n)), &Secrets::default())
-                            .wait();
+                        log.write(
+                            Record::Denied(&test_denial(w * 10_000 + n)),
+                            &Secrets::default(),
+                        )
+                        .wait();
                     }
                 });
             }
@@ -164,7 +156,7 @@ mod tests {
         let log = CallLog::open(&path)
             .unwrap()
             .sealed(seals(dir.path(), Some(socket)));
-        log.write(Record::Denied(&denial(1)), &Secrets::default())
+        log.write(Record::Denied(&test_denial(1)), &Secrets::default())
             .wait();
         drop(log);
         let v = verify(&[path], None, None).unwrap();
