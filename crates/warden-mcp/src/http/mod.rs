@@ -23,6 +23,7 @@
 //! being answered keeps it.
 
 mod guard;
+mod idle;
 
 use crate::calls::Calls;
 use crate::connections::{ConnectionLimits, Ticket, Unauthenticated};
@@ -47,7 +48,6 @@ use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::Value;
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -80,13 +80,6 @@ pub struct HttpOptions {
     /// `None`: until it is told to stop.
     pub stop_idle: Option<Duration>,
 }
-
-/// How often sessions are checked for idleness.
-const IDLE_SWEEP: Duration = Duration::from_millis(500);
-
-/// How long a session may go without its client's `notifications/initialized` (it cannot be
-/// used before): at most this long, or the server's idle limit when that is shorter.
-const START_GRACE: Duration = Duration::from_secs(60);
 
 /// A bound listener, ready to serve.
 pub struct HttpServer {
@@ -144,7 +137,7 @@ impl HttpServer {
         let _watcher = watch::spawn(server.shared.clone()).map(AbortOnDrop);
         let (endpoint, open) = Endpoint::new(&server, &self.options, self.local);
         let endpoint = Arc::new(endpoint);
-        let _sweeper = AbortOnDrop(tokio::spawn(end_idle_sessions(
+        let _sweeper = AbortOnDrop(tokio::spawn(idle::end_idle_sessions(
             endpoint.clone(),
             self.options.session_idle,
             self.options.stop_idle,
@@ -277,18 +270,6 @@ impl Endpoint {
             streams,
         };
         (endpoint, open)
-    }
-
-    /// How long the server has held no session, sent no answer and had no request, at `now`.
-    async fn idle_for(&self, now: std::time::Instant) -> Duration {
-        if !self.answers.is_empty() || !self.ending.sessions.sessions.read().await.is_empty() {
-            return Duration::ZERO;
-        }
-        let last = *self
-            .last_request
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        now.saturating_duration_since(last)
     }
 
     /// The answer to one request: the guard's refusal, the end of the session a `DELETE`
@@ -467,42 +448,6 @@ fn named_session<B>(request: &Request<B>) -> Option<&str> {
     request.headers().get(SESSION_ID_HEADER)?.to_str().ok()
 }
 
-/// Ends, every [`IDLE_SWEEP`], the sessions idle past their limit (else `default`), and those
-/// whose client never finished starting them past [`START_GRACE`]; stops the server once it
-/// has been idle `stop_idle`.
-async fn end_idle_sessions(
-    endpoint: Arc<Endpoint>,
-    default: Option<Duration>,
-    stop_idle: Option<Duration>,
-) {
-    let mut sweep = tokio::time::interval(IDLE_SWEEP);
-    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let grace = default.map_or(START_GRACE, |idle| idle.min(START_GRACE));
-    // Sessions seen without `initialized`, since when.
-    let mut starting = HashMap::new();
-    loop {
-        sweep.tick().await;
-        let now = std::time::Instant::now();
-        for id in endpoint.ending.shared.idle_sessions(default, now) {
-            if endpoint.ending.close(&id).await {
-                tracing::info!(session = %id, "ended an idle MCP session and its sandboxes");
-            }
-        }
-        for id in endpoint.ending.unstarted(&mut starting, now, grace).await {
-            if endpoint.ending.close(&id).await {
-                tracing::info!(session = %id, "ended an MCP session its client never started");
-            }
-        }
-        if let Some(limit) = stop_idle
-            && endpoint.idle_for(now).await >= limit
-        {
-            tracing::info!("stopping: no session and no request for {limit:?}");
-            endpoint.ending.shared.calls.stop();
-            return;
-        }
-    }
-}
-
 /// Ends sessions on a client's `DELETE`.
 struct Ending {
     sessions: Arc<LocalSessionManager>,
@@ -534,35 +479,6 @@ impl Ending {
         } else {
             text(StatusCode::NOT_FOUND, UNKNOWN_SESSION)
         }
-    }
-
-    /// The sessions rmcp holds whose `initialized` has not come in `grace` since a sweep first
-    /// saw them (`starting` remembers when, for the sessions still starting).
-    async fn unstarted(
-        &self,
-        starting: &mut HashMap<String, std::time::Instant>,
-        now: std::time::Instant,
-        grace: Duration,
-    ) -> Vec<String> {
-        let held: Vec<String> = self
-            .sessions
-            .sessions
-            .read()
-            .await
-            .keys()
-            .map(ToString::to_string)
-            .collect();
-        starting.retain(|id, _| held.contains(id));
-        let mut late = Vec::new();
-        for id in held {
-            if self.shared.session(&id).is_some() {
-                starting.remove(&id);
-            } else if now.duration_since(*starting.entry(id.clone()).or_insert(now)) >= grace {
-                starting.remove(&id);
-                late.push(id);
-            }
-        }
-        late
     }
 
     /// Ends session `id` as [`Ending::end`] does; false when this server holds no such
