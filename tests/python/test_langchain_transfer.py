@@ -11,6 +11,7 @@ import base64
 import contextlib
 import logging
 import os
+import re
 from collections.abc import Callable, Generator, Iterator
 from typing import Any, TypeVar
 
@@ -49,6 +50,9 @@ set -C -u -f
 IFS=/
 """
 
+# The policies' `transfer` line, with the comment lines that follow it.
+TRANSFER = re.compile(r"^transfer = .*\n(?:[ \t]+#.*\n)*", re.MULTILINE)
+
 # `printf` wrapped so that warden's framing still works (`command printf` is the builtin) but
 # the `printf %s ... | base64 -d` that uploads once ran writes other bytes.
 PRINTF = 'printf() { if [ "$1" = %s ]; then command printf %s QUFB; else command printf "$@"; fi; }'
@@ -58,9 +62,13 @@ COMMAND = 'command() { if [ "$1" = eval ]; then shift; eval "$@"; else echo 9999
 
 
 @contextlib.contextmanager
-def _box(tool: str = "host-shell", **options: Any) -> Iterator[WardenSandbox]:
+def _box(
+    tool: str = "host-shell", transfer: str | None = None, **options: Any
+) -> Iterator[WardenSandbox]:
     """A sandbox on `tool` of the shipped shells, or `shell-busybox`: the docker shell on
-    warden's busybox image, whose `env` is /bin/env only and whose shell is busybox ash."""
+    warden's busybox image, whose `env` is /bin/env only and whose shell is busybox ash.
+    Their policies' `transfer` is `transfer`, or none, so that files move through the shell
+    in chunks."""
     with scratch() as base:
         docker = (ROOT / "policies" / "shell-docker.toml").read_text()
         busybox = docker.replace('name = "shell"', 'name = "shell-busybox"').replace(
@@ -68,6 +76,11 @@ def _box(tool: str = "host-shell", **options: Any) -> Iterator[WardenSandbox]:
         )
         assert busybox.count("shell-busybox") == 1 and "warden-sandbox:latest" in busybox
         box = shell_toolbox(base, extra={"shell-busybox.toml": busybox})
+        for policy in box.glob("*.toml"):
+            written = f'transfer = "{transfer}"\n' if transfer else ""
+            text, n = TRANSFER.subn(written, policy.read_text())
+            assert n == 1, policy
+            policy.write_text(text)
         with WardenSandbox(tool, box, base / "home", warden_bin(), **options) as sandbox:
             yield sandbox
 
@@ -211,6 +224,48 @@ def test_endless_data_past_the_output_limit_ends_in_a_few_halvings():
         with pytest.raises(WardenError, match="output limit"):
             sandbox.download_files(["/tmp/anything"])
         assert len(sent) == 7  # 44 KiB, halved until at most 1 KiB
+
+
+@pytest.mark.parametrize("tool", ["host-shell", "shell", "shell-busybox"])
+def test_where_the_policy_allows_a_file_moves_out_in_one_request(tool):
+    """With the policy's `transfer`, a download is one `warden/read` (no command of the shell
+    session), byte-exact, whatever the session left in its shell; a file larger than the
+    `transfer` moves in chunks as before."""
+    if tool != "host-shell":
+        require_docker()
+    data = os.urandom(5 * 1024 * 1024)
+    with _box(tool, transfer="6MiB") as sandbox:
+        assert [r.error for r in sandbox.upload_files([("/tmp/big", data)])] == [None]
+        sandbox.execute(HOSTILE)
+        sent = _counting(sandbox)
+        [back] = sandbox.download_files(["/tmp/big"])
+        assert back.error is None and back.content == data
+        missing = sandbox.download_files(["/tmp/none", "/tmp"])
+        assert [(r.content, r.error) for r in missing] == [
+            (None, "file_not_found"),
+            (None, "is_directory"),
+        ]
+        assert sent == []
+    with _box(tool, transfer="1MiB") as sandbox:
+        assert [r.error for r in sandbox.upload_files([("/tmp/big", data)])] == [None]
+        sent = _counting(sandbox)
+        [back] = sandbox.download_files(["/tmp/big"])
+        assert back.error is None and back.content == data
+        assert len(sent) > 100, "in chunks of 44 KiB"
+
+
+async def test_a_session_answering_for_a_read_fails_it_and_says_why(caplog):
+    """Something in the session that answers in the read's place (a `command` function, which
+    warden's framing calls) gets the file refused, and what did not add up logged."""
+    with _box(transfer="1MiB") as sandbox:
+        sandbox.execute(_liar(f"{OK}; echo 5; echo QUFB"))
+        with caplog.at_level(logging.WARNING, LOGGER):
+            [sync] = sandbox.download_files(["/tmp/anything"])
+            [async_] = await sandbox.adownload_files(["/tmp/anything"])
+    for response in (sync, async_):
+        assert (response.content, response.error) == (None, "permission_denied")
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2 and all("do not add up" in m for m in messages), messages
 
 
 def test_five_megabytes_go_in_and_out_byte_exact():

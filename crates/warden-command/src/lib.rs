@@ -16,7 +16,7 @@ mod template;
 pub use call::CommandCall;
 pub use knobs::{
     NetworkMode, User, UserError, capabilities, command_line, count, session_shell, tmp_size,
-    tool_name,
+    tool_name, transfer_line, transfer_size,
 };
 pub use outcome::{Cause, Deadline, answer, render, shell, timed_out};
 pub use template::{Request, Template, TemplateError};

@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 mod batch;
 mod exec;
 mod message;
+mod read;
+pub use read::{FILE_DETAIL, SUSPECT_DETAIL};
 mod record;
 mod run;
 mod span;

@@ -393,6 +393,13 @@ pub trait Executor: Send + Sync {
         ))
     }
 
+    /// The most bytes a client may read from this tool's session sandbox in one request
+    /// ([`crate::Dispatcher::read_file`]: a shell session's, whose policy writes
+    /// `transfer`); `None`, by default: it allows no reads.
+    fn transfer(&self) -> Option<u64> {
+        None
+    }
+
     /// Gets ready ahead of the first call (a warm pool starts filling). Long-running front
     /// ends call it once the toolbox is loaded, inside a tokio runtime; calling it again does
     /// no more. Nothing by default.

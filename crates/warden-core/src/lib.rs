@@ -40,7 +40,9 @@ pub use backend::{Backend, Loaded, LoadedTool, Probe, ProbeError, Reach, Report,
 pub use calllog::{CallLog, CallOutcome, Rotation, Seals};
 pub use capability::{Capabilities, ExecutorKind, NetHosts, Support};
 pub use changes::{ChangesToReview, HeldChanges, PendingChanges};
-pub use dispatch::{CallObserver, CallTelemetry, Dispatcher, EndedCall, export_calls};
+pub use dispatch::{
+    CallObserver, CallTelemetry, Dispatcher, EndedCall, FILE_DETAIL, SUSPECT_DETAIL, export_calls,
+};
 pub use executor::{
     BoxFuture, Denial, Denials, Executor, Held, Invocation, Meter, Output, Reached, SHELL_DETAIL,
     Sample, SessionId, Usage,

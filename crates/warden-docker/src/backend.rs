@@ -171,7 +171,7 @@ impl Backend for DockerBackend {
             .pool
             .as_ref()
             .map(|p| Pool::new(recipe.clone(), p.value as usize, limits.memory));
-        let tool = DockerTool::new(recipe, template, session, pool);
+        let tool = DockerTool::new(recipe, template, session, pool, cfg.transfer);
         Ok(Loaded {
             tools: vec![LoadedTool {
                 function: cfg.name.clone(),
@@ -334,6 +334,7 @@ impl<'a> Audit<'a> {
             "pool": cfg.pool.as_ref().map(|p| p.value),
             "image": cfg.image.value,
             "images": cfg.images,
+            "transfer": cfg.transfer.map(|b| warden_core::ByteSize(b).to_string()),
             "argv": cfg.argv.value,
             "workdir": cfg.workdir.as_ref().map(|w| w.value.clone()),
             "mode": self.mode,
@@ -410,6 +411,7 @@ impl<'a> Audit<'a> {
                 text: format!("{n} containers kept started and waiting, {each}"),
             });
         }
+        lines.extend(warden_command::transfer_line(cfg.transfer));
         lines.extend(roots(plan, self.grants).into_iter().map(|text| ReportLine {
             label: "root",
             text,

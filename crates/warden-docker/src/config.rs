@@ -6,7 +6,7 @@ use crate::address::EngineAddress;
 use crate::files::DEFAULT_COPY_LIMIT;
 use serde::Deserialize;
 use toml::Spanned;
-use warden_command::{NetworkMode, User, command_line, count, tmp_size, tool_name};
+use warden_command::{NetworkMode, User, command_line, count, tmp_size, tool_name, transfer_size};
 use warden_core::{ByteSize, ExecutorTable, Located, Policy, PolicyError};
 
 /// Processes (threads included) in one container when the policy writes none.
@@ -35,6 +35,9 @@ pub struct DockerConfig {
     pub workdir: Option<Located<String>>,
     /// One container and one long-lived shell per session instead of one container per call.
     pub session: bool,
+    /// The most bytes a client may read from a session's sandbox in one request; `None`: no
+    /// reads (see `warden_command::transfer_size`).
+    pub transfer: Option<u64>,
     /// Containers kept created, started and waiting, each for one call (or one session's
     /// first command); `None`: each is started on its call's path.
     pub pool: Option<Located<u32>>,
@@ -79,6 +82,7 @@ struct DockerSpec {
     argv: Option<Spanned<Vec<String>>>,
     workdir: Option<Spanned<String>>,
     session: Option<bool>,
+    transfer: Option<Spanned<ByteSize>>,
     pool: Option<Spanned<i64>>,
     runtime: Option<Spanned<String>>,
     user: Option<Spanned<String>>,
@@ -112,6 +116,8 @@ impl DockerConfig {
         let copy_limit = copy_limit(table, spec.copy_limit)?;
         let copy_back = spec.copy_back.map(|c| table.located(c));
         let engine = engine(policy, spec.engine, spec.engine_certs)?;
+        let session = spec.session.unwrap_or(false);
+        let transfer = transfer_size(table, spec.transfer, session)?;
         Ok(DockerConfig {
             name,
             description: spec.description,
@@ -119,7 +125,8 @@ impl DockerConfig {
             images,
             argv,
             workdir,
-            session: spec.session.unwrap_or(false),
+            session,
+            transfer,
             pool,
             runtime,
             user,
@@ -374,6 +381,23 @@ mod tests {
         assert_eq!(pooled.runtime.map(|r| r.value), Some("runsc".to_owned()));
         assert_eq!(cfg.copy_back.map(|c| (c.value, c.line)), Some((true, 7)));
         assert_eq!(parse(SHELL).unwrap().copy_limit, DEFAULT_COPY_LIMIT);
+    }
+
+    #[test]
+    fn a_transfer_is_a_sessions_and_more_than_nothing() {
+        let cfg = parse(&format!("{SHELL}session = true\ntransfer = \"8MiB\"\n")).unwrap();
+        assert_eq!(cfg.transfer, Some(8 << 20));
+        assert_eq!(parse(SHELL).unwrap().transfer, None);
+        for (text, why) in [
+            ("transfer = \"8MiB\"\n", "`transfer` needs `session = true`"),
+            (
+                "session = true\ntransfer = \"0B\"\n",
+                "transfer must be more than 0 bytes",
+            ),
+        ] {
+            let e = parse(&format!("{SHELL}{text}")).unwrap_err();
+            assert!(e.message.contains(why), "{e}");
+        }
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub(crate) struct DockerTool {
     sessions: Option<Sessions<DockerShells>>,
     /// Containers started ahead of their calls, when the policy keeps a pool.
     pool: Option<Pool>,
+    /// The most bytes a client may read from a session's container in one request.
+    transfer: Option<u64>,
 }
 
 impl DockerTool {
@@ -34,6 +36,7 @@ impl DockerTool {
         template: Template,
         session: bool,
         pool: Option<Pool>,
+        transfer: Option<u64>,
     ) -> Self {
         let sessions = session.then(|| {
             Sessions::new(DockerShells {
@@ -46,6 +49,7 @@ impl DockerTool {
             template,
             sessions,
             pool,
+            transfer,
         }
     }
 
@@ -204,6 +208,10 @@ impl Executor for DockerTool {
 
     fn end_session(&self, session: SessionId) -> BoxFuture<'_, ()> {
         Box::pin(self.end(session))
+    }
+
+    fn transfer(&self) -> Option<u64> {
+        self.sessions.as_ref().and(self.transfer)
     }
 
     fn check_image(&self, image: &str) -> Result<(), String> {

@@ -308,7 +308,9 @@ fn report(cfg: &HostConfig, policy: &Policy) -> Report {
         "tmp": tmp.to_string(),
         "isolation": isolation,
         "session": cfg.session,
+        "transfer": cfg.transfer.map(|b| ByteSize(b).to_string()),
     });
+    let transfer = warden_command::transfer_line(cfg.transfer);
     Report {
         settings: settings.as_object().cloned().unwrap_or_default(),
         lines: vec![
@@ -333,7 +335,10 @@ fn report(cfg: &HostConfig, policy: &Policy) -> Report {
                     cfg.processes, cfg.open_files
                 ),
             },
-        ],
+        ]
+        .into_iter()
+        .chain(transfer)
+        .collect(),
         network,
         flags,
     }

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toml::Spanned;
-use warden_command::{NetworkMode, User, command_line, count, tmp_size, tool_name};
+use warden_command::{NetworkMode, User, command_line, count, tmp_size, tool_name, transfer_size};
 use warden_core::{ByteSize, ExecutorTable, Grants, HumanDuration, Located, Policy, PolicyError};
 
 /// Processes of the command's user when the policy writes none.
@@ -61,6 +61,9 @@ pub struct HostConfig {
     pub isolation: Located<Isolation>,
     /// One confined shell per session instead of one confined process tree per call.
     pub session: bool,
+    /// The most bytes a client may read from a session's sandbox in one request; `None`: no
+    /// reads (see `warden_command::transfer_size`).
+    pub transfer: Option<u64>,
 }
 
 /// The `[executor]` table as written.
@@ -80,6 +83,7 @@ struct HostSpec {
     file_size: Option<Spanned<ByteSize>>,
     isolation: Option<Spanned<String>>,
     session: Option<bool>,
+    transfer: Option<Spanned<ByteSize>>,
 }
 
 impl HostConfig {
@@ -122,6 +126,8 @@ impl HostConfig {
             None => None,
         };
         let file_size = spec.file_size.map_or(DEFAULT_FILE_SIZE, |f| f.get_ref().0);
+        let session = spec.session.unwrap_or(false);
+        let transfer = transfer_size(table, spec.transfer, session)?;
         let isolation = match spec.isolation {
             None => Located {
                 value: Isolation::Required,
@@ -159,7 +165,8 @@ impl HostConfig {
             open_files,
             file_size,
             isolation,
-            session: spec.session.unwrap_or(false),
+            session,
+            transfer,
         };
         config.check(table, &policy.grants)?;
         Ok(config)

@@ -281,6 +281,10 @@ impl Executor for HostTool {
         Box::pin(self.run(invocation))
     }
 
+    fn transfer(&self) -> Option<u64> {
+        self.sessions.as_ref().and(self.config().transfer)
+    }
+
     fn exec(&self, mut program: Program, held: Held) -> BoxFuture<'_, Result<Exit, ToolError>> {
         Box::pin(async move {
             let argv = self.template.program(std::mem::take(&mut program.argv))?;

@@ -278,6 +278,11 @@ impl ServerHandler for Handler {
         request: CustomRequest,
         _context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
+        if request.method == crate::read::METHOD {
+            let snapshot = self.shared.snapshot();
+            let dispatcher = self.session.dispatcher(&snapshot.dispatcher);
+            return crate::read::answer(&dispatcher, &request).await;
+        }
         let store = self.shared.options.transactions.as_deref();
         crate::undo::answer(store, &request).unwrap_or_else(|| {
             Err(ErrorData::new(

@@ -19,6 +19,7 @@ mod http;
 mod inflight;
 mod jsonrpc;
 mod progress;
+mod read;
 mod request_state;
 mod review;
 mod session;

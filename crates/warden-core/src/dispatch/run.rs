@@ -10,13 +10,14 @@ use super::span::CallSpan;
 use super::{Dispatcher, Facts, secrets_of};
 use crate::changes::{self, HeldChanges};
 use crate::executor::{Denials, Invocation, Meter, Output, Usage};
-use crate::grants::NO_CALLER_ENV;
+use crate::grants::{CallerEnv, NO_CALLER_ENV};
 use crate::message::{ErrorKind, ToolCall, ToolError, ToolMessage};
 use crate::output::OutputSink;
 use crate::redact::RedactedSink;
 use crate::review::{Asked, Decision, Verdict, call_digest};
 use crate::toolbox::Tool;
 use serde_json::Value;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A call with warden's own id of it (the caller's is `call.id`), and where its executor holds
@@ -291,19 +292,7 @@ impl Dispatcher {
         usage: Meter,
         output: Option<OutputSink>,
     ) -> Result<Output, ToolError> {
-        let choices = &self.session.choices;
-        let caller_env = choices
-            .env
-            .get(&call.call.name)
-            .unwrap_or(&NO_CALLER_ENV)
-            .clone();
-        tool.policy.grants.check_caller_env(&caller_env)?;
-        let image = choices.images.get(&call.call.name).cloned();
-        if let Some(image) = &image {
-            tool.executor
-                .check_image(image)
-                .map_err(|why| ToolError::new(ErrorKind::Denied, why))?;
-        }
+        let (caller_env, image) = self.chosen(tool)?;
         let _permit = self.gate.admit(tool).await?;
         if let Some(o) = &self.observer {
             o.started(call.call, &arguments);
@@ -330,6 +319,22 @@ impl Dispatcher {
             Ok(result) => result,
             Err(_) => Err(ToolError::timed_out(tool.limits.timeout)),
         }
+    }
+
+    /// What the session's client chose for `tool` (its variables and image), checked against
+    /// its policy as it is now (the toolbox may have been reloaded since the client chose).
+    pub(super) fn chosen(&self, tool: &Tool) -> Result<(CallerEnv, Option<Arc<str>>), ToolError> {
+        let choices = &self.session.choices;
+        let name = &tool.spec.name;
+        let caller_env = choices.env.get(name).unwrap_or(&NO_CALLER_ENV).clone();
+        tool.policy.grants.check_caller_env(&caller_env)?;
+        let image = choices.images.get(name).cloned();
+        if let Some(image) = &image {
+            tool.executor
+                .check_image(image)
+                .map_err(|why| ToolError::new(ErrorKind::Denied, why))?;
+        }
+        Ok((caller_env, image))
     }
 }
 

@@ -283,7 +283,7 @@ class HttpSession:
 def _result(message: Mapping[str, Any]) -> dict[str, Any]:
     error = message.get("error")
     if isinstance(error, dict):
-        raise McpError(int(error.get("code", 0)), str(error.get("message")))
+        raise McpError(int(error.get("code", 0)), str(error.get("message")), error.get("data"))
     result = message.get("result")
     return result if isinstance(result, dict) else {}
 

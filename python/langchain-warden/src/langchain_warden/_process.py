@@ -40,6 +40,7 @@ PROTOCOL_VERSION = "2025-06-18"
 
 # JSON-RPC's code for params that do not fit the method.
 _INVALID_PARAMS = -32602
+_METHOD_NOT_FOUND = -32601
 
 Watcher = Callable[[str, str], None]
 """Takes a call's output as warden streams it: the stream (`stdout` or `stderr`) and a piece
@@ -62,9 +63,10 @@ def _close_all() -> None:
 class McpError(WardenError):
     """warden answered a request with a JSON-RPC error."""
 
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
         super().__init__(f"warden answered JSON-RPC error {code}: {message}")
         self.code = code
+        self.data = data
 
 
 def resolve_toolbox(toolbox: str | os.PathLike[str]) -> Path:
@@ -352,7 +354,9 @@ class WardenProcess:
             error = message.get("error")
             if isinstance(error, dict):
                 future.set_exception(
-                    McpError(int(error.get("code", 0)), str(error.get("message")))
+                    McpError(
+                        int(error.get("code", 0)), str(error.get("message")), error.get("data")
+                    )
                 )
             else:
                 result = message.get("result")

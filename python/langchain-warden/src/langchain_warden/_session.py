@@ -6,6 +6,7 @@ serve` process replaced when it dies. It imports neither framework."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
 import logging
 import os
@@ -20,7 +21,7 @@ from . import _capture
 from ._audit import policy_timeout
 from ._errors import WardenError, WardenProcessError, WardenStartError
 from ._http import HttpSession
-from ._process import WardenProcess, Watcher, how_it_ended
+from ._process import _METHOD_NOT_FOUND, WardenProcess, Watcher, how_it_ended
 from ._results import CallResult, ShellOutput, parse_shell
 from ._trace import call_params
 from ._transfer import ChunkTooLarge, Failure, download, upload
@@ -52,6 +53,10 @@ _SPENT_BATCH = 16
 Channel = Union[WardenProcess, HttpSession]
 """What a session's requests go through: its own `warden serve` process (stdio), or an MCP
 session of a shared server over HTTP."""
+
+
+def _read_params(session: WardenSession, path: str) -> dict[str, str]:
+    return {"tool": session.tool, "path": path}
 
 
 def session_choices(
@@ -109,6 +114,8 @@ class WardenSession:
         self._timeout = timeout
         self._policy_timeout: float | None = None
         self._chunk = chunk_size
+        # Files are read in one request until warden or the policy says it allows none.
+        self._reads = True
         self._upload_chunk = upload_chunk_size
         self._max_download = max_download_size
         self._max_output = max_output_size
@@ -217,7 +224,17 @@ class WardenSession:
 
     def download(self, path: str) -> bytes | Failure:
         """The bytes of the regular file at the absolute `path` (at most `max_download_size`),
-        or why they could not be read."""
+        or why they could not be read: in one request where the policy allows it (its
+        `transfer`), else through the shell in chunks."""
+        if self._reads:
+            try:
+                process, _ = self._live()
+                read = self._read_answer(process.request("warden/read", _read_params(self, path)))
+            except WardenError as err:
+                self._read_refused(err)
+                read = None
+            if read is not None:
+                return read
         while True:
             try:
                 return self._drive(download(path, self._chunk, self._max_download))
@@ -226,11 +243,55 @@ class WardenSession:
 
     async def adownload(self, path: str) -> bytes | Failure:
         """The async twin of `download`."""
+        if self._reads:
+            try:
+                process, _ = await asyncio.to_thread(self._live)
+                answer = await process.arequest("warden/read", _read_params(self, path))
+                read = self._read_answer(answer)
+            except WardenError as err:
+                self._read_refused(err)
+                read = None
+            if read is not None:
+                return read
         while True:
             try:
                 return await self._adrive(download(path, self._chunk, self._max_download))
             except ChunkTooLarge:
                 self._shrink()
+
+    def _read_answer(self, answer: Mapping[str, Any]) -> bytes | Failure | None:
+        """The bytes a `warden/read` answered, checked against its size and our bound; why
+        the file could not be read; None to move it in chunks (it is larger than the
+        policy's `transfer`, the policy allows no reads, or the read failed otherwise)."""
+        error = answer.get("error")
+        if isinstance(error, dict):
+            file = error.get("file")
+            if file in ("file_not_found", "is_directory", "permission_denied", "invalid_path"):
+                # What did not add up goes to the log, as for a download in chunks.
+                detail = str(error.get("message")) if error.get("suspect") else None
+                return Failure(file, detail)
+            if file is None and error.get("kind") == "unavailable":
+                self._reads = False  # the policy allows no reads
+            return None
+        size, data = answer.get("size"), answer.get("data")
+        if not isinstance(size, int) or not isinstance(data, str):
+            return Failure("permission_denied", f"warden/read answered {str(answer)[:80]}")
+        if size > self._max_download:
+            return Failure(
+                "permission_denied",
+                f"it has {size} bytes, more than max_download_size ({self._max_download}): "
+                "raise that to download it",
+            )
+        got = base64.b64decode(data)
+        if len(got) != size:
+            return Failure("permission_denied", f"{len(got)} bytes where warden said {size}")
+        return got
+
+    def _read_refused(self, err: WardenError) -> None:
+        """After a `warden/read` that was not answered, the file is moved in chunks: this time
+        (a process that died), or from now on (a warden that has no such request)."""
+        if getattr(err, "code", None) == _METHOD_NOT_FOUND:
+            self._reads = False
 
     # -- running commands -----------------------------------------------------------------
 

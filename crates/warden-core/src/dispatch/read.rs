@@ -1,0 +1,208 @@
+//! A client's read of a file in a session's sandbox (`warden/read` over MCP): never a tool
+//! call, so never the model's. It runs in the session's shell like a command, as the
+//! sandbox's user, by its own fixed script, and its answer may be as long as the tool's
+//! executor allows a transfer ([`crate::Executor::transfer`]), whatever the policy's `output`
+//! limit, which bounds what a call answers the model.
+
+use super::Dispatcher;
+use crate::executor::{Denials, Invocation, Meter, SHELL_DETAIL};
+use crate::message::{ErrorKind, ToolError};
+use crate::toolbox::Tool;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use std::time::Instant;
+
+/// Runs the script with an empty environment and `PATH=/usr/bin:/bin`, whatever the session
+/// left in its shell (functions, aliases, `PATH`): a fresh `/bin/sh` by absolute path, which
+/// drops the functions a bash `/bin/sh` imports for the builtins it uses, then `env -i`.
+const CLEAN: &str = "unset -f '[' echo; for e in /usr/bin/env /bin/env; do \
+    if [ -x \"$e\" ]; then exec \"$e\" -i PATH=/usr/bin:/bin LC_ALL=C /bin/sh -c \"$@\"; fi; \
+    done; echo 'no env at /usr/bin/env or /bin/env' >&2; exit 127";
+
+/// Arguments: the path and the most bytes. Answers `WARDEN-OK`, the size and the base64 of
+/// the file, or `WARDEN-ERR:` and why not (and the size, when the file is too large). Only a
+/// regular file: a device or a FIFO has no size and may never end.
+const READ: &str = "p=$1\n\
+    if [ ! -e \"$p\" ]; then echo WARDEN-ERR:file_not_found\n\
+    elif [ -d \"$p\" ]; then echo WARDEN-ERR:is_directory\n\
+    elif [ ! -f \"$p\" ] || [ ! -r \"$p\" ]; then echo WARDEN-ERR:permission_denied\n\
+    else n=$(wc -c <\"$p\") || exit 1\n\
+    if [ \"$n\" -gt \"$2\" ]; then echo WARDEN-ERR:too_large; echo \"$n\"\n\
+    else echo WARDEN-OK; echo \"$n\"; base64 <\"$p\"; fi; fi";
+
+/// What the detail `file` of a read's error says went wrong with the file itself.
+pub const FILE_DETAIL: &str = "file";
+
+/// The detail of a read's error, `true`, when the sandbox's answers did not add up (something
+/// in the session answered in the script's place): worth a warning in a log.
+pub const SUSPECT_DETAIL: &str = "suspect";
+
+impl Dispatcher {
+    /// The bytes of the regular file at the absolute `path` in the sandbox of this session's
+    /// `tool`, read as the sandbox's user. A failure with the file itself carries the detail
+    /// [`FILE_DETAIL`]: `file_not_found`, `is_directory`, `permission_denied`,
+    /// `invalid_path` or `too_large`.
+    pub async fn read_file(&self, tool: &str, path: &str) -> Result<Vec<u8>, ToolError> {
+        let tool = self.toolbox.get(tool).ok_or_else(|| {
+            ToolError::new(ErrorKind::UnknownTool, format!("no tool named {tool:?}"))
+        })?;
+        let bound = tool.executor.transfer().ok_or_else(|| no_transfer(tool))?;
+        if !path.starts_with('/') || path.contains(['\0', '\n']) {
+            return Err(file_error(
+                "invalid_path",
+                "the path must be absolute, without NUL or line breaks",
+            ));
+        }
+        let (caller_env, image) = self.chosen(tool)?;
+        let _permit = self.gate.admit(tool).await?;
+        let mut limits = tool.limits;
+        // The base64 of `bound` bytes, 76 to a line, and the two lines before it.
+        limits.output = bound.div_ceil(3) * 4 * 77 / 76 + 64;
+        let deadline = Instant::now() + limits.timeout;
+        let invocation = Invocation {
+            call_id: String::new(),
+            arguments: serde_json::json!({ "command": command(path, bound) }),
+            limits,
+            deadline,
+            denials: Denials::default(),
+            session: self.session.id,
+            usage: Meter::default(),
+            output: None,
+            caller_env,
+            image,
+            hold: None,
+        };
+        self.session.touch();
+        let ran = tokio::time::timeout_at(deadline.into(), tool.executor.execute(invocation))
+            .await
+            .map_err(|_| ToolError::timed_out(limits.timeout))??;
+        let stdout = ran
+            .details
+            .get(SHELL_DETAIL)
+            .and_then(|shell| shell.get("stdout"))
+            .and_then(|out| out.as_str())
+            .unwrap_or_default();
+        decoded(stdout, bound)
+    }
+}
+
+/// The command that runs [`READ`] on `path` in a clean shell.
+fn command(path: &str, bound: u64) -> String {
+    let words = [CLEAN, "sh", READ, "warden-read", path, &bound.to_string()];
+    let quoted: Vec<String> = words.iter().map(|w| quoted(w)).collect();
+    format!("'/bin/sh' -c {}", quoted.join(" "))
+}
+
+/// `word` as one shell word, in single quotes.
+fn quoted(word: &str) -> String {
+    format!("'{}'", word.replace('\'', "'\\''"))
+}
+
+/// The file's bytes from what [`READ`] printed; the sandbox's answer is not trusted: its size
+/// must be a number within `bound`, and the base64 must decode to exactly that many bytes.
+fn decoded(stdout: &str, bound: u64) -> Result<Vec<u8>, ToolError> {
+    let mut lines = stdout.splitn(3, '\n');
+    let status = lines.next().unwrap_or_default();
+    let size = lines.next().and_then(|n| n.trim().parse::<u64>().ok());
+    if let Some(code) = status.strip_prefix("WARDEN-ERR:") {
+        return Err(match (code, size) {
+            ("too_large", Some(size)) => file_error(
+                "too_large",
+                format!(
+                    "the file has {size} bytes, more than the {bound} its tool's policy lets a client read (`transfer`)"
+                ),
+            ),
+            ("file_not_found" | "is_directory" | "permission_denied", _) => {
+                file_error(code, code.replace('_', " "))
+            }
+            _ => lie(format!("an error of no known kind, {code:?}")),
+        });
+    }
+    if status != "WARDEN-OK" {
+        return Err(lie(format!(
+            "no status line but {:?}",
+            status.get(..80).unwrap_or(status)
+        )));
+    }
+    let size = size
+        .filter(|&n| n <= bound)
+        .ok_or_else(|| lie("a size that is no number within the bound".into()))?;
+    let text: String = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let bytes = STANDARD
+        .decode(text)
+        .map_err(|_| lie("content that is not base64".into()))?;
+    if bytes.len() as u64 != size {
+        return Err(lie(format!(
+            "{} bytes where its size said {size}",
+            bytes.len()
+        )));
+    }
+    Ok(bytes)
+}
+
+/// A failure with the file itself, `code` in [`FILE_DETAIL`].
+fn file_error(code: &str, message: impl Into<String>) -> ToolError {
+    ToolError::new(ErrorKind::InvalidArguments, message).with_detail(FILE_DETAIL, code)
+}
+
+/// The sandbox's answers did not add up (something in the session answered in the script's
+/// place): the file exists, so no `file_not_found`.
+fn lie(what: String) -> ToolError {
+    file_error(
+        "permission_denied",
+        format!("the sandbox's answers do not add up: {what}"),
+    )
+    .with_detail(SUSPECT_DETAIL, true)
+}
+
+fn no_transfer(tool: &Tool) -> ToolError {
+    ToolError::new(
+        ErrorKind::Unavailable,
+        format!(
+            "the policy of {:?} lets no client read its sandbox's files: write `transfer = \
+             \"64MiB\"` (the most bytes a read may move) under its [executor]",
+            tool.spec.name
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_the_script_printed_is_checked_before_it_is_believed() {
+        let ok = decoded("WARDEN-OK\n5\naGVsbG8=\n", 10).unwrap();
+        assert_eq!(ok, b"hello");
+        let kind = |out: &str| {
+            let e = decoded(out, 10).unwrap_err();
+            e.details[FILE_DETAIL].as_str().unwrap().to_owned()
+        };
+        assert_eq!(kind("WARDEN-ERR:file_not_found\n"), "file_not_found");
+        assert_eq!(kind("WARDEN-ERR:too_large\n99\n"), "too_large");
+        for lie in [
+            "WARDEN-OK\n6\naGVsbG8=\n",
+            "WARDEN-OK\n11\n",
+            "WARDEN-OK\nfive\naGVsbG8=\n",
+            "WARDEN-OK\n5\nnot base64!\n",
+            "hello\n",
+            "WARDEN-ERR:made_up\n",
+        ] {
+            assert_eq!(kind(lie), "permission_denied", "{lie}");
+        }
+    }
+
+    #[test]
+    fn a_path_is_one_word_whatever_it_holds() {
+        let c = command("/tmp/it's $(x) `y`", 7);
+        assert!(c.starts_with("'/bin/sh' -c 'unset -f"), "{c}");
+        assert!(
+            c.ends_with("'warden-read' '/tmp/it'\\''s $(x) `y`' '7'"),
+            "{c}"
+        );
+    }
+}

@@ -1,0 +1,52 @@
+//! `warden/read`: a client's request, never a tool a model can call, for the bytes of a file
+//! in its session's sandbox (`warden_core::Dispatcher::read_file`): the way a client moves a
+//! file out of a sandbox whatever the policy's `output` limit, within the policy's
+//! `transfer`.
+//!
+//! `{"tool": NAME, "path": ABSOLUTE}` answers `{"size": N, "data": BASE64}`, or
+//! `{"error": {"kind", "message", "file"?, "suspect"}}` when it cannot be read: an answer,
+//! as a file that is not there is an everyday outcome. `kind` is the error kind of a call
+//! (`unavailable`: the tool's policy allows no reads); `file`, when the file itself is the
+//! reason, one of `file_not_found`, `is_directory`, `permission_denied`, `invalid_path`,
+//! `too_large`; `suspect` is true when the sandbox's answers did not add up. Parameters that
+//! are not a tool and a path are refused with `-32602`.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use rmcp::ErrorData;
+use rmcp::model::{CustomRequest, CustomResult};
+use serde_json::{Value, json};
+use warden_core::{Dispatcher, FILE_DETAIL, SUSPECT_DETAIL};
+
+/// The method.
+pub(crate) const METHOD: &str = "warden/read";
+
+/// Answers `request`, a `warden/read`, in `dispatcher`'s session.
+pub(crate) async fn answer(
+    dispatcher: &Dispatcher,
+    request: &CustomRequest,
+) -> Result<CustomResult, ErrorData> {
+    let param = |key: &str| {
+        request
+            .params
+            .as_ref()
+            .and_then(|p| p.get(key))
+            .and_then(Value::as_str)
+    };
+    let (Some(tool), Some(path)) = (param("tool"), param("path")) else {
+        return Err(ErrorData::invalid_params(
+            format!("{METHOD} takes {{\"tool\": NAME, \"path\": ABSOLUTE_PATH}}"),
+            None,
+        ));
+    };
+    let answer = match dispatcher.read_file(tool, path).await {
+        Ok(bytes) => json!({ "size": bytes.len(), "data": STANDARD.encode(&bytes) }),
+        Err(e) => json!({ "error": {
+            "kind": e.kind.as_str(),
+            "message": e.message,
+            "file": e.details.get(FILE_DETAIL),
+            "suspect": e.details.get(SUSPECT_DETAIL).is_some(),
+        } }),
+    };
+    Ok(CustomResult::new(answer))
+}
