@@ -254,39 +254,34 @@ pub fn tmp_size(
 }
 
 /// `transfer`: the most bytes a client may read from a session's sandbox in one request
-/// (`warden/read`, never the model's); none unless written, and only for a session, whose
-/// sandbox outlives a call.
+/// (`warden/read`, never the model's); none unless written. It takes effect in session mode
+/// only, whose sandbox outlives a call (the audit says so of a tool without sessions).
 pub fn transfer_size(
     table: &ExecutorTable,
     transfer: Option<Spanned<warden_core::ByteSize>>,
-    session: bool,
 ) -> Result<Option<u64>, PolicyError> {
     let Some(t) = transfer else {
         return Ok(None);
     };
-    let line = table.line(&t.span());
-    if !session {
-        return Err(table.error(
-            line,
-            "`transfer` needs `session = true`: a read is of the files a session's sandbox \
-             keeps between its commands",
-        ));
-    }
     match t.get_ref().0 {
-        0 => Err(table.error(line, "transfer must be more than 0 bytes")),
+        0 => Err(table.error(table.line(&t.span()), "transfer must be more than 0 bytes")),
         n => Ok(Some(n)),
     }
 }
 
 /// The audit's line of a policy's `transfer`, when it writes one.
-pub fn transfer_line(transfer: Option<u64>) -> Option<warden_core::ReportLine> {
+pub fn transfer_line(transfer: Option<u64>, session: bool) -> Option<warden_core::ReportLine> {
     transfer.map(|bytes| warden_core::ReportLine {
         label: "transfer",
-        text: format!(
-            "a client (never the model) may read up to {} a request from a session's sandbox \
-             (`warden/read`)",
-            warden_core::ByteSize(bytes)
-        ),
+        text: if session {
+            format!(
+                "a client (never the model) may read up to {} a request from a session's \
+                 sandbox (`warden/read`)",
+                warden_core::ByteSize(bytes)
+            )
+        } else {
+            "none: without `session = true` no sandbox outlives a call to be read".into()
+        },
     })
 }
 

@@ -411,7 +411,7 @@ impl<'a> Audit<'a> {
                 text: format!("{n} containers kept started and waiting, {each}"),
             });
         }
-        lines.extend(warden_command::transfer_line(cfg.transfer));
+        lines.extend(warden_command::transfer_line(cfg.transfer, cfg.session));
         lines.extend(roots(plan, self.grants).into_iter().map(|text| ReportLine {
             label: "root",
             text,

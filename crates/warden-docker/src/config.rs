@@ -117,7 +117,7 @@ impl DockerConfig {
         let copy_back = spec.copy_back.map(|c| table.located(c));
         let engine = engine(policy, spec.engine, spec.engine_certs)?;
         let session = spec.session.unwrap_or(false);
-        let transfer = transfer_size(table, spec.transfer, session)?;
+        let transfer = transfer_size(table, spec.transfer)?;
         Ok(DockerConfig {
             name,
             description: spec.description,
@@ -384,20 +384,15 @@ mod tests {
     }
 
     #[test]
-    fn a_transfer_is_a_sessions_and_more_than_nothing() {
+    fn a_transfer_is_more_than_nothing() {
         let cfg = parse(&format!("{SHELL}session = true\ntransfer = \"8MiB\"\n")).unwrap();
         assert_eq!(cfg.transfer, Some(8 << 20));
         assert_eq!(parse(SHELL).unwrap().transfer, None);
-        for (text, why) in [
-            ("transfer = \"8MiB\"\n", "`transfer` needs `session = true`"),
-            (
-                "session = true\ntransfer = \"0B\"\n",
-                "transfer must be more than 0 bytes",
-            ),
-        ] {
-            let e = parse(&format!("{SHELL}{text}")).unwrap_err();
-            assert!(e.message.contains(why), "{e}");
-        }
+        let e = parse(&format!("{SHELL}transfer = \"0B\"\n")).unwrap_err();
+        assert!(
+            e.message.contains("transfer must be more than 0 bytes"),
+            "{e}"
+        );
     }
 
     #[test]

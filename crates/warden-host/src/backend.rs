@@ -310,7 +310,7 @@ fn report(cfg: &HostConfig, policy: &Policy) -> Report {
         "session": cfg.session,
         "transfer": cfg.transfer.map(|b| ByteSize(b).to_string()),
     });
-    let transfer = warden_command::transfer_line(cfg.transfer);
+    let transfer = warden_command::transfer_line(cfg.transfer, cfg.session);
     Report {
         settings: settings.as_object().cloned().unwrap_or_default(),
         lines: vec![

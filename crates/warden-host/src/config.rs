@@ -127,7 +127,7 @@ impl HostConfig {
         };
         let file_size = spec.file_size.map_or(DEFAULT_FILE_SIZE, |f| f.get_ref().0);
         let session = spec.session.unwrap_or(false);
-        let transfer = transfer_size(table, spec.transfer, session)?;
+        let transfer = transfer_size(table, spec.transfer)?;
         let isolation = match spec.isolation {
             None => Located {
                 value: Isolation::Required,
