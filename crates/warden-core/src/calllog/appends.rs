@@ -131,19 +131,23 @@ impl Appends {
     }
 
     /// For the releaser: lets the writers' lock go if the writer is idle; whether it is still
-    /// held, `None` once the log closes.
-    fn release_if_idle(&self) -> Option<bool> {
+    /// held, `None` once the log closes. Like every holder of the file, it writes what was
+    /// queued meanwhile (a writer that found the file busy left its line to the holder).
+    fn release_if_idle(self: &Arc<Self>) -> Option<bool> {
         if self.closing.load(Ordering::SeqCst) {
             return None;
         }
-        match self.file.try_lock() {
-            Ok(mut file) => Some(file.release_lock_if_idle(Instant::now())),
-            Err(TryLockError::Poisoned(p)) => {
-                Some(p.into_inner().release_lock_if_idle(Instant::now()))
-            }
-            // Being written: busy, not idle.
-            Err(TryLockError::WouldBlock) => Some(true),
-        }
+        // Being written: busy, not idle.
+        let Some(mut file) = self.try_file() else {
+            return Some(true);
+        };
+        file.release_lock_if_idle(Instant::now());
+        self.drain(&mut file);
+        self.watch_lock(&mut file);
+        let held = file.lock_held();
+        drop(file);
+        self.released.notify_waiters();
+        Some(held)
     }
 
     fn drain(&self, file: &mut Writer) {

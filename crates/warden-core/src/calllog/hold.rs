@@ -6,7 +6,7 @@
 //! wardens sharing the log wait that long at most.
 
 use std::fs::File;
-use std::sync::{OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -108,7 +108,7 @@ impl Releaser {
     pub(super) fn watch<T: Send + Sync + 'static>(
         &self,
         owner: Weak<T>,
-        release_if_idle: fn(&T) -> Option<bool>,
+        release_if_idle: fn(&Arc<T>) -> Option<bool>,
     ) -> bool {
         let thread = self.thread.get_or_init(|| {
             std::thread::Builder::new()
@@ -135,7 +135,7 @@ impl Releaser {
     }
 }
 
-fn watching<T>(owner: &Weak<T>, release_if_idle: fn(&T) -> Option<bool>) {
+fn watching<T>(owner: &Weak<T>, release_if_idle: fn(&Arc<T>) -> Option<bool>) {
     loop {
         std::thread::park_timeout(HOLD_IDLE);
         let Some(owner) = owner.upgrade() else {
@@ -170,6 +170,32 @@ mod tests {
             }
             Err(_) => false,
         }
+    }
+
+    /// Lines written one after another while the releaser looks at the writer between them:
+    /// a line queued while the releaser held the file is written by the releaser, so no
+    /// writer waits for its line for ever.
+    #[test]
+    fn no_line_waits_for_ever_on_the_releaser() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = CallLog::open(&dir.path().join("calls.jsonl")).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            for n in 0..200_000 {
+                // Now and then a pause, so that the releaser finds the writer idle.
+                if n % 1000 == 0 {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                let denial = test_denial(n);
+                let logged = log.write(Record::Denied(&denial), &Secrets::default());
+                tokio::time::timeout(Duration::from_secs(30), logged.settled())
+                    .await
+                    .unwrap_or_else(|_| panic!("line {n} was never written"));
+            }
+        });
     }
 
     /// A writer that stops appending lets the writers' lock go by itself, while its log stays

@@ -145,6 +145,11 @@ impl Writer {
         self.lock.release();
     }
 
+    /// Whether this writer holds the writers' lock.
+    pub(super) fn lock_held(&self) -> bool {
+        self.lock.is_held()
+    }
+
     /// Lets the writers' lock go if this writer has been idle; whether it is still held.
     pub(super) fn release_lock_if_idle(&mut self, now: Instant) -> bool {
         self.lock.release_if_idle(now)
