@@ -69,9 +69,8 @@ impl WritersLock {
         }
     }
 
-    /// Lets the lock go if it was last used [`HOLD_IDLE`] before `now`; whether it is still
-    /// held.
-    pub(super) fn release_if_idle(&mut self, now: Instant) -> bool {
+    /// Lets the lock go if it was last used [`HOLD_IDLE`] before `now`.
+    pub(super) fn release_if_idle(&mut self, now: Instant) {
         if self
             .held
             .as_ref()
@@ -79,7 +78,6 @@ impl WritersLock {
         {
             self.release();
         }
-        self.held.is_some()
     }
 
     pub(super) fn is_held(&self) -> bool {

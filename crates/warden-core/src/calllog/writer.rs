@@ -150,9 +150,9 @@ impl Writer {
         self.lock.is_held()
     }
 
-    /// Lets the writers' lock go if this writer has been idle; whether it is still held.
-    pub(super) fn release_lock_if_idle(&mut self, now: Instant) -> bool {
-        self.lock.release_if_idle(now)
+    /// Lets the writers' lock go if this writer has been idle.
+    pub(super) fn release_lock_if_idle(&mut self, now: Instant) {
+        self.lock.release_if_idle(now);
     }
 
     /// Takes the file up where another writer left it: reopened when it was rotated away,

@@ -57,8 +57,10 @@ impl Endpoint {
         if !self.answers.is_empty() || !self.ending.sessions.sessions.read().await.is_empty() {
             return Duration::ZERO;
         }
-        let last = *self
-            .last_request
+        let Some(last) = &self.last_request else {
+            return Duration::ZERO;
+        };
+        let last = *last
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         now.saturating_duration_since(last)

@@ -216,8 +216,8 @@ struct Endpoint {
     /// The answers to POSTs being sent.
     answers: TaskTracker,
     /// When the last request with the token came (`HEAD` included: a client about to open a
-    /// session asks first).
-    last_request: std::sync::Mutex<std::time::Instant>,
+    /// session asks first); kept only by a server that stops once idle.
+    last_request: Option<std::sync::Mutex<std::time::Instant>>,
 }
 
 /// What a stop waits for and then closes.
@@ -261,7 +261,9 @@ impl Endpoint {
             in_flight: InFlight::default(),
             max_body,
             answers: answers.clone(),
-            last_request: std::sync::Mutex::new(std::time::Instant::now()),
+            last_request: options
+                .stop_idle
+                .map(|_| std::sync::Mutex::new(std::time::Instant::now())),
         };
         let open = Open {
             answers,
@@ -281,9 +283,8 @@ impl Endpoint {
         let mut claim = None;
         let mut busy = None;
         let allowed = self.guard.check(&request);
-        if allowed.is_ok() {
-            *self
-                .last_request
+        if let (Ok(()), Some(last)) = (&allowed, &self.last_request) {
+            *last
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = std::time::Instant::now();
         }
