@@ -298,7 +298,12 @@ impl Warden {
     pub fn backends(&self) -> Backends {
         Backends(vec![
             Box::new(self.wasm()),
-            Box::new(self.docker.clone().egress(self.egress.clone())),
+            Box::new(
+                self.docker
+                    .clone()
+                    .egress(self.egress.clone())
+                    .transactions(self.transactions.clone()),
+            ),
             Box::new(self.host_backend()),
         ])
     }

@@ -1,6 +1,7 @@
-"""`[review] changes = true` on the shipped host shell with its root read-write, through a real
-MCP client: each call runs, then its user sees what it changed (every path, a diff) and
-decides; approved changes are kept byte-exact, rejected ones never reach the folder."""
+"""`[review] changes = true` on the shipped host and docker shells with their root read-write,
+through a real MCP client: each call runs, then its user sees what it changed (every path, a
+diff) and decides; approved changes are kept byte-exact, rejected ones never reach the
+folder."""
 
 import os
 import subprocess
@@ -18,15 +19,19 @@ COMMAND = (
 )
 
 
-@pytest.fixture
-def box(tmp_path) -> Toolbox:
+SHELLS = {"shell-host.toml": "host-shell", "shell-docker.toml": "shell"}
+
+
+@pytest.fixture(params=sorted(SHELLS))
+def box(tmp_path, request) -> Toolbox:
     box = Toolbox(tmp_path)
-    text = (ROOT / "policies" / "shell-host.toml").read_text()
+    text = (ROOT / "policies" / request.param).read_text()
     text = text.replace('access = "read-only"', 'access = "read-write"')
     # A call of its own for each command: a session's shell writes in place.
     text = text.replace("\nsession = true", "\n# session = true")
     assert 'access = "read-write"' in text and "\nsession = true" not in text, "policy changed"
-    (box.dir / "shell-host.toml").write_text(text + "\n[review]\nchanges = true\n")
+    (box.dir / request.param).write_text(text + "\n[review]\nchanges = true\n")
+    box.shell = SHELLS[request.param]
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     workspace.chmod(0o777)
@@ -71,8 +76,8 @@ async def test_approved_changes_are_kept_and_every_path_was_shown(box):
     asked = []
     callback = reviewer({"decision": "approve"}, asked)
     async with session("stdio", box, elicitation_callback=callback) as s:
-        result = await s.call_tool("host-shell", {"command": COMMAND})
-        quiet = await s.call_tool("host-shell", {"command": "cat README.txt"})
+        result = await s.call_tool(box.shell, {"command": COMMAND})
+        quiet = await s.call_tool(box.shell, {"command": "cat README.txt"})
     assert result.isError is False, result.content[0].text
     assert quiet.isError is False and len(asked) == 1, "a call that changed nothing asks nothing"
     shown = asked[0]
@@ -94,7 +99,7 @@ async def test_rejected_changes_never_reach_the_folder(box):
     asked = []
     callback = reviewer({"decision": "reject", "reason": "not these files"}, asked)
     async with session("stdio", box, elicitation_callback=callback) as s:
-        result = await s.call_tool("host-shell", {"command": COMMAND})
+        result = await s.call_tool(box.shell, {"command": COMMAND})
     assert len(asked) == 1
     assert result.isError is True
     assert result.meta["warden/error"]["kind"] == "rejected"
@@ -107,14 +112,14 @@ async def test_without_a_reviewer_the_changes_are_discarded(box):
     workspace = box.root / "workspace"
     before = tree(workspace)
     async with session("stdio", box) as s:
-        result = await s.call_tool("host-shell", {"command": COMMAND})
+        result = await s.call_tool(box.shell, {"command": COMMAND})
     assert result.isError is True
     assert result.meta["warden/error"]["kind"] == "rejected"
     assert tree(workspace) == before
 
 
 def test_a_session_shell_cannot_promise_review_of_changes(box):
-    policy = box.dir / "shell-host.toml"
+    (policy,) = box.dir.glob("shell-*.toml")
     policy.write_text(policy.read_text().replace("\n# session = true", "\nsession = true"))
     out = subprocess.run(
         [str(warden_bin()), "audit"], env={**os.environ, **box.env()}, capture_output=True

@@ -12,6 +12,7 @@ pub mod program;
 pub mod session;
 pub mod spares;
 mod template;
+pub mod transaction;
 
 pub use call::CommandCall;
 pub use knobs::{

@@ -20,6 +20,7 @@ use warden_core::{
     Policy, PolicyError, Reach, Report, ReportLine, Support, ToolSpec,
 };
 use warden_net::{Egress, Gate};
+use warden_tx::Store;
 
 /// Loads `kind = "docker"` policies; the tools on one engine share its connection and lease
 /// (`engine`: the process's own, then the others policies name, by address). Clones share
@@ -29,6 +30,7 @@ pub struct DockerBackend {
     engine: Arc<Engine>,
     others: Arc<Mutex<HashMap<EngineAddress, Arc<Engine>>>>,
     egress: Egress,
+    views: Option<Arc<Store>>,
 }
 
 impl DockerBackend {
@@ -38,7 +40,17 @@ impl DockerBackend {
             engine: Arc::new(engine),
             others: Arc::default(),
             egress: Egress::default(),
+            views: None,
         }
+    }
+
+    /// Makes each call of a container per call a transaction over its read-write roots, its
+    /// views and records in `store` (see `warden_tx`): a call warden ends leaves nothing
+    /// behind, one that ends on its own commits, undoably. Sessions, `exec`'s programs and
+    /// copied roots still write in place (see `crate::view`).
+    pub fn transactions(mut self, store: Arc<Store>) -> Self {
+        self.views = Some(store);
+        self
     }
 
     /// Reaches out for tools' gates as `egress` says (resolver, upstream roots).
@@ -88,13 +100,7 @@ impl ExecutorKind for DockerBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        warden_command::capabilities(
-            Paths::Guest,
-            Support::Refused(
-                "a docker call writes its binds in place; only host tools' calls are \
-                 transactions so far",
-            ),
-        )
+        warden_command::capabilities(Paths::Guest, Support::Honoured)
     }
 }
 
@@ -160,12 +166,15 @@ impl Backend for DockerBackend {
         };
         let report = report(cfg, &plan, &policy.grants, &engine, runtime.as_ref());
         let session = shell.is_some();
+        let in_place = crate::view::in_place(&plan, session, self.views.is_some());
+        warden_command::transaction::refuse_review_in_place(policy, in_place)?;
         let recipe = Recipe {
             engine,
             plan,
             shell: shell.unwrap_or_else(|| crate::per_call::SHELL.to_owned()),
             grants: policy.grants.clone(),
             gate,
+            views: self.views.clone().filter(|_| in_place.is_none()),
         };
         let pool = cfg
             .pool

@@ -227,18 +227,21 @@ impl Container {
         std::mem::take(&mut self.id)
     }
 
-    /// Kills and removes it, and waits until the engine has. The removal runs in a task of
-    /// its own, so it completes even if the caller is dropped meanwhile; the task owns the
-    /// guard, so a task that never runs (its runtime ending) still removes it.
-    pub(crate) async fn remove(self) {
+    /// Kills and removes it, and waits until the engine has: true when it did (every
+    /// process of it ended, its volumes gone). The removal runs in a task of its own, so it
+    /// completes even if the caller is dropped meanwhile; the task owns the guard, so a task
+    /// that never runs (its runtime ending) still removes it.
+    pub(crate) async fn remove(self) -> bool {
         let id = self.id.clone();
         let removal = tokio::spawn(async move {
-            remove(&self.docker, &self.id).await;
+            let removed = remove(&self.docker, &self.id).await;
             self.disarm();
+            removed
         });
-        if let Err(e) = removal.await {
+        removal.await.unwrap_or_else(|e| {
             tracing::warn!(container = %id, "removing a container failed: {e}");
-        }
+            false
+        })
     }
 }
 

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use warden_command::cgroup::Cgroup;
 use warden_core::{ErrorKind, Grants, ToolError};
 use warden_net::{Credentials, Gate, Proxy};
+use warden_tx::{Store, View};
 
 /// How long finding a container's counters may take (one inspect): an engine slower than
 /// that costs its calls their CPU and memory figures, not their answers.
@@ -31,6 +32,9 @@ pub(crate) struct Recipe {
     pub grants: Grants,
     /// The net grants' gate, when the policy grants hosts.
     pub gate: Option<Gate>,
+    /// Where each container [`Recipe::start`]s gets a view of its read-write roots, when
+    /// its calls are transactions (see `crate::view`).
+    pub views: Option<Arc<Store>>,
 }
 
 /// A container started and waiting for its commands: its shell reads its stdin, its gate
@@ -46,6 +50,8 @@ pub(crate) struct Started {
     pub pid: Option<i64>,
     /// Its cgroup's counters, when they are on this machine.
     pub cgroup: Option<Cgroup>,
+    /// Its view of the read-write roots, when its call is a transaction.
+    pub view: Option<View>,
 }
 
 impl Recipe {
@@ -63,18 +69,21 @@ impl Recipe {
     }
 
     /// Starts a container running the shell with `env` (the tool's granted env), `memory`
-    /// bytes at most, and the label `warden.mode=mode`.
+    /// bytes at most, and the label `warden.mode=mode`; with a view of its read-write roots
+    /// when the recipe's calls are transactions.
     pub(crate) async fn start(
         &self,
         env: &[(String, String)],
         memory: u64,
         mode: &str,
     ) -> Result<Started, ToolError> {
-        self.launch(vec![self.shell.clone()], env, memory, mode, false)
+        let cmd = vec![self.shell.clone()];
+        self.launch(cmd, env, memory, mode, false, self.views.as_ref())
             .await
     }
 
-    /// Starts a container running `cmd` instead, at a terminal when `tty`.
+    /// Starts a container running `cmd`, at a terminal when `tty`, its read-write roots seen
+    /// through a view kept in `views` when given, else mounted as they are.
     pub(crate) async fn launch(
         &self,
         cmd: Vec<String>,
@@ -82,6 +91,7 @@ impl Recipe {
         memory: u64,
         mode: &str,
         tty: bool,
+        views: Option<&Arc<Store>>,
     ) -> Result<Started, ToolError> {
         let engine = &self.engine;
         let docker = engine.client().await?;
@@ -101,6 +111,15 @@ impl Recipe {
             self.plan
                 .container(cmd, env, memory, engine.labels(&self.plan.tool, mode), true);
         body.tty = Some(tty);
+        let view = match (
+            views,
+            body.host_config.as_mut().and_then(|h| h.mounts.as_mut()),
+        ) {
+            (Some(store), Some(mounts)) => crate::view::viewed(store, mounts).map_err(|e| {
+                ToolError::internal(format!("a view of the call's read-write roots: {e}"))
+            })?,
+            _ => None,
+        };
         if let Some(s) = &sandboxed {
             s.mount_into(&mut body);
         }
@@ -135,6 +154,7 @@ impl Recipe {
             sandboxed,
             pid,
             cgroup,
+            view,
         })
     }
 }

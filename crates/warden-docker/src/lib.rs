@@ -38,6 +38,7 @@ mod runtime;
 mod seccomp;
 mod session;
 mod tool;
+mod view;
 
 pub use address::{AddressError, CERT_FILES, EngineAddress, Place};
 pub use backend::DockerBackend;

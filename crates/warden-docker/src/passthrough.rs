@@ -48,6 +48,8 @@ pub(crate) async fn run(
             held.limits.memory,
             "exec",
             terminal.is_some(),
+            // A program writes its roots in place, as `warden exec` says.
+            None,
         )
         .await?;
     let Started {

@@ -14,6 +14,7 @@ use warden_command::cgroup::Cgroup;
 use warden_command::session::{Frames, nonce};
 use warden_core::{ToolError, Usage};
 use warden_net::{Proxy, Scope, Traffic};
+use warden_tx::View;
 
 /// How a per-call container's command ended.
 pub(crate) enum Ended {
@@ -82,6 +83,9 @@ pub(crate) struct Ran {
     pub traffic: Option<Traffic>,
     pub used: Usage,
     pub files: FilesOutcome,
+    /// Its view of the read-write roots, when its call is a transaction: final once the
+    /// container is gone.
+    pub view: Option<View>,
 }
 
 /// Runs one command in `started`, a per-call container, to its end or its deadline; the
@@ -112,6 +116,10 @@ pub(crate) async fn run_once(
     };
     if let Some(gate) = &started.gate {
         gate.begin(scope);
+    }
+    // A pooled container's view was made before the call: its conflicts count from now.
+    if let Some(view) = &mut started.view {
+        view.begin();
     }
     let (start, end) = (nonce(), nonce());
     // The command starts here. A failed write shows as output ending without the start line.
@@ -150,6 +158,7 @@ pub(crate) async fn run_once(
         traffic,
         used,
         files,
+        view: started.view.take(),
     }))
 }
 

@@ -70,6 +70,8 @@ impl Launcher for DockerShells {
             sandboxed,
             pid,
             cgroup,
+            // A session's recipe makes no views: its commands write in place.
+            view: _,
         } = started;
         // In before the first command is sent.
         let copied_in = match &plan.copied {

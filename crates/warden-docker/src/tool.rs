@@ -2,7 +2,7 @@
 //! warm pool when it keeps one.
 
 use crate::files::Copied;
-use crate::launch::Recipe;
+use crate::launch::{Recipe, Started};
 use crate::per_call::{Ended, OneCall, Ran, run_once};
 use crate::pool::Pool;
 use crate::session::DockerShells;
@@ -65,12 +65,16 @@ impl DockerTool {
     /// Runs `call` in a container of its own, and answers how it ended.
     async fn run_once(&self, inv: &Invocation, call: CommandCall) -> Result<Output, ToolError> {
         let argv = self.template.render(&call.request.values);
-        let Ran {
-            ended,
-            traffic,
-            used,
-            files,
-        } = self
+        let (
+            Ran {
+                ended,
+                traffic,
+                used,
+                files,
+                view,
+            },
+            gone,
+        ) = self
             .in_container(inv, &argv, &call.env, call.time.stop_at())
             .await?;
         inv.usage.record(|u| {
@@ -121,25 +125,33 @@ impl DockerTool {
                 } else {
                     "its container was killed and removed"
                 };
-                Err(timed_out(call.time.named, &stdout, &stderr, what))
+                let e = timed_out(call.time.named, &stdout, &stderr, what);
+                // Its view, if it had one, goes with its container.
+                Err(if self.recipe.views.is_some() {
+                    warden_core::changes::discarded(e)
+                } else {
+                    e
+                })
             }
         };
         if let Some(t) = traffic {
             t.count_in(&inv.usage);
         }
-        answered
+        let names = (inv.call_id.as_str(), self.recipe.plan.tool.as_str());
+        warden_command::transaction::settle(view, gone, names, inv.hold.as_ref(), answered)
     }
 
     /// Runs `argv` with `env` in a container, the pool's when it has one waiting (and the
     /// next, should that one have died while it waited), else a fresh one; stopped at
-    /// `deadline`. The container is gone, or back to the pool, when this returns.
+    /// `deadline`. The container is gone, or being removed by the pool, when this returns;
+    /// with it `true` when its removal was awaited and done.
     async fn in_container(
         &self,
         inv: &Invocation,
         argv: &[String],
         env: &[(String, String)],
         deadline: Instant,
-    ) -> Result<Ran, ToolError> {
+    ) -> Result<(Ran, bool), ToolError> {
         let recipe = self.recipe.for_image(inv.image.as_deref());
         let plan = &recipe.plan;
         // The pool's containers run the policy's own image.
@@ -164,13 +176,10 @@ impl DockerTool {
                 },
                 copied: plan.copied.as_ref().map(|c| (c, plan.tool.as_str())),
             };
-            let ran = run_once(&recipe.engine, &mut started, call).await;
-            match (pool, pooled) {
-                (Some(pool), true) => pool.dispose(started),
-                _ => started.container.remove().await,
-            }
+            let mut ran = run_once(&recipe.engine, &mut started, call).await;
+            let gone = removed(&mut ran, started, pool.filter(|_| pooled)).await;
             match ran? {
-                Some(ran) => return Ok(ran),
+                Some(ran) => return Ok((ran, gone)),
                 // It died while it waited in the pool: the next one runs the command.
                 None if pooled => continue,
                 None => {
@@ -192,6 +201,40 @@ impl DockerTool {
             sessions.end(id).await;
         }
     }
+}
+
+/// Removes a per-call container once its command is done. A view that is final (its command
+/// ended on its own) waits for the removal, which ends every process of the call: true when
+/// it did. Otherwise the container goes off the call's path (back to the pool to be removed,
+/// or in a task), and any view it had goes after it, uncommitted: nothing is still writing
+/// into a view when it is removed.
+async fn removed(
+    ran: &mut Result<Option<Ran>, ToolError>,
+    mut started: Started,
+    pool: Option<&Pool>,
+) -> bool {
+    if let Ok(Some(ran)) = ran {
+        if ran.view.is_some() && matches!(ran.ended, Ended::Exited { .. }) {
+            return started.container.remove().await;
+        }
+        started.view = started.view.take().or(ran.view.take());
+    }
+    match pool {
+        Some(pool) => pool.dispose(started),
+        None if started.view.is_some() => {
+            tokio::spawn(async move {
+                let Started {
+                    container, view, ..
+                } = started;
+                container.remove().await;
+                drop(view);
+            });
+        }
+        None => {
+            started.container.remove().await;
+        }
+    }
+    false
 }
 
 impl Executor for DockerTool {

@@ -21,3 +21,4 @@ mod remote;
 mod runtime;
 mod session;
 mod sockets;
+mod transactions;

@@ -82,33 +82,16 @@ impl HostBackend {
         self
     }
 
-    /// Refuses `[review] changes = true` where this backend's calls are not transactions: a
+    /// Why this backend's calls of `cfg`'s tool cannot be transactions, if they cannot: a
     /// session's shell writes in place, and so does every call without a store.
-    fn check_review_of_changes(
-        &self,
-        cfg: &HostConfig,
-        policy: &Policy,
-    ) -> Result<(), PolicyError> {
-        let reviewed = policy.review_changes
-            || policy
-                .functions
-                .values()
-                .any(|f| f.review_changes == Some(true));
-        let why = if !reviewed {
-            return Ok(());
-        } else if cfg.session {
-            "a session's shell writes its roots in place; review of changes needs a call of its \
-             own for each command (drop `session = true`)"
+    fn in_place(&self, cfg: &HostConfig) -> Option<&'static str> {
+        if cfg.session {
+            Some(warden_command::transaction::SESSION_IN_PLACE)
         } else if self.views.is_none() {
-            "this warden keeps no transaction store, so its calls write in place"
+            Some(warden_command::transaction::NO_STORE)
         } else {
-            return Ok(());
-        };
-        Err(PolicyError::new(
-            &policy.path,
-            None,
-            format!("review of changes (`[review] changes = true`) cannot be honoured: {why}"),
-        ))
+            None
+        }
     }
 
     /// Reaches out for tools' gates as `egress` says (resolver, upstream roots).
@@ -237,7 +220,7 @@ impl Backend for HostBackend {
     fn load(&self, policy: &Arc<Policy>) -> Result<Loaded, PolicyError> {
         let tool = self.tool(policy, self.prepared)?;
         let (cfg, template) = (tool.config(), tool.template());
-        self.check_review_of_changes(cfg, policy)?;
+        warden_command::transaction::refuse_review_in_place(policy, self.in_place(cfg))?;
         let limits = policy.limits_for(&cfg.name);
         let roots: Vec<String> = policy
             .grants

@@ -35,7 +35,6 @@ mod signals;
 mod spawner;
 mod starter;
 mod tool;
-mod transaction;
 
 pub use backend::{DEFAULT_PREPARED, HostBackend};
 pub use config::{DEFAULT_FILE_SIZE, DEFAULT_OPEN_FILES, DEFAULT_PROCESSES, HostConfig, Isolation};

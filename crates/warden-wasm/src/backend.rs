@@ -184,7 +184,7 @@ impl ExecutorKind for WasmBackend {
             roots_observed: true,
             changes: Support::Refused(
                 "a wasm tool writes through warden's own WASI filesystem, which has no \
-                 copy-on-write layer yet: only host tools' calls are transactions so far",
+                 copy-on-write layer yet: only host and docker tools' calls are transactions so far",
             ),
         }
     }

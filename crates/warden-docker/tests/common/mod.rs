@@ -215,6 +215,14 @@ impl Harness {
         self.backend = self.backend.clone().egress(egress);
     }
 
+    /// Makes the calls of the policies loaded from now on transactions, their views and
+    /// records in the store this answers (in the temp dir).
+    pub(crate) fn transactions(&mut self) -> Arc<warden_tx::Store> {
+        let store = warden_tx::Store::at(&self.dir.path().join("home/transactions"));
+        self.backend = self.backend.clone().transactions(store.clone());
+        store
+    }
+
     /// The backend this harness loads policies with (its containers carry its label).
     pub(crate) fn backend(&self) -> &DockerBackend {
         &self.backend

@@ -5,8 +5,35 @@
 //! future), so such a call leaves nothing behind.
 
 use warden_core::changes::{self, discarded_detail};
-use warden_core::{ChangesToReview, ErrorKind, HeldChanges, Output, PendingChanges, ToolError};
+use warden_core::{
+    ChangesToReview, ErrorKind, HeldChanges, Output, PendingChanges, Policy, PolicyError, ToolError,
+};
 use warden_tx::{ChangeSet, TxError, View};
+
+/// Why a session's commands write in place.
+pub const SESSION_IN_PLACE: &str = "a session's shell writes its roots in place; review of \
+    changes needs a call of its own for each command (drop `session = true`)";
+
+/// Why a warden without a transaction store writes in place.
+pub const NO_STORE: &str = "this warden keeps no transaction store, so its calls write in place";
+
+/// Refuses `[review] changes = true` in `policy` when its calls write in place, for the
+/// reason `in_place` gives.
+pub fn refuse_review_in_place(policy: &Policy, in_place: Option<&str>) -> Result<(), PolicyError> {
+    let reviewed = policy.review_changes
+        || policy
+            .functions
+            .values()
+            .any(|f| f.review_changes == Some(true));
+    match in_place {
+        Some(why) if reviewed => Err(PolicyError::new(
+            &policy.path,
+            None,
+            format!("review of changes (`[review] changes = true`) cannot be honoured: {why}"),
+        )),
+        _ => Ok(()),
+    }
+}
 
 /// The changes an answer lists; the rest are counted (`count`) and in the record.
 const SHOWN: usize = 100;
@@ -16,7 +43,7 @@ const DIFF_BYTES: usize = 64 * 1024;
 
 /// What a call with a view answers, once its changes are committed, held in `hold` or
 /// discarded. `gone`: every process of the call has ended, so what the view holds is final.
-pub(crate) fn settle(
+pub fn settle(
     view: Option<View>,
     gone: bool,
     names: (&str, &str),

@@ -1,0 +1,134 @@
+//! A per-call container's read-write roots as a transaction (see `warden_tx`): instead of a
+//! bind of the folder, the container mounts an overlay that the engine makes from it, whose
+//! upper layer is the call's view in warden's home. The overlay is an anonymous `local`
+//! volume, so it goes with the container: once the container is removed (every process of
+//! the call killed), what the view holds is final, and the call's answer commits it or
+//! drops it.
+//!
+//! warden reads and moves what the container's user wrote, so a tool's calls are
+//! transactions only where warden can: it runs as root, or its containers run as warden's own
+//! user. Elsewhere they write in place, and `[review] changes = true` is refused at load.
+
+use crate::plan::Plan;
+use bollard::models::{Mount, MountType, MountVolumeOptions, MountVolumeOptionsDriverConfig};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use warden_tx::{Store, View};
+
+/// Why a tool's calls cannot be transactions in a container, if they cannot: `None` when
+/// they are (a container per call, its roots mounted, by a user warden can act as).
+pub(crate) fn in_place(plan: &Plan, session: bool, store: bool) -> Option<&'static str> {
+    if session {
+        Some(warden_command::transaction::SESSION_IN_PLACE)
+    } else if !store {
+        Some(warden_command::transaction::NO_STORE)
+    } else if plan.copied.is_some() {
+        Some(
+            "this engine gets the roots copied in, and its calls write them back in place \
+             (a transaction needs the engine on this machine, mounting the roots)",
+        )
+    } else if !acts_as(plan.user.uid) {
+        Some(
+            "the container's user is neither warden's own nor is warden root, so warden could \
+             not read or move what its calls write: run the tool as warden's user (`user` in \
+             [executor]) or warden as root",
+        )
+    } else {
+        None
+    }
+}
+
+/// True when warden may read and move files that `uid` makes.
+fn acts_as(uid: u32) -> bool {
+    let me = nix::unistd::geteuid();
+    me.is_root() || me.as_raw() == uid
+}
+
+/// A view for the read-write folders `mounts` bind, each bind replaced by its overlay;
+/// `None` when none is read-write.
+pub(crate) fn viewed(
+    store: &Arc<Store>,
+    mounts: &mut [Mount],
+) -> Result<Option<View>, warden_tx::TxError> {
+    let writable: Vec<usize> = (0..mounts.len())
+        .filter(|&i| {
+            let m = &mounts[i];
+            m.typ == Some(MountType::BIND)
+                && m.read_only != Some(true)
+                && m.source.as_deref().is_some_and(|s| Path::new(s).is_dir())
+        })
+        .collect();
+    if writable.is_empty() {
+        return Ok(None);
+    }
+    let roots: Vec<PathBuf> = writable
+        .iter()
+        .filter_map(|&i| mounts[i].source.as_deref().map(PathBuf::from))
+        .collect();
+    let view = store.view(&roots)?;
+    for (n, &i) in writable.iter().enumerate() {
+        let layer = view.layer(n);
+        mounts[i] = overlay(
+            &roots[n],
+            &layer.upper,
+            &layer.work,
+            mounts[i].target.clone(),
+        );
+    }
+    Ok(Some(view))
+}
+
+/// An anonymous volume the engine mounts as an overlay of `lower`, its writes in `upper`.
+/// `userxattr`: the overlay marks an opaque folder with a `user.` attribute, which warden can
+/// read without privileges; `volatile`: a view that is dropped need not reach the disk.
+fn overlay(lower: &Path, upper: &Path, work: &Path, target: Option<String>) -> Mount {
+    let options = format!(
+        "lowerdir={},upperdir={},workdir={},userxattr,volatile",
+        escaped(lower),
+        escaped(upper),
+        escaped(work)
+    );
+    Mount {
+        target,
+        typ: Some(MountType::VOLUME),
+        read_only: Some(false),
+        volume_options: Some(MountVolumeOptions {
+            // The image's own files at the root's place are not the root's.
+            no_copy: Some(true),
+            driver_config: Some(MountVolumeOptionsDriverConfig {
+                name: Some("local".into()),
+                options: Some(
+                    [("type", "overlay"), ("device", "overlay"), ("o", &options)]
+                        .into_iter()
+                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                        .collect(),
+                ),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// `path` as an overlay option's value: its separators (`,` between options, `:` between
+/// lower layers) and the escape itself are escaped.
+fn escaped(path: &Path) -> String {
+    let mut out = String::new();
+    for c in path.to_string_lossy().chars() {
+        if matches!(c, '\\' | ',' | ':') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_overlay_option_cannot_be_split_by_a_path() {
+        assert_eq!(escaped(Path::new("/a,b:c\\d")), "/a\\,b\\:c\\\\d");
+    }
+}
