@@ -278,6 +278,7 @@ impl Warden {
             .on_compile(self.on_compile.clone())
             .egress(self.egress.clone())
             .workload(self.workload)
+            .transactions(self.transactions.clone(), self.host.overlays())
     }
 
     /// The host backend as configured; a one-shot workload prepares no sandbox ahead (its

@@ -19,3 +19,4 @@ mod ledger;
 mod oci;
 mod shell;
 mod wasip1;
+mod wasm_tx;

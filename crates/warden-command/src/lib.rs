@@ -12,7 +12,6 @@ pub mod program;
 pub mod session;
 pub mod spares;
 mod template;
-pub mod transaction;
 
 pub use call::CommandCall;
 pub use knobs::{

@@ -83,12 +83,13 @@ impl HeldChanges {
     }
 }
 
-/// Whether the command of a call that answered `answered` ended on its own (whatever its exit
-/// status), so its changes may be kept; warden ended the others.
+/// Whether the call that answered `answered` ended on its own (a command whatever its exit
+/// status, a wasm function with an error of its own), so its changes may be kept; warden
+/// ended the others.
 pub fn ended_on_its_own(answered: &Result<Output, ToolError>) -> bool {
     match answered {
         Ok(_) => true,
-        Err(e) => e.kind == ErrorKind::ExitStatus,
+        Err(e) => matches!(e.kind, ErrorKind::ExitStatus | ErrorKind::ToolError),
     }
 }
 

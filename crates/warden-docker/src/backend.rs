@@ -167,7 +167,7 @@ impl Backend for DockerBackend {
         let report = report(cfg, &plan, &policy.grants, &engine, runtime.as_ref());
         let session = shell.is_some();
         let in_place = crate::view::in_place(&plan, session, self.views.is_some());
-        warden_command::transaction::refuse_review_in_place(policy, in_place)?;
+        warden_tx::settle::refuse_review_in_place(policy, in_place)?;
         let recipe = Recipe {
             engine,
             plan,

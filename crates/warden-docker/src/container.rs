@@ -11,8 +11,8 @@ use bollard::container::AttachContainerResults;
 use bollard::errors::Error as BollardError;
 use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::{
-    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, StatsOptionsBuilder,
-    WaitContainerOptionsBuilder,
+    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, KillContainerOptionsBuilder,
+    StatsOptionsBuilder, WaitContainerOptionsBuilder,
 };
 use futures::StreamExt;
 use warden_command::cgroup::Cgroup;
@@ -126,6 +126,39 @@ impl Container {
         };
         let oom = code == 137 && self.oom_killed_after_exit().await;
         Ok((code, oom))
+    }
+
+    /// Kills every process in it and waits until it has stopped (it stays, to be removed):
+    /// true when it has, so nothing of it runs or writes any more.
+    pub(crate) async fn stop_all(&self) -> bool {
+        let options = KillContainerOptionsBuilder::new().signal("SIGKILL").build();
+        match self.docker.kill_container(&self.id, Some(options)).await {
+            // 409: it is not running (its shell ended first).
+            Ok(())
+            | Err(BollardError::DockerResponseServerError {
+                status_code: 409, ..
+            }) => {}
+            Err(e) => {
+                tracing::warn!(container = %self.id, "cannot kill a container: {e}");
+                return false;
+            }
+        }
+        let options = WaitContainerOptionsBuilder::new()
+            .condition("not-running")
+            .build();
+        match self
+            .docker
+            .wait_container(&self.id, Some(options))
+            .next()
+            .await
+        {
+            Some(Ok(_) | Err(BollardError::DockerContainerWaitError { .. })) => true,
+            Some(Err(e)) => {
+                tracing::warn!(container = %self.id, "cannot wait for a container: {e}");
+                false
+            }
+            None => false,
+        }
     }
 
     /// Watches its memory limit's kills from now on, through its `cgroup` ([`OomWatch`]).

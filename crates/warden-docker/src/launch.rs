@@ -6,6 +6,7 @@
 use crate::container::Container;
 use crate::engine::Engine;
 use crate::gate::Sandboxed;
+use crate::init::Init;
 use crate::plan::Plan;
 use bollard::Docker;
 use bollard::container::AttachContainerResults;
@@ -50,8 +51,10 @@ pub(crate) struct Started {
     pub pid: Option<i64>,
     /// Its cgroup's counters, when they are on this machine.
     pub cgroup: Option<Cgroup>,
-    /// Its view of the read-write roots, when its call is a transaction.
+    /// Its view of the read-write roots, when its call is a transaction; with it, its init,
+    /// when the engine is here and runs the container's processes as this machine's.
     pub view: Option<View>,
+    pub init: Option<Init>,
 }
 
 impl Recipe {
@@ -152,6 +155,9 @@ impl Recipe {
             attached,
             gate,
             sandboxed,
+            init: pid
+                .filter(|_| view.is_some() && !self.plan.gvisor)
+                .and_then(Init::of),
             pid,
             cgroup,
             view,

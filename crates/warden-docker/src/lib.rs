@@ -25,6 +25,7 @@ mod engine_guard;
 mod files;
 mod gate;
 mod image;
+mod init;
 mod launch;
 mod lease;
 mod names;

@@ -72,6 +72,7 @@ impl Launcher for DockerShells {
             cgroup,
             // A session's recipe makes no views: its commands write in place.
             view: _,
+            init: _,
         } = started;
         // In before the first command is sent.
         let copied_in = match &plan.copied {

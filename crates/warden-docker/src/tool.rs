@@ -138,7 +138,7 @@ impl DockerTool {
             t.count_in(&inv.usage);
         }
         let names = (inv.call_id.as_str(), self.recipe.plan.tool.as_str());
-        warden_command::transaction::settle(view, gone, names, inv.hold.as_ref(), answered)
+        warden_tx::settle::settle(view, gone, names, inv.hold.as_ref(), answered)
     }
 
     /// Runs `argv` with `env` in a container, the pool's when it has one waiting (and the
@@ -203,25 +203,30 @@ impl DockerTool {
     }
 }
 
-/// Removes a per-call container once its command is done. A view that is final (its command
-/// ended on its own) waits for the removal, which ends every process of the call: true when
-/// it did. Otherwise the container goes off the call's path (back to the pool to be removed,
-/// or in a task), and any view it had goes after it, uncommitted: nothing is still writing
-/// into a view when it is removed.
+/// Removes a per-call container once its command is done, off the call's path (back to the
+/// pool to be removed, or in a task). A view that is final (its command ended on its own)
+/// first waits for every process of the container to be killed: true when they were. Any
+/// other view goes after the container, uncommitted: nothing writes into a view as it goes.
 async fn removed(
     ran: &mut Result<Option<Ran>, ToolError>,
     mut started: Started,
     pool: Option<&Pool>,
 ) -> bool {
+    let mut gone = false;
     if let Ok(Some(ran)) = ran {
         if ran.view.is_some() && matches!(ran.ended, Ended::Exited { .. }) {
-            return started.container.remove().await;
+            gone = match &started.init {
+                Some(init) => init.end().await,
+                // gVisor's file server, or an engine whose processes are not seen here.
+                None => started.container.stop_all().await,
+            };
+        } else {
+            started.view = started.view.take().or(ran.view.take());
         }
-        started.view = started.view.take().or(ran.view.take());
     }
     match pool {
         Some(pool) => pool.dispose(started),
-        None if started.view.is_some() => {
+        None if started.view.is_some() || gone => {
             tokio::spawn(async move {
                 let Started {
                     container, view, ..
@@ -234,7 +239,7 @@ async fn removed(
             started.container.remove().await;
         }
     }
-    false
+    gone
 }
 
 impl Executor for DockerTool {

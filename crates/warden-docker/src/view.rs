@@ -19,9 +19,9 @@ use warden_tx::{Store, View};
 /// they are (a container per call, its roots mounted, by a user warden can act as).
 pub(crate) fn in_place(plan: &Plan, session: bool, store: bool) -> Option<&'static str> {
     if session {
-        Some(warden_command::transaction::SESSION_IN_PLACE)
+        Some(warden_tx::settle::SESSION_IN_PLACE)
     } else if !store {
-        Some(warden_command::transaction::NO_STORE)
+        Some(warden_tx::settle::NO_STORE)
     } else if plan.copied.is_some() {
         Some(
             "this engine gets the roots copied in, and its calls write them back in place \

@@ -82,13 +82,21 @@ impl HostBackend {
         self
     }
 
+    /// Mounts the views of calls that run in warden's own process (wasm tools), through this
+    /// backend's fork server: see `crate::overlays`.
+    pub fn overlays(&self) -> Arc<dyn warden_tx::Overlays> {
+        Arc::new(crate::overlays::ForkedOverlays {
+            forker: self.forker().clone(),
+        })
+    }
+
     /// Why this backend's calls of `cfg`'s tool cannot be transactions, if they cannot: a
     /// session's shell writes in place, and so does every call without a store.
     fn in_place(&self, cfg: &HostConfig) -> Option<&'static str> {
         if cfg.session {
-            Some(warden_command::transaction::SESSION_IN_PLACE)
+            Some(warden_tx::settle::SESSION_IN_PLACE)
         } else if self.views.is_none() {
-            Some(warden_command::transaction::NO_STORE)
+            Some(warden_tx::settle::NO_STORE)
         } else {
             None
         }
@@ -220,7 +228,7 @@ impl Backend for HostBackend {
     fn load(&self, policy: &Arc<Policy>) -> Result<Loaded, PolicyError> {
         let tool = self.tool(policy, self.prepared)?;
         let (cfg, template) = (tool.config(), tool.template());
-        warden_command::transaction::refuse_review_in_place(policy, self.in_place(cfg))?;
+        warden_tx::settle::refuse_review_in_place(policy, self.in_place(cfg))?;
         let limits = policy.limits_for(&cfg.name);
         let roots: Vec<String> = policy
             .grants

@@ -31,6 +31,11 @@ use tokio::io::unix::AsyncFd;
 /// ([`crate::plan::REPORT_FD`]) and, with a gate, the gate's socket ([`crate::plan::GATE_FD`]).
 const MAX_FDS: usize = 5;
 
+/// A request for a sandbox's helper.
+const SANDBOX: &[u8] = b"f";
+/// A request for a view's overlays, with one descriptor: the socket to talk on.
+const OVERLAYS: &[u8] = b"o";
+
 /// How long warden waits for the server's answer before it gives up on the server.
 const ANSWER_WAIT: Duration = Duration::from_secs(10);
 
@@ -60,6 +65,17 @@ impl Forker {
     /// Forks a helper that gets `fds` (see [`MAX_FDS`] for their order). A server that died
     /// is started again once; the error says why no helper was forked.
     pub(crate) fn fork(&self, fds: &[&OwnedFd]) -> io::Result<Forked> {
+        self.ask(SANDBOX, fds)
+    }
+
+    /// Forks a child that makes a view's overlays (`crate::overlays`), talking on `socket`.
+    pub(crate) fn fork_overlays(&self, socket: &OwnedFd) -> io::Result<Forked> {
+        self.ask(OVERLAYS, &[socket])
+    }
+
+    /// One request of `kind` with `fds`, to the server (started again once should it have
+    /// died).
+    fn ask(&self, kind: &[u8], fds: &[&OwnedFd]) -> io::Result<Forked> {
         let mut server = self
             .server
             .lock()
@@ -70,7 +86,7 @@ impl Forker {
                 Some(s) => s,
                 None => self.start()?,
             };
-            match request(&running.socket, fds) {
+            match request(&running.socket, kind, fds) {
                 Ok(forked) => {
                     *server = Some(running);
                     return Ok(forked);
@@ -125,12 +141,12 @@ fn set_answer_wait(socket: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
-/// One request: `fds` out, the child's pidfd (or the server's error) back.
-fn request(socket: &OwnedFd, fds: &[&OwnedFd]) -> io::Result<Forked> {
+/// One request: `kind` and `fds` out, the child's pidfd (or the server's error) back.
+fn request(socket: &OwnedFd, kind: &[u8], fds: &[&OwnedFd]) -> io::Result<Forked> {
     let raw: Vec<RawFd> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
     sendmsg::<()>(
         socket.as_raw_fd(),
-        &[IoSlice::new(b"f")],
+        &[IoSlice::new(kind)],
         &[ControlMessage::ScmRights(&raw)],
         // A server gone is an error here, not a SIGPIPE for an embedder that keeps it.
         MsgFlags::MSG_NOSIGNAL,
@@ -265,7 +281,9 @@ pub(crate) fn serve(helper: fn() -> !) -> ! {
                 Err(_) => std::process::exit(0),
             }
         };
-        let answer = if (4..=MAX_FDS).contains(&fds.len()) {
+        let answer = if byte[..] == *OVERLAYS && fds.len() == 1 {
+            fork_child(&fds, crate::overlays::main)
+        } else if byte[..] == *SANDBOX && (4..=MAX_FDS).contains(&fds.len()) {
             fork_child(&fds, helper)
         } else {
             Err(io::Error::other(format!(

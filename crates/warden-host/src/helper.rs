@@ -303,7 +303,12 @@ fn null_file() -> File {
 /// Maps `uid` and `gid` into the user namespace of `child` as themselves: the command's user
 /// when warden is root, else warden's own (which then may not call setgroups). Only a process
 /// outside the namespace may map ids other than its own.
-fn map_user(child: Pid, uid: Uid, gid: Gid, deny_setgroups: bool) -> Result<(), Failure> {
+pub(crate) fn map_user(
+    child: Pid,
+    uid: Uid,
+    gid: Gid,
+    deny_setgroups: bool,
+) -> Result<(), Failure> {
     let write = |file: &str, text: String| {
         std::fs::write(format!("/proc/{child}/{file}"), text)
             .map_err(|e| setup(format!("writing /proc/{child}/{file}: {e}")))

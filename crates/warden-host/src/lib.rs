@@ -23,6 +23,7 @@ mod join;
 mod landlock;
 mod layout;
 mod mounts;
+mod overlays;
 mod passthrough;
 mod plan;
 mod program;

@@ -188,7 +188,11 @@ fn open_tree(path: &Path) -> Result<OwnedFd, Errno> {
 }
 
 /// A detached overlay of `lower` whose writes land in `layer` (`fsopen(2)`, `fsmount(2)`).
-fn overlay(lower: &Path, layer: &ViewLayer, in_user_namespace: bool) -> Result<OwnedFd, Errno> {
+pub(crate) fn overlay(
+    lower: &Path,
+    layer: &ViewLayer,
+    in_user_namespace: bool,
+) -> Result<OwnedFd, Errno> {
     use rustix::mount::{
         FsMountFlags, FsOpenFlags, MountAttrFlags, fsconfig_create, fsconfig_set_flag,
         fsconfig_set_string, fsmount, fsopen,

@@ -175,7 +175,7 @@ impl HostTool {
         let (view, gone) = (ended.view.take(), ended.gone);
         let names = (inv.call_id.as_str(), self.starter.config.name.as_str());
         let answered = answered_as(inv, &plan, ended, call.time.named);
-        warden_command::transaction::settle(view, gone, names, inv.hold.as_ref(), answered)
+        warden_tx::settle::settle(view, gone, names, inv.hold.as_ref(), answered)
     }
 }
 

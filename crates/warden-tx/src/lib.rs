@@ -22,6 +22,7 @@ mod changes;
 mod diff;
 mod entry;
 mod record;
+pub mod settle;
 mod store;
 mod writes;
 
@@ -32,8 +33,17 @@ pub use record::{CallRecord, State};
 pub use store::{ChangeSet, Layer, Store, View};
 pub use writes::ToolWrites;
 
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// Mounts a view for a caller that cannot mount it itself (a wasm tool, run in warden's own
+/// process): each of the view's roots as a detached overlay whose upper layer is the view's,
+/// answered as a descriptor of the mount, in the order of [`View::roots`]. What is written
+/// through a descriptor lands in the view; the mount goes when its last descriptor closes.
+pub trait Overlays: Send + Sync {
+    fn mount(&self, view: &View) -> Result<Vec<OwnedFd>, TxError>;
+}
 
 /// The bytes one call's changes (what it wrote) and their pre-images (what they replace)
 /// may hold together; a call past them is answered `limit_exceeded` and its changes are

@@ -9,6 +9,7 @@ use crate::sandbox::CallState;
 use crate::schema::{Unsupported, params_schema, type_schema};
 use crate::shared::Shared;
 use crate::tool::{CommandTool, FunctionTool};
+use crate::view::Views;
 use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use warden_core::{
     Reach, Report, ReportLine, Support, ToolSpec,
 };
 use warden_net::Egress;
+use warden_tx::{Overlays, Store};
 use wasmtime::Engine;
 use wasmtime::component::Linker;
 
@@ -30,6 +32,7 @@ pub struct WasmBackend {
     egress: Egress,
     workload: Workload,
     accounting: bool,
+    views: Option<Views>,
 }
 
 impl WasmBackend {
@@ -40,7 +43,16 @@ impl WasmBackend {
             egress: Egress::default(),
             workload: Workload::default(),
             accounting: true,
+            views: None,
         }
+    }
+
+    /// Makes each call a transaction over its read-write roots, its views and records in
+    /// `store`, mounted by `overlays` (see `crate::view`): a call warden ends (a trap, a limit,
+    /// its time) leaves nothing behind, one that returns commits, undoably.
+    pub fn transactions(mut self, store: Arc<Store>, overlays: Arc<dyn Overlays>) -> Self {
+        self.views = Some(Views { store, overlays });
+        self
     }
 
     /// For the benchmark that prices usage accounting only: calls measure no CPU or memory
@@ -182,10 +194,10 @@ impl ExecutorKind for WasmBackend {
             sessions: false,
             programs: false,
             roots_observed: true,
-            changes: Support::Refused(
-                "a wasm tool writes through warden's own WASI filesystem, which has no \
-                 copy-on-write layer yet: only host and docker tools' calls are transactions so far",
-            ),
+            changes: match self.views {
+                Some(_) => Support::Honoured,
+                None => Support::Refused(warden_tx::settle::NO_STORE),
+            },
         }
     }
 }
@@ -236,6 +248,7 @@ impl Backend for WasmBackend {
             net: Arc::new(policy.grants.net.clone()),
             egress: self.egress.clone(),
             accounting: self.accounting,
+            views: self.views.clone(),
         });
         let tools = tools(cfg, &shared, exports(engine, &component), &docs, policy)?;
         if tools.is_empty() {

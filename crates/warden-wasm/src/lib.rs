@@ -17,6 +17,7 @@ mod shared;
 mod spare;
 mod tool;
 pub mod value;
+mod view;
 mod wasip1;
 
 pub use artifacts::{ArtifactError, Artifacts, Binary, sha256_file};

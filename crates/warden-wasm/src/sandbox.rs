@@ -7,6 +7,7 @@ use crate::net::{NetGate, NetView};
 use crate::roots::{Roots, RootsView};
 use std::time::Instant;
 use warden_core::{Access, ErrorKind, Grants, Invocation, Limits, ToolError};
+use warden_tx::View;
 use wasmtime::component::{Resource, ResourceTable};
 use wasmtime::{Engine, PoolConcurrencyLimitError, ResourceLimiter, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::p2::bindings::filesystem::types::Descriptor;
@@ -126,6 +127,8 @@ pub(crate) struct Sandbox {
     pub store: Store<CallState>,
     pub stdout: CappedPipe,
     pub stderr: CappedPipe,
+    /// The view its read-write roots are seen through, when its call is a transaction.
+    pub view: Option<View>,
 }
 
 impl Sandbox {
@@ -198,6 +201,7 @@ impl Sandbox {
             store,
             stdout,
             stderr,
+            view: None,
         };
         sandbox.stop_at(deadline);
         Ok(sandbox)

@@ -9,6 +9,7 @@ use crate::value::{args_to_vals, val_to_json};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use warden_core::{BoxFuture, ErrorKind, Executor, Invocation, Output, ToolError, Violation};
+use warden_tx::View;
 use wasmtime::component::{ComponentExportIndex, Val};
 
 /// One exported function as a tool.
@@ -30,6 +31,13 @@ impl FunctionTool {
     }
 
     async fn run(&self, inv: Invocation) -> Result<Output, ToolError> {
+        let mut view = None;
+        let answered = self.answer(&inv, &mut view).await;
+        Shared::settle(view, &inv, &self.export.tool_name(), answered)
+    }
+
+    /// What the call answers; its view, if it has one, is put in `view`.
+    async fn answer(&self, inv: &Invocation, view: &mut Option<View>) -> Result<Output, ToolError> {
         let params = args_to_vals(&inv.arguments, &self.export.params)
             .map_err(ToolError::invalid_arguments)?;
         let deadline = inv.deadline;
@@ -44,7 +52,8 @@ impl FunctionTool {
                 None,
             ),
         };
-        sandbox.bind(&inv, deadline);
+        *view = sandbox.view.take();
+        sandbox.bind(inv, deadline);
         self.spare.refill(&self.shared, inv.limits);
         let mut results = vec![Val::Bool(false); usize::from(self.export.result.is_some())];
         if let Err(e) = self
@@ -176,6 +185,13 @@ impl CommandTool {
     }
 
     async fn execute_command(&self, inv: Invocation) -> Result<Output, ToolError> {
+        let mut view = None;
+        let answered = self.answer(&inv, &mut view).await;
+        Shared::settle(view, &inv, &self.name, answered)
+    }
+
+    /// What the call answers; its view, if it has one, is put in `view`.
+    async fn answer(&self, inv: &Invocation, view: &mut Option<View>) -> Result<Output, ToolError> {
         let (args, stdin) = Self::parse(&inv.arguments).map_err(ToolError::invalid_arguments)?;
         let argv: Vec<String> = std::iter::once(self.name.clone()).chain(args).collect();
         let io = CallIo {
@@ -183,7 +199,8 @@ impl CommandTool {
             stdin: Some(stdin.as_deref().unwrap_or("")),
         };
         let mut sandbox = self.shared.sandbox(&inv.limits, io, inv.deadline)?;
-        sandbox.bind(&inv, inv.deadline);
+        *view = sandbox.view.take();
+        sandbox.bind(inv, inv.deadline);
         let mut results = [Val::Bool(false)];
         let outcome = self
             .shared

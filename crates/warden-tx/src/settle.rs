@@ -4,11 +4,11 @@
 //! (timeout, a limit, a failed sandbox, a cancel: the view is dropped with the call's
 //! future), so such a call leaves nothing behind.
 
+use crate::{ChangeSet, TxError, View};
 use warden_core::changes::{self, discarded_detail};
 use warden_core::{
     ChangesToReview, ErrorKind, HeldChanges, Output, PendingChanges, Policy, PolicyError, ToolError,
 };
-use warden_tx::{ChangeSet, TxError, View};
 
 /// Why a session's commands write in place.
 pub const SESSION_IN_PLACE: &str = "a session's shell writes its roots in place; review of \
