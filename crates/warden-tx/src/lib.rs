@@ -24,6 +24,7 @@ mod entry;
 mod record;
 pub mod settle;
 mod store;
+mod trash;
 mod writes;
 
 pub use changes::{Change, ChangeKind};

@@ -5,6 +5,7 @@ use crate::beneath::Beneath;
 use crate::changes::{Change, scan};
 use crate::entry::Kind;
 use crate::record::{CallRecord, State, Step, apply, restore};
+use crate::trash::{Trash, remove_tree};
 use crate::{KEEP_BYTES, KEEP_FOR, MAX_CALL_BYTES, TxError};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -27,6 +28,8 @@ pub struct Store {
     committed: Mutex<Committed>,
     /// Made, recovered and pruned: once, at the first use (see [`Store::at`]).
     ready: OnceLock<Result<(), String>>,
+    /// Where views and pre-images go once done with.
+    trash: Trash,
 }
 
 /// What this process committed, for conflicts between calls that ran side by side.
@@ -79,9 +82,11 @@ impl Store {
     /// The store in `dir`, opened as [`Store::open`] does at its first use: a process that
     /// makes no call with a read-write root never touches it.
     pub fn at(dir: &Path) -> Arc<Self> {
+        let owner = owner::this_process();
         Arc::new(Self {
             dir: dir.to_owned(),
-            owner: owner::this_process(),
+            trash: Trash::new(dir.join("trash"), &owner),
+            owner,
             committed: Mutex::default(),
             ready: OnceLock::new(),
         })
@@ -94,7 +99,7 @@ impl Store {
 
     fn ready(&self) -> Result<(), TxError> {
         let ready = self.ready.get_or_init(|| {
-            let made = ["", "views", "calls"].iter().try_for_each(|sub| {
+            let made = ["", "views", "calls", "trash"].iter().try_for_each(|sub| {
                 let path = self.dir.join(sub);
                 fs::create_dir_all(&path).map_err(|e| TxError::io("making", &path, e))
             });
@@ -105,6 +110,7 @@ impl Store {
                 .and_then(|records| {
                     // One read for both: recovery takes the `committing` records, the bounds
                     // the `committed` ones.
+                    self.trash.empty();
                     self.recover(&records)?;
                     self.prune(records)
                 })
@@ -209,7 +215,7 @@ impl Store {
         }
         record.state = State::Undone;
         record.write(&dir)?;
-        remove_tree(&pre);
+        self.trash.discard(&pre);
         Ok(record)
     }
 
@@ -296,7 +302,7 @@ impl Store {
             };
             if let Some(why) = why {
                 let dir = self.record_dir(&record.call_id)?;
-                remove_tree(&dir.join("pre"));
+                self.trash.discard(&dir.join("pre"));
                 tracing::info!(call = %record.call_id, "dropped the pre-images of a call: {why}");
                 record.state = State::Dropped;
                 record.dropped = Some(why);
@@ -453,7 +459,7 @@ impl View {
 
 impl Drop for View {
     fn drop(&mut self) {
-        remove_tree(&self.dir);
+        self.store.trash.discard(&self.dir);
     }
 }
 
@@ -585,22 +591,6 @@ fn set_private(dir: &Path) -> Result<(), TxError> {
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
         .map_err(|e| TxError::io("making private", dir, e))
-}
-
-/// Removes `dir` and everything in it, making each folder readable first: an overlay's work
-/// folder is left without permissions.
-fn remove_tree(dir: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    if fs::remove_dir_all(dir).is_ok() {
-        return;
-    }
-    let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
-    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
-        if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            remove_tree(&entry.path());
-        }
-    }
-    let _ = fs::remove_dir_all(dir);
 }
 
 /// True when `owner` no longer runs: gone from this machine, or another boot's (nothing of
