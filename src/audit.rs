@@ -266,6 +266,15 @@ fn probes(ctx: &Warden, toolbox: &Toolbox) -> Result<Vec<Option<Result<Probe, Pr
         .collect())
 }
 
+/// The audit of the toolbox as `warden audit --json` prints it.
+pub(crate) fn audit_json(ctx: &Warden) -> Result<Value> {
+    let toolbox = ctx.load()?;
+    Ok(serde_json::to_value(describe(
+        &toolbox,
+        probes(ctx, &toolbox)?,
+    ))?)
+}
+
 /// `warden audit`; or the demo's, `built` naming the components it has just built from the
 /// checkout's sources: their policies carry no pin (it would refuse the next rebuild), which
 /// is said once for them all rather than flagged on each.

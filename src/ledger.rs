@@ -97,7 +97,7 @@ pub(crate) fn export_ocsf(ctx: &Warden) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn report(v: &Verified, files: &[PathBuf], key: Option<&Path>) -> serde_json::Value {
+pub(crate) fn report(v: &Verified, files: &[PathBuf], key: Option<&Path>) -> serde_json::Value {
     json!({
         "ok": v.problem.is_none(),
         "files": files,

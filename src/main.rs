@@ -14,6 +14,7 @@ mod add;
 mod agent;
 mod audit;
 mod batch;
+mod console;
 mod context;
 mod demo;
 mod exec;
@@ -244,6 +245,13 @@ enum Command {
     },
     /// Serve the toolbox over MCP: stdio, or streamable HTTP with --http.
     Serve(serve::ServeArgs),
+    /// Serve a page on loopback that shows every tool's grants and limits, the calls as they
+    /// happen and whether the ledger verifies; its URL, with a token, goes to stderr.
+    Console {
+        /// Where to listen: a loopback address (port 0 picks one).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        address: std::net::SocketAddr,
+    },
     /// Build warden's Docker sandbox image offline: a static busybox (small, the default), or
     /// with --debian a Debian image with bash, python3 and pip, curl, wget and git, from this
     /// machine's apt sources.
@@ -403,6 +411,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         } => usage::usage(&ctx, since, json),
         Command::Demo { root } => demo::demo(&ctx, root.as_deref()),
         Command::Serve(args) => serve::serve(&ctx, args),
+        Command::Console { address } => console::console(ctx, address),
         Command::SandboxImage {
             busybox,
             debian: false,

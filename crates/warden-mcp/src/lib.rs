@@ -31,6 +31,7 @@ mod undo;
 mod watch;
 
 pub use connections::ConnectionLimits;
+pub use http::loopback::{Loopback, Refused};
 pub use http::{HttpOptions, HttpServer, generate_token};
 pub use state::{Loader, Options, Server};
 

@@ -1,6 +1,7 @@
 //! The checks in front of the MCP endpoint: `Host`, `Origin`, the bearer token and the path,
 //! in that order, for every request whatever its method.
 
+use super::loopback::Loopback;
 use super::{Body, HttpOptions, PATH, text};
 use http::{Request, Response, StatusCode, header};
 use std::net::SocketAddr;
@@ -9,57 +10,40 @@ use subtle::ConstantTimeEq;
 /// The checks in front of the MCP endpoint, for every request whatever its method.
 pub(super) struct Guard {
     token: String,
-    origins: Vec<String>,
-    /// The host names `Host` may give; `None` when remote clients are allowed.
-    hosts: Option<Vec<String>>,
+    loopback: Loopback,
 }
 
 impl Guard {
     pub(super) fn new(options: &HttpOptions, local: SocketAddr) -> Self {
-        let port = local.port();
-        let mut origins = vec![
-            format!("http://127.0.0.1:{port}"),
-            format!("http://localhost:{port}"),
-            format!("http://[::1]:{port}"),
-        ];
-        origins.extend(options.allow_origins.iter().map(|o| normalise_origin(o)));
-        let hosts = (!options.allow_remote).then(|| {
-            let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(String::from).into();
-            let bound = local.ip().to_string();
-            if !hosts.contains(&bound) {
-                hosts.push(bound);
-            }
-            hosts
-        });
+        let loopback = Loopback::new(local, &options.allow_origins);
         Self {
             token: options.token.clone(),
-            origins,
-            hosts,
+            loopback: if options.allow_remote {
+                loopback.any_host()
+            } else {
+                loopback
+            },
         }
     }
 
     pub(super) fn check<B>(&self, request: &Request<B>) -> Result<(), Refusal> {
-        if let Some(hosts) = &self.hosts {
-            let host = host_name(request)?;
-            if !hosts.contains(&host) {
-                return Err(Refusal(
-                    StatusCode::FORBIDDEN,
-                    "this Host is not the server's: a loopback name is expected (start the \
-                     server with --allow-remote to take requests for other names)",
-                ));
-            }
-        }
-        if let Some(origin) = request.headers().get(header::ORIGIN) {
-            let allowed = origin
-                .to_str()
-                .is_ok_and(|o| self.origins.contains(&normalise_origin(o)));
-            if !allowed {
-                return Err(Refusal(
-                    StatusCode::FORBIDDEN,
+        self.loopback.check_host(request).map_err(|(status, why)| {
+            let why = if status == StatusCode::FORBIDDEN {
+                "this Host is not the server's: a loopback name is expected (start the server \
+                 with --allow-remote to take requests for other names)"
+            } else {
+                why
+            };
+            Refusal(status, why)
+        })?;
+        self.loopback
+            .check_origin(request, false)
+            .map_err(|(status, _)| {
+                Refusal(
+                    status,
                     "this Origin may not use the server; start it with --allow-origin to allow it",
-                ));
-            }
-        }
+                )
+            })?;
         let presented = request
             .headers()
             .get(header::AUTHORIZATION)
@@ -78,32 +62,6 @@ impl Guard {
         }
         Ok(())
     }
-}
-
-/// The host name a request is for, from `Host` (or the target's authority), lowercase and
-/// without brackets or port.
-fn host_name<B>(request: &Request<B>) -> Result<String, Refusal> {
-    let bad = |why| Refusal(StatusCode::BAD_REQUEST, why);
-    let authority = match request.headers().get(header::HOST) {
-        Some(value) => {
-            let value = value
-                .to_str()
-                .map_err(|_| bad("the Host header is not text"))?;
-            http::uri::Authority::try_from(value)
-                .map_err(|_| bad("the Host header is malformed"))?
-        }
-        None => request
-            .uri()
-            .authority()
-            .cloned()
-            .ok_or_else(|| bad("the request has no Host header"))?,
-    };
-    let host = authority.host();
-    let host = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
-    Ok(host.to_ascii_lowercase())
 }
 
 /// A request the guard turns away, and why.
@@ -133,10 +91,6 @@ impl Refusal {
 fn bearer(value: &str) -> Option<&str> {
     let (scheme, token) = value.trim().split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-}
-
-fn normalise_origin(origin: &str) -> String {
-    origin.trim().trim_end_matches('/').to_ascii_lowercase()
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@
 
 mod guard;
 mod idle;
+pub(crate) mod loopback;
 
 use crate::calls::Calls;
 use crate::connections::{ConnectionLimits, Ticket, Unauthenticated};

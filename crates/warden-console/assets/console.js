@@ -1,0 +1,184 @@
+// The console's page: every string that came from a tool, a model or a sandbox is set with
+// textContent (never markup), so it is shown, never run.
+"use strict";
+
+const SVG = "http://www.w3.org/2000/svg";
+const state = { after: 0, calls: [], perTool: new Map() };
+
+function el(tag, text, cls) {
+  const e = document.createElement(tag);
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  if (cls) e.className = cls;
+  return e;
+}
+
+async function getJson(path) {
+  const r = await fetch(path, { credentials: "same-origin", cache: "no-store" });
+  if (!r.ok) throw new Error(path + ": " + r.status + " " + (await r.text()));
+  return r.json();
+}
+
+function listText(items) {
+  return items && items.length ? items.map(String).join(", ") : "none";
+}
+
+function renderTools(audit) {
+  const list = document.getElementById("tools-list");
+  list.replaceChildren();
+  for (const broken of audit.not_loaded || []) {
+    const box = el("div", null, "policy");
+    box.append(el("h3", broken.policy), el("p", "not loaded: " + broken.error, "flag"));
+    list.append(box);
+  }
+  // What deserves a look first: policies with flags.
+  const policies = [...(audit.policies || [])].sort(
+    (a, b) => (b.flags || []).length - (a.flags || []).length);
+  for (const p of policies) {
+    const box = el("div", null, "policy");
+    box.append(el("h3", p.policy));
+    const dl = el("dl");
+    const row = (k, v) => dl.append(el("dt", k), el("dd", v));
+    const g = p.grants || {};
+    row("runtime", (p.executor || {}).kind);
+    row("tools", listText((p.tools || []).map(t => t.name)));
+    row("folders", listText((g.fs || []).map(f => f.host + " → " + f.guest + " (" + f.access + ")")));
+    row("env", listText(Object.keys(g.env || {}).concat(g.env_from_host || [])));
+    const net = Array.isArray(g.net) ? listText(g.net) : JSON.stringify(g.net);
+    row("network", p.network === "grants" ? net : String(p.network));
+    const limits = ((p.tools || [])[0] || {}).limits || {};
+    row("limits", listText(Object.entries(limits).map(([k, v]) => k + " " + v)));
+    const reviewed = (p.tools || []).filter(t => t.review_required || t.review_changes);
+    row("review", listText(reviewed.map(t => t.name)));
+    box.append(dl);
+    for (const flag of p.flags || []) box.append(el("p", "! " + flag, "flag"));
+    list.append(box);
+  }
+}
+
+function fmt(n, unit) {
+  return typeof n === "number" ? (Math.round(n * 10) / 10) + unit : "";
+}
+
+function addCall(rec) {
+  const row = el("tr");
+  const when = new Date(rec.ts_ms || 0).toLocaleTimeString();
+  const ok = rec.outcome === "success";
+  const usage = rec.usage || {};
+  const mem = typeof usage.peak_memory_bytes === "number"
+    ? fmt(usage.peak_memory_bytes / 1048576, " MiB") : "";
+  const changes = rec.changes && typeof rec.changes.count === "number" ? rec.changes.count : "";
+  row.append(el("td", when), el("td", rec.tool), el("td", rec.outcome, ok ? "success" : "error"),
+    el("td", fmt(rec.duration_ms, " ms")), el("td", fmt(usage.cpu_ms, " ms")), el("td", mem),
+    el("td", changes), el("td", rec.message || "", "message"));
+  const body = document.querySelector("#calls-table tbody");
+  body.prepend(row);
+  while (body.rows.length > 200) body.deleteRow(-1);
+}
+
+function count(rec) {
+  const t = state.perTool.get(rec.tool) || { calls: 0, errors: 0, denied: 0 };
+  if (rec.event === "call") {
+    t.calls += 1;
+    if (rec.outcome !== "success") t.errors += 1;
+  } else if (rec.event === "denied") {
+    t.denied += 1;
+  }
+  state.perTool.set(rec.tool, t);
+}
+
+function drawPerTool() {
+  const svg = document.getElementById("per-tool");
+  svg.replaceChildren();
+  const rows = [...state.perTool.entries()].sort((a, b) => b[1].calls - a[1].calls).slice(0, 8);
+  const most = Math.max(1, ...rows.map(([, t]) => t.calls));
+  svg.setAttribute("viewBox", "0 0 600 " + Math.max(100, rows.length * 20));
+  rows.forEach(([name, t], i) => {
+    const y = i * 20 + 3;
+    const width = 420 * t.calls / most;
+    const bar = document.createElementNS(SVG, "rect");
+    bar.setAttribute("x", 170); bar.setAttribute("y", y);
+    bar.setAttribute("width", width); bar.setAttribute("height", 14);
+    bar.setAttribute("fill", "#2e7d32");
+    const bad = document.createElementNS(SVG, "rect");
+    bad.setAttribute("x", 170); bad.setAttribute("y", y);
+    bad.setAttribute("width", 420 * t.errors / most); bad.setAttribute("height", 14);
+    bad.setAttribute("fill", "#c62828");
+    const label = document.createElementNS(SVG, "text");
+    label.setAttribute("x", 0); label.setAttribute("y", y + 11);
+    label.setAttribute("font-size", 12); label.setAttribute("fill", "currentColor");
+    label.textContent = String(name).slice(0, 16) + " " + t.calls + (t.denied ? " (" + t.denied + " denied)" : "");
+    svg.append(bar, bad, label);
+  });
+}
+
+function drawOverTime() {
+  const svg = document.getElementById("over-time");
+  svg.replaceChildren();
+  const last = state.calls.slice(-100);
+  if (!last.length) return;
+  const most = Math.max(1, ...last.map(c => c.duration_ms || 0));
+  svg.setAttribute("viewBox", "0 0 300 100");
+  svg.setAttribute("preserveAspectRatio", "none");
+  const line = document.createElementNS(SVG, "polyline");
+  line.setAttribute("points", last.map((c, i) =>
+    (i * 300 / Math.max(1, last.length - 1)) + "," + (98 - 96 * (c.duration_ms || 0) / most)).join(" "));
+  line.setAttribute("fill", "none"); line.setAttribute("stroke", "currentColor");
+  line.setAttribute("vector-effect", "non-scaling-stroke");
+  svg.append(line);
+}
+
+async function pollCalls() {
+  try {
+    const data = await getJson("/api/calls?after=" + state.after);
+    state.after = data.next;
+    for (const rec of data.calls) {
+      if (rec.event === "call") {
+        state.calls.push(rec);
+        addCall(rec);
+      }
+      if (rec.event === "call" || rec.event === "denied") count(rec);
+    }
+    if (data.calls.length) {
+      state.calls = state.calls.slice(-1000);
+      drawPerTool();
+      drawOverTime();
+    }
+    const total = [...state.perTool.values()].reduce((n, t) => n + t.calls, 0);
+    document.getElementById("calls-summary").textContent = total + " calls";
+  } catch (e) {
+    document.getElementById("calls-summary").textContent = String(e.message);
+  }
+  setTimeout(pollCalls, 400);
+}
+
+async function pollLedger() {
+  const p = document.getElementById("ledger-state");
+  try {
+    const v = await getJson("/api/ledger");
+    if (v.ok) {
+      p.className = "success";
+      p.textContent = "The call log verifies: " + v.records + " records, " + v.seals +
+        " seals" + (v.unsigned ? ", " + v.unsigned + " after the last seal" : "") + ".";
+    } else {
+      p.className = "problem";
+      const x = v.problem || {};
+      p.textContent = "The call log does not verify: " + (x.file || "") + ":" + (x.line || "") +
+        " " + (x.what || v.error || "");
+    }
+  } catch (e) {
+    p.textContent = String(e.message);
+  }
+  setTimeout(pollLedger, 5000);
+}
+
+async function loadTools() {
+  try {
+    renderTools(await getJson("/api/tools"));
+  } catch (e) {
+    document.getElementById("tools-list").replaceChildren(el("p", String(e.message), "flag"));
+  }
+}
+
+loadTools();
+pollCalls();
+pollLedger();

@@ -1,0 +1,219 @@
+//! The console's requests: the checks every request passes, the token's exchange for the
+//! cookie, the page and its data.
+
+use crate::COOKIE;
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use subtle::ConstantTimeEq;
+use tokio::net::TcpListener;
+use warden_mcp::Loopback;
+
+/// Where the console's data comes from (the binary reads the toolbox and the call log).
+pub trait Source: Send + Sync {
+    /// Every tool with its grants, limits and flags: the audit's JSON.
+    fn tools(&self) -> Value;
+    /// The call log's records after position `after` (0: from its start; else a position this
+    /// answered before), and the position after them.
+    fn calls(&self, after: u64) -> (Vec<Value>, u64);
+    /// Whether the call log's chain and seals verify.
+    fn ledger(&self) -> Value;
+}
+
+/// Everything a request is answered from.
+pub(crate) struct Site {
+    loopback: Loopback,
+    token: String,
+    cookie: String,
+    source: Arc<dyn Source>,
+}
+
+/// Every answer's headers: nothing but the console's own files, never in a frame, no
+/// referrer, nothing kept.
+const HEADERS: [(header::HeaderName, &str); 6] = [
+    (
+        header::CONTENT_SECURITY_POLICY,
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+         connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+    ),
+    (header::REFERRER_POLICY, "no-referrer"),
+    (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+    (header::X_FRAME_OPTIONS, "DENY"),
+    (header::CACHE_CONTROL, "no-store"),
+    (
+        header::HeaderName::from_static("cross-origin-resource-policy"),
+        "same-origin",
+    ),
+];
+
+const PAGE: &str = include_str!("../assets/index.html");
+const SCRIPT: &str = include_str!("../assets/console.js");
+const STYLE: &str = include_str!("../assets/console.css");
+
+impl Site {
+    pub(crate) fn new(
+        local: SocketAddr,
+        token: String,
+        cookie: String,
+        source: Arc<dyn Source>,
+    ) -> Self {
+        Self {
+            loopback: Loopback::new(local, &[]),
+            token,
+            cookie,
+            source,
+        }
+    }
+
+    async fn answer(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+        if let Err((status, why)) = self
+            .loopback
+            .check_host(&request)
+            .and_then(|()| self.loopback.check_origin(&request, false))
+        {
+            return text(status, why);
+        }
+        if request.method() != Method::GET && request.method() != Method::HEAD {
+            return text(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "the console only shows: it takes GET",
+            );
+        }
+        if let Some(token) = query(&request, "token") {
+            return self.exchange(&token);
+        }
+        if !self.has_cookie(&request) {
+            return text(
+                StatusCode::UNAUTHORIZED,
+                "open the URL `warden console` printed (it carries the console's token)",
+            );
+        }
+        match request.uri().path() {
+            "/" => file("text/html; charset=utf-8", PAGE),
+            "/console.js" => file("text/javascript; charset=utf-8", SCRIPT),
+            "/console.css" => file("text/css; charset=utf-8", STYLE),
+            "/api/tools" => self.data(|s| s.tools()).await,
+            "/api/ledger" => self.data(|s| s.ledger()).await,
+            "/api/calls" => {
+                let after = query(&request, "after")
+                    .and_then(|a| a.parse().ok())
+                    .unwrap_or(0);
+                self.data(move |s| {
+                    let (calls, next) = s.calls(after);
+                    json!({ "calls": calls, "next": next })
+                })
+                .await
+            }
+            _ => text(StatusCode::NOT_FOUND, "no such page"),
+        }
+    }
+
+    /// The token's exchange: the cookie, and on to the page without the token in its URL.
+    fn exchange(&self, token: &str) -> Response<Full<Bytes>> {
+        if !bool::from(token.as_bytes().ct_eq(self.token.as_bytes())) {
+            return text(
+                StatusCode::UNAUTHORIZED,
+                "this token is not the console's: open the URL `warden console` printed",
+            );
+        }
+        let mut response = text(StatusCode::SEE_OTHER, "on to the console");
+        let cookie = format!(
+            "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/",
+            self.cookie
+        );
+        let headers = response.headers_mut();
+        headers.insert(header::LOCATION, HeaderValue::from_static("/"));
+        if let Ok(value) = HeaderValue::from_str(&cookie) {
+            headers.insert(header::SET_COOKIE, value);
+        }
+        response
+    }
+
+    fn has_cookie<B>(&self, request: &Request<B>) -> bool {
+        request
+            .headers()
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .filter_map(|pair| pair.trim().split_once('='))
+            .any(|(name, value)| {
+                name == COOKIE && bool::from(value.as_bytes().ct_eq(self.cookie.as_bytes()))
+            })
+    }
+
+    /// `read` of the source, off the async threads (it reads files), as JSON.
+    async fn data(
+        &self,
+        read: impl FnOnce(&dyn Source) -> Value + Send + 'static,
+    ) -> Response<Full<Bytes>> {
+        let source = self.source.clone();
+        match tokio::task::spawn_blocking(move || read(&*source)).await {
+            Ok(value) => file("application/json", &value.to_string()),
+            Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+        }
+    }
+}
+
+/// The value of `name` in the request's query, if given.
+fn query<B>(request: &Request<B>, name: &str) -> Option<String> {
+    request.uri().query()?.split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=')?;
+        (key == name).then(|| value.to_owned())
+    })
+}
+
+fn file(content_type: &'static str, body: &str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_owned())));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    with_headers(response)
+}
+
+fn text(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
+    let mut response = file("text/plain; charset=utf-8", &format!("{message}\n"));
+    *response.status_mut() = status;
+    response
+}
+
+fn with_headers(mut response: Response<Full<Bytes>>) -> Response<Full<Bytes>> {
+    for (name, value) in HEADERS {
+        response
+            .headers_mut()
+            .insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
+
+/// Serves connections on `listener` until the process ends.
+pub(crate) async fn serve(listener: TcpListener, site: Arc<Site>) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors, say: wait rather than spin.
+                tracing::warn!("the console could not accept a connection: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let site = site.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let site = site.clone();
+                async move { Ok::<_, Infallible>(site.answer(request).await) }
+            });
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
