@@ -13,7 +13,8 @@ use warden::Warden;
 /// last records.
 const READ_AT_MOST: u64 = 1 << 20;
 
-struct Data(Warden);
+/// The console's data, from this warden's toolbox, call log and home.
+pub(crate) struct Data(pub Arc<Warden>);
 
 impl warden_console::Source for Data {
     fn tools(&self) -> Value {
@@ -80,7 +81,7 @@ pub(crate) fn console(ctx: Warden, address: SocketAddr) -> Result<ExitCode> {
             .await
             .context("starting the console")?;
         eprintln!("warden console: {}", console.url());
-        console.serve(Arc::new(Data(ctx))).await;
+        console.serve(Arc::new(Data(Arc::new(ctx))), None).await;
         Ok(ExitCode::SUCCESS)
     })
 }

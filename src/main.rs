@@ -410,7 +410,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             since,
         } => usage::usage(&ctx, since, json),
         Command::Demo { root } => demo::demo(&ctx, root.as_deref()),
-        Command::Serve(args) => serve::serve(&ctx, args),
+        Command::Serve(args) => serve::serve(ctx, args),
         Command::Console { address } => console::console(ctx, address),
         Command::SandboxImage {
             busybox,

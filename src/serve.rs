@@ -67,9 +67,15 @@ pub(crate) struct ServeArgs {
     /// this user alone (0600), for a client that started the server to find it.
     #[arg(long, value_name = "FILE", requires = "http")]
     address_file: Option<PathBuf>,
+    /// Also serve `warden console` on this loopback address (127.0.0.1:0 when none is given;
+    /// its URL goes to stderr), where a person decides the calls waiting for review, in place
+    /// of the clients.
+    #[arg(long, value_name = "ADDRESS", num_args = 0..=1, default_missing_value = "127.0.0.1:0")]
+    console: Option<SocketAddr>,
 }
 
-pub(crate) fn serve(ctx: &Warden, args: ServeArgs) -> Result<ExitCode> {
+pub(crate) fn serve(ctx: Warden, args: ServeArgs) -> Result<ExitCode> {
+    let ctx = Arc::new(ctx);
     raise_open_files_limit();
     // The dispatcher is built here rather than by `Context::dispatcher`: over stdio a terminal
     // reviewer would read the MCP channel, and a reload needs a dispatcher per toolbox.
@@ -89,11 +95,28 @@ pub(crate) fn serve(ctx: &Warden, args: ServeArgs) -> Result<ExitCode> {
         transactions: Some(ctx.transactions.clone()),
         ..Options::default()
     };
+    let reviews = args
+        .console
+        .map(|_| Arc::new(warden_console::Reviews::default()));
+    let options = Options {
+        reviewer: reviews
+            .clone()
+            .map(|r| -> Arc<dyn warden_core::Reviewer> { r }),
+        ..options
+    };
     let drain = options.drain;
     let server = Server::new(loader, options)
         .with_context(|| format!("loading the toolbox {}", ctx.toolbox.display()))?;
     let runtime = context::runtime()?;
     let served = runtime.block_on(async {
+        if let (Some(address), Some(reviews)) = (args.console, reviews) {
+            let console = warden_console::Console::bind(address)
+                .await
+                .context("starting the console")?;
+            eprintln!("warden console: {}", console.url());
+            let data = Arc::new(crate::console::Data(ctx.clone()));
+            tokio::spawn(console.serve(data, Some(reviews)));
+        }
         let stopper = server.clone();
         let serving = async {
             match args.http {

@@ -1,8 +1,9 @@
 """`warden console` in a real browser (Debian's chromium driven by Selenium): the page lists
-the toolbox's tools with their grants, a call made through MCP shows up with its usage, and
+the toolbox's tools with their grants, a call made through MCP shows up with its usage, a call
+waiting for review under `warden serve --console` is approved or rejected with a click, and
 the console refuses what it must — a wrong token, a page without the cookie, another Host,
-another Origin, a frame — and shows a tool's script-bearing output as text. A screenshot of
-each view is kept in target/console-screenshots/."""
+another Origin, a frame, a decision from elsewhere — and shows a tool's script-bearing output
+as text. A screenshot of each view is kept in target/console-screenshots/."""
 
 import os
 import re
@@ -13,9 +14,19 @@ import urllib.request
 from contextlib import contextmanager
 from urllib.parse import urlsplit
 
+import anyio
 import pytest
 
-from harness import ROOT, QuietHandler, Toolbox, loopback_server, session, warden_bin
+from harness import (
+    ROOT,
+    QuietHandler,
+    Toolbox,
+    connect,
+    http_server,
+    loopback_server,
+    session,
+    warden_bin,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -189,3 +200,82 @@ def test_a_page_elsewhere_cannot_frame_the_console(box, browser):
             # Refused by the browser: the frame holds an error page, not the console.
             assert not browser.find_elements(By.ID, "tools-list")
             browser.switch_to.default_content()
+
+
+async def test_a_call_waiting_for_review_is_approved_or_rejected_with_a_click(box, browser):
+    from selenium.webdriver.common.by import By
+
+    box.policy("reviewed.toml", "trivial", "[review]\nrequired = true", top='prefix = "rev_"')
+    with http_server(box, "--console") as (url, token):
+        found = re.search(r"warden console: (\S+)", box.stderr.read_text())
+        assert found, box.stderr.read_text()
+        await anyio.to_thread.run_sync(browser.get, found.group(1))
+
+        def click(label: str, reason: str = ""):
+            def pending(d):
+                cards = d.find_elements(By.CSS_SELECTOR, "#pending .pending")
+                return cards[0] if cards else None
+
+            card = wait_for(browser, pending, "a call waiting on the page")
+            assert "rev_add" in card.text and "sha256:" in card.text, card.text
+            shot(browser, f"review-{label.lower()}")
+            if reason:
+                card.find_element(By.TAG_NAME, "input").send_keys(reason)
+            card.find_element(By.XPATH, f".//button[text()='{label}']").click()
+
+        async with connect(url, token) as s:
+            async with anyio.create_task_group() as tasks:
+                answers = {}
+
+                async def call(name, args):
+                    answers[name] = await s.call_tool(name, args)
+
+                tasks.start_soon(call, "rev_add", {"a": 2, "b": 3})
+                await anyio.to_thread.run_sync(click, "Approve")
+            approved = answers["rev_add"]
+            assert approved.isError is False, approved.content[0].text
+            assert approved.content[0].text == "5"
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(call, "rev_add", {"a": 1, "b": 1})
+                await anyio.to_thread.run_sync(click, "Reject", "not this one")
+            rejected = answers["rev_add"]
+            assert rejected.isError is True
+            assert rejected.meta["warden/error"]["kind"] == "rejected"
+            assert "not this one" in rejected.content[0].text
+        log = box.call_log()
+        assert '"reviewer":"console"' in log.replace(" ", ""), log
+
+
+def test_a_decision_from_elsewhere_or_for_another_digest_is_refused(box):
+    import json as _json
+
+    box.policy("reviewed.toml", "trivial", "[review]\nrequired = true", top='prefix = "rev_"')
+    with http_server(box, "--console") as _:
+        console_url = re.search(r"warden console: (\S+)", box.stderr.read_text()).group(1)
+        base = console_url.split("?")[0]
+        # The cookie, as a browser would hold it after the exchange.
+        try:
+            urllib.request.build_opener(NoRedirect).open(console_url)
+        except urllib.error.HTTPError as r:
+            cookie = r.headers["Set-Cookie"].split(";")[0]
+        origin = base.rstrip("/")
+
+        def post(headers):
+            body = _json.dumps({"id": 1, "digest": "sha256:00", "decision": "approve"}).encode()
+            request = urllib.request.Request(
+                base + "api/decide", data=body, method="POST", headers=headers
+            )
+            try:
+                with urllib.request.urlopen(request) as r:
+                    return r.status
+            except urllib.error.HTTPError as e:
+                return e.code
+
+        json_type = {"Content-Type": "application/json"}
+        assert post({**json_type, "Origin": origin}) == 401, "no cookie"
+        assert post({**json_type, "Cookie": cookie}) == 403, "no Origin"
+        assert post({**json_type, "Cookie": cookie, "Origin": "http://evil.example"}) == 403
+        assert post({"Cookie": cookie, "Origin": origin, "Content-Type": "text/plain"}) == 415
+        # From the page itself, for a call that is not waiting: nothing to decide.
+        assert post({**json_type, "Cookie": cookie, "Origin": origin}) == 404

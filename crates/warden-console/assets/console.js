@@ -179,6 +179,62 @@ async function loadTools() {
   }
 }
 
+function renderPending(list) {
+  const section = document.getElementById("review");
+  const box = document.getElementById("pending");
+  if (list === null) {
+    section.hidden = true;
+    return;
+  }
+  section.hidden = false;
+  const shown = new Set(list.map(p => String(p.id)));
+  for (const old of [...box.children]) {
+    if (!shown.has(old.dataset.id)) old.remove();
+  }
+  for (const p of list) {
+    if (box.querySelector('[data-id="' + Number(p.id) + '"]')) continue;
+    const card = el("div", null, "policy pending");
+    card.dataset.id = String(p.id);
+    const what = p.what === "changes" ? "keep what this call changed?" : "run this call?";
+    card.append(el("h3", p.tool + ": " + what));
+    const dl = el("dl");
+    dl.append(el("dt", "arguments"), el("dd", p.arguments, "message"));
+    dl.append(el("dt", "digest"), el("dd", p.digest));
+    if (p.changes) dl.append(el("dt", "changes"), el("dd", p.changes, "message"));
+    const reason = el("input");
+    reason.type = "text";
+    reason.placeholder = "reason, if rejected";
+    reason.setAttribute("aria-label", "Why it is rejected");
+    const approve = el("button", "Approve", "approve");
+    const reject = el("button", "Reject", "reject");
+    const said = el("p", "", "error");
+    const decide = async (decision) => {
+      approve.disabled = reject.disabled = true;
+      const r = await fetch("/api/decide", {
+        method: "POST", credentials: "same-origin",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ id: p.id, digest: p.digest, decision, reason: reason.value }),
+      });
+      if (r.ok) card.remove();
+      else { said.textContent = await r.text(); approve.disabled = reject.disabled = false; }
+    };
+    approve.addEventListener("click", () => decide("approve"));
+    reject.addEventListener("click", () => decide("reject"));
+    card.append(dl, reason, approve, reject, said);
+    box.append(card);
+  }
+}
+
+async function pollPending() {
+  try {
+    renderPending(await getJson("/api/pending"));
+  } catch (e) {
+    document.getElementById("calls-summary").textContent = String(e.message);
+  }
+  setTimeout(pollPending, 400);
+}
+
 loadTools();
 pollCalls();
 pollLedger();
+pollPending();

@@ -7,20 +7,24 @@
 //!   `HttpOnly`, `SameSite=Strict` cookie and sends the browser on without it. Every other
 //!   request needs the cookie (compared in constant time).
 //! - `Host` must be a loopback name of the server, and a browser's `Origin` its own (one rule
-//!   with `warden serve --http`: [`warden_mcp::Loopback`]); the console changes nothing yet,
-//!   and takes `GET` alone.
+//!   with `warden serve --http`: [`warden_mcp::Loopback`]). Its one request that changes
+//!   anything, a decision on a call waiting for review (`warden serve --console`: [`Reviews`]),
+//!   is a `POST` of JSON that needs the cookie and the console's own `Origin`, and is bound to
+//!   the digest of the call the page showed.
 //! - Every answer says `Content-Security-Policy: default-src 'none'` with only the console's
 //!   own script, style and data allowed, `frame-ancestors 'none'`, no referrer, no caching.
 //!   The page builds its text with `textContent`, never markup: what a tool, a model or a
 //!   sandbox wrote is shown as text.
 //! - Nothing is loaded from elsewhere: the page, script and style are in this crate.
 
+mod reviews;
 mod routes;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
+pub use reviews::Reviews;
 pub use routes::Source;
 
 /// The cookie a browser holds once it has exchanged the token.
@@ -70,15 +74,17 @@ impl Console {
         format!("http://{}/?token={}", self.local, self.token)
     }
 
-    /// Serves the page and `source`'s data until the process ends.
-    pub async fn serve(self, source: Arc<dyn Source>) {
-        let site = Arc::new(routes::Site::new(
-            self.local,
-            self.token,
-            self.cookie,
+    /// Serves the page and `source`'s data until the process ends; with `reviews`, the calls
+    /// waiting for a person, decided there.
+    pub async fn serve(self, source: Arc<dyn Source>, reviews: Option<Arc<Reviews>>) {
+        let site = routes::Site {
+            loopback: warden_mcp::Loopback::new(self.local, &[]),
+            token: self.token,
+            cookie: self.cookie,
             source,
-        ));
-        routes::serve(self.listener, site).await;
+            reviews,
+        };
+        routes::serve(self.listener, Arc::new(site)).await;
     }
 }
 

@@ -2,15 +2,15 @@
 //! cookie, the page and its data.
 
 use crate::COOKIE;
+use crate::reviews::{DecideError, Decided, Reviews};
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
@@ -29,11 +29,16 @@ pub trait Source: Send + Sync {
 
 /// Everything a request is answered from.
 pub(crate) struct Site {
-    loopback: Loopback,
-    token: String,
-    cookie: String,
-    source: Arc<dyn Source>,
+    pub loopback: Loopback,
+    pub token: String,
+    pub cookie: String,
+    pub source: Arc<dyn Source>,
+    /// The calls waiting for a person, when this console decides them.
+    pub reviews: Option<Arc<Reviews>>,
 }
+
+/// The largest decision a page sends.
+const MAX_DECISION: usize = 64 * 1024;
 
 /// Every answer's headers: nothing but the console's own files, never in a frame, no
 /// referrer, nothing kept.
@@ -58,20 +63,6 @@ const SCRIPT: &str = include_str!("../assets/console.js");
 const STYLE: &str = include_str!("../assets/console.css");
 
 impl Site {
-    pub(crate) fn new(
-        local: SocketAddr,
-        token: String,
-        cookie: String,
-        source: Arc<dyn Source>,
-    ) -> Self {
-        Self {
-            loopback: Loopback::new(local, &[]),
-            token,
-            cookie,
-            source,
-        }
-    }
-
     async fn answer(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
         if let Err((status, why)) = self
             .loopback
@@ -80,10 +71,12 @@ impl Site {
         {
             return text(status, why);
         }
-        if request.method() != Method::GET && request.method() != Method::HEAD {
+        let deciding = request.uri().path() == "/api/decide";
+        let method = request.method();
+        if deciding != (method == Method::POST) && (deciding || method != Method::HEAD) {
             return text(
                 StatusCode::METHOD_NOT_ALLOWED,
-                "the console only shows: it takes GET",
+                "the console takes GET, and a POST of a decision to /api/decide",
             );
         }
         if let Some(token) = query(&request, "token") {
@@ -95,8 +88,15 @@ impl Site {
                 "open the URL `warden console` printed (it carries the console's token)",
             );
         }
+        if deciding {
+            return self.decide(request).await;
+        }
         match request.uri().path() {
             "/" => file("text/html; charset=utf-8", PAGE),
+            "/api/pending" => match &self.reviews {
+                Some(reviews) => file("application/json", &reviews.pending().to_string()),
+                None => file("application/json", "null"),
+            },
             "/console.js" => file("text/javascript; charset=utf-8", SCRIPT),
             "/console.css" => file("text/css; charset=utf-8", STYLE),
             "/api/tools" => self.data(|s| s.tools()).await,
@@ -112,6 +112,59 @@ impl Site {
                 .await
             }
             _ => text(StatusCode::NOT_FOUND, "no such page"),
+        }
+    }
+
+    /// A decision on a call waiting: from the console's own page alone (its `Origin`, which a
+    /// browser always sends with a `POST`), as JSON, bound to the digest the page showed.
+    async fn decide(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+        if let Err((status, why)) = self.loopback.check_origin(&request, true) {
+            return text(status, why);
+        }
+        let Some(reviews) = &self.reviews else {
+            return text(
+                StatusCode::NOT_FOUND,
+                "this console decides no calls: start it with `warden serve --console`",
+            );
+        };
+        let json = request
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+        if !json {
+            return text(StatusCode::UNSUPPORTED_MEDIA_TYPE, "a decision is JSON");
+        }
+        let body = match Limited::new(request.into_body(), MAX_DECISION)
+            .collect()
+            .await
+        {
+            Ok(body) => body.to_bytes(),
+            Err(_) => return text(StatusCode::PAYLOAD_TOO_LARGE, "a decision is small"),
+        };
+        let Ok(sent) = serde_json::from_slice::<Value>(&body) else {
+            return text(StatusCode::BAD_REQUEST, "a decision is a JSON object");
+        };
+        let (Some(id), Some(digest)) = (sent["id"].as_u64(), sent["digest"].as_str()) else {
+            return text(
+                StatusCode::BAD_REQUEST,
+                "a decision names the call's id and digest",
+            );
+        };
+        let decided = match sent["decision"].as_str() {
+            Some("approve") => Decided::Approve,
+            Some("reject") => Decided::Reject(
+                sent["reason"]
+                    .as_str()
+                    .filter(|r| !r.trim().is_empty())
+                    .unwrap_or("rejected at the console")
+                    .to_owned(),
+            ),
+            _ => return text(StatusCode::BAD_REQUEST, "a decision is approve or reject"),
+        };
+        match reviews.decide(id, digest, decided) {
+            Ok(()) => file("application/json", "{\"ok\":true}"),
+            Err(e @ DecideError::Gone(_)) => text(StatusCode::NOT_FOUND, &e.to_string()),
+            Err(e @ DecideError::Digest { .. }) => text(StatusCode::CONFLICT, &e.to_string()),
         }
     }
 

@@ -123,6 +123,11 @@ impl Handler {
             return Some(Answered::new(message, spec));
         }
         let reviewed = tool.is_some_and(|t| t.review_required || t.review_changes);
+        // A reviewer of the server's (the console) decides whatever the client could.
+        let reviewing = match self.shared.options.reviewer {
+            Some(_) => Reviewing::Nobody,
+            None => reviewing,
+        };
         let _review = match reviewing {
             Reviewing::Client(peer) if reviewed => {
                 Some(self.shared.reviewer.register(&call.id, peer.clone()))
@@ -165,7 +170,9 @@ impl Handler {
         request: &mut CallToolRequestParams,
         context: &RequestContext<RoleServer>,
     ) -> Result<Option<Round>, stateless_review::AskError> {
-        if !stateless_review::is_stateless(context.protocol_version().as_ref()) {
+        if self.shared.options.reviewer.is_some()
+            || !stateless_review::is_stateless(context.protocol_version().as_ref())
+        {
             return Ok(None);
         }
         let snapshot = self.shared.snapshot();

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
-use warden_core::{Admission, CallLog, Dispatcher, Toolbox, ToolboxError};
+use warden_core::{Admission, CallLog, Dispatcher, Reviewer, Toolbox, ToolboxError};
 
 /// Loads the toolbox afresh: once before serving, and again whenever its policies change.
 pub type Loader = Arc<dyn Fn() -> Result<Toolbox, ToolboxError> + Send + Sync>;
@@ -38,6 +38,9 @@ pub struct Options {
     /// The transactions its calls commit, which a client may undo (`warden/undo`,
     /// `warden/rewind`: see `crate::undo`); `None`: those requests are refused.
     pub transactions: Option<Arc<warden_tx::Store>>,
+    /// Who reviews every call that needs review, instead of the client that sent it
+    /// (`warden serve --console`: a person at the console's page); `None`: the client.
+    pub reviewer: Option<Arc<dyn Reviewer>>,
 }
 
 impl Options {
@@ -57,6 +60,7 @@ impl Default for Options {
             queue: Self::QUEUE,
             drain: Self::DRAIN,
             transactions: None,
+            reviewer: None,
         }
     }
 }
@@ -140,8 +144,12 @@ impl Server {
 
 fn snapshot(toolbox: Toolbox, options: &Options, reviewer: &Arc<ElicitationReviewer>) -> Snapshot {
     let tools = toolbox.tools().map(convert::tool).collect();
+    let reviewer: Arc<dyn Reviewer> = match &options.reviewer {
+        Some(theirs) => theirs.clone(),
+        None => reviewer.clone(),
+    };
     let mut dispatcher =
-        Dispatcher::with_admission(Arc::new(toolbox), options.admission).reviewer(reviewer.clone());
+        Dispatcher::with_admission(Arc::new(toolbox), options.admission).reviewer(reviewer);
     if let Some(log) = &options.call_log {
         dispatcher = dispatcher.call_log(log.clone());
     }
