@@ -147,8 +147,12 @@ async function pollCalls() {
     document.getElementById("calls-summary").textContent = total + " calls";
   } catch (e) {
     document.getElementById("calls-summary").textContent = String(e.message);
+    // The server answers at once when it has new calls, else after a while: ask again at
+    // once, unless asking failed.
+    setTimeout(pollCalls, 1000);
+    return;
   }
-  setTimeout(pollCalls, 400);
+  setTimeout(pollCalls, 0);
 }
 
 async function pollLedger() {

@@ -37,6 +37,10 @@ pub(crate) struct Site {
     pub reviews: Option<Arc<Reviews>>,
 }
 
+/// How often a request for new calls looks at the call log, and how long it waits for one.
+const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(25);
+const HOLD_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The largest decision a page sends.
 const MAX_DECISION: usize = 64 * 1024;
 
@@ -105,11 +109,7 @@ impl Site {
                 let after = query(&request, "after")
                     .and_then(|a| a.parse().ok())
                     .unwrap_or(0);
-                self.data(move |s| {
-                    let (calls, next) = s.calls(after);
-                    json!({ "calls": calls, "next": next })
-                })
-                .await
+                self.calls_after(after).await
             }
             _ => text(StatusCode::NOT_FOUND, "no such page"),
         }
@@ -200,6 +200,28 @@ impl Site {
             .any(|(name, value)| {
                 name == COOKIE && bool::from(value.as_bytes().ct_eq(self.cookie.as_bytes()))
             })
+    }
+
+    /// The call log's records after `after`, as soon as there are any: a request waits for
+    /// them (looking every [`LOOK_EVERY`], at most [`HOLD_FOR`]), so a call shows up on the
+    /// page moments after its record is written.
+    async fn calls_after(&self, after: u64) -> Response<Full<Bytes>> {
+        let until = tokio::time::Instant::now() + HOLD_FOR;
+        loop {
+            let source = self.source.clone();
+            let read = tokio::task::spawn_blocking(move || source.calls(after)).await;
+            let Ok((calls, next)) = read else {
+                return text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "reading the call log failed",
+                );
+            };
+            if !calls.is_empty() || tokio::time::Instant::now() >= until {
+                let body = json!({ "calls": calls, "next": next });
+                return file("application/json", &body.to_string());
+            }
+            tokio::time::sleep(LOOK_EVERY).await;
+        }
     }
 
     /// `read` of the source, off the async threads (it reads files), as JSON.
