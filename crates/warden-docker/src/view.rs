@@ -10,7 +10,7 @@
 //! user. Elsewhere they write in place, and `[review] changes = true` is refused at load.
 
 use crate::plan::Plan;
-use bollard::models::{Mount, MountType, MountVolumeOptions, MountVolumeOptionsDriverConfig};
+use bollard::models::{Mount, MountType};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use warden_tx::{Store, View};
@@ -68,12 +68,8 @@ pub(crate) fn viewed(
     let view = store.view(&roots)?;
     for (n, &i) in writable.iter().enumerate() {
         let layer = view.layer(n);
-        mounts[i] = overlay(
-            &roots[n],
-            &layer.upper,
-            &layer.work,
-            mounts[i].target.clone(),
-        );
+        let target = mounts[i].target.clone().unwrap_or_default();
+        mounts[i] = overlay(&roots[n], &layer.upper, &layer.work, target);
     }
     Ok(Some(view))
 }
@@ -81,33 +77,14 @@ pub(crate) fn viewed(
 /// An anonymous volume the engine mounts as an overlay of `lower`, its writes in `upper`.
 /// `userxattr`: the overlay marks an opaque folder with a `user.` attribute, which warden can
 /// read without privileges; `volatile`: a view that is dropped need not reach the disk.
-fn overlay(lower: &Path, upper: &Path, work: &Path, target: Option<String>) -> Mount {
+fn overlay(lower: &Path, upper: &Path, work: &Path, target: String) -> Mount {
     let options = format!(
         "lowerdir={},upperdir={},workdir={},userxattr,volatile",
         escaped(lower),
         escaped(upper),
         escaped(work)
     );
-    Mount {
-        target,
-        typ: Some(MountType::VOLUME),
-        read_only: Some(false),
-        volume_options: Some(MountVolumeOptions {
-            // The image's own files at the root's place are not the root's.
-            no_copy: Some(true),
-            driver_config: Some(MountVolumeOptionsDriverConfig {
-                name: Some("local".into()),
-                options: Some(
-                    [("type", "overlay"), ("device", "overlay"), ("o", &options)]
-                        .into_iter()
-                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                        .collect(),
-                ),
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    crate::plan::local_volume(target, "overlay", options)
 }
 
 /// `path` as an overlay option's value: its separators (`,` between options, `:` between

@@ -175,7 +175,7 @@ fn request(socket: &OwnedFd, kind: &[u8], fds: &[&OwnedFd]) -> io::Result<Forked
 }
 
 /// The descriptors in a message's control data, owned.
-fn received(cmsgs: nix::sys::socket::CmsgIterator<'_>) -> Vec<OwnedFd> {
+pub(crate) fn received(cmsgs: nix::sys::socket::CmsgIterator<'_>) -> Vec<OwnedFd> {
     let mut fds = Vec::new();
     for cmsg in cmsgs {
         if let ControlMessageOwned::ScmRights(raw) = cmsg {
@@ -252,9 +252,9 @@ impl Drop for Forked {
 }
 
 /// The server: answers each request on `socket` (the helper program's stdin) with a forked
-/// child that runs `helper` with the descriptors it was sent; ends when warden closes the
-/// socket. Never returns.
-pub(crate) fn serve(helper: fn() -> !) -> ! {
+/// child that runs `helper` with the descriptors it was sent (`overlays` for a view's
+/// overlays); ends when warden closes the socket. Never returns.
+pub(crate) fn serve(helper: fn() -> !, overlays: fn() -> !) -> ! {
     use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
     // Only warden's ending may end the server (the socket's close, or this signal).
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
@@ -282,7 +282,7 @@ pub(crate) fn serve(helper: fn() -> !) -> ! {
             }
         };
         let answer = if byte[..] == *OVERLAYS && fds.len() == 1 {
-            fork_child(&fds, crate::overlays::main)
+            fork_child(&fds, overlays)
         } else if byte[..] == *SANDBOX && (4..=MAX_FDS).contains(&fds.len()) {
             fork_child(&fds, helper)
         } else {

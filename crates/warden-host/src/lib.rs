@@ -48,7 +48,7 @@ pub fn helper_main() -> ! {
     let stdin_is_socket = nix::sys::stat::fstat(std::io::stdin())
         .is_ok_and(|s| s.st_mode & nix::libc::S_IFMT == nix::libc::S_IFSOCK);
     if stdin_is_socket {
-        forks::serve(helper::main)
+        forks::serve(helper::main, overlays::main)
     }
     helper::main()
 }

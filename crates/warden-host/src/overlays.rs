@@ -10,7 +10,7 @@
 use crate::forks::Forker;
 use crate::plan::ViewLayer;
 use nix::sys::socket::{
-    AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, recvmsg,
+    AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, recvmsg,
     sendmsg, socketpair,
 };
 use serde::{Deserialize, Serialize};
@@ -102,16 +102,7 @@ fn receive(socket: &OwnedFd) -> std::io::Result<(String, Vec<OwnedFd>)> {
         Some(&mut space),
         MsgFlags::MSG_CMSG_CLOEXEC,
     )?;
-    let mut fds = Vec::new();
-    for cmsg in msg.cmsgs()? {
-        if let ControlMessageOwned::ScmRights(raw) = cmsg {
-            // SAFETY: the kernel just installed these descriptors for this process.
-            fds.extend(
-                raw.into_iter()
-                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-            );
-        }
-    }
+    let fds = crate::forks::received(msg.cmsgs()?);
     let len = msg.bytes;
     let said = match len {
         0 => "the helper ended without an answer".to_owned(),

@@ -16,7 +16,7 @@
 
 use crate::engine::Engine;
 use bollard::Docker;
-use bollard::models::{Mount, MountType, MountVolumeOptions, MountVolumeOptionsDriverConfig};
+use bollard::models::Mount;
 use bollard::query_parameters::UploadToContainerOptionsBuilder;
 use cap_std::fs::{Dir, MetadataExt};
 use sha2::{Digest, Sha256};
@@ -102,29 +102,7 @@ impl Copied {
                     "size={},uid={uid},gid={gid},mode={mode},nosuid,nodev",
                     self.limit.saturating_mul(2).max(1 << 20)
                 );
-                Mount {
-                    target: Some(root.guest.clone()),
-                    typ: Some(MountType::VOLUME),
-                    read_only: Some(false),
-                    volume_options: Some(MountVolumeOptions {
-                        no_copy: Some(true),
-                        driver_config: Some(MountVolumeOptionsDriverConfig {
-                            name: Some("local".into()),
-                            options: Some(
-                                [
-                                    ("type", "tmpfs".to_owned()),
-                                    ("device", "tmpfs".to_owned()),
-                                    ("o", options),
-                                ]
-                                .into_iter()
-                                .map(|(k, v)| (k.to_owned(), v))
-                                .collect(),
-                            ),
-                        }),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }
+                crate::plan::local_volume(root.guest.clone(), "tmpfs", options)
             })
             .collect()
     }
