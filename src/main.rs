@@ -283,10 +283,10 @@ enum Format {
 }
 
 impl Format {
-    fn render(self, message: &ToolMessage) -> serde_json::Value {
+    fn render(self, message: &ToolMessage) -> warden_core::Rendered<'_> {
         match self {
-            Format::Langchain => message.to_langchain(),
-            Format::Openai => message.to_openai(),
+            Format::Langchain => message.langchain(),
+            Format::Openai => message.openai(),
         }
     }
 }
@@ -526,7 +526,7 @@ fn run_batch(
         messages
     });
     eprintln!("{}", dispatcher.usage_so_far());
-    let out: Vec<serde_json::Value> = messages.iter().map(|m| format.render(m)).collect();
+    let out: Vec<_> = messages.iter().map(|m| format.render(m)).collect();
     outln!("{}", escape_json(&serde_json::to_string_pretty(&out)?));
     let all_ok = messages.iter().all(|m| m.status == Status::Success);
     Ok(if all_ok {

