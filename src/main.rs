@@ -521,10 +521,20 @@ fn run_batch(
     let runtime = context::runtime()?;
     // One batch file is one session.
     let messages = runtime.block_on(async {
-        let messages = dispatcher.dispatch(calls).await;
+        // On a worker thread, not this one: the batch's tasks are then spawned onto that
+        // worker's own queue, not through the runtime's shared queue with a wake-up of a
+        // parked worker each, and a call's end wakes no thread outside the runtime.
+        let batch = dispatcher.clone();
+        let messages = tokio::spawn(async move { batch.dispatch(calls).await }).await;
         dispatcher.close().await;
         messages
     });
+    // A panic in the batch's own task (its calls' are answered) goes on as it would have here.
+    let messages = match messages.map_err(tokio::task::JoinError::try_into_panic) {
+        Ok(messages) => messages,
+        Err(Ok(panic)) => std::panic::resume_unwind(panic),
+        Err(Err(e)) => anyhow::bail!("the batch did not finish: {e}"),
+    };
     eprintln!("{}", dispatcher.usage_so_far());
     let out: Vec<_> = messages.iter().map(|m| format.render(m)).collect();
     outln!("{}", escape_json(&serde_json::to_string_pretty(&out)?));
