@@ -40,6 +40,7 @@ mod seccomp;
 mod session;
 mod tool;
 mod view;
+mod volume;
 
 pub use address::{AddressError, CERT_FILES, EngineAddress, Place};
 pub use backend::DockerBackend;

@@ -84,7 +84,7 @@ fn overlay(lower: &Path, upper: &Path, work: &Path, target: String) -> Mount {
         escaped(upper),
         escaped(work)
     );
-    crate::plan::local_volume(target, "overlay", options)
+    crate::volume::local_volume(target, "overlay", options)
 }
 
 /// `path` as an overlay option's value: its separators (`,` between options, `:` between

@@ -10,8 +10,7 @@
 use crate::forks::Forker;
 use crate::plan::ViewLayer;
 use nix::sys::socket::{
-    AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, recvmsg,
-    sendmsg, socketpair,
+    AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, recvmsg, sendmsg, socketpair,
 };
 use serde::{Deserialize, Serialize};
 use std::fs::File;

@@ -102,7 +102,7 @@ impl Copied {
                     "size={},uid={uid},gid={gid},mode={mode},nosuid,nodev",
                     self.limit.saturating_mul(2).max(1 << 20)
                 );
-                crate::plan::local_volume(root.guest.clone(), "tmpfs", options)
+                crate::volume::local_volume(root.guest.clone(), "tmpfs", options)
             })
             .collect()
     }
