@@ -57,7 +57,7 @@ impl HostBackend {
     }
 
     /// What forks the helper of every call, its program chosen once.
-    fn forker(&self) -> &Arc<Forker> {
+    pub(crate) fn forker(&self) -> &Arc<Forker> {
         self.forker.get_or_init(|| {
             let beside = self.beside.as_deref().and_then(Helper::beside_this_program);
             let helper = beside.unwrap_or_else(|| self.fallback.clone());
@@ -83,10 +83,11 @@ impl HostBackend {
     }
 
     /// Mounts the views of calls that run in warden's own process (wasm tools), through this
-    /// backend's fork server: see `crate::overlays`.
+    /// backend's fork server (see `crate::overlays`), which is looked for and started at the
+    /// first view, not here: a process that mounts none pays nothing.
     pub fn overlays(&self) -> Arc<dyn warden_tx::Overlays> {
         Arc::new(crate::overlays::ForkedOverlays {
-            forker: self.forker().clone(),
+            backend: self.clone(),
         })
     }
 

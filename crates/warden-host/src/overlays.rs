@@ -7,7 +7,6 @@
 //! exits. A detached mount lives as long as a descriptor of it is open, wherever its
 //! namespaces went.
 
-use crate::forks::Forker;
 use crate::plan::ViewLayer;
 use nix::sys::socket::{
     AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, recvmsg, sendmsg, socketpair,
@@ -17,7 +16,6 @@ use std::fs::File;
 use std::io::{IoSlice, IoSliceMut, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
-use std::sync::Arc;
 use warden_tx::{TxError, View};
 
 /// How long warden waits for the overlays.
@@ -35,7 +33,7 @@ struct Layered {
 
 /// Mounts views through a host backend's fork server.
 pub(crate) struct ForkedOverlays {
-    pub forker: Arc<Forker>,
+    pub backend: crate::HostBackend,
 }
 
 impl warden_tx::Overlays for ForkedOverlays {
@@ -73,7 +71,8 @@ impl warden_tx::Overlays for ForkedOverlays {
         nix::sys::socket::setsockopt(&ours, nix::sys::socket::sockopt::ReceiveTimeout, &wait)
             .map_err(|e| fail(e.to_string()))?;
         let _child = self
-            .forker
+            .backend
+            .forker()
             .fork_overlays(&theirs)
             .map_err(|e| fail(e.to_string()))?;
         drop(theirs);
