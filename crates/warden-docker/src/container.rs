@@ -260,21 +260,18 @@ impl Container {
         std::mem::take(&mut self.id)
     }
 
-    /// Kills and removes it, and waits until the engine has: true when it did (every
-    /// process of it ended, its volumes gone). The removal runs in a task of its own, so it
-    /// completes even if the caller is dropped meanwhile; the task owns the guard, so a task
-    /// that never runs (its runtime ending) still removes it.
-    pub(crate) async fn remove(self) -> bool {
+    /// Kills and removes it, and waits until the engine has. The removal runs in a task of
+    /// its own, so it completes even if the caller is dropped meanwhile; the task owns the
+    /// guard, so a task that never runs (its runtime ending) still removes it.
+    pub(crate) async fn remove(self) {
         let id = self.id.clone();
         let removal = tokio::spawn(async move {
-            let removed = remove(&self.docker, &self.id).await;
+            remove(&self.docker, &self.id).await;
             self.disarm();
-            removed
         });
-        removal.await.unwrap_or_else(|e| {
+        if let Err(e) = removal.await {
             tracing::warn!(container = %id, "removing a container failed: {e}");
-            false
-        })
+        }
     }
 }
 

@@ -14,7 +14,6 @@ use warden_command::cgroup::Cgroup;
 use warden_command::session::{Frames, nonce};
 use warden_core::{ToolError, Usage};
 use warden_net::{Proxy, Scope, Traffic};
-use warden_tx::View;
 
 /// How a per-call container's command ended.
 pub(crate) enum Ended {
@@ -83,9 +82,6 @@ pub(crate) struct Ran {
     pub traffic: Option<Traffic>,
     pub used: Usage,
     pub files: FilesOutcome,
-    /// Its view of the read-write roots, when its call is a transaction: final once the
-    /// container is gone.
-    pub view: Option<View>,
 }
 
 /// Runs one command in `started`, a per-call container, to its end or its deadline; the
@@ -158,7 +154,6 @@ pub(crate) async fn run_once(
         traffic,
         used,
         files,
-        view: started.view.take(),
     }))
 }
 

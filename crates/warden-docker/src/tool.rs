@@ -15,6 +15,7 @@ use warden_core::{
     SessionId, ToolError,
 };
 use warden_net::Scope;
+use warden_tx::View;
 
 /// One docker tool.
 pub(crate) struct DockerTool {
@@ -71,9 +72,8 @@ impl DockerTool {
                 traffic,
                 used,
                 files,
-                view,
             },
-            gone,
+            (view, gone),
         ) = self
             .in_container(inv, &argv, &call.env, call.time.stop_at())
             .await?;
@@ -143,15 +143,15 @@ impl DockerTool {
 
     /// Runs `argv` with `env` in a container, the pool's when it has one waiting (and the
     /// next, should that one have died while it waited), else a fresh one; stopped at
-    /// `deadline`. The container is gone, or being removed by the pool, when this returns;
-    /// with it `true` when its removal was awaited and done.
+    /// `deadline`. The container is gone or going when this returns; with it, its view when
+    /// that is final (see [`removed`]).
     async fn in_container(
         &self,
         inv: &Invocation,
         argv: &[String],
         env: &[(String, String)],
         deadline: Instant,
-    ) -> Result<(Ran, bool), ToolError> {
+    ) -> Result<(Ran, (Option<View>, bool)), ToolError> {
         let recipe = self.recipe.for_image(inv.image.as_deref());
         let plan = &recipe.plan;
         // The pool's containers run the policy's own image.
@@ -176,10 +176,10 @@ impl DockerTool {
                 },
                 copied: plan.copied.as_ref().map(|c| (c, plan.tool.as_str())),
             };
-            let mut ran = run_once(&recipe.engine, &mut started, call).await;
-            let gone = removed(&mut ran, started, pool.filter(|_| pooled)).await;
+            let ran = run_once(&recipe.engine, &mut started, call).await;
+            let view = removed(&ran, started, pool.filter(|_| pooled)).await;
             match ran? {
-                Some(ran) => return Ok((ran, gone)),
+                Some(ran) => return Ok((ran, view)),
                 // It died while it waited in the pool: the next one runs the command.
                 None if pooled => continue,
                 None => {
@@ -204,29 +204,29 @@ impl DockerTool {
 }
 
 /// Removes a per-call container once its command is done, off the call's path (back to the
-/// pool to be removed, or in a task). A view that is final (its command ended on its own)
-/// first waits for every process of the container to be killed: true when they were. Any
-/// other view goes after the container, uncommitted: nothing writes into a view as it goes.
+/// pool to be removed, or in a task). Its view, when its command ended on its own, is final
+/// once every process of the container has been killed: answered with `true` when they were.
+/// Any other view goes after the container, uncommitted: nothing writes into a view as it goes.
 async fn removed(
-    ran: &mut Result<Option<Ran>, ToolError>,
+    ran: &Result<Option<Ran>, ToolError>,
     mut started: Started,
     pool: Option<&Pool>,
-) -> bool {
-    let mut gone = false;
-    if let Ok(Some(ran)) = ran {
-        if ran.view.is_some() && matches!(ran.ended, Ended::Exited { .. }) {
-            gone = match &started.init {
+) -> (Option<View>, bool) {
+    let ended = matches!(ran, Ok(Some(r)) if matches!(r.ended, Ended::Exited { .. }));
+    let settled = match started.view.take_if(|_| ended) {
+        Some(view) => {
+            let gone = match &started.init {
                 Some(init) => init.end().await,
                 // gVisor's file server, or an engine whose processes are not seen here.
                 None => started.container.stop_all().await,
             };
-        } else {
-            started.view = started.view.take().or(ran.view.take());
+            (Some(view), gone)
         }
-    }
+        None => (None, false),
+    };
     match pool {
         Some(pool) => pool.dispose(started),
-        None if started.view.is_some() || gone => {
+        None if started.view.is_some() || settled.0.is_some() => {
             tokio::spawn(async move {
                 let Started {
                     container, view, ..
@@ -235,11 +235,9 @@ async fn removed(
                 drop(view);
             });
         }
-        None => {
-            started.container.remove().await;
-        }
+        None => started.container.remove().await,
     }
-    gone
+    settled
 }
 
 impl Executor for DockerTool {

@@ -36,7 +36,7 @@ const SANDBOX: &[u8] = b"f";
 /// A request for a view's overlays, with one descriptor: the socket to talk on.
 const OVERLAYS: &[u8] = b"o";
 
-/// How long warden waits for the server's answer before it gives up on the server.
+/// How long warden waits for an answer (the server's, or a child's) before it gives up.
 const ANSWER_WAIT: Duration = Duration::from_secs(10);
 
 /// warden's side: the server for one helper program, started when first needed and again
@@ -135,7 +135,8 @@ impl Forker {
     }
 }
 
-fn set_answer_wait(socket: &OwnedFd) -> io::Result<()> {
+/// Gives up reading `socket` after [`ANSWER_WAIT`].
+pub(crate) fn set_answer_wait(socket: &OwnedFd) -> io::Result<()> {
     let wait = nix::sys::time::TimeVal::new(ANSWER_WAIT.as_secs() as _, 0);
     nix::sys::socket::setsockopt(socket, nix::sys::socket::sockopt::ReceiveTimeout, &wait)?;
     Ok(())
@@ -154,16 +155,8 @@ fn request(socket: &OwnedFd, kind: &[u8], fds: &[&OwnedFd]) -> io::Result<Forked
     )?;
     let mut answer = [0u8; 512];
     let mut space = nix::cmsg_space!([RawFd; 1]);
-    let (len, pidfd) = {
-        let mut iov = [IoSliceMut::new(&mut answer)];
-        let msg = recvmsg::<()>(
-            socket.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        )?;
-        (msg.bytes, received(msg.cmsgs()?).into_iter().next())
-    };
+    let (len, fds) = receive(socket, &mut answer, &mut space)?;
+    let pidfd = fds.into_iter().next();
     match (len, pidfd) {
         (0, _) => Err(io::Error::other("the fork server ended")),
         (_, Some(pidfd)) => Forked::new(pidfd),
@@ -174,8 +167,43 @@ fn request(socket: &OwnedFd, kind: &[u8], fds: &[&OwnedFd]) -> io::Result<Forked
     }
 }
 
+/// One answer on `socket`, as [`send_answer`] sends it: its bytes in `text`, how many, and
+/// the descriptors it carried (`space`, from `cmsg_space!`, has room for as many as expected).
+pub(crate) fn receive(
+    socket: &OwnedFd,
+    text: &mut [u8],
+    space: &mut [u8],
+) -> io::Result<(usize, Vec<OwnedFd>)> {
+    let mut iov = [IoSliceMut::new(text)];
+    let msg = recvmsg::<()>(
+        socket.as_raw_fd(),
+        &mut iov,
+        Some(space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )?;
+    Ok((msg.bytes, received(msg.cmsgs()?)))
+}
+
+/// Answers on fd 0 (a request's socket): `+` with `fds`, or why not, as text.
+pub(crate) fn send_answer(answer: Result<&[RawFd], &str>) -> nix::Result<usize> {
+    let (text, fds): (&[u8], &[RawFd]) = match answer {
+        Ok(fds) => (b"+", fds),
+        Err(why) => (why.as_bytes(), &[]),
+    };
+    let rights = [ControlMessage::ScmRights(fds)];
+    let control: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &rights };
+    // A warden gone is an error here, not a SIGPIPE.
+    sendmsg::<()>(
+        0,
+        &[IoSlice::new(text)],
+        control,
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )
+}
+
 /// The descriptors in a message's control data, owned.
-pub(crate) fn received(cmsgs: nix::sys::socket::CmsgIterator<'_>) -> Vec<OwnedFd> {
+fn received(cmsgs: nix::sys::socket::CmsgIterator<'_>) -> Vec<OwnedFd> {
     let mut fds = Vec::new();
     for cmsg in cmsgs {
         if let ControlMessageOwned::ScmRights(raw) = cmsg {
@@ -293,20 +321,8 @@ pub(crate) fn serve(helper: fn() -> !, overlays: fn() -> !) -> ! {
         };
         drop(fds);
         let sent = match &answer {
-            Ok(pidfd) => sendmsg::<()>(
-                0,
-                &[IoSlice::new(b"+")],
-                &[ControlMessage::ScmRights(&[pidfd.as_raw_fd()])],
-                MsgFlags::empty(),
-                None,
-            ),
-            Err(why) => sendmsg::<()>(
-                0,
-                &[IoSlice::new(why.to_string().as_bytes())],
-                &[],
-                MsgFlags::empty(),
-                None,
-            ),
+            Ok(pidfd) => send_answer(Ok(&[pidfd.as_raw_fd()])),
+            Err(why) => send_answer(Err(&why.to_string())),
         };
         if sent.is_err() {
             std::process::exit(0);

@@ -8,18 +8,13 @@
 //! namespaces went.
 
 use crate::plan::ViewLayer;
-use nix::sys::socket::{
-    AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, recvmsg, sendmsg, socketpair,
-};
+use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
-use std::io::{IoSlice, IoSliceMut, Write};
+use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use warden_tx::{TxError, View};
-
-/// How long warden waits for the overlays.
-const ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The most roots one call's view mounts (the descriptors one answer carries).
 const MAX_ROOTS: usize = 64;
@@ -67,9 +62,7 @@ impl warden_tx::Overlays for ForkedOverlays {
             SockFlag::SOCK_CLOEXEC,
         )
         .map_err(|e| fail(format!("socketpair: {e}")))?;
-        let wait = nix::sys::time::TimeVal::new(ANSWER_WAIT.as_secs() as _, 0);
-        nix::sys::socket::setsockopt(&ours, nix::sys::socket::sockopt::ReceiveTimeout, &wait)
-            .map_err(|e| fail(e.to_string()))?;
+        crate::forks::set_answer_wait(&ours).map_err(|e| fail(e.to_string()))?;
         let _child = self
             .backend
             .forker()
@@ -93,15 +86,7 @@ impl warden_tx::Overlays for ForkedOverlays {
 fn receive(socket: &OwnedFd) -> std::io::Result<(String, Vec<OwnedFd>)> {
     let mut text = [0u8; 1024];
     let mut space = nix::cmsg_space!([RawFd; MAX_ROOTS]);
-    let mut iov = [IoSliceMut::new(&mut text)];
-    let msg = recvmsg::<()>(
-        socket.as_raw_fd(),
-        &mut iov,
-        Some(&mut space),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )?;
-    let fds = crate::forks::received(msg.cmsgs()?);
-    let len = msg.bytes;
+    let (len, fds) = crate::forks::receive(socket, &mut text, &mut space)?;
     let said = match len {
         0 => "the helper ended without an answer".to_owned(),
         _ => String::from_utf8_lossy(&text[..len]).into_owned(),
@@ -120,21 +105,9 @@ pub(crate) fn main() -> ! {
     let sent = match &answer {
         Ok(fds) => {
             let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
-            sendmsg::<()>(
-                0,
-                &[IoSlice::new(b"+")],
-                &[ControlMessage::ScmRights(&raw)],
-                MsgFlags::MSG_NOSIGNAL,
-                None,
-            )
+            crate::forks::send_answer(Ok(&raw))
         }
-        Err(why) => sendmsg::<()>(
-            0,
-            &[IoSlice::new(why.as_bytes())],
-            &[],
-            MsgFlags::MSG_NOSIGNAL,
-            None,
-        ),
+        Err(why) => crate::forks::send_answer(Err(why)),
     };
     std::process::exit(i32::from(sent.is_err() || answer.is_err()))
 }

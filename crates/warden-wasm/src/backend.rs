@@ -32,7 +32,8 @@ pub struct WasmBackend {
     egress: Egress,
     workload: Workload,
     accounting: bool,
-    views: Option<Views>,
+    /// Where calls' views are kept and how they are mounted, when calls are transactions.
+    views: Option<(Arc<Store>, Arc<dyn Overlays>)>,
 }
 
 impl WasmBackend {
@@ -51,7 +52,7 @@ impl WasmBackend {
     /// `store`, mounted by `overlays` (see `crate::view`): a call warden ends (a trap, a limit,
     /// its time) leaves nothing behind, one that returns commits, undoably.
     pub fn transactions(mut self, store: Arc<Store>, overlays: Arc<dyn Overlays>) -> Self {
-        self.views = Some(Views { store, overlays });
+        self.views = Some((store, overlays));
         self
     }
 
@@ -248,7 +249,10 @@ impl Backend for WasmBackend {
             net: Arc::new(policy.grants.net.clone()),
             egress: self.egress.clone(),
             accounting: self.accounting,
-            views: self.views.clone(),
+            views: self
+                .views
+                .clone()
+                .and_then(|(store, overlays)| Views::of(&policy.grants, store, overlays)),
         });
         let tools = tools(cfg, &shared, exports(engine, &component), &docs, policy)?;
         if tools.is_empty() {

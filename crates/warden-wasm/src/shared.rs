@@ -7,9 +7,8 @@ use crate::view::Views;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use warden_core::{Grants, Invocation, Limits, Meter, NetGrants, Output, ToolError};
+use warden_core::{Grants, Limits, Meter, NetGrants, ToolError};
 use warden_net::{Credentials, Egress};
-use warden_tx::View;
 use wasmtime::Engine;
 use wasmtime::component::{ComponentExportIndex, Instance, InstancePre, Val};
 
@@ -33,7 +32,7 @@ pub(crate) struct Shared {
     pub egress: Egress,
     /// Whether calls measure what they use (off only in the benchmark that prices it).
     pub accounting: bool,
-    /// Where calls' views are made, when calls are transactions.
+    /// Where calls' views are made, when calls are transactions over read-write roots.
     pub views: Option<Views>,
 }
 
@@ -58,13 +57,10 @@ impl Shared {
             credentials,
             limits.response,
         );
-        let mounted = match &self.views {
-            Some(views) => views.mount(&self.grants)?,
-            None => None,
-        };
-        let Some(mounted) = mounted else {
+        let Some(views) = &self.views else {
             return Sandbox::new(&self.engine, &self.grants, &env, limits, gate, io, deadline);
         };
+        let mounted = views.mount()?;
         // Its read-write roots opened at their views.
         let mut grants = self.grants.clone();
         for g in &mut grants.fs {
@@ -76,19 +72,6 @@ impl Shared {
         // The preopens hold the overlays now: their descriptors may go.
         sandbox.view = Some(mounted.view);
         Ok(sandbox)
-    }
-
-    /// What call `inv` of `tool` answers once its view (if any) is settled: committed when the
-    /// call returned (a value, an error of its own, an exit status), else dropped.
-    pub(crate) fn settle(
-        view: Option<View>,
-        inv: &Invocation,
-        tool: &str,
-        answered: Result<Output, ToolError>,
-    ) -> Result<Output, ToolError> {
-        // The guest runs no more: nothing writes into the view.
-        let names = (inv.call_id.as_str(), tool);
-        warden_tx::settle::settle(view, true, names, inv.hold.as_ref(), answered)
     }
 
     /// A function's sandbox made ahead of its call under `limits` (see [`crate::spare`]):

@@ -33,7 +33,10 @@ impl FunctionTool {
     async fn run(&self, inv: Invocation) -> Result<Output, ToolError> {
         let mut view = None;
         let answered = self.answer(&inv, &mut view).await;
-        Shared::settle(view, &inv, &self.export.tool_name(), answered)
+        match view {
+            Some(view) => crate::view::settle(view, &inv, &self.export.tool_name(), answered),
+            None => answered,
+        }
     }
 
     /// What the call answers; its view, if it has one, is put in `view`.
@@ -187,7 +190,10 @@ impl CommandTool {
     async fn execute_command(&self, inv: Invocation) -> Result<Output, ToolError> {
         let mut view = None;
         let answered = self.answer(&inv, &mut view).await;
-        Shared::settle(view, &inv, &self.name, answered)
+        match view {
+            Some(view) => crate::view::settle(view, &inv, &self.name, answered),
+            None => answered,
+        }
     }
 
     /// What the call answers; its view, if it has one, is put in `view`.

@@ -8,14 +8,17 @@
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use warden_core::{Access, Grants, ToolError};
+use warden_core::{Access, Grants, Invocation, Output, ToolError};
 use warden_tx::{Overlays, Store, View};
 
-/// Where calls' views are kept and how they are mounted.
+/// Where the views of one component's calls are kept and how they are mounted: made at load
+/// for a policy that grants read-write roots (a call without one pays nothing).
 #[derive(Clone)]
 pub(crate) struct Views {
-    pub store: Arc<Store>,
-    pub overlays: Arc<dyn Overlays>,
+    store: Arc<Store>,
+    overlays: Arc<dyn Overlays>,
+    /// The read-write roots each call's view is of.
+    roots: Vec<PathBuf>,
 }
 
 /// A call's view, mounted: open its roots' [`Mounted::path_of`] before it is dropped.
@@ -25,27 +28,51 @@ pub(crate) struct Mounted {
 }
 
 impl Views {
-    /// A view of the read-write roots `grants` gives, mounted; `None` when it gives none.
-    pub(crate) fn mount(&self, grants: &Grants) -> Result<Option<Mounted>, ToolError> {
+    /// The views of calls under `grants`, kept in `store` and mounted by `overlays`; `None`
+    /// when `grants` gives no read-write root.
+    pub(crate) fn of(
+        grants: &Grants,
+        store: Arc<Store>,
+        overlays: Arc<dyn Overlays>,
+    ) -> Option<Views> {
         let roots: Vec<PathBuf> = grants
             .fs
             .iter()
             .filter(|g| g.access == Access::ReadWrite)
             .map(|g| g.host.clone())
             .collect();
-        if roots.is_empty() {
-            return Ok(None);
-        }
+        (!roots.is_empty()).then_some(Views {
+            store,
+            overlays,
+            roots,
+        })
+    }
+
+    /// A view of the read-write roots, mounted.
+    pub(crate) fn mount(&self) -> Result<Mounted, ToolError> {
         let view = self
             .store
-            .view(&roots)
+            .view(&self.roots)
             .map_err(|e| ToolError::internal(format!("a view of the call's roots: {e}")))?;
         let mounts = self
             .overlays
             .mount(&view)
             .map_err(|e| ToolError::internal(e.to_string()))?;
-        Ok(Some(Mounted { view, mounts }))
+        Ok(Mounted { view, mounts })
     }
+}
+
+/// What call `inv` of `tool` answers once its view is settled: committed when the call
+/// returned (a value, an error of its own, an exit status), else dropped. The guest runs no
+/// more, so nothing writes into the view.
+pub(crate) fn settle(
+    view: View,
+    inv: &Invocation,
+    tool: &str,
+    answered: Result<Output, ToolError>,
+) -> Result<Output, ToolError> {
+    let names = (inv.call_id.as_str(), tool);
+    warden_tx::settle::settle(Some(view), true, names, inv.hold.as_ref(), answered)
 }
 
 impl Mounted {
