@@ -202,49 +202,115 @@ def test_a_page_elsewhere_cannot_frame_the_console(box, browser):
             browser.switch_to.default_content()
 
 
-async def test_a_call_waiting_for_review_is_approved_or_rejected_with_a_click(box, browser):
+def decide_on_page(browser, label: str, words: str = "", arguments: str | None = None):
+    """Waits for a call on the page, then clicks `label` having typed `words` (a reason or an
+    answer) and, for an edit, the new `arguments`."""
     from selenium.webdriver.common.by import By
 
+    def pending(d):
+        cards = d.find_elements(By.CSS_SELECTOR, "#pending .pending")
+        return cards[0] if cards else None
+
+    card = wait_for(browser, pending, "a call waiting on the page")
+    assert "rev_add" in card.text and "sha256:" in card.text, card.text
+    if words:
+        card.find_element(By.TAG_NAME, "input").send_keys(words)
+    if arguments is not None:
+        box = card.find_element(By.TAG_NAME, "textarea")
+        box.clear()
+        box.send_keys(arguments)
+    shot(browser, f"review-{label.lower()}")
+    card.find_element(By.XPATH, f".//button[text()='{label}']").click()
+
+
+@contextmanager
+def reviewed_on_page(box, browser):
+    """`warden serve --http --console` with a reviewed `rev_add`, the browser on its console;
+    yields the MCP URL and token."""
     box.policy("reviewed.toml", "trivial", "[review]\nrequired = true", top='prefix = "rev_"')
     with http_server(box, "--console") as (url, token):
         found = re.search(r"warden console: (\S+)", box.stderr.read_text())
         assert found, box.stderr.read_text()
-        await anyio.to_thread.run_sync(browser.get, found.group(1))
+        browser.get(found.group(1))
+        yield url, token
 
-        def click(label: str, reason: str = ""):
-            def pending(d):
-                cards = d.find_elements(By.CSS_SELECTOR, "#pending .pending")
-                return cards[0] if cards else None
 
-            card = wait_for(browser, pending, "a call waiting on the page")
-            assert "rev_add" in card.text and "sha256:" in card.text, card.text
-            shot(browser, f"review-{label.lower()}")
-            if reason:
-                card.find_element(By.TAG_NAME, "input").send_keys(reason)
-            card.find_element(By.XPATH, f".//button[text()='{label}']").click()
+async def decided_on_page(s, browser, arguments: dict, *decision):
+    """The answer to `rev_add(arguments)` once the page decided it (`decide_on_page`'s
+    arguments)."""
+    answers = []
+    async with anyio.create_task_group() as tasks:
 
+        async def call():
+            answers.append(await s.call_tool("rev_add", arguments))
+
+        tasks.start_soon(call)
+        await anyio.to_thread.run_sync(decide_on_page, browser, *decision)
+    return answers[0]
+
+
+async def test_a_call_waiting_for_review_is_approved_or_rejected_with_a_click(box, browser):
+    with reviewed_on_page(box, browser) as (url, token):
         async with connect(url, token) as s:
-            async with anyio.create_task_group() as tasks:
-                answers = {}
-
-                async def call(name, args):
-                    answers[name] = await s.call_tool(name, args)
-
-                tasks.start_soon(call, "rev_add", {"a": 2, "b": 3})
-                await anyio.to_thread.run_sync(click, "Approve")
-            approved = answers["rev_add"]
+            approved = await decided_on_page(s, browser, {"a": 2, "b": 3}, "Approve")
             assert approved.isError is False, approved.content[0].text
             assert approved.content[0].text == "5"
 
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(call, "rev_add", {"a": 1, "b": 1})
-                await anyio.to_thread.run_sync(click, "Reject", "not this one")
-            rejected = answers["rev_add"]
+            rejected = await decided_on_page(s, browser, {"a": 1, "b": 1}, "Reject", "not this one")
             assert rejected.isError is True
             assert rejected.meta["warden/error"]["kind"] == "rejected"
             assert "not this one" in rejected.content[0].text
         log = box.call_log()
         assert '"reviewer":"console"' in log.replace(" ", ""), log
+
+
+async def test_a_call_waiting_for_review_is_edited_or_answered_for_at_the_page(box, browser):
+    from selenium.webdriver.common.by import By
+
+    with reviewed_on_page(box, browser) as (url, token):
+        async with connect(url, token) as s:
+            edited = await decided_on_page(
+                s, browser, {"a": 2, "b": 3}, "Edit", "", '{"a": 40, "b": 2}'
+            )
+            assert edited.isError is False, edited.content[0].text
+            assert edited.content[0].text == "42", "ran with the person's arguments"
+
+            # `add` promises an integer: a person's words go out as an error result (which
+            # clients do not check against the output schema), the text as written.
+            answered = await decided_on_page(s, browser, {"a": 1, "b": 1}, "Respond", "later, please")
+            assert answered.isError is True, answered.content[0].text
+            assert answered.content[0].text == "later, please"
+            assert answered.meta["warden/error"]["kind"] == "rejected"
+
+            # An edit the tool's schema refuses is the model's to fix, not a crash.
+            wrong = await decided_on_page(s, browser, {"a": 1, "b": 1}, "Edit", "", '{"a": "x"}')
+            assert wrong.isError is True, wrong.content[0].text
+
+            # Arguments that are no JSON object never leave the page: the call still waits.
+            async with anyio.create_task_group() as tasks:
+                answers = []
+
+                async def call():
+                    answers.append(await s.call_tool("rev_add", {"a": 3, "b": 4}))
+
+                tasks.start_soon(call)
+
+                def not_json_then_approve():
+                    decide_on_page(browser, "Edit", "", "[1, 2]")
+                    said = wait_for(
+                        browser,
+                        lambda d: d.find_element(By.CSS_SELECTOR, "#pending .error").text,
+                        "the page saying why",
+                    )
+                    assert "JSON object" in said, said
+                    decide_on_page(browser, "Approve")
+
+                await anyio.to_thread.run_sync(not_json_then_approve)
+            assert answers[0].content[0].text == "7"
+        log = box.call_log()
+        decisions = [line for line in log.splitlines() if '"decision"' in line]
+        assert any('"edit"' in line for line in decisions), decisions
+        assert any('"respond"' in line for line in decisions), decisions
 
 
 def test_a_decision_from_elsewhere_or_for_another_digest_is_refused(box):

@@ -18,6 +18,29 @@ async function getJson(path) {
   return r.json();
 }
 
+/** `text` indented, when it is JSON; else as it is. */
+function prettyJson(text) {
+  try {
+    return JSON.stringify(JSON.parse(text), null, 2);
+  } catch (e) {
+    return String(text);
+  }
+}
+
+/** The JSON object `text` holds, or why it holds none. */
+function jsonObject(text) {
+  let value;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    return "The arguments are not JSON: " + e.message;
+  }
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    return "The arguments are a JSON object, like {\"a\": 1}.";
+  }
+  return value;
+}
+
 function listText(items) {
   return items && items.length ? items.map(String).join(", ") : "none";
 }
@@ -205,26 +228,53 @@ function renderPending(list) {
     dl.append(el("dt", "arguments"), el("dd", p.arguments, "message"));
     dl.append(el("dt", "digest"), el("dd", p.digest));
     if (p.changes) dl.append(el("dt", "changes"), el("dd", p.changes, "message"));
-    const reason = el("input");
-    reason.type = "text";
-    reason.placeholder = "reason, if rejected";
-    reason.setAttribute("aria-label", "Why it is rejected");
-    const approve = el("button", "Approve", "approve");
-    const reject = el("button", "Reject", "reject");
+    const isCall = p.what === "call";
+    // A call may run with other arguments (its tool's schema checks them) or be answered for.
+    const args = isCall ? el("textarea", prettyJson(p.arguments), "arguments") : null;
+    const words = el("input");
+    words.type = "text";
+    words.placeholder = isCall ? "reason if rejected, or the answer the model gets" : "reason, if rejected";
+    words.setAttribute("aria-label", words.placeholder);
     const said = el("p", "", "error");
-    const decide = async (decision) => {
-      approve.disabled = reject.disabled = true;
+    const buttons = [];
+    const decide = async (decision, extra) => {
+      for (const b of buttons) b.disabled = true;
       const r = await fetch("/api/decide", {
         method: "POST", credentials: "same-origin",
         headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ id: p.id, digest: p.digest, decision, reason: reason.value }),
+        body: JSON.stringify({ id: p.id, digest: p.digest, decision, ...extra }),
       });
       if (r.ok) card.remove();
-      else { said.textContent = await r.text(); approve.disabled = reject.disabled = false; }
+      else { said.textContent = await r.text(); for (const b of buttons) b.disabled = false; }
     };
-    approve.addEventListener("click", () => decide("approve"));
-    reject.addEventListener("click", () => decide("reject"));
-    card.append(dl, reason, approve, reject, said);
+    const button = (label, kind, title, act) => {
+      const b = el("button", label, kind);
+      b.title = title;
+      b.addEventListener("click", act);
+      buttons.push(b);
+      return b;
+    };
+    card.append(dl);
+    if (args) {
+      args.setAttribute("aria-label", "the arguments to run the call with");
+      args.rows = Math.min(12, args.value.split("\n").length + 1);
+      card.append(args);
+    }
+    card.append(words, el("br"));
+    card.append(button("Approve", "approve", "Run the call as the model wrote it", () => decide("approve", {})));
+    if (isCall) {
+      card.append(button("Edit", "edit", "Run the call with the arguments above instead", () => {
+        const edited = jsonObject(args.value);
+        if (typeof edited === "string") said.textContent = edited;
+        else decide("edit", { arguments: edited });
+      }));
+      card.append(button("Respond", "respond", "Run nothing: the model gets the text above as the tool's answer", () => {
+        if (words.value.trim()) decide("respond", { content: words.value });
+        else said.textContent = "Write the answer the model gets first.";
+      }));
+    }
+    card.append(button("Reject", "reject", "Run nothing: the model is told it was rejected", () => decide("reject", { reason: words.value })));
+    card.append(said);
     box.append(card);
   }
 }

@@ -11,9 +11,28 @@ use tokio::sync::oneshot;
 use warden_core::{Asked, BoxFuture, ChangesToReview, Decision, Reviewer, Verdict};
 
 /// What a person decided at the page.
+#[derive(Debug)]
 pub(crate) enum Decided {
     Approve,
     Reject(String),
+    /// Run the call with these arguments instead (a call, not its changes).
+    Edit(Value),
+    /// Answer the model with this text, running nothing (a call, not its changes).
+    Respond(String),
+}
+
+impl Decided {
+    /// Whether this decides a call before it runs only: a call's changes are kept or not.
+    fn for_calls_only(&self) -> bool {
+        matches!(self, Decided::Edit(_) | Decided::Respond(_))
+    }
+}
+
+/// What waits: a call to run, or the changes a call made.
+#[derive(Clone, Copy, PartialEq)]
+enum Asking {
+    Call,
+    Changes,
 }
 
 /// Why a decision was not taken.
@@ -27,11 +46,14 @@ pub(crate) enum DecideError {
         waiting: String,
         sent: String,
     },
+    #[error("number {0} waits for its changes to be kept or not: approve or reject them")]
+    NotACall(u64),
 }
 
 /// A call waiting: what the page shows, and where the decision goes.
 struct Waiting {
     shown: Value,
+    asking: Asking,
     digest: String,
     decide: oneshot::Sender<Decided>,
 }
@@ -66,6 +88,9 @@ impl Reviews {
                 sent: digest.to_owned(),
             });
         }
+        if found.asking == Asking::Changes && decided.for_calls_only() {
+            return Err(DecideError::NotACall(id));
+        }
         let Some(w) = waiting.remove(&id) else {
             return Err(DecideError::Gone(id));
         };
@@ -74,7 +99,7 @@ impl Reviews {
 
     /// Puts `shown` on the page and waits for its decision; a call no one decides waits as
     /// long as the call does (its end drops the wait and takes it off the page).
-    async fn ask(&self, mut shown: Value, digest: &str) -> Option<Decided> {
+    async fn ask(&self, mut shown: Value, asking: Asking, digest: &str) -> Option<Decided> {
         let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         shown["id"] = id.into();
         let (decide, decided) = oneshot::channel();
@@ -82,6 +107,7 @@ impl Reviews {
             id,
             Waiting {
                 shown,
+                asking,
                 digest: digest.to_owned(),
                 decide,
             },
@@ -125,9 +151,14 @@ const NO_ONE: &str = "the console stopped before anyone decided";
 impl Reviewer for Reviews {
     fn review<'a>(&'a self, asked: &'a Asked<'a>) -> BoxFuture<'a, Decision> {
         Box::pin(async move {
-            match self.ask(shown(asked, "call"), &asked.digest).await {
+            match self
+                .ask(shown(asked, "call"), Asking::Call, &asked.digest)
+                .await
+            {
                 Some(Decided::Approve) => Decision::Approve,
                 Some(Decided::Reject(reason)) => Decision::Reject { reason },
+                Some(Decided::Edit(arguments)) => Decision::Edit { arguments },
+                Some(Decided::Respond(content)) => Decision::Respond { content },
                 None => Decision::Reject {
                     reason: NO_ONE.into(),
                 },
@@ -143,10 +174,11 @@ impl Reviewer for Reviews {
         Box::pin(async move {
             let mut shown = shown(asked, "changes");
             shown["changes"] = changes.to_text().into();
-            match self.ask(shown, &asked.digest).await {
+            match self.ask(shown, Asking::Changes, &asked.digest).await {
                 Some(Decided::Approve) => Verdict::Approve,
                 Some(Decided::Reject(reason)) => Verdict::Reject { reason },
-                None => Verdict::Reject {
+                // `decide` takes nothing else for changes.
+                Some(Decided::Edit(_) | Decided::Respond(_)) | None => Verdict::Reject {
                     reason: NO_ONE.into(),
                 },
             }
@@ -169,7 +201,7 @@ mod tests {
             .expect("a runtime");
         let reviews = Reviews::default();
         runtime.block_on(async {
-            let asking = reviews.ask(json!({"tool": "rm"}), "sha256:aa");
+            let asking = reviews.ask(json!({"tool": "rm"}), Asking::Call, "sha256:aa");
             let deciding = async {
                 tokio::task::yield_now().await;
                 let refused = reviews.decide(1, "sha256:bb", Decided::Approve);
@@ -190,5 +222,32 @@ mod tests {
             reviews.decide(1, "sha256:aa", Decided::Approve),
             Err(DecideError::Gone(1))
         ));
+    }
+
+    #[test]
+    fn changes_are_kept_or_not_never_edited_or_answered_for() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        let reviews = Reviews::default();
+        runtime.block_on(async {
+            let asking = reviews.ask(json!({"tool": "rm"}), Asking::Changes, "sha256:aa");
+            let deciding = async {
+                tokio::task::yield_now().await;
+                for decided in [Decided::Edit(json!({})), Decided::Respond("done".into())] {
+                    let refused = reviews.decide(1, "sha256:aa", decided);
+                    assert!(
+                        matches!(refused, Err(DecideError::NotACall(1))),
+                        "{refused:?}"
+                    );
+                }
+                assert_eq!(reviews.pending()[0]["id"], 1, "still waiting");
+                reviews
+                    .decide(1, "sha256:aa", Decided::Approve)
+                    .expect("changes are approved");
+            };
+            let (decided, ()) = tokio::join!(asking, deciding);
+            assert!(matches!(decided, Some(Decided::Approve)));
+        });
     }
 }

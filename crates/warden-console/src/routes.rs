@@ -150,21 +150,15 @@ impl Site {
                 "a decision names the call's id and digest",
             );
         };
-        let decided = match sent["decision"].as_str() {
-            Some("approve") => Decided::Approve,
-            Some("reject") => Decided::Reject(
-                sent["reason"]
-                    .as_str()
-                    .filter(|r| !r.trim().is_empty())
-                    .unwrap_or("rejected at the console")
-                    .to_owned(),
-            ),
-            _ => return text(StatusCode::BAD_REQUEST, "a decision is approve or reject"),
+        let decided = match decided(&sent) {
+            Ok(decided) => decided,
+            Err(why) => return text(StatusCode::BAD_REQUEST, why),
         };
         match reviews.decide(id, digest, decided) {
             Ok(()) => file("application/json", "{\"ok\":true}"),
             Err(e @ DecideError::Gone(_)) => text(StatusCode::NOT_FOUND, &e.to_string()),
             Err(e @ DecideError::Digest { .. }) => text(StatusCode::CONFLICT, &e.to_string()),
+            Err(e @ DecideError::NotACall(_)) => text(StatusCode::BAD_REQUEST, &e.to_string()),
         }
     }
 
@@ -291,4 +285,28 @@ pub(crate) async fn serve(listener: TcpListener, site: Arc<Site>) {
                 .await;
         });
     }
+}
+
+/// The decision a page sent: `approve`; `reject` with its `reason`; `edit` with the
+/// `arguments` object to run instead (checked against the tool's schema when it runs);
+/// `respond` with the `content` the model gets in place of running the call.
+fn decided(sent: &Value) -> Result<Decided, &'static str> {
+    let text = |key: &str| sent[key].as_str().filter(|t| !t.trim().is_empty());
+    Ok(match sent["decision"].as_str() {
+        Some("approve") => Decided::Approve,
+        Some("reject") => Decided::Reject(
+            text("reason")
+                .unwrap_or("rejected at the console")
+                .to_owned(),
+        ),
+        Some("edit") => match &sent["arguments"] {
+            arguments @ Value::Object(_) => Decided::Edit(arguments.clone()),
+            _ => return Err("an edit sends the call's new arguments as a JSON object"),
+        },
+        Some("respond") => match text("content") {
+            Some(content) => Decided::Respond(content.to_owned()),
+            None => return Err("a response sends the text the model gets, not empty"),
+        },
+        _ => return Err("a decision is approve, edit, respond or reject"),
+    })
 }

@@ -94,8 +94,9 @@ fn annotations(tool: &Tool) -> ToolAnnotations {
 /// message in `_meta["warden/error"]`, and in `structuredContent` too when the tool has no
 /// output schema (clients such as the TypeScript SDK check any `structuredContent` against
 /// the output schema, even on errors, so a tool with one gets none on failure). A structured
-/// result cut by the output limit is a `limit_exceeded` failure carrying the cut text. What
-/// the call used goes in `_meta["warden/usage"]`, and a command's result as data in
+/// result cut by the output limit is a `limit_exceeded` failure carrying the cut text, and a
+/// reviewer's answer to a call of a tool with an output schema a `rejected` failure carrying
+/// the answer. What the call used goes in `_meta["warden/usage"]`, and a command's result as data in
 /// `_meta["warden/shell"]`.
 pub(crate) struct Answered {
     message: ToolMessage,
@@ -103,6 +104,10 @@ pub(crate) struct Answered {
     /// (`Some(false)`), or unstructured (`None`: no output schema, or no such tool).
     wrapped: Option<bool>,
 }
+
+/// A reviewer's answer to a call of a tool with a typed result.
+const RESPONDED: &str = "a reviewer answered this call in the tool's place, in words that are \
+                         not the tool's typed result; the text is their answer";
 
 /// The cut result's failure, for the model.
 const CUT: &str = "the result was larger than the tool's output limit and was cut; the text \
@@ -153,13 +158,10 @@ impl Answered {
                 {
                     return failed("limit_exceeded", CUT);
                 }
-                (Some(_), None) => {
-                    tracing::warn!(
-                        tool = %m.name,
-                        "the tool has an output schema but answered without a structured result"
-                    );
-                    None
-                }
+                // A reviewer answered in the tool's place (`respond`): a person's text is not
+                // the typed result the output schema promises, so it goes out as an error
+                // result, which clients do not check against the schema, the text as it is.
+                (Some(_), None) => return failed("rejected", RESPONDED),
             };
             return View {
                 text: &m.content,
@@ -358,6 +360,29 @@ mod tests {
         let ok = Answered::new(ToolMessage::success(&call, "fine".into(), None), None).result();
         assert_eq!(ok.is_error, Some(false));
         assert!(ok.structured_content.is_none() && ok.meta.is_none());
+    }
+
+    #[test]
+    fn a_reviewers_answer_for_a_typed_tool_is_an_error_result_with_its_text() {
+        let call = warden_core::ToolCall::new("c", "add", &json!({}));
+        let said = ToolMessage::success(&call, "later, please".into(), None);
+        let typed = spec(Some(json!({"type": "integer"})));
+        let answered = Answered::new(said.clone(), Some(&typed)).result();
+        assert_eq!(
+            answered.is_error,
+            Some(true),
+            "no result a client checks by the schema"
+        );
+        assert!(answered.structured_content.is_none());
+        assert_eq!(answered.meta.unwrap().0[ERROR_META]["kind"], "rejected");
+        let text = serde_json::to_value(&answered.content).unwrap();
+        assert_eq!(text[0]["text"], "later, please");
+        let untyped = Answered::new(said, Some(&spec(None))).result();
+        assert_eq!(
+            untyped.is_error,
+            Some(false),
+            "a tool without a schema answers it"
+        );
     }
 
     /// The response the stdio transport writes itself is, byte for byte, the one rmcp writes
