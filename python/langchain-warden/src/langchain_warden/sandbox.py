@@ -280,6 +280,54 @@ class WardenSandbox(BaseSandbox):
                 return refused
         return _response(await self._session.aexecute(command, timeout, on_output))
 
+    # deepagents 0.7: `execute_with_offload` below keeps a large output in a file.
+    enable_capture_offload = True
+
+    def execute_with_offload(
+        self,
+        command: str,
+        capture_path: str,
+        *,
+        max_inline_bytes: int,
+        max_capture_bytes: int | None = None,
+        timeout: int | None = None,
+    ) -> Any:
+        """deepagents 0.7's `execute` for large outputs (see `_offload`): the command runs in
+        the session's shell as `execute` runs it; an output over `max_inline_bytes` is written
+        to `capture_path` (or the same path under `/tmp` where the sandbox cannot write that)
+        and answered as a preview naming where it lies."""
+        from . import _offload
+
+        response = self.execute(command, timeout=timeout)
+        data = _offload_bytes(response, max_inline_bytes, max_capture_bytes)
+        if data is None:
+            return _offload.inline(response)
+        for path in dict.fromkeys((capture_path, _offload.fallback(capture_path))):
+            if self._session.upload(path, data) is None:
+                return _offload.kept(response, capture_path, path)
+        return _offload.inline(response)  # nowhere to keep it: whole, as without offload
+
+    async def aexecute_with_offload(
+        self,
+        command: str,
+        capture_path: str,
+        *,
+        max_inline_bytes: int,
+        max_capture_bytes: int | None = None,
+        timeout: int | None = None,  # noqa: ASYNC109 (the command's, not an asyncio timeout)
+    ) -> Any:
+        """The async twin of `execute_with_offload`."""
+        from . import _offload
+
+        response = await self.aexecute(command, timeout=timeout)
+        data = _offload_bytes(response, max_inline_bytes, max_capture_bytes)
+        if data is None:
+            return _offload.inline(response)
+        for path in dict.fromkeys((capture_path, _offload.fallback(capture_path))):
+            if await self._session.aupload(path, data) is None:
+                return _offload.kept(response, capture_path, path)
+        return _offload.inline(response)
+
     def write(self, file_path: str, content: str) -> WriteResult:
         """Creates `file_path` (and its parents) holding `content`; a file that exists is an
         error and stays as it is (deepagents 0.6's `write`, which the standard tests hold;
@@ -426,6 +474,20 @@ class WardenSandbox(BaseSandbox):
 
 def _warden_failed(err: WardenError) -> ExecuteResponse:
     return ExecuteResponse(output=f"warden failed: {err}", exit_code=1, truncated=False)
+
+
+def _offload_bytes(
+    response: ExecuteResponse, inline: int, cap: int | None
+) -> bytes | None:
+    """The bytes of an output to keep in a file (at most `cap`, which marks the answer
+    truncated), or None for one small enough to answer whole."""
+    data = response.output.encode()
+    if len(data) <= inline:
+        return None
+    if cap is not None and len(data) > cap:
+        response.truncated = True
+        return data[:cap]
+    return data
 
 
 def _written(path: str, failure: Failure | None) -> WriteResult:
