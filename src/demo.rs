@@ -162,6 +162,7 @@ fn tour_context(ctx: &Warden, policies: &Path) -> Result<Warden> {
         seals: ctx.seals.clone(),
         runs: ctx.runs.clone(),
         transactions: ctx.transactions.clone(),
+        snapshots: ctx.snapshots.clone(),
         trust: ctx.trust.clone(),
         docker: ctx.docker.clone(),
         host: ctx.host.clone(),

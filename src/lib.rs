@@ -110,6 +110,8 @@ pub struct Warden {
     /// Calls' views of their read-write roots and the pre-images of what they committed
     /// (`warden undo`, `warden rewind`), opened at its first use.
     pub transactions: Arc<Store>,
+    /// Snapshots of sessions' sandboxes that clients took (`warden/snapshot`).
+    pub snapshots: Arc<warden_snapshot::Snapshots>,
     /// The keys `warden add oci://…` and `warden pull` trust per registry or repository
     /// prefix ([`warden_oci::TrustFile`]).
     pub trust: PathBuf,
@@ -219,6 +221,7 @@ impl Builder {
             },
             runs: home.join("runs"),
             transactions: Store::at(&home.join("transactions")),
+            snapshots: Arc::new(warden_snapshot::Snapshots::at(&home.join("snapshots"))),
             trust: home.join("trust.toml"),
             toolbox: self.toolbox,
             egress: self.egress,

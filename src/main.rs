@@ -121,6 +121,18 @@ struct Cli {
     command: Command,
 }
 
+/// `warden snapshot …`.
+#[derive(Subcommand)]
+enum SnapshotCommand {
+    /// List the snapshots of sessions' sandboxes kept in this home, oldest first.
+    List,
+    /// Delete a snapshot.
+    Delete {
+        #[arg(value_name = "ID")]
+        id: String,
+    },
+}
+
 /// `warden log …`.
 #[derive(Subcommand)]
 enum LogCommand {
@@ -199,6 +211,10 @@ enum Command {
     /// inserted is named by file, line and call.
     #[command(subcommand)]
     Log(LogCommand),
+    /// The snapshots clients took of their sessions' sandboxes (`warden/snapshot` over MCP,
+    /// `WardenSandbox.snapshot()`): list or delete them.
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
     /// Undo every call committed after CALL_ID, newest first (CALL_ID itself stays).
     Rewind {
         #[arg(long = "to", value_name = "CALL_ID")]
@@ -377,6 +393,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Undo { list: true, .. } => undo::list(&ctx),
         Command::Undo { call_id, .. } => undo::undo(&ctx, call_id.as_deref().unwrap_or_default()),
         Command::Rewind { to } => undo::rewind(&ctx, &to),
+        Command::Snapshot(SnapshotCommand::List) => undo::snapshots(&ctx),
+        Command::Snapshot(SnapshotCommand::Delete { id }) => undo::delete_snapshot(&ctx, &id),
         Command::Log(LogCommand::Verify { key, head, json }) => {
             ledger::verify(&ctx, key.as_deref(), head.as_deref(), json)
         }

@@ -93,6 +93,7 @@ pub(crate) fn serve(ctx: Warden, args: ServeArgs) -> Result<ExitCode> {
         queue: args.max_queued_calls,
         drain: args.drain.0,
         transactions: Some(ctx.transactions.clone()),
+        snapshots: Some(ctx.snapshots.clone()),
         ..Options::default()
     };
     let reviews = args

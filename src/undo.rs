@@ -1,5 +1,6 @@
 //! `warden undo` and `warden rewind`: what calls committed to their read-write roots, put back
-//! (see `warden_tx`). Never a tool a model can call: a person, or the program that runs the
+//! (see `warden_tx`); `warden snapshot`: the snapshots of sessions' sandboxes (see
+//! `warden_snapshot`). Never a tool a model can call: a person, or the program that runs the
 //! agent, decides.
 
 use anyhow::Result;
@@ -45,6 +46,32 @@ pub(crate) fn list(ctx: &Warden) -> Result<ExitCode> {
         };
         outln!("{}: {state}", summary(record));
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Lists the snapshots kept in this home, oldest first.
+pub(crate) fn snapshots(ctx: &Warden) -> Result<ExitCode> {
+    let all = ctx.snapshots.store().list()?;
+    if all.is_empty() {
+        outln!("no snapshot is kept in this warden home");
+    }
+    for meta in &all {
+        outln!(
+            "{} ({}): {} bytes of /tmp, in {}, taken at {} ms",
+            meta.id,
+            Escaped(&meta.tool),
+            meta.bytes,
+            Escaped(&meta.shell.cwd),
+            meta.created_ms
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Deletes snapshot `id`.
+pub(crate) fn delete_snapshot(ctx: &Warden, id: &str) -> Result<ExitCode> {
+    ctx.snapshots.store().delete(id)?;
+    outln!("deleted {id}");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -23,6 +23,7 @@ mod read;
 mod request_state;
 mod review;
 mod session;
+mod snapshot;
 mod state;
 mod stateless_review;
 mod stdio;

@@ -38,6 +38,9 @@ pub struct Options {
     /// The transactions its calls commit, which a client may undo (`warden/undo`,
     /// `warden/rewind`: see `crate::undo`); `None`: those requests are refused.
     pub transactions: Option<Arc<warden_tx::Store>>,
+    /// The snapshots a client takes of its sessions' sandboxes and restores into them
+    /// (`warden/snapshot`, `warden/restore`: see `crate::snapshot`); `None`: refused.
+    pub snapshots: Option<Arc<warden_snapshot::Snapshots>>,
     /// Who reviews every call that needs review, instead of the client that sent it
     /// (`warden serve --console`: a person at the console's page); `None`: the client.
     pub reviewer: Option<Arc<dyn Reviewer>>,
@@ -60,6 +63,7 @@ impl Default for Options {
             queue: Self::QUEUE,
             drain: Self::DRAIN,
             transactions: None,
+            snapshots: None,
             reviewer: None,
         }
     }

@@ -43,25 +43,46 @@ impl Dispatcher {
     /// [`FILE_DETAIL`]: `file_not_found`, `is_directory`, `permission_denied`,
     /// `invalid_path` or `too_large`.
     pub async fn read_file(&self, tool: &str, path: &str) -> Result<Vec<u8>, ToolError> {
-        let tool = self.toolbox.get(tool).ok_or_else(|| {
-            ToolError::new(ErrorKind::UnknownTool, format!("no tool named {tool:?}"))
-        })?;
-        let bound = tool.executor.transfer().ok_or_else(|| no_transfer(tool))?;
         if !path.starts_with('/') || path.contains(['\0', '\n']) {
             return Err(file_error(
                 "invalid_path",
                 "the path must be absolute, without NUL or line breaks",
             ));
         }
+        let bound = self.transfer_bound(tool)?;
+        // The base64 of `bound` bytes, 76 to a line, and the two lines before it.
+        let output = base64_lines(bound) + 64;
+        let stdout = self
+            .run_for_client(tool, command(path, bound), output)
+            .await?;
+        decoded(&stdout, bound)
+    }
+
+    /// The most bytes a client may move in or out of the sandbox of `tool` in one request:
+    /// its executor's `transfer`, or why there is none.
+    pub fn transfer_bound(&self, tool: &str) -> Result<u64, ToolError> {
+        let tool = self.tool_named(tool)?;
+        tool.executor.transfer().ok_or_else(|| no_transfer(tool))
+    }
+
+    /// Runs `command` for a client (never the model: no call is logged) in the session's
+    /// sandbox of `tool`, as its commands run (the session's shell, its user, the tool's
+    /// concurrency and timeout), and answers its stdout, up to `output` bytes.
+    pub async fn run_for_client(
+        &self,
+        tool: &str,
+        command: String,
+        output: u64,
+    ) -> Result<String, ToolError> {
+        let tool = self.tool_named(tool)?;
         let (caller_env, image) = self.chosen(tool)?;
         let _permit = self.gate.admit(tool).await?;
         let mut limits = tool.limits;
-        // The base64 of `bound` bytes, 76 to a line, and the two lines before it.
-        limits.output = bound.div_ceil(3) * 4 * 77 / 76 + 64;
+        limits.output = output;
         let deadline = Instant::now() + limits.timeout;
         let invocation = Invocation {
             call_id: String::new(),
-            arguments: serde_json::json!({ "command": command(path, bound) }),
+            arguments: serde_json::json!({ "command": command }),
             limits,
             deadline,
             denials: Denials::default(),
@@ -76,25 +97,45 @@ impl Dispatcher {
         let ran = tokio::time::timeout_at(deadline.into(), tool.executor.execute(invocation))
             .await
             .map_err(|_| ToolError::timed_out(limits.timeout))??;
-        let stdout = ran
+        Ok(ran
             .details
             .get(SHELL_DETAIL)
             .and_then(|shell| shell.get("stdout"))
             .and_then(|out| out.as_str())
-            .unwrap_or_default();
-        decoded(stdout, bound)
+            .unwrap_or_default()
+            .to_owned())
     }
+
+    fn tool_named(&self, tool: &str) -> Result<&Tool, ToolError> {
+        self.toolbox.get(tool).ok_or_else(|| {
+            ToolError::new(ErrorKind::UnknownTool, format!("no tool named {tool:?}"))
+        })
+    }
+}
+
+/// How many bytes of text the base64 of `bytes` bytes takes, 76 to a line.
+pub fn base64_lines(bytes: u64) -> u64 {
+    bytes.div_ceil(3) * 4 * 77 / 76 + 1
+}
+
+/// A command that runs `script` (its `$0` being `name`, then `args`) in a fresh `/bin/sh`
+/// with an empty environment and `PATH=/usr/bin:/bin`, whatever the session left in its shell
+/// (functions, aliases, `PATH`): the way a client's request runs fixed code in a sandbox.
+pub fn clean_command(script: &str, name: &str, args: &[&str]) -> String {
+    let words = [CLEAN, "sh", script, name]
+        .into_iter()
+        .chain(args.iter().copied());
+    let quoted: Vec<String> = words.map(quoted).collect();
+    format!("'/bin/sh' -c {}", quoted.join(" "))
 }
 
 /// The command that runs [`READ`] on `path` in a clean shell.
 fn command(path: &str, bound: u64) -> String {
-    let words = [CLEAN, "sh", READ, "warden-read", path, &bound.to_string()];
-    let quoted: Vec<String> = words.iter().map(|w| quoted(w)).collect();
-    format!("'/bin/sh' -c {}", quoted.join(" "))
+    clean_command(READ, "warden-read", &[path, &bound.to_string()])
 }
 
 /// `word` as one shell word, in single quotes.
-fn quoted(word: &str) -> String {
+pub fn quoted(word: &str) -> String {
     format!("'{}'", word.replace('\'', "'\\''"))
 }
 

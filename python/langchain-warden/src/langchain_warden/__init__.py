@@ -23,6 +23,7 @@ from ._errors import (
     WardenError,
     WardenNotFoundError,
     WardenProcessError,
+    WardenSnapshotError,
     WardenStartError,
     WardenVersionError,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "WardenExecutionPolicy",
     "WardenNotFoundError",
     "WardenProcessError",
+    "WardenSnapshotError",
     "WardenStartError",
     "WardenTool",
     "WardenToolkit",

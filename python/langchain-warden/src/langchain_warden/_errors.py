@@ -21,3 +21,12 @@ class WardenStartError(WardenError):
 
 class WardenProcessError(WardenError):
     """The `warden` process ended, or stopped answering, while calls were waiting on it."""
+
+
+class WardenSnapshotError(WardenError):
+    """warden refused a snapshot or a restore; `kind` says why (`not_found`, `full`,
+    `policy_changed`, `read_write_roots`, `too_large`, `refused`, `unavailable`, …)."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind

@@ -259,6 +259,16 @@ class WardenSession:
             except ChunkTooLarge:
                 self._shrink()
 
+    def request(self, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        """A request of warden's own (never a tool call) in this session."""
+        process, _ = self._live()
+        return process.request(method, params)
+
+    async def arequest(self, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The async twin of `request`."""
+        process, _ = await asyncio.to_thread(self._live)
+        return await process.arequest(method, params)
+
     def _read_answer(self, answer: Mapping[str, Any]) -> bytes | Failure | None:
         """The bytes a `warden/read` answered, checked against its size and our bound; why
         the file could not be read; None to move it in chunks (it is larger than the

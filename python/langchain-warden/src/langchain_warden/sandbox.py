@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from types import TracebackType
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
 from deepagents.backends.protocol import (
@@ -25,7 +25,7 @@ from deepagents.backends.protocol import (
 )
 from deepagents.backends.sandbox import BaseSandbox
 
-from ._errors import WardenError
+from ._errors import WardenError, WardenSnapshotError
 from ._http import HttpSession
 from ._lifecycle import (
     Registry,
@@ -35,13 +35,16 @@ from ._lifecycle import (
     live_session,
     new_id,
 )
-from ._process import Watcher, resolve_toolbox
+from ._process import McpError, Watcher, resolve_toolbox
 from ._results import ShellOutput
 from ._session import Channel, WardenSession, session_choices
 from ._toolbox import DEFAULT_SHELL, SHELL_TOOLBOX
 from ._transfer import Failure
 
 logger = logging.getLogger(__name__)
+
+# The JSON-RPC error code of a snapshot request warden refused (warden-mcp's `snapshot`).
+_SNAPSHOT_REFUSED = -32011
 
 # deepagents 0.6's glob (0.7's answers absolute paths, and files only): paths relative to the
 # search root, directories included and marked.
@@ -206,6 +209,11 @@ class WardenSandbox(BaseSandbox):
         }
         self._tool = tool
         self._id = new_id(tool)
+        # What `fork` makes another sandbox with.
+        self._made: dict[str, Any] = {
+            "tool": tool, "toolbox": toolbox, "home": home, "warden": warden, "env": env,
+            "image": image, "detached": detached, "labels": labels, "ttl": ttl, **options,
+        }
         self._registry: Registry | None = None
         if not (detached or labels is not None or ttl is not None):
             self._session = WardenSession(
@@ -279,6 +287,72 @@ class WardenSandbox(BaseSandbox):
             if refused is not None:
                 return refused
         return _response(await self._session.aexecute(command, timeout, on_output))
+
+    # -- snapshots -------------------------------------------------------------------------
+
+    def snapshot(self) -> str:
+        """Snapshots this sandbox: its `/tmp` and its shell's working directory and exported
+        variables (not running processes, functions or aliases), kept in warden's home outside
+        every grant. Answers the snapshot's id, which any process of the same home may
+        `restore` or make a sandbox `from_snapshot` with. `WardenSnapshotError` says why not
+        (its `kind`: `read_write_roots` for a policy that grants one, `too_large` past the
+        policy's `transfer`, `full` past the home's bounds)."""
+        return _snapshot_id(_snapshot_answer(lambda: self._session.request(
+            "warden/snapshot", {"tool": self._tool})))
+
+    async def asnapshot(self) -> str:
+        """The async twin of `snapshot`."""
+        answer = await _asnapshot_answer(self._session.arequest(
+            "warden/snapshot", {"tool": self._tool}))
+        return _snapshot_id(answer)
+
+    def restore(self, snap_id: str) -> None:
+        """Puts snapshot `snap_id` into this sandbox: its `/tmp` becomes the snapshot's
+        (what is there now is removed), and its shell's directory and exported variables the
+        snapshot's. Refused (`WardenSnapshotError`) for a snapshot taken under another policy
+        (`policy_changed`), one warden cannot find (`not_found`), or an archive warden did not
+        write (`refused`)."""
+        _snapshot_answer(lambda: self._session.request(
+            "warden/restore", {"tool": self._tool, "snapshot": snap_id}))
+
+    async def arestore(self, snap_id: str) -> None:
+        """The async twin of `restore`."""
+        await _asnapshot_answer(self._session.arequest(
+            "warden/restore", {"tool": self._tool, "snapshot": snap_id}))
+
+    def fork(self) -> WardenSandbox:
+        """A new sandbox (made with this one's arguments) holding this one's state now: a
+        snapshot of this one, restored into the new one. The two share nothing after."""
+        snap_id = self.snapshot()
+        return WardenSandbox.from_snapshot(snap_id, **self._made)
+
+    async def afork(self) -> WardenSandbox:
+        """The async twin of `fork`."""
+        snap_id = await self.asnapshot()
+        return await WardenSandbox.afrom_snapshot(snap_id, **self._made)
+
+    @classmethod
+    def from_snapshot(cls, snap_id: str, **kwargs: Any) -> WardenSandbox:
+        """A new sandbox (`kwargs` as the constructor takes them) holding snapshot
+        `snap_id`."""
+        sandbox = cls(**kwargs)
+        try:
+            sandbox.restore(snap_id)
+        except BaseException:
+            sandbox.close()
+            raise
+        return sandbox
+
+    @classmethod
+    async def afrom_snapshot(cls, snap_id: str, **kwargs: Any) -> WardenSandbox:
+        """The async twin of `from_snapshot`."""
+        sandbox = await asyncio.to_thread(lambda: cls(**kwargs))
+        try:
+            await sandbox.arestore(snap_id)
+        except BaseException:
+            sandbox.close()
+            raise
+        return sandbox
 
     # deepagents 0.7: `execute_with_offload` below keeps a large output in a file.
     enable_capture_offload = True
@@ -474,6 +548,31 @@ class WardenSandbox(BaseSandbox):
 
 def _warden_failed(err: WardenError) -> ExecuteResponse:
     return ExecuteResponse(output=f"warden failed: {err}", exit_code=1, truncated=False)
+
+
+def _snapshot_answer(request: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """A snapshot request's answer, a refusal raised as `WardenSnapshotError`."""
+    try:
+        return request()
+    except McpError as err:
+        raise _snapshot_error(err) from None
+
+
+async def _asnapshot_answer(request: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    try:
+        return await request
+    except McpError as err:
+        raise _snapshot_error(err) from None
+
+
+def _snapshot_error(err: McpError) -> WardenError:
+    if err.code == _SNAPSHOT_REFUSED and isinstance(err.data, dict):
+        return WardenSnapshotError(str(err).split(": ", 1)[-1], str(err.data.get("kind")))
+    return err
+
+
+def _snapshot_id(answer: dict[str, Any]) -> str:
+    return str(answer["snapshot"]["id"])
 
 
 def _offload_bytes(

@@ -1,0 +1,125 @@
+//! Snapshots of a session's sandbox: requests a client sends, never tools a model can call
+//! (see `warden_snapshot`).
+//!
+//! - `warden/snapshot` `{"tool": NAME}` snapshots the sandbox of the tool in this session and
+//!   answers `{"snapshot": SNAPSHOT}`;
+//! - `warden/restore` `{"tool": NAME, "snapshot": ID}` puts a snapshot into this session's
+//!   sandbox of the tool (a snapshot of another session: a fork) and answers the same;
+//! - `warden/snapshots` `{}` answers `{"snapshots": [SNAPSHOT, …]}`, oldest first;
+//! - `warden/snapshot/delete` `{"snapshot": ID}` answers `{}`.
+//!
+//! `SNAPSHOT` is `{id, tool, policy_digest, created_ms, bytes, cwd}`. A refusal is the error
+//! code [`REFUSED`] with `data: {"kind": KIND}`, `KIND` one of [`kind`]'s; parameters that
+//! are not those above, `-32602`.
+
+use rmcp::ErrorData;
+use rmcp::model::{CustomRequest, CustomResult, ErrorCode};
+use serde_json::{Value, json};
+use warden_core::Dispatcher;
+use warden_snapshot::{Meta, SnapshotError, Snapshots};
+
+/// The error code of a snapshot request refused.
+pub(crate) const REFUSED: ErrorCode = ErrorCode(-32011);
+
+/// Answers `request` when it is one of these methods; `None` for any other method.
+pub(crate) async fn answer(
+    snapshots: Option<&Snapshots>,
+    dispatcher: &Dispatcher,
+    request: &CustomRequest,
+) -> Option<Result<CustomResult, ErrorData>> {
+    let method = request.method.as_str();
+    if !matches!(
+        method,
+        "warden/snapshot" | "warden/restore" | "warden/snapshots" | "warden/snapshot/delete"
+    ) {
+        return None;
+    }
+    let Some(snapshots) = snapshots else {
+        return Some(Err(ErrorData::new(
+            ErrorCode::METHOD_NOT_FOUND,
+            format!("{method}: this server keeps no snapshots"),
+            None,
+        )));
+    };
+    let param = |key: &str| {
+        request
+            .params
+            .as_ref()
+            .and_then(|p| p.get(key))
+            .and_then(Value::as_str)
+    };
+    let invalid = |takes: &str| {
+        Err(ErrorData::invalid_params(
+            format!("{method} takes {takes}"),
+            None,
+        ))
+    };
+    Some(match method {
+        "warden/snapshot" => match param("tool") {
+            Some(tool) => one(snapshots.take(dispatcher, tool).await),
+            None => invalid("{\"tool\": NAME}"),
+        },
+        "warden/restore" => match (param("tool"), param("snapshot")) {
+            (Some(tool), Some(id)) => one(snapshots.restore(dispatcher, tool, id).await),
+            _ => invalid("{\"tool\": NAME, \"snapshot\": ID}"),
+        },
+        "warden/snapshots" => snapshots
+            .store()
+            .list()
+            .map(|all| {
+                let shown: Vec<Value> = all.iter().map(shown).collect();
+                CustomResult::new(json!({ "snapshots": shown }))
+            })
+            .map_err(refused),
+        _ => match param("snapshot") {
+            Some(id) => snapshots
+                .store()
+                .delete(id)
+                .map(|()| CustomResult::new(json!({})))
+                .map_err(refused),
+            None => invalid("{\"snapshot\": ID}"),
+        },
+    })
+}
+
+fn one(taken: Result<Meta, SnapshotError>) -> Result<CustomResult, ErrorData> {
+    taken
+        .map(|meta| CustomResult::new(json!({ "snapshot": shown(&meta) })))
+        .map_err(refused)
+}
+
+/// What a client is told of a snapshot: not its variables' values.
+fn shown(meta: &Meta) -> Value {
+    json!({
+        "id": meta.id,
+        "tool": meta.tool,
+        "policy_digest": meta.policy_digest,
+        "created_ms": meta.created_ms,
+        "bytes": meta.bytes,
+        "cwd": meta.shell.cwd,
+    })
+}
+
+fn refused(e: SnapshotError) -> ErrorData {
+    ErrorData::new(REFUSED, e.to_string(), Some(json!({ "kind": kind(&e) })))
+}
+
+/// The kind a refusal names, for a client to act on.
+fn kind(e: &SnapshotError) -> &'static str {
+    match e {
+        SnapshotError::UnknownTool(_) => "unknown_tool",
+        SnapshotError::ReadWriteRoots(_) => "read_write_roots",
+        SnapshotError::Session(e) => e.kind.as_str(),
+        SnapshotError::TooLarge { .. } => "too_large",
+        SnapshotError::PolicyChanged { .. } => "policy_changed",
+        SnapshotError::Refused(..) => "refused",
+        SnapshotError::NotFound(_) => "not_found",
+        SnapshotError::Full { .. } => "full",
+        SnapshotError::Archive(_)
+        | SnapshotError::NoState
+        | SnapshotError::Unpack(_)
+        | SnapshotError::Corrupt { .. }
+        | SnapshotError::Store { .. }
+        | SnapshotError::Random(_) => "unavailable",
+    }
+}

@@ -1,0 +1,337 @@
+//! Snapshots of a shell session's sandbox: its `/tmp` (the place a shipped shell policy lets
+//! a command write) and its shell's working directory and exported variables, kept in
+//! warden's home, restored into the same session (rewind) or into another one (a fork, or a
+//! sandbox made from a snapshot).
+//!
+//! - **Taken** by fixed scripts in the session's sandbox, as its user: `tar` of `/tmp` in a
+//!   clean shell (as `warden/read` runs), through base64 within the policy's `transfer`; the
+//!   shell's state printed by the session's own shell ([`shell::PRINT`]). warden checks the
+//!   archive and writes it again ([`archive::rewritten`]): only plain relative paths, nothing
+//!   below a link it holds, no devices.
+//! - **Kept** outside every grant (`<home>/snapshots`), bounded in number and bytes
+//!   ([`store::MAX_SNAPSHOTS`], [`store::MAX_BYTES`]): past them a new snapshot is refused,
+//!   no old one evicted. Never kept: variables the policy fills from warden's environment
+//!   (`env_from_host`), its secret ones, and the client's (`env_from_caller`): a restore
+//!   gets them from the policy and the client as any session does.
+//! - **Restored** under the same policy only (its digest), the archive checked again (a
+//!   home's files may have been edited), moved in through base64 in the sandbox's own shell,
+//!   `/tmp` emptied and the archive unpacked there by `tar` as the sandbox's user; then the
+//!   shell's directory and variables are replayed, quoted by warden.
+//! - **Not carried**: running processes (background jobs), the shell's functions, aliases
+//!   and unexported variables. A session whose policy grants a read-write root is refused:
+//!   its roots are the real folders, which a restore must not write behind the transactions.
+
+pub mod archive;
+pub mod shell;
+pub mod store;
+
+pub use archive::ArchiveError;
+pub use shell::ShellState;
+pub use store::{MAX_BYTES, MAX_SNAPSHOTS, Meta, Store};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use std::path::PathBuf;
+use warden_core::{Access, Dispatcher, Tool, ToolError, base64_lines, clean_command};
+
+/// Why a snapshot or a restore failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("no tool named {0:?}")]
+    UnknownTool(String),
+    #[error(
+        "{0:?} grants a read-write root: a snapshot keeps a sandbox's /tmp and shell, and its \
+         roots' changes are the calls' transactions (`warden undo`, `warden/rewind`)"
+    )]
+    ReadWriteRoots(String),
+    #[error("{0}")]
+    Session(ToolError),
+    #[error("the sandbox's /tmp could not be archived: {0}")]
+    Archive(String),
+    #[error(
+        "the sandbox's /tmp holds more than the {bound} bytes its policy lets a client move (`transfer`)"
+    )]
+    TooLarge { bound: u64 },
+    #[error(
+        "the session's shell did not print its state (it needs `env` and `base64` at /usr/bin or /bin)"
+    )]
+    NoState,
+    #[error(
+        "snapshot {id} was taken under policy {then}, and {tool:?} is now under {now}: restore it under the policy it was taken with"
+    )]
+    PolicyChanged {
+        id: String,
+        tool: String,
+        then: String,
+        now: String,
+    },
+    #[error("snapshot {0} is not an archive warden wrote: {1}")]
+    Refused(String, ArchiveError),
+    #[error("the snapshot could not be unpacked in the sandbox: {0}")]
+    Unpack(String),
+    #[error("no snapshot {0} (`warden snapshot list` lists them)")]
+    NotFound(String),
+    #[error(
+        "{count} snapshots of {bytes} bytes with this one: past the {MAX_SNAPSHOTS} snapshots or \
+         {MAX_BYTES} bytes a home keeps; delete some (`warden snapshot delete ID`)"
+    )]
+    Full { count: usize, bytes: u64 },
+    #[error("snapshot {}: {why}", path.display())]
+    Corrupt { path: PathBuf, why: String },
+    #[error("the snapshots at {}: {source}", path.display())]
+    Store {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("no randomness for a snapshot's id: {0}")]
+    Random(String),
+}
+
+impl From<ToolError> for SnapshotError {
+    fn from(e: ToolError) -> Self {
+        SnapshotError::Session(e)
+    }
+}
+
+/// Shell functions both scripts use, in `/tmp`, given `$roots` (the policy's roots below
+/// `/tmp`, as `./a/b`, a line each): `walk DIR ACT` runs `ACT PATH` on each entry of DIR
+/// that neither is a root nor holds one, and walks into those that hold one (a root is a
+/// mount of its own, and its parents are the sandbox's, not the user's).
+const WALK: &str = "role() {\n\
+    set -f; o=$IFS; IFS='\n'\n\
+    for r in $roots; do\n\
+    if [ \"$1\" = \"$r\" ]; then IFS=$o; set +f; echo root; return; fi\n\
+    case \"$r\" in \"$1\"/*) IFS=$o; set +f; echo above; return;; esac\n\
+    done; IFS=$o; set +f\n\
+    }\n\
+    walk() {\n\
+    for e in \"$1\"/.[!.]* \"$1\"/..?* \"$1\"/*; do\n\
+    if [ -e \"$e\" ] || [ -L \"$e\" ]; then\n\
+    case $(role \"$e\") in\n\
+    root) ;;\n\
+    above) if [ ! -L \"$e\" ]; then walk \"$e\" \"$2\" || return 1; fi ;;\n\
+    *) \"$2\" \"$e\" || return 1 ;;\n\
+    esac\n\
+    fi\n\
+    done\n\
+    }\n\
+    cd /tmp || exit 1\n";
+
+/// Arguments: the roots. `tar` of each entry of `/tmp` (as [`WALK`] finds them) through
+/// base64, the archives one after another, then the status on a line of its own.
+const ARCHIVE: &str = "roots=$(printf '%s\\n' \"$@\")\n\
+    pack() { tar -cf - \"$1\" 2>/dev/null; }\n\
+    exec 3>&1\n\
+    st=$( { { walk . pack; echo \"$?\" >&4; } | base64 >&3; } 4>&1 )\n\
+    echo \"WARDEN-END $st\"";
+
+/// Appends the base64 on stdin to `$1` (made anew when `$2` is `new`).
+const APPEND: &str = "if [ \"$2\" = new ]; then : >\"$1\" || exit 1; fi\n\
+    base64 -d >>\"$1\" && echo WARDEN-OK";
+
+/// Arguments: the archive (`./NAME` in `/tmp`), then the roots. Removes the entries of
+/// `/tmp` (as [`WALK`] finds them) but the archive, unpacks it (modes as archived, owned by
+/// the sandbox's user), removes it.
+const UNPACK: &str = "a=$1; shift; roots=$(printf '%s\\n' \"$@\")\n\
+    drop() { [ \"$1\" = \"$a\" ] || rm -rf -- \"$1\"; }\n\
+    walk . drop || { echo 'WARDEN-END emptying /tmp'; exit 0; }\n\
+    umask 0\n\
+    out=$(tar -xof \"$a\" 2>&1); st=$?\n\
+    rm -f -- \"$a\"\n\
+    echo \"WARDEN-END $st\"; printf '%s\\n' \"$out\"";
+
+/// The raw bytes of the archive each command moves in.
+const CHUNK: usize = 768 * 1024;
+
+/// Snapshots in a store, taken of and restored into a dispatcher's sessions.
+pub struct Snapshots {
+    store: Store,
+}
+
+impl Snapshots {
+    /// Snapshots kept in `dir` (warden's `<home>/snapshots`).
+    pub fn at(dir: &std::path::Path) -> Self {
+        Self {
+            store: Store::at(dir),
+        }
+    }
+
+    /// The store, to list and delete.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Takes a snapshot of the sandbox of `tool` in `dispatcher`'s session (starting it if
+    /// it has not started).
+    pub async fn take(&self, dispatcher: &Dispatcher, tool: &str) -> Result<Meta, SnapshotError> {
+        let found = snapshotable(dispatcher, tool)?;
+        let bound = dispatcher.transfer_bound(tool)?;
+        let roots = roots_below_tmp(found);
+        let roots: Vec<&str> = roots.iter().map(String::as_str).collect();
+        let command = clean_command(&format!("{WALK}{ARCHIVE}"), "warden-snapshot", &roots);
+        let printed = dispatcher
+            .run_for_client(tool, command, base64_lines(bound) + 64)
+            .await?;
+        let archive = archived(&printed, bound)?;
+        let archive = archive::rewritten(&archive, &roots)
+            .map_err(|e| SnapshotError::Archive(e.to_string()))?;
+        let shell = self.state(dispatcher, tool, found).await?;
+        let meta = Meta {
+            id: store::new_id()?,
+            tool: tool.to_owned(),
+            policy_digest: found.policy_digest().to_owned(),
+            created_ms: now_ms(),
+            bytes: archive.len() as u64,
+            shell,
+        };
+        self.store.add(&meta, &archive)?;
+        tracing::info!(id = %meta.id, tool, bytes = meta.bytes, "snapshot taken");
+        Ok(meta)
+    }
+
+    /// Puts snapshot `id` into the sandbox of `tool` in `dispatcher`'s session: its `/tmp`
+    /// becomes the snapshot's, its shell's directory and variables the snapshot's.
+    pub async fn restore(
+        &self,
+        dispatcher: &Dispatcher,
+        tool: &str,
+        id: &str,
+    ) -> Result<Meta, SnapshotError> {
+        let found = snapshotable(dispatcher, tool)?;
+        let meta = self.store.meta(id)?;
+        if meta.policy_digest != found.policy_digest() {
+            return Err(SnapshotError::PolicyChanged {
+                id: id.to_owned(),
+                tool: tool.to_owned(),
+                then: meta.policy_digest,
+                now: found.policy_digest().to_owned(),
+            });
+        }
+        let roots = roots_below_tmp(found);
+        let roots: Vec<&str> = roots.iter().map(String::as_str).collect();
+        let archive = archive::rewritten(&self.store.archive(id)?, &roots)
+            .map_err(|e| SnapshotError::Refused(id.to_owned(), e))?;
+        let bound = dispatcher.transfer_bound(tool)?;
+        if archive.len() as u64 > bound {
+            return Err(SnapshotError::TooLarge { bound });
+        }
+        let name = format!("./.warden-restore-{}.tar", &store::new_id()?[5..]);
+        let path = format!("/tmp/{}", &name[2..]);
+        for (n, chunk) in archive.chunks(CHUNK).enumerate() {
+            let mode = if n == 0 { "new" } else { "append" };
+            let command = format!(
+                "{} <<'WARDEN_EOF'\n{}\nWARDEN_EOF",
+                clean_command(APPEND, "warden-restore", &[&path, mode]),
+                STANDARD.encode(chunk)
+            );
+            let printed = dispatcher.run_for_client(tool, command, 256).await?;
+            if printed.trim() != "WARDEN-OK" {
+                return Err(SnapshotError::Unpack(format!(
+                    "moving it in: {}",
+                    printed.trim()
+                )));
+            }
+        }
+        let args: Vec<&str> = std::iter::once(name.as_str())
+            .chain(roots.iter().copied())
+            .collect();
+        let command = clean_command(&format!("{WALK}{UNPACK}"), "warden-restore", &args);
+        let printed = dispatcher.run_for_client(tool, command, 64 * 1024).await?;
+        if printed.lines().next() != Some("WARDEN-END 0") {
+            return Err(SnapshotError::Unpack(printed.trim().to_owned()));
+        }
+        let now = self.state(dispatcher, tool, found).await?;
+        let policy = &found.policy.grants;
+        let kept = |name: &str| policy.env.contains_key(name) || dropped(found, name);
+        dispatcher
+            .run_for_client(tool, meta.shell.replay(&now, kept), 64 * 1024)
+            .await?;
+        tracing::info!(id, tool, "snapshot restored");
+        Ok(meta)
+    }
+
+    async fn state(
+        &self,
+        dispatcher: &Dispatcher,
+        tool: &str,
+        found: &Tool,
+    ) -> Result<ShellState, SnapshotError> {
+        let printed = dispatcher
+            .run_for_client(tool, shell::PRINT.to_owned(), 1 << 20)
+            .await?;
+        ShellState::parse(&printed, |name| dropped(found, name)).ok_or(SnapshotError::NoState)
+    }
+}
+
+/// The tool, when a snapshot of its session may be taken.
+fn snapshotable<'d>(dispatcher: &'d Dispatcher, tool: &str) -> Result<&'d Tool, SnapshotError> {
+    let found = dispatcher
+        .toolbox()
+        .get(tool)
+        .ok_or_else(|| SnapshotError::UnknownTool(tool.to_owned()))?;
+    if found
+        .policy
+        .grants
+        .fs
+        .iter()
+        .any(|g| g.access == Access::ReadWrite)
+    {
+        return Err(SnapshotError::ReadWriteRoots(tool.to_owned()));
+    }
+    Ok(found)
+}
+
+/// The roots the policy mounts below the sandbox's `/tmp` (a host shell sees a root at its
+/// host path, and a folder of the host's /tmp is there), as the scripts name them: `./a/b`.
+fn roots_below_tmp(tool: &Tool) -> Vec<String> {
+    tool.policy
+        .grants
+        .fs
+        .iter()
+        .filter_map(|g| g.guest.strip_prefix("/tmp/"))
+        .map(|rest| format!("./{}", rest.trim_end_matches('/')))
+        .collect()
+}
+
+/// Whether a snapshot leaves variable `name` out: the policy fills it from warden's
+/// environment, calls it secret, or lets the client set it.
+fn dropped(tool: &Tool, name: &str) -> bool {
+    let grants = &tool.policy.grants;
+    [
+        &grants.env_from_host,
+        &grants.secret_env,
+        &grants.env_from_caller,
+    ]
+    .iter()
+    .any(|names| names.iter().any(|n| n == name))
+}
+
+/// The archive [`ARCHIVE`] printed: its base64, then `WARDEN-END` and `tar`'s status.
+fn archived(printed: &str, bound: u64) -> Result<Vec<u8>, SnapshotError> {
+    let printed = printed.trim_end();
+    let (text, end) = printed.rsplit_once('\n').unwrap_or(("", printed));
+    match end.strip_prefix("WARDEN-END ") {
+        Some("0") => {}
+        Some(status) => {
+            return Err(SnapshotError::Archive(format!(
+                "tar ended with status {status}: a file in /tmp its user cannot read?"
+            )));
+        }
+        // No end line: the output limit (the policy's `transfer`) cut it.
+        None => return Err(SnapshotError::TooLarge { bound }),
+    }
+    let text: String = text.split_whitespace().collect();
+    let bytes = STANDARD
+        .decode(text)
+        .map_err(|_| SnapshotError::Archive("the sandbox answered no base64".into()))?;
+    if bytes.len() as u64 > bound {
+        return Err(SnapshotError::TooLarge { bound });
+    }
+    Ok(bytes)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
