@@ -1,0 +1,201 @@
+"""Snapshots of a `WardenSandbox` (warden's `warden/snapshot` and `warden/restore`) on the
+shipped host and Debian docker shells as they are: a snapshot, then changes, then a restore
+gives back `/tmp` byte for byte (modes and links as they were) and the shell's directory and
+variables; a fork and a sandbox made from a snapshot in another process diverge from the first;
+a restore under a changed policy and an archive warden did not write are refused; the
+snapshots lie out of every sandbox's reach."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+from collections.abc import Iterator
+from io import BytesIO
+from pathlib import Path
+
+import pytest
+
+from langchain_harness import require_docker, scratch, shell_toolbox, warden_bin
+from langchain_warden import WardenSandbox, WardenSnapshotError
+
+SHELLS = ["host-shell", "shell"]
+DATA = bytes(range(256)) * 1024  # 256 KiB of every byte value
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    with scratch() as base:
+        shell_toolbox(base)
+        yield base
+
+
+def made(base: Path, tool: str) -> dict:
+    if tool == "shell":
+        require_docker()
+    return {"tool": tool, "toolbox": base / "policies", "home": base / "home", "warden": warden_bin()}
+
+
+def state(sandbox: WardenSandbox) -> str:
+    """What a restore must give back: the directory, a variable, the files with their modes,
+    links and contents."""
+    return sandbox.execute(
+        "pwd; echo \"A=$A C=${C-unset}\"; (cd /tmp/w && find . | sort | while read -r p; do "
+        "if [ -L \"$p\" ]; then echo \"$p -> $(readlink \"$p\")\"; "
+        "else echo \"$p $(stat -c %a \"$p\") $( [ -f \"$p\" ] && md5sum <\"$p\" | cut -c1-8)\"; fi; done)"
+    ).output
+
+
+def prepare(sandbox: WardenSandbox) -> None:
+    [up] = sandbox.upload_files([("/tmp/w/d/data.bin", DATA)])
+    assert up.error is None, up
+    ran = sandbox.execute(
+        "cd /tmp/w && echo one >d/f && chmod 640 d/f && ln -s /etc/passwd link && "
+        "mkdir -m 700 private && export A='x y' && cd d"
+    )
+    assert ran.exit_code == 0, ran.output
+
+
+@pytest.mark.parametrize("tool", SHELLS)
+def test_a_restore_gives_back_tmp_and_the_shell_as_they_were(base, tool):
+    with WardenSandbox(**made(base, tool)) as sandbox:
+        prepare(sandbox)
+        before = state(sandbox)
+        snap = sandbox.snapshot()
+        changed = sandbox.execute(
+            "cd / && rm -rf /tmp/w/private /tmp/w/link && echo two >/tmp/w/d/f && "
+            "echo new >/tmp/new && export A=changed C=3"
+        )
+        assert changed.exit_code == 0, changed.output
+        assert state(sandbox) != before
+        sandbox.restore(snap)
+        assert state(sandbox) == before
+        assert "/tmp/w/d\n" in before and "A=x y C=unset" in before, before
+        assert sandbox.execute("cat /tmp/new 2>&1").exit_code != 0, "what came after is gone"
+        [back] = sandbox.download_files(["/tmp/w/d/data.bin"])
+        assert back.content == DATA, "byte for byte"
+        # The session goes on from there.
+        assert sandbox.execute("echo $A; cat f").output == "x y\none\n"
+
+
+@pytest.mark.parametrize("tool", SHELLS)
+def test_a_fork_and_a_sandbox_from_a_snapshot_diverge_from_the_first(base, tool):
+    kwargs = made(base, tool)
+    with WardenSandbox(**kwargs) as first:
+        prepare(first)
+        before = state(first)
+        with first.fork() as fork:
+            assert state(fork) == before
+            fork.execute("echo forked >/tmp/w/d/f")
+            first.execute("echo first >/tmp/w/d/g")
+            assert first.execute("cat /tmp/w/d/f").output == "one\n"
+            assert fork.execute("cat /tmp/w/d/g 2>&1").exit_code != 0
+        snap = first.snapshot()
+    # Another process, the same home: the id is all it needs.
+    script = (
+        "import json, sys\n"
+        "from langchain_warden import WardenSandbox\n"
+        "kw = json.loads(sys.argv[2])\n"
+        "with WardenSandbox.from_snapshot(sys.argv[1], **kw) as s:\n"
+        "    print(s.execute('pwd; cat f g').output, end='')\n"
+    )
+    shown = {k: str(v) for k, v in kwargs.items()}
+    out = subprocess.run(
+        [sys.executable, "-c", script, snap, json.dumps(shown)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "/tmp/w/d\none\nfirst\n", out.stdout
+
+
+def test_a_restore_under_a_changed_policy_is_refused(base):
+    kwargs = made(base, "host-shell")
+    with WardenSandbox(**kwargs) as sandbox:
+        prepare(sandbox)
+        snap = sandbox.snapshot()
+    policy = base / "policies" / "shell-host.toml"
+    policy.write_text(policy.read_text().replace('timeout = "30s"', 'timeout = "29s"'))
+    with pytest.raises(WardenSnapshotError) as refused:
+        WardenSandbox.from_snapshot(snap, **kwargs)
+    assert refused.value.kind == "policy_changed", refused.value
+    assert "restore it under the policy it was taken with" in str(refused.value)
+
+
+def tampered(entry: str, kind: bytes, target: str = "") -> bytes:
+    """An archive holding `./ok` and a hostile `entry`: a file, or (`kind` SYMTYPE) a link to
+    `target` with a file below it."""
+    out = BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        def add(name, type_=tarfile.REGTYPE, link=""):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname, info.size = type_, link, 0 if link else 3
+            tar.addfile(info, None if link else BytesIO(b"bad"))
+        add("./ok")
+        if kind == tarfile.SYMTYPE:
+            add(entry, tarfile.SYMTYPE, target)
+            add(entry + "/passwd")
+        else:
+            add(entry)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "archive",
+    [tampered("../escape", tarfile.REGTYPE), tampered("/etc/escape", tarfile.REGTYPE),
+     tampered("./up", tarfile.SYMTYPE, "/etc")],
+    ids=["dotdot", "absolute", "symlinked-parent"],
+)
+def test_an_archive_warden_did_not_write_is_refused(base, archive):
+    kwargs = made(base, "host-shell")
+    with WardenSandbox(**kwargs) as sandbox:
+        sandbox.execute("echo kept >/tmp/kept")
+        snap = sandbox.snapshot()
+        (base / "home" / "snapshots" / snap / "archive.tar").write_bytes(archive)
+        with pytest.raises(WardenSnapshotError) as refused:
+            sandbox.restore(snap)
+        assert refused.value.kind == "refused", refused.value
+        assert sandbox.execute("cat /tmp/kept; ls /tmp/ok 2>&1").output.startswith("kept\n")
+
+
+@pytest.mark.parametrize("tool", SHELLS)
+def test_snapshots_are_out_of_every_sandboxs_reach(base, tool):
+    kwargs = made(base, tool)
+    with WardenSandbox(**kwargs) as sandbox:
+        snap = sandbox.snapshot()
+        kept = base / "home" / "snapshots" / snap
+        assert (kept / "archive.tar").is_file()
+        # The sandbox sees its workspace grant (the host shell at its host path, beside the
+        # home): the home is not there.
+        root = "/workspace" if tool == "shell" else base / "workspace"
+        seen = sandbox.execute(f"ls {root}; ls {kept} 2>&1; ls {base / 'home'} 2>&1")
+        assert "README.txt" in seen.output, "a reach the sandbox has shows"
+        assert "archive.tar" not in seen.output and "snapshot.json" not in seen.output, seen.output
+
+
+def test_a_policy_with_a_read_write_root_is_refused_and_the_cli_lists_and_deletes(base):
+    rw = base / "policies" / "rw.toml"
+    (base / "rw").mkdir()
+    (base / "rw").chmod(0o777)
+    rw.write_text(
+        (base / "policies" / "shell-host.toml").read_text()
+        .replace('name = "host-shell"', 'name = "rw-shell"')
+        .replace(f'host = "../workspace", access = "read-only"', f'host = "../rw", access = "read-write"')
+    )
+    kwargs = made(base, "rw-shell")
+    with WardenSandbox(**kwargs) as sandbox:
+        with pytest.raises(WardenSnapshotError) as refused:
+            sandbox.snapshot()
+    assert refused.value.kind == "read_write_roots", refused.value
+    with WardenSandbox(**made(base, "host-shell")) as sandbox:
+        snap = sandbox.snapshot()
+    env = {"WARDEN_HOME": str(base / "home"), "WARDEN_TOOLBOX": str(base / "policies")}
+    cli = lambda *args: subprocess.run(  # noqa: E731
+        [str(warden_bin()), "snapshot", *args], capture_output=True, text=True, env=env
+    )
+    listed = cli("list")
+    assert listed.returncode == 0 and snap in listed.stdout and "(host-shell)" in listed.stdout
+    assert cli("delete", snap).returncode == 0
+    assert cli("list").stdout.startswith("no snapshot")
+    gone = cli("delete", snap)
+    assert gone.returncode != 0 and "no snapshot" in gone.stderr, gone.stderr
