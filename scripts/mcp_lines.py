@@ -3,6 +3,7 @@ scripts/bench-guard): a server started with a pipe each way, `tools/call` of the
 fixture's `add` timed from request to answer, the server's CPU a call from /proc, and the
 floor: a trivial Python server answering each call with warden's own bytes."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -47,10 +48,9 @@ for line in sys.stdin:
 """
 
 
-def start_raw(command, env):
+def start_raw(command, env, stderr=subprocess.DEVNULL):
     return subprocess.Popen(command, env={**os.environ, **env},
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
 
 
 def send(proc, message):
@@ -82,24 +82,27 @@ def server_cpu(pid):
     return total / 1e9
 
 
-def raw_round_trips(command, env, calls):
-    """Round trips of `calls` calls after 300 to warm up, and the server's CPU a call."""
-    proc = start_raw(command, env)
+def raw_round_trips(command, env, calls, beside=None):
+    """Round trips of `calls` calls after 300 to warm up, and the server's CPU a call. With
+    `beside`, a context manager made of the server's process (its stderr a pipe) holds while
+    the calls run."""
+    proc = start_raw(command, env, subprocess.DEVNULL if beside is None else subprocess.PIPE)
     send(proc, INIT)
     receive(proc, 1)
     send(proc, INITIALIZED)
     times = []
-    for i in range(calls + 300):
-        if i == 300:
-            cpu = server_cpu(proc.pid)
-        call = dict(ADD, id=100 + i)
-        start = time.perf_counter()
-        send(proc, call)
-        answer = receive(proc, 100 + i)
-        if i >= 300:
-            times.append(time.perf_counter() - start)
-        assert answer["result"]["structuredContent"] == {"result": 3}, answer
-    end = server_cpu(proc.pid)
+    with beside(proc) if beside else contextlib.nullcontext():
+        for i in range(calls + 300):
+            if i == 300:
+                cpu = server_cpu(proc.pid)
+            call = dict(ADD, id=100 + i)
+            start = time.perf_counter()
+            send(proc, call)
+            answer = receive(proc, 100 + i)
+            if i >= 300:
+                times.append(time.perf_counter() - start)
+            assert answer["result"]["structuredContent"] == {"result": 3}, answer
+        end = server_cpu(proc.pid)
     proc.stdin.close()
     proc.wait()
     per_call = None if cpu is None or end is None else (end - cpu) / calls
