@@ -176,15 +176,26 @@ impl Snapshots {
         let archive = archive::rewritten(&archive, &roots)
             .map_err(|e| SnapshotError::Archive(e.to_string()))?;
         let shell = self.state(dispatcher, tool, found).await?;
+        let digest = {
+            use sha2::Digest as _;
+            let mut hash = sha2::Sha256::new();
+            for part in [found.policy_digest().as_bytes(), &archive] {
+                hash.update((part.len() as u64).to_le_bytes());
+                hash.update(part);
+            }
+            hash.update(serde_json::to_vec(&shell).unwrap_or_default());
+            format!("sha256:{}", hex::encode(hash.finalize()))
+        };
         let meta = Meta {
             id: store::new_id()?,
             tool: tool.to_owned(),
             policy_digest: found.policy_digest().to_owned(),
             created_ms: now_ms(),
             bytes: archive.len() as u64,
+            digest,
             shell,
         };
-        self.store.add(&meta, &archive)?;
+        let meta = self.store.add(meta, &archive)?;
         tracing::info!(id = %meta.id, tool, bytes = meta.bytes, "snapshot taken");
         Ok(meta)
     }

@@ -30,6 +30,9 @@ pub struct Meta {
     pub created_ms: u64,
     /// The archive's size.
     pub bytes: u64,
+    /// `sha256:` of the policy's digest, the archive and the shell's state: a snapshot of a
+    /// sandbox no call changed since the last is that one again, not another copy.
+    pub digest: String,
     /// The shell's state, without the variables the policy sets from warden's environment,
     /// its secret ones, and the client's.
     pub shell: ShellState,
@@ -48,8 +51,17 @@ impl Store {
         }
     }
 
-    /// Keeps `archive` as snapshot `meta.id`, within the bounds.
-    pub fn add(&self, meta: &Meta, archive: &[u8]) -> Result<(), SnapshotError> {
+    /// Keeps `archive` as snapshot `meta.id`, within the bounds; answers the snapshot kept:
+    /// an earlier one of the same tool and digest, when there is one.
+    pub fn add(&self, meta: Meta, archive: &[u8]) -> Result<Meta, SnapshotError> {
+        let kept = self.list()?;
+        if let Some(same) = kept
+            .into_iter()
+            .rev()
+            .find(|m| m.digest == meta.digest && m.tool == meta.tool)
+        {
+            return Ok(same);
+        }
         let kept = self.list()?;
         let bytes: u64 = kept.iter().map(|m| m.bytes).sum::<u64>() + archive.len() as u64;
         if kept.len() >= MAX_SNAPSHOTS || bytes > MAX_BYTES {
@@ -74,13 +86,13 @@ impl Store {
             .create(&partial)
             .map_err(io)?;
         let written = write_new(&partial.join("archive.tar"), archive)
-            .and_then(|()| write_new(&partial.join("snapshot.json"), &json(meta)))
+            .and_then(|()| write_new(&partial.join("snapshot.json"), &json(&meta)))
             .and_then(|()| fs::rename(&partial, self.dir.join(&meta.id)));
         if let Err(e) = written {
             let _ = fs::remove_dir_all(&partial);
             return Err(io(e));
         }
-        Ok(())
+        Ok(meta)
     }
 
     /// Snapshot `id`'s record.
@@ -184,6 +196,7 @@ mod tests {
             policy_digest: "sha256:00".into(),
             created_ms,
             bytes,
+            digest: format!("sha256:{id}"),
             shell: ShellState::default(),
         }
     }
@@ -194,8 +207,17 @@ mod tests {
         let store = Store::at(&home.path().join("snapshots"));
         assert!(store.list().unwrap().is_empty());
         let (a, b) = (new_id().unwrap(), new_id().unwrap());
-        store.add(&meta(&b, 3, 2), b"abc").unwrap();
-        store.add(&meta(&a, 1, 1), b"x").unwrap();
+        store.add(meta(&b, 3, 2), b"abc").unwrap();
+        store.add(meta(&a, 1, 1), b"x").unwrap();
+        let again = Meta {
+            id: new_id().unwrap(),
+            ..meta(&b, 3, 5)
+        };
+        assert_eq!(
+            store.add(again, b"abc").unwrap().id,
+            b,
+            "the same snapshot again"
+        );
         let ids: Vec<String> = store.list().unwrap().into_iter().map(|m| m.id).collect();
         assert_eq!(ids, [a.clone(), b.clone()], "oldest first");
         assert_eq!(store.archive(&b).unwrap(), b"abc");
@@ -219,8 +241,8 @@ mod tests {
         let home = tempfile::tempdir().unwrap();
         let store = Store::at(home.path());
         let first = new_id().unwrap();
-        store.add(&meta(&first, MAX_BYTES - 1, 1), b"").unwrap();
-        let refused = store.add(&meta(&new_id().unwrap(), 2, 2), b"xy");
+        store.add(meta(&first, MAX_BYTES - 1, 1), b"").unwrap();
+        let refused = store.add(meta(&new_id().unwrap(), 2, 2), b"xy");
         assert!(
             matches!(refused, Err(SnapshotError::Full { count: 1, .. })),
             "{refused:?}"

@@ -33,6 +33,8 @@ from .policy import WardenExecutionPolicy
 from .toolkit import WardenTool, WardenToolkit
 
 if TYPE_CHECKING:
+    from .checkpoints import WardenCheckpointMiddleware as WardenCheckpointMiddleware
+    from .checkpoints import WardenThreadSandbox as WardenThreadSandbox
     from .openai_agents import WardenSandboxClient as WardenSandboxClient
     from .openai_agents import WardenSandboxClientOptions as WardenSandboxClientOptions
     from .provider import WardenSandboxProvider as WardenSandboxProvider
@@ -63,6 +65,8 @@ __all__ = [
 _LAZY = {
     "WardenSandbox": ("sandbox", "deepagents", "deepagents"),
     "WardenSandboxProvider": ("provider", "deepagents", "deepagents"),
+    "WardenThreadSandbox": ("checkpoints", "deepagents", "deepagents"),
+    "WardenCheckpointMiddleware": ("checkpoints", "deepagents", "deepagents"),
     "WardenSandboxClient": ("openai_agents", "agents", "openai-agents"),
     "WardenSandboxClientOptions": ("openai_agents", "agents", "openai-agents"),
 }

@@ -1,0 +1,82 @@
+"""A deep agent's sandbox in lockstep with LangGraph's checkpoints (`WardenThreadSandbox`
+and `WardenCheckpointMiddleware`): a scripted model writes a file in each of three steps;
+a thread forked from the checkpoint after step one gets a sandbox of its own holding step
+one's file alone while the first keeps all three, and resuming the first thread from that
+checkpoint puts its sandbox back to step one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from deepagents import create_deep_agent
+from langchain_core.messages import AIMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+
+from langchain_harness import call, require_docker, scratch, scripted, shell_toolbox, warden_bin
+from langchain_warden import WardenCheckpointMiddleware, WardenThreadSandbox
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    with scratch() as base:
+        shell_toolbox(base)
+        yield base
+
+
+def files(backend: WardenThreadSandbox, thread: str) -> str:
+    return backend.sandbox(thread).execute("ls /tmp/steps").output
+
+
+def after_step_one(agent, config):
+    """The checkpoint right after step one's tool ran (its snapshot in the state)."""
+    found = None
+    for state in agent.get_state_history(config):  # newest first
+        ids = {m.tool_call_id for m in state.values.get("messages", []) if isinstance(m, ToolMessage)}
+        if ids == {"s1"}:
+            found = state  # the last one seen is the earliest: right after the tools ran
+    assert found is not None and found.values.get("warden_snapshot"), found
+    return found
+
+
+@pytest.mark.parametrize("tool", ["host-shell", "shell"])
+def test_forking_or_resuming_a_thread_puts_its_sandbox_at_that_checkpoint(base, tool):
+    if tool == "shell":
+        require_docker()
+    model = scripted(
+        AIMessage(content="", tool_calls=[call("write_file", {"file_path": "/tmp/steps/1", "content": "one"}, "s1")]),
+        AIMessage(content="", tool_calls=[call("write_file", {"file_path": "/tmp/steps/2", "content": "two"}, "s2")]),
+        AIMessage(content="", tool_calls=[call("execute", {"command": "echo three >/tmp/steps/3"}, "s3")]),
+        "done",
+        "forked",
+        "resumed",
+    )
+    backend = WardenThreadSandbox(
+        tool=tool, toolbox=base / "policies", home=base / "home", warden=warden_bin()
+    )
+    with backend:
+        agent = create_deep_agent(
+            model=model,
+            backend=backend,
+            middleware=[WardenCheckpointMiddleware(backend)],
+            checkpointer=InMemorySaver(),
+        )
+        first = {"configurable": {"thread_id": "first"}}
+        result = agent.invoke({"messages": [("user", "write three files")]}, first)
+        assert result["messages"][-1].content == "done"
+        assert files(backend, "first") == "1\n2\n3\n"
+
+        step_one = after_step_one(agent, first)
+        # A fork: another thread from that checkpoint.
+        fork = {"configurable": {"thread_id": "fork"}}
+        agent.update_state(fork, step_one.values, as_node="tools")
+        assert agent.invoke(None, fork)["messages"][-1].content == "forked"
+        assert files(backend, "fork") == "1\n"
+        assert files(backend, "first") == "1\n2\n3\n", "the first thread's sandbox keeps all three"
+
+        # Time travel: the first thread resumed from that checkpoint.
+        resumed = agent.invoke(None, step_one.config)
+        assert resumed["messages"][-1].content == "resumed"
+        assert files(backend, "first") == "1\n"
+        assert backend.sandbox("first").execute("cat /tmp/steps/1").output == "one"
