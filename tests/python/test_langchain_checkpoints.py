@@ -80,3 +80,29 @@ def test_forking_or_resuming_a_thread_puts_its_sandbox_at_that_checkpoint(base, 
         assert resumed["messages"][-1].content == "resumed"
         assert files(backend, "first") == "1\n"
         assert backend.sandbox("first").execute("cat /tmp/steps/1").output == "one"
+
+
+def test_the_docs_sample_runs_as_written(monkeypatch, capsys):
+    from harness import loopback_server
+    from langchain_harness import ROOT
+    from test_langchain_readme import ScriptedAnthropic
+
+    page = (ROOT / "docs" / "langchain.md").read_text()
+    section = page.split("## Snapshots, forks and LangGraph's checkpoints", 1)[1]
+    sample = section.split("```python\n", 1)[1].split("```", 1)[0]
+    ScriptedAnthropic.script.clear()
+    ScriptedAnthropic.script.extend([
+        [call("write_file", {"file_path": "/tmp/report.md", "content": "draft\n"}, "d1")],
+        [call("execute", {"command": "echo revised >> /tmp/report.md"}, "d2")],
+        "Drafted and revised.",
+        "Went on from the draft.",
+    ])
+    with scratch() as base, loopback_server(ScriptedAnthropic) as port:
+        monkeypatch.setenv("WARDEN_BIN", warden_bin())
+        monkeypatch.setenv("WARDEN_HOME", str(base / "home"))
+        monkeypatch.delenv("ANTHROPIC_API_URL", raising=False)
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{port}")
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "scripted")
+        exec(compile(sample, "docs/langchain.md", "exec"), {})
+    assert capsys.readouterr().out == "draft\nrevised\n\ndraft\n\n"
+    assert not ScriptedAnthropic.script, "every turn was asked for"
