@@ -31,11 +31,19 @@ pub enum ArchiveError {
 /// `/tmp` is not the user's to change), and what lies at or below `skip` (`./a/b`: the
 /// policy's roots, mounts of their own).
 pub fn rewritten(archive: &[u8], skip: &[&str]) -> Result<Vec<u8>, ArchiveError> {
+    let mut whole = split(archive, skip, usize::MAX)?;
+    Ok(whole.pop().unwrap_or_else(|| vec![0; 1024]))
+}
+
+/// [`rewritten`], as archives of whole entries one after another, each at most `max` bytes
+/// but for one entry larger than that alone: what a restore unpacks a command at a time.
+pub fn split(archive: &[u8], skip: &[&str], max: usize) -> Result<Vec<Vec<u8>>, ArchiveError> {
     let unreadable = |e: std::io::Error| ArchiveError::Unreadable(e.to_string());
     let skip: Vec<String> = skip.iter().filter_map(|s| plain(s)).collect();
     let mut reader = Archive::new(archive);
     reader.set_ignore_zeros(true);
-    let mut out = Builder::new(Vec::with_capacity(archive.len()));
+    let mut groups = Vec::new();
+    let mut out = Builder::new(Vec::new());
     let mut links: HashSet<String> = HashSet::new();
     let mut seen: HashSet<String> = HashSet::new();
     for entry in reader.entries().map_err(unreadable)? {
@@ -63,6 +71,12 @@ pub fn rewritten(archive: &[u8], skip: &[&str]) -> Result<Vec<u8>, ArchiveError>
                 let mut data = Vec::new();
                 entry.read_to_end(&mut data).map_err(unreadable)?;
                 header.set_size(data.len() as u64);
+                // Headers (a long name's too) and the data in 512-byte blocks.
+                let size = 1536 + path.len() + data.len();
+                if !out.get_ref().is_empty() && out.get_ref().len() + size > max {
+                    let full = std::mem::replace(&mut out, Builder::new(Vec::new()));
+                    groups.push(full.into_inner().map_err(unreadable)?);
+                }
                 out.append_data(&mut header, &path, data.as_slice())
                     .map_err(unreadable)?;
             }
@@ -101,7 +115,8 @@ pub fn rewritten(archive: &[u8], skip: &[&str]) -> Result<Vec<u8>, ArchiveError>
         }
         seen.insert(path);
     }
-    out.into_inner().map_err(unreadable)
+    groups.push(out.into_inner().map_err(unreadable)?);
+    Ok(groups)
 }
 
 /// `raw` as a plain relative path (`a/b`, the root as ""), or None when it is absolute or
@@ -196,6 +211,23 @@ mod tests {
         two.extend(archive(&[("./b", Regular, "2")]));
         let kept = rewritten(&two, &["./r"]).expect("archives one after another");
         assert_eq!(names(&kept), ["a", "b"], "the root left out");
+        let big = "x".repeat(3000);
+        let parts = split(
+            &archive(&[
+                ("./a", Regular, "1"),
+                ("./big", Regular, &big),
+                ("./c", Regular, "3"),
+            ]),
+            &[],
+            2048,
+        )
+        .unwrap();
+        let listed: Vec<Vec<String>> = parts.iter().map(|p| names(p)).collect();
+        assert_eq!(
+            listed,
+            [vec!["a"], vec!["big"], vec!["c"]],
+            "whole entries, one too large alone"
+        );
     }
 
     #[test]

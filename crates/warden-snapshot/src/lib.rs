@@ -14,9 +14,10 @@
 //!   (`env_from_host`), its secret ones, and the client's (`env_from_caller`): a restore
 //!   gets them from the policy and the client as any session does.
 //! - **Restored** under the same policy only (its digest), the archive checked again (a
-//!   home's files may have been edited), moved in through base64 in the sandbox's own shell,
-//!   `/tmp` emptied and the archive unpacked there by `tar` as the sandbox's user; then the
-//!   shell's directory and variables are replayed, quoted by warden.
+//!   home's files may have been edited): `/tmp` emptied, then the archive moved in through
+//!   base64 a part of whole entries at a time, each straight into `tar` as the sandbox's
+//!   user (no copy of it in `/tmp`); then the shell's directory and variables are replayed,
+//!   quoted by warden. A restore that fails midway leaves `/tmp` part restored, and says so.
 //! - **Not carried**: running processes (background jobs), the shell's functions, aliases
 //!   and unexported variables. A session whose policy grants a read-write root is refused:
 //!   its roots are the real folders, which a restore must not write behind the transactions.
@@ -125,22 +126,19 @@ const ARCHIVE: &str = "roots=$(printf '%s\\n' \"$@\")\n\
     st=$( { { walk . pack; echo \"$?\" >&4; } | base64 >&3; } 4>&1 )\n\
     echo \"WARDEN-END $st\"";
 
-/// Appends the base64 on stdin to `$1` (made anew when `$2` is `new`).
-const APPEND: &str = "if [ \"$2\" = new ]; then : >\"$1\" || exit 1; fi\n\
-    base64 -d >>\"$1\" && echo WARDEN-OK";
+/// Arguments: the roots. Removes the entries of `/tmp` as [`WALK`] finds them.
+const EMPTY: &str = "roots=$(printf '%s\\n' \"$@\")\n\
+    drop() { rm -rf -- \"$1\"; }\n\
+    walk . drop && echo WARDEN-OK";
 
-/// Arguments: the archive (`./NAME` in `/tmp`), then the roots. Removes the entries of
-/// `/tmp` (as [`WALK`] finds them) but the archive, unpacks it (modes as archived, owned by
-/// the sandbox's user), removes it.
-const UNPACK: &str = "a=$1; shift; roots=$(printf '%s\\n' \"$@\")\n\
-    drop() { [ \"$1\" = \"$a\" ] || rm -rf -- \"$1\"; }\n\
-    walk . drop || { echo 'WARDEN-END emptying /tmp'; exit 0; }\n\
+/// Unpacks the archive whose base64 is on stdin in `/tmp`, modes as archived, owned by the
+/// sandbox's user.
+const UNPACK: &str = "cd /tmp || exit 1\n\
     umask 0\n\
-    out=$(tar -xof \"$a\" 2>&1); st=$?\n\
-    rm -f -- \"$a\"\n\
-    echo \"WARDEN-END $st\"; printf '%s\\n' \"$out\"";
+    if out=$(base64 -d | tar -xof - 2>&1); then echo WARDEN-OK; else printf '%s\\n' \"$out\"; fi";
 
-/// The raw bytes of the archive each command moves in.
+/// The raw bytes of the archive each command of a restore moves in (a part holds one
+/// larger file alone).
 const CHUNK: usize = 768 * 1024;
 
 /// Snapshots in a store, taken of and restored into a dispatcher's sessions.
@@ -220,36 +218,24 @@ impl Snapshots {
         }
         let roots = roots_below_tmp(found);
         let roots: Vec<&str> = roots.iter().map(String::as_str).collect();
-        let archive = archive::rewritten(&self.store.archive(id)?, &roots)
-            .map_err(|e| SnapshotError::Refused(id.to_owned(), e))?;
+        let stored = self.store.archive(id)?;
         let bound = dispatcher.transfer_bound(tool)?;
-        if archive.len() as u64 > bound {
+        if stored.len() as u64 > bound {
             return Err(SnapshotError::TooLarge { bound });
         }
-        let name = format!("./.warden-restore-{}.tar", &store::new_id()?[5..]);
-        let path = format!("/tmp/{}", &name[2..]);
-        for (n, chunk) in archive.chunks(CHUNK).enumerate() {
-            let mode = if n == 0 { "new" } else { "append" };
+        let parts = archive::split(&stored, &roots, CHUNK)
+            .map_err(|e| SnapshotError::Refused(id.to_owned(), e))?;
+        let command = clean_command(&format!("{WALK}{EMPTY}"), "warden-restore", &roots);
+        expect_ok(dispatcher.run_for_client(tool, command, 4096).await?)?;
+        // A part at a time, straight into `tar`: no copy of the archive in `/tmp` beside
+        // what it unpacks.
+        for part in parts {
             let command = format!(
                 "{} <<'WARDEN_EOF'\n{}\nWARDEN_EOF",
-                clean_command(APPEND, "warden-restore", &[&path, mode]),
-                STANDARD.encode(chunk)
+                clean_command(UNPACK, "warden-restore", &[]),
+                STANDARD.encode(&part)
             );
-            let printed = dispatcher.run_for_client(tool, command, 256).await?;
-            if printed.trim() != "WARDEN-OK" {
-                return Err(SnapshotError::Unpack(format!(
-                    "moving it in: {}",
-                    printed.trim()
-                )));
-            }
-        }
-        let args: Vec<&str> = std::iter::once(name.as_str())
-            .chain(roots.iter().copied())
-            .collect();
-        let command = clean_command(&format!("{WALK}{UNPACK}"), "warden-restore", &args);
-        let printed = dispatcher.run_for_client(tool, command, 64 * 1024).await?;
-        if printed.lines().next() != Some("WARDEN-END 0") {
-            return Err(SnapshotError::Unpack(printed.trim().to_owned()));
+            expect_ok(dispatcher.run_for_client(tool, command, 64 * 1024).await?)?;
         }
         let now = self.state(dispatcher, tool, found).await?;
         let policy = &found.policy.grants;
@@ -271,6 +257,14 @@ impl Snapshots {
             .run_for_client(tool, shell::PRINT.to_owned(), 1 << 20)
             .await?;
         ShellState::parse(&printed, |name| dropped(found, name)).ok_or(SnapshotError::NoState)
+    }
+}
+
+/// A restore's step answered `WARDEN-OK`, or why not.
+fn expect_ok(printed: String) -> Result<(), SnapshotError> {
+    match printed.trim() {
+        "WARDEN-OK" => Ok(()),
+        other => Err(SnapshotError::Unpack(other.to_owned())),
     }
 }
 

@@ -1,0 +1,91 @@
+"""One side-by-side run of a sandbox's snapshot, restore and fork holding 50 MB of changes in
+its `/tmp` (ten 5 MB files of random bytes), on the host shell and the Debian docker shell,
+beside their floors: `cp -a` of the same files on the host, and `docker commit` plus `docker
+run` of a container holding them.
+
+    WARDEN_BIN=target/release/warden python python/langchain-warden/benchmarks/snapshots.py
+
+Run from the root of a warden checkout, in a venv holding langchain-warden and deepagents. It
+prints a Markdown table, median and p90 of each figure over a few runs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from bench import ROOT, docker_ok, measure  # this folder's benchmark of tool calls
+
+from langchain_warden import WardenSandbox
+
+FILL = "mkdir -p /tmp/work && for i in 0 1 2 3 4 5 6 7 8 9; do head -c 5000000 /dev/urandom >/tmp/work/f$i; done"
+RUNS = 5
+
+
+def rows(tool: str, base: Path) -> list[tuple[str, float, float]]:
+    kwargs = {"tool": tool, "toolbox": base / "policies", "home": base / "home"}
+    out = []
+    with WardenSandbox(**kwargs) as sandbox:
+        assert sandbox.execute(FILL).exit_code == 0
+        snap = sandbox.snapshot()
+        out.append((f"{tool}: snapshot of 50 MB", *measure(sandbox.snapshot, RUNS, warmup=1)))
+        out.append((f"{tool}: restore of 50 MB", *measure(lambda: sandbox.restore(snap), RUNS, warmup=1)))
+
+        def fork() -> None:
+            sandbox.fork().close()
+
+        out.append((f"{tool}: fork (snapshot, new sandbox, restore)", *measure(fork, RUNS, warmup=1)))
+    return out
+
+
+def floors(base: Path) -> list[tuple[str, float, float]]:
+    src = base / "src"
+    src.mkdir()
+    subprocess.run(["sh", "-c", FILL.replace("/tmp/work", str(src))], check=True)
+    n = [0]
+
+    def copy() -> None:
+        n[0] += 1
+        subprocess.run(["cp", "-a", str(src), str(base / f"copy{n[0]}")], check=True)
+
+    out = [("floor: `cp -a` of the 50 MB", *measure(copy, RUNS, warmup=1))]
+    if docker_ok():
+        image = "warden-sandbox-debian:latest"
+        box = subprocess.run(
+            ["docker", "run", "-d", image, "sh", "-c", f"{FILL} && sleep 600"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        subprocess.run(["docker", "exec", box, "sh", "-c", "while [ ! -e /tmp/work/f9 ]; do sleep 0.1; done"], check=True)
+
+        def commit_and_run() -> None:
+            made = subprocess.run(["docker", "commit", box], capture_output=True, text=True, check=True).stdout.strip()
+            run = subprocess.run(["docker", "run", "-d", made, "true"], capture_output=True, text=True, check=True).stdout.strip()
+            subprocess.run(["docker", "rm", "-f", run], capture_output=True, check=True)
+            subprocess.run(["docker", "rmi", made], capture_output=True, check=True)
+
+        out.append(("floor: `docker commit` + `docker run` of a container holding them", *measure(commit_and_run, RUNS, warmup=1)))
+        subprocess.run(["docker", "rm", "-f", box], capture_output=True)
+    return out
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        base.chmod(0o755)
+        (base / "policies").mkdir()
+        (base / "workspace").mkdir()
+        for name in ("shell-host.toml", "shell-docker.toml"):
+            shutil.copy(ROOT / "policies" / name, base / "policies" / name)
+        table = rows("host-shell", base)
+        if docker_ok():
+            table += rows("shell", base)
+        table += floors(base)
+    print("| figure | median | p90 |\n|---|---:|---:|")
+    for name, median, p90 in table:
+        print(f"| {name} | {median * 1e3:.1f} ms | {p90 * 1e3:.1f} ms |")
+
+
+if __name__ == "__main__":
+    main()
