@@ -21,18 +21,21 @@ use warden_core::{Dispatcher, FILE_DETAIL, SUSPECT_DETAIL};
 /// The method.
 pub(crate) const METHOD: &str = "warden/read";
 
+/// The text parameter `key` of a request of warden's own.
+pub(crate) fn text_param<'a>(request: &'a CustomRequest, key: &str) -> Option<&'a str> {
+    request
+        .params
+        .as_ref()
+        .and_then(|p| p.get(key))
+        .and_then(Value::as_str)
+}
+
 /// Answers `request`, a `warden/read`, in `dispatcher`'s session.
 pub(crate) async fn answer(
     dispatcher: &Dispatcher,
     request: &CustomRequest,
 ) -> Result<CustomResult, ErrorData> {
-    let param = |key: &str| {
-        request
-            .params
-            .as_ref()
-            .and_then(|p| p.get(key))
-            .and_then(Value::as_str)
-    };
+    let param = |key| text_param(request, key);
     let (Some(tool), Some(path)) = (param("tool"), param("path")) else {
         return Err(ErrorData::invalid_params(
             format!("{METHOD} takes {{\"tool\": NAME, \"path\": ABSOLUTE_PATH}}"),

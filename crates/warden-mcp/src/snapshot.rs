@@ -41,13 +41,7 @@ pub(crate) async fn answer(
             None,
         )));
     };
-    let param = |key: &str| {
-        request
-            .params
-            .as_ref()
-            .and_then(|p| p.get(key))
-            .and_then(Value::as_str)
-    };
+    let param = |key| crate::read::text_param(request, key);
     let invalid = |takes: &str| {
         Err(ErrorData::invalid_params(
             format!("{method} takes {takes}"),

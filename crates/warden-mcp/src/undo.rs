@@ -34,12 +34,7 @@ pub(crate) fn answer(
             None,
         )));
     };
-    let Some(id) = request
-        .params
-        .as_ref()
-        .and_then(|p| p.get(key))
-        .and_then(Value::as_str)
-    else {
+    let Some(id) = crate::read::text_param(request, key) else {
         return Some(Err(ErrorData::invalid_params(
             format!("{} takes {{\"{key}\": CALL_ID}}", request.method),
             None,
