@@ -42,7 +42,7 @@ pub use capability::{Capabilities, ExecutorKind, NetHosts, Support};
 pub use changes::{ChangesToReview, HeldChanges, PendingChanges};
 pub use dispatch::{
     CallObserver, CallTelemetry, Dispatcher, EndedCall, FILE_DETAIL, SUSPECT_DETAIL, base64_lines,
-    clean_command, export_calls, quoted,
+    clean_command, decode_lines, export_calls, quoted,
 };
 pub use executor::{
     BoxFuture, Denial, Denials, Executor, Held, Invocation, Meter, Output, Reached, SHELL_DETAIL,

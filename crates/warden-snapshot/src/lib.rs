@@ -33,7 +33,7 @@ pub use store::{MAX_BYTES, MAX_SNAPSHOTS, Meta, Store};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use std::path::PathBuf;
-use warden_core::{Access, Dispatcher, Tool, ToolError, base64_lines, clean_command};
+use warden_core::{Access, Dispatcher, Tool, ToolError, base64_lines, clean_command, decode_lines};
 
 /// Why a snapshot or a restore failed.
 #[derive(Debug, thiserror::Error)]
@@ -325,10 +325,8 @@ fn archived(printed: &str, bound: u64) -> Result<Vec<u8>, SnapshotError> {
         // No end line: the output limit (the policy's `transfer`) cut it.
         None => return Err(SnapshotError::TooLarge { bound }),
     }
-    let text: String = text.split_whitespace().collect();
-    let bytes = STANDARD
-        .decode(text)
-        .map_err(|_| SnapshotError::Archive("the sandbox answered no base64".into()))?;
+    let bytes = decode_lines(text)
+        .ok_or_else(|| SnapshotError::Archive("the sandbox answered no base64".into()))?;
     if bytes.len() as u64 > bound {
         return Err(SnapshotError::TooLarge { bound });
     }

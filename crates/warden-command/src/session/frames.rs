@@ -227,11 +227,13 @@ impl Frames {
     }
 }
 
+/// Where `needle` first is in `haystack`: a vectorised search, as a command's output may be
+/// many megabytes (a client's transfer) looked through for the few marker lines.
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    if needle.is_empty() || haystack.len() < needle.len() {
+    if needle.is_empty() {
         return None;
     }
-    haystack.windows(needle.len()).position(|w| w == needle)
+    memchr::memmem::find(haystack, needle)
 }
 
 #[cfg(test)]

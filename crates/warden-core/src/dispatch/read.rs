@@ -113,6 +113,17 @@ impl Dispatcher {
     }
 }
 
+/// The bytes of base64 `text` written in lines (as `base64` writes it, 76 to a line), or
+/// None when it is not base64. Many megabytes of it may come: the lines are joined a slice
+/// at a time, not a character at a time.
+pub fn decode_lines(text: &str) -> Option<Vec<u8>> {
+    let mut joined = Vec::with_capacity(text.len());
+    for line in text.as_bytes().split(|&b| b == b'\n') {
+        joined.extend_from_slice(line.trim_ascii());
+    }
+    STANDARD.decode(joined).ok()
+}
+
 /// How many bytes of text the base64 of `bytes` bytes takes, 76 to a line.
 pub fn base64_lines(bytes: u64) -> u64 {
     bytes.div_ceil(3) * 4 * 77 / 76 + 1
@@ -168,14 +179,8 @@ fn decoded(stdout: &str, bound: u64) -> Result<Vec<u8>, ToolError> {
     let size = size
         .filter(|&n| n <= bound)
         .ok_or_else(|| lie("a size that is no number within the bound".into()))?;
-    let text: String = lines
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
-    let bytes = STANDARD
-        .decode(text)
-        .map_err(|_| lie("content that is not base64".into()))?;
+    let bytes = decode_lines(lines.next().unwrap_or_default())
+        .ok_or_else(|| lie("content that is not base64".into()))?;
     if bytes.len() as u64 != size {
         return Err(lie(format!(
             "{} bytes where its size said {size}",
