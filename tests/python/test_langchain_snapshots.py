@@ -199,3 +199,15 @@ def test_a_policy_with_a_read_write_root_is_refused_and_the_cli_lists_and_delete
     assert cli("list").stdout.startswith("no snapshot")
     gone = cli("delete", snap)
     assert gone.returncode != 0 and "no snapshot" in gone.stderr, gone.stderr
+
+
+@pytest.mark.parametrize("tool", SHELLS)
+def test_a_fifo_in_tmp_is_left_out_not_a_failure(base, tool):
+    with WardenSandbox(**made(base, tool)) as sandbox:
+        made_it = sandbox.execute("mkfifo /tmp/pipe && echo kept >/tmp/file")
+        assert made_it.exit_code == 0, made_it.output
+        snap = sandbox.snapshot()
+        sandbox.execute("rm /tmp/pipe /tmp/file")
+        sandbox.restore(snap)
+        after = sandbox.execute("cat /tmp/file; test -e /tmp/pipe || echo no-fifo").output
+    assert after == "kept\nno-fifo\n", after

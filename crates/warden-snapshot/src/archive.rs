@@ -25,19 +25,30 @@ pub enum ArchiveError {
 }
 
 /// `archive` (tar archives one after another, as the sandbox's `tar` wrote one a folder)
-/// checked and written again as one: its entries in order, every path relative and without
-/// `..`, none below a symbolic link of the archive, no devices, FIFOs or sockets, hard links
-/// only to paths of the archive. Left out: the root folder's own entry (`./`: the sandbox's
-/// `/tmp` is not the user's to change), and what lies at or below `skip` (`./a/b`: the
-/// policy's roots, mounts of their own).
+/// checked and written again as one, as a snapshot keeps it: its entries in order, every path
+/// relative and without `..`, none below a symbolic link of the archive, hard links only to
+/// paths of the archive. Left out: the root folder's own entry (`./`: the sandbox's `/tmp` is
+/// not the user's to change), what lies at or below `skip` (`./a/b`: the policy's roots,
+/// mounts of their own), and FIFOs and devices (a snapshot keeps files, folders and links).
 pub fn rewritten(archive: &[u8], skip: &[&str]) -> Result<Vec<u8>, ArchiveError> {
-    let mut whole = split(archive, skip, usize::MAX)?;
+    let mut whole = rewrite(archive, skip, usize::MAX, false)?;
     Ok(whole.pop().unwrap_or_else(|| vec![0; 1024]))
 }
 
-/// [`rewritten`], as archives of whole entries one after another, each at most `max` bytes
-/// but for one entry larger than that alone: what a restore unpacks a command at a time.
+/// A kept archive checked again and cut for a restore: as [`rewritten`], but a FIFO or a
+/// device is refused (warden never keeps one: the archive was edited), and the entries come
+/// as archives one after another, each at most `max` bytes but for one entry larger than
+/// that alone: what a restore unpacks a command at a time.
 pub fn split(archive: &[u8], skip: &[&str], max: usize) -> Result<Vec<Vec<u8>>, ArchiveError> {
+    rewrite(archive, skip, max, true)
+}
+
+fn rewrite(
+    archive: &[u8],
+    skip: &[&str],
+    max: usize,
+    refuse_special: bool,
+) -> Result<Vec<Vec<u8>>, ArchiveError> {
     let unreadable = |e: std::io::Error| ArchiveError::Unreadable(e.to_string());
     let skip: Vec<String> = skip.iter().filter_map(|s| plain(s)).collect();
     let mut reader = Archive::new(archive);
@@ -106,12 +117,13 @@ pub fn split(archive: &[u8], skip: &[&str], max: usize) -> Result<Vec<Vec<u8>>, 
                     links.insert(path.clone());
                 }
             }
-            other => {
+            other if refuse_special => {
                 return Err(ArchiveError::Kind {
                     path,
                     kind: kind_name(other),
                 });
             }
+            _ => continue,
         }
         seen.insert(path);
     }
@@ -233,8 +245,9 @@ mod tests {
     #[test]
     fn paths_out_of_the_root_below_links_or_special_are_refused() {
         use EntryType::*;
-        let refused =
-            |entries: &[(&str, EntryType, &str)]| rewritten(&archive(entries), &[]).unwrap_err();
+        let refused = |entries: &[(&str, EntryType, &str)]| {
+            split(&archive(entries), &[], 1 << 20).unwrap_err()
+        };
         assert!(matches!(
             refused(&[("../x", Regular, "")]),
             ArchiveError::OutOfRoot(_)
@@ -255,6 +268,8 @@ mod tests {
             refused(&[("./p", Fifo, "")]),
             ArchiveError::Kind { .. }
         ));
+        let taken = rewritten(&archive(&[("./p", Fifo, ""), ("./f", Regular, "x")]), &[]).unwrap();
+        assert_eq!(names(&taken), ["f"], "a snapshot leaves a FIFO out");
         assert!(matches!(
             refused(&[("./h", Link, "/etc/shadow")]),
             ArchiveError::HardLinkOut { .. }

@@ -7,7 +7,7 @@
 //!   clean shell (as `warden/read` runs), through base64 within the policy's `transfer`; the
 //!   shell's state printed by the session's own shell ([`shell::PRINT`]). warden checks the
 //!   archive and writes it again ([`archive::rewritten`]): only plain relative paths, nothing
-//!   below a link it holds, no devices.
+//!   below a link it holds; FIFOs and devices left out (sockets `tar` leaves out itself).
 //! - **Kept** outside every grant (`<home>/snapshots`), bounded in number and bytes
 //!   ([`store::MAX_SNAPSHOTS`], [`store::MAX_BYTES`]): past them a new snapshot is refused,
 //!   no old one evicted. Never kept: variables the policy fills from warden's environment
