@@ -42,6 +42,7 @@ def box(tmp_path) -> Toolbox:
     box = Toolbox(tmp_path)
     box.policy("trivial.toml", "trivial")
     box.policy("hostile.toml", "hostile", '[grants]\nenv = { MODE = "demo" }')
+    box.policy("netprobe.toml", "netprobe", '[grants]\nnet = ["example.test"]', top='prefix = "np_"')
     return box
 
 
@@ -135,13 +136,19 @@ async def test_the_page_lists_the_tools_and_shows_each_call_as_it_happens(box, b
         async with session("stdio", box) as s:
             added = await s.call_tool("add", {"a": 2, "b": 3})
             failed = await s.call_tool("fail", {"message": SCRIPT})
+            # A destination the policy does not grant: refused, and the page says so.
+            refused = await s.call_tool(
+                "np_http", {"method": "GET", "url": "http://10.1.2.3/", "headers": []}
+            )
         assert added.isError is False and failed.isError is True
+        assert "10.1.2.3" in refused.content[0].text, refused.content[0].text
         rows = wait_for(
             browser,
-            lambda d: (t := text_of(d, "#calls-table tbody")).count("\n") >= 1 and t,
-            "both calls shown",
+            lambda d: (t := text_of(d, "#calls-table tbody")).count("\n") >= 2 and t,
+            "the three calls shown",
         )
         assert "add" in rows and "success" in rows and "tool_error" in rows, rows
+        assert "1 refused" in rows, rows
         # The tool's output is text on the page, never markup that runs.
         assert SCRIPT in rows, rows
         assert browser.execute_script("return window.__pwned") is None

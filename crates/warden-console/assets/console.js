@@ -82,6 +82,21 @@ function fmt(n, unit) {
   return typeof n === "number" ? (Math.round(n * 10) / 10) + unit : "";
 }
 
+/** The destinations a call reached and how many it had refused, as its record says. */
+function network(rec) {
+  const reached = (rec.reached || []).map(r => String(r.destination));
+  const parts = [];
+  if (reached.length) {
+    const all = typeof rec.reached_count === "number" && rec.reached_count > reached.length
+      ? " (" + rec.reached_count + " in all)" : "";
+    parts.push("reached " + reached.join(", ") + all);
+  }
+  if (typeof rec.denied_count === "number" && rec.denied_count > 0) {
+    parts.push(rec.denied_count + " refused");
+  }
+  return parts.join("; ");
+}
+
 function addCall(rec) {
   const row = el("tr");
   const when = new Date(rec.ts_ms || 0).toLocaleTimeString();
@@ -92,7 +107,7 @@ function addCall(rec) {
   const changes = rec.changes && typeof rec.changes.count === "number" ? rec.changes.count : "";
   row.append(el("td", when), el("td", rec.tool), el("td", rec.outcome, ok ? "success" : "error"),
     el("td", fmt(rec.duration_ms, " ms")), el("td", fmt(usage.cpu_ms, " ms")), el("td", mem),
-    el("td", changes), el("td", rec.message || "", "message"));
+    el("td", changes), el("td", network(rec), "message"), el("td", rec.message || "", "message"));
   const body = document.querySelector("#calls-table tbody");
   body.prepend(row);
   while (body.rows.length > 200) body.deleteRow(-1);
