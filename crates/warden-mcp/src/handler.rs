@@ -290,13 +290,11 @@ impl ServerHandler for Handler {
             let dispatcher = self.session.dispatcher(&snapshot.dispatcher);
             return crate::read::answer(&dispatcher, &request).await;
         }
-        if request.method.starts_with("warden/snapshot") || request.method == "warden/restore" {
+        if crate::snapshot::handles(&request.method) {
             let snapshot = self.shared.snapshot();
             let dispatcher = self.session.dispatcher(&snapshot.dispatcher);
             let snapshots = self.shared.options.snapshots.as_deref();
-            if let Some(answer) = crate::snapshot::answer(snapshots, &dispatcher, &request).await {
-                return answer;
-            }
+            return crate::snapshot::answer(snapshots, &dispatcher, &request).await;
         }
         let store = self.shared.options.transactions.as_deref();
         crate::undo::answer(store, &request).unwrap_or_else(|| {

@@ -21,25 +21,32 @@ use warden_snapshot::{Meta, SnapshotError, Snapshots};
 /// The error code of a snapshot request refused.
 pub(crate) const REFUSED: ErrorCode = ErrorCode(-32011);
 
-/// Answers `request` when it is one of these methods; `None` for any other method.
+/// The methods.
+const METHODS: [&str; 4] = [
+    "warden/snapshot",
+    "warden/restore",
+    "warden/snapshots",
+    "warden/snapshot/delete",
+];
+
+/// Whether `method` is one of these.
+pub(crate) fn handles(method: &str) -> bool {
+    METHODS.contains(&method)
+}
+
+/// Answers `request`, one of [`METHODS`].
 pub(crate) async fn answer(
     snapshots: Option<&Snapshots>,
     dispatcher: &Dispatcher,
     request: &CustomRequest,
-) -> Option<Result<CustomResult, ErrorData>> {
+) -> Result<CustomResult, ErrorData> {
     let method = request.method.as_str();
-    if !matches!(
-        method,
-        "warden/snapshot" | "warden/restore" | "warden/snapshots" | "warden/snapshot/delete"
-    ) {
-        return None;
-    }
     let Some(snapshots) = snapshots else {
-        return Some(Err(ErrorData::new(
+        return Err(ErrorData::new(
             ErrorCode::METHOD_NOT_FOUND,
             format!("{method}: this server keeps no snapshots"),
             None,
-        )));
+        ));
     };
     let param = |key| crate::read::text_param(request, key);
     let invalid = |takes: &str| {
@@ -48,7 +55,7 @@ pub(crate) async fn answer(
             None,
         ))
     };
-    Some(match method {
+    match method {
         "warden/snapshot" => match param("tool") {
             Some(tool) => one(snapshots.take(dispatcher, tool).await),
             None => invalid("{\"tool\": NAME}"),
@@ -73,7 +80,7 @@ pub(crate) async fn answer(
                 .map_err(refused),
             None => invalid("{\"snapshot\": ID}"),
         },
-    })
+    }
 }
 
 fn one(taken: Result<Meta, SnapshotError>) -> Result<CustomResult, ErrorData> {

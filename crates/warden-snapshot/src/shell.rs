@@ -4,10 +4,9 @@
 //! replay itself, every value quoted, so what a session prints can set variables and a
 //! directory, never run code.
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use warden_core::quoted;
 
 /// The variable the state's command passes the working directory in.
 const CWD: &str = "__WARDEN_CWD";
@@ -34,8 +33,7 @@ impl ShellState {
     /// The state [`PRINT`] printed, the names `dropped` says left out; None when it printed
     /// no state (no `env` or `base64` in the sandbox, or something answered in its place).
     pub fn parse(printed: &str, dropped: impl Fn(&str) -> bool) -> Option<ShellState> {
-        let text: String = printed.split_whitespace().collect();
-        let bytes = STANDARD.decode(text).ok()?;
+        let bytes = warden_core::decode_lines(printed)?;
         let mut state = ShellState::default();
         for entry in bytes.split(|&b| b == 0).filter(|e| !e.is_empty()) {
             let entry = String::from_utf8_lossy(entry);
@@ -81,13 +79,11 @@ fn is_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-fn quoted(word: &str) -> String {
-    warden_core::quoted(word)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
 
     fn printed(entries: &[&str]) -> String {
         let mut bytes = Vec::new();

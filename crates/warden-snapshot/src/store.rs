@@ -56,13 +56,12 @@ impl Store {
     pub fn add(&self, meta: Meta, archive: &[u8]) -> Result<Meta, SnapshotError> {
         let kept = self.list()?;
         if let Some(same) = kept
-            .into_iter()
+            .iter()
             .rev()
             .find(|m| m.digest == meta.digest && m.tool == meta.tool)
         {
-            return Ok(same);
+            return Ok(same.clone());
         }
-        let kept = self.list()?;
         let bytes: u64 = kept.iter().map(|m| m.bytes).sum::<u64>() + archive.len() as u64;
         if kept.len() >= MAX_SNAPSHOTS || bytes > MAX_BYTES {
             return Err(SnapshotError::Full {
