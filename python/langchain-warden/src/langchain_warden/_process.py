@@ -66,6 +66,7 @@ class McpError(WardenError):
     def __init__(self, code: int, message: str, data: Any = None) -> None:
         super().__init__(f"warden answered JSON-RPC error {code}: {message}")
         self.code = code
+        self.message = message
         self.data = data
 
 

@@ -567,7 +567,7 @@ async def _asnapshot_answer(request: Awaitable[dict[str, Any]]) -> dict[str, Any
 
 def _snapshot_error(err: McpError) -> WardenError:
     if err.code == _SNAPSHOT_REFUSED and isinstance(err.data, dict):
-        return WardenSnapshotError(str(err).split(": ", 1)[-1], str(err.data.get("kind")))
+        return WardenSnapshotError(err.message, str(err.data.get("kind")))
     return err
 
 
