@@ -19,6 +19,7 @@ import pytest
 
 from langchain_harness import ROOT, require_docker, scratch, shell_toolbox, warden_bin
 from langchain_warden import WardenError, WardenSandbox
+from langchain_warden._process import McpError
 from langchain_warden._results import ShellOutput
 from langchain_warden._transfer import ChunkTooLarge, Failure, download, upload
 
@@ -63,12 +64,13 @@ COMMAND = 'command() { if [ "$1" = eval ]; then shift; eval "$@"; else echo 9999
 
 @contextlib.contextmanager
 def _box(
-    tool: str = "host-shell", transfer: str | None = None, **options: Any
+    tool: str = "host-shell", transfer: str | None = None, gated: bool = False, **options: Any
 ) -> Iterator[WardenSandbox]:
     """A sandbox on `tool` of the shipped shells, or `shell-busybox`: the docker shell on
     warden's busybox image, whose `env` is /bin/env only and whose shell is busybox ash.
     Their policies' `transfer` is `transfer`, or none, so that files move through the shell
-    in chunks."""
+    in chunks. `gated`: the policies grant a host, so that the sandbox has an egress gate,
+    which serves one command at a time (no shell starts beside the session's)."""
     with scratch() as base:
         docker = (ROOT / "policies" / "shell-docker.toml").read_text()
         busybox = docker.replace('name = "shell"', 'name = "shell-busybox"').replace(
@@ -80,6 +82,8 @@ def _box(
             written = f'transfer = "{transfer}"\n' if transfer else ""
             text, n = TRANSFER.subn(written, policy.read_text())
             assert n == 1, policy
+            if gated:
+                text = text.replace("\n[grants]\n", '\n[grants]\nnet = ["127.0.0.1:9"]\n', 1)
             policy.write_text(text)
         with WardenSandbox(tool, box, base / "home", warden_bin(), **options) as sandbox:
             yield sandbox
@@ -255,17 +259,84 @@ def test_where_the_policy_allows_a_file_moves_out_in_one_request(tool):
 
 
 async def test_a_session_answering_for_a_read_fails_it_and_says_why(caplog):
-    """Something in the session that answers in the read's place (a `command` function, which
-    warden's framing calls) gets the file refused, and what did not add up logged."""
-    with _box(transfer="1MiB") as sandbox:
-        sandbox.execute(_liar(f"{OK}; echo 5; echo QUFB"))
+    """Where no shell starts beside the session's (a sandbox with an egress gate), a read runs
+    in the session's shell: something there that answers in the read's place (a `command`
+    function, which warden's framing calls) gets the file refused, and what did not add up
+    logged."""
+    lie = _liar(f"{OK}; echo 5; echo QUFB")
+    with _box(transfer="1MiB", gated=True) as sandbox:
+        sandbox.execute(lie)
         with caplog.at_level(logging.WARNING, LOGGER):
             [sync] = sandbox.download_files(["/tmp/anything"])
             [async_] = await sandbox.adownload_files(["/tmp/anything"])
-    for response in (sync, async_):
-        assert (response.content, response.error) == (None, "permission_denied")
+            [wrote] = sandbox.upload_files([("/tmp/anything", b"hello, world")])
+    for response in (sync, async_, wrote):
+        assert response.error == "permission_denied"
+    assert sync.content is None and async_.content is None
     messages = [r.getMessage() for r in caplog.records]
-    assert len(messages) == 2 and all("do not add up" in m for m in messages), messages
+    assert len(messages) == 3 and all("do not add up" in m for m in messages), messages
+
+
+@pytest.mark.parametrize("tool", ["host-shell", "shell", "shell-busybox"])
+async def test_reads_and_writes_run_beside_the_session_where_the_sandbox_can(tool):
+    """The shipped shells start shells beside the session's: a read or a write runs in one of
+    its own, and what the session's shell holds cannot answer for it."""
+    if tool != "host-shell":
+        require_docker()
+    with _box(tool, transfer="1MiB") as sandbox:
+        sandbox.execute(_liar(f"{OK}; echo 5; echo QUFB"))
+        [missing] = sandbox.download_files(["/tmp/anything"])
+        assert sandbox.upload_files([("/tmp/anything", b"hello, world")])[0].error is None
+        [there] = await sandbox.adownload_files(["/tmp/anything"])
+    assert (missing.content, missing.error) == (None, "file_not_found")
+    assert (there.content, there.error) == (b"hello, world", None)
+
+
+@pytest.mark.parametrize("tool", ["host-shell", "shell", "shell-busybox"])
+def test_a_write_is_one_request_beside_the_session_and_says_why_it_fails(tool):
+    """`warden/write`, what an upload is where the policy allows transfers: the bytes land
+    byte-exact, parents made, owned by the sandbox's user, whatever the session left in its
+    shell (no command of the session's runs); each failure with the file has its code, and
+    parameters that are not a tool, a path and base64 are refused."""
+    if tool != "host-shell":
+        require_docker()
+    data = os.urandom(3 * MiB)
+    with _box(tool, transfer="4MiB") as sandbox:
+
+        def write(path: str, content: bytes, **more: Any) -> dict[str, Any]:
+            params = {"tool": tool, "path": path, "data": base64.b64encode(content).decode()}
+            return sandbox._session.request("warden/write", {**params, **more})
+
+        sandbox.execute(HOSTILE)
+        sent = _counting(sandbox)
+        assert write("/tmp/a/b/big", data) == {"size": len(data)}
+        assert write("/tmp/empty", b"") == {"size": 0}
+        [back] = sandbox.download_files(["/tmp/a/b/big"])
+        assert back.error is None and back.content == data
+        assert sent == []
+        sandbox.execute("mkfifo /tmp/fifo")
+        refusals = {
+            "exists": write("/tmp/a/b/big", b"x", new=True),
+            "is_directory": write("/tmp/a", b"x"),
+            "invalid_path": write("/tmp/a/b/big/c", b"x"),
+            "permission_denied": write("/usr/warden-cannot", b"x"),
+            # No file, which may never take the bytes: refused at once.
+            "permission_denied ": write("/tmp/fifo", b"x"),
+            "too_large": write("/tmp/huge", bytes(4 * MiB + 1)),
+        }
+        for code, answer in refusals.items():
+            assert answer["error"]["file"] == code.strip(), (code, answer)
+            assert answer["error"]["suspect"] is False
+        for path in ("tmp/relative", "/tmp/two\nlines"):
+            assert write(path, b"x")["error"]["file"] == "invalid_path"
+        out = sandbox.execute("unset -f test echo; test -O /tmp/a/b/big && echo mine")
+        assert out.output.strip() == "mine"
+        for hostile in ({"data": "not base64!"}, {"new": "yes"}, {"path": 7}):
+            with pytest.raises(McpError) as refused:
+                sandbox._session.request(
+                    "warden/write", {"tool": tool, "path": "/tmp/x", "data": "", **hostile}
+                )
+            assert refused.value.code == -32602
 
 
 def test_five_megabytes_go_in_and_out_byte_exact():

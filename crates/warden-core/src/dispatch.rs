@@ -24,6 +24,7 @@ mod batch;
 mod exec;
 mod message;
 mod read;
+mod write;
 pub use read::{FILE_DETAIL, SUSPECT_DETAIL, base64_lines, clean_command, decode_lines, quoted};
 mod record;
 mod run;

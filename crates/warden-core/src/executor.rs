@@ -5,6 +5,7 @@ use crate::grants::CallerEnv;
 use crate::limits::Limits;
 use crate::message::{ErrorKind, ToolError};
 use crate::output::OutputSink;
+use crate::pipe::{Pipe, Piping};
 use crate::program::{Exit, Program};
 use serde_json::Value;
 use std::future::Future;
@@ -398,6 +399,14 @@ pub trait Executor: Send + Sync {
     /// `transfer`); `None`, by default: it allows no reads.
     fn transfer(&self) -> Option<u64> {
         None
+    }
+
+    /// Runs a client's `pipe` beside the shell of `session`'s live sandbox, its bytes passed
+    /// through raw ([`Pipe`]), where the sandbox can start a shell there;
+    /// [`Piping::NotBeside`] by default.
+    fn pipe<'a>(&'a self, session: SessionId, pipe: &'a Pipe<'a>) -> BoxFuture<'a, Piping> {
+        let _ = (session, pipe);
+        Box::pin(async { Piping::NotBeside })
     }
 
     /// Gets ready ahead of the first call (a warm pool starts filling). Long-running front

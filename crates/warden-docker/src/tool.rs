@@ -11,8 +11,8 @@ use tokio::time::Instant;
 use warden_command::session::Sessions;
 use warden_command::{Cause, CommandCall, Template, answer, shell, timed_out};
 use warden_core::{
-    BoxFuture, ErrorKind, Executor, Exit, Held, Invocation, Output, Program, SHELL_DETAIL,
-    SessionId, ToolError,
+    BoxFuture, ErrorKind, Executor, Exit, Held, Invocation, Output, Pipe, Piping, Program,
+    SHELL_DETAIL, SessionId, ToolError,
 };
 use warden_net::Scope;
 use warden_tx::View;
@@ -254,6 +254,15 @@ impl Executor for DockerTool {
 
     fn end_session(&self, session: SessionId) -> BoxFuture<'_, ()> {
         Box::pin(self.end(session))
+    }
+
+    fn pipe<'a>(&'a self, session: SessionId, pipe: &'a Pipe<'a>) -> BoxFuture<'a, Piping> {
+        Box::pin(async move {
+            match &self.sessions {
+                Some(sessions) => sessions.pipe(session, pipe).await,
+                None => Piping::NotBeside,
+            }
+        })
     }
 
     fn transfer(&self) -> Option<u64> {

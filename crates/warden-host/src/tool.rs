@@ -18,7 +18,7 @@ use warden_command::session::Sessions;
 use warden_command::{Cause, CommandCall, NetworkMode, Template, answer, shell, timed_out};
 use warden_core::{
     Access, BoxFuture, Denials, ErrorKind, Executor, Exit, Grants, Held, Invocation, Limits,
-    Output, Program, SHELL_DETAIL, SessionId, ToolError,
+    Output, Pipe, Piping, Program, SHELL_DETAIL, SessionId, ToolError,
 };
 use warden_net::Gate;
 use warden_tx::Store;
@@ -294,5 +294,14 @@ impl Executor for HostTool {
 
     fn end_session(&self, session: SessionId) -> BoxFuture<'_, ()> {
         Box::pin(self.end(session))
+    }
+
+    fn pipe<'a>(&'a self, session: SessionId, pipe: &'a Pipe<'a>) -> BoxFuture<'a, Piping> {
+        Box::pin(async move {
+            match &self.sessions {
+                Some(sessions) => sessions.pipe(session, pipe).await,
+                None => Piping::NotBeside,
+            }
+        })
     }
 }

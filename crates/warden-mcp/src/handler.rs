@@ -285,10 +285,13 @@ impl ServerHandler for Handler {
         request: CustomRequest,
         _context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
-        if request.method == crate::read::METHOD {
+        if [crate::read::METHOD, crate::write::METHOD].contains(&request.method.as_str()) {
             let snapshot = self.shared.snapshot();
             let dispatcher = self.session.dispatcher(&snapshot.dispatcher);
-            return crate::read::answer(&dispatcher, &request).await;
+            if request.method == crate::read::METHOD {
+                return crate::read::answer(&dispatcher, &request).await;
+            }
+            return crate::write::answer(&dispatcher, &request).await;
         }
         if crate::snapshot::handles(&request.method) {
             let snapshot = self.shared.snapshot();

@@ -30,6 +30,7 @@ mod stdio;
 mod trace;
 mod undo;
 mod watch;
+mod write;
 
 pub use connections::ConnectionLimits;
 pub use http::loopback::{Loopback, Refused};

@@ -16,7 +16,7 @@ use base64::engine::general_purpose::STANDARD;
 use rmcp::ErrorData;
 use rmcp::model::{CustomRequest, CustomResult};
 use serde_json::{Value, json};
-use warden_core::{Dispatcher, FILE_DETAIL, SUSPECT_DETAIL};
+use warden_core::{Dispatcher, FILE_DETAIL, SUSPECT_DETAIL, ToolError};
 
 /// The method.
 pub(crate) const METHOD: &str = "warden/read";
@@ -44,12 +44,17 @@ pub(crate) async fn answer(
     };
     let answer = match dispatcher.read_file(tool, path).await {
         Ok(bytes) => json!({ "size": bytes.len(), "data": STANDARD.encode(&bytes) }),
-        Err(e) => json!({ "error": {
-            "kind": e.kind.as_str(),
-            "message": e.message,
-            "file": e.details.get(FILE_DETAIL),
-            "suspect": e.details.get(SUSPECT_DETAIL).is_some(),
-        } }),
+        Err(e) => error(&e),
     };
     Ok(CustomResult::new(answer))
+}
+
+/// A read's or a write's failure as its answer says it.
+pub(crate) fn error(e: &ToolError) -> Value {
+    json!({ "error": {
+        "kind": e.kind.as_str(),
+        "message": e.message,
+        "file": e.details.get(FILE_DETAIL),
+        "suspect": e.details.get(SUSPECT_DETAIL).is_some(),
+    } })
 }

@@ -43,6 +43,13 @@ pub fn split(archive: &[u8], skip: &[&str], max: usize) -> Result<Vec<Vec<u8>>, 
     rewrite(archive, skip, max, true)
 }
 
+/// A kept archive checked again, whole, for a restore that moves it in one piece: as
+/// [`split`] with no bound.
+pub fn checked(archive: &[u8], skip: &[&str]) -> Result<Vec<u8>, ArchiveError> {
+    let mut whole = rewrite(archive, skip, usize::MAX, true)?;
+    Ok(whole.pop().unwrap_or_else(|| vec![0; 1024]))
+}
+
 fn rewrite(
     archive: &[u8],
     skip: &[&str],

@@ -4,8 +4,10 @@
 //! sandbox made from a snapshot).
 //!
 //! - **Taken** by fixed scripts in the session's sandbox, as its user: `tar` of `/tmp` in a
-//!   clean shell (as `warden/read` runs), through base64 within the policy's `transfer`; the
-//!   shell's state printed by the session's own shell ([`shell::PRINT`]). warden checks the
+//!   clean shell (as `warden/read` runs) within the policy's `transfer`, its bytes raw beside
+//!   the session's shell ([`Dispatcher::pipe_for_client`]; through the session's shell as
+//!   base64 where the sandbox starts none beside it); the shell's state printed by the
+//!   session's own shell ([`shell::PRINT`]). warden checks the
 //!   archive and writes it again ([`archive::rewritten`]): only plain relative paths, nothing
 //!   below a link it holds; FIFOs and devices left out (sockets `tar` leaves out itself).
 //! - **Kept** outside every grant (`<home>/snapshots`), bounded in number and bytes
@@ -14,10 +16,10 @@
 //!   (`env_from_host`), its secret ones, and the client's (`env_from_caller`): a restore
 //!   gets them from the policy and the client as any session does.
 //! - **Restored** under the same policy only (its digest), the archive checked again (a
-//!   home's files may have been edited): `/tmp` emptied, then the archive moved in through
-//!   base64 a part of whole entries at a time, each straight into `tar` as the sandbox's
-//!   user (no copy of it in `/tmp`); then the shell's directory and variables are replayed,
-//!   quoted by warden. A restore that fails midway leaves `/tmp` part restored, and says so.
+//!   home's files may have been edited): `/tmp` emptied, then the archive moved straight
+//!   into `tar` as the sandbox's user (no copy of it in `/tmp`): raw beside the session's
+//!   shell, else through base64 a part of whole entries at a time; then the shell's
+//!   directory and variables are replayed, quoted by warden. A restore that fails midway leaves `/tmp` part restored, and says so.
 //! - **Not carried**: running processes (background jobs), the shell's functions, aliases
 //!   and unexported variables. A session whose policy grants a read-write root is refused:
 //!   its roots are the real folders, which a restore must not write behind the transactions.
@@ -33,7 +35,9 @@ pub use store::{MAX_BYTES, MAX_SNAPSHOTS, Meta, Store};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use std::path::PathBuf;
-use warden_core::{Access, Dispatcher, Tool, ToolError, base64_lines, clean_command, decode_lines};
+use warden_core::{
+    Access, Dispatcher, Piped, Tool, ToolError, base64_lines, clean_command, decode_lines,
+};
 
 /// Why a snapshot or a restore failed.
 #[derive(Debug, thiserror::Error)]
@@ -118,24 +122,42 @@ const WALK: &str = "role() {\n\
     }\n\
     cd /tmp || exit 1\n";
 
-/// Arguments: the roots. `tar` of each entry of `/tmp` (as [`WALK`] finds them) through
-/// base64, the archives one after another, then the status on a line of its own.
-const ARCHIVE: &str = "roots=$(printf '%s\\n' \"$@\")\n\
-    pack() { tar -cf - \"$1\" 2>/dev/null; }\n\
-    exec 3>&1\n\
-    st=$( { { walk . pack; echo \"$?\" >&4; } | base64 >&3; } 4>&1 )\n\
+/// Arguments: the roots. Defines `pack PATH`: a `tar` of it on stdout.
+const PACK: &str = "roots=$(printf '%s\\n' \"$@\")\n\
+    pack() { tar -cf - \"$1\"; }\n";
+
+/// After [`PACK`]: the archive of each entry of `/tmp` (as [`WALK`] finds them), one after
+/// another, as they are (beside the session's shell: its status is the command's).
+const ARCHIVE_RAW: &str = "walk . pack";
+
+/// After [`PACK`]: the archives through base64, then the status on a line of its own
+/// (through the session's shell).
+const ARCHIVE: &str = "exec 3>&1\n\
+    st=$( { { walk . pack 2>/dev/null; echo \"$?\" >&4; } | base64 >&3; } 4>&1 )\n\
     echo \"WARDEN-END $st\"";
 
-/// Arguments: the roots. Removes the entries of `/tmp` as [`WALK`] finds them.
-const EMPTY: &str = "roots=$(printf '%s\\n' \"$@\")\n\
-    drop() { rm -rf -- \"$1\"; }\n\
-    walk . drop && echo WARDEN-OK";
+/// Arguments: the roots. Defines `drop PATH`, which removes it.
+const DROP: &str = "roots=$(printf '%s\\n' \"$@\")\n\
+    drop() { rm -rf -- \"$1\"; }\n";
+
+/// After [`DROP`]: removes the entries of `/tmp` as [`WALK`] finds them.
+const EMPTY: &str = "walk . drop && echo WARDEN-OK";
+
+/// After [`EMPTY`]'s `drop`: empties `/tmp`, then unpacks the archive on stdin there, modes
+/// as archived, owned by the sandbox's user (beside the session's shell).
+const EMPTY_UNPACK_RAW: &str = "walk . drop || exit 1\n\
+    umask 0\n\
+    exec tar -xof -";
 
 /// Unpacks the archive whose base64 is on stdin in `/tmp`, modes as archived, owned by the
 /// sandbox's user.
 const UNPACK: &str = "cd /tmp || exit 1\n\
     umask 0\n\
     if out=$(base64 -d | tar -xof - 2>&1); then echo WARDEN-OK; else printf '%s\\n' \"$out\"; fi";
+
+/// The names the scripts run under (`$0`).
+const TAKE: &str = "warden-snapshot";
+const RESTORE: &str = "warden-restore";
 
 /// The raw bytes of the archive each command of a restore moves in (a part holds one
 /// larger file alone).
@@ -166,11 +188,17 @@ impl Snapshots {
         let bound = dispatcher.transfer_bound(tool)?;
         let roots = roots_below_tmp(found);
         let roots: Vec<&str> = roots.iter().map(String::as_str).collect();
-        let command = clean_command(&format!("{WALK}{ARCHIVE}"), "warden-snapshot", &roots);
-        let printed = dispatcher
-            .run_for_client(tool, command, base64_lines(bound) + 64)
-            .await?;
-        let archive = archived(&printed, bound)?;
+        let raw = clean_command(&format!("{WALK}{PACK}{ARCHIVE_RAW}"), TAKE, &roots);
+        let archive = match dispatcher.pipe_for_client(tool, raw, None, bound).await? {
+            Some(piped) => archived_raw(piped, bound)?,
+            None => {
+                let command = clean_command(&format!("{WALK}{PACK}{ARCHIVE}"), TAKE, &roots);
+                let printed = dispatcher
+                    .run_for_client(tool, command, base64_lines(bound) + 64)
+                    .await?;
+                archived(&printed, bound)?
+            }
+        };
         let archive = archive::rewritten(&archive, &roots)
             .map_err(|e| SnapshotError::Archive(e.to_string()))?;
         let shell = self.state(dispatcher, tool, found).await?;
@@ -223,19 +251,30 @@ impl Snapshots {
         if stored.len() as u64 > bound {
             return Err(SnapshotError::TooLarge { bound });
         }
-        let parts = archive::split(&stored, &roots, CHUNK)
-            .map_err(|e| SnapshotError::Refused(id.to_owned(), e))?;
-        let command = clean_command(&format!("{WALK}{EMPTY}"), "warden-restore", &roots);
-        expect_ok(dispatcher.run_for_client(tool, command, 4096).await?)?;
-        // A part at a time, straight into `tar`: no copy of the archive in `/tmp` beside
-        // what it unpacks.
-        for part in parts {
-            let command = format!(
-                "{} <<'WARDEN_EOF'\n{}\nWARDEN_EOF",
-                clean_command(UNPACK, "warden-restore", &[]),
-                STANDARD.encode(&part)
-            );
-            expect_ok(dispatcher.run_for_client(tool, command, 64 * 1024).await?)?;
+        let refused = |e| SnapshotError::Refused(id.to_owned(), e);
+        let whole = archive::checked(&stored, &roots).map_err(refused)?;
+        let raw = clean_command(&format!("{WALK}{DROP}{EMPTY_UNPACK_RAW}"), RESTORE, &roots);
+        match dispatcher
+            .pipe_for_client(tool, raw, Some(&whole), 64 * 1024)
+            .await?
+        {
+            Some(piped) if piped.succeeded() => {}
+            Some(piped) => return Err(SnapshotError::Unpack(failed(&piped))),
+            None => {
+                let parts = archive::split(&stored, &roots, CHUNK).map_err(refused)?;
+                let command = clean_command(&format!("{WALK}{DROP}{EMPTY}"), RESTORE, &roots);
+                expect_ok(dispatcher.run_for_client(tool, command, 4096).await?)?;
+                // A part at a time, straight into `tar`: no copy of the archive in `/tmp`
+                // beside what it unpacks.
+                for part in parts {
+                    let command = format!(
+                        "{} <<'WARDEN_EOF'\n{}\nWARDEN_EOF",
+                        clean_command(UNPACK, RESTORE, &[]),
+                        STANDARD.encode(&part)
+                    );
+                    expect_ok(dispatcher.run_for_client(tool, command, 64 * 1024).await?)?;
+                }
+            }
         }
         let now = self.state(dispatcher, tool, found).await?;
         let policy = &found.policy.grants;
@@ -257,6 +296,31 @@ impl Snapshots {
             .run_for_client(tool, shell::PRINT.to_owned(), 1 << 20)
             .await?;
         ShellState::parse(&printed, |name| dropped(found, name)).ok_or(SnapshotError::NoState)
+    }
+}
+
+/// The archive [`ARCHIVE_RAW`] wrote, when it ran to its end within `bound` bytes.
+fn archived_raw(piped: Piped, bound: u64) -> Result<Vec<u8>, SnapshotError> {
+    if piped.overflowed {
+        return Err(SnapshotError::TooLarge { bound });
+    }
+    if !piped.succeeded() {
+        return Err(SnapshotError::Archive(format!(
+            "tar failed ({}): a file in /tmp its user cannot read?",
+            failed(&piped)
+        )));
+    }
+    Ok(piped.stdout)
+}
+
+/// How a command beside the session's shell failed, for a message.
+fn failed(piped: &Piped) -> String {
+    let status = piped
+        .status
+        .map_or("no exit status".to_owned(), |s| format!("status {s}"));
+    match piped.stderr.trim() {
+        "" => status,
+        said => format!("{status}: {}", said.get(..500).unwrap_or(said)),
     }
 }
 

@@ -80,6 +80,7 @@
 
 mod beside;
 mod frames;
+mod pipe;
 mod script;
 mod shell;
 mod stop;

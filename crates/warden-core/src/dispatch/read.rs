@@ -7,6 +7,7 @@
 use super::Dispatcher;
 use crate::executor::{Denials, Invocation, Meter, SHELL_DETAIL};
 use crate::message::{ErrorKind, ToolError};
+use crate::pipe::{Pipe, Piped, Piping};
 use crate::toolbox::Tool;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -19,8 +20,8 @@ const CLEAN: &str = "unset -f '[' echo; for e in /usr/bin/env /bin/env; do \
     if [ -x \"$e\" ]; then exec \"$e\" -i PATH=/usr/bin:/bin LC_ALL=C /bin/sh -c \"$@\"; fi; \
     done; echo 'no env at /usr/bin/env or /bin/env' >&2; exit 127";
 
-/// Arguments: the path and the most bytes. Answers `WARDEN-OK`, the size and the base64 of
-/// the file, or `WARDEN-ERR:` and why not (and the size, when the file is too large). Only a
+/// Arguments: the path, the most bytes, and `raw` or `base64`. Answers `WARDEN-OK`, the
+/// size and the file's bytes (raw, or their base64), or `WARDEN-ERR:` and why not (and the size, when the file is too large). Only a
 /// regular file: a device or a FIFO has no size and may never end.
 const READ: &str = "p=$1\n\
     if [ ! -e \"$p\" ]; then echo WARDEN-ERR:file_not_found\n\
@@ -28,7 +29,8 @@ const READ: &str = "p=$1\n\
     elif [ ! -f \"$p\" ] || [ ! -r \"$p\" ]; then echo WARDEN-ERR:permission_denied\n\
     else n=$(wc -c <\"$p\") || exit 1\n\
     if [ \"$n\" -gt \"$2\" ]; then echo WARDEN-ERR:too_large; echo \"$n\"\n\
-    else echo WARDEN-OK; echo \"$n\"; base64 <\"$p\"; fi; fi";
+    else echo WARDEN-OK; echo \"$n\"\n\
+    if [ \"$3\" = raw ]; then cat <\"$p\"; else base64 <\"$p\"; fi; fi; fi";
 
 /// What the detail `file` of a read's error says went wrong with the file itself.
 pub const FILE_DETAIL: &str = "file";
@@ -43,19 +45,19 @@ impl Dispatcher {
     /// [`FILE_DETAIL`]: `file_not_found`, `is_directory`, `permission_denied`,
     /// `invalid_path` or `too_large`.
     pub async fn read_file(&self, tool: &str, path: &str) -> Result<Vec<u8>, ToolError> {
-        if !path.starts_with('/') || path.contains(['\0', '\n']) {
-            return Err(file_error(
-                "invalid_path",
-                "the path must be absolute, without NUL or line breaks",
-            ));
-        }
+        check_path(path)?;
         let bound = self.transfer_bound(tool)?;
+        let limit = bound.to_string();
+        let raw = clean_command(READ, "warden-read", &[path, &limit, "raw"]);
+        // Its two lines, then the file.
+        if let Some(piped) = self.pipe_for_client(tool, raw, None, bound + 64).await? {
+            return answered(&piped.stdout, bound, Encoding::Raw);
+        }
+        let command = clean_command(READ, "warden-read", &[path, &limit, "base64"]);
         // The base64 of `bound` bytes, 76 to a line, and the two lines before it.
         let output = base64_lines(bound) + 64;
-        let stdout = self
-            .run_for_client(tool, command(path, bound), output)
-            .await?;
-        decoded(&stdout, bound)
+        let stdout = self.run_for_client(tool, command, output).await?;
+        answered(stdout.as_bytes(), bound, Encoding::Base64)
     }
 
     /// The most bytes a client may move in or out of the sandbox of `tool` in one request:
@@ -106,6 +108,48 @@ impl Dispatcher {
             .to_owned())
     }
 
+    /// Runs `command` for a client (never the model: no call is logged) beside the shell of
+    /// this session's sandbox of `tool`, `input` on its stdin and its stdout kept up to
+    /// `output` bytes, raw ([`Pipe`]), by the tool's timeout; the session's shell is started
+    /// first when it has not. `None` when the tool's sandbox starts no shell beside its own
+    /// (a sandbox with an egress gate, gVisor, an engine elsewhere): the request then goes
+    /// through the session's shell ([`Dispatcher::run_for_client`]).
+    pub async fn pipe_for_client(
+        &self,
+        tool: &str,
+        command: String,
+        input: Option<&[u8]>,
+        output: u64,
+    ) -> Result<Option<Piped>, ToolError> {
+        let found = self.tool_named(tool)?;
+        let deadline = Instant::now() + found.limits.timeout;
+        let pipe = Pipe {
+            command,
+            input,
+            output,
+            deadline,
+        };
+        for first in [true, false] {
+            let permit = self.gate.admit(found).await?;
+            self.session.touch();
+            let piping = tokio::time::timeout_at(
+                deadline.into(),
+                found.executor.pipe(self.session.id, &pipe),
+            )
+            .await
+            .map_err(|_| ToolError::timed_out(found.limits.timeout))?;
+            drop(permit);
+            match piping {
+                Piping::Ran(piped) => return piped.map(Some),
+                Piping::NoShellYet if first => {
+                    self.run_for_client(tool, ":".into(), 0).await?;
+                }
+                Piping::NoShellYet | Piping::NotBeside => break,
+            }
+        }
+        Ok(None)
+    }
+
     fn tool_named(&self, tool: &str) -> Result<&Tool, ToolError> {
         self.toolbox.get(tool).ok_or_else(|| {
             ToolError::new(ErrorKind::UnknownTool, format!("no tool named {tool:?}"))
@@ -140,47 +184,110 @@ pub fn clean_command(script: &str, name: &str, args: &[&str]) -> String {
     format!("'/bin/sh' -c {}", quoted.join(" "))
 }
 
-/// The command that runs [`READ`] on `path` in a clean shell.
-fn command(path: &str, bound: u64) -> String {
-    clean_command(READ, "warden-read", &[path, &bound.to_string()])
-}
-
 /// `word` as one shell word, in single quotes.
 pub fn quoted(word: &str) -> String {
     format!("'{}'", word.replace('\'', "'\\''"))
 }
 
+/// How a client's script printed a file's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Encoding {
+    /// As they are (beside the session's shell, [`Dispatcher::pipe_for_client`]).
+    Raw,
+    /// Their base64, 76 to a line (through the session's shell).
+    Base64,
+}
+
+/// A path a client names in a sandbox: absolute, and one line.
+pub(super) fn check_path(path: &str) -> Result<(), ToolError> {
+    if !path.starts_with('/') || path.contains(['\0', '\n']) {
+        return Err(file_error(
+            "invalid_path",
+            "the path must be absolute, without NUL or line breaks",
+        ));
+    }
+    Ok(())
+}
+
+/// What a client's script printed: a status line (`WARDEN-OK`, or `WARDEN-ERR:` and a code),
+/// a size line, and what follows.
+pub(super) struct Printed<'a> {
+    /// The error's code, one of those the script may print.
+    pub refused: Option<&'static str>,
+    pub size: Option<u64>,
+    pub rest: &'a [u8],
+}
+
+/// Reads what a client's script printed; an error's code must be one of `codes`, a status
+/// line there must be: else the sandbox's answers do not add up.
+pub(super) fn printed<'a>(
+    printed: &'a [u8],
+    codes: &[&'static str],
+) -> Result<Printed<'a>, ToolError> {
+    let mut lines = printed.splitn(3, |&b| b == b'\n');
+    let status = String::from_utf8_lossy(lines.next().unwrap_or_default());
+    let size = lines
+        .next()
+        .and_then(|n| std::str::from_utf8(n).ok())
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    let rest = lines.next().unwrap_or_default();
+    let refused = match status.strip_prefix("WARDEN-ERR:") {
+        Some(code) => match codes.iter().find(|&&c| c == code) {
+            Some(&code) => Some(code),
+            None => return Err(lie(format!("an error of no known kind, {code:?}"))),
+        },
+        None if status == "WARDEN-OK" => None,
+        None => {
+            return Err(lie(format!(
+                "no status line but {:?}",
+                status.get(..80).unwrap_or(&status)
+            )));
+        }
+    };
+    Ok(Printed {
+        refused,
+        size,
+        rest,
+    })
+}
+
 /// The file's bytes from what [`READ`] printed; the sandbox's answer is not trusted: its size
-/// must be a number within `bound`, and the base64 must decode to exactly that many bytes.
-fn decoded(stdout: &str, bound: u64) -> Result<Vec<u8>, ToolError> {
-    let mut lines = stdout.splitn(3, '\n');
-    let status = lines.next().unwrap_or_default();
-    let size = lines.next().and_then(|n| n.trim().parse::<u64>().ok());
-    if let Some(code) = status.strip_prefix("WARDEN-ERR:") {
-        return Err(match (code, size) {
-            ("too_large", Some(size)) => file_error(
+/// must be a number within `bound`, and the bytes must be exactly that many.
+fn answered(stdout: &[u8], bound: u64, encoding: Encoding) -> Result<Vec<u8>, ToolError> {
+    let codes = [
+        "file_not_found",
+        "is_directory",
+        "permission_denied",
+        "too_large",
+    ];
+    let Printed {
+        refused,
+        size,
+        rest,
+    } = printed(stdout, &codes)?;
+    match (refused, size) {
+        (Some("too_large"), Some(size)) => {
+            return Err(file_error(
                 "too_large",
                 format!(
                     "the file has {size} bytes, more than the {bound} its tool's policy lets a client read (`transfer`)"
                 ),
-            ),
-            ("file_not_found" | "is_directory" | "permission_denied", _) => {
-                file_error(code, code.replace('_', " "))
-            }
-            _ => lie(format!("an error of no known kind, {code:?}")),
-        });
-    }
-    if status != "WARDEN-OK" {
-        return Err(lie(format!(
-            "no status line but {:?}",
-            status.get(..80).unwrap_or(status)
-        )));
+            ));
+        }
+        (Some("too_large"), None) => return Err(lie("a size that is no number".into())),
+        (Some(code), _) => return Err(file_error(code, code.replace('_', " "))),
+        (None, _) => {}
     }
     let size = size
         .filter(|&n| n <= bound)
         .ok_or_else(|| lie("a size that is no number within the bound".into()))?;
-    let bytes = decode_lines(lines.next().unwrap_or_default())
-        .ok_or_else(|| lie("content that is not base64".into()))?;
+    let bytes = match encoding {
+        Encoding::Raw => rest.to_vec(),
+        Encoding::Base64 => std::str::from_utf8(rest)
+            .ok()
+            .and_then(decode_lines)
+            .ok_or_else(|| lie("content that is not base64".into()))?,
+    };
     if bytes.len() as u64 != size {
         return Err(lie(format!(
             "{} bytes where its size said {size}",
@@ -191,13 +298,13 @@ fn decoded(stdout: &str, bound: u64) -> Result<Vec<u8>, ToolError> {
 }
 
 /// A failure with the file itself, `code` in [`FILE_DETAIL`].
-fn file_error(code: &str, message: impl Into<String>) -> ToolError {
+pub(super) fn file_error(code: &str, message: impl Into<String>) -> ToolError {
     ToolError::new(ErrorKind::InvalidArguments, message).with_detail(FILE_DETAIL, code)
 }
 
 /// The sandbox's answers did not add up (something in the session answered in the script's
 /// place): the file exists, so no `file_not_found`.
-fn lie(what: String) -> ToolError {
+pub(super) fn lie(what: String) -> ToolError {
     file_error(
         "permission_denied",
         format!("the sandbox's answers do not add up: {what}"),
@@ -222,33 +329,47 @@ mod tests {
 
     #[test]
     fn what_the_script_printed_is_checked_before_it_is_believed() {
-        let ok = decoded("WARDEN-OK\n5\naGVsbG8=\n", 10).unwrap();
+        let ok = answered(b"WARDEN-OK\n5\naGVsbG8=\n", 10, Encoding::Base64).unwrap();
         assert_eq!(ok, b"hello");
-        let kind = |out: &str| {
-            let e = decoded(out, 10).unwrap_err();
+        let raw = answered(b"WARDEN-OK\n6\nhel\nlo", 10, Encoding::Raw).unwrap();
+        assert_eq!(raw, b"hel\nlo");
+        let kind = |out: &str, encoding| {
+            let e = answered(out.as_bytes(), 10, encoding).unwrap_err();
             e.details[FILE_DETAIL].as_str().unwrap().to_owned()
         };
-        assert_eq!(kind("WARDEN-ERR:file_not_found\n"), "file_not_found");
-        assert_eq!(kind("WARDEN-ERR:too_large\n99\n"), "too_large");
-        for lie in [
-            "WARDEN-OK\n6\naGVsbG8=\n",
-            "WARDEN-OK\n11\n",
-            "WARDEN-OK\nfive\naGVsbG8=\n",
-            "WARDEN-OK\n5\nnot base64!\n",
-            "hello\n",
-            "WARDEN-ERR:made_up\n",
-        ] {
-            assert_eq!(kind(lie), "permission_denied", "{lie}");
+        for encoding in [Encoding::Raw, Encoding::Base64] {
+            assert_eq!(
+                kind("WARDEN-ERR:file_not_found\n", encoding),
+                "file_not_found"
+            );
+            assert_eq!(kind("WARDEN-ERR:too_large\n99\n", encoding), "too_large");
+            for lie in [
+                "WARDEN-OK\n11\n",
+                "WARDEN-OK\nfive\naGVsbG8=\n",
+                "hello\n",
+                "WARDEN-ERR:made_up\n",
+                "WARDEN-ERR:too_large\n",
+            ] {
+                assert_eq!(kind(lie, encoding), "permission_denied", "{lie}");
+            }
         }
+        for lie in ["WARDEN-OK\n6\naGVsbG8=\n", "WARDEN-OK\n5\nnot base64!\n"] {
+            assert_eq!(kind(lie, Encoding::Base64), "permission_denied", "{lie}");
+        }
+        assert_eq!(
+            kind("WARDEN-OK\n5\nhello!", Encoding::Raw),
+            "permission_denied"
+        );
     }
 
     #[test]
     fn a_path_is_one_word_whatever_it_holds() {
-        let c = command("/tmp/it's $(x) `y`", 7);
+        let c = clean_command(READ, "warden-read", &["/tmp/it's $(x) `y`", "7", "raw"]);
         assert!(c.starts_with("'/bin/sh' -c 'unset -f"), "{c}");
         assert!(
-            c.ends_with("'warden-read' '/tmp/it'\\''s $(x) `y`' '7'"),
+            c.ends_with("'warden-read' '/tmp/it'\\''s $(x) `y`' '7' 'raw'"),
             "{c}"
         );
+        assert!(check_path("/tmp/a\nb").is_err() && check_path("tmp").is_err());
     }
 }

@@ -59,6 +59,19 @@ def _read_params(session: WardenSession, path: str) -> dict[str, str]:
     return {"tool": session.tool, "path": path}
 
 
+def _write_params(session: WardenSession, path: str, data: bytes, new: bool) -> dict[str, Any]:
+    return {
+        "tool": session.tool,
+        "path": path,
+        "data": base64.b64encode(data).decode(),
+        "new": new,
+    }
+
+
+_IN_CHUNKS = object()
+"""What `_write_answer` says of a file to move in chunks through the shell instead."""
+
+
 def session_choices(
     tool: str, env: Mapping[str, str] | None, image: str | None
 ) -> dict[str, Any] | None:
@@ -114,8 +127,9 @@ class WardenSession:
         self._timeout = timeout
         self._policy_timeout: float | None = None
         self._chunk = chunk_size
-        # Files are read in one request until warden or the policy says it allows none.
-        self._reads = True
+        # Files are read and written in one request until warden or the policy says it
+        # allows none.
+        self._transfers = True
         self._upload_chunk = upload_chunk_size
         self._max_download = max_download_size
         self._max_output = max_output_size
@@ -215,23 +229,45 @@ class WardenSession:
 
     def upload(self, path: str, data: bytes, *, new: bool = False) -> Failure | None:
         """Writes `data` to the absolute `path`, making its parents; with `new`, a path that
-        exists fails as `exists`. None, or why it failed."""
+        exists fails as `exists`. None, or why it failed: in one request where the policy
+        allows it (its `transfer`), else through the shell in chunks."""
+        if self._transfers:
+            try:
+                process, _ = self._live()
+                answer = process.request("warden/write", _write_params(self, path, data, new))
+                wrote = self._write_answer(answer, len(data))
+            except WardenError as err:
+                self._transfer_refused(err)
+                wrote = _IN_CHUNKS
+            if wrote is not _IN_CHUNKS:
+                return wrote  # type: ignore[return-value]
         return self._drive(upload(path, data, self._upload_chunk, new=new))
 
     async def aupload(self, path: str, data: bytes, *, new: bool = False) -> Failure | None:
         """The async twin of `upload`."""
+        if self._transfers:
+            try:
+                process, _ = await asyncio.to_thread(self._live)
+                params = _write_params(self, path, data, new)
+                answer = await process.arequest("warden/write", params)
+                wrote = self._write_answer(answer, len(data))
+            except WardenError as err:
+                self._transfer_refused(err)
+                wrote = _IN_CHUNKS
+            if wrote is not _IN_CHUNKS:
+                return wrote  # type: ignore[return-value]
         return await self._adrive(upload(path, data, self._upload_chunk, new=new))
 
     def download(self, path: str) -> bytes | Failure:
         """The bytes of the regular file at the absolute `path` (at most `max_download_size`),
         or why they could not be read: in one request where the policy allows it (its
         `transfer`), else through the shell in chunks."""
-        if self._reads:
+        if self._transfers:
             try:
                 process, _ = self._live()
                 read = self._read_answer(process.request("warden/read", _read_params(self, path)))
             except WardenError as err:
-                self._read_refused(err)
+                self._transfer_refused(err)
                 read = None
             if read is not None:
                 return read
@@ -243,13 +279,13 @@ class WardenSession:
 
     async def adownload(self, path: str) -> bytes | Failure:
         """The async twin of `download`."""
-        if self._reads:
+        if self._transfers:
             try:
                 process, _ = await asyncio.to_thread(self._live)
                 answer = await process.arequest("warden/read", _read_params(self, path))
                 read = self._read_answer(answer)
             except WardenError as err:
-                self._read_refused(err)
+                self._transfer_refused(err)
                 read = None
             if read is not None:
                 return read
@@ -281,7 +317,7 @@ class WardenSession:
                 detail = str(error.get("message")) if error.get("suspect") else None
                 return Failure(file, detail)
             if file is None and error.get("kind") == "unavailable":
-                self._reads = False  # the policy allows no reads
+                self._transfers = False  # the policy allows no reads
             return None
         size, data = answer.get("size"), answer.get("data")
         if not isinstance(size, int) or not isinstance(data, str):
@@ -297,11 +333,29 @@ class WardenSession:
             return Failure("permission_denied", f"{len(got)} bytes where warden said {size}")
         return got
 
-    def _read_refused(self, err: WardenError) -> None:
-        """After a `warden/read` that was not answered, the file is moved in chunks: this time
-        (a process that died), or from now on (a warden that has no such request)."""
+    def _write_answer(self, answer: Mapping[str, Any], size: int) -> Failure | None | object:
+        """None when a `warden/write` wrote the `size` bytes; why the file could not be
+        written; `_IN_CHUNKS` to move it through the shell (it is larger than the policy's
+        `transfer`, the policy allows no transfers, or the write failed otherwise)."""
+        error = answer.get("error")
+        if isinstance(error, dict):
+            file = error.get("file")
+            if file in ("is_directory", "exists", "invalid_path", "permission_denied"):
+                detail = str(error.get("message")) if error.get("suspect") else None
+                return Failure(file, detail)
+            if file is None and error.get("kind") == "unavailable":
+                self._transfers = False  # the policy allows no transfers
+            return _IN_CHUNKS
+        if answer.get("size") != size:
+            return Failure("permission_denied", f"warden/write answered {str(answer)[:80]}")
+        return None
+
+    def _transfer_refused(self, err: WardenError) -> None:
+        """After a `warden/read` or `warden/write` that was not answered, the file is moved in
+        chunks: this time (a process that died), or from now on (a warden that has no such
+        request)."""
         if getattr(err, "code", None) == _METHOD_NOT_FOUND:
-            self._reads = False
+            self._transfers = False
 
     # -- running commands -----------------------------------------------------------------
 
