@@ -253,8 +253,8 @@ pub fn tmp_size(
     }
 }
 
-/// `transfer`: the most bytes a client may read from a session's sandbox in one request
-/// (`warden/read`, never the model's); none unless written. It takes effect in session mode
+/// `transfer`: the most bytes a client may read from or write to a session's sandbox in one
+/// request (`warden/read`, `warden/write`, never the model's); none unless written. It takes effect in session mode
 /// only, whose sandbox outlives a call (the audit says so of a tool without sessions).
 pub fn transfer_size(
     table: &ExecutorTable,

@@ -394,9 +394,9 @@ pub trait Executor: Send + Sync {
         ))
     }
 
-    /// The most bytes a client may read from this tool's session sandbox in one request
-    /// ([`crate::Dispatcher::read_file`]: a shell session's, whose policy writes
-    /// `transfer`); `None`, by default: it allows no reads.
+    /// The most bytes a client may read from or write to this tool's session sandbox in one
+    /// request ([`crate::Dispatcher::read_file`], [`crate::Dispatcher::write_file`]: a shell
+    /// session's, whose policy writes `transfer`); `None`, by default: it allows none.
     fn transfer(&self) -> Option<u64> {
         None
     }

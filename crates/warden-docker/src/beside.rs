@@ -15,10 +15,17 @@ use std::sync::Arc;
 use warden_command::session::{Chunk, Launched, Sibling, Siblings};
 use warden_core::{ErrorKind, ToolError};
 
-/// How often, and how far apart, the engine is asked for an exec's pid once started, and for
-/// its exit code once its output closed: it has them a little later.
-const EXIT_TRIES: u32 = 50;
+/// How often the engine is asked for an exec's pid once started, and for its exit code once
+/// its output closed: it has them a little later, mostly within a millisecond or two, so the
+/// waits between the asks start at 1 ms and double up to [`EXIT_WAIT`] (about half a second
+/// in all).
+const EXIT_TRIES: u32 = 54;
 const EXIT_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// The wait before ask `n` (from 0) of an exec's pid or exit code.
+fn wait(n: u32) -> std::time::Duration {
+    std::time::Duration::from_millis(1 << n.min(4)).min(EXIT_WAIT)
+}
 
 /// Starts shells in one session's container.
 #[derive(Clone)]
@@ -84,13 +91,13 @@ impl Siblings for DockerSiblings {
 impl DockerSiblings {
     /// The pid on this machine of `exec`, once the engine has started it.
     async fn pid_of(&self, exec: &str) -> Option<i32> {
-        for _ in 0..EXIT_TRIES {
+        for n in 0..EXIT_TRIES {
             let inspected = self.docker.inspect_exec(exec).await.ok()?;
             let pid = inspected.pid.and_then(|p| i32::try_from(p).ok());
             if let Some(pid) = pid.filter(|&p| p > 1) {
                 return Some(pid);
             }
-            tokio::time::sleep(EXIT_WAIT).await;
+            tokio::time::sleep(wait(n)).await;
         }
         None
     }
@@ -111,12 +118,12 @@ impl Sibling for DockerSibling {
 
     /// The engine marks the exec ended a little after its output closed.
     async fn exit_status(&mut self) -> Option<i64> {
-        for _ in 0..EXIT_TRIES {
+        for n in 0..EXIT_TRIES {
             let inspected = self.docker.inspect_exec(&self.exec).await.ok()?;
             if inspected.running != Some(true) {
                 return inspected.exit_code;
             }
-            tokio::time::sleep(EXIT_WAIT).await;
+            tokio::time::sleep(wait(n)).await;
         }
         None
     }

@@ -35,8 +35,8 @@ pub struct DockerConfig {
     pub workdir: Option<Located<String>>,
     /// One container and one long-lived shell per session instead of one container per call.
     pub session: bool,
-    /// The most bytes a client may read from a session's sandbox in one request; `None`: no
-    /// reads (see `warden_command::transfer_size`).
+    /// The most bytes a client may read from or write to a session's sandbox in one
+    /// request; `None`: none (see `warden_command::transfer_size`).
     pub transfer: Option<u64>,
     /// Containers kept created, started and waiting, each for one call (or one session's
     /// first command); `None`: each is started on its call's path.

@@ -25,7 +25,8 @@ pub(crate) struct DockerTool {
     sessions: Option<Sessions<DockerShells>>,
     /// Containers started ahead of their calls, when the policy keeps a pool.
     pool: Option<Pool>,
-    /// The most bytes a client may read from a session's container in one request.
+    /// The most bytes a client may read from or write to a session's container in one
+    /// request.
     transfer: Option<u64>,
 }
 

@@ -61,8 +61,8 @@ pub struct HostConfig {
     pub isolation: Located<Isolation>,
     /// One confined shell per session instead of one confined process tree per call.
     pub session: bool,
-    /// The most bytes a client may read from a session's sandbox in one request; `None`: no
-    /// reads (see `warden_command::transfer_size`).
+    /// The most bytes a client may read from or write to a session's sandbox in one
+    /// request; `None`: none (see `warden_command::transfer_size`).
     pub transfer: Option<u64>,
 }
 
