@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import re
+import time
 from collections.abc import Callable, Generator, Iterator
 from typing import Any, TypeVar
 
@@ -337,6 +338,36 @@ def test_a_write_is_one_request_beside_the_session_and_says_why_it_fails(tool):
                     "warden/write", {"tool": tool, "path": "/tmp/x", "data": "", **hostile}
                 )
             assert refused.value.code == -32602
+
+
+# The pids of the sandbox's other shells than the session's own (`$$`), by builtins only.
+OTHER_SHELLS = (
+    'for d in /proc/[0-9]*; do n=${d#/proc/}; [ "$n" = "$$" ] && continue; '
+    '{ read -r c <"$d/comm"; } 2>/dev/null || continue; '
+    'case $c in sh|dash|ash|busybox) printf "%s " "$n";; esac; done'
+)
+
+
+@pytest.mark.parametrize("tool", ["shell", "shell-busybox"])
+def test_a_transfer_outlives_the_spare_shell_a_command_killed(tool):
+    """After a transfer, a shell waits beside the session's for the next one (an engine's
+    `exec` takes tens of milliseconds); a command that kills it costs the next transfer
+    nothing but a fresh start. (In a container, which shows its processes in `/proc`; the
+    host sandbox mounts none, and the driver is the same.)"""
+    require_docker()
+    with _box(tool, transfer="1MiB") as sandbox:
+        assert sandbox.upload_files([("/tmp/one", b"one")])[0].error is None
+        for _ in range(600):  # until the spare shows, however slow the machine
+            spare = sandbox.execute(OTHER_SHELLS).output.split()
+            if spare:
+                break
+            time.sleep(0.05)
+        assert len(spare) == 1, spare
+        sandbox.execute(f"kill -9 {spare[0]}")
+        params = {"tool": tool, "path": "/tmp/two", "data": base64.b64encode(b"two").decode()}
+        assert sandbox._session.request("warden/write", params) == {"size": 3}
+        [back] = sandbox.download_files(["/tmp/two"])
+        assert back.content == b"two"
 
 
 def test_five_megabytes_go_in_and_out_byte_exact():

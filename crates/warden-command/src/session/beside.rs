@@ -65,6 +65,8 @@ impl Sibling for NoSiblings {
 /// session's state, and what every answer of the sandbox carries.
 pub(super) struct Beside<T> {
     pub siblings: Arc<T>,
+    /// The sandbox's [`Live::id`].
+    pub sandbox: u64,
     /// The state the last command that ended in the session's shell left.
     pub state: Option<String>,
     /// The shell options it left on (`set -x`), restored inside the command.
@@ -76,6 +78,7 @@ impl<T> Clone for Beside<T> {
     fn clone(&self) -> Self {
         Beside {
             siblings: self.siblings.clone(),
+            sandbox: self.sandbox,
             state: self.state.clone(),
             options: self.options.clone(),
             details: self.details.clone(),

@@ -310,6 +310,8 @@ struct SlotOf<S: Sandbox> {
     held: tokio::sync::Mutex<Held<S>>,
     /// Set while the shell lives, when its sandbox can start shells beside it.
     beside: tokio::sync::watch::Sender<Option<Beside<S::Siblings>>>,
+    /// A shell started beside it ahead of a client's next transfer, and the sandbox's id.
+    spare: Mutex<Option<pipe::Spare<S::Siblings>>>,
 }
 
 impl<S: Sandbox> Default for SlotOf<S> {
@@ -317,6 +319,7 @@ impl<S: Sandbox> Default for SlotOf<S> {
         SlotOf {
             held: tokio::sync::Mutex::default(),
             beside: tokio::sync::watch::Sender::new(None),
+            spare: Mutex::default(),
         }
     }
 }
@@ -482,6 +485,7 @@ impl<L: Launcher> Sessions<L> {
         };
         slot.beside.send_replace(Some(Beside {
             siblings: Arc::new(siblings),
+            sandbox: live.id,
             state: live.state.clone(),
             options: live.options().to_owned(),
             details: live.sandbox.details(),
@@ -581,6 +585,7 @@ impl<L: Launcher> Sessions<L> {
         };
         if let Some(slot) = slot {
             slot.beside.send_replace(None);
+            drop(pipe::take_spare(&slot, None));
             if let Some(live) = slot.held.lock().await.live.take() {
                 live.sandbox.close().await;
             }

@@ -4,7 +4,7 @@
 //! read, the shell has read all it will of its stdin, and the command's input follows on it
 //! untouched. Its stdout comes back as it wrote it; no framing, no base64.
 
-use super::{Chunk, Chunks, Input, Launched, Sessions, Sibling, Siblings};
+use super::{Chunk, Chunks, Input, Launched, Sandbox, Sessions, Sibling, Siblings, SlotOf};
 use futures::StreamExt;
 use std::io;
 use tokio::io::AsyncWriteExt;
@@ -13,6 +13,35 @@ use warden_core::{ErrorKind, Pipe, Piped, Piping, SessionId, ToolError};
 
 /// The line the shell prints before it `exec`s the command.
 const READY: &[u8] = b"WARDEN-PIPE\n";
+
+/// A shell started beside a session's ahead of a client's next transfer, for the sandbox of
+/// that [`super::shell::Live::id`]: an engine's `exec` takes tens of milliseconds, which a
+/// transfer then does not wait for. Kept from a session's first transfer on, one at a time;
+/// it is one more idle shell among the sandbox's processes, and one that died (a command
+/// killed it) is passed over for a fresh start.
+pub(super) struct Spare<T: Siblings> {
+    sandbox: u64,
+    launched: Launched<T::Sibling>,
+}
+
+/// How long a spare may take to start before it is given up.
+const SPARE_START: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The slot's spare, when it is for `sandbox`; one for another sandbox (or any, with `None`)
+/// is dropped, and with it its shell.
+pub(super) fn take_spare<S: Sandbox>(
+    slot: &SlotOf<S>,
+    sandbox: Option<u64>,
+) -> Option<Launched<<S::Siblings as Siblings>::Sibling>> {
+    let mut spare = slot
+        .spare
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match spare.take() {
+        Some(s) if Some(s.sandbox) == sandbox => Some(s.launched),
+        _ => None,
+    }
+}
 
 impl<L: super::Launcher> Sessions<L> {
     /// Runs `pipe` beside the shell of session `id` (see the module), where its sandbox
@@ -28,19 +57,48 @@ impl<L: super::Launcher> Sessions<L> {
             return Piping::NoShellYet;
         };
         let offered = slot.beside.borrow().clone();
-        match offered {
-            Some(beside) => Piping::Ran(piped(&*beside.siblings, pipe).await),
+        let Some(beside) = offered else {
             // A shell that is free and not there; else one that is there and starts none
             // beside it (a busy shell that could is offered).
-            None => match slot.held.try_lock() {
+            return match slot.held.try_lock() {
                 Ok(held) if held.live.is_none() => Piping::NoShellYet,
                 _ => Piping::NotBeside,
-            },
-        }
+            };
+        };
+        let spare = take_spare(&slot, Some(beside.sandbox));
+        let ran = piped(&*beside.siblings, spare, pipe).await;
+        make_spare(slot, beside.siblings, beside.sandbox);
+        Piping::Ran(ran)
     }
 }
 
-async fn piped<T: Siblings>(siblings: &T, pipe: &Pipe<'_>) -> Result<Piped, ToolError> {
+/// Starts a spare for `sandbox` in the background, kept unless one came first or the
+/// sandbox is no longer the slot's.
+fn make_spare<S: Sandbox>(
+    slot: super::Slot<S>,
+    siblings: std::sync::Arc<S::Siblings>,
+    sandbox: u64,
+) {
+    tokio::spawn(async move {
+        let Ok(Ok(launched)) = tokio::time::timeout(SPARE_START, siblings.start()).await else {
+            return;
+        };
+        let current = slot.beside.borrow().as_ref().map(|b| b.sandbox);
+        let mut spare = slot
+            .spare
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if current == Some(sandbox) && spare.is_none() {
+            *spare = Some(Spare { sandbox, launched });
+        }
+    });
+}
+
+async fn piped<T: Siblings>(
+    siblings: &T,
+    spare: Option<Launched<T::Sibling>>,
+    pipe: &Pipe<'_>,
+) -> Result<Piped, ToolError> {
     let deadline = Instant::from_std(pipe.deadline);
     let late = || {
         ToolError::new(
@@ -49,49 +107,74 @@ async fn piped<T: Siblings>(siblings: &T, pipe: &Pipe<'_>) -> Result<Piped, Tool
              it was stopped",
         )
     };
-    let Launched {
-        sandbox: mut sibling,
-        input,
-        output,
-    } = tokio::time::timeout_at(deadline, siblings.start())
-        .await
-        .map_err(|_| late())??;
-    let pid = sibling.pid();
-    let ran = tokio::time::timeout_at(deadline, exchange(input, output, pipe)).await;
-    let answer = match ran {
-        Ok(Ok(mut piped)) => {
-            if piped.overflowed {
-                super::kill_tree(pid);
-            } else {
-                piped.status = sibling.exit_status().await;
+    let mut spare = spare;
+    loop {
+        let from_spare = spare.is_some();
+        let launched = match spare.take() {
+            Some(launched) => launched,
+            None => tokio::time::timeout_at(deadline, siblings.start())
+                .await
+                .map_err(|_| late())??,
+        };
+        let Launched {
+            sandbox: mut sibling,
+            input,
+            output,
+        } = launched;
+        let pid = sibling.pid();
+        let ran = tokio::time::timeout_at(deadline, exchange(input, output, pipe)).await;
+        let answer = match ran {
+            Ok(Ok(mut piped)) => {
+                if piped.overflowed {
+                    super::kill_tree(pid);
+                } else {
+                    piped.status = sibling.exit_status().await;
+                }
+                Ok(piped)
             }
-            Ok(piped)
-        }
-        Ok(Err(e)) => {
-            super::kill_tree(pid);
-            Err(ToolError::new(
-                ErrorKind::Unavailable,
-                format!("a client's transfer beside the session's shell failed: {e}"),
-            ))
-        }
-        Err(_) => {
-            super::kill_tree(pid);
-            Err(late())
-        }
-    };
-    sibling.close().await;
-    answer
+            // A spare that died before it took the command: once more, in a fresh one.
+            Ok(Err(Failed::Unstarted(_))) if from_spare => {
+                super::kill_tree(pid);
+                sibling.close().await;
+                continue;
+            }
+            Ok(Err(Failed::Unstarted(e) | Failed::Broken(e))) => {
+                super::kill_tree(pid);
+                Err(ToolError::new(
+                    ErrorKind::Unavailable,
+                    format!("a client's transfer beside the session's shell failed: {e}"),
+                ))
+            }
+            Err(_) => {
+                super::kill_tree(pid);
+                Err(late())
+            }
+        };
+        sibling.close().await;
+        return answer;
+    }
+}
+
+/// Why an exchange failed.
+enum Failed {
+    /// Before the command ran: its shell took nothing of the input.
+    Unstarted(io::Error),
+    /// After.
+    Broken(io::Error),
 }
 
 /// Gives the shell its line and the command its input, and reads what comes back.
-async fn exchange(mut input: Input, mut output: Chunks, pipe: &Pipe<'_>) -> io::Result<Piped> {
+async fn exchange(mut input: Input, mut output: Chunks, pipe: &Pipe<'_>) -> Result<Piped, Failed> {
     let line = format!(
         "printf '{}\\n'; exec {}\n",
         String::from_utf8_lossy(&READY[..READY.len() - 1]),
         pipe.command
     );
-    input.write_all(line.as_bytes()).await?;
-    input.flush().await?;
+    input
+        .write_all(line.as_bytes())
+        .await
+        .map_err(Failed::Unstarted)?;
+    input.flush().await.map_err(Failed::Unstarted)?;
     let (ready, is_ready) = tokio::sync::oneshot::channel::<()>();
     // The command may stop reading early (a refusal): what it answers says what it took, so
     // a failed write is not the transfer's failure. Its stdin ends with `input`: shut down
@@ -107,17 +190,21 @@ async fn exchange(mut input: Input, mut output: Chunks, pipe: &Pipe<'_>) -> io::
         let mut piped = Piped::default();
         let mut head = Vec::new();
         while let Some(chunk) = output.next().await {
-            match chunk? {
+            let chunk = chunk.map_err(|e| match ready {
+                Some(_) => Failed::Unstarted(e),
+                None => Failed::Broken(e),
+            })?;
+            match chunk {
                 Chunk::Stdout(bytes) if ready.is_some() => {
                     head.extend_from_slice(&bytes);
                     if let Some(rest) = head.strip_prefix(READY) {
                         piped.stdout.extend_from_slice(rest);
                         ready.take().map(|r| r.send(()));
                     } else if !READY.starts_with(&head) {
-                        return Err(io::Error::other(format!(
+                        return Err(Failed::Unstarted(io::Error::other(format!(
                             "its shell printed {:?} before the command ran",
                             String::from_utf8_lossy(&head[..head.len().min(80)])
-                        )));
+                        ))));
                     }
                 }
                 Chunk::Stdout(bytes) => piped.stdout.extend_from_slice(&bytes),
@@ -135,10 +222,10 @@ async fn exchange(mut input: Input, mut output: Chunks, pipe: &Pipe<'_>) -> io::
             }
         }
         if ready.is_some() {
-            return Err(io::Error::other(format!(
+            return Err(Failed::Unstarted(io::Error::other(format!(
                 "its shell ended before the command ran: {}",
                 piped.stderr.trim()
-            )));
+            ))));
         }
         Ok(piped)
     };

@@ -38,7 +38,13 @@ pub(crate) struct Live<S> {
     pub state: Option<String>,
     /// What the shell runs before the first command, once.
     prelude: String,
+    /// This sandbox among every one this process started: what a shell started beside it
+    /// ahead of time is kept for (see `super::pipe`).
+    pub id: u64,
 }
+
+/// The next [`Live::id`].
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// A command that finished, as its shell saw it.
 pub(crate) struct Finished {
@@ -90,6 +96,7 @@ impl<S: Sandbox> Live<S> {
             refused: None,
             state: None,
             prelude: String::new(),
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 
