@@ -16,12 +16,19 @@ const READY: &[u8] = b"WARDEN-PIPE\n";
 
 /// A shell started beside a session's ahead of a client's next transfer, for the sandbox of
 /// that [`super::shell::Live::id`]: an engine's `exec` takes tens of milliseconds, which a
-/// transfer then does not wait for. Kept from a session's first transfer on, one at a time;
-/// it is one more idle shell among the sandbox's processes, and one that died (a command
-/// killed it) is passed over for a fresh start.
+/// transfer then does not wait for (or waits for only what is left of it). Kept from a
+/// session's first transfer on, one at a time; it is one more idle shell among the sandbox's
+/// processes, and one that died (a command killed it) is passed over for a fresh start.
 pub(super) struct Spare<T: Siblings> {
     sandbox: u64,
-    launched: Launched<T::Sibling>,
+    /// Its start, running or done; dropped, a shell it started goes with it.
+    task: tokio::task::JoinHandle<Option<Launched<T::Sibling>>>,
+}
+
+impl<T: Siblings> Drop for Spare<T> {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// How long a spare may take to start before it is given up.
@@ -32,15 +39,12 @@ const SPARE_START: std::time::Duration = std::time::Duration::from_secs(30);
 pub(super) fn take_spare<S: Sandbox>(
     slot: &SlotOf<S>,
     sandbox: Option<u64>,
-) -> Option<Launched<<S::Siblings as Siblings>::Sibling>> {
+) -> Option<Spare<S::Siblings>> {
     let mut spare = slot
         .spare
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    match spare.take() {
-        Some(s) if Some(s.sandbox) == sandbox => Some(s.launched),
-        _ => None,
-    }
+    spare.take().filter(|s| Some(s.sandbox) == sandbox)
 }
 
 impl<L: super::Launcher> Sessions<L> {
@@ -67,36 +71,33 @@ impl<L: super::Launcher> Sessions<L> {
         };
         let spare = take_spare(&slot, Some(beside.sandbox));
         let ran = piped(&*beside.siblings, spare, pipe).await;
-        make_spare(slot, beside.siblings, beside.sandbox);
+        make_spare(&slot, &beside.siblings, beside.sandbox);
         Piping::Ran(ran)
     }
 }
 
-/// Starts a spare for `sandbox` in the background, kept unless one came first or the
-/// sandbox is no longer the slot's.
-fn make_spare<S: Sandbox>(
-    slot: super::Slot<S>,
-    siblings: std::sync::Arc<S::Siblings>,
-    sandbox: u64,
-) {
-    tokio::spawn(async move {
-        let Ok(Ok(launched)) = tokio::time::timeout(SPARE_START, siblings.start()).await else {
-            return;
-        };
-        let current = slot.beside.borrow().as_ref().map(|b| b.sandbox);
-        let mut spare = slot
-            .spare
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if current == Some(sandbox) && spare.is_none() {
-            *spare = Some(Spare { sandbox, launched });
-        }
+/// Starts a spare for `sandbox` in the background, unless the slot holds one, or its
+/// sandbox is another by now.
+fn make_spare<S: Sandbox>(slot: &SlotOf<S>, siblings: &std::sync::Arc<S::Siblings>, sandbox: u64) {
+    let current = slot.beside.borrow().as_ref().map(|b| b.sandbox);
+    let mut spare = slot
+        .spare
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if current != Some(sandbox) || spare.is_some() {
+        return;
+    }
+    let siblings = siblings.clone();
+    let task = tokio::spawn(async move {
+        let started = tokio::time::timeout(SPARE_START, siblings.start()).await;
+        started.ok().and_then(Result::ok)
     });
+    *spare = Some(Spare { sandbox, task });
 }
 
 async fn piped<T: Siblings>(
     siblings: &T,
-    spare: Option<Launched<T::Sibling>>,
+    spare: Option<Spare<T>>,
     pipe: &Pipe<'_>,
 ) -> Result<Piped, ToolError> {
     let deadline = Instant::from_std(pipe.deadline);
@@ -109,8 +110,16 @@ async fn piped<T: Siblings>(
     };
     let mut spare = spare;
     loop {
-        let from_spare = spare.is_some();
-        let launched = match spare.take() {
+        let ready = match spare.take() {
+            Some(mut spare) => match tokio::time::timeout_at(deadline, &mut spare.task).await {
+                Ok(Ok(launched)) => launched,
+                Ok(Err(_)) => None,
+                Err(_) => return Err(late()),
+            },
+            None => None,
+        };
+        let from_spare = ready.is_some();
+        let launched = match ready {
             Some(launched) => launched,
             None => tokio::time::timeout_at(deadline, siblings.start())
                 .await
