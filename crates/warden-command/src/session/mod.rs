@@ -310,8 +310,8 @@ struct SlotOf<S: Sandbox> {
     held: tokio::sync::Mutex<Held<S>>,
     /// Set while the shell lives, when its sandbox can start shells beside it.
     beside: tokio::sync::watch::Sender<Option<Beside<S::Siblings>>>,
-    /// A shell started beside it ahead of a client's next transfer, and the sandbox's id.
-    spare: Mutex<Option<pipe::Spare<S::Siblings>>>,
+    /// Shells started beside it ahead of a client's next transfers.
+    spares: Mutex<pipe::SparesOf<S>>,
 }
 
 impl<S: Sandbox> Default for SlotOf<S> {
@@ -319,7 +319,7 @@ impl<S: Sandbox> Default for SlotOf<S> {
         SlotOf {
             held: tokio::sync::Mutex::default(),
             beside: tokio::sync::watch::Sender::new(None),
-            spare: Mutex::default(),
+            spares: Mutex::default(),
         }
     }
 }
