@@ -61,7 +61,9 @@ fn rewrite(
     let mut reader = Archive::new(archive);
     reader.set_ignore_zeros(true);
     let mut groups = Vec::new();
-    let mut out = Builder::new(Vec::new());
+    // Sized ahead: many megabytes are copied in, which a growing buffer would copy again.
+    let room = archive.len().min(max).saturating_add(1024);
+    let mut out = Builder::new(Vec::with_capacity(room));
     let mut links: HashSet<String> = HashSet::new();
     let mut seen: HashSet<String> = HashSet::new();
     for entry in reader.entries().map_err(unreadable)? {
@@ -86,13 +88,14 @@ fn rewrite(
         match kind {
             EntryType::Regular | EntryType::Continuous => {
                 header.set_entry_type(EntryType::Regular);
-                let mut data = Vec::new();
+                let size = usize::try_from(entry.size()).unwrap_or(0);
+                let mut data = Vec::with_capacity(size.min(archive.len()));
                 entry.read_to_end(&mut data).map_err(unreadable)?;
                 header.set_size(data.len() as u64);
                 // Headers (a long name's too) and the data in 512-byte blocks.
                 let size = 1536 + path.len() + data.len();
                 if !out.get_ref().is_empty() && out.get_ref().len() + size > max {
-                    let full = std::mem::replace(&mut out, Builder::new(Vec::new()));
+                    let full = std::mem::replace(&mut out, Builder::new(Vec::with_capacity(room)));
                     groups.push(full.into_inner().map_err(unreadable)?);
                 }
                 out.append_data(&mut header, &path, data.as_slice())

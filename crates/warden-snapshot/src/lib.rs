@@ -34,6 +34,7 @@ pub use store::{MAX_BYTES, MAX_SNAPSHOTS, Meta, Store};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use sha2::Digest as _;
 use std::path::PathBuf;
 use warden_core::{
     Access, Dispatcher, Piped, Tool, ToolError, base64_lines, clean_command, decode_lines,
@@ -199,19 +200,32 @@ impl Snapshots {
                 archived(&printed, bound)?
             }
         };
-        let archive = archive::rewritten(&archive, &roots)
-            .map_err(|e| SnapshotError::Archive(e.to_string()))?;
-        let shell = self.state(dispatcher, tool, found).await?;
-        let digest = {
-            use sha2::Digest as _;
+        // Checked and written again, and hashed, side by side off the runtime's threads,
+        // while the shell prints its state. The hash is of the archive as the sandbox wrote
+        // it: the same one is written again the same.
+        let archive = std::sync::Arc::new(archive);
+        let policy = found.policy_digest().to_owned();
+        let raw = archive.clone();
+        let hashing = tokio::task::spawn_blocking(move || {
             let mut hash = sha2::Sha256::new();
-            for part in [found.policy_digest().as_bytes(), &archive] {
+            for part in [policy.as_bytes(), &raw] {
                 hash.update((part.len() as u64).to_le_bytes());
                 hash.update(part);
             }
-            hash.update(serde_json::to_vec(&shell).unwrap_or_default());
-            format!("sha256:{}", hex::encode(hash.finalize()))
-        };
+            hash
+        });
+        let owned: Vec<String> = roots.iter().map(|r| (*r).to_owned()).collect();
+        let checking = tokio::task::spawn_blocking(move || {
+            let roots: Vec<&str> = owned.iter().map(String::as_str).collect();
+            archive::rewritten(&archive, &roots).map_err(|e| SnapshotError::Archive(e.to_string()))
+        });
+        let shell = self.state(dispatcher, tool, found).await;
+        let unfinished = |e| SnapshotError::Archive(format!("its check did not finish: {e}"));
+        let archive = checking.await.map_err(unfinished)??;
+        let mut hash = hashing.await.map_err(unfinished)?;
+        let shell = shell?;
+        hash.update(serde_json::to_vec(&shell).unwrap_or_default());
+        let digest = format!("sha256:{}", hex::encode(hash.finalize()));
         let meta = Meta {
             id: store::new_id()?,
             tool: tool.to_owned(),

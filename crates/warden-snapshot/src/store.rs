@@ -30,8 +30,9 @@ pub struct Meta {
     pub created_ms: u64,
     /// The archive's size.
     pub bytes: u64,
-    /// `sha256:` of the policy's digest, the archive and the shell's state: a snapshot of a
-    /// sandbox no call changed since the last is that one again, not another copy.
+    /// `sha256:` of the policy's digest, the archive as the sandbox's `tar` wrote it, and the
+    /// shell's state: a snapshot of a sandbox no call changed since the last is that one
+    /// again, not another copy.
     pub digest: String,
     /// The shell's state, without the variables the policy sets from warden's environment,
     /// its secret ones, and the client's.

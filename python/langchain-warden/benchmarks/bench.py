@@ -42,11 +42,16 @@ ROOT = Path.cwd()
 WASM = ROOT / "target" / "wasm32-wasip2" / "release"
 
 
-def measure(run: Callable[[], object], count: int, warmup: int = 20) -> tuple[float, float]:
+def measure(
+    run: Callable[[], object], count: int, warmup: int = 20, apart: float = 0.0
+) -> tuple[float, float]:
+    """`run`'s median and p90 over `count` runs after `warmup`; `apart` seconds of rest before
+    each timed run, outside its time."""
     for _ in range(warmup):
         run()
     times = []
     for _ in range(count):
+        time.sleep(apart)
         started = time.perf_counter()
         run()
         times.append(time.perf_counter() - started)

@@ -11,7 +11,10 @@ requirements (deepagents). Docker rows need an engine and warden's Debian sandbo
 - creation + first command: the backend made and `execute("true")` answered (a detached
   sandbox is deleted after, a pooled container of the shared server taking its place);
 - a later command: `execute("true")` on a live backend;
-- 1 MiB up and 1 MiB down: `upload_files` and `download_files` of one 1 MiB file in `/tmp`.
+- 1 MiB up and 1 MiB down: `upload_files` and `download_files` of one 1 MiB file in `/tmp`,
+  back to back, and again with 0.3 s of rest before each (as an agent's transfers come, a
+  model's turn apart: the shells a sandbox starts beside its session's for transfers are then
+  ready).
 """
 
 from __future__ import annotations
@@ -74,6 +77,8 @@ def rows_of(name: str, make: Callable[[], object], count: int) -> list[tuple[str
 
         rows.append((f"{name}: 1 MiB up", *measure(up, 10, warmup=2)))
         rows.append((f"{name}: 1 MiB down", *measure(down, 10, warmup=2)))
+        rows.append((f"{name}: 1 MiB up, 0.3 s apart", *measure(up, 10, warmup=2, apart=0.3)))
+        rows.append((f"{name}: 1 MiB down, 0.3 s apart", *measure(down, 10, warmup=2, apart=0.3)))
     finally:
         end(backend)
     return rows

@@ -132,14 +132,15 @@ where
         reader: R,
         wrap: fn(Vec<u8>) -> Chunk,
     ) -> impl futures::Stream<Item = io::Result<Chunk>> + Send {
-        futures::stream::unfold(Some(Box::pin(reader)), move |reader| async move {
-            let mut reader = reader?;
-            let mut buf = vec![0; 16 << 10];
+        // One buffer a stream, as large as a pipe holds, each chunk copied out at its size.
+        let state = Some((Box::pin(reader), vec![0; 64 << 10]));
+        futures::stream::unfold(state, move |state| async move {
+            let (mut reader, mut buf) = state?;
             match reader.read(&mut buf).await {
                 Ok(0) => None,
                 Ok(n) => {
-                    buf.truncate(n);
-                    Some((Ok(wrap(buf)), Some(reader)))
+                    let chunk = wrap(buf[..n].to_vec());
+                    Some((Ok(chunk), Some((reader, buf))))
                 }
                 Err(e) => Some((Err(e), None)),
             }

@@ -17,9 +17,9 @@ const READY: &[u8] = b"WARDEN-PIPE\n";
 /// A shell started beside a session's ahead of a client's next transfer, for the sandbox of
 /// that [`super::shell::Live::id`]: an engine's `exec` takes tens of milliseconds, which a
 /// transfer then does not wait for (or waits for only what is left of it). Kept from a
-/// session's first transfer on, [`SPARES`] at a time; each is one more idle shell among the
-/// sandbox's processes, and one that died (a command killed it) is passed over for a fresh
-/// start.
+/// session's first transfer on, as many as [`Siblings::spares`] says; each is one more idle
+/// shell among the sandbox's processes, and one that died (a command killed it) is passed
+/// over for a fresh start.
 pub(super) struct Spare<T: Siblings> {
     sandbox: u64,
     /// Its start, running or done; dropped, a shell it started goes with it.
@@ -31,11 +31,6 @@ impl<T: Siblings> Drop for Spare<T> {
         self.task.abort();
     }
 }
-
-/// How many spares a session keeps: transfers back to back come faster than an engine's
-/// `exec` (~45 ms for a container here, against ~20 ms to move a MiB), and two starting
-/// side by side keep up.
-const SPARES: usize = 2;
 
 /// How long a spare may take to start before it is given up.
 const SPARE_START: std::time::Duration = std::time::Duration::from_secs(30);
@@ -90,8 +85,8 @@ impl<L: super::Launcher> Sessions<L> {
     }
 }
 
-/// Starts spares for `sandbox` in the background up to [`SPARES`], unless its sandbox is
-/// another by now.
+/// Starts spares for `sandbox` in the background up to [`Siblings::spares`], unless its
+/// sandbox is another by now.
 fn make_spare<S: Sandbox>(slot: &SlotOf<S>, siblings: &std::sync::Arc<S::Siblings>, sandbox: u64) {
     let current = slot.beside.borrow().as_ref().map(|b| b.sandbox);
     let mut spares = slot
@@ -101,7 +96,7 @@ fn make_spare<S: Sandbox>(slot: &SlotOf<S>, siblings: &std::sync::Arc<S::Sibling
     if current != Some(sandbox) {
         return;
     }
-    while spares.len() < SPARES {
+    while spares.len() < siblings.spares() {
         let siblings = siblings.clone();
         let task = tokio::spawn(async move {
             let started = tokio::time::timeout(SPARE_START, siblings.start()).await;
