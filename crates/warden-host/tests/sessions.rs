@@ -5,7 +5,7 @@ use crate::common::*;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use warden_core::{ErrorKind, Executor, Limits, Output, SessionId, ToolError};
+use warden_core::{ErrorKind, Executor, Limits, Output, Pipe, Piping, SessionId, ToolError};
 use warden_test_support::assert_timed_out;
 
 /// What a command printed, without the exit-code line of a success.
@@ -506,4 +506,64 @@ async fn a_timeout_of_an_overlapping_command_ends_only_it() {
     let r = call(json!({"command": "echo $X; pwd; ls a done"})).await;
     assert_eq!(body(&r), "kept\n/tmp\na\ndone");
     tool.end_session(id).await;
+}
+
+/// A client's pipe (`Executor::pipe`): a shell beside the session's, raw bytes through.
+fn pipe<'a>(command: &str, input: Option<&'a [u8]>, output: u64, secs: u64) -> Pipe<'a> {
+    Pipe {
+        command: command.to_owned(),
+        input,
+        output,
+        deadline: Instant::now() + Duration::from_secs(secs),
+    }
+}
+
+#[tokio::test]
+async fn a_clients_pipe_runs_beside_the_session_raw_and_stops_at_its_deadline() {
+    let place = Place::new();
+    let (tool, limits, _w) = session_tool(&place, 65516, "", "");
+    let id = SessionId::fresh();
+    let bytes: Vec<u8> = (0..=255u8).cycle().take(300_000).collect();
+    let echo = pipe("cat", Some(&bytes), 1 << 20, 10);
+    assert!(matches!(tool.pipe(id, &echo).await, Piping::NoShellYet));
+    // What the session's shell holds takes no part: the pipe's shell is a fresh one.
+    let r = call_in(
+        &tool,
+        &limits,
+        id,
+        json!({"command": "cat() { echo lie; }; cd /tmp"}),
+    )
+    .await;
+    assert!(r.is_ok(), "{}", text(&r));
+    let Piping::Ran(Ok(piped)) = tool.pipe(id, &echo).await else {
+        panic!("the host shell starts shells beside the session's");
+    };
+    assert!(piped.stdout == bytes, "{} bytes back", piped.stdout.len());
+    assert_eq!((piped.status, piped.overflowed), (Some(0), false));
+    let Piping::Ran(Ok(cut)) = tool.pipe(id, &pipe("cat", Some(&bytes), 1000, 10)).await else {
+        panic!("ran");
+    };
+    assert!(cut.overflowed && cut.stdout == bytes[..1000], "{cut:?}");
+    let Piping::Ran(Ok(failed)) = tool
+        .pipe(id, &pipe("sh -c 'echo no >&2; exit 3'", None, 99, 10))
+        .await
+    else {
+        panic!("ran");
+    };
+    assert_eq!((failed.status, failed.stderr.trim()), (Some(3), "no"));
+    let before = processes_of(65516);
+    let Piping::Ran(Err(late)) = tool.pipe(id, &pipe("sleep 300", None, 99, 1)).await else {
+        panic!("past its deadline");
+    };
+    assert_eq!(late.kind, ErrorKind::Timeout, "{}", late.message);
+    // A killed process stays in /proc until the kernel has torn it down.
+    let until = Instant::now() + Duration::from_secs(5);
+    while processes_of(65516) > before && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(processes_of(65516), before, "the sleep is gone");
+    let r = call_in(&tool, &limits, id, json!({"command": "pwd"})).await;
+    assert_eq!(body(&r), "/tmp", "the session lives on");
+    tool.end_session(id).await;
+    assert_eq!(processes_left(65516), 0);
 }
