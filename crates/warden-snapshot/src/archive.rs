@@ -31,7 +31,7 @@ pub enum ArchiveError {
 /// not the user's to change), what lies at or below `skip` (`./a/b`: the policy's roots,
 /// mounts of their own), and FIFOs and devices (a snapshot keeps files, folders and links).
 pub fn rewritten(archive: &[u8], skip: &[&str]) -> Result<Vec<u8>, ArchiveError> {
-    let mut whole = rewrite(archive, skip, usize::MAX, false)?;
+    let mut whole = rewrite(archive, archive.len(), skip, usize::MAX, false)?;
     Ok(whole.pop().unwrap_or_else(|| vec![0; 1024]))
 }
 
@@ -40,18 +40,21 @@ pub fn rewritten(archive: &[u8], skip: &[&str]) -> Result<Vec<u8>, ArchiveError>
 /// as archives one after another, each at most `max` bytes but for one entry larger than
 /// that alone: what a restore unpacks a command at a time.
 pub fn split(archive: &[u8], skip: &[&str], max: usize) -> Result<Vec<Vec<u8>>, ArchiveError> {
-    rewrite(archive, skip, max, true)
+    rewrite(archive, archive.len(), skip, max, true)
 }
 
-/// A kept archive checked again, whole, for a restore that moves it in one piece: as
-/// [`split`] with no bound.
-pub fn checked(archive: &[u8], skip: &[&str]) -> Result<Vec<u8>, ArchiveError> {
-    let mut whole = rewrite(archive, skip, usize::MAX, true)?;
+/// A kept archive of `len` bytes, read from `archive`, checked again whole for a restore
+/// that moves it in one piece: as [`split`] with no bound. Read as it is parsed, not first
+/// into memory.
+pub fn checked(archive: impl Read, len: usize, skip: &[&str]) -> Result<Vec<u8>, ArchiveError> {
+    let mut whole = rewrite(archive, len, skip, usize::MAX, true)?;
     Ok(whole.pop().unwrap_or_else(|| vec![0; 1024]))
 }
 
+/// Rewrites `archive`, of `len` bytes (a hint for the buffers).
 fn rewrite(
-    archive: &[u8],
+    archive: impl Read,
+    len: usize,
     skip: &[&str],
     max: usize,
     refuse_special: bool,
@@ -62,7 +65,7 @@ fn rewrite(
     reader.set_ignore_zeros(true);
     let mut groups = Vec::new();
     // Sized ahead: many megabytes are copied in, which a growing buffer would copy again.
-    let room = archive.len().min(max).saturating_add(1024);
+    let room = len.min(max).saturating_add(1024);
     let mut out = Builder::new(Vec::with_capacity(room));
     let mut links: HashSet<String> = HashSet::new();
     let mut seen: HashSet<String> = HashSet::new();
@@ -89,7 +92,7 @@ fn rewrite(
             EntryType::Regular | EntryType::Continuous => {
                 header.set_entry_type(EntryType::Regular);
                 let size = usize::try_from(entry.size()).unwrap_or(0);
-                let mut data = Vec::with_capacity(size.min(archive.len()));
+                let mut data = Vec::with_capacity(size.min(len));
                 entry.read_to_end(&mut data).map_err(unreadable)?;
                 header.set_size(data.len() as u64);
                 // Headers (a long name's too) and the data in 512-byte blocks.

@@ -260,13 +260,26 @@ impl Snapshots {
         }
         let roots = roots_below_tmp(found);
         let roots: Vec<&str> = roots.iter().map(String::as_str).collect();
-        let stored = self.store.archive(id)?;
+        let (file, len) = self.store.open_archive(id)?;
         let bound = dispatcher.transfer_bound(tool)?;
-        if stored.len() as u64 > bound {
+        if len > bound {
             return Err(SnapshotError::TooLarge { bound });
         }
+        // Read and checked again off the runtime's threads while the shell prints its state
+        // (which the unpacking does not change), starting the shell if it has not started.
+        let owned: Vec<String> = roots.iter().map(|r| (*r).to_owned()).collect();
+        let checking = tokio::task::spawn_blocking(move || {
+            let roots: Vec<&str> = owned.iter().map(String::as_str).collect();
+            let reader = std::io::BufReader::with_capacity(1 << 20, file);
+            archive::checked(reader, usize::try_from(len).unwrap_or(0), &roots)
+        });
+        let now = self.state(dispatcher, tool, found).await;
         let refused = |e| SnapshotError::Refused(id.to_owned(), e);
-        let whole = archive::checked(&stored, &roots).map_err(refused)?;
+        let whole = checking
+            .await
+            .map_err(|e| SnapshotError::Archive(format!("its check did not finish: {e}")))?
+            .map_err(refused)?;
+        let now = now?;
         let raw = clean_command(&format!("{WALK}{DROP}{EMPTY_UNPACK_RAW}"), RESTORE, &roots);
         match dispatcher
             .pipe_for_client(tool, raw, Some(&whole), 64 * 1024)
@@ -275,6 +288,7 @@ impl Snapshots {
             Some(piped) if piped.succeeded() => {}
             Some(piped) => return Err(SnapshotError::Unpack(failed(&piped))),
             None => {
+                let stored = self.store.archive(id)?;
                 let parts = archive::split(&stored, &roots, CHUNK).map_err(refused)?;
                 let command = clean_command(&format!("{WALK}{DROP}{EMPTY}"), RESTORE, &roots);
                 expect_ok(dispatcher.run_for_client(tool, command, 4096).await?)?;
@@ -290,7 +304,6 @@ impl Snapshots {
                 }
             }
         }
-        let now = self.state(dispatcher, tool, found).await?;
         let policy = &found.policy.grants;
         let kept = |name: &str| policy.env.contains_key(name) || dropped(found, name);
         dispatcher

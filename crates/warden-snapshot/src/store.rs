@@ -110,6 +110,14 @@ impl Store {
         fs::read(self.folder(id)?.join("archive.tar")).map_err(|e| self.missing(id, e))
     }
 
+    /// Snapshot `id`'s archive opened to be read, and its size.
+    pub fn open_archive(&self, id: &str) -> Result<(fs::File, u64), SnapshotError> {
+        let opened = fs::File::open(self.folder(id)?.join("archive.tar"))
+            .and_then(|file| Ok((file.metadata()?.len(), file)));
+        let (len, file) = opened.map_err(|e| self.missing(id, e))?;
+        Ok((file, len))
+    }
+
     /// Every snapshot, oldest first.
     pub fn list(&self) -> Result<Vec<Meta>, SnapshotError> {
         let entries = match fs::read_dir(&self.dir) {
