@@ -69,7 +69,11 @@ def _write_params(session: WardenSession, path: str, data: bytes, new: bool) -> 
 
 
 _IN_CHUNKS = object()
-"""What `_write_answer` says of a file to move in chunks through the shell instead."""
+"""What `_refusal` says of a file to move in chunks through the shell instead."""
+
+# Why a `warden/read` or a `warden/write` fails with the file itself.
+_READ_CODES = frozenset({"file_not_found", "is_directory", "permission_denied", "invalid_path"})
+_WRITE_CODES = frozenset({"is_directory", "exists", "invalid_path", "permission_denied"})
 
 
 def session_choices(
@@ -309,16 +313,9 @@ class WardenSession:
         """The bytes a `warden/read` answered, checked against its size and our bound; why
         the file could not be read; None to move it in chunks (it is larger than the
         policy's `transfer`, the policy allows no reads, or the read failed otherwise)."""
-        error = answer.get("error")
-        if isinstance(error, dict):
-            file = error.get("file")
-            if file in ("file_not_found", "is_directory", "permission_denied", "invalid_path"):
-                # What did not add up goes to the log, as for a download in chunks.
-                detail = str(error.get("message")) if error.get("suspect") else None
-                return Failure(file, detail)
-            if file is None and error.get("kind") == "unavailable":
-                self._transfers = False  # the policy allows no reads
-            return None
+        refused = self._refusal(answer, _READ_CODES)
+        if refused is not None:
+            return None if refused is _IN_CHUNKS else refused  # type: ignore[return-value]
         size, data = answer.get("size"), answer.get("data")
         if not isinstance(size, int) or not isinstance(data, str):
             return Failure("permission_denied", f"warden/read answered {str(answer)[:80]}")
@@ -337,18 +334,30 @@ class WardenSession:
         """None when a `warden/write` wrote the `size` bytes; why the file could not be
         written; `_IN_CHUNKS` to move it through the shell (it is larger than the policy's
         `transfer`, the policy allows no transfers, or the write failed otherwise)."""
-        error = answer.get("error")
-        if isinstance(error, dict):
-            file = error.get("file")
-            if file in ("is_directory", "exists", "invalid_path", "permission_denied"):
-                detail = str(error.get("message")) if error.get("suspect") else None
-                return Failure(file, detail)
-            if file is None and error.get("kind") == "unavailable":
-                self._transfers = False  # the policy allows no transfers
-            return _IN_CHUNKS
+        refused = self._refusal(answer, _WRITE_CODES)
+        if refused is not None:
+            return refused
         if answer.get("size") != size:
             return Failure("permission_denied", f"warden/write answered {str(answer)[:80]}")
         return None
+
+    def _refusal(
+        self, answer: Mapping[str, Any], codes: frozenset[str]
+    ) -> Failure | object | None:
+        """None when a `warden/read` or `warden/write` answered no error; else the failure
+        when the file is the reason (one of `codes`), or `_IN_CHUNKS` (noting a policy that
+        allows no transfers)."""
+        error = answer.get("error")
+        if not isinstance(error, dict):
+            return None
+        file = error.get("file")
+        if file in codes:
+            # What did not add up goes to the log, as for a transfer in chunks.
+            detail = str(error.get("message")) if error.get("suspect") else None
+            return Failure(file, detail)
+        if file is None and error.get("kind") == "unavailable":
+            self._transfers = False  # the policy allows no transfers
+        return _IN_CHUNKS
 
     def _transfer_refused(self, err: WardenError) -> None:
         """After a `warden/read` or `warden/write` that was not answered, the file is moved in
