@@ -106,9 +106,11 @@ fn make_spare<S: Sandbox>(slot: &SlotOf<S>, siblings: &std::sync::Arc<S::Sibling
     }
 }
 
+/// Runs `pipe` in `spare`, or in a fresh shell started beside the session's; once more in a
+/// fresh one when the spare had died.
 async fn piped<T: Siblings>(
     siblings: &T,
-    spare: Option<Spare<T>>,
+    mut spare: Option<Spare<T>>,
     pipe: &Pipe<'_>,
 ) -> Result<Piped, ToolError> {
     let deadline = Instant::from_std(pipe.deadline);
@@ -119,7 +121,6 @@ async fn piped<T: Siblings>(
              it was stopped",
         )
     };
-    let mut spare = spare;
     loop {
         let ready = match spare.take() {
             Some(mut spare) => match tokio::time::timeout_at(deadline, &mut spare.task).await {
