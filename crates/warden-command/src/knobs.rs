@@ -254,8 +254,9 @@ pub fn tmp_size(
 }
 
 /// `transfer`: the most bytes a client may read from or write to a session's sandbox in one
-/// request (`warden/read`, `warden/write`, never the model's); none unless written. It takes effect in session mode
-/// only, whose sandbox outlives a call (the audit says so of a tool without sessions).
+/// request (`warden/read`, `warden/write`, never the model's); none unless written. It takes
+/// effect in session mode only, whose sandbox outlives a call (the audit says so of a tool
+/// without sessions).
 pub fn transfer_size(
     table: &ExecutorTable,
     transfer: Option<Spanned<warden_core::ByteSize>>,
@@ -275,12 +276,12 @@ pub fn transfer_line(transfer: Option<u64>, session: bool) -> Option<warden_core
         label: "transfer",
         text: if session {
             format!(
-                "a client (never the model) may read up to {} a request from a session's \
-                 sandbox (`warden/read`)",
+                "a client (never the model) may read or write up to {} a request in a \
+                 session's sandbox (`warden/read`, `warden/write`)",
                 warden_core::ByteSize(bytes)
             )
         } else {
-            "none: without `session = true` no sandbox outlives a call to be read".into()
+            "none: without `session = true` no sandbox outlives a call to be read or written".into()
         },
     })
 }

@@ -19,7 +19,8 @@
 //!   home's files may have been edited): `/tmp` emptied, then the archive moved straight
 //!   into `tar` as the sandbox's user (no copy of it in `/tmp`): raw beside the session's
 //!   shell, else through base64 a part of whole entries at a time; then the shell's
-//!   directory and variables are replayed, quoted by warden. A restore that fails midway leaves `/tmp` part restored, and says so.
+//!   directory and variables are replayed, quoted by warden. A restore that fails midway
+//!   leaves `/tmp` part restored, and says so.
 //! - **Not carried**: running processes (background jobs), the shell's functions, aliases
 //!   and unexported variables. A session whose policy grants a read-write root is refused:
 //!   its roots are the real folders, which a restore must not write behind the transactions.

@@ -21,8 +21,9 @@ const CLEAN: &str = "unset -f '[' echo; for e in /usr/bin/env /bin/env; do \
     done; echo 'no env at /usr/bin/env or /bin/env' >&2; exit 127";
 
 /// Arguments: the path, the most bytes, and `raw` or `base64`. Answers `WARDEN-OK`, the
-/// size and the file's bytes (raw, or their base64), or `WARDEN-ERR:` and why not (and the size, when the file is too large). Only a
-/// regular file: a device or a FIFO has no size and may never end.
+/// size and the file's bytes (raw, or their base64), or `WARDEN-ERR:` and why not (and the
+/// size, when the file is too large). Only a regular file: a device or a FIFO has no size
+/// and may never end.
 const READ: &str = "p=$1\n\
     if [ ! -e \"$p\" ]; then echo WARDEN-ERR:file_not_found\n\
     elif [ -d \"$p\" ]; then echo WARDEN-ERR:is_directory\n\

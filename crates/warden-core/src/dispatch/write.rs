@@ -12,8 +12,8 @@ use base64::engine::general_purpose::STANDARD;
 
 /// Arguments: the path, `new` to refuse a path that exists (a file, or a link even to
 /// nothing), else `-`, and `raw` or `base64`: how the bytes come on stdin. Makes the file's
-/// parents; writes only a regular file (a FIFO or a device may never take the bytes); answers `WARDEN-OK` and the file's size after the write, or `WARDEN-ERR:` and why
-/// not.
+/// parents; writes only a regular file (a FIFO or a device may never take the bytes);
+/// answers `WARDEN-OK` and the file's size after the write, or `WARDEN-ERR:` and why not.
 const WRITE: &str = "p=$1 d=$(dirname -- \"$1\")\n\
     if [ -d \"$p\" ]; then echo WARDEN-ERR:is_directory\n\
     elif [ -e \"$p\" ] && [ ! -f \"$p\" ]; then echo WARDEN-ERR:permission_denied\n\
