@@ -33,6 +33,9 @@ const READ: &str = "p=$1\n\
     else echo WARDEN-OK; echo \"$n\"\n\
     if [ \"$3\" = raw ]; then cat <\"$p\"; else base64 <\"$p\"; fi; fi; fi";
 
+/// How long past a pipe's deadline its executor may take to stop it.
+const PIPE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// What the detail `file` of a read's error says went wrong with the file itself.
 pub const FILE_DETAIL: &str = "file";
 
@@ -133,8 +136,10 @@ impl Dispatcher {
         for first in [true, false] {
             let permit = self.gate.admit(found).await?;
             self.session.touch();
+            // The executor stops the command at the deadline itself, with everything it
+            // started; this bounds an executor that does not, a moment later.
             let piping = tokio::time::timeout_at(
-                deadline.into(),
+                (deadline + PIPE_GRACE).into(),
                 found.executor.pipe(self.session.id, &pipe),
             )
             .await
