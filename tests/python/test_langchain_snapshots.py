@@ -34,6 +34,15 @@ def base() -> Iterator[Path]:
 def made(base: Path, tool: str) -> dict:
     if tool == "shell":
         require_docker()
+    if tool == "gated-shell":
+        # The host shell with a net grant: its egress gate serves one command at a time, so
+        # no shell starts beside the session's and the bytes go through it as base64.
+        shipped = (base / "policies" / "shell-host.toml").read_text()
+        gated = shipped.replace('name = "host-shell"', 'name = "gated-shell"', 1).replace(
+            "\n[grants]\n", '\n[grants]\nnet = ["127.0.0.1:9"]\n', 1
+        )
+        assert "gated-shell" in gated and "127.0.0.1:9" in gated
+        (base / "policies" / "shell-gated.toml").write_text(gated)
     return {"tool": tool, "toolbox": base / "policies", "home": base / "home", "warden": warden_bin()}
 
 
@@ -57,7 +66,7 @@ def prepare(sandbox: WardenSandbox) -> None:
     assert ran.exit_code == 0, ran.output
 
 
-@pytest.mark.parametrize("tool", SHELLS)
+@pytest.mark.parametrize("tool", [*SHELLS, "gated-shell"])
 def test_a_restore_gives_back_tmp_and_the_shell_as_they_were(base, tool):
     with WardenSandbox(**made(base, tool)) as sandbox:
         prepare(sandbox)

@@ -285,13 +285,15 @@ impl ServerHandler for Handler {
         request: CustomRequest,
         _context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
-        if [crate::read::METHOD, crate::write::METHOD].contains(&request.method.as_str()) {
+        let read = request.method == crate::read::METHOD;
+        if read || request.method == crate::write::METHOD {
             let snapshot = self.shared.snapshot();
             let dispatcher = self.session.dispatcher(&snapshot.dispatcher);
-            if request.method == crate::read::METHOD {
-                return crate::read::answer(&dispatcher, &request).await;
-            }
-            return crate::write::answer(&dispatcher, &request).await;
+            return if read {
+                crate::read::answer(&dispatcher, &request).await
+            } else {
+                crate::write::answer(&dispatcher, &request).await
+            };
         }
         if crate::snapshot::handles(&request.method) {
             let snapshot = self.shared.snapshot();

@@ -31,8 +31,7 @@ pub enum ArchiveError {
 /// not the user's to change), what lies at or below `skip` (`./a/b`: the policy's roots,
 /// mounts of their own), and FIFOs and devices (a snapshot keeps files, folders and links).
 pub fn rewritten(archive: &[u8], skip: &[&str]) -> Result<Vec<u8>, ArchiveError> {
-    let mut whole = rewrite(archive, archive.len(), skip, usize::MAX, false)?;
-    Ok(whole.pop().unwrap_or_else(|| vec![0; 1024]))
+    whole(archive, archive.len(), skip, false)
 }
 
 /// A kept archive checked again and cut for a restore: as [`rewritten`], but a FIFO or a
@@ -47,7 +46,17 @@ pub fn split(archive: &[u8], skip: &[&str], max: usize) -> Result<Vec<Vec<u8>>, 
 /// that moves it in one piece: as [`split`] with no bound. Read as it is parsed, not first
 /// into memory.
 pub fn checked(archive: impl Read, len: usize, skip: &[&str]) -> Result<Vec<u8>, ArchiveError> {
-    let mut whole = rewrite(archive, len, skip, usize::MAX, true)?;
+    whole(archive, len, skip, true)
+}
+
+/// [`rewrite`] in one piece (an empty archive is its end: two zero blocks).
+fn whole(
+    archive: impl Read,
+    len: usize,
+    skip: &[&str],
+    refuse_special: bool,
+) -> Result<Vec<u8>, ArchiveError> {
+    let mut whole = rewrite(archive, len, skip, usize::MAX, refuse_special)?;
     Ok(whole.pop().unwrap_or_else(|| vec![0; 1024]))
 }
 

@@ -7,9 +7,9 @@
 //!   clean shell (as `warden/read` runs) within the policy's `transfer`, its bytes raw beside
 //!   the session's shell ([`Dispatcher::pipe_for_client`]; through the session's shell as
 //!   base64 where the sandbox starts none beside it); the shell's state printed by the
-//!   session's own shell ([`shell::PRINT`]). warden checks the
-//!   archive and writes it again ([`archive::rewritten`]): only plain relative paths, nothing
-//!   below a link it holds; FIFOs and devices left out (sockets `tar` leaves out itself).
+//!   session's own shell ([`shell::PRINT`]). warden checks the archive and writes it again
+//!   ([`archive::rewritten`]): only plain relative paths, nothing below a link it holds;
+//!   FIFOs and devices left out (sockets `tar` leaves out itself).
 //! - **Kept** outside every grant (`<home>/snapshots`), bounded in number and bytes
 //!   ([`store::MAX_SNAPSHOTS`], [`store::MAX_BYTES`]): past them a new snapshot is refused,
 //!   no old one evicted. Never kept: variables the policy fills from warden's environment
@@ -188,8 +188,8 @@ impl Snapshots {
     pub async fn take(&self, dispatcher: &Dispatcher, tool: &str) -> Result<Meta, SnapshotError> {
         let found = snapshotable(dispatcher, tool)?;
         let bound = dispatcher.transfer_bound(tool)?;
-        let roots = roots_below_tmp(found);
-        let roots: Vec<&str> = roots.iter().map(String::as_str).collect();
+        let skip = roots_below_tmp(found);
+        let roots = strs(&skip);
         let raw = clean_command(&format!("{WALK}{PACK}{ARCHIVE_RAW}"), TAKE, &roots);
         let archive = match dispatcher.pipe_for_client(tool, raw, None, bound).await? {
             Some(piped) => archived_raw(piped, bound)?,
@@ -215,13 +215,12 @@ impl Snapshots {
             }
             hash
         });
-        let owned: Vec<String> = roots.iter().map(|r| (*r).to_owned()).collect();
+        let owned = skip.clone();
         let checking = tokio::task::spawn_blocking(move || {
-            let roots: Vec<&str> = owned.iter().map(String::as_str).collect();
-            archive::rewritten(&archive, &roots).map_err(|e| SnapshotError::Archive(e.to_string()))
+            archive::rewritten(&archive, &strs(&owned))
+                .map_err(|e| SnapshotError::Archive(e.to_string()))
         });
         let shell = self.state(dispatcher, tool, found).await;
-        let unfinished = |e| SnapshotError::Archive(format!("its check did not finish: {e}"));
         let archive = checking.await.map_err(unfinished)??;
         let mut hash = hashing.await.map_err(unfinished)?;
         let shell = shell?;
@@ -259,8 +258,8 @@ impl Snapshots {
                 now: found.policy_digest().to_owned(),
             });
         }
-        let roots = roots_below_tmp(found);
-        let roots: Vec<&str> = roots.iter().map(String::as_str).collect();
+        let skip = roots_below_tmp(found);
+        let roots = strs(&skip);
         let (file, len) = self.store.open_archive(id)?;
         let bound = dispatcher.transfer_bound(tool)?;
         if len > bound {
@@ -268,18 +267,14 @@ impl Snapshots {
         }
         // Read and checked again off the runtime's threads while the shell prints its state
         // (which the unpacking does not change), starting the shell if it has not started.
-        let owned: Vec<String> = roots.iter().map(|r| (*r).to_owned()).collect();
+        let owned = skip.clone();
         let checking = tokio::task::spawn_blocking(move || {
-            let roots: Vec<&str> = owned.iter().map(String::as_str).collect();
             let reader = std::io::BufReader::with_capacity(1 << 20, file);
-            archive::checked(reader, usize::try_from(len).unwrap_or(0), &roots)
+            archive::checked(reader, usize::try_from(len).unwrap_or(0), &strs(&owned))
         });
         let now = self.state(dispatcher, tool, found).await;
         let refused = |e| SnapshotError::Refused(id.to_owned(), e);
-        let whole = checking
-            .await
-            .map_err(|e| SnapshotError::Archive(format!("its check did not finish: {e}")))?
-            .map_err(refused)?;
+        let whole = checking.await.map_err(unfinished)?.map_err(refused)?;
         let now = now?;
         let raw = clean_command(&format!("{WALK}{DROP}{EMPTY_UNPACK_RAW}"), RESTORE, &roots);
         match dispatcher
@@ -289,8 +284,8 @@ impl Snapshots {
             Some(piped) if piped.succeeded() => {}
             Some(piped) => return Err(SnapshotError::Unpack(failed(&piped))),
             None => {
-                let stored = self.store.archive(id)?;
-                let parts = archive::split(&stored, &roots, CHUNK).map_err(refused)?;
+                // Cut from the archive as checked (and written again) above.
+                let parts = archive::split(&whole, &roots, CHUNK).map_err(refused)?;
                 let command = clean_command(&format!("{WALK}{DROP}{EMPTY}"), RESTORE, &roots);
                 expect_ok(dispatcher.run_for_client(tool, command, 4096).await?)?;
                 // A part at a time, straight into `tar`: no copy of the archive in `/tmp`
@@ -325,6 +320,16 @@ impl Snapshots {
             .await?;
         ShellState::parse(&printed, |name| dropped(found, name)).ok_or(SnapshotError::NoState)
     }
+}
+
+/// The policy's roots below `/tmp` as the scripts and the archive's checks take them.
+fn strs(roots: &[String]) -> Vec<&str> {
+    roots.iter().map(String::as_str).collect()
+}
+
+/// A check of an archive that ended without an answer (its thread panicked).
+fn unfinished(e: tokio::task::JoinError) -> SnapshotError {
+    SnapshotError::Archive(format!("its check did not finish: {e}"))
 }
 
 /// The archive [`ARCHIVE_RAW`] wrote, when it ran to its end within `bound` bytes.

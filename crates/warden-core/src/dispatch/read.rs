@@ -1,6 +1,7 @@
 //! A client's read of a file in a session's sandbox (`warden/read` over MCP): never a tool
-//! call, so never the model's. It runs in the session's shell like a command, as the
-//! sandbox's user, by its own fixed script, and its answer may be as long as the tool's
+//! call, so never the model's. It runs as the sandbox's user, by its own fixed script, in a
+//! shell beside the session's where the sandbox starts one ([`Dispatcher::pipe_for_client`])
+//! and else in the session's shell like a command; its answer may be as long as the tool's
 //! executor allows a transfer ([`crate::Executor::transfer`]), whatever the policy's `output`
 //! limit, which bounds what a call answers the model.
 
