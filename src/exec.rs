@@ -145,7 +145,8 @@ fn run(ctx: &Warden, args: ExecArgs) -> Result<ExitCode> {
     let ended = ended?;
     // warden's stdin may still be read by a thread that waits on a terminal: not waited for.
     runtime.shutdown_background();
-    let exit = ended.map_err(|e| anyhow!("{}", e.message))?;
+    let ran = ended.map_err(|e| anyhow!("{}", e.message))?;
+    let exit = ran.exit;
     if exit == Exit::TimedOut {
         let limit = timeout.map_or(String::new(), |t| format!(" of {}", HumanDuration(t)));
         eprintln!(
@@ -153,9 +154,27 @@ fn run(ctx: &Warden, args: ExecArgs) -> Result<ExitCode> {
              (--timeout sets another, or none)"
         );
     }
+    if let Some(told) = ran.changes.as_ref().and_then(changes_told) {
+        eprintln!("warden exec: {told}");
+    }
     Ok(ExitCode::from(
         u8::try_from(exit.status()).unwrap_or(u8::MAX),
     ))
+}
+
+/// What became of a program's changes to its read-write roots, for its stderr; nothing when
+/// it changed none.
+fn changes_told(changes: &serde_json::Value) -> Option<String> {
+    if changes["discarded"] == true {
+        return Some(warden_core::changes::DISCARDED.replace("it wrote", "the program wrote"));
+    }
+    match changes["count"].as_u64() {
+        None | Some(0) => None,
+        Some(count) => Some(format!(
+            "{count} change(s) to its read-write roots were kept; `warden undo --list` names \
+             the run, and `warden undo` of it puts them back"
+        )),
+    }
 }
 
 /// warden's terminal in raw mode, restored when dropped.

@@ -714,8 +714,8 @@ fn a_reviewed_tools_program_runs_only_once_a_person_approves_it() {
     env.leaves_nothing();
 }
 
-/// A tool whose calls' changes a person reviews runs no program: `warden exec` writes its
-/// roots in place, so there would be nothing to review.
+/// A tool whose calls' changes a person reviews runs no program: `warden exec` commits a
+/// program's changes when it exits, with no one asked.
 #[test]
 fn a_tool_whose_changes_are_reviewed_runs_no_program() {
     let env = Env::new(65_486, "");
@@ -730,8 +730,84 @@ fn a_tool_whose_changes_are_reviewed_runs_no_program() {
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(125), "{stdout}{stderr}");
     assert!(!stdout.contains("RAN"), "{stdout}");
-    assert!(stderr.contains("writes its roots in place"), "{stderr}");
+    assert!(
+        stderr.contains("commits its changes when it exits"),
+        "{stderr}"
+    );
     assert!(!env.dir.path().join("workspace/planted").exists());
+}
+
+/// A program is a transaction over its read-write roots, as a call is, under the shipped
+/// session policy as it is (its sandbox is the program's own): what a program that exits
+/// wrote is kept, whatever its status, logged and undone by `warden undo`; a program that
+/// its time limit or a signal ended leaves nothing.
+#[test]
+fn a_programs_writes_are_kept_when_it_exits_and_undone_or_none_when_it_is_killed() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new(65_487, "");
+    let path = env.dir.path().join("policies/shell-host.toml");
+    let policy = std::fs::read_to_string(&path).unwrap();
+    let writable = policy.replace("access = \"read-only\"", "access = \"read-write\"");
+    assert_ne!(policy, writable, "the shipped grant changed");
+    std::fs::write(&path, writable).unwrap();
+    let workspace = env.dir.path().join("workspace");
+    std::fs::set_permissions(&workspace, std::fs::Permissions::from_mode(0o777)).unwrap();
+
+    let script = "echo kept > kept.txt; rm README.txt; exit 3";
+    let out = env.exec(&["host-shell", "--", "sh", "-c", script], b"");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("2 change(s)"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("kept.txt")).unwrap(),
+        "kept\n"
+    );
+    assert!(!workspace.join("README.txt").exists());
+    let record = env.records().pop().unwrap();
+    assert_eq!(
+        (&record["exec"], &record["changes"]["count"]),
+        (&Value::Bool(true), &Value::from(2)),
+        "{record}"
+    );
+    let call_id = record["call_id"].as_str().unwrap().to_owned();
+
+    // Its time limit, then a signal, end two programs: nothing either wrote is kept.
+    let out = env.exec(
+        &[
+            "host-shell",
+            "--timeout",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            "echo lost > kept.txt; echo lost > lost.txt; sleep 100",
+        ],
+        b"",
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(124), "{stderr}");
+    assert!(stderr.contains("Nothing the program wrote"), "{stderr}");
+    let script = "echo lost > lost.txt; kill -9 $$";
+    let out = env.exec(&["host-shell", "--", "sh", "-c", script], b"");
+    assert_eq!(out.status.code(), Some(137), "{}", text(&out.stderr));
+    assert!(!workspace.join("lost.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("kept.txt")).unwrap(),
+        "kept\n"
+    );
+
+    let undo = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["undo", &call_id])
+        .env("WARDEN_HOME", env.dir.path().join("home"))
+        .output()
+        .unwrap();
+    assert!(undo.status.success(), "{}", text(&undo.stderr));
+    assert!(!workspace.join("kept.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("README.txt")).unwrap(),
+        "granted file\n"
+    );
+    env.leaves_nothing();
 }
 
 /// `echo RAN` exec'd at [`Terminal::controlling`], the reviewer typing each answer once its

@@ -448,6 +448,60 @@ fn a_programs_container_takes_sigterm_and_reaches_only_its_grants() {
     no_container_left("shell");
 }
 
+/// A program's container sees its read-write root through a view, under the shipped session
+/// policy with its grant made read-write: what a program that exits wrote is kept (and
+/// logged); one its time limit ended leaves nothing.
+#[test]
+fn a_programs_writes_in_a_container_are_kept_when_it_exits_and_none_when_it_is_killed() {
+    let env = Env::new();
+    let path = env.dir.path().join("policies/shell-docker.toml");
+    let policy = std::fs::read_to_string(&path).unwrap();
+    let writable = policy.replace("access = \"read-only\"", "access = \"read-write\"");
+    assert_ne!(policy, writable, "the shipped grant changed");
+    std::fs::write(&path, writable).unwrap();
+    let workspace = env.dir.path().join("workspace");
+    // The container runs as the root's owner, who must not be root.
+    for entry in [workspace.clone(), workspace.join("README.txt")] {
+        std::os::unix::fs::chown(&entry, Some(65_488), Some(65_488)).unwrap();
+    }
+    if ready(&env).is_none() {
+        return;
+    }
+    let script = "echo kept > kept.txt; rm README.txt; exit 3";
+    let out = exec(&env, &["shell", "--", "sh", "-c", script], b"");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("2 change(s)"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("kept.txt")).unwrap(),
+        "kept\n"
+    );
+    assert!(!workspace.join("README.txt").exists());
+
+    let script = "echo lost > kept.txt; echo lost > lost.txt; sleep 100";
+    let out = exec(
+        &env,
+        &["shell", "--timeout", "2s", "--", "sh", "-c", script],
+        b"",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(124), "{stderr}");
+    assert!(stderr.contains("Nothing the program wrote"), "{stderr}");
+    assert!(!workspace.join("lost.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("kept.txt")).unwrap(),
+        "kept\n"
+    );
+    let log = std::fs::read_to_string(env.home().join("calls.jsonl")).unwrap();
+    let kept = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["exec"] == true && r["exit_status"] == 3)
+        .unwrap();
+    assert_eq!(kept["changes"]["count"], 2, "{kept}");
+    no_container_left("shell");
+}
+
 #[test]
 fn a_programs_container_at_a_terminal_gets_one_that_follows_its_size() {
     use crate::common::terminal::Terminal;

@@ -6,7 +6,7 @@ use crate::limits::Limits;
 use crate::message::{ErrorKind, ToolError};
 use crate::output::OutputSink;
 use crate::pipe::{Pipe, Piping};
-use crate::program::{Exit, Program};
+use crate::program::{Finished, Program};
 use serde_json::Value;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -104,6 +104,9 @@ impl Usage {
 /// processes; the wall clock is the program's own `timeout`) and where the sandbox reports.
 #[derive(Debug, Clone)]
 pub struct Held {
+    /// warden's own id of the program's run, its record's `call_id`: a commit of its changes
+    /// is recorded, and undone, under it.
+    pub call_id: String,
     pub limits: Limits,
     /// Where the sandbox reports what it refused.
     pub denials: Denials,
@@ -375,7 +378,7 @@ pub trait Executor: Send + Sync {
 
     /// Runs a whole program in the sandbox a call of this tool gets, its streams passed
     /// through (`warden exec`). Executors that run only calls refuse.
-    fn exec(&self, program: Program, held: Held) -> BoxFuture<'_, Result<Exit, ToolError>> {
+    fn exec(&self, program: Program, held: Held) -> BoxFuture<'_, Result<Finished, ToolError>> {
         drop((program, held));
         Box::pin(async {
             Err(ToolError::new(

@@ -58,7 +58,7 @@ pub use net::{Credential, GrantFault, HostGrant, HostPattern, NetGrantError, Net
 pub use output::{OutputSink, OutputStream};
 pub use pipe::{Pipe, Piped, Piping};
 pub use policy::{FunctionOverride, Origin, Policy};
-pub use program::{Exit, Input, Program, Sink, WindowSize};
+pub use program::{Exit, Finished, Input, Program, Sink, WindowSize};
 pub use redact::StreamRedactor;
 pub use review::{Asked, Decision, Reviewer, Verdict, call_digest};
 pub use run::{RunLimitHit, RunLimits, RunUsage};

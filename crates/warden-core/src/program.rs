@@ -55,7 +55,33 @@ pub enum Exit {
     TimedOut,
 }
 
+/// How a program ran: how it ended, and what became of its changes to its read-write roots.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finished {
+    pub exit: Exit,
+    /// Its record's `details.changes`: the change set committed (or held for a person's
+    /// review), or `{"discarded": true}`; `None` when its roots were not seen through a view.
+    pub changes: Option<serde_json::Value>,
+}
+
+impl Finished {
+    /// A program that ended as `exit`, its roots written in place or not at all.
+    pub fn exited(exit: Exit) -> Self {
+        Self {
+            exit,
+            changes: None,
+        }
+    }
+}
+
 impl Exit {
+    /// Whether the program ended on its own, so its changes may be kept: it exited, with
+    /// any status. A signal (the person's ^C passed on, a crash) or its time limit ended the
+    /// others, and what they wrote is discarded.
+    pub fn on_its_own(self) -> bool {
+        matches!(self, Exit::Code(_))
+    }
+
     /// The status a shell shows for it: the code, 128 + the signal, or 124 for the time
     /// limit, as `timeout(1)` answers.
     pub fn status(self) -> i32 {

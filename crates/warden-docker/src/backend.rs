@@ -168,6 +168,7 @@ impl Backend for DockerBackend {
         let session = shell.is_some();
         let in_place = crate::view::in_place(&plan, session, self.views.is_some());
         warden_tx::settle::refuse_review_in_place(policy, in_place)?;
+        let programs_in_place = crate::view::in_place(&plan, false, self.views.is_some());
         let recipe = Recipe {
             engine,
             plan,
@@ -175,6 +176,7 @@ impl Backend for DockerBackend {
             grants: policy.grants.clone(),
             gate,
             views: self.views.clone().filter(|_| in_place.is_none()),
+            programs: self.views.clone().filter(|_| programs_in_place.is_none()),
         };
         let pool = cfg
             .pool

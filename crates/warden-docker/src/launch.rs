@@ -36,6 +36,9 @@ pub(crate) struct Recipe {
     /// Where each container [`Recipe::start`]s gets a view of its read-write roots, when
     /// its calls are transactions (see `crate::view`).
     pub views: Option<Arc<Store>>,
+    /// Where a program of `warden exec` gets its view: as `views`, but for a session's tool
+    /// too (a program's container is its own, never the session's).
+    pub programs: Option<Arc<Store>>,
 }
 
 /// A container started and waiting for its commands: its shell reads its stdin, its gate

@@ -1,6 +1,8 @@
 //! A program of `warden exec` in a docker sandbox: a container with the body a call's gets,
 //! attached before it starts, its streams relayed to and from the program's own as they flow,
-//! driven by `warden_command::program`, and removed when the program ends.
+//! driven by `warden_command::program`, and removed when the program ends. Its read-write
+//! roots are seen through a view where a call's container's would be (see `crate::view`),
+//! settled as a call's once every process of the container is gone.
 
 use crate::launch::{Recipe, Started};
 use bollard::Docker;
@@ -11,7 +13,7 @@ use std::collections::BTreeMap;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use warden_command::program::{Driven, Running, drive};
-use warden_core::{BoxFuture, ErrorKind, Exit, Held, Program, ToolError, WindowSize};
+use warden_core::{BoxFuture, ErrorKind, Exit, Finished, Held, Program, ToolError, WindowSize};
 use warden_net::Scope;
 
 /// A deadline for the gate of a program without one: far enough never to come.
@@ -23,7 +25,7 @@ pub(crate) async fn run(
     argv: Vec<String>,
     program: Program,
     held: Held,
-) -> Result<Exit, ToolError> {
+) -> Result<Finished, ToolError> {
     let engine = &*recipe.engine;
     if recipe.plan.copied.is_some() {
         return Err(ToolError::new(
@@ -48,8 +50,7 @@ pub(crate) async fn run(
             held.limits.memory,
             "exec",
             terminal.is_some(),
-            // A program writes its roots in place, as `warden exec` says.
-            None,
+            recipe.programs.as_ref(),
         )
         .await?;
     let Started {
@@ -58,6 +59,8 @@ pub(crate) async fn run(
         attached,
         gate,
         sandboxed: _sandboxed,
+        view,
+        init,
         ..
     } = started;
     if let Some(proxy) = &gate {
@@ -96,13 +99,24 @@ pub(crate) async fn run(
     if let Some(traffic) = gate.map(|p| p.end()) {
         traffic.count_in(&held.usage);
     }
-    container.remove().await;
-    match (driven, status) {
+    let ended = match (driven, status) {
         (Driven::TimedOut, _) => Ok(Exit::TimedOut),
         (Driven::Killed, _) => Ok(Exit::Signal(9)),
         (Driven::Ended, Ok((code, _))) => Ok(Exit::Code(i32::try_from(code).unwrap_or(-1))),
         (Driven::Ended, Err(e)) => Err(e),
-    }
+    };
+    // Its view, kept only when the program exited, is final once every process of the
+    // container is gone.
+    let kept = view.is_some() && matches!(ended, Ok(exit) if exit.on_its_own());
+    let gone = match &init {
+        _ if !kept => false,
+        Some(init) => init.end().await,
+        // gVisor's file server, or an engine whose processes are not seen here.
+        None => container.stop_all().await,
+    };
+    container.remove().await;
+    let names = (held.call_id.as_str(), recipe.plan.tool.as_str());
+    warden_tx::settle::settle_program(view, gone, names, ended)
 }
 
 /// The command line of a program's container: `/bin/sh` waits for one line (sent once the

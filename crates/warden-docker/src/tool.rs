@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use warden_command::session::Sessions;
 use warden_command::{Cause, CommandCall, Template, answer, shell, timed_out};
 use warden_core::{
-    BoxFuture, ErrorKind, Executor, Exit, Held, Invocation, Output, Pipe, Piping, Program,
+    BoxFuture, ErrorKind, Executor, Finished, Held, Invocation, Output, Pipe, Piping, Program,
     SHELL_DETAIL, SessionId, ToolError,
 };
 use warden_net::Scope;
@@ -246,7 +246,7 @@ impl Executor for DockerTool {
         Box::pin(self.run(invocation))
     }
 
-    fn exec(&self, mut program: Program, held: Held) -> BoxFuture<'_, Result<Exit, ToolError>> {
+    fn exec(&self, mut program: Program, held: Held) -> BoxFuture<'_, Result<Finished, ToolError>> {
         Box::pin(async move {
             let argv = self.template.program(std::mem::take(&mut program.argv))?;
             crate::passthrough::run(&self.recipe, argv, program, held).await

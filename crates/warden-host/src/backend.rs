@@ -76,7 +76,7 @@ impl HostBackend {
 
     /// Makes each call a transaction over its writable roots, its views and records in `store`
     /// (see `warden_tx`): a call warden ends leaves nothing behind, and one that ends on its own
-    /// commits, undoably. Session shells and `exec`'s programs still write in place.
+    /// commits, undoably. `exec`'s programs are too; session shells still write in place.
     pub fn transactions(mut self, store: Arc<Store>) -> Self {
         self.views = Some(store);
         self

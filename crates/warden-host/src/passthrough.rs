@@ -1,11 +1,11 @@
 //! A program of `warden exec` in a host sandbox: the sandbox a call of the tool gets, with the
 //! helper's stdin, stdout and stderr relayed to and from the program's own streams as they
-//! flow (never held whole), driven by `warden_command::program`.
+//! flow (never held whole), driven by `warden_command::program`. Its writable roots are seen
+//! through a view, settled as a call's once the program has ended (see `warden_tx::settle`).
 
 use crate::failure::unavailable;
 use crate::forks::Forked;
 use crate::plan::Report;
-use crate::plan::Stdin;
 use crate::sandboxes::{Started, resize};
 use crate::starter::Starter;
 use std::collections::BTreeMap;
@@ -16,7 +16,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::UnixStream;
 use tokio::time::Instant;
 use warden_command::program::{Driven, Running, drive, relay};
-use warden_core::{BoxFuture, Exit, Held, Program, Sink, ToolError};
+use warden_core::{BoxFuture, Exit, Finished, Held, Program, Sink, ToolError};
 use warden_net::{Credentials, Proxy, Scope};
 
 /// How long the helper has to hand over the gate's listener, and to end once its tree is gone.
@@ -31,7 +31,7 @@ pub(crate) async fn run(
     argv: Vec<String>,
     program: Program,
     held: Held,
-) -> Result<Exit, ToolError> {
+) -> Result<Finished, ToolError> {
     let Program {
         stdin,
         stdout,
@@ -49,13 +49,8 @@ pub(crate) async fn run(
         timeout,
         &credentials,
     )?;
-    let mut started = match &terminal {
-        Some(size) => {
-            let now = *size.borrow();
-            starter.sandboxes.start_at_terminal(now).await?
-        }
-        None => starter.sandboxes.start(Stdin::Helper).await?,
-    };
+    let size = terminal.as_ref().map(|size| *size.borrow());
+    let mut started = starter.sandboxes.for_program(size).await?;
     started.send_call(&call).await?;
     let Started {
         helper,
@@ -65,8 +60,7 @@ pub(crate) async fn run(
         reports,
         gate,
         terminal: at_terminal,
-        // A program writes its roots in place: it has no view.
-        view: _,
+        view,
     } = started;
     // At a terminal the program reads the terminal, and the helper's stdin has served.
     let (input, resizing) = match (at_terminal, terminal) {
@@ -101,7 +95,10 @@ pub(crate) async fn run(
     }
     // The tree is gone: the helper exits at once.
     let _ = tokio::time::timeout(SETUP_WAIT, helper.ended()).await;
-    outcome(driven, reported, &held)
+    let gone = !helper.running();
+    let names = (held.call_id.as_str(), starter.config.name.as_str());
+    let ended = outcome(driven, reported, &held);
+    warden_tx::settle::settle_program(view, gone, names, ended)
 }
 
 /// The gate of a program whose sandbox has one: served, the program's own until its deadline

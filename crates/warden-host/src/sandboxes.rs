@@ -151,12 +151,19 @@ impl Sandboxes {
     /// ([`Stdin::Terminal`]) gets a new pseudo-terminal of `size` as its stdin, stdout and
     /// stderr, whose other side is [`Started::terminal`] and [`Started::stdout`].
     pub(crate) async fn start(&self, stdin: Stdin) -> Result<Started, ToolError> {
-        self.start_at(stdin, None).await
+        // A call's (its command reads nothing) roots are seen through a view; a session's
+        // shell writes in place.
+        self.start_at(stdin, None, stdin == Stdin::Nothing).await
     }
 
-    /// [`Sandboxes::start`] for a program at a terminal of `size`.
-    pub(crate) async fn start_at_terminal(&self, size: WindowSize) -> Result<Started, ToolError> {
-        self.start_at(Stdin::Terminal, Some(size)).await
+    /// A sandbox for a program of `warden exec`, at a terminal of `size` when given, its
+    /// writable roots seen through a view as a call's are.
+    pub(crate) async fn for_program(&self, size: Option<WindowSize>) -> Result<Started, ToolError> {
+        let input = match size {
+            Some(_) => Stdin::Terminal,
+            None => Stdin::Helper,
+        };
+        self.start_at(input, size, true).await
     }
 
     /// A helper that joins the live sandbox of `join` (a session's) instead of making one,
@@ -171,14 +178,18 @@ impl Sandboxes {
         self.start_with(sandbox, None, None).await
     }
 
-    async fn start_at(&self, input: Stdin, size: Option<WindowSize>) -> Result<Started, ToolError> {
+    async fn start_at(
+        &self,
+        input: Stdin,
+        size: Option<WindowSize>,
+        viewed: bool,
+    ) -> Result<Started, ToolError> {
         let mut sandbox = Sandbox {
             stdin: input,
             ..self.sandbox.clone()
         };
-        // A call's (its command reads nothing); a session's shell and a program write in place.
         let view = match &self.views {
-            Some(store) if input == Stdin::Nothing => view_of(store, &mut sandbox.roots)?,
+            Some(store) if viewed => view_of(store, &mut sandbox.roots)?,
             _ => None,
         };
         self.start_with(sandbox, size, view).await

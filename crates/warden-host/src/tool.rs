@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use warden_command::session::Sessions;
 use warden_command::{Cause, CommandCall, NetworkMode, Template, answer, shell, timed_out};
 use warden_core::{
-    Access, BoxFuture, Denials, ErrorKind, Executor, Exit, Grants, Held, Invocation, Limits,
+    Access, BoxFuture, Denials, ErrorKind, Executor, Finished, Grants, Held, Invocation, Limits,
     Output, Pipe, Piping, Program, SHELL_DETAIL, SessionId, ToolError,
 };
 use warden_net::Gate;
@@ -40,7 +40,8 @@ pub(crate) struct CallSetup {
     pub(crate) gate: Option<Gate>,
     /// How many sandboxes are kept set up ahead for calls (none in session mode).
     pub(crate) prepared: usize,
-    /// Where each call's view of its writable roots is made (a call's, not a session's).
+    /// Where each call's and program's view of its writable roots is made (a session's
+    /// shell has none).
     pub(crate) views: Option<Arc<Store>>,
 }
 
@@ -70,9 +71,9 @@ impl HostTool {
                 view: None,
             })
             .collect();
-        let (prepared, views) = match shell {
-            Some(_) => (0, None),
-            None => (prepared, views),
+        let prepared = match shell {
+            Some(_) => 0,
+            None => prepared,
         };
         let sandbox = Sandbox {
             cwd: config.start_dir(&grants),
@@ -285,7 +286,7 @@ impl Executor for HostTool {
         self.sessions.as_ref().and(self.config().transfer)
     }
 
-    fn exec(&self, mut program: Program, held: Held) -> BoxFuture<'_, Result<Exit, ToolError>> {
+    fn exec(&self, mut program: Program, held: Held) -> BoxFuture<'_, Result<Finished, ToolError>> {
         Box::pin(async move {
             let argv = self.template.program(std::mem::take(&mut program.argv))?;
             crate::passthrough::run(&self.starter, argv, program, held).await

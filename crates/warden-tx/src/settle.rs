@@ -1,13 +1,14 @@
-//! A call's changes to its writable roots, settled once its command has ended (see
-//! `warden_tx`): committed when the command ended on its own, whatever its exit status — or
-//! held for the dispatcher when a person reviews them; discarded when warden ended it
-//! (timeout, a limit, a failed sandbox, a cancel: the view is dropped with the call's
-//! future), so such a call leaves nothing behind.
+//! A call's (or a `warden exec` program's) changes to its writable roots, settled once its
+//! command has ended (see `warden_tx`): committed when the command ended on its own, whatever
+//! its exit status — or held for the dispatcher when a person reviews them; discarded when
+//! warden ended it (timeout, a limit, a failed sandbox, a cancel: the view is dropped with the
+//! call's future), so such a call leaves nothing behind.
 
 use crate::{ChangeSet, TxError, View};
 use warden_core::changes::{self, discarded_detail};
 use warden_core::{
-    ChangesToReview, ErrorKind, HeldChanges, Output, PendingChanges, Policy, PolicyError, ToolError,
+    ChangesToReview, ErrorKind, Exit, Finished, HeldChanges, Output, PendingChanges, Policy,
+    PolicyError, ToolError,
 };
 
 /// Why a session's commands write in place.
@@ -53,21 +54,88 @@ pub fn settle(
     let Some(view) = view else {
         return answered;
     };
-    if !changes::ended_on_its_own(&answered) {
-        drop(view);
-        return answered.map_err(changes::discarded);
+    let on_its_own = changes::ended_on_its_own(&answered);
+    match settled(view, on_its_own, gone, names, hold) {
+        Settled::Discarded => answered.map_err(changes::discarded),
+        Settled::Lingered => Err(lingered("call")),
+        Settled::Kept(shown) => changes::with_changes(answered, shown),
+        Settled::Refused(why) => Err(changes::refused(why, answered)),
+    }
+}
+
+/// How a program of `warden exec` with a view ended, once its changes are committed or
+/// discarded (see [`Exit::on_its_own`]); as [`settle`] for a call. No person reviews a
+/// program's changes: a policy that asks for it runs no program.
+pub fn settle_program(
+    view: Option<View>,
+    gone: bool,
+    names: (&str, &str),
+    ended: Result<Exit, ToolError>,
+) -> Result<Finished, ToolError> {
+    let Some(view) = view else {
+        return ended.map(Finished::exited);
+    };
+    let exit = match ended {
+        Ok(exit) => exit,
+        Err(e) => {
+            drop(view);
+            return Err(changes::discarded(e));
+        }
+    };
+    let changes = match settled(view, exit.on_its_own(), gone, names, None) {
+        Settled::Discarded => discarded_detail(),
+        Settled::Lingered => return Err(lingered("program")),
+        Settled::Kept(shown) => shown,
+        Settled::Refused(why) => {
+            let mut e = ToolError::new(
+                why.kind,
+                format!(
+                    "{}\nThe program exited with status {}. {}",
+                    why.message,
+                    exit.status(),
+                    changes::DISCARDED
+                ),
+            );
+            e.set_detail("changes", discarded_detail());
+            return Err(e);
+        }
+    };
+    Ok(Finished {
+        exit,
+        changes: Some(changes),
+    })
+}
+
+/// What became of a view's changes.
+enum Settled {
+    /// Discarded: warden ended the call.
+    Discarded,
+    /// Discarded: processes of the call outlived it, so its view was not final.
+    Lingered,
+    /// Committed, or held for a person's review: the change set as an answer lists it.
+    Kept(serde_json::Value),
+    /// Not applied, for this reason.
+    Refused(ToolError),
+}
+
+/// Settles `view` of a call that ended on its own or not (`on_its_own`): see [`settle`].
+fn settled(
+    view: View,
+    on_its_own: bool,
+    gone: bool,
+    names: (&str, &str),
+    hold: Option<&HeldChanges>,
+) -> Settled {
+    if !on_its_own {
+        return Settled::Discarded;
     }
     if !gone {
-        drop(view);
-        let e = ToolError::internal(
-            "the call's processes did not end when its command did; its changes were discarded",
-        );
-        return Err(e.with_detail("changes", discarded_detail()));
+        return Settled::Lingered;
     }
     let (call_id, tool) = names;
     let changes = match view.changes() {
         Ok(changes) => changes,
-        Err(e) => return Err(changes::refused(refusal(&e), answered)),
+        Err(e) => return Settled::Refused(refusal(&e)),
     };
     let shown = shown(&changes);
     match hold {
@@ -83,13 +151,21 @@ pub fn settle(
                     diff,
                 },
             }));
-            changes::with_changes(answered, shown)
+            Settled::Kept(shown)
         }
         _ => match view.commit(call_id, tool, &changes) {
-            Ok(()) => changes::with_changes(answered, shown),
-            Err(e) => Err(changes::refused(refusal(&e), answered)),
+            Ok(()) => Settled::Kept(shown),
+            Err(e) => Settled::Refused(refusal(&e)),
         },
     }
+}
+
+/// The answer of a call (or a program) whose processes outlived it.
+fn lingered(what: &str) -> ToolError {
+    let e = ToolError::internal(format!(
+        "the {what}'s processes did not end when it did; its changes were discarded"
+    ));
+    e.with_detail("changes", discarded_detail())
 }
 
 /// The change set as an answer lists it, with its digest.

@@ -2,12 +2,13 @@
 //! and admitted like a call, its output is redacted of the tool's secret values as it flows,
 //! and it is logged as a call record marked `exec`.
 
+use super::message::set_detail;
 use super::span::CallSpan;
 use super::{Dispatcher, ExecFacts, Facts, secrets_of};
 use crate::executor::Held;
 use crate::executor::{Denials, Meter};
 use crate::message::{ErrorKind, ToolCall, ToolError, ToolMessage};
-use crate::program::{Exit, Program, Redacting};
+use crate::program::{Exit, Finished, Program, Redacting};
 use crate::review::Decision;
 use crate::toolbox::Tool;
 use serde_json::Value;
@@ -19,7 +20,7 @@ impl Dispatcher {
     /// and admission, and answers how it ended, or why it could not start (an unknown tool,
     /// one whose executor runs only calls, a reviewer's refusal or none to ask, a sandbox that
     /// could not be set up). Either way a record marked `exec` goes to the call log.
-    pub async fn exec(&self, tool: &str, mut program: Program) -> Result<Exit, ToolError> {
+    pub async fn exec(&self, tool: &str, mut program: Program) -> Result<Finished, ToolError> {
         static EXECS: AtomicU64 = AtomicU64::new(1);
         let start = Instant::now();
         let call = ToolCall {
@@ -36,6 +37,7 @@ impl Dispatcher {
         program.stdout = Redacting::wrap(program.stdout, &secrets);
         program.stderr = Redacting::wrap(program.stderr, &secrets);
         let held = Held {
+            call_id: span.id().to_owned(),
             limits: tool.limits,
             denials: Denials::default(),
             usage: Meter::default(),
@@ -50,7 +52,7 @@ impl Dispatcher {
             unlimited_time: program.timeout.is_none(),
         };
         let ended = match reviewed {
-            Some(ended) => ended,
+            Some(ended) => ended.map(Finished::exited),
             None => match self.gate.admit(tool).await {
                 Ok(_permit) => {
                     self.session.touch();
@@ -60,8 +62,18 @@ impl Dispatcher {
             },
         };
         let mut message = match &ended {
-            Ok(Exit::Code(0)) => ToolMessage::success(&call, "exited with status 0".into(), None),
-            Ok(exit) => ToolMessage::failure(&call, ended_badly(*exit, limit)),
+            Ok(ran) => {
+                let mut message = match ran.exit {
+                    Exit::Code(0) => {
+                        ToolMessage::success(&call, "exited with status 0".into(), None)
+                    }
+                    exit => ToolMessage::failure(&call, ended_badly(exit, limit)),
+                };
+                if let Some(changes) = &ran.changes {
+                    set_detail(&mut message, "changes", changes.clone());
+                }
+                message
+            }
             Err(e) => ToolMessage::failure(&call, e.clone()),
         };
         let facts = Facts {
@@ -72,7 +84,7 @@ impl Dispatcher {
             reached: held.usage.reached(),
             credentials: held.usage.credentials_used(),
             exec: Some(ExecFacts {
-                exit_status: ended.as_ref().ok().map(|exit| exit.status()),
+                exit_status: ended.as_ref().ok().map(|ran| ran.exit.status()),
                 ..facts
             }),
             ..Facts::default()
@@ -94,13 +106,15 @@ impl Dispatcher {
         program: &mut Program,
     ) -> Option<Result<Exit, ToolError>> {
         if tool.review_changes {
-            // A program writes its roots in place: there would be nothing held to review.
+            // The program's terminal is the one a reviewer would be asked on, and warden's
+            // relay may still be reading it when the program ends: its changes are not held.
             return Some(Err(ToolError::new(
                 ErrorKind::Rejected,
                 format!(
                     "a person reviews what each call of `{}` changes ([review] changes = true \
-                     in its policy), and a program run by `warden exec` writes its roots in \
-                     place: use `warden call`, or a tool without that review",
+                     in its policy), and a program run by `warden exec` commits its changes \
+                     when it exits, unreviewed: use `warden call`, or a tool without that \
+                     review",
                     tool.spec.name
                 ),
             )));
