@@ -738,11 +738,11 @@ fn a_tool_whose_changes_are_reviewed_runs_no_program() {
 }
 
 /// A program is a transaction over its read-write roots, as a call is, under the shipped
-/// session policy as it is (its sandbox is the program's own): what a program that exits
-/// wrote is kept, whatever its status, logged and undone by `warden undo`; a program that
-/// its time limit or a signal ended leaves nothing.
+/// session policy as it is (its sandbox is the program's own): what a program that ends on its
+/// own wrote is kept, whatever its status or signal, logged and undone by `warden undo`; a
+/// program that its time limit ended leaves nothing.
 #[test]
-fn a_programs_writes_are_kept_when_it_exits_and_undone_or_none_when_it_is_killed() {
+fn a_programs_writes_are_kept_when_it_ends_and_undone_or_none_past_its_time_limit() {
     use std::os::unix::fs::PermissionsExt;
     let env = Env::new(65_487, "");
     let path = env.dir.path().join("policies/shell-host.toml");
@@ -771,7 +771,7 @@ fn a_programs_writes_are_kept_when_it_exits_and_undone_or_none_when_it_is_killed
     );
     let call_id = record["call_id"].as_str().unwrap().to_owned();
 
-    // Its time limit, then a signal, end two programs: nothing either wrote is kept.
+    // Its time limit ends a program: nothing it wrote is kept.
     let out = env.exec(
         &[
             "host-shell",
@@ -787,14 +787,16 @@ fn a_programs_writes_are_kept_when_it_exits_and_undone_or_none_when_it_is_killed
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(124), "{stderr}");
     assert!(stderr.contains("Nothing the program wrote"), "{stderr}");
-    let script = "echo lost > lost.txt; kill -9 $$";
-    let out = env.exec(&["host-shell", "--", "sh", "-c", script], b"");
-    assert_eq!(out.status.code(), Some(137), "{}", text(&out.stderr));
     assert!(!workspace.join("lost.txt").exists());
     assert_eq!(
         std::fs::read_to_string(workspace.join("kept.txt")).unwrap(),
         "kept\n"
     );
+    // A signal ends one: what it wrote is kept, as a call's command killed by one.
+    let script = "echo signalled > signalled.txt; kill -9 $$";
+    let out = env.exec(&["host-shell", "--", "sh", "-c", script], b"");
+    assert_eq!(out.status.code(), Some(137), "{}", text(&out.stderr));
+    assert!(workspace.join("signalled.txt").exists());
 
     let undo = Command::new(env!("CARGO_BIN_EXE_warden"))
         .args(["undo", &call_id])

@@ -452,7 +452,7 @@ fn a_programs_container_takes_sigterm_and_reaches_only_its_grants() {
 /// policy with its grant made read-write: what a program that exits wrote is kept (and
 /// logged); one its time limit ended leaves nothing.
 #[test]
-fn a_programs_writes_in_a_container_are_kept_when_it_exits_and_none_when_it_is_killed() {
+fn a_programs_writes_in_a_container_are_kept_when_it_ends_and_none_past_its_time_limit() {
     let env = Env::new();
     let path = env.dir.path().join("policies/shell-docker.toml");
     let policy = std::fs::read_to_string(&path).unwrap();

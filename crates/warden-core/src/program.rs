@@ -75,11 +75,12 @@ impl Finished {
 }
 
 impl Exit {
-    /// Whether the program ended on its own, so its changes may be kept: it exited, with
-    /// any status. A signal (the person's ^C passed on, a crash) or its time limit ended the
-    /// others, and what they wrote is discarded.
+    /// Whether the program ended on its own, so its changes may be kept: it exited with any
+    /// status, or a signal ended it (a crash, or one its parent or the person sent, passed
+    /// on), as a call's command killed by a signal counts as its exit status. Its time limit
+    /// ended the other, and what it wrote is discarded.
     pub fn on_its_own(self) -> bool {
-        matches!(self, Exit::Code(_))
+        !matches!(self, Exit::TimedOut)
     }
 
     /// The status a shell shows for it: the code, 128 + the signal, or 124 for the time
