@@ -50,8 +50,39 @@ pub struct View {
     store: Arc<Store>,
     dir: PathBuf,
     roots: Vec<PathBuf>,
-    /// Commits this process had made when the view was made.
+    /// Commits this process had made when the call started.
     since: u64,
+    /// When the call started, on the file systems' clock: a root's entry whose status changed
+    /// later was changed meanwhile, by this process or another (see [`Started`]).
+    started: Started,
+}
+
+/// A moment on the file systems' clock: the change time of the view's folder, touched. An
+/// entry's change time after it is a change made later — to the clock's tick: a change in the
+/// same tick is not seen, and nothing made before it is taken for one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Started(i64, u64);
+
+impl Started {
+    /// Now, as `dir` (a folder of the store) takes it.
+    fn now(dir: &Path) -> Result<Self, TxError> {
+        use rustix::fs::{AtFlags, CWD, Timespec, Timestamps, UTIME_NOW, stat, utimensat};
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: UTIME_NOW,
+        };
+        let times = Timestamps {
+            last_access: now,
+            last_modification: now,
+        };
+        let touched = utimensat(CWD, dir, &times, AtFlags::empty()).and_then(|()| stat(dir));
+        let stat = touched.map_err(|e| TxError::io("touching", dir, e.into()))?;
+        Ok(Started::of(&stat))
+    }
+
+    fn of(stat: &rustix::fs::Stat) -> Self {
+        Started(stat.st_ctime, stat.st_ctime_nsec)
+    }
 }
 
 /// The folders of one root's overlay: the call's writes land in `upper`; `work` is the
@@ -140,6 +171,7 @@ impl Store {
         }
         Ok(View {
             store: self.clone(),
+            started: Started::now(&dir)?,
             dir,
             roots: roots.to_vec(),
             since: lock(&self.committed).count,
@@ -318,6 +350,10 @@ impl View {
     /// view was made (a sandbox prepared ahead of its call sees the commits made meanwhile).
     pub fn begin(&mut self) {
         self.since = lock(&self.store.committed).count;
+        // A view whose folder cannot be touched keeps the time it was made at.
+        if let Ok(now) = Started::now(&self.dir) {
+            self.started = now;
+        }
     }
 
     /// The overlay folders of root number `i`.
@@ -370,18 +406,27 @@ impl View {
             .iter()
             .map(|c| self.roots[c.root].join(&c.path))
             .collect();
-        let clashes: Vec<PathBuf> = paths
-            .iter()
-            .filter(|p| committed.last.get(*p).is_some_and(|&at| at > self.since))
-            .cloned()
-            .collect();
+        // This process's commits since the call started, then anyone's (another warden's, an
+        // undo's): an entry whose status changed since.
+        let roots = open_roots(&self.roots)?;
+        let mut clashes = Vec::new();
+        for (path, change) in paths.iter().zip(&changes.changes) {
+            let ours = committed.last.get(path).is_some_and(|&at| at > self.since);
+            let theirs = roots[change.root]
+                .lstat(&change.path)
+                .map_err(|e| TxError::io("reading", path, e))?
+                .is_some_and(|stat| Started::of(&stat) > self.started);
+            if ours || theirs {
+                clashes.push(path.clone());
+            }
+        }
         if !clashes.is_empty() {
             return Err(TxError::Conflict {
                 call: None,
                 paths: clashes,
             });
         }
-        self.apply(&store, call, tool, changes)?;
+        self.apply(&store, &roots, call, tool, changes)?;
         // The bounds are applied at the store's first use, then after every
         // [`PRUNE_EVERY`] commits or an eighth of [`KEEP_BYTES`] of pre-images: reading every
         // record after each commit would make a commit's cost grow with the store.
@@ -400,6 +445,7 @@ impl View {
     fn apply(
         &self,
         store: &Store,
+        roots: &[Beneath],
         call: &str,
         tool: &str,
         changes: &ChangeSet,
@@ -435,7 +481,6 @@ impl View {
             dropped: None,
         };
         record.write(&dir)?;
-        let roots = open_roots(&self.roots)?;
         for (k, step) in record.steps.iter().enumerate() {
             let root = &roots[step.change.root];
             let upper = self.layer(step.change.root).upper;

@@ -230,6 +230,53 @@ fn two_views_writing_one_file_commit_once_and_conflict_once() {
     );
 }
 
+/// Another process's commit (another warden's store on the same home), or a person's edit,
+/// made to a path while a call ran is a conflict too: nothing of the call is applied. A change
+/// made before the call started is none.
+#[test]
+fn a_path_another_process_changed_while_the_call_ran_is_a_conflict() {
+    let Some(s) = setup() else { return };
+    fs::write(s.root.join("b"), "edited before\n").expect("b");
+    let other = Store::open(&s._dir.path().join("home/tx")).expect("another store");
+    let mine = s.view();
+    let theirs = other.view(std::slice::from_ref(&s.root)).expect("view");
+    s.write_through(&theirs, "echo theirs > a");
+    s.write_through(&mine, "echo mine > a; echo mine > b; echo mine > new");
+    let changes = theirs.changes().expect("changes");
+    past_a_tick();
+    theirs
+        .commit("cccc-1", "t", &changes)
+        .expect("theirs commits");
+    let changes = mine.changes().expect("changes");
+    match mine.commit("cccc-2", "t", &changes) {
+        Err(TxError::Conflict { paths, .. }) => assert_eq!(paths, vec![s.root.join("a")]),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert_eq!(fs::read_to_string(s.root.join("a")).expect("a"), "theirs\n");
+    assert!(!s.root.join("new").exists(), "nothing of it applied");
+
+    // A person's edit while a call runs.
+    let mine = s.view();
+    s.write_through(&mine, "echo mine > b");
+    past_a_tick();
+    fs::write(s.root.join("b"), "edited meanwhile\n").expect("b");
+    let changes = mine.changes().expect("changes");
+    assert!(matches!(
+        mine.commit("cccc-3", "t", &changes),
+        Err(TxError::Conflict { .. })
+    ));
+    assert_eq!(
+        fs::read_to_string(s.root.join("b")).expect("b"),
+        "edited meanwhile\n"
+    );
+}
+
+/// Longer than the file systems' clock takes to tick (a change in the tick a call starts in
+/// is not seen), however busy the machine: only the order matters.
+fn past_a_tick() {
+    std::thread::sleep(std::time::Duration::from_millis(50));
+}
+
 #[test]
 fn undo_of_a_call_whose_paths_a_later_call_changed_is_a_conflict_and_rewind_undoes_in_order() {
     let Some(s) = setup() else { return };
