@@ -748,6 +748,31 @@ fn a_calls_changes_are_answered_logged_and_undone() {
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no call ../../etc"));
 }
 
+/// `[limits] changes` bounds what a call's changes and what they replace may hold: past it the
+/// call is answered `limit_exceeded`, its command's answer quoted, nothing applied.
+#[test]
+fn a_call_whose_changes_pass_its_limit_is_refused_whole() {
+    let (env, workspace) = read_write_env();
+    let policy = env.dir.path().join("policies/shell-host.toml");
+    let text = std::fs::read_to_string(&policy).unwrap();
+    let limited = text.replace("[limits]\n", "[limits]\nchanges = \"1KiB\"\n");
+    assert_ne!(text, limited, "the shipped policy has no [limits] table");
+    std::fs::write(&policy, limited).unwrap();
+    let m = env.shell("head -c 2000 /dev/zero > big && echo small > small.txt && echo done");
+    assert_eq!(m["status"], "error", "{m}");
+    assert_eq!(m["error"]["kind"], "limit_exceeded", "{m}");
+    let content = m["content"].as_str().unwrap();
+    assert!(
+        content.contains("`[limits] changes`") && content.contains("done"),
+        "{m}"
+    );
+    assert!(!workspace.join("big").exists() && !workspace.join("small.txt").exists());
+    // Within it, a call commits.
+    let m = env.shell("echo small > small.txt");
+    assert_eq!(m["status"], "success", "{m}");
+    assert!(workspace.join("small.txt").exists());
+}
+
 /// An MCP client undoes a call with `warden/undo` (a request, not a tool): what the call
 /// changed is put back, and a second undo of it is refused as invalid params.
 #[test]

@@ -162,6 +162,8 @@ impl Checked<'_> {
             output: _,
             response,
             concurrency: _,
+            // Bounds a call's transaction wherever it has one (see `warden_tx`).
+            changes: _,
         } = limits;
         if let (Support::Refused(why), Some(f)) = (caps.fuel, fuel) {
             return Err(self.refuse(f.span(), &format!("{table} fuel"), why));

@@ -16,6 +16,9 @@ pub(crate) const DEFAULT_OUTPUT: u64 = 1 << 20;
 pub(crate) const DEFAULT_RESPONSE: u64 = 16 << 20;
 /// Calls of one tool in flight at once when the policy writes none.
 pub(crate) const DEFAULT_CONCURRENCY: u32 = 16;
+/// Bytes one call's changes to its read-write roots and what they replace may hold together
+/// when the policy writes none (see `warden_tx`).
+pub(crate) const DEFAULT_CHANGES: u64 = 1 << 30;
 
 /// Limits as a policy writes them: every field optional.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -28,6 +31,8 @@ pub struct LimitsSpec {
     /// Bytes of each HTTP response body a tool may read.
     pub response: Option<ByteSize>,
     pub concurrency: Option<u32>,
+    /// Bytes a call's changes to its read-write roots and what they replace may hold.
+    pub changes: Option<ByteSize>,
 }
 
 impl LimitsSpec {
@@ -40,6 +45,7 @@ impl LimitsSpec {
             output: over.output.or(self.output),
             response: over.response.or(self.response),
             concurrency: over.concurrency.or(self.concurrency),
+            changes: over.changes.or(self.changes),
         }
     }
 
@@ -52,6 +58,7 @@ impl LimitsSpec {
             output: self.output.map_or(DEFAULT_OUTPUT, |b| b.0),
             response: self.response.map_or(DEFAULT_RESPONSE, |b| b.0),
             concurrency: self.concurrency.unwrap_or(DEFAULT_CONCURRENCY),
+            changes: self.changes.map_or(DEFAULT_CHANGES, |b| b.0),
         }
     }
 }
@@ -66,6 +73,7 @@ pub(crate) struct LimitsFile {
     pub output: Option<Spanned<ByteSize>>,
     pub response: Option<Spanned<ByteSize>>,
     pub concurrency: Option<Spanned<u32>>,
+    pub changes: Option<Spanned<ByteSize>>,
 }
 
 impl LimitsFile {
@@ -95,6 +103,15 @@ impl LimitsFile {
                 "fuel must be more than zero (leave it out for no fuel limit)",
             );
         }
+        if let Some(c) = &self.changes
+            && c.get_ref().0 == 0
+        {
+            return bad(
+                c.span(),
+                "changes must be more than zero (a tool that must not change a root grants it \
+                 read-only)",
+            );
+        }
         Ok(LimitsSpec {
             timeout: self.timeout.map(Spanned::into_inner),
             memory: self.memory.map(Spanned::into_inner),
@@ -102,6 +119,7 @@ impl LimitsFile {
             output: self.output.map(Spanned::into_inner),
             response: self.response.map(Spanned::into_inner),
             concurrency: self.concurrency.map(Spanned::into_inner),
+            changes: self.changes.map(Spanned::into_inner),
         })
     }
 }
@@ -118,6 +136,9 @@ pub struct Limits {
     /// Bytes of each HTTP response body.
     pub response: u64,
     pub concurrency: u32,
+    /// Bytes a call's changes to its read-write roots and what they replace may hold; past
+    /// them it is answered `limit_exceeded`, none applied.
+    pub changes: u64,
 }
 
 impl Default for Limits {
@@ -136,6 +157,7 @@ impl Limits {
             "output": ByteSize(self.output).to_string(),
             "response": ByteSize(self.response).to_string(),
             "concurrency": self.concurrency,
+            "changes": ByteSize(self.changes).to_string(),
         })
     }
 }

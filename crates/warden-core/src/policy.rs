@@ -350,6 +350,11 @@ mod tests {
         let e = parse(&format!("{HEAD}[limits]\ntimeout = \"0s\"\n")).unwrap_err();
         assert!(e.message.contains("timeout"), "{e}");
         assert_eq!(e.line, Some(4), "{e}");
+        let e = parse(&format!("{HEAD}[limits]\nchanges = \"0B\"\n")).unwrap_err();
+        assert!(e.message.contains("grants it read-only"), "{e}");
+        assert_eq!(e.line, Some(4), "{e}");
+        let p = parse(&format!("{HEAD}[limits]\nchanges = \"2MiB\"\n")).unwrap();
+        assert_eq!(p.limits.resolve().changes, 2 << 20);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use warden_command::program::{Driven, Running, drive};
 use warden_core::{BoxFuture, ErrorKind, Exit, Finished, Held, Program, ToolError, WindowSize};
 use warden_net::Scope;
+use warden_tx::settle::Settling;
 
 /// A deadline for the gate of a program without one: far enough never to come.
 const NEVER: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
@@ -115,8 +116,12 @@ pub(crate) async fn run(
         None => container.stop_all().await,
     };
     container.remove().await;
-    let names = (held.call_id.as_str(), recipe.plan.tool.as_str());
-    warden_tx::settle::settle_program(view, gone, names, ended)
+    let whose = Settling {
+        call: &held.call_id,
+        tool: &recipe.plan.tool,
+        limit: held.limits.changes,
+    };
+    warden_tx::settle::settle_program(view, gone, whose, ended)
 }
 
 /// The command line of a program's container: `/bin/sh` waits for one line (sent once the

@@ -16,6 +16,7 @@ use warden_core::{
 };
 use warden_net::Scope;
 use warden_tx::View;
+use warden_tx::settle::Settling;
 
 /// One docker tool.
 pub(crate) struct DockerTool {
@@ -138,8 +139,12 @@ impl DockerTool {
         if let Some(t) = traffic {
             t.count_in(&inv.usage);
         }
-        let names = (inv.call_id.as_str(), self.recipe.plan.tool.as_str());
-        warden_tx::settle::settle(view, gone, names, inv.hold.as_ref(), answered)
+        let whose = Settling {
+            call: &inv.call_id,
+            tool: &self.recipe.plan.tool,
+            limit: inv.limits.changes,
+        };
+        warden_tx::settle::settle(view, gone, whose, inv.hold.as_ref(), answered)
     }
 
     /// Runs `argv` with `env` in a container, the pool's when it has one waiting (and the

@@ -14,7 +14,7 @@ use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
-use warden_core::{Dispatcher, Policy, Status, ToolCall, Toolbox};
+use warden_core::{Dispatcher, Limits, Policy, Status, ToolCall, Toolbox};
 use warden_host::{Helper, HostBackend};
 use warden_tx::Store;
 
@@ -132,7 +132,8 @@ fn main() {
         scan.push(ms(start));
         assert_eq!(changes.changes.len(), CHANGED);
         let id = format!("bench-{round}");
-        view.commit(&id, "t", &changes).unwrap();
+        view.commit(&id, "t", &changes, Limits::default().changes)
+            .unwrap();
         commit.push(ms(start));
         let start = Instant::now();
         store.undo(&id).unwrap();

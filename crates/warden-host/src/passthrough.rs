@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use warden_command::program::{Driven, Running, drive, relay};
 use warden_core::{BoxFuture, Exit, Finished, Held, Program, Sink, ToolError};
 use warden_net::{Credentials, Proxy, Scope};
+use warden_tx::settle::Settling;
 
 /// How long the helper has to hand over the gate's listener, and to end once its tree is gone.
 const SETUP_WAIT: Duration = Duration::from_secs(10);
@@ -96,9 +97,13 @@ pub(crate) async fn run(
     // The tree is gone: the helper exits at once.
     let _ = tokio::time::timeout(SETUP_WAIT, helper.ended()).await;
     let gone = !helper.running();
-    let names = (held.call_id.as_str(), starter.config.name.as_str());
+    let whose = Settling {
+        call: &held.call_id,
+        tool: &starter.config.name,
+        limit: held.limits.changes,
+    };
     let ended = outcome(driven, reported, &held);
-    warden_tx::settle::settle_program(view, gone, names, ended)
+    warden_tx::settle::settle_program(view, gone, whose, ended)
 }
 
 /// The gate of a program whose sandbox has one: served, the program's own until its deadline

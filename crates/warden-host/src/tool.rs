@@ -22,6 +22,7 @@ use warden_core::{
 };
 use warden_net::Gate;
 use warden_tx::Store;
+use warden_tx::settle::Settling;
 
 /// One host tool.
 pub(crate) struct HostTool {
@@ -174,9 +175,13 @@ impl HostTool {
             .spawn(&plan, inv.limits.output, stop_at, &inv.denials, credentials)
             .await?;
         let (view, gone) = (ended.view.take(), ended.gone);
-        let names = (inv.call_id.as_str(), self.starter.config.name.as_str());
+        let whose = Settling {
+            call: &inv.call_id,
+            tool: &self.starter.config.name,
+            limit: inv.limits.changes,
+        };
         let answered = answered_as(inv, &plan, ended, call.time.named);
-        warden_tx::settle::settle(view, gone, names, inv.hold.as_ref(), answered)
+        warden_tx::settle::settle(view, gone, whose, inv.hold.as_ref(), answered)
     }
 }
 

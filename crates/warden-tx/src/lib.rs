@@ -7,8 +7,8 @@
 //! the pre-image of everything it replaces, so that [`Store::undo`] and [`Store::rewind`] can
 //! put it back — or discards it, and the root never saw the call.
 //!
-//! Every default is here:
-//! - [`MAX_CALL_BYTES`]: what one call's changes and their pre-images may hold.
+//! Every default is here, but what one call's changes and their pre-images may hold: that is
+//! a policy's limit (`[limits] changes`, `warden_core::Limits::changes`).
 //! - [`KEEP_BYTES`] and [`KEEP_FOR`]: the pre-images kept for undo; past them the oldest are
 //!   dropped, and an undo of a dropped call says so.
 //! - [`DIFF_FILE_BYTES`]: the largest file [`View::diff`] shows the text of.
@@ -46,11 +46,6 @@ pub trait Overlays: Send + Sync {
     fn mount(&self, view: &View) -> Result<Vec<OwnedFd>, TxError>;
 }
 
-/// The bytes one call's changes (what it wrote) and their pre-images (what they replace)
-/// may hold together; a call past them is answered `limit_exceeded` and its changes are
-/// discarded.
-pub const MAX_CALL_BYTES: u64 = 1 << 30;
-
 /// The pre-images kept for undo, all calls together; past them the oldest calls' are dropped.
 pub const KEEP_BYTES: u64 = 1 << 30;
 
@@ -79,8 +74,8 @@ pub enum TxError {
         paths: Vec<PathBuf>,
     },
     #[error(
-        "the call's changes and what they replace hold {bytes} bytes, past the {limit} a call \
-         may hold: none of them were applied"
+        "the call's changes and what they replace hold {bytes} bytes, past the {limit} its \
+         policy lets a call hold (`[limits] changes`): none of them were applied"
     )]
     TooLarge { bytes: u64, limit: u64 },
     #[error("no call {0} changed any root in this warden home (`warden undo --list` lists them)")]

@@ -36,6 +36,15 @@ pub fn refuse_review_in_place(policy: &Policy, in_place: Option<&str>) -> Result
     }
 }
 
+/// Whose view is settled: warden's own id of the call (or program) and its tool, and the
+/// bytes its changes and what they replace may hold (`[limits] changes`).
+#[derive(Debug, Clone, Copy)]
+pub struct Settling<'a> {
+    pub call: &'a str,
+    pub tool: &'a str,
+    pub limit: u64,
+}
+
 /// The changes an answer lists; the rest are counted (`count`) and in the record.
 const SHOWN: usize = 100;
 
@@ -47,7 +56,7 @@ const DIFF_BYTES: usize = 64 * 1024;
 pub fn settle(
     view: Option<View>,
     gone: bool,
-    names: (&str, &str),
+    whose: Settling<'_>,
     hold: Option<&HeldChanges>,
     answered: Result<Output, ToolError>,
 ) -> Result<Output, ToolError> {
@@ -55,7 +64,7 @@ pub fn settle(
         return answered;
     };
     let on_its_own = changes::ended_on_its_own(&answered);
-    match settled(view, on_its_own, gone, names, hold) {
+    match settled(view, on_its_own, gone, whose, hold) {
         Settled::Discarded => answered.map_err(changes::discarded),
         Settled::Lingered => Err(lingered("call")),
         Settled::Kept(shown) => changes::with_changes(answered, shown),
@@ -69,7 +78,7 @@ pub fn settle(
 pub fn settle_program(
     view: Option<View>,
     gone: bool,
-    names: (&str, &str),
+    whose: Settling<'_>,
     ended: Result<Exit, ToolError>,
 ) -> Result<Finished, ToolError> {
     let Some(view) = view else {
@@ -82,7 +91,7 @@ pub fn settle_program(
             return Err(changes::discarded(e));
         }
     };
-    let changes = match settled(view, exit.on_its_own(), gone, names, None) {
+    let changes = match settled(view, exit.on_its_own(), gone, whose, None) {
         Settled::Discarded => discarded_detail(),
         Settled::Lingered => return Err(lingered("program")),
         Settled::Kept(shown) => shown,
@@ -123,7 +132,7 @@ fn settled(
     view: View,
     on_its_own: bool,
     gone: bool,
-    names: (&str, &str),
+    whose: Settling<'_>,
     hold: Option<&HeldChanges>,
 ) -> Settled {
     if !on_its_own {
@@ -132,7 +141,6 @@ fn settled(
     if !gone {
         return Settled::Lingered;
     }
-    let (call_id, tool) = names;
     let changes = match view.changes() {
         Ok(changes) => changes,
         Err(e) => return Settled::Refused(refusal(&e)),
@@ -144,8 +152,9 @@ fn settled(
             hold.put(Box::new(Pending {
                 view,
                 changes,
-                call: call_id.to_owned(),
-                tool: tool.to_owned(),
+                call: whose.call.to_owned(),
+                tool: whose.tool.to_owned(),
+                limit: whose.limit,
                 shown: ChangesToReview {
                     changes: shown.clone(),
                     diff,
@@ -153,7 +162,7 @@ fn settled(
             }));
             Settled::Kept(shown)
         }
-        _ => match view.commit(call_id, tool, &changes) {
+        _ => match view.commit(whose.call, whose.tool, &changes, whose.limit) {
             Ok(()) => Settled::Kept(shown),
             Err(e) => Settled::Refused(refusal(&e)),
         },
@@ -181,6 +190,7 @@ struct Pending {
     changes: ChangeSet,
     call: String,
     tool: String,
+    limit: u64,
     shown: ChangesToReview,
 }
 
@@ -195,9 +205,11 @@ impl PendingChanges for Pending {
             changes,
             call,
             tool,
+            limit,
             ..
         } = *self;
-        view.commit(&call, &tool, &changes).map_err(|e| refusal(&e))
+        view.commit(&call, &tool, &changes, limit)
+            .map_err(|e| refusal(&e))
     }
 }
 

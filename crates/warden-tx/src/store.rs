@@ -6,7 +6,7 @@ use crate::changes::{Change, scan};
 use crate::entry::Kind;
 use crate::record::{CallRecord, State, Step, apply, restore};
 use crate::trash::{Trash, remove_tree};
-use crate::{KEEP_BYTES, KEEP_FOR, MAX_CALL_BYTES, TxError};
+use crate::{KEEP_BYTES, KEEP_FOR, TxError};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeSet, HashMap};
@@ -386,15 +386,18 @@ impl View {
     /// Applies `changes` (this view's) to the roots as call `call` of `tool`, keeping what they
     /// replace for undo. Refused, and nothing applied, when a call that committed after this
     /// view was made changed one of the same paths ([`TxError::Conflict`]) or when the
-    /// changes are too large ([`TxError::TooLarge`]).
-    pub fn commit(self, call: &str, tool: &str, changes: &ChangeSet) -> Result<(), TxError> {
+    /// changes and what they replace hold more than `limit` bytes ([`TxError::TooLarge`]).
+    pub fn commit(
+        self,
+        call: &str,
+        tool: &str,
+        changes: &ChangeSet,
+        limit: u64,
+    ) -> Result<(), TxError> {
         let replaced = changes.replaced_bytes();
         let bytes = changes.bytes() + replaced;
-        if bytes > MAX_CALL_BYTES {
-            return Err(TxError::TooLarge {
-                bytes,
-                limit: MAX_CALL_BYTES,
-            });
+        if bytes > limit {
+            return Err(TxError::TooLarge { bytes, limit });
         }
         if changes.changes.is_empty() {
             return Ok(());

@@ -18,6 +18,9 @@ use std::process::Command;
 use std::sync::Arc;
 use warden_tx::{ChangeKind, State, Store, TxError, View};
 
+/// The bytes a call's changes and what they replace may hold, as a policy's default.
+const LIMIT: u64 = 1 << 30;
+
 /// A root and a store in a folder of their own.
 struct Setup {
     _dir: tempfile::TempDir,
@@ -90,7 +93,7 @@ impl Setup {
         let view = self.view();
         self.write_through(&view, script);
         let changes = view.changes()?;
-        view.commit(call, "t", &changes)
+        view.commit(call, "t", &changes, LIMIT)
     }
 
     /// Every entry of the root: its content (or link target, or "dir") and mode.
@@ -216,10 +219,10 @@ fn two_views_writing_one_file_commit_once_and_conflict_once() {
     s.write_through(&second, "echo second > a; echo mine > only-second");
     let changes = first.changes().expect("changes");
     first
-        .commit("bbbb-1", "t", &changes)
+        .commit("bbbb-1", "t", &changes, LIMIT)
         .expect("first commits");
     let changes = second.changes().expect("changes");
-    match second.commit("bbbb-2", "t", &changes) {
+    match second.commit("bbbb-2", "t", &changes, LIMIT) {
         Err(TxError::Conflict { paths, .. }) => assert_eq!(paths, vec![s.root.join("a")]),
         other => panic!("expected a conflict, got {other:?}"),
     }
@@ -245,10 +248,10 @@ fn a_path_another_process_changed_while_the_call_ran_is_a_conflict() {
     let changes = theirs.changes().expect("changes");
     past_a_tick();
     theirs
-        .commit("cccc-1", "t", &changes)
+        .commit("cccc-1", "t", &changes, LIMIT)
         .expect("theirs commits");
     let changes = mine.changes().expect("changes");
-    match mine.commit("cccc-2", "t", &changes) {
+    match mine.commit("cccc-2", "t", &changes, LIMIT) {
         Err(TxError::Conflict { paths, .. }) => assert_eq!(paths, vec![s.root.join("a")]),
         other => panic!("expected a conflict, got {other:?}"),
     }
@@ -262,13 +265,29 @@ fn a_path_another_process_changed_while_the_call_ran_is_a_conflict() {
     fs::write(s.root.join("b"), "edited meanwhile\n").expect("b");
     let changes = mine.changes().expect("changes");
     assert!(matches!(
-        mine.commit("cccc-3", "t", &changes),
+        mine.commit("cccc-3", "t", &changes, LIMIT),
         Err(TxError::Conflict { .. })
     ));
     assert_eq!(
         fs::read_to_string(s.root.join("b")).expect("b"),
         "edited meanwhile\n"
     );
+}
+
+/// Changes that, with what they replace, hold more than the policy's limit are refused whole.
+#[test]
+fn changes_past_the_limit_are_refused_and_nothing_is_applied() {
+    let Some(s) = setup() else { return };
+    let before = s.tree();
+    let view = s.view();
+    s.write_through(&view, "head -c 3000 /dev/zero > big; echo small > a");
+    let changes = view.changes().expect("changes");
+    // 3000 + 6 written, 6 ("alpha\n") replaced.
+    match view.commit("dddd-1", "t", &changes, 3000) {
+        Err(TxError::TooLarge { bytes, limit }) => assert_eq!((bytes, limit), (3012, 3000)),
+        other => panic!("expected too large, got {other:?}"),
+    }
+    assert_eq!(s.tree(), before);
 }
 
 /// Longer than the file systems' clock takes to tick (a change in the tick a call starts in

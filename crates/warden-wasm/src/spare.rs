@@ -34,6 +34,11 @@ pub(crate) fn preparable(grants: &Grants) -> bool {
 /// One function's next sandbox.
 pub(crate) struct Spare(Mutex<State>);
 
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one a function, kept in place in its mutex: boxing the sandbox would cost each \
+              prepared call an allocation"
+)]
 enum State {
     /// None waits; one may be prepared.
     Empty,

@@ -71,8 +71,12 @@ pub(crate) fn settle(
     tool: &str,
     answered: Result<Output, ToolError>,
 ) -> Result<Output, ToolError> {
-    let names = (inv.call_id.as_str(), tool);
-    warden_tx::settle::settle(Some(view), true, names, inv.hold.as_ref(), answered)
+    let whose = warden_tx::settle::Settling {
+        call: &inv.call_id,
+        tool,
+        limit: inv.limits.changes,
+    };
+    warden_tx::settle::settle(Some(view), true, whose, inv.hold.as_ref(), answered)
 }
 
 impl Mounted {
