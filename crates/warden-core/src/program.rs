@@ -59,8 +59,8 @@ pub enum Exit {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finished {
     pub exit: Exit,
-    /// Its record's `details.changes`: the change set committed (or held for a person's
-    /// review), or `{"discarded": true}`; `None` when its roots were not seen through a view.
+    /// Its record's `details.changes`: the change set committed, or `{"discarded": true}`;
+    /// `None` when its roots were not seen through a view.
     pub changes: Option<serde_json::Value>,
 }
 

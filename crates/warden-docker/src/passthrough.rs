@@ -106,8 +106,8 @@ pub(crate) async fn run(
         (Driven::Ended, Ok((code, _))) => Ok(Exit::Code(i32::try_from(code).unwrap_or(-1))),
         (Driven::Ended, Err(e)) => Err(e),
     };
-    // Its view, kept only when the program exited, is final once every process of the
-    // container is gone.
+    // Its view, kept only when the program ended on its own, is final once every process of
+    // the container is gone.
     let kept = view.is_some() && matches!(ended, Ok(exit) if exit.on_its_own());
     let gone = match &init {
         _ if !kept => false,
