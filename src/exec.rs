@@ -154,7 +154,11 @@ fn run(ctx: &Warden, args: ExecArgs) -> Result<ExitCode> {
              (--timeout sets another, or none)"
         );
     }
-    if let Some(told) = ran.changes.as_ref().and_then(changes_told) {
+    if let Some(told) = ran
+        .changes
+        .as_ref()
+        .and_then(|c| changes_told(c, &ran.call_id))
+    {
         eprintln!("warden exec: {told}");
     }
     Ok(ExitCode::from(
@@ -162,17 +166,17 @@ fn run(ctx: &Warden, args: ExecArgs) -> Result<ExitCode> {
     ))
 }
 
-/// What became of a program's changes to its read-write roots, for its stderr; nothing when
-/// it changed none.
-fn changes_told(changes: &serde_json::Value) -> Option<String> {
+/// What became of the changes run `call_id` made to its read-write roots, for its stderr;
+/// nothing when it changed none.
+fn changes_told(changes: &serde_json::Value, call_id: &str) -> Option<String> {
     if changes["discarded"] == true {
         return Some(warden_core::changes::DISCARDED.replace("it wrote", "the program wrote"));
     }
     match changes["count"].as_u64() {
         None | Some(0) => None,
         Some(count) => Some(format!(
-            "{count} change(s) to its read-write roots were kept; `warden undo --list` names \
-             the run, and `warden undo` of it puts them back"
+            "{count} change(s) to its read-write roots were kept; `warden undo {call_id}` puts \
+             them back"
         )),
     }
 }

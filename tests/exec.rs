@@ -770,6 +770,10 @@ fn a_programs_writes_are_kept_when_it_ends_and_undone_or_none_past_its_time_limi
         "{record}"
     );
     let call_id = record["call_id"].as_str().unwrap().to_owned();
+    assert!(
+        stderr.contains(&format!("`warden undo {call_id}`")),
+        "{stderr}"
+    );
 
     // Its time limit ends a program: nothing it wrote is kept.
     let out = env.exec(

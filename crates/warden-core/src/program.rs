@@ -58,6 +58,8 @@ pub enum Exit {
 /// How a program ran: how it ended, and what became of its changes to its read-write roots.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finished {
+    /// warden's own id of the run (its record's `call_id`, what `warden undo` takes).
+    pub call_id: String,
     pub exit: Exit,
     /// Its record's `details.changes`: the change set committed, or `{"discarded": true}`;
     /// `None` when its roots were not seen through a view.
@@ -65,9 +67,10 @@ pub struct Finished {
 }
 
 impl Finished {
-    /// A program that ended as `exit`, its roots written in place or not at all.
-    pub fn exited(exit: Exit) -> Self {
+    /// Run `call_id`, which ended as `exit`, its roots written in place or not at all.
+    pub fn exited(call_id: &str, exit: Exit) -> Self {
         Self {
+            call_id: call_id.to_owned(),
             exit,
             changes: None,
         }

@@ -82,7 +82,7 @@ pub fn settle_program(
     ended: Result<Exit, ToolError>,
 ) -> Result<Finished, ToolError> {
     let Some(view) = view else {
-        return ended.map(Finished::exited);
+        return ended.map(|exit| Finished::exited(whose.call, exit));
     };
     let exit = match ended {
         Ok(exit) => exit,
@@ -110,6 +110,7 @@ pub fn settle_program(
         }
     };
     Ok(Finished {
+        call_id: whose.call.to_owned(),
         exit,
         changes: Some(changes),
     })

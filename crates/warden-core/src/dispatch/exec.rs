@@ -52,7 +52,7 @@ impl Dispatcher {
             unlimited_time: program.timeout.is_none(),
         };
         let ended = match reviewed {
-            Some(ended) => ended.map(Finished::exited),
+            Some(ended) => ended.map(|exit| Finished::exited(span.id(), exit)),
             None => match self.gate.admit(tool).await {
                 Ok(_permit) => {
                     self.session.touch();
