@@ -17,6 +17,7 @@ mod host;
 mod http;
 mod ledger;
 mod oci;
+mod session_tx;
 mod shell;
 mod wasip1;
 mod wasm_tx;

@@ -116,6 +116,7 @@ impl Launcher for Sh {
             },
             input,
             output,
+            view: None,
         })
     }
 }

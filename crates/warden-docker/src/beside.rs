@@ -89,6 +89,7 @@ impl Siblings for DockerSiblings {
             },
             input,
             output: Box::pin(output),
+            view: None,
         })
     }
 }

@@ -125,6 +125,7 @@ impl Launcher for DockerShells {
             },
             input: attached.input,
             output: Box::pin(output),
+            view: None,
         })
     }
 }

@@ -1,7 +1,8 @@
 //! What a call's transaction costs, on a 10 MB read-write root of 1,000 files where the call
 //! changes 10: a host call with its transaction beside the same call writing the root in place
 //! (interleaved), and the store's own steps — the change set and commit, a rollback (the view
-//! discarded), an undo — beside `cp -a` of the root, the copy a user would script.
+//! discarded), an undo — beside `cp -a` of the root, the copy a user would script; and a
+//! session's command with its transaction beside the same session's writing in place.
 //! Not a test and not in CI: `cargo bench -p warden-host --bench transactions`
 //! (scripts/bench-host). Prints one markdown table.
 #![allow(
@@ -23,14 +24,18 @@ const FILES: usize = 1000;
 const FILE_BYTES: usize = 10 * 1024;
 const CHANGED: usize = 10;
 
-/// A host tool over the read-write root `ws`, its calls transactions in `store` when given.
-fn dispatcher(dir: &Path, store: Option<Arc<Store>>) -> Dispatcher {
-    let path = dir.join("t.toml");
+/// A host tool over the read-write root `ws` (a session's shell when `session`), its calls
+/// transactions in `store` when given.
+fn dispatcher(dir: &Path, store: Option<Arc<Store>>, session: bool) -> Dispatcher {
+    let path = dir.join(if session { "s.toml" } else { "t.toml" });
     std::fs::write(
         &path,
-        "[executor]\nkind = \"host\"\nname = \"t\"\nargv = [\"/bin/sh\", \"-c\", \"{command}\"]\n\
-         [grants]\nenv = { PATH = \"/usr/bin:/bin\" }\n\
-         fs = [{ host = \"ws\", guest = \"/ws\", access = \"read-write\" }]\n",
+        format!(
+            "[executor]\nkind = \"host\"\nname = \"t\"\n\
+             argv = [\"/bin/sh\", \"-c\", \"{{command}}\"]\nsession = {session}\n\
+             [grants]\nenv = {{ PATH = \"/usr/bin:/bin\" }}\n\
+             fs = [{{ host = \"ws\", guest = \"/ws\", access = \"read-write\" }}]\n"
+        ),
     )
     .expect("write the policy");
     let mut backend = HostBackend::new(Helper {
@@ -97,24 +102,25 @@ fn main() {
     }
     let store = Store::open(&dir.join("home/transactions")).unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let with = dispatcher(dir, Some(store.clone()));
-    let without = dispatcher(dir, None);
-    let (mut t_with, mut t_without) = (Vec::new(), Vec::new());
-    for round in 0..RUNS {
-        for (d, into) in [(&with, &mut t_with), (&without, &mut t_without)] {
-            let call = ToolCall::new("c", "t", &json!({ "command": change_ten(round) }));
-            let start = Instant::now();
-            let m = runtime.block_on(d.call(call));
-            into.push(ms(start));
-            assert_eq!(m.status, Status::Success, "{}", m.content);
-        }
+    let with = dispatcher(dir, Some(store.clone()), false);
+    let without = dispatcher(dir, None, false);
+    let (mut t_with, mut t_without) = interleaved(&runtime, [&with, &without]);
+    // A session's commands, each shell started by a first command not counted.
+    let with = dispatcher(dir, Some(store.clone()), true);
+    let without = dispatcher(dir, None, true);
+    for d in [&with, &without] {
+        let call = ToolCall::new("c", "t", &json!({ "command": "true" }));
+        runtime.block_on(d.call(call));
     }
+    let (mut s_with, mut s_without) = interleaved(&runtime, [&with, &without]);
 
     if std::env::var_os("BENCH_CALLS_ONLY").is_some() {
         println!(
-            "with {:.2} without {:.2}",
+            "with {:.2} without {:.2}; a session's command: with {:.2} without {:.2}",
             median(&mut t_with),
-            median(&mut t_without)
+            median(&mut t_without),
+            median(&mut s_with),
+            median(&mut s_without)
         );
         return;
     }
@@ -165,6 +171,14 @@ fn main() {
         median(&mut t_without)
     );
     println!(
+        "| a session's command, with its transaction | {:.2} |",
+        median(&mut s_with)
+    );
+    println!(
+        "| the same session's command writing the root in place | {:.2} |",
+        median(&mut s_without)
+    );
+    println!(
         "| change set + commit (the store alone) | {:.2} |",
         median(&mut commit)
     );
@@ -175,6 +189,21 @@ fn main() {
     );
     println!("| undo | {:.2} |", median(&mut undo));
     println!("| floor: `cp -a` of the root | {:.2} |", median(&mut copy));
+}
+
+/// [`RUNS`] calls that change 10 files, on each of `two` in turn: the time of each.
+fn interleaved(runtime: &tokio::runtime::Runtime, two: [&Dispatcher; 2]) -> (Vec<f64>, Vec<f64>) {
+    let mut times = (Vec::new(), Vec::new());
+    for round in 0..RUNS {
+        for (d, into) in [(two[0], &mut times.0), (two[1], &mut times.1)] {
+            let call = ToolCall::new("c", "t", &json!({ "command": change_ten(round) }));
+            let start = Instant::now();
+            let m = runtime.block_on(d.call(call));
+            into.push(ms(start));
+            assert_eq!(m.status, Status::Success, "{}", m.content);
+        }
+    }
+    times
 }
 
 /// What a call's copy-up leaves in `upper`: 10 files, each the root's with a line appended.

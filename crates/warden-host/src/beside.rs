@@ -66,6 +66,7 @@ impl Siblings for HostSiblings {
             sandbox: sibling,
             input: Box::pin(stdin),
             output: chunks(stdout, stderr),
+            view: None,
         })
     }
 }

@@ -62,6 +62,7 @@ pub(crate) async fn run(
         gate,
         terminal: at_terminal,
         view,
+        ..
     } = started;
     // At a terminal the program reads the terminal, and the helper's stdin has served.
     let (input, resizing) = match (at_terminal, terminal) {

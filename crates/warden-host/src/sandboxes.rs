@@ -38,6 +38,8 @@ pub(crate) struct Started {
     pub terminal: Option<pipe::Sender>,
     /// A call's view of its writable roots, discarded unless committed.
     pub view: Option<View>,
+    /// Where the sandbox sees each root of `view`, in its order.
+    pub guests: Vec<PathBuf>,
 }
 
 /// Sets the size of the terminal whose warden side is `terminal`; the kernel tells the
@@ -151,9 +153,14 @@ impl Sandboxes {
     /// ([`Stdin::Terminal`]) gets a new pseudo-terminal of `size` as its stdin, stdout and
     /// stderr, whose other side is [`Started::terminal`] and [`Started::stdout`].
     pub(crate) async fn start(&self, stdin: Stdin) -> Result<Started, ToolError> {
-        // A call's (its command reads nothing) roots are seen through a view; a session's
-        // shell writes in place.
+        // A call's (its command reads nothing) roots are seen through a view.
         self.start_at(stdin, None, stdin == Stdin::Nothing).await
+    }
+
+    /// A sandbox for a session's shell, its writable roots seen through a view that lives
+    /// as long as the shell (see `warden_tx::SessionView`).
+    pub(crate) async fn for_session(&self) -> Result<Started, ToolError> {
+        self.start_at(Stdin::Helper, None, true).await
     }
 
     /// A sandbox for a program of `warden exec`, at a terminal of `size` when given, its
@@ -199,8 +206,9 @@ impl Sandboxes {
         &self,
         sandbox: Sandbox,
         size: Option<WindowSize>,
-        view: Option<View>,
+        view: Option<(View, Vec<PathBuf>)>,
     ) -> Result<Started, ToolError> {
+        let (view, guests) = view.unzip();
         let pipe = || {
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
                 .map_err(|e| ToolError::internal(format!("a pipe for the sandbox's helper: {e}")))
@@ -264,6 +272,7 @@ impl Sandboxes {
                 .transpose()
                 .map_err(ours)?,
             view,
+            guests: guests.unwrap_or_default(),
         };
         let framed = frame(&sandbox).map_err(|e| ToolError::internal(e.to_string()))?;
         // A helper that died early shows up as a missing report.
@@ -273,8 +282,12 @@ impl Sandboxes {
 }
 
 /// A view of the writable roots the sandbox mounts (those in a system folder are seen as they
-/// are), each root's layer set in `roots`; `None` when there are none.
-fn view_of(store: &Arc<Store>, roots: &mut [Root]) -> Result<Option<View>, ToolError> {
+/// are), each root's layer set in `roots`, with where the sandbox sees each; `None` when there
+/// are none.
+fn view_of(
+    store: &Arc<Store>,
+    roots: &mut [Root],
+) -> Result<Option<(View, Vec<PathBuf>)>, ToolError> {
     let viewed: Vec<usize> = (0..roots.len())
         .filter(|&i| roots[i].writable && system_folder(&roots[i].guest).is_none())
         .collect();
@@ -292,7 +305,8 @@ fn view_of(store: &Arc<Store>, roots: &mut [Root]) -> Result<Option<View>, ToolE
             work: layer.work,
         });
     }
-    Ok(Some(view))
+    let guests = viewed.iter().map(|&i| roots[i].guest.clone()).collect();
+    Ok(Some((view, guests)))
 }
 
 impl Started {

@@ -18,13 +18,14 @@
 use crate::beside::HostSiblings;
 use crate::failure::unavailable;
 use crate::forks::Forked;
-use crate::plan::{Call, Join, Protections, Report, Rlimits, Stdin};
+use crate::plan::{Call, Join, Protections, Report, Rlimits};
 use crate::reports::{CLOSE_WAIT, next_report};
 use crate::sandboxes::Started;
 use crate::starter::Starter;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::BufReader;
@@ -36,6 +37,7 @@ use warden_command::session::{
 };
 use warden_core::{Limits, ToolError, Usage};
 use warden_net::{Proxy, Scope, Traffic};
+use warden_tx::SessionView;
 
 /// How many more times a busy namespace is counted, how far apart, and how many equal counts
 /// in a row show it holding still.
@@ -81,7 +83,7 @@ impl Launcher for HostShells {
         let plan =
             self.starter
                 .session_plan(self.shell.clone(), env.to_vec(), limits, &credentials)?;
-        let mut started = self.starter.sandboxes.start(Stdin::Helper).await?;
+        let mut started = self.starter.sandboxes.for_session().await?;
         started.send_call(&plan).await?;
         let Started {
             helper,
@@ -90,6 +92,8 @@ impl Launcher for HostShells {
             stderr,
             reports,
             gate,
+            view,
+            guests,
             ..
         } = started;
         // The helper hands the gate over before it starts the shell.
@@ -147,11 +151,34 @@ impl Launcher for HostShells {
             let pids = [sandbox.init, sandbox.shell];
             pids.iter().all(Option::is_some) && pids.into_iter().flatten().all(|p| cgroup.join(p))
         });
-        sandbox.siblings = self.siblings(&sandbox, plan);
+        // The view is written through where the shell sees it (its `/proc/PID/root`); a
+        // command beside the shell would write into it unsettled, so with a view, commands
+        // take turns.
+        let view = match (view, sandbox.shell) {
+            (Some(view), Some(shell)) => {
+                let seen = guests.iter().map(|guest| {
+                    let below = guest.strip_prefix("/").unwrap_or(guest);
+                    PathBuf::from(format!("/proc/{shell}/root")).join(below)
+                });
+                let tool = &self.starter.config().name;
+                Some(SessionView::new(view, tool, seen.collect()))
+            }
+            (Some(_), None) => {
+                sandbox.close().await;
+                return Err(unavailable(
+                    "the session's shell could not be found in its sandbox",
+                ));
+            }
+            (None, _) => None,
+        };
+        if view.is_none() {
+            sandbox.siblings = self.siblings(&sandbox, plan);
+        }
         Ok(Launched {
             sandbox,
             input: Box::pin(input),
             output: chunks(stdout, stderr),
+            view,
         })
     }
 }

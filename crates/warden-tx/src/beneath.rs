@@ -245,6 +245,27 @@ impl Beneath {
 
     /// The names in the folder `rel` (`.` for the root).
     pub(crate) fn names(&self, rel: &Path) -> io::Result<Vec<PathBuf>> {
+        Ok(self
+            .listed(rel, false)?
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect())
+    }
+
+    /// The names in the folder `rel`, each with its own status (a link's, not its target's),
+    /// read through the folder held open: one walk of a tree costs a read of each folder and
+    /// a status call for each entry.
+    pub(crate) fn stats(&self, rel: &Path) -> io::Result<Vec<(PathBuf, Stat)>> {
+        let listed = self.listed(rel, true)?;
+        Ok(listed
+            .into_iter()
+            .filter_map(|(name, stat)| Some((name, stat?)))
+            .collect())
+    }
+
+    /// The names in the folder `rel`, sorted, with their status when `stat` (none for an
+    /// entry gone meanwhile).
+    fn listed(&self, rel: &Path, stat: bool) -> io::Result<Vec<(PathBuf, Option<Stat>)>> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
         let target = if rel.as_os_str().is_empty() {
             Path::new(".")
@@ -257,12 +278,24 @@ impl Beneath {
         let mut dir = rustix::fs::Dir::read_from(&fd)?;
         while let Some(entry) = dir.read() {
             let entry = entry?;
-            let name = entry.file_name().to_bytes();
-            if name != b"." && name != b".." {
-                names.push(PathBuf::from(OsStr::from_bytes(name)));
+            let name = entry.file_name();
+            if name.to_bytes() == b"." || name.to_bytes() == b".." {
+                continue;
             }
+            let status = match stat {
+                true => match statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(s) => Some(s),
+                    Err(Errno::NOENT) => None,
+                    Err(e) => {
+                        let at = self.path.join(rel).join(OsStr::from_bytes(name.to_bytes()));
+                        return Err(io::Error::from(e).with_path("reading", &at));
+                    }
+                },
+                false => None,
+            };
+            names.push((PathBuf::from(OsStr::from_bytes(name.to_bytes())), status));
         }
-        names.sort();
+        names.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(names)
     }
 }

@@ -11,6 +11,7 @@
 use crate::TxError;
 use crate::beneath::Beneath;
 use crate::entry::{Entry, Kind};
+use crate::store::Started;
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::fs;
@@ -52,12 +53,20 @@ impl Change {
 
 /// Reads the changes the upper layer `upper` makes to the root `lower` (the view's root number
 /// `root`), in an order that can be applied: a folder's removal after its entries', a
-/// folder's addition before its entries'.
-pub(crate) fn scan(upper: &Path, lower: &Beneath, root: usize) -> Result<Vec<Change>, TxError> {
+/// folder's addition before its entries'. `since`: only entries other than folders whose
+/// status changed from that moment on are read (a session's view, whose older entries were
+/// settled already); the rest are taken to be the root's.
+pub(crate) fn scan(
+    upper: &Path,
+    lower: &Beneath,
+    root: usize,
+    since: Option<Started>,
+) -> Result<Vec<Change>, TxError> {
     let mut scan = Scan {
         upper,
         lower,
         root,
+        since,
         changes: Vec::new(),
     };
     scan.walk(Path::new(""), false)?;
@@ -68,6 +77,7 @@ struct Scan<'a> {
     upper: &'a Path,
     lower: &'a Beneath,
     root: usize,
+    since: Option<Started>,
     changes: Vec<Change>,
 }
 
@@ -104,6 +114,13 @@ impl Scan<'_> {
         let at = self.upper.join(rel);
         let meta = fs::symlink_metadata(&at).map_err(|e| TxError::io("reading", &at, e))?;
         let file_type = meta.file_type();
+        if !file_type.is_dir()
+            && self
+                .since
+                .is_some_and(|since| Started::of_meta(&meta) < since)
+        {
+            return Ok(());
+        }
         let before = if new { None } else { self.before(rel)? };
         if file_type.is_char_device() && meta.rdev() == 0 {
             if before.is_some() {

@@ -22,6 +22,7 @@ mod changes;
 mod diff;
 mod entry;
 mod record;
+mod session;
 pub mod settle;
 mod store;
 mod trash;
@@ -31,6 +32,7 @@ pub use changes::{Change, ChangeKind};
 pub use diff::DIFF_FILE_BYTES;
 pub use entry::{Entry, Kind};
 pub use record::{CallRecord, State};
+pub use session::SessionView;
 pub use store::{ChangeSet, Layer, Store, View};
 pub use writes::ToolWrites;
 

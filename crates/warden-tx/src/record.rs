@@ -105,9 +105,16 @@ impl CallRecord {
     }
 }
 
-/// Applies `step` to `root`: its pre-image kept first (in `pre`), then the change made,
-/// its new content read from the view's upper layer `upper`.
-pub(crate) fn apply(step: &Step, root: &Beneath, upper: &Path, pre: &Path) -> io::Result<()> {
+/// Applies `step` to `root`: its pre-image kept first (in `pre`), then the change made, its
+/// new entry taken from the view's upper layer `upper` — moved in where it can be, copied
+/// where the view lives on (`copy`: a session's).
+pub(crate) fn apply(
+    step: &Step,
+    root: &Beneath,
+    upper: &Path,
+    pre: &Path,
+    copy: bool,
+) -> io::Result<()> {
     let Step { change, pre: kept } = step;
     if let (Some(name), Some(before)) = (kept, &change.before)
         && before.kind == Kind::File
@@ -130,7 +137,7 @@ pub(crate) fn apply(step: &Step, root: &Beneath, upper: &Path, pre: &Path) -> io
         Some(after) => {
             // The view's own entry moved in is the new one as it is; else a copy of it.
             let from = upper.join(&change.path);
-            if root.move_in(&from, &change.path, replace)? {
+            if !copy && root.move_in(&from, &change.path, replace)? {
                 return Ok(());
             }
             let mut content = match after.kind {

@@ -4,16 +4,17 @@
 //! warden ended it (timeout, a limit, a failed sandbox, a cancel: the view is dropped with the
 //! call's future), so such a call leaves nothing behind.
 
-use crate::{ChangeSet, TxError, View};
+use crate::{ChangeSet, SessionView, TxError, View};
 use warden_core::changes::{self, discarded_detail};
 use warden_core::{
     ChangesToReview, ErrorKind, Exit, Finished, HeldChanges, Output, PendingChanges, Policy,
     PolicyError, ToolError,
 };
 
-/// Why a session's commands write in place.
-pub const SESSION_IN_PLACE: &str = "a session's shell writes its roots in place; review of \
-    changes needs a call of its own for each command (drop `session = true`)";
+/// Why a session's commands' changes cannot be reviewed.
+pub const SESSION_IN_PLACE: &str = "a session's commands are committed as each ends, while \
+    its shell lives on; review of changes needs a call of its own for each command (drop \
+    `session = true`)";
 
 /// Why a warden without a transaction store writes in place.
 pub const NO_STORE: &str = "this warden keeps no transaction store, so its calls write in place";
@@ -114,6 +115,69 @@ pub fn settle_program(
         exit,
         changes: Some(changes),
     })
+}
+
+/// What command `call` of a session with a view answers, once what it changed (with what the
+/// session's background processes changed since the last answer) is committed, or put back
+/// as the roots have it: as [`settle`] for a call (`limit`: `[limits] changes`), but the
+/// view lives on with the session.
+/// `live`: the session's shell lives on (else nothing need be put back: its view goes with
+/// it). The second value is false when the view could not be settled: the session must
+/// start afresh, and the answer says so.
+pub fn settle_command(
+    view: &mut SessionView,
+    live: bool,
+    call: &str,
+    limit: u64,
+    answered: Result<Output, ToolError>,
+) -> (Result<Output, ToolError>, bool) {
+    let on_its_own = changes::ended_on_its_own(&answered);
+    let read = view.now().and_then(|now| Ok((now, view.changes()?)));
+    let (now, changes) = match read {
+        Ok(read) => read,
+        Err(e) => {
+            let e = refusal(&e);
+            let answered = match on_its_own {
+                true => Err(changes::refused(e, answered)),
+                false => answered.map_err(changes::discarded),
+            };
+            return (answered.map_err(reset), false);
+        }
+    };
+    let committed = match on_its_own {
+        true => Some(view.commit(call, &changes, limit)),
+        false => None,
+    };
+    let answered = match committed {
+        Some(Ok(())) => {
+            view.settled(now);
+            return (changes::with_changes(answered, shown(&changes)), true);
+        }
+        Some(Err(e)) => Err(changes::refused(refusal(&e), answered)),
+        None => answered.map_err(changes::discarded),
+    };
+    if !live {
+        return (answered, true);
+    }
+    match view.revert(&changes) {
+        Ok(()) => {
+            view.settled(now);
+            (answered, true)
+        }
+        Err(e) => {
+            tracing::warn!("a session's view could not be put back: {e}");
+            (answered.map_err(reset), false)
+        }
+    }
+}
+
+/// A command's answer, saying that its session's view could not be settled.
+fn reset(mut e: ToolError) -> ToolError {
+    e.message.push_str(
+        "\nThe session's view of its read-write roots could not be settled: the session was \
+         reset, and its next command starts in a fresh sandbox.",
+    );
+    e
 }
 
 /// What became of a view's changes.

@@ -48,24 +48,31 @@ struct Committed {
 #[derive(Debug)]
 pub struct View {
     store: Arc<Store>,
-    dir: PathBuf,
-    roots: Vec<PathBuf>,
+    pub(crate) dir: PathBuf,
+    pub(crate) roots: Vec<PathBuf>,
     /// Commits this process had made when the call started.
     since: u64,
     /// When the call started, on the file systems' clock: a root's entry whose status changed
     /// later was changed meanwhile, by this process or another (see [`Started`]).
-    started: Started,
+    pub(crate) started: Started,
+    /// A commit copies the view's entries into the roots rather than moving them: a
+    /// session's overlay lives on, and keeps using them.
+    pub(crate) copies: bool,
+    /// Paths (root joined with the change's) a commit refuses as conflicts besides those
+    /// changed since the call started: a session's, changed by others while it held
+    /// unsettled writes of its own there.
+    pub(crate) clashed: BTreeSet<PathBuf>,
 }
 
 /// A moment on the file systems' clock: the change time of the view's folder, touched. An
 /// entry's change time after it is a change made later — to the clock's tick: a change in the
 /// same tick is not seen, and nothing made before it is taken for one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Started(i64, u64);
+pub(crate) struct Started(i64, u64);
 
 impl Started {
     /// Now, as `dir` (a folder of the store) takes it.
-    fn now(dir: &Path) -> Result<Self, TxError> {
+    pub(crate) fn now(dir: &Path) -> Result<Self, TxError> {
         use rustix::fs::{AtFlags, CWD, Timespec, Timestamps, UTIME_NOW, stat, utimensat};
         let now = Timespec {
             tv_sec: 0,
@@ -80,8 +87,14 @@ impl Started {
         Ok(Started::of(&stat))
     }
 
-    fn of(stat: &rustix::fs::Stat) -> Self {
+    pub(crate) fn of(stat: &rustix::fs::Stat) -> Self {
         Started(stat.st_ctime, stat.st_ctime_nsec)
+    }
+
+    /// An entry's change time, as the standard library read it.
+    pub(crate) fn of_meta(meta: &fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        Started(meta.ctime(), meta.ctime_nsec() as u64)
     }
 }
 
@@ -175,6 +188,8 @@ impl Store {
             dir,
             roots: roots.to_vec(),
             since: lock(&self.committed).count,
+            copies: false,
+            clashed: BTreeSet::new(),
         })
     }
 
@@ -375,7 +390,7 @@ impl View {
         let mut changes = Vec::new();
         for (i, root) in self.roots.iter().enumerate() {
             let lower = Beneath::open(root).map_err(|e| TxError::io("opening", root, e))?;
-            changes.extend(scan(&self.layer(i).upper, &lower, i)?);
+            changes.extend(scan(&self.layer(i).upper, &lower, i, None)?);
         }
         Ok(ChangeSet {
             roots: self.roots.clone(),
@@ -389,6 +404,17 @@ impl View {
     /// changes and what they replace hold more than `limit` bytes ([`TxError::TooLarge`]).
     pub fn commit(
         self,
+        call: &str,
+        tool: &str,
+        changes: &ChangeSet,
+        limit: u64,
+    ) -> Result<(), TxError> {
+        self.commit_in(call, tool, changes, limit)
+    }
+
+    /// [`View::commit`], the view kept.
+    pub(crate) fn commit_in(
+        &self,
         call: &str,
         tool: &str,
         changes: &ChangeSet,
@@ -419,7 +445,7 @@ impl View {
                 .lstat(&change.path)
                 .map_err(|e| TxError::io("reading", path, e))?
                 .is_some_and(|stat| Started::of(&stat) > self.started);
-            if ours || theirs {
+            if ours || theirs || self.clashed.contains(path) {
                 clashes.push(path.clone());
             }
         }
@@ -487,7 +513,7 @@ impl View {
         for (k, step) in record.steps.iter().enumerate() {
             let root = &roots[step.change.root];
             let upper = self.layer(step.change.root).upper;
-            if let Err(e) = apply(step, root, &upper, &pre) {
+            if let Err(e) = apply(step, root, &upper, &pre, self.copies) {
                 // Put back what was applied, and forget the call: it changed nothing.
                 for done in record.steps[..=k].iter().rev() {
                     let _ = restore(done, &roots[done.change.root], &pre, true);

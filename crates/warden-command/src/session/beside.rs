@@ -132,6 +132,7 @@ impl<L: super::Launcher> Sessions<L> {
             sandbox,
             input,
             output,
+            ..
         } = match started {
             Ok(started) => started?,
             Err(_) => {

@@ -30,7 +30,8 @@
 //!   (a container's cover the commands beside it too, which are then counted in both). A timeout
 //!   of a command beside the session's kills that command's shell and processes only. Where
 //!   the executor starts no shell beside the session's — a sandbox with an egress gate
-//!   (which serves one command at a time), gVisor, an engine elsewhere — overlapping
+//!   (which serves one command at a time), a view of read-write roots ([`Launched::view`],
+//!   settled command by command), gVisor, an engine elsewhere — overlapping
 //!   commands wait their turn and run in the order they arrived. Sessions never wait for
 //!   each other.
 //! - **A timeout** ends the command, not the session, where the executor can stop a command's
@@ -157,6 +158,10 @@ pub struct Launched<S> {
     pub sandbox: S,
     pub input: Input,
     pub output: Chunks,
+    /// The session's view of its read-write roots, where its writes are transactions: each
+    /// command's changes are committed as it ends, or put back
+    /// (`warden_tx::settle::settle_command`). None: they write in place.
+    pub view: Option<warden_tx::SessionView>,
 }
 
 /// The process limit of a shell's sandbox, and where the shell reads how it stands.
@@ -431,10 +436,14 @@ impl<L: Launcher> Sessions<L> {
         }
         // Taken before the sandbox may be closed below: they describe the one that ran it.
         let details = live.sandbox.details();
+        // Kept apart while the answer is told: a shell that ended has its changes committed
+        // all the same.
+        let view = live.view.take();
         let told = self.told(ran, live, &used, &start, notes).await;
         let (answered, kept) = told.inspect_err(|_| {
             slot.beside.send_replace(None);
         })?;
+        let (answered, kept) = settled(view, inv, answered, kept).await;
         match &kept {
             Some(live) => Self::offer(&slot, live),
             None => {
@@ -520,6 +529,11 @@ impl<L: Launcher> Sessions<L> {
             fresh = true;
         }
         loop {
+            if let Some(view) = live.view.as_mut() {
+                view.begin().map_err(|e| {
+                    ToolError::internal(format!("the session's view of its roots: {e}"))
+                })?;
+            }
             live.sandbox.command_starts(warden_net::Scope {
                 denials: inv.denials.clone(),
                 deadline: start.deadline.into_std(),
@@ -561,7 +575,9 @@ impl<L: Launcher> Sessions<L> {
         match tokio::time::timeout_at(start.deadline, launching).await {
             Ok(launched) => {
                 let l = launched?;
-                Ok(Live::new(l.sandbox, l.input, l.output))
+                let mut live = Live::new(l.sandbox, l.input, l.output);
+                live.view = l.view;
+                Ok(live)
             }
             Err(_) => Err(timed_out(start.limit, "", "", "the shell did not start")),
         }
@@ -591,6 +607,35 @@ impl<L: Launcher> Sessions<L> {
                 live.sandbox.close().await;
             }
         }
+    }
+}
+
+/// `answered`, once the command's changes in `view` are settled; the shell kept with its
+/// view, unless the view could not be settled (the shell is then closed: the session starts
+/// afresh).
+async fn settled<S: Sandbox>(
+    view: Option<warden_tx::SessionView>,
+    inv: &Invocation,
+    answered: Result<Output, ToolError>,
+    kept: Option<Live<S>>,
+) -> (Result<Output, ToolError>, Option<Live<S>>) {
+    let Some(mut view) = view else {
+        return (answered, kept);
+    };
+    let (call, limit) = (&inv.call_id, inv.limits.changes);
+    let live = kept.is_some();
+    let (answered, settled) =
+        warden_tx::settle::settle_command(&mut view, live, call, limit, answered);
+    match kept {
+        Some(mut live) if settled => {
+            live.view = Some(view);
+            (answered, Some(live))
+        }
+        Some(live) => {
+            live.sandbox.close().await;
+            (answered, None)
+        }
+        None => (answered, None),
     }
 }
 

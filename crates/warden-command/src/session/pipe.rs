@@ -141,6 +141,7 @@ async fn piped<T: Siblings>(
             sandbox: mut sibling,
             input,
             output,
+            ..
         } = launched;
         let pid = sibling.pid();
         let ran = tokio::time::timeout_at(deadline, exchange(input, output, pipe)).await;

@@ -41,6 +41,8 @@ pub(crate) struct Live<S> {
     /// This sandbox among every one this process started: what a shell started beside it
     /// ahead of time is kept for (see `super::pipe`).
     pub id: u64,
+    /// Its view of the session's read-write roots, if its writes are transactions.
+    pub view: Option<warden_tx::SessionView>,
 }
 
 /// The next [`Live::id`].
@@ -97,6 +99,7 @@ impl<S: Sandbox> Live<S> {
             state: None,
             prelude: String::new(),
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            view: None,
         }
     }
 

@@ -88,7 +88,8 @@ impl Dispatcher {
         limits.output = output;
         let deadline = Instant::now() + limits.timeout;
         let invocation = Invocation {
-            call_id: String::new(),
+            // Its own: what it writes to a session's view is committed as a call of its own.
+            call_id: crate::call_id::next(),
             arguments: serde_json::json!({ "command": command }),
             limits,
             deadline,

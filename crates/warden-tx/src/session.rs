@@ -1,0 +1,252 @@
+//! A session's view: one overlay of its read-write roots for as long as its shell lives,
+//! settled command by command (see `crate::settle::settle_command`).
+//!
+//! The overlay cannot be started afresh under a running shell, and its upper layer cannot be
+//! edited under the mounted overlay (the overlay keeps what it looked up). So:
+//! - a command's changes are the upper layer's entries changed since the last command was
+//!   settled, against the roots (older ones were settled already);
+//! - a commit copies them into the roots, and the overlay keeps using its own;
+//! - a discard, and a sync with what others committed to the roots meanwhile (other calls,
+//!   other wardens, an undo), are written through the overlay itself, as the session's
+//!   processes see it ([`SessionView::new`]'s `merged`), never into the upper layer.
+
+use crate::beneath::Beneath;
+use crate::changes::scan;
+use crate::entry::{Entry, Kind};
+use crate::store::Started;
+use crate::{ChangeSet, TxError, View};
+use rustix::fs::FileType;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// One session's view of its read-write roots.
+#[derive(Debug)]
+pub struct SessionView {
+    view: View,
+    /// The session's tool, whose calls its commits are.
+    tool: String,
+    /// Each root as the session's processes see it, reached from warden's side.
+    merged: Vec<PathBuf>,
+    /// When the last command was settled: the upper layer's entries changed before are the
+    /// roots' own.
+    settled: Started,
+    /// When the roots were last read into the view.
+    synced: Started,
+}
+
+impl SessionView {
+    /// `view`, mounted for a session of `tool` whose processes see its root number `i` at
+    /// `merged[i]` (say, `/proc/PID/root/GUEST` of the session's shell). What is written at
+    /// `merged` lands in the view's upper layer, as the session's own writes do.
+    pub fn new(mut view: View, tool: &str, merged: Vec<PathBuf>) -> Self {
+        view.copies = true;
+        let started = view.started;
+        Self {
+            view,
+            tool: tool.to_owned(),
+            merged,
+            settled: started,
+            synced: started,
+        }
+    }
+
+    /// A command starts: what others changed in the roots since the last one is written into
+    /// the view (a path the session's background processes changed meanwhile is left as they
+    /// made it, and the next commit of it is a conflict), and a conflict from here on is a
+    /// path changed after this.
+    pub fn begin(&mut self) -> Result<(), TxError> {
+        let now = Started::now(&self.view.dir)?;
+        for i in 0..self.view.roots.len() {
+            let sync = Sync {
+                root: open(&self.view.roots[i])?,
+                merged: open(&self.merged[i])?,
+                upper: open(&self.view.layer(i).upper)?,
+                synced: self.synced,
+                settled: self.settled,
+            };
+            let mut clashes = Vec::new();
+            sync.walk(Path::new(""), &mut clashes)
+                .map_err(|e| TxError::io("bringing the session's view up to", &sync.at(""), e))?;
+            let root = &self.view.roots[i];
+            self.view
+                .clashed
+                .extend(clashes.into_iter().map(|p| root.join(p)));
+        }
+        self.synced = now;
+        self.view.begin();
+        Ok(())
+    }
+
+    /// Now, on the view's clock: what [`SessionView::settled`] takes once the command's
+    /// changes are read.
+    pub(crate) fn now(&self) -> Result<Started, TxError> {
+        Started::now(&self.view.dir)
+    }
+
+    /// What was changed since the last command was settled: the command's changes, and its
+    /// session's background processes' since the last answer.
+    pub(crate) fn changes(&self) -> Result<ChangeSet, TxError> {
+        let mut changes = Vec::new();
+        for (i, root) in self.view.roots.iter().enumerate() {
+            let lower = open(root)?;
+            changes.extend(scan(
+                &self.view.layer(i).upper,
+                &lower,
+                i,
+                Some(self.settled),
+            )?);
+        }
+        Ok(ChangeSet {
+            roots: self.view.roots.clone(),
+            changes,
+        })
+    }
+
+    /// Commits `changes` to the roots as call `call` of the session's tool (see
+    /// [`View::commit`]).
+    pub(crate) fn commit(
+        &self,
+        call: &str,
+        changes: &ChangeSet,
+        limit: u64,
+    ) -> Result<(), TxError> {
+        self.view.commit_in(call, &self.tool, changes, limit)
+    }
+
+    /// Puts what `changes` changed back as the roots have it, through the session's view.
+    pub(crate) fn revert(&self, changes: &ChangeSet) -> Result<(), TxError> {
+        let merged = opened(&self.merged)?;
+        let roots = opened(&self.view.roots)?;
+        for change in changes.changes.iter().rev() {
+            let (to, from) = (&merged[change.root], &roots[change.root]);
+            let put_back = match &change.before {
+                None => to.remove(&change.path, change.after.as_ref().is_some_and(is_dir)),
+                Some(before) => put(to, from, &change.path, before),
+            };
+            put_back.map_err(|e| TxError::io("putting back", &to.path().join(&change.path), e))?;
+        }
+        Ok(())
+    }
+
+    /// The command is settled: the upper layer's entries changed before `at` are the roots'.
+    pub(crate) fn settled(&mut self, at: Started) {
+        self.settled = at;
+        self.view.clashed.clear();
+    }
+}
+
+/// One root's sync: its entries changed since `synced` written through `merged`.
+struct Sync {
+    root: Beneath,
+    merged: Beneath,
+    upper: Beneath,
+    synced: Started,
+    settled: Started,
+}
+
+impl Sync {
+    fn at(&self, rel: impl AsRef<Path>) -> PathBuf {
+        self.merged.path().join(rel)
+    }
+
+    /// The folder `rel` of the root, and everything below it.
+    fn walk(&self, rel: &Path, clashes: &mut Vec<PathBuf>) -> io::Result<()> {
+        for (name, stat) in self.root.stats(rel)? {
+            let path = rel.join(&name);
+            if Started::of(&stat) >= self.synced {
+                self.bring(&path, clashes)?;
+            }
+            // Below a folder the view has too (not one the session removed meanwhile).
+            if is_dir_stat(&stat) && self.merged.lstat(&path)?.is_some_and(|s| is_dir_stat(&s)) {
+                self.walk(&path, clashes)?;
+            }
+        }
+        // Gone from the root meanwhile (a folder's entries' removal changes its status), unless
+        // the session made or changed it since its last command: that is its own, to commit.
+        let top = rel.as_os_str().is_empty();
+        let changed = top
+            || self
+                .root
+                .lstat(rel)?
+                .is_some_and(|s| Started::of(&s) >= self.synced);
+        if changed && (top || self.merged.lstat(rel)?.is_some_and(|s| is_dir_stat(&s))) {
+            let kept = self.root.names(rel)?;
+            for name in self.merged.names(rel)? {
+                let path = rel.join(&name);
+                if kept.binary_search(&name).is_err() && !self.unsettled(&path)? {
+                    remove_tree(&self.merged, &path)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The root's entry at `rel` into the view, unless the view has it already or the
+    /// session changed it since its last command.
+    fn bring(&self, rel: &Path, clashes: &mut Vec<PathBuf>) -> io::Result<()> {
+        let Some(now) = self.root.entry(rel)? else {
+            return Ok(());
+        };
+        let seen = self.merged.entry(rel)?;
+        if seen.as_ref() == Some(&now) {
+            return Ok(());
+        }
+        if self.unsettled(rel)? {
+            clashes.push(rel.to_owned());
+            return Ok(());
+        }
+        if let Some(seen) = seen
+            && (seen.kind == Kind::Dir) != (now.kind == Kind::Dir)
+        {
+            remove_tree(&self.merged, rel)?;
+        }
+        put(&self.merged, &self.root, rel, &now)
+    }
+
+    /// True when the session changed `rel` since its last command was settled.
+    fn unsettled(&self, rel: &Path) -> io::Result<bool> {
+        Ok(self
+            .upper
+            .lstat(rel)?
+            .is_some_and(|s| !is_dir_stat(&s) && Started::of(&s) >= self.settled))
+    }
+}
+
+/// Puts `entry` at `rel` in `to`, a file's content read from `from` at the same path.
+fn put(to: &Beneath, from: &Beneath, rel: &Path, entry: &Entry) -> io::Result<()> {
+    match entry.kind {
+        Kind::Dir => to.make_dir(rel, entry),
+        Kind::File => to.put(rel, entry, Some(&mut from.read(rel)?), true),
+        Kind::Symlink => to.put(rel, entry, None, true),
+    }
+}
+
+/// Removes `rel` from `to`, a folder with everything in it.
+fn remove_tree(to: &Beneath, rel: &Path) -> io::Result<()> {
+    let Some(stat) = to.lstat(rel)? else {
+        return Ok(());
+    };
+    let dir = is_dir_stat(&stat);
+    if dir {
+        for name in to.names(rel)? {
+            remove_tree(to, &rel.join(name))?;
+        }
+    }
+    to.remove(rel, dir)
+}
+
+fn is_dir(entry: &Entry) -> bool {
+    entry.kind == Kind::Dir
+}
+
+fn is_dir_stat(stat: &rustix::fs::Stat) -> bool {
+    FileType::from_raw_mode(stat.st_mode) == FileType::Directory
+}
+
+fn open(path: &Path) -> Result<Beneath, TxError> {
+    Beneath::open(path).map_err(|e| TxError::io("opening", path, e))
+}
+
+fn opened(paths: &[PathBuf]) -> Result<Vec<Beneath>, TxError> {
+    paths.iter().map(|p| open(p)).collect()
+}

@@ -1,0 +1,294 @@
+//! A session's commands as transactions, on the shipped host shell policy (a session policy)
+//! with its grant made read-write, driven over MCP one command at a time: each command's
+//! changes are committed as it ends, a command warden ends leaves nothing in the root nor in
+//! the session's view, what others commit meanwhile is what the session sees next, and a path
+//! another process changed while a command ran is a `conflict`.
+
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+/// The user the session's shell runs as: this test's own, so its processes can be found.
+const UID: u32 = 65_486;
+
+struct Session {
+    dir: tempfile::TempDir,
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next: u64,
+}
+
+impl Session {
+    fn start() -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        for sub in ["policies", "workspace"] {
+            std::fs::create_dir(dir.path().join(sub)).unwrap();
+        }
+        let workspace = dir.path().join("workspace");
+        std::fs::set_permissions(&workspace, std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::fs::write(workspace.join("README.txt"), "granted file\n").unwrap();
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies/shell-host.toml");
+        let text = std::fs::read_to_string(shipped).unwrap();
+        let writable = text
+            .replace("access = \"read-only\"", "access = \"read-write\"")
+            .replace(
+                "# user = \"65534:65534\"",
+                &format!("user = \"{UID}:{UID}\""),
+            );
+        assert!(writable.contains("read-write") && writable.contains("\nsession = true"));
+        std::fs::write(dir.path().join("policies/shell-host.toml"), writable).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_warden"))
+            .arg("serve")
+            .env("WARDEN_TOOLBOX", dir.path().join("policies"))
+            .env("WARDEN_HOME", dir.path().join("home"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut session = Self {
+            dir,
+            child,
+            stdin,
+            stdout,
+            next: 0,
+        };
+        session.request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "0"}}),
+        );
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        writeln!(session.stdin, "{note}").unwrap();
+        session
+    }
+
+    fn workspace(&self) -> PathBuf {
+        self.dir.path().join("workspace")
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        self.send(method, params);
+        self.answer()
+    }
+
+    fn send(&mut self, method: &str, params: Value) {
+        self.next += 1;
+        let line = json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params});
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// The answer to the last request sent.
+    fn answer(&mut self) -> Value {
+        loop {
+            let mut line = String::new();
+            assert_ne!(self.stdout.read_line(&mut line).unwrap(), 0, "warden ended");
+            let Ok(v) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            if v["id"] == self.next {
+                return v["result"].clone();
+            }
+        }
+    }
+
+    /// Runs `command` in the session, answered with its text and its error kind, if any.
+    fn run(&mut self, command: &str) -> (String, Option<String>) {
+        self.send_command(command);
+        self.told()
+    }
+
+    fn send_command(&mut self, command: &str) {
+        let args = json!({"name": "host-shell", "arguments": {"command": command}});
+        self.send("tools/call", args);
+    }
+
+    fn told(&mut self) -> (String, Option<String>) {
+        let result = self.answer();
+        let text = result["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        let kind = result["isError"]
+            .as_bool()
+            .unwrap_or(false)
+            .then(|| format!("{result}"));
+        (text, kind)
+    }
+
+    /// warden's own id of the last call whose changes were committed, from the call log.
+    fn last_call_with_changes(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.path().join("home/calls.jsonl")).unwrap();
+        log.lines()
+            .rev()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|r| r["event"] == "call" && r["changes"]["count"].as_u64() > Some(0))
+            .and_then(|r| r["call_id"].as_str().map(str::to_owned))
+            .expect("a call with changes in the log")
+    }
+
+    fn read(&self, name: &str) -> Option<String> {
+        std::fs::read_to_string(self.workspace().join(name)).ok()
+    }
+
+    /// The upper layer of the session's view of its root, in warden's home.
+    fn upper(&self) -> Option<PathBuf> {
+        let views = self.dir.path().join("home/transactions/views");
+        let view = std::fs::read_dir(views).ok()?.flatten().next()?;
+        Some(view.path().join("0/upper"))
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Replaces `path` by a rename, as an editor or another warden's commit does.
+fn replace(path: &Path, text: &str) {
+    let temp = path.with_extension("new");
+    std::fs::write(&temp, text).unwrap();
+    std::fs::rename(&temp, path).unwrap();
+}
+
+/// Waits for `path` to be there (a minute at most: a hang is a failure, not a stuck suite).
+fn appears(path: &Path) {
+    let by = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !path.exists() {
+        assert!(
+            std::time::Instant::now() < by,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+fn pids_of(uid: u32) -> Vec<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+            (e.metadata().ok()?.uid() == uid).then_some(pid)
+        })
+        .collect()
+}
+
+#[test]
+fn a_sessions_commands_are_transactions_over_its_read_write_root() {
+    let mut s = Session::start();
+
+    // A command that ends commits; the shell lives on with its view.
+    let (text, error) = s.run("echo one > a.txt && cat README.txt && export KEPT=yes");
+    assert_eq!(error, None, "{text}");
+    assert_eq!(s.read("a.txt").as_deref(), Some("one\n"));
+
+    // A command its timeout ends leaves nothing, in the root or in what the session sees.
+    let script = "echo two > a.txt; echo lost > lost.txt; rm README.txt; sleep 100";
+    let args = json!({"name": "host-shell", "arguments": {"command": script, "timeout": 1}});
+    s.send("tools/call", args);
+    let (text, error) = s.told();
+    assert!(error.is_some_and(|e| e.contains("timeout")), "{text}");
+    assert_eq!(s.read("a.txt").as_deref(), Some("one\n"));
+    assert_eq!(s.read("lost.txt"), None);
+    let (text, error) = s.run("cat a.txt README.txt; ls; echo $KEPT");
+    assert_eq!(error, None, "{text}");
+    assert_eq!(
+        text.lines().take(2).collect::<Vec<_>>(),
+        ["one", "granted file"]
+    );
+    assert!(!text.contains("lost.txt") && text.contains("yes"), "{text}");
+
+    // What another process changed meanwhile (a file replaced by a rename, the session having
+    // read it; a file added; a file removed) is what the session sees next.
+    replace(&s.workspace().join("a.txt"), "outside\n");
+    std::fs::write(s.workspace().join("new.txt"), "new\n").unwrap();
+    std::fs::remove_file(s.workspace().join("README.txt")).unwrap();
+    let (text, error) = s.run("cat a.txt new.txt; ls");
+    assert_eq!(error, None, "{text}");
+    assert!(text.starts_with("outside\nnew\n"), "{text}");
+    assert!(!text.contains("README.txt"), "{text}");
+
+    // A path another process changes while a command runs is a conflict: the command's
+    // changes are not applied, and the session sees the root's.
+    s.send_command(
+        "trap 'go=1' USR1; echo mine > d.txt; echo mine > e.txt; \
+         while [ -z \"$go\" ]; do sleep 0.05; done; trap - USR1",
+    );
+    let upper = s.upper().expect("the session's view");
+    appears(&upper.join("e.txt"));
+    std::fs::write(s.workspace().join("d.txt"), "theirs\n").unwrap();
+    // The shell's trap lets the command end (a `sleep` the signal ends is waited for anew).
+    for pid in pids_of(UID) {
+        let _ = Command::new("kill")
+            .args(["-USR1", &pid.to_string()])
+            .status();
+    }
+    let (text, error) = s.told();
+    assert!(error.is_some_and(|e| e.contains("conflict")), "{text}");
+    assert_eq!(s.read("d.txt").as_deref(), Some("theirs\n"));
+    assert_eq!(s.read("e.txt"), None);
+    let (text, error) = s.run("cat d.txt; ls");
+    assert_eq!(error, None, "{text}");
+    assert!(
+        text.starts_with("theirs\n") && !text.contains("e.txt"),
+        "{text}"
+    );
+
+    // What a background job writes after an answer is the next command's change; an undo
+    // of that command is what the session sees next.
+    let script = "sh -c 'trap \"echo bg > bg.txt; exit\" USR2; while :; do sleep 0.05; done' &";
+    let (text, error) = s.run(script);
+    assert_eq!(error, None, "{text}");
+    let job = pids_of(UID).into_iter().find(|pid| {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        String::from_utf8_lossy(&cmdline).contains("USR2")
+    });
+    let job = job.expect("the background job").to_string();
+    Command::new("kill").args(["-USR2", &job]).status().unwrap();
+    appears(&upper.join("bg.txt"));
+    assert_eq!(s.read("bg.txt"), None, "written while no command ran");
+    let (text, error) = s.run("true");
+    assert_eq!(error, None, "{text}");
+    assert_eq!(s.read("bg.txt").as_deref(), Some("bg\n"));
+    let call_id = s.last_call_with_changes();
+    let undo = Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["undo", &call_id])
+        .env("WARDEN_HOME", s.dir.path().join("home"))
+        .output()
+        .unwrap();
+    assert!(
+        undo.status.success(),
+        "{}",
+        String::from_utf8_lossy(&undo.stderr)
+    );
+    assert_eq!(s.read("bg.txt"), None);
+    let (text, error) = s.run("ls");
+    assert_eq!(error, None, "{text}");
+    assert!(!text.contains("bg.txt"), "{text}");
+
+    // What no transaction can hold (a pipe) is refused, and the session starts afresh.
+    let (text, error) = s.run("mkfifo pipe; export GONE=1");
+    assert!(error.is_some_and(|e| e.contains("denied")), "{text}");
+    assert!(text.contains("fresh sandbox"), "{text}");
+    assert!(!s.workspace().join("pipe").exists());
+    let (text, error) = s.run("ls; echo \"[$GONE]\"");
+    assert_eq!(error, None, "{text}");
+    assert!(!text.contains("pipe") && text.contains("[]"), "{text}");
+
+    // The shell's own end commits what its last command wrote.
+    let (_, error) = s.run("echo bye > bye.txt; exit 0");
+    assert_eq!(error, None);
+    assert_eq!(s.read("bye.txt").as_deref(), Some("bye\n"));
+}
