@@ -195,14 +195,16 @@ fn a_sessions_commands_are_transactions_over_its_read_write_root() {
     assert_eq!(s.read("a.txt").as_deref(), Some("one\n"));
 
     // A command its timeout ends leaves nothing, in the root or in what the session sees.
-    let script = "echo two > a.txt; echo lost > lost.txt; rm README.txt; sleep 100";
+    // Its link where a file was is replaced when the file is put back, never written through.
+    let script = "echo two > b.txt; echo lost > lost.txt; rm README.txt; ln -s a.txt README.txt; \
+                  echo two > a.txt; sleep 100";
     let args = json!({"name": "host-shell", "arguments": {"command": script, "timeout": 1}});
     s.send("tools/call", args);
     let (text, error) = s.told();
     assert!(error.is_some_and(|e| e.contains("timeout")), "{text}");
     assert_eq!(s.read("a.txt").as_deref(), Some("one\n"));
     assert_eq!(s.read("lost.txt"), None);
-    let (text, error) = s.run("cat a.txt README.txt; ls; echo $KEPT");
+    let (text, error) = s.run("cat a.txt README.txt; ls; [ -L README.txt ] || echo $KEPT");
     assert_eq!(error, None, "{text}");
     assert_eq!(
         text.lines().take(2).collect::<Vec<_>>(),

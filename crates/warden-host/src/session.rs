@@ -156,12 +156,9 @@ impl Launcher for HostShells {
         // take turns.
         let view = match (view, sandbox.shell) {
             (Some(view), Some(shell)) => {
-                let seen = guests.iter().map(|guest| {
-                    let below = guest.strip_prefix("/").unwrap_or(guest);
-                    PathBuf::from(format!("/proc/{shell}/root")).join(below)
-                });
+                let seen_from = PathBuf::from(format!("/proc/{shell}/root"));
                 let tool = &self.starter.config().name;
-                Some(SessionView::new(view, tool, seen.collect()))
+                Some(SessionView::new(view, tool, seen_from, guests))
             }
             (Some(_), None) => {
                 sandbox.close().await;

@@ -40,6 +40,23 @@ impl Beneath {
         })
     }
 
+    /// Opens the folder `guest` as the file system rooted at `root` has it (say, a sandbox's
+    /// `/proc/PID/root`): resolved inside that root, through no link, so nothing the sandbox
+    /// made on the way can lead elsewhere.
+    pub(crate) fn open_in(root: &Path, guest: &Path) -> io::Result<Self> {
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        // Followed: `root` may be a magic link of `/proc`, by design.
+        let top = rustix::fs::open(root, flags, Mode::empty())?;
+        let below = guest.strip_prefix("/").unwrap_or(guest);
+        let resolve = ResolveFlags::IN_ROOT
+            .union(ResolveFlags::NO_SYMLINKS)
+            .union(ResolveFlags::NO_MAGICLINKS);
+        let path = root.join(below);
+        let dir = openat2(&top, below, flags | OFlags::NOFOLLOW, Mode::empty(), resolve)
+            .map_err(|e| io::Error::from(e).with_path("opening", &path))?;
+        Ok(Self { dir, path })
+    }
+
     /// Where it is.
     pub(crate) fn path(&self) -> &Path {
         &self.path

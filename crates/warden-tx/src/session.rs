@@ -25,8 +25,10 @@ pub struct SessionView {
     view: View,
     /// The session's tool, whose calls its commits are.
     tool: String,
-    /// Each root as the session's processes see it, reached from warden's side.
-    merged: Vec<PathBuf>,
+    /// The session's file system as warden reaches it (say, `/proc/PID/root` of its shell).
+    seen_from: PathBuf,
+    /// Where the session sees each root, in it.
+    guests: Vec<PathBuf>,
     /// When the last command was settled: the upper layer's entries changed before are the
     /// roots' own.
     settled: Started,
@@ -36,15 +38,17 @@ pub struct SessionView {
 
 impl SessionView {
     /// `view`, mounted for a session of `tool` whose processes see its root number `i` at
-    /// `merged[i]` (say, `/proc/PID/root/GUEST` of the session's shell). What is written at
-    /// `merged` lands in the view's upper layer, as the session's own writes do.
-    pub fn new(mut view: View, tool: &str, merged: Vec<PathBuf>) -> Self {
+    /// `guests[i]` in their file system, which warden reaches at `seen_from` (say,
+    /// `/proc/PID/root` of the session's shell). What warden writes there lands in the
+    /// view's upper layer, as the session's own writes do.
+    pub fn new(mut view: View, tool: &str, seen_from: PathBuf, guests: Vec<PathBuf>) -> Self {
         view.copies = true;
         let started = view.started;
         Self {
             view,
             tool: tool.to_owned(),
-            merged,
+            seen_from,
+            guests,
             settled: started,
             synced: started,
         }
@@ -59,7 +63,7 @@ impl SessionView {
         for i in 0..self.view.roots.len() {
             let sync = Sync {
                 root: open(&self.view.roots[i])?,
-                merged: open(&self.merged[i])?,
+                merged: self.merged(i)?,
                 upper: open(&self.view.layer(i).upper)?,
                 synced: self.synced,
                 settled: self.settled,
@@ -113,9 +117,18 @@ impl SessionView {
         self.view.commit_in(call, &self.tool, changes, limit)
     }
 
+    /// Root number `i` as the session sees it.
+    fn merged(&self, i: usize) -> Result<Beneath, TxError> {
+        let guest = &self.guests[i];
+        Beneath::open_in(&self.seen_from, guest)
+            .map_err(|e| TxError::io("opening the session's view of", guest, e))
+    }
+
     /// Puts what `changes` changed back as the roots have it, through the session's view.
     pub(crate) fn revert(&self, changes: &ChangeSet) -> Result<(), TxError> {
-        let merged = opened(&self.merged)?;
+        let merged = (0..self.guests.len())
+            .map(|i| self.merged(i))
+            .collect::<Result<Vec<_>, _>>()?;
         let roots = opened(&self.view.roots)?;
         for change in changes.changes.iter().rev() {
             let (to, from) = (&merged[change.root], &roots[change.root]);
