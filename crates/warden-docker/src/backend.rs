@@ -169,13 +169,19 @@ impl Backend for DockerBackend {
         let in_place = crate::view::in_place(&plan, session, self.views.is_some());
         warden_tx::settle::refuse_review_in_place(policy, in_place)?;
         let programs_in_place = crate::view::in_place(&plan, false, self.views.is_some());
+        // A session's commands are transactions where a program's would be, and its
+        // container's processes are this machine's.
+        let viewed = match session {
+            true => programs_in_place.is_none() && crate::view::session_viewed(&plan),
+            false => in_place.is_none(),
+        };
         let recipe = Recipe {
             engine,
             plan,
             shell: shell.unwrap_or_else(|| crate::per_call::SHELL.to_owned()),
             grants: policy.grants.clone(),
             gate,
-            views: self.views.clone().filter(|_| in_place.is_none()),
+            views: self.views.clone().filter(|_| viewed),
             programs: self.views.clone().filter(|_| programs_in_place.is_none()),
         };
         let pool = cfg

@@ -11,6 +11,7 @@ use crate::plan::Plan;
 use bollard::Docker;
 use bollard::container::AttachContainerResults;
 use std::borrow::Cow;
+use std::path::PathBuf;
 use std::sync::Arc;
 use warden_command::cgroup::Cgroup;
 use warden_core::{ErrorKind, Grants, ToolError};
@@ -34,7 +35,7 @@ pub(crate) struct Recipe {
     /// The net grants' gate, when the policy grants hosts.
     pub gate: Option<Gate>,
     /// Where each container [`Recipe::start`]s gets a view of its read-write roots, when
-    /// its calls are transactions (see `crate::view`).
+    /// its calls (or a session's commands) are transactions (see `crate::view`).
     pub views: Option<Arc<Store>>,
     /// Where a program of `warden exec` gets its view: as `views`, but for a session's tool
     /// too (a program's container is its own, never the session's).
@@ -57,6 +58,8 @@ pub(crate) struct Started {
     /// Its view of the read-write roots, when its call is a transaction; with it, its init,
     /// when the engine is here and runs the container's processes as this machine's.
     pub view: Option<View>,
+    /// Where the container sees each root of `view`, in its order.
+    pub guests: Vec<PathBuf>,
     pub init: Option<Init>,
 }
 
@@ -117,7 +120,7 @@ impl Recipe {
             self.plan
                 .container(cmd, env, memory, engine.labels(&self.plan.tool, mode), true);
         body.tty = Some(tty);
-        let view = match (
+        let (view, guests) = match (
             views,
             body.host_config.as_mut().and_then(|h| h.mounts.as_mut()),
         ) {
@@ -125,7 +128,8 @@ impl Recipe {
                 ToolError::internal(format!("a view of the call's read-write roots: {e}"))
             })?,
             _ => None,
-        };
+        }
+        .unzip();
         if let Some(s) = &sandboxed {
             s.mount_into(&mut body);
         }
@@ -164,6 +168,7 @@ impl Recipe {
             pid,
             cgroup,
             view,
+            guests: guests.unwrap_or_default(),
         })
     }
 }

@@ -20,8 +20,9 @@ use std::sync::Arc;
 use warden_command::Cause;
 use warden_command::cgroup::{Cgroup, Readings};
 use warden_command::session::{Children, Chunk, Counters, Launched, Launcher, Processes, Sandbox};
-use warden_core::{Limits, ToolError};
+use warden_core::{ErrorKind, Limits, ToolError};
 use warden_net::{Proxy, Scope, Traffic};
+use warden_tx::SessionView;
 
 /// Where a container's pids cgroup shows inside it: cgroup v2, then v1.
 const PIDS_CGROUPS: [&str; 2] = ["/sys/fs/cgroup", "/sys/fs/cgroup/pids"];
@@ -70,8 +71,8 @@ impl Launcher for DockerShells {
             sandboxed,
             pid,
             cgroup,
-            // A session's recipe makes no views: its commands write in place.
-            view: _,
+            view,
+            guests,
             init: _,
         } = started;
         // In before the first command is sent.
@@ -101,12 +102,32 @@ impl Launcher for DockerShells {
             Ok(frame) => Ok(Chunk::Stdout(frame.into_bytes().to_vec())),
             Err(e) => Err(io::Error::other(e)),
         });
-        let siblings = (here.is_some() && gate.is_none()).then(|| DockerSiblings {
-            engine: engine.clone(),
-            docker: docker.clone(),
-            container: container.id.clone(),
-            shell: self.recipe.shell.clone(),
-        });
+        // The view is written through where the shell sees it (its `/proc/PID/root`); a
+        // command beside the shell would write into it unsettled, so with a view, commands
+        // take turns.
+        let view = match (view, shell) {
+            (Some(view), Some(shell)) => {
+                let seen_from = std::path::PathBuf::from(format!("/proc/{shell}/root"));
+                Some(SessionView::new(view, &plan.tool, seen_from, guests))
+            }
+            (Some(_), None) => {
+                container.remove().await;
+                return Err(ToolError::new(
+                    ErrorKind::Unavailable,
+                    "the session's shell could not be found on this machine, so its \
+                     read-write roots cannot be seen through a view: is the engine slow to \
+                     answer?",
+                ));
+            }
+            (None, _) => None,
+        };
+        let siblings =
+            (here.is_some() && gate.is_none() && view.is_none()).then(|| DockerSiblings {
+                engine: engine.clone(),
+                docker: docker.clone(),
+                container: container.id.clone(),
+                shell: self.recipe.shell.clone(),
+            });
         Ok(Launched {
             sandbox: ShellContainer {
                 engine: engine.clone(),
@@ -125,7 +146,7 @@ impl Launcher for DockerShells {
             },
             input: attached.input,
             output: Box::pin(output),
-            view: None,
+            view,
         })
     }
 }

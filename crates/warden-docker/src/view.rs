@@ -38,18 +38,25 @@ pub(crate) fn in_place(plan: &Plan, session: bool, store: bool) -> Option<&'stat
     }
 }
 
+/// True when a session's container can have a view: its processes are this machine's (runc),
+/// so warden writes a discard or a sync through its shell's `/proc/PID/root`. Under gVisor
+/// its commands write in place.
+pub(crate) fn session_viewed(plan: &Plan) -> bool {
+    !plan.gvisor && plan.runtime.as_deref().is_none_or(|r| r == "runc")
+}
+
 /// True when warden may read and move files that `uid` makes.
 fn acts_as(uid: u32) -> bool {
     let me = nix::unistd::geteuid();
     me.is_root() || me.as_raw() == uid
 }
 
-/// A view for the read-write folders `mounts` bind, each bind replaced by its overlay;
-/// `None` when none is read-write.
+/// A view for the read-write folders `mounts` bind, each bind replaced by its overlay, with
+/// where the container sees each; `None` when none is read-write.
 pub(crate) fn viewed(
     store: &Arc<Store>,
     mounts: &mut [Mount],
-) -> Result<Option<View>, warden_tx::TxError> {
+) -> Result<Option<(View, Vec<PathBuf>)>, warden_tx::TxError> {
     let writable: Vec<usize> = (0..mounts.len())
         .filter(|&i| {
             let m = &mounts[i];
@@ -66,12 +73,14 @@ pub(crate) fn viewed(
         .filter_map(|&i| mounts[i].source.as_deref().map(PathBuf::from))
         .collect();
     let view = store.view(&roots)?;
+    let mut guests = Vec::new();
     for (n, &i) in writable.iter().enumerate() {
         let layer = view.layer(n);
         let target = mounts[i].target.clone().unwrap_or_default();
+        guests.push(PathBuf::from(&target));
         mounts[i] = overlay(&roots[n], &layer.upper, &layer.work, target);
     }
-    Ok(Some(view))
+    Ok(Some((view, guests)))
 }
 
 /// An anonymous volume the engine mounts as an overlay of `lower`, its writes in `upper`.

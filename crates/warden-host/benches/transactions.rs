@@ -24,17 +24,17 @@ const FILES: usize = 1000;
 const FILE_BYTES: usize = 10 * 1024;
 const CHANGED: usize = 10;
 
-/// A host tool over the read-write root `ws` (a session's shell when `session`), its calls
-/// transactions in `store` when given.
-fn dispatcher(dir: &Path, store: Option<Arc<Store>>, session: bool) -> Dispatcher {
-    let path = dir.join(if session { "s.toml" } else { "t.toml" });
+/// A host tool over the read-write root `root` (a folder of `dir`; a session's shell when
+/// `session`), its calls transactions in `store` when given.
+fn dispatcher(dir: &Path, root: &str, store: Option<Arc<Store>>, session: bool) -> Dispatcher {
+    let path = dir.join(format!("{root}.toml"));
     std::fs::write(
         &path,
         format!(
             "[executor]\nkind = \"host\"\nname = \"t\"\n\
              argv = [\"/bin/sh\", \"-c\", \"{{command}}\"]\nsession = {session}\n\
              [grants]\nenv = {{ PATH = \"/usr/bin:/bin\" }}\n\
-             fs = [{{ host = \"ws\", guest = \"/ws\", access = \"read-write\" }}]\n"
+             fs = [{{ host = \"{root}\", guest = \"/ws\", access = \"read-write\" }}]\n"
         ),
     )
     .expect("write the policy");
@@ -53,13 +53,20 @@ fn dispatcher(dir: &Path, store: Option<Arc<Store>>, session: bool) -> Dispatche
     Dispatcher::new(Arc::new(toolbox))
 }
 
-/// 1,000 files of 10 KiB in 10 folders.
+/// 1,000 files of 10 KiB in 10 folders, which anyone may write.
 fn fill(root: &Path) {
+    use std::os::unix::fs::PermissionsExt;
     let content = vec![b'x'; FILE_BYTES];
+    let open = |p: &Path, mode| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
     for i in 0..FILES {
         let dir = root.join(format!("d{}", i % 10));
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join(format!("f{i}")), &content).unwrap();
+        open(&dir, 0o777);
+        let file = dir.join(format!("f{i}"));
+        std::fs::write(&file, &content).unwrap();
+        open(&file, 0o666);
     }
 }
 
@@ -87,27 +94,20 @@ fn main() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    let ws = dir.join("ws");
-    fill(&ws);
-    {
-        use std::os::unix::fs::PermissionsExt;
-        for i in 0..FILES {
-            let f = ws.join(format!("d{}/f{i}", i % 10));
-            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
-        }
-        for d in 0..10 {
-            let d = ws.join(format!("d{d}"));
-            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
-        }
+    // One root for the calls, one for each session: a session's view is brought up to what
+    // others changed in its root, which the other session would do each time.
+    for root in ["ws", "s-with", "s-without"] {
+        fill(&dir.join(root));
     }
+    let ws = dir.join("ws");
     let store = Store::open(&dir.join("home/transactions")).unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let with = dispatcher(dir, Some(store.clone()), false);
-    let without = dispatcher(dir, None, false);
+    let with = dispatcher(dir, "ws", Some(store.clone()), false);
+    let without = dispatcher(dir, "ws", None, false);
     let (mut t_with, mut t_without) = interleaved(&runtime, [&with, &without]);
     // A session's commands, each shell started by a first command not counted.
-    let with = dispatcher(dir, Some(store.clone()), true);
-    let without = dispatcher(dir, None, true);
+    let with = dispatcher(dir, "s-with", Some(store.clone()), true);
+    let without = dispatcher(dir, "s-without", None, true);
     for d in [&with, &without] {
         let call = ToolCall::new("c", "t", &json!({ "command": "true" }));
         runtime.block_on(d.call(call));

@@ -52,8 +52,14 @@ impl Beneath {
             .union(ResolveFlags::NO_SYMLINKS)
             .union(ResolveFlags::NO_MAGICLINKS);
         let path = root.join(below);
-        let dir = openat2(&top, below, flags | OFlags::NOFOLLOW, Mode::empty(), resolve)
-            .map_err(|e| io::Error::from(e).with_path("opening", &path))?;
+        let dir = openat2(
+            &top,
+            below,
+            flags | OFlags::NOFOLLOW,
+            Mode::empty(),
+            resolve,
+        )
+        .map_err(|e| io::Error::from(e).with_path("opening", &path))?;
         Ok(Self { dir, path })
     }
 

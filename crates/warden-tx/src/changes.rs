@@ -53,24 +53,33 @@ impl Change {
 
 /// Reads the changes the upper layer `upper` makes to the root `lower` (the view's root number
 /// `root`), in an order that can be applied: a folder's removal after its entries', a
-/// folder's addition before its entries'. `since`: only entries other than folders whose
-/// status changed from that moment on are read (a session's view, whose older entries were
-/// settled already); the rest are taken to be the root's.
-pub(crate) fn scan(
+/// folder's addition before its entries'.
+pub(crate) fn scan(upper: &Path, lower: &Beneath, root: usize) -> Result<Vec<Change>, TxError> {
+    Ok(scan_since(upper, lower, root, None)?.0)
+}
+
+/// The entries a scan read (not folders), each with its change time.
+pub(crate) type Read = Vec<(PathBuf, Started)>;
+
+/// [`scan`], reading only the entries other than folders whose status changed from `since`
+/// on (a session's view, whose older entries were settled already; the rest are taken to be
+/// the root's). Answers with the changes the entries read, each with its change time.
+pub(crate) fn scan_since(
     upper: &Path,
     lower: &Beneath,
     root: usize,
     since: Option<Started>,
-) -> Result<Vec<Change>, TxError> {
+) -> Result<(Vec<Change>, Read), TxError> {
     let mut scan = Scan {
         upper,
         lower,
         root,
         since,
         changes: Vec::new(),
+        read: Vec::new(),
     };
     scan.walk(Path::new(""), false)?;
-    Ok(scan.changes)
+    Ok((scan.changes, scan.read))
 }
 
 struct Scan<'a> {
@@ -79,6 +88,7 @@ struct Scan<'a> {
     root: usize,
     since: Option<Started>,
     changes: Vec<Change>,
+    read: Read,
 }
 
 impl Scan<'_> {
@@ -114,12 +124,12 @@ impl Scan<'_> {
         let at = self.upper.join(rel);
         let meta = fs::symlink_metadata(&at).map_err(|e| TxError::io("reading", &at, e))?;
         let file_type = meta.file_type();
-        if !file_type.is_dir()
-            && self
-                .since
-                .is_some_and(|since| Started::of_meta(&meta) < since)
-        {
-            return Ok(());
+        if !file_type.is_dir() {
+            let changed = Started::of_meta(&meta);
+            if self.since.is_some_and(|since| changed < since) {
+                return Ok(());
+            }
+            self.read.push((rel.to_owned(), changed));
         }
         let before = if new { None } else { self.before(rel)? };
         if file_type.is_char_device() && meta.rdev() == 0 {

@@ -11,11 +11,12 @@
 //!   processes see it ([`SessionView::new`]'s `merged`), never into the upper layer.
 
 use crate::beneath::Beneath;
-use crate::changes::scan;
+use crate::changes::scan_since;
 use crate::entry::{Entry, Kind};
 use crate::store::Started;
 use crate::{ChangeSet, TxError, View};
 use rustix::fs::FileType;
+use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -29,9 +30,15 @@ pub struct SessionView {
     seen_from: PathBuf,
     /// Where the session sees each root, in it.
     guests: Vec<PathBuf>,
-    /// When the last command was settled: the upper layer's entries changed before are the
-    /// roots' own.
+    /// When the last command's changes were read: the upper layer's entries changed before
+    /// are settled, as the roots' own.
     settled: Started,
+    /// Entries of the upper layer changed since `settled` that are settled too (read at the
+    /// last settling, or written by warden since), by root and path, with the change time
+    /// they had: one changed again since is the session's.
+    known: HashMap<(usize, PathBuf), Started>,
+    /// What the command being settled read, for `known` once it is.
+    reading: HashMap<(usize, PathBuf), Started>,
     /// When the roots were last read into the view.
     synced: Started,
 }
@@ -50,6 +57,8 @@ impl SessionView {
             seen_from,
             guests,
             settled: started,
+            known: HashMap::new(),
+            reading: HashMap::new(),
             synced: started,
         }
     }
@@ -61,20 +70,30 @@ impl SessionView {
     pub fn begin(&mut self) -> Result<(), TxError> {
         let now = Started::now(&self.view.dir)?;
         for i in 0..self.view.roots.len() {
-            let sync = Sync {
+            let upper = open(&self.view.layer(i).upper)?;
+            let merged = self.merged(i)?;
+            let mut sync = Sync {
                 root: open(&self.view.roots[i])?,
-                merged: self.merged(i)?,
-                upper: open(&self.view.layer(i).upper)?,
+                merged,
+                upper: &upper,
                 synced: self.synced,
                 settled: self.settled,
+                known: &self.known,
+                i,
+                clashes: Vec::new(),
+                wrote: Vec::new(),
             };
-            let mut clashes = Vec::new();
-            sync.walk(Path::new(""), &mut clashes)
+            sync.walk(Path::new(""))
                 .map_err(|e| TxError::io("bringing the session's view up to", &sync.at(""), e))?;
+            let (clashes, wrote) = (sync.clashes, sync.wrote);
             let root = &self.view.roots[i];
             self.view
                 .clashed
                 .extend(clashes.into_iter().map(|p| root.join(p)));
+            // What warden wrote is settled.
+            for path in wrote {
+                note(&mut self.known, &upper, i, path);
+            }
         }
         self.synced = now;
         self.view.begin();
@@ -89,16 +108,16 @@ impl SessionView {
 
     /// What was changed since the last command was settled: the command's changes, and its
     /// session's background processes' since the last answer.
-    pub(crate) fn changes(&self) -> Result<ChangeSet, TxError> {
+    pub(crate) fn changes(&mut self) -> Result<ChangeSet, TxError> {
         let mut changes = Vec::new();
+        self.reading.clear();
         for (i, root) in self.view.roots.iter().enumerate() {
             let lower = open(root)?;
-            changes.extend(scan(
-                &self.view.layer(i).upper,
-                &lower,
-                i,
-                Some(self.settled),
-            )?);
+            let upper = self.view.layer(i).upper;
+            let (found, read) = scan_since(&upper, &lower, i, Some(self.settled))?;
+            changes.extend(found);
+            self.reading
+                .extend(read.into_iter().map(|(path, at)| ((i, path), at)));
         }
         Ok(ChangeSet {
             roots: self.view.roots.clone(),
@@ -125,7 +144,7 @@ impl SessionView {
     }
 
     /// Puts what `changes` changed back as the roots have it, through the session's view.
-    pub(crate) fn revert(&self, changes: &ChangeSet) -> Result<(), TxError> {
+    pub(crate) fn revert(&mut self, changes: &ChangeSet) -> Result<(), TxError> {
         let merged = (0..self.guests.len())
             .map(|i| self.merged(i))
             .collect::<Result<Vec<_>, _>>()?;
@@ -137,41 +156,51 @@ impl SessionView {
                 Some(before) => put(to, from, &change.path, before),
             };
             put_back.map_err(|e| TxError::io("putting back", &to.path().join(&change.path), e))?;
+            let upper = open(&self.view.layer(change.root).upper)?;
+            note(&mut self.reading, &upper, change.root, change.path.clone());
         }
         Ok(())
     }
 
-    /// The command is settled: the upper layer's entries changed before `at` are the roots'.
+    /// The command is settled: the upper layer's entries changed before `at` are the roots',
+    /// and so are those read as it was.
     pub(crate) fn settled(&mut self, at: Started) {
         self.settled = at;
+        self.known = std::mem::take(&mut self.reading);
         self.view.clashed.clear();
     }
 }
 
-/// One root's sync: its entries changed since `synced` written through `merged`.
-struct Sync {
+/// One root's (number `i`) sync: its entries changed since `synced` written through `merged`.
+struct Sync<'a> {
     root: Beneath,
     merged: Beneath,
-    upper: Beneath,
+    upper: &'a Beneath,
     synced: Started,
     settled: Started,
+    known: &'a HashMap<(usize, PathBuf), Started>,
+    i: usize,
+    /// Paths the session changed that the root changed too.
+    clashes: Vec<PathBuf>,
+    /// Paths written through `merged`.
+    wrote: Vec<PathBuf>,
 }
 
-impl Sync {
+impl Sync<'_> {
     fn at(&self, rel: impl AsRef<Path>) -> PathBuf {
         self.merged.path().join(rel)
     }
 
     /// The folder `rel` of the root, and everything below it.
-    fn walk(&self, rel: &Path, clashes: &mut Vec<PathBuf>) -> io::Result<()> {
+    fn walk(&mut self, rel: &Path) -> io::Result<()> {
         for (name, stat) in self.root.stats(rel)? {
             let path = rel.join(&name);
             if Started::of(&stat) >= self.synced {
-                self.bring(&path, clashes)?;
+                self.bring(&path)?;
             }
             // Below a folder the view has too (not one the session removed meanwhile).
             if is_dir_stat(&stat) && self.merged.lstat(&path)?.is_some_and(|s| is_dir_stat(&s)) {
-                self.walk(&path, clashes)?;
+                self.walk(&path)?;
             }
         }
         // Gone from the root meanwhile (a folder's entries' removal changes its status), unless
@@ -188,6 +217,7 @@ impl Sync {
                 let path = rel.join(&name);
                 if kept.binary_search(&name).is_err() && !self.unsettled(&path)? {
                     remove_tree(&self.merged, &path)?;
+                    self.wrote.push(path);
                 }
             }
         }
@@ -196,7 +226,7 @@ impl Sync {
 
     /// The root's entry at `rel` into the view, unless the view has it already or the
     /// session changed it since its last command.
-    fn bring(&self, rel: &Path, clashes: &mut Vec<PathBuf>) -> io::Result<()> {
+    fn bring(&mut self, rel: &Path) -> io::Result<()> {
         let Some(now) = self.root.entry(rel)? else {
             return Ok(());
         };
@@ -205,7 +235,7 @@ impl Sync {
             return Ok(());
         }
         if self.unsettled(rel)? {
-            clashes.push(rel.to_owned());
+            self.clashes.push(rel.to_owned());
             return Ok(());
         }
         if let Some(seen) = seen
@@ -213,15 +243,31 @@ impl Sync {
         {
             remove_tree(&self.merged, rel)?;
         }
-        put(&self.merged, &self.root, rel, &now)
+        put(&self.merged, &self.root, rel, &now)?;
+        self.wrote.push(rel.to_owned());
+        Ok(())
     }
 
     /// True when the session changed `rel` since its last command was settled.
     fn unsettled(&self, rel: &Path) -> io::Result<bool> {
-        Ok(self
-            .upper
-            .lstat(rel)?
-            .is_some_and(|s| !is_dir_stat(&s) && Started::of(&s) >= self.settled))
+        let Some(stat) = self.upper.lstat(rel)? else {
+            return Ok(false);
+        };
+        let changed = Started::of(&stat);
+        let known = self.known.get(&(self.i, rel.to_owned())) == Some(&changed);
+        Ok(!is_dir_stat(&stat) && changed >= self.settled && !known)
+    }
+}
+
+/// Notes the change time `upper` has for `path` of root `i` in `known` (as settled).
+fn note(known: &mut HashMap<(usize, PathBuf), Started>, upper: &Beneath, i: usize, path: PathBuf) {
+    match upper.lstat(&path) {
+        Ok(Some(stat)) => {
+            known.insert((i, path), Started::of(&stat));
+        }
+        _ => {
+            known.remove(&(i, path));
+        }
     }
 }
 

@@ -390,7 +390,7 @@ impl View {
         let mut changes = Vec::new();
         for (i, root) in self.roots.iter().enumerate() {
             let lower = Beneath::open(root).map_err(|e| TxError::io("opening", root, e))?;
-            changes.extend(scan(&self.layer(i).upper, &lower, i, None)?);
+            changes.extend(scan(&self.layer(i).upper, &lower, i)?);
         }
         Ok(ChangeSet {
             roots: self.roots.clone(),
