@@ -256,9 +256,11 @@ fn commands_are_transactions(mut s: Session) {
     let uid = s.shell.uid();
 
     // A command that ends commits; the shell lives on with its view.
-    let (text, error) = s.run("echo one > a.txt && cat README.txt && export KEPT=yes");
+    let (text, error) =
+        s.run("echo one > a.txt && mkdir old && echo f > old/f.txt && export KEPT=yes");
     assert_eq!(error, None, "{text}");
     assert_eq!(s.read("a.txt").as_deref(), Some("one\n"));
+    assert_eq!(s.read("old/f.txt").as_deref(), Some("f\n"));
 
     // A command its timeout ends leaves nothing, in the root or in what the session sees.
     // Its link where a file was is replaced when the file is put back, never written through.
@@ -279,14 +281,22 @@ fn commands_are_transactions(mut s: Session) {
     assert!(!text.contains("lost.txt") && text.contains("yes"), "{text}");
 
     // What another process changed meanwhile (a file replaced by a rename, the session having
-    // read it; a file added; a file removed) is what the session sees next.
+    // read it; a file added; a file removed; folders made, with files in them) is what the
+    // session sees next.
     replace(&s.workspace().join("a.txt"), "outside\n");
     std::fs::write(s.workspace().join("new.txt"), "new\n").unwrap();
     std::fs::remove_file(s.workspace().join("README.txt")).unwrap();
-    let (text, error) = s.run("cat a.txt new.txt; ls");
+    std::fs::create_dir_all(s.workspace().join("made/below")).unwrap();
+    std::fs::write(s.workspace().join("made/below/deep.txt"), "deep\n").unwrap();
+    let (text, error) = s.run("cat a.txt new.txt made/below/deep.txt; ls");
     assert_eq!(error, None, "{text}");
-    assert!(text.starts_with("outside\nnew\n"), "{text}");
+    assert!(text.starts_with("outside\nnew\ndeep\n"), "{text}");
     assert!(!text.contains("README.txt"), "{text}");
+    // A folder moved (which the kernel's events cannot follow by path) too.
+    std::fs::rename(s.workspace().join("old"), s.workspace().join("moved")).unwrap();
+    let (text, error) = s.run("cat moved/f.txt; ls");
+    assert_eq!(error, None, "{text}");
+    assert!(text.starts_with("f\n") && !text.contains("old"), "{text}");
 
     // A path another process changes while a command runs is a conflict: the command's
     // changes are not applied, and the session sees the root's.

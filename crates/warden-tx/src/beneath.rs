@@ -286,17 +286,22 @@ impl Beneath {
             .collect())
     }
 
-    /// The names in the folder `rel`, sorted, with their status when `stat` (none for an
-    /// entry gone meanwhile).
-    fn listed(&self, rel: &Path, stat: bool) -> io::Result<Vec<(PathBuf, Option<Stat>)>> {
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    /// The folder `rel` (the root itself when empty), opened with `flags`.
+    pub(crate) fn folder(&self, rel: &Path, flags: OFlags) -> io::Result<OwnedFd> {
         let target = if rel.as_os_str().is_empty() {
             Path::new(".")
         } else {
             rel
         };
-        let fd = openat2(&self.dir, target, flags, Mode::empty(), RESOLVE)
-            .map_err(|e| io::Error::from(e).with_path("listing", &self.path.join(rel)))?;
+        let flags = flags | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        openat2(&self.dir, target, flags, Mode::empty(), RESOLVE)
+            .map_err(|e| io::Error::from(e).with_path("opening", &self.path.join(rel)))
+    }
+
+    /// The names in the folder `rel`, sorted, with their status when `stat` (none for an
+    /// entry gone meanwhile).
+    fn listed(&self, rel: &Path, stat: bool) -> io::Result<Vec<(PathBuf, Option<Stat>)>> {
+        let fd = self.folder(rel, OFlags::RDONLY)?;
         let mut names = Vec::new();
         let mut dir = rustix::fs::Dir::read_from(&fd)?;
         while let Some(entry) = dir.read() {

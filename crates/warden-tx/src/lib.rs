@@ -26,6 +26,7 @@ mod session;
 pub mod settle;
 mod store;
 mod trash;
+mod watch;
 mod writes;
 
 pub use changes::{Change, ChangeKind};

@@ -14,6 +14,7 @@ use crate::beneath::Beneath;
 use crate::changes::scan_since;
 use crate::entry::{Entry, Kind};
 use crate::store::Started;
+use crate::watch::{Changed, Watch};
 use crate::{ChangeSet, TxError, View};
 use rustix::fs::FileType;
 use std::collections::HashMap;
@@ -41,6 +42,10 @@ pub struct SessionView {
     reading: HashMap<(usize, PathBuf), Started>,
     /// When the roots were last read into the view.
     synced: Started,
+    /// What tells which paths of the roots changed, where the kernel can.
+    watch: Option<Watch>,
+    /// The roots were walked once: from then on the watch tells what changed.
+    walked: bool,
 }
 
 impl SessionView {
@@ -51,6 +56,10 @@ impl SessionView {
     pub fn new(mut view: View, tool: &str, seen_from: PathBuf, guests: Vec<PathBuf>) -> Self {
         view.copies = true;
         let started = view.started;
+        // Set up before the first command's walk, which sees what changed until then.
+        let watch = opened(&view.roots)
+            .ok()
+            .and_then(|roots| Watch::new(&roots));
         Self {
             view,
             tool: tool.to_owned(),
@@ -60,6 +69,8 @@ impl SessionView {
             known: HashMap::new(),
             reading: HashMap::new(),
             synced: started,
+            watch,
+            walked: false,
         }
     }
 
@@ -69,11 +80,20 @@ impl SessionView {
     /// path changed after this.
     pub fn begin(&mut self) -> Result<(), TxError> {
         let now = Started::now(&self.view.dir)?;
-        for i in 0..self.view.roots.len() {
+        let roots = opened(&self.view.roots)?;
+        let changed = match (&mut self.watch, self.walked) {
+            (Some(watch), true) => watch.changed(&roots),
+            _ => None,
+        };
+        if changed.is_none() && self.walked && self.watch.is_some() {
+            // It could not tell: watched afresh, then walked.
+            self.watch = Watch::new(&roots);
+        }
+        for (i, root) in roots.into_iter().enumerate() {
             let upper = open(&self.view.layer(i).upper)?;
             let merged = self.merged(i)?;
             let mut sync = Sync {
-                root: open(&self.view.roots[i])?,
+                root,
                 merged,
                 upper: &upper,
                 synced: self.synced,
@@ -83,7 +103,11 @@ impl SessionView {
                 clashes: Vec::new(),
                 wrote: Vec::new(),
             };
-            sync.walk(Path::new(""))
+            let synced = match &changed {
+                Some(changed) => sync.visit_changed(changed),
+                None => sync.walk(Path::new("")),
+            };
+            synced
                 .map_err(|e| TxError::io("bringing the session's view up to", &sync.at(""), e))?;
             let (clashes, wrote) = (sync.clashes, sync.wrote);
             let root = &self.view.roots[i];
@@ -96,6 +120,7 @@ impl SessionView {
             }
         }
         self.synced = now;
+        self.walked = true;
         self.view.begin();
         Ok(())
     }
@@ -220,6 +245,42 @@ impl Sync<'_> {
                     self.wrote.push(path);
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// The paths of this root that `changed` names, and everything below the folders it made.
+    fn visit_changed(&mut self, changed: &Changed) -> io::Result<()> {
+        let here = self.i;
+        for (_, rel) in changed.paths.iter().filter(|(i, _)| *i == here) {
+            self.visit(rel)?;
+        }
+        for (_, folder) in changed.folders.iter().filter(|(i, _)| *i == here) {
+            if self.merged.lstat(folder)?.is_some_and(|s| is_dir_stat(&s)) {
+                self.walk(folder)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The root's entry at `rel` into the view, or its removal, where the view has the
+    /// folder above it (not one the session removed meanwhile).
+    fn visit(&mut self, rel: &Path) -> io::Result<()> {
+        let Some(parent) = rel.parent() else {
+            // The root folder itself: its own status is not brought.
+            return Ok(());
+        };
+        if !parent.as_os_str().is_empty()
+            && !self.merged.lstat(parent)?.is_some_and(|s| is_dir_stat(&s))
+        {
+            return Ok(());
+        }
+        if self.root.lstat(rel)?.is_some() {
+            return self.bring(rel);
+        }
+        if self.merged.lstat(rel)?.is_some() && !self.unsettled(rel)? {
+            remove_tree(&self.merged, rel)?;
+            self.wrote.push(rel.to_owned());
         }
         Ok(())
     }
