@@ -4,6 +4,7 @@
 
 use crate::common::hang::Watch;
 use crate::common::terminal::Terminal;
+use crate::common::{pids_of, processes_of};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::path::Path;
@@ -613,23 +614,6 @@ fn an_unknown_tool_is_refused_with_the_tools_exec_runs() {
     let stderr = text(&out.stderr);
     assert!(stderr.contains("no tool named `no-such-tool`"), "{stderr}");
     assert!(stderr.contains("host-shell"), "{stderr}");
-}
-
-/// Pids of the processes owned by `uid`.
-fn pids_of(uid: u32) -> Vec<u32> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
-            (e.metadata().ok()?.uid() == uid).then_some(pid)
-        })
-        .collect()
-}
-
-fn processes_of(uid: u32) -> usize {
-    pids_of(uid).len()
 }
 
 /// Waits up to `within` for `done`; answers whether it came true.

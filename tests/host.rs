@@ -2,6 +2,7 @@
 //! small `warden-helper` beside it as the sandbox helper (or re-executes itself when that is
 //! missing or of another build): usable as it is, confined, and honest in the audit.
 
+use crate::common::{pids_of, processes_of};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -572,23 +573,6 @@ impl Drop for Mcp {
     }
 }
 
-/// Pids of the processes owned by `uid`.
-fn pids_of(uid: u32) -> Vec<u32> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
-            (e.metadata().ok()?.uid() == uid).then_some(pid)
-        })
-        .collect()
-}
-
-fn processes_of(uid: u32) -> usize {
-    pids_of(uid).len()
-}
-
 /// Whether a process of `uid` runs with exactly this command line (NUL-separated).
 fn runs(uid: u32, cmdline: &str) -> bool {
     pids_of(uid).iter().any(|pid| {
@@ -680,7 +664,7 @@ fn read_write_env() -> (Env, PathBuf) {
     let text = std::fs::read_to_string(&policy)
         .unwrap()
         .replace("access = \"read-only\"", "access = \"read-write\"")
-        // A call of its own: a session's commands write in place.
+        // A call of its own: a session's commands are committed as each ends, unreviewed.
         .replace("\nsession = true", "\n# session = true");
     assert!(text.contains("read-write"), "the shipped grant changed");
     assert!(

@@ -4,6 +4,7 @@
 //! the root nor in the session's view, what others commit meanwhile is what the session sees
 //! next, and a path another process changed while a command ran is a `conflict`.
 
+use crate::common::pids_of;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -220,18 +221,6 @@ fn appears(path: &Path) {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-}
-
-fn pids_of(uid: u32) -> Vec<u32> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
-            (e.metadata().ok()?.uid() == uid).then_some(pid)
-        })
-        .collect()
 }
 
 #[test]

@@ -10,6 +10,24 @@ pub(crate) mod registry;
 pub(crate) mod terminal;
 pub(crate) mod toolbox;
 
+/// Pids of the processes owned by `uid`.
+pub(crate) fn pids_of(uid: u32) -> Vec<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+            (e.metadata().ok()?.uid() == uid).then_some(pid)
+        })
+        .collect()
+}
+
+/// How many processes `uid` runs.
+pub(crate) fn processes_of(uid: u32) -> usize {
+    pids_of(uid).len()
+}
+
 /// The answer to a `sleep` of `ms` in flight when `warden serve` was told to stop: a success
 /// only for the short sleep, else `unavailable` (cancelled at the drain's deadline, or refused
 /// had it come after the signal). True for a success.

@@ -27,7 +27,7 @@ def box(tmp_path, request) -> Toolbox:
     box = Toolbox(tmp_path)
     text = (ROOT / "policies" / request.param).read_text()
     text = text.replace('access = "read-only"', 'access = "read-write"')
-    # A call of its own for each command: a session's shell writes in place.
+    # A call of its own for each command: a session's commands are committed unreviewed.
     text = text.replace("\nsession = true", "\n# session = true")
     assert 'access = "read-write"' in text and "\nsession = true" not in text, "policy changed"
     (box.dir / request.param).write_text(text + "\n[review]\nchanges = true\n")

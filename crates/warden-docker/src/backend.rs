@@ -46,8 +46,8 @@ impl DockerBackend {
 
     /// Makes each call of a container per call a transaction over its read-write roots, its
     /// views and records in `store` (see `warden_tx`): a call warden ends leaves nothing
-    /// behind, one that ends on its own commits, undoably. Sessions, `exec`'s programs and
-    /// copied roots still write in place (see `crate::view`).
+    /// behind, one that ends on its own commits, undoably; so do `exec`'s programs and a
+    /// session's commands (under runc). Copied roots still write in place (see `crate::view`).
     pub fn transactions(mut self, store: Arc<Store>) -> Self {
         self.views = Some(store);
         self
@@ -166,15 +166,15 @@ impl Backend for DockerBackend {
         };
         let report = report(cfg, &plan, &policy.grants, &engine, runtime.as_ref());
         let session = shell.is_some();
-        let in_place = crate::view::in_place(&plan, session, self.views.is_some());
-        warden_tx::settle::refuse_review_in_place(policy, in_place)?;
-        let programs_in_place = crate::view::in_place(&plan, false, self.views.is_some());
-        // A session's commands are transactions where a program's would be, and its
-        // container's processes are this machine's.
-        let viewed = match session {
-            true => programs_in_place.is_none() && crate::view::session_viewed(&plan),
-            false => in_place.is_none(),
+        let in_place = crate::view::in_place(&plan, self.views.is_some());
+        let unreviewed = match session {
+            true => Some(warden_tx::settle::SESSION_UNREVIEWED),
+            false => in_place,
         };
+        warden_tx::settle::refuse_review_in_place(policy, unreviewed)?;
+        // A session's commands are transactions where a call's would be, and its container's
+        // processes are this machine's.
+        let viewed = in_place.is_none() && (!session || crate::view::session_viewed(&plan));
         let recipe = Recipe {
             engine,
             plan,
@@ -182,7 +182,7 @@ impl Backend for DockerBackend {
             grants: policy.grants.clone(),
             gate,
             views: self.views.clone().filter(|_| viewed),
-            programs: self.views.clone().filter(|_| programs_in_place.is_none()),
+            programs: self.views.clone().filter(|_| in_place.is_none()),
         };
         let pool = cfg
             .pool

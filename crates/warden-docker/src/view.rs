@@ -3,7 +3,8 @@
 //! upper layer is the call's view in warden's home. The overlay is an anonymous `local`
 //! volume, so it goes with the container: once the container is removed (every process of
 //! the call killed), what the view holds is final, and the call's answer commits it or
-//! drops it.
+//! drops it. A session's container mounts its view the same way, settled command by command
+//! (`warden_tx::SessionView`).
 //!
 //! warden reads and moves what the container's user wrote, so a tool's calls are
 //! transactions only where warden can: it runs as root, or its containers run as warden's own
@@ -15,12 +16,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use warden_tx::{Store, View};
 
-/// Why a tool's calls cannot be transactions in a container, if they cannot: `None` when
-/// they are (a container per call, its roots mounted, by a user warden can act as).
-pub(crate) fn in_place(plan: &Plan, session: bool, store: bool) -> Option<&'static str> {
-    if session {
-        Some(warden_tx::settle::SESSION_IN_PLACE)
-    } else if !store {
+/// Why a tool's calls (and programs, and a session's commands) cannot be transactions in a
+/// container, if they cannot: `None` when they are (its roots mounted, by a user warden can
+/// act as).
+pub(crate) fn in_place(plan: &Plan, store: bool) -> Option<&'static str> {
+    if !store {
         Some(warden_tx::settle::NO_STORE)
     } else if plan.copied.is_some() {
         Some(

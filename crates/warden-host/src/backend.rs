@@ -76,7 +76,7 @@ impl HostBackend {
 
     /// Makes each call a transaction over its writable roots, its views and records in `store`
     /// (see `warden_tx`): a call warden ends leaves nothing behind, and one that ends on its own
-    /// commits, undoably. `exec`'s programs are too; session shells still write in place.
+    /// commits, undoably. `exec`'s programs and a session's commands are too.
     pub fn transactions(mut self, store: Arc<Store>) -> Self {
         self.views = Some(store);
         self
@@ -91,11 +91,12 @@ impl HostBackend {
         })
     }
 
-    /// Why this backend's calls of `cfg`'s tool cannot be transactions, if they cannot: a
-    /// session's shell writes in place, and so does every call without a store.
+    /// Why this backend cannot hold the changes of `cfg`'s tool's calls for a reviewer, if it
+    /// cannot: a session's commands are committed as each ends, and every call without a
+    /// store writes in place.
     fn in_place(&self, cfg: &HostConfig) -> Option<&'static str> {
         if cfg.session {
-            Some(warden_tx::settle::SESSION_IN_PLACE)
+            Some(warden_tx::settle::SESSION_UNREVIEWED)
         } else if self.views.is_none() {
             Some(warden_tx::settle::NO_STORE)
         } else {

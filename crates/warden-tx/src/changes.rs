@@ -10,8 +10,8 @@
 
 use crate::TxError;
 use crate::beneath::Beneath;
+use crate::clock::Moment;
 use crate::entry::{Entry, Kind};
-use crate::store::Started;
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::fs;
@@ -59,7 +59,7 @@ pub(crate) fn scan(upper: &Path, lower: &Beneath, root: usize) -> Result<Vec<Cha
 }
 
 /// The entries a scan read (not folders), each with its change time.
-pub(crate) type Read = Vec<(PathBuf, Started)>;
+pub(crate) type Read = Vec<(PathBuf, Moment)>;
 
 /// [`scan`], reading only the entries other than folders whose status changed from `since`
 /// on (a session's view, whose older entries were settled already; the rest are taken to be
@@ -68,7 +68,7 @@ pub(crate) fn scan_since(
     upper: &Path,
     lower: &Beneath,
     root: usize,
-    since: Option<Started>,
+    since: Option<Moment>,
 ) -> Result<(Vec<Change>, Read), TxError> {
     let mut scan = Scan {
         upper,
@@ -86,7 +86,7 @@ struct Scan<'a> {
     upper: &'a Path,
     lower: &'a Beneath,
     root: usize,
-    since: Option<Started>,
+    since: Option<Moment>,
     changes: Vec<Change>,
     read: Read,
 }
@@ -125,7 +125,7 @@ impl Scan<'_> {
         let meta = fs::symlink_metadata(&at).map_err(|e| TxError::io("reading", &at, e))?;
         let file_type = meta.file_type();
         if !file_type.is_dir() {
-            let changed = Started::of_meta(&meta);
+            let changed = Moment::of_meta(&meta);
             if self.since.is_some_and(|since| changed < since) {
                 return Ok(());
             }

@@ -19,6 +19,7 @@
 
 mod beneath;
 mod changes;
+mod clock;
 mod diff;
 mod entry;
 mod record;

@@ -12,8 +12,8 @@
 
 use crate::beneath::Beneath;
 use crate::changes::scan_since;
+use crate::clock::Moment;
 use crate::entry::{Entry, Kind};
-use crate::store::Started;
 use crate::watch::{Changed, Watch};
 use crate::{ChangeSet, TxError, View};
 use rustix::fs::FileType;
@@ -33,15 +33,15 @@ pub struct SessionView {
     guests: Vec<PathBuf>,
     /// When the last command's changes were read: the upper layer's entries changed before
     /// are settled, as the roots' own.
-    settled: Started,
+    settled: Moment,
     /// Entries of the upper layer changed since `settled` that are settled too (read at the
     /// last settling, or written by warden since), by root and path, with the change time
     /// they had: one changed again since is the session's.
-    known: HashMap<(usize, PathBuf), Started>,
+    known: HashMap<(usize, PathBuf), Moment>,
     /// What the command being settled read, for `known` once it is.
-    reading: HashMap<(usize, PathBuf), Started>,
+    reading: HashMap<(usize, PathBuf), Moment>,
     /// When the roots were last read into the view.
-    synced: Started,
+    synced: Moment,
     /// What tells which paths of the roots changed, where the kernel can.
     watch: Option<Watch>,
     /// The roots were walked once: from then on the watch tells what changed.
@@ -79,7 +79,7 @@ impl SessionView {
     /// made it, and the next commit of it is a conflict), and a conflict from here on is a
     /// path changed after this.
     pub fn begin(&mut self) -> Result<(), TxError> {
-        let now = Started::now(&self.view.dir)?;
+        let now = Moment::now(&self.view.dir)?;
         let roots = opened(&self.view.roots)?;
         let changed = match (&mut self.watch, self.walked) {
             (Some(watch), true) => watch.changed(&roots),
@@ -127,8 +127,8 @@ impl SessionView {
 
     /// Now, on the view's clock: what [`SessionView::settled`] takes once the command's
     /// changes are read.
-    pub(crate) fn now(&self) -> Result<Started, TxError> {
-        Started::now(&self.view.dir)
+    pub(crate) fn now(&self) -> Result<Moment, TxError> {
+        Moment::now(&self.view.dir)
     }
 
     /// What was changed since the last command was settled: the command's changes, and its
@@ -189,7 +189,7 @@ impl SessionView {
 
     /// The command is settled: the upper layer's entries changed before `at` are the roots',
     /// and so are those read as it was.
-    pub(crate) fn settled(&mut self, at: Started) {
+    pub(crate) fn settled(&mut self, at: Moment) {
         self.settled = at;
         self.known = std::mem::take(&mut self.reading);
         self.view.clashed.clear();
@@ -201,9 +201,9 @@ struct Sync<'a> {
     root: Beneath,
     merged: Beneath,
     upper: &'a Beneath,
-    synced: Started,
-    settled: Started,
-    known: &'a HashMap<(usize, PathBuf), Started>,
+    synced: Moment,
+    settled: Moment,
+    known: &'a HashMap<(usize, PathBuf), Moment>,
     i: usize,
     /// Paths the session changed that the root changed too.
     clashes: Vec<PathBuf>,
@@ -220,7 +220,7 @@ impl Sync<'_> {
     fn walk(&mut self, rel: &Path) -> io::Result<()> {
         for (name, stat) in self.root.stats(rel)? {
             let path = rel.join(&name);
-            if Started::of(&stat) >= self.synced {
+            if Moment::of(&stat) >= self.synced {
                 self.bring(&path)?;
             }
             // Below a folder the view has too (not one the session removed meanwhile).
@@ -235,7 +235,7 @@ impl Sync<'_> {
             || self
                 .root
                 .lstat(rel)?
-                .is_some_and(|s| Started::of(&s) >= self.synced);
+                .is_some_and(|s| Moment::of(&s) >= self.synced);
         if changed && (top || self.merged.lstat(rel)?.is_some_and(|s| is_dir_stat(&s))) {
             let kept = self.root.names(rel)?;
             for name in self.merged.names(rel)? {
@@ -314,17 +314,17 @@ impl Sync<'_> {
         let Some(stat) = self.upper.lstat(rel)? else {
             return Ok(false);
         };
-        let changed = Started::of(&stat);
+        let changed = Moment::of(&stat);
         let known = self.known.get(&(self.i, rel.to_owned())) == Some(&changed);
         Ok(!is_dir_stat(&stat) && changed >= self.settled && !known)
     }
 }
 
 /// Notes the change time `upper` has for `path` of root `i` in `known` (as settled).
-fn note(known: &mut HashMap<(usize, PathBuf), Started>, upper: &Beneath, i: usize, path: PathBuf) {
+fn note(known: &mut HashMap<(usize, PathBuf), Moment>, upper: &Beneath, i: usize, path: PathBuf) {
     match upper.lstat(&path) {
         Ok(Some(stat)) => {
-            known.insert((i, path), Started::of(&stat));
+            known.insert((i, path), Moment::of(&stat));
         }
         _ => {
             known.remove(&(i, path));

@@ -12,7 +12,7 @@ use warden_core::{
 };
 
 /// Why a session's commands' changes cannot be reviewed.
-pub const SESSION_IN_PLACE: &str = "a session's commands are committed as each ends, while \
+pub const SESSION_UNREVIEWED: &str = "a session's commands are committed as each ends, while \
     its shell lives on; review of changes needs a call of its own for each command (drop \
     `session = true`)";
 

@@ -3,6 +3,7 @@
 
 use crate::beneath::Beneath;
 use crate::changes::{Change, scan};
+use crate::clock::Moment;
 use crate::entry::Kind;
 use crate::record::{CallRecord, State, Step, apply, restore};
 use crate::trash::{Trash, remove_tree};
@@ -53,8 +54,8 @@ pub struct View {
     /// Commits this process had made when the call started.
     since: u64,
     /// When the call started, on the file systems' clock: a root's entry whose status changed
-    /// later was changed meanwhile, by this process or another (see [`Started`]).
-    pub(crate) started: Started,
+    /// later was changed meanwhile, by this process or another (see [`Moment`]).
+    pub(crate) started: Moment,
     /// A commit copies the view's entries into the roots rather than moving them: a
     /// session's overlay lives on, and keeps using them.
     pub(crate) copies: bool,
@@ -62,40 +63,6 @@ pub struct View {
     /// changed since the call started: a session's, changed by others while it held
     /// unsettled writes of its own there.
     pub(crate) clashed: BTreeSet<PathBuf>,
-}
-
-/// A moment on the file systems' clock: the change time of the view's folder, touched. An
-/// entry's change time after it is a change made later — to the clock's tick: a change in the
-/// same tick is not seen, and nothing made before it is taken for one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Started(i64, u64);
-
-impl Started {
-    /// Now, as `dir` (a folder of the store) takes it.
-    pub(crate) fn now(dir: &Path) -> Result<Self, TxError> {
-        use rustix::fs::{AtFlags, CWD, Timespec, Timestamps, UTIME_NOW, stat, utimensat};
-        let now = Timespec {
-            tv_sec: 0,
-            tv_nsec: UTIME_NOW,
-        };
-        let times = Timestamps {
-            last_access: now,
-            last_modification: now,
-        };
-        let touched = utimensat(CWD, dir, &times, AtFlags::empty()).and_then(|()| stat(dir));
-        let stat = touched.map_err(|e| TxError::io("touching", dir, e.into()))?;
-        Ok(Started::of(&stat))
-    }
-
-    pub(crate) fn of(stat: &rustix::fs::Stat) -> Self {
-        Started(stat.st_ctime, stat.st_ctime_nsec)
-    }
-
-    /// An entry's change time, as the standard library read it.
-    pub(crate) fn of_meta(meta: &fs::Metadata) -> Self {
-        use std::os::unix::fs::MetadataExt;
-        Started(meta.ctime(), meta.ctime_nsec() as u64)
-    }
 }
 
 /// The folders of one root's overlay: the call's writes land in `upper`; `work` is the
@@ -184,7 +151,7 @@ impl Store {
         }
         Ok(View {
             store: self.clone(),
-            started: Started::now(&dir)?,
+            started: Moment::now(&dir)?,
             dir,
             roots: roots.to_vec(),
             since: lock(&self.committed).count,
@@ -366,7 +333,7 @@ impl View {
     pub fn begin(&mut self) {
         self.since = lock(&self.store.committed).count;
         // A view whose folder cannot be touched keeps the time it was made at.
-        if let Ok(now) = Started::now(&self.dir) {
+        if let Ok(now) = Moment::now(&self.dir) {
             self.started = now;
         }
     }
@@ -444,7 +411,7 @@ impl View {
             let theirs = roots[change.root]
                 .lstat(&change.path)
                 .map_err(|e| TxError::io("reading", path, e))?
-                .is_some_and(|stat| Started::of(&stat) > self.started);
+                .is_some_and(|stat| Moment::of(&stat) > self.started);
             if ours || theirs || self.clashed.contains(path) {
                 clashes.push(path.clone());
             }
