@@ -17,31 +17,39 @@ const UID: u32 = 65_486;
 /// takes it.
 const DOCKER_UID: u32 = 65_485;
 
-/// Which shipped shell policy a session runs.
-#[derive(Clone, Copy)]
+/// The user warden itself runs as in [`Shell::HostNotRoot`] (its shell runs as warden's user).
+const WARDEN_UID: u32 = 65_484;
+
+/// Which shipped shell policy a session runs, and as whom.
+#[derive(Clone, Copy, PartialEq)]
 enum Shell {
     Host,
+    /// The host shell, warden not root: its overlays are mounted in a user namespace that
+    /// maps warden's own user alone.
+    HostNotRoot,
     Docker,
 }
 
 impl Shell {
     fn policy(self) -> &'static str {
         match self {
-            Shell::Host => "shell-host.toml",
+            Shell::Host | Shell::HostNotRoot => "shell-host.toml",
             Shell::Docker => "shell-docker.toml",
         }
     }
 
     fn tool(self) -> &'static str {
         match self {
-            Shell::Host => "host-shell",
+            Shell::Host | Shell::HostNotRoot => "host-shell",
             Shell::Docker => "shell",
         }
     }
 
+    /// Whose processes the session's are.
     fn uid(self) -> u32 {
         match self {
             Shell::Host => UID,
+            Shell::HostNotRoot => WARDEN_UID,
             Shell::Docker => DOCKER_UID,
         }
     }
@@ -81,19 +89,22 @@ impl Session {
                 );
                 assert!(writable.contains(&format!("\nuser = \"{UID}")));
             }
-            // The container runs as the root's owner, who must not be root.
-            Shell::Docker => {
-                for entry in [workspace.clone(), workspace.join("README.txt")] {
-                    std::os::unix::fs::chown(&entry, Some(DOCKER_UID), Some(DOCKER_UID)).unwrap();
+            // The container runs as the root's owner, who must not be root; warden's own
+            // user owns what it works on, and runs a copy of warden it can reach.
+            Shell::Docker | Shell::HostNotRoot => {
+                let uid = shell.uid();
+                let home = dir.path().join("home");
+                std::fs::create_dir(&home).unwrap();
+                for entry in [workspace.clone(), workspace.join("README.txt"), home] {
+                    std::os::unix::fs::chown(&entry, Some(uid), Some(uid)).unwrap();
                 }
+                std::fs::copy(env!("CARGO_BIN_EXE_warden"), dir.path().join("warden")).unwrap();
             }
         }
         assert!(writable.contains("read-write") && writable.contains("\nsession = true"));
         std::fs::write(dir.path().join("policies").join(shell.policy()), writable).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_warden"))
+        let mut child = warden(dir.path(), shell)
             .arg("serve")
-            .env("WARDEN_TOOLBOX", dir.path().join("policies"))
-            .env("WARDEN_HOME", dir.path().join("home"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -203,11 +214,39 @@ impl Drop for Session {
     }
 }
 
+/// warden, on the toolbox and home in `dir`, as `shell` runs it.
+fn warden(dir: &Path, shell: Shell) -> Command {
+    use std::os::unix::process::CommandExt;
+    let mut command = match shell {
+        Shell::HostNotRoot => {
+            let mut command = Command::new(dir.join("warden"));
+            command.env_clear().uid(WARDEN_UID).gid(WARDEN_UID);
+            command
+        }
+        _ => Command::new(env!("CARGO_BIN_EXE_warden")),
+    };
+    command
+        .env("WARDEN_TOOLBOX", dir.join("policies"))
+        .env("WARDEN_HOME", dir.join("home"));
+    command
+}
+
 /// Replaces `path` by a rename, as an editor or another warden's commit does.
 fn replace(path: &Path, text: &str) {
     let temp = path.with_extension("new");
     std::fs::write(&temp, text).unwrap();
     std::fs::rename(&temp, path).unwrap();
+}
+
+/// The processes of `uid` but warden's own (which runs as that user when it is not root).
+fn sandboxed(uid: u32) -> Vec<u32> {
+    pids_of(uid)
+        .into_iter()
+        .filter(|pid| {
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+            !exe.to_string_lossy().contains("warden")
+        })
+        .collect()
 }
 
 /// Waits for `path` to be there (a minute at most: a hang is a failure, not a stuck suite).
@@ -226,6 +265,16 @@ fn appears(path: &Path) {
 #[test]
 fn a_host_sessions_commands_are_transactions_over_its_read_write_root() {
     commands_are_transactions(Session::start(Shell::Host));
+}
+
+#[test]
+fn a_host_sessions_commands_are_transactions_where_warden_is_not_root() {
+    if !std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+    {
+        eprintln!("SKIPPED: only root can start warden as another user here");
+        return;
+    }
+    commands_are_transactions(Session::start(Shell::HostNotRoot));
 }
 
 #[test]
@@ -281,6 +330,11 @@ fn commands_are_transactions(mut s: Session) {
     assert_eq!(error, None, "{text}");
     assert!(text.starts_with("outside\nnew\ndeep\n"), "{text}");
     assert!(!text.contains("README.txt"), "{text}");
+    // What the view was brought up to is no change of the command's: the files stay root's.
+    for name in ["a.txt", "new.txt"] {
+        let owner = std::fs::metadata(s.workspace().join(name)).unwrap();
+        assert_eq!(std::os::unix::fs::MetadataExt::uid(&owner), 0, "{name}");
+    }
     // A folder moved (which the kernel's events cannot follow by path) too.
     std::fs::rename(s.workspace().join("old"), s.workspace().join("moved")).unwrap();
     let (text, error) = s.run("cat moved/f.txt; ls");
@@ -297,7 +351,7 @@ fn commands_are_transactions(mut s: Session) {
     appears(&upper.join("e.txt"));
     std::fs::write(s.workspace().join("d.txt"), "theirs\n").unwrap();
     // The shell's trap lets the command end (a `sleep` the signal ends is waited for anew).
-    for pid in pids_of(uid) {
+    for pid in sandboxed(uid) {
         let _ = Command::new("kill")
             .args(["-USR1", &pid.to_string()])
             .status();
@@ -318,7 +372,7 @@ fn commands_are_transactions(mut s: Session) {
     let script = "sh -c 'trap \"echo bg > bg.txt; exit\" USR2; while :; do sleep 0.05; done' &";
     let (text, error) = s.run(script);
     assert_eq!(error, None, "{text}");
-    let job = pids_of(uid).into_iter().find(|pid| {
+    let job = sandboxed(uid).into_iter().find(|pid| {
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         String::from_utf8_lossy(&cmdline).contains("USR2")
     });
@@ -330,9 +384,8 @@ fn commands_are_transactions(mut s: Session) {
     assert_eq!(error, None, "{text}");
     assert_eq!(s.read("bg.txt").as_deref(), Some("bg\n"));
     let call_id = s.last_call_with_changes();
-    let undo = Command::new(env!("CARGO_BIN_EXE_warden"))
+    let undo = warden(s.dir.path(), s.shell)
         .args(["undo", &call_id])
-        .env("WARDEN_HOME", s.dir.path().join("home"))
         .output()
         .unwrap();
     assert!(

@@ -55,26 +55,29 @@ impl Change {
 /// `root`), in an order that can be applied: a folder's removal after its entries', a
 /// folder's addition before its entries'.
 pub(crate) fn scan(upper: &Path, lower: &Beneath, root: usize) -> Result<Vec<Change>, TxError> {
-    Ok(scan_since(upper, lower, root, None)?.0)
+    Ok(scan_since(upper, lower, root, None, &|_, _| false)?.0)
 }
 
 /// The entries a scan read (not folders), each with its change time.
 pub(crate) type Read = Vec<(PathBuf, Moment)>;
 
 /// [`scan`], reading only the entries other than folders whose status changed from `since`
-/// on (a session's view, whose older entries were settled already; the rest are taken to be
-/// the root's). Answers with the changes the entries read, each with its change time.
+/// on and that `settled` (path, change time) does not name (a session's view, whose older
+/// entries, and those warden wrote from the root, are the root's). Answers with the changes
+/// and the entries read or named, each with its change time.
 pub(crate) fn scan_since(
     upper: &Path,
     lower: &Beneath,
     root: usize,
     since: Option<Moment>,
+    settled: &dyn Fn(&Path, Moment) -> bool,
 ) -> Result<(Vec<Change>, Read), TxError> {
     let mut scan = Scan {
         upper,
         lower,
         root,
         since,
+        settled,
         changes: Vec::new(),
         read: Vec::new(),
     };
@@ -87,6 +90,7 @@ struct Scan<'a> {
     lower: &'a Beneath,
     root: usize,
     since: Option<Moment>,
+    settled: &'a dyn Fn(&Path, Moment) -> bool,
     changes: Vec<Change>,
     read: Read,
 }
@@ -130,6 +134,9 @@ impl Scan<'_> {
                 return Ok(());
             }
             self.read.push((rel.to_owned(), changed));
+            if (self.settled)(rel, changed) {
+                return Ok(());
+            }
         }
         let before = if new { None } else { self.before(rel)? };
         if file_type.is_char_device() && meta.rdev() == 0 {

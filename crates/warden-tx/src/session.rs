@@ -8,7 +8,10 @@
 //! - a commit copies them into the roots, and the overlay keeps using its own;
 //! - a discard, and a sync with what others committed to the roots meanwhile (other calls,
 //!   other wardens, an undo), are written through the overlay itself, as the session's
-//!   processes see it ([`SessionView::new`]'s `merged`), never into the upper layer.
+//!   processes see it (reached at [`SessionView::new`]'s `seen_from`), never into the upper
+//!   layer;
+//! - what others changed is what the kernel tells (`crate::watch`), or a walk of the roots
+//!   where it cannot.
 
 use crate::beneath::Beneath;
 use crate::changes::scan_since;
@@ -107,10 +110,9 @@ impl SessionView {
                 Some(changed) => sync.visit_changed(changed),
                 None => sync.walk(Path::new("")),
             };
-            synced
-                .map_err(|e| TxError::io("bringing the session's view up to", &sync.at(""), e))?;
-            let (clashes, wrote) = (sync.clashes, sync.wrote);
             let root = &self.view.roots[i];
+            synced.map_err(|e| TxError::io("bringing the session's view up to", root, e))?;
+            let (clashes, wrote) = (sync.clashes, sync.wrote);
             self.view
                 .clashed
                 .extend(clashes.into_iter().map(|p| root.join(p)));
@@ -139,7 +141,11 @@ impl SessionView {
         for (i, root) in self.view.roots.iter().enumerate() {
             let lower = open(root)?;
             let upper = self.view.layer(i).upper;
-            let (found, read) = scan_since(&upper, &lower, i, Some(self.settled))?;
+            // What warden settled or wrote since is the root's: where warden is not root, an
+            // entry it wrote is its own user's, whatever the root's owner.
+            let known = &self.known;
+            let settled = |path: &Path, at: Moment| known.get(&(i, path.to_owned())) == Some(&at);
+            let (found, read) = scan_since(&upper, &lower, i, Some(self.settled), &settled)?;
             changes.extend(found);
             self.reading
                 .extend(read.into_iter().map(|(path, at)| ((i, path), at)));
@@ -212,10 +218,6 @@ struct Sync<'a> {
 }
 
 impl Sync<'_> {
-    fn at(&self, rel: impl AsRef<Path>) -> PathBuf {
-        self.merged.path().join(rel)
-    }
-
     /// The folder `rel` of the root, and everything below it.
     fn walk(&mut self, rel: &Path) -> io::Result<()> {
         for (name, stat) in self.root.stats(rel)? {
