@@ -24,6 +24,10 @@ use warden_core::{ErrorKind, Limits, ToolError};
 use warden_net::{Proxy, Scope, Traffic};
 use warden_tx::SessionView;
 
+/// How long a session's shell, whose read-write roots are seen through a view, may take to
+/// show as its container's init's child.
+const SHELL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Where a container's pids cgroup shows inside it: cgroup v2, then v1.
 const PIDS_CGROUPS: [&str; 2] = ["/sys/fs/cgroup", "/sys/fs/cgroup/pids"];
 
@@ -96,7 +100,16 @@ impl Launcher for DockerShells {
         // container's first process is its init; the shell is that init's one child.
         let runc = !plan.gvisor && plan.runtime.as_deref().is_none_or(|r| r == "runc");
         let here = pid.filter(|_| runc).and_then(|pid| i32::try_from(pid).ok());
-        let shell = here.and_then(Children::only_child);
+        let mut shell = here.and_then(Children::only_child);
+        // A view is written through the shell's `/proc/PID/root`: its init may not have
+        // started it yet.
+        if let (Some(init), true) = (here, view.is_some()) {
+            let by = tokio::time::Instant::now() + SHELL_WAIT;
+            while shell.is_none() && tokio::time::Instant::now() < by {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                shell = Children::only_child(init);
+            }
+        }
         let output = attached.output.map(|frame| match frame {
             Ok(LogOutput::StdErr { message }) => Ok(Chunk::Stderr(message.to_vec())),
             Ok(frame) => Ok(Chunk::Stdout(frame.into_bytes().to_vec())),
@@ -114,9 +127,12 @@ impl Launcher for DockerShells {
                 container.remove().await;
                 return Err(ToolError::new(
                     ErrorKind::Unavailable,
-                    "the session's shell could not be found on this machine, so its \
-                     read-write roots cannot be seen through a view: is the engine slow to \
-                     answer?",
+                    format!(
+                        "the session's shell did not show on this machine within {} s, so its \
+                         read-write roots cannot be seen through a view: the engine is slow \
+                         to answer, or its container's processes are not this machine's",
+                        SHELL_WAIT.as_secs()
+                    ),
                 ));
             }
             (None, _) => None,
