@@ -134,7 +134,7 @@ impl Sandboxes {
         for _ in 0..make {
             let sandboxes = self.clone();
             tokio::spawn(async move {
-                let started = sandboxes.start(Stdin::Nothing).await;
+                let started = sandboxes.start_at(Stdin::Nothing, None).await;
                 if let Err(e) = &started {
                     tracing::debug!("preparing a host sandbox: {}", e.message);
                 }
@@ -143,24 +143,14 @@ impl Sandboxes {
         }
         match spare {
             Some(sandbox) => Ok(sandbox),
-            None => self.start(Stdin::Nothing).await,
+            None => self.start_at(Stdin::Nothing, None).await,
         }
-    }
-
-    /// Forks a helper and hands it the sandbox part of the plan; its stdin stays open, for
-    /// the call part ([`Started::send_call`]) and what the command reads from it
-    /// ([`Stdin::Helper`]: a session's commands, a program's input). A command at a terminal
-    /// ([`Stdin::Terminal`]) gets a new pseudo-terminal of `size` as its stdin, stdout and
-    /// stderr, whose other side is [`Started::terminal`] and [`Started::stdout`].
-    pub(crate) async fn start(&self, stdin: Stdin) -> Result<Started, ToolError> {
-        // A call's (its command reads nothing) roots are seen through a view.
-        self.start_at(stdin, None, stdin == Stdin::Nothing).await
     }
 
     /// A sandbox for a session's shell, its writable roots seen through a view that lives
     /// as long as the shell (see `warden_tx::SessionView`).
     pub(crate) async fn for_session(&self) -> Result<Started, ToolError> {
-        self.start_at(Stdin::Helper, None, true).await
+        self.start_at(Stdin::Helper, None).await
     }
 
     /// A sandbox for a program of `warden exec`, at a terminal of `size` when given, its
@@ -170,7 +160,7 @@ impl Sandboxes {
             Some(_) => Stdin::Terminal,
             None => Stdin::Helper,
         };
-        self.start_at(input, size, true).await
+        self.start_at(input, size).await
     }
 
     /// A helper that joins the live sandbox of `join` (a session's) instead of making one,
@@ -185,19 +175,20 @@ impl Sandboxes {
         self.start_with(sandbox, None, None).await
     }
 
-    async fn start_at(
-        &self,
-        input: Stdin,
-        size: Option<WindowSize>,
-        viewed: bool,
-    ) -> Result<Started, ToolError> {
+    /// Forks a helper and hands it the sandbox part of the plan, its writable roots seen
+    /// through a view where there is a store; its stdin stays open, for the call part
+    /// ([`Started::send_call`]) and what the command reads from it ([`Stdin::Helper`]: a
+    /// session's commands, a program's input). A command at a terminal ([`Stdin::Terminal`])
+    /// gets a new pseudo-terminal of `size` as its stdin, stdout and stderr, whose other side
+    /// is [`Started::terminal`] and [`Started::stdout`].
+    async fn start_at(&self, input: Stdin, size: Option<WindowSize>) -> Result<Started, ToolError> {
         let mut sandbox = Sandbox {
             stdin: input,
             ..self.sandbox.clone()
         };
         let view = match &self.views {
-            Some(store) if viewed => view_of(store, &mut sandbox.roots)?,
-            _ => None,
+            Some(store) => view_of(store, &mut sandbox.roots)?,
+            None => None,
         };
         self.start_with(sandbox, size, view).await
     }
