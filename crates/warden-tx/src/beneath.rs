@@ -84,16 +84,24 @@ impl Beneath {
         Ok((fd, name))
     }
 
-    /// `rel`'s own status (a link's, not its target's), `None` when nothing is there.
+    /// `rel`'s own status (a link's, not its target's), `None` when nothing is there (nor a
+    /// folder above it: a file where its parent would be).
     pub(crate) fn lstat(&self, rel: &Path) -> io::Result<Option<Stat>> {
         let (parent, name) = match self.parent(rel) {
             Ok(found) => found,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Ok(None);
+            }
             Err(e) => return Err(e),
         };
         match statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(stat) => Ok(Some(stat)),
-            Err(Errno::NOENT) => Ok(None),
+            Err(Errno::NOENT | Errno::NOTDIR) => Ok(None),
             Err(e) => Err(io::Error::from(e).with_path("reading", &self.path.join(rel))),
         }
     }

@@ -1,6 +1,7 @@
 //! Transactions over real folders, written through real overlay mounts (`unshare -m` and
 //! `mount -t overlay`, as a sandbox's view is): change sets, commit, discard, conflicts, undo,
-//! rewind, links planted by a call, and a commit a killed warden left half done.
+//! rewind, links planted by a call, a commit a killed warden left half done, and a session's
+//! view settled command by command through a mount a process holds.
 //! They need root (to mount); elsewhere they say so and pass.
 
 #![allow(
@@ -16,7 +17,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use warden_tx::{ChangeKind, State, Store, TxError, View};
+use warden_tx::{ChangeKind, SessionView, State, Store, TxError, View};
 
 /// The bytes a call's changes and what they replace may hold, as a policy's default.
 const LIMIT: u64 = 1 << 30;
@@ -98,10 +99,15 @@ impl Setup {
 
     /// Every entry of the root: its content (or link target, or "dir") and mode.
     fn tree(&self) -> BTreeMap<PathBuf, (String, u32)> {
-        let mut tree = BTreeMap::new();
-        walk(&self.root, &self.root, &mut tree);
-        tree
+        tree_of(&self.root)
     }
+}
+
+/// Every entry below `root`: its content (or link target, or "dir") and mode.
+fn tree_of(root: &Path) -> BTreeMap<PathBuf, (String, u32)> {
+    let mut tree = BTreeMap::new();
+    walk(root, root, &mut tree);
+    tree
 }
 
 fn walk(root: &Path, dir: &Path, tree: &mut BTreeMap<PathBuf, (String, u32)>) {
@@ -385,4 +391,104 @@ fn a_commit_left_half_done_by_a_killed_warden_is_rolled_back_at_the_next_open() 
         !record.exists(),
         "the call is forgotten: it changed nothing"
     );
+}
+
+/// A session's view, mounted for as long as a process holds it (as a session's shell does):
+/// a command warden ended is put back through that process's view of the mount (a mode
+/// changed, a folder replaced by a file and a file by a folder), the root untouched; the same
+/// command ended on its own commits, and the root and the view then agree.
+#[test]
+fn a_sessions_command_is_put_back_through_its_mount_or_committed() {
+    use std::io::BufRead;
+    let Some(s) = setup() else { return };
+    let view = s.view();
+    let layer = view.layer(0);
+    let hold = format!(
+        "mount -t overlay overlay -o lowerdir={},upperdir={},workdir={} {} && echo ready && \
+         exec sleep 600",
+        s.root.display(),
+        layer.upper.display(),
+        layer.work.display(),
+        s.mount.display(),
+    );
+    let mut holder = Holder(
+        Command::new("unshare")
+            .args(["-m", "sh", "-ec", &hold])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("unshare"),
+    );
+    let mut ready = String::new();
+    std::io::BufReader::new(holder.0.stdout.take().expect("stdout"))
+        .read_line(&mut ready)
+        .expect("ready");
+    assert_eq!(ready, "ready\n");
+    let pid = holder.0.id();
+    let seen = PathBuf::from(format!("/proc/{pid}/root")).join(s.mount.strip_prefix("/").unwrap());
+    let mut session = SessionView::new(
+        view,
+        "t",
+        PathBuf::from(format!("/proc/{pid}/root")),
+        vec![s.mount.clone()],
+    );
+    let run = |script: &str| {
+        let script = format!("cd {} && {script}", s.mount.display());
+        let out = Command::new("nsenter")
+            .args(["-t", &pid.to_string(), "-m", "sh", "-ec", &script])
+            .output()
+            .expect("nsenter");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let script = "chmod 600 b && rm -r d && echo now-a-file > d && rm a && mkdir a && \
+                  echo in > a/x && echo new > n";
+    let before = s.tree();
+
+    session.begin().expect("begin");
+    run(script);
+    let ended = Err(warden_core::ToolError::new(
+        warden_core::ErrorKind::Timeout,
+        "stopped",
+    ));
+    let (answered, kept) =
+        warden_tx::settle::settle_command(&mut session, true, "s-1", LIMIT, ended);
+    assert!(kept && answered.is_err());
+    assert_eq!(s.tree(), before, "the root saw the discarded command");
+    assert_eq!(
+        tree_of(&seen),
+        before,
+        "the session still sees the discarded command"
+    );
+
+    session.begin().expect("begin");
+    run(script);
+    let ended = Ok(warden_core::Output::default());
+    let (answered, kept) =
+        warden_tx::settle::settle_command(&mut session, true, "s-2", LIMIT, ended);
+    assert!(kept, "{answered:?}");
+    let changes = answered.expect("committed").details["changes"].clone();
+    assert_eq!(changes["count"], 10, "{changes}");
+    let after = s.tree();
+    assert_eq!(after[Path::new("b")], ("bravo\n".into(), 0o600));
+    assert_eq!(after[Path::new("d")].0, "now-a-file\n");
+    assert_eq!(after[Path::new("a/x")].0, "in\n");
+    assert_eq!(tree_of(&seen), after, "the session sees what was committed");
+    // Nothing changed since: the next command that changes nothing commits nothing.
+    session.begin().expect("begin");
+    let (answered, _) =
+        warden_tx::settle::settle_command(&mut session, true, "s-3", LIMIT, Ok(Default::default()));
+    assert_eq!(answered.expect("nothing").details["changes"]["count"], 0);
+}
+
+/// A process holding a mount, killed when dropped (a failed assertion included).
+struct Holder(std::process::Child);
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
