@@ -119,10 +119,7 @@ impl Launcher for DockerShells {
         // command beside the shell would write into it unsettled, so with a view, commands
         // take turns.
         let view = match (view, shell) {
-            (Some(view), Some(shell)) => {
-                let seen_from = std::path::PathBuf::from(format!("/proc/{shell}/root"));
-                Some(SessionView::new(view, &plan.tool, seen_from, guests))
-            }
+            (Some(view), Some(shell)) => Some(SessionView::new(view, &plan.tool, shell, guests)),
             (Some(_), None) => {
                 container.remove().await;
                 return Err(ToolError::new(

@@ -25,7 +25,6 @@ use crate::starter::Starter;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::BufReader;
@@ -156,9 +155,8 @@ impl Launcher for HostShells {
         // take turns.
         let view = match (view, sandbox.shell) {
             (Some(view), Some(shell)) => {
-                let seen_from = PathBuf::from(format!("/proc/{shell}/root"));
                 let tool = &self.starter.config().name;
-                Some(SessionView::new(view, tool, seen_from, guests))
+                Some(SessionView::new(view, tool, shell, guests))
             }
             (Some(_), None) => {
                 sandbox.close().await;

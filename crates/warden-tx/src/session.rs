@@ -8,7 +8,7 @@
 //! - a commit copies them into the roots, and the overlay keeps using its own;
 //! - a discard, and a sync with what others committed to the roots meanwhile (other calls,
 //!   other wardens, an undo), are written through the overlay itself, as the session's
-//!   processes see it (reached at [`SessionView::new`]'s `seen_from`), never into the upper
+//!   processes see it (the `/proc/PID/root` of [`SessionView::new`]'s `shell`), never into the upper
 //!   layer;
 //! - what others changed is what the kernel tells (`crate::watch`), or a walk of the roots
 //!   where it cannot.
@@ -30,7 +30,7 @@ pub struct SessionView {
     view: View,
     /// The session's tool, whose calls its commits are.
     tool: String,
-    /// The session's file system as warden reaches it (say, `/proc/PID/root` of its shell).
+    /// The session's file system as warden reaches it: `/proc/PID/root` of its shell.
     seen_from: PathBuf,
     /// Where the session sees each root, in it.
     guests: Vec<PathBuf>,
@@ -52,11 +52,12 @@ pub struct SessionView {
 }
 
 impl SessionView {
-    /// `view`, mounted for a session of `tool` whose processes see its root number `i` at
-    /// `guests[i]` in their file system, which warden reaches at `seen_from` (say,
-    /// `/proc/PID/root` of the session's shell). What warden writes there lands in the
-    /// view's upper layer, as the session's own writes do.
-    pub fn new(mut view: View, tool: &str, seen_from: PathBuf, guests: Vec<PathBuf>) -> Self {
+    /// `view`, mounted for a session of `tool` whose processes (the process `shell` among
+    /// them, as this machine numbers it) see its root number `i` at `guests[i]`. What warden
+    /// writes there, through `shell`'s `/proc/PID/root`, lands in the view's upper layer, as
+    /// the session's own writes do.
+    pub fn new(mut view: View, tool: &str, shell: i32, guests: Vec<PathBuf>) -> Self {
+        let seen_from = PathBuf::from(format!("/proc/{shell}/root"));
         view.copies = true;
         let started = view.started;
         // Set up before the first command's walk, which sees what changed until then.
@@ -180,6 +181,9 @@ impl SessionView {
             .map(|i| self.merged(i))
             .collect::<Result<Vec<_>, _>>()?;
         let roots = opened(&self.view.roots)?;
+        let uppers = (0..self.view.roots.len())
+            .map(|i| open(&self.view.layer(i).upper))
+            .collect::<Result<Vec<_>, _>>()?;
         for change in changes.changes.iter().rev() {
             let (to, from) = (&merged[change.root], &roots[change.root]);
             let put_back = match &change.before {
@@ -187,8 +191,8 @@ impl SessionView {
                 Some(before) => put(to, from, &change.path, before),
             };
             put_back.map_err(|e| TxError::io("putting back", &to.path().join(&change.path), e))?;
-            let upper = open(&self.view.layer(change.root).upper)?;
-            note(&mut self.reading, &upper, change.root, change.path.clone());
+            let upper = &uppers[change.root];
+            note(&mut self.reading, upper, change.root, change.path.clone());
         }
         Ok(())
     }

@@ -425,12 +425,8 @@ fn a_sessions_command_is_put_back_through_its_mount_or_committed() {
     assert_eq!(ready, "ready\n");
     let pid = holder.0.id();
     let seen = PathBuf::from(format!("/proc/{pid}/root")).join(s.mount.strip_prefix("/").unwrap());
-    let mut session = SessionView::new(
-        view,
-        "t",
-        PathBuf::from(format!("/proc/{pid}/root")),
-        vec![s.mount.clone()],
-    );
+    let shell = i32::try_from(pid).expect("a pid");
+    let mut session = SessionView::new(view, "t", shell, vec![s.mount.clone()]);
     let run = |script: &str| {
         let script = format!("cd {} && {script}", s.mount.display());
         let out = Command::new("nsenter")
