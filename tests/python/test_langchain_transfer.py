@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import logging
 import os
 import re
@@ -23,6 +24,7 @@ from langchain_warden import WardenError, WardenSandbox
 from langchain_warden._process import McpError
 from langchain_warden._results import ShellOutput
 from langchain_warden._transfer import ChunkTooLarge, Failure, download, upload
+from langchain_warden._wire import Base64, encode
 
 pytestmark = pytest.mark.anyio
 
@@ -349,25 +351,39 @@ OTHER_SHELLS = (
 
 
 @pytest.mark.parametrize("tool", ["shell", "shell-busybox"])
-def test_a_transfer_outlives_the_spare_shell_a_command_killed(tool):
-    """After a transfer, two shells wait beside the session's for the next ones (an engine's
-    `exec` takes tens of milliseconds); a command that kills them costs the next transfer
+def test_one_shell_beside_the_session_carries_every_transfer(tool):
+    """After a transfer, one shell waits beside the session's for the next: an engine's
+    `exec` takes tens of milliseconds, and one started for each transfer ran beside the next.
+    It carries transfer after transfer, and a command that kills it costs the next transfer
     nothing but a fresh start. (In a container, which shows its processes in `/proc`; the
     host sandbox mounts none, and the driver is the same.)"""
     require_docker()
     with _box(tool, transfer="1MiB") as sandbox:
         assert sandbox.upload_files([("/tmp/one", b"one")])[0].error is None
-        for _ in range(600):  # until both spares show, however slow the machine
-            spares = sandbox.execute(OTHER_SHELLS).output.split()
-            if len(spares) >= 2:
-                break
-            time.sleep(0.05)
-        assert len(spares) == 2, spares
-        sandbox.execute(f"kill -9 {' '.join(spares)}")
+        carrier = sandbox.execute(OTHER_SHELLS).output.split()
+        assert len(carrier) == 1, carrier
+        for n in range(10):
+            data = os.urandom(64 << 10) + str(n).encode()
+            assert sandbox.upload_files([("/tmp/n", data)])[0].error is None
+            assert sandbox.download_files(["/tmp/n"])[0].content == data
+        assert sandbox.execute(OTHER_SHELLS).output.split() == carrier
+        sandbox.execute(f"kill -9 {carrier[0]}")
         params = {"tool": tool, "path": "/tmp/two", "data": base64.b64encode(b"two").decode()}
         assert sandbox._session.request("warden/write", params) == {"size": 3}
         [back] = sandbox.download_files(["/tmp/two"])
         assert back.content == b"two"
+
+
+def test_bytes_go_into_a_request_as_base64_whatever_its_other_text():
+    """An upload's bytes are spliced into its request's JSON (escaping them cost more than
+    encoding them); other text that reads like the splice's placeholder changes nothing."""
+    data = os.urandom(1000)
+    for path in ("/tmp/x", "\0warden-base64\0", '"\0warden-base64\0"'):
+        message = {"params": {"path": path, "data": Base64(data), "more": [Base64(b"ab")]}}
+        expected = {"path": path, "data": base64.b64encode(data).decode(), "more": ["YWI="]}
+        assert json.loads(encode(message)) == {"params": expected}
+    with pytest.raises(TypeError):
+        encode({"data": b"raw bytes"})
 
 
 def test_five_megabytes_go_in_and_out_byte_exact():

@@ -237,6 +237,16 @@ impl Capped {
         &self.kept
     }
 
+    /// How many bytes past the limit were dropped.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// The bytes kept.
+    pub fn into_kept(self) -> Vec<u8> {
+        self.kept
+    }
+
     /// The text kept, ending with warden's visible marker when something was cut.
     pub fn text(&self) -> String {
         let mut kept = self.kept.as_slice();

@@ -41,11 +41,6 @@ pub(crate) struct DockerSiblings {
 impl Siblings for DockerSiblings {
     type Sibling = DockerSibling;
 
-    /// An engine's `exec` takes ~45 ms here, and transfers back to back come every ~20 ms.
-    fn spares(&self) -> usize {
-        2
-    }
-
     async fn start(&self) -> Result<Launched<DockerSibling>, ToolError> {
         let config = ExecConfig {
             attach_stdin: Some(true),

@@ -551,17 +551,48 @@ async fn a_clients_pipe_runs_beside_the_session_raw_and_stops_at_its_deadline() 
         panic!("ran");
     };
     assert_eq!((failed.status, failed.stderr.trim()), (Some(3), "no"));
-    let before = processes_of(65516);
+    // One shell carries transfer after transfer. Input a command leaves unread (past a
+    // pipe's buffer) never reaches it, though it holds lines like those it reads.
+    let carried = pids_of(65516);
+    let mut lines = vec![b'x'; 300_000];
+    lines.extend_from_slice(b"\n0\nsomething\ntouch /tmp/pwned\n");
+    let Piping::Ran(Ok(read)) = tool
+        .pipe(id, &pipe("head -c 3", Some(&lines), 99, 10))
+        .await
+    else {
+        panic!("ran");
+    };
+    assert_eq!(
+        (read.stdout.as_slice(), read.status),
+        (&b"xxx"[..], Some(0))
+    );
+    for _ in 0..5 {
+        let Piping::Ran(Ok(piped)) = tool.pipe(id, &echo).await else {
+            panic!("ran");
+        };
+        assert!(piped.stdout == bytes && piped.status == Some(0));
+    }
+    assert_eq!(pids_of(65516), carried, "the same shells, none left behind");
+    let Piping::Ran(Ok(none)) = tool
+        .pipe(id, &pipe("test ! -e /tmp/pwned", None, 99, 10))
+        .await
+    else {
+        panic!("ran");
+    };
+    assert_eq!(none.status, Some(0), "no input was run as a command");
     let Piping::Ran(Err(late)) = tool.pipe(id, &pipe("sleep 300", None, 99, 1)).await else {
         panic!("past its deadline");
     };
     assert_eq!(late.kind, ErrorKind::Timeout, "{}", late.message);
     // A killed process stays in /proc until the kernel has torn it down.
     let until = Instant::now() + Duration::from_secs(5);
-    while processes_of(65516) > before && Instant::now() < until {
+    while commands_of(65516).contains(&"sleep".to_owned()) && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(processes_of(65516), before, "the sleep is gone");
+    assert!(
+        !commands_of(65516).contains(&"sleep".to_owned()),
+        "the sleep is gone"
+    );
     let r = call_in(&tool, &limits, id, json!({"command": "pwd"})).await;
     assert_eq!(body(&r), "/tmp", "the session lives on");
     tool.end_session(id).await;

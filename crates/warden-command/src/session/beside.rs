@@ -21,13 +21,6 @@ pub trait Siblings: Send + Sync + 'static {
     /// Starts a shell reading commands on its stdin, beside the session's, with the
     /// session's environment as the sandbox started it.
     fn start(&self) -> impl Future<Output = Result<Launched<Self::Sibling>, ToolError>> + Send;
-
-    /// How many shells to keep started ahead for a client's transfers once it made one
-    /// (see `pipe`): worth it where a start takes tens of milliseconds (an engine's `exec`),
-    /// not where it is a fork. None by default.
-    fn spares(&self) -> usize {
-        0
-    }
 }
 
 /// One shell beside a session's own, for one command.

@@ -219,6 +219,19 @@ impl Frames {
         }
     }
 
+    /// True once output went past the limit.
+    pub fn cut(&self) -> bool {
+        self.out.dropped() > 0
+    }
+
+    /// The command's output as it wrote it, within the limit (all of it so far, when the
+    /// end never came).
+    pub fn bytes(mut self) -> Vec<u8> {
+        let n = self.pending.len();
+        self.flush(n);
+        self.out.into_kept()
+    }
+
     /// The command's output (all of it so far, when the end never came).
     pub fn text(&mut self) -> String {
         let n = self.pending.len();

@@ -80,6 +80,7 @@
 //! deadline (which resets the session).
 
 mod beside;
+mod courier;
 mod frames;
 mod pipe;
 mod script;
@@ -316,7 +317,7 @@ struct SlotOf<S: Sandbox> {
     held: tokio::sync::Mutex<Held<S>>,
     /// Set while the shell lives, when its sandbox can start shells beside it.
     beside: tokio::sync::watch::Sender<Option<Beside<S::Siblings>>>,
-    /// Shells started beside it ahead of a client's next transfers.
+    /// Shells beside it that carry a client's transfers ([`pipe`]).
     spares: Mutex<pipe::SparesOf<S>>,
 }
 

@@ -126,13 +126,29 @@ pub(crate) async fn call_metered(
 
 /// Processes owned by `uid`.
 pub(crate) fn processes_of(uid: u32) -> usize {
+    pids_of(uid).len()
+}
+
+/// The pids of the processes owned by `uid`, in order.
+pub(crate) fn pids_of(uid: u32) -> Vec<u32> {
     use std::os::unix::fs::MetadataExt;
-    std::fs::read_dir("/proc")
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
         .filter(|e| e.metadata().is_ok_and(|m| m.uid() == uid))
-        .count()
+        .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// The names (`comm`) of the processes owned by `uid`.
+pub(crate) fn commands_of(uid: u32) -> Vec<String> {
+    pids_of(uid)
+        .into_iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).ok())
+        .map(|comm| comm.trim_end().to_owned())
+        .collect()
 }
 
 /// Processes owned by `uid` once those being killed are gone: a killed process stays in

@@ -20,6 +20,7 @@ from typing import Any
 
 from ._errors import WardenError
 from ._process import _INVALID_PARAMS, PROTOCOL_VERSION, McpError, Watcher, deliver_progress
+from ._wire import encode
 
 _SESSION_HEADER = "Mcp-Session-Id"
 
@@ -189,7 +190,7 @@ class HttpSession:
         headers = {"Authorization": f"Bearer {self._token}", "Host": f"{self._host}:{self._port}"}
         body = None
         if message is not None:
-            body = json.dumps(message, separators=(",", ":")).encode()
+            body = encode(message)
             headers["Content-Type"] = "application/json"
             headers["Accept"] = "application/json, text/event-stream"
         if getattr(self, "session_id", None):

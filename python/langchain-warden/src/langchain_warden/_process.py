@@ -33,6 +33,7 @@ from typing import Any
 
 from ._binary import find_warden
 from ._errors import WardenError, WardenProcessError, WardenStartError
+from ._wire import encode
 
 logger = logging.getLogger("langchain_warden")
 
@@ -171,7 +172,7 @@ class WardenProcess:
     # -- requests ------------------------------------------------------------------------
 
     def _send(self, message: Mapping[str, Any]) -> None:
-        data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+        data = encode(message) + b"\n"
         with self._write_lock:
             if self._proc.stdin is None or self._proc.stdin.closed:
                 raise WardenProcessError(self._death_message())

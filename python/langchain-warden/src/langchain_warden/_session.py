@@ -25,6 +25,7 @@ from ._process import _METHOD_NOT_FOUND, WardenProcess, Watcher, how_it_ended
 from ._results import CallResult, ShellOutput, parse_shell
 from ._trace import call_params
 from ._transfer import ChunkTooLarge, Failure, download, upload
+from ._wire import Base64
 
 T = TypeVar("T")
 
@@ -63,7 +64,7 @@ def _write_params(session: WardenSession, path: str, data: bytes, new: bool) -> 
     return {
         "tool": session.tool,
         "path": path,
-        "data": base64.b64encode(data).decode(),
+        "data": Base64(data),
         "new": new,
     }
 

@@ -1,0 +1,237 @@
+//! A courier: a shell beside a session's that carries a client's transfers one after another
+//! ([`super::pipe`]), raw bytes both ways, so that a transfer starts no shell of its own (an
+//! engine's `exec` takes ~45 ms here, and one started for each transfer ran beside the next
+//! transfer on this machine's two cores).
+//!
+//! Its shell runs [`program`]: for each transfer it reads three lines — the input's length, a
+//! token made for the transfer, the command (its `\` and newlines escaped) — prints the
+//! token's start line on both streams, runs the command in a subshell with exactly that many
+//! bytes of its own stdin on the command's (`head -c`; what the command leaves unread is
+//! drained, so a transfer's bytes never reach the loop), then prints the token's end line on
+//! both streams, on stdout with the command's status. Only exact lines with the transfer's
+//! token count ([`Frames`]). The next transfer's lines are written once both end lines came
+//! back, so nothing past a transfer's input waits in the pipe while it runs: a `head` that
+//! reads ahead finds nothing more to take. A token must begin with the courier's key, made
+//! for it and told to no one else, or the loop ends: lines out of step are never run.
+
+use super::{Chunk, Chunks, Frames, Input, Launched, Sibling, Siblings, nonce};
+use futures::StreamExt;
+use std::io;
+use tokio::io::AsyncWriteExt;
+use warden_core::{ErrorKind, Pipe, Piped, ToolError};
+
+/// What a courier's shell runs, with its key (see the module). A POSIX shell's builtins, and
+/// `head -c`, which it checks first; one line, read whole before anything else is written.
+fn program(key: &str) -> String {
+    format!(
+        "warden_k={key}; [ \"$(printf ab | head -c 1)\" = a ] || {{ echo 'this sandbox has no \
+         `head -c`, which carries transfers beside the session: use an image with coreutils \
+         or busybox' >&2; exit 127; }}; printf '\\n%s\\n' \"$warden_k\"; \
+         while IFS= read -r warden_n && IFS= read -r warden_t && IFS= read -r warden_c; do \
+         case $warden_t in \"$warden_k\"?*) ;; *) exit 1 ;; esac; \
+         case $warden_n in '' | *[!0-9]*) exit 1 ;; esac; \
+         printf '\\n%s<\\n' \"$warden_t\"; printf '\\n%s<\\n' \"$warden_t\" >&2; \
+         warden_c=$(printf '%b' \"$warden_c\"); \
+         if [ \"$warden_n\" = 0 ]; then (eval \"$warden_c\") </dev/null; \
+         else head -c \"$warden_n\" | {{ (eval \"$warden_c\"); warden_s=$?; cat >/dev/null; \
+         exit \"$warden_s\"; }}; fi; warden_s=$?; \
+         printf '\\n%s> %s\\n' \"$warden_t\" \"$warden_s\"; printf '\\n%s>\\n' \"$warden_t\" >&2; \
+         done\n"
+    )
+}
+
+/// `command` as one line that `printf '%b'` turns back into it.
+fn escaped(command: &str) -> String {
+    command.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+/// What follows the end marker on stdout: a space and the command's status.
+fn status_rest(rest: &[u8]) -> bool {
+    rest.len() > 1 && rest[0] == b' ' && rest[1..].iter().all(u8::is_ascii_digit)
+}
+
+/// A shell beside a session's running [`program`].
+pub(super) struct Courier<T> {
+    sibling: T,
+    input: Input,
+    output: Chunks,
+    key: String,
+}
+
+/// Why a transfer failed.
+pub(super) enum Failed {
+    /// Before its command ran: the courier took none of it.
+    Unstarted(io::Error),
+    /// After.
+    Broken(io::Error),
+}
+
+/// What a courier brought back.
+pub(super) struct Carried {
+    pub piped: Piped,
+    /// Nothing out of step came and the command's output stayed within its bound: the
+    /// courier may carry the next transfer.
+    pub again: bool,
+}
+
+impl<T: Sibling> Courier<T> {
+    /// Starts one beside the session's shell, and waits until its loop runs.
+    pub(super) async fn start<S: Siblings<Sibling = T>>(siblings: &S) -> Result<Self, ToolError> {
+        let Launched {
+            sandbox,
+            mut input,
+            mut output,
+            ..
+        } = siblings.start().await?;
+        let (key, pid) = (nonce(), sandbox.pid());
+        let failed = |why: String| {
+            super::kill_tree(pid);
+            ToolError::new(
+                ErrorKind::Unavailable,
+                format!("a shell beside the session's for a client's transfers failed: {why}"),
+            )
+        };
+        if let Err(e) = write_all(&mut input, program(&key).as_bytes()).await {
+            return Err(failed(e.to_string()));
+        }
+        let ready = format!("\n{key}\n");
+        let (mut head, mut stderr) = (Vec::new(), Vec::new());
+        while head != ready.as_bytes() {
+            match output.next().await {
+                Some(Ok(Chunk::Stdout(bytes))) => head.extend_from_slice(&bytes),
+                Some(Ok(Chunk::Stderr(bytes))) => stderr.extend_from_slice(&bytes),
+                Some(Err(e)) => return Err(failed(e.to_string())),
+                None => {
+                    let said = String::from_utf8_lossy(&stderr);
+                    return Err(failed(format!("its shell ended: {}", said.trim())));
+                }
+            }
+            if !ready.as_bytes().starts_with(&head) {
+                let head = String::from_utf8_lossy(&head[..head.len().min(80)]);
+                return Err(failed(format!("its shell printed {head:?}")));
+            }
+        }
+        Ok(Courier {
+            sibling: sandbox,
+            input,
+            output,
+            key,
+        })
+    }
+
+    /// Its shell's pid on this machine.
+    pub(super) fn pid(&self) -> i32 {
+        self.sibling.pid()
+    }
+
+    /// Carries `pipe`: its command, its input in, its output back (see the module).
+    pub(super) async fn carry(&mut self, pipe: &Pipe<'_>) -> Result<Carried, Failed> {
+        let token = format!("{}{}", self.key, nonce());
+        let size = pipe.input.map_or(0, <[u8]>::len);
+        let lines = format!("{size}\n{token}\n{}\n", escaped(&pipe.command));
+        write_all(&mut self.input, lines.as_bytes())
+            .await
+            .map_err(Failed::Unstarted)?;
+        let (start, end) = (format!("\n{token}<"), format!("\n{token}>"));
+        let mut out = Frames::new(&start, &end, status_rest, pipe.output);
+        let mut err = Frames::between(&start, &end, Piped::STDERR as u64);
+        let (ready, is_ready) = tokio::sync::oneshot::channel::<()>();
+        let input = &mut self.input;
+        let write = async move {
+            match (pipe.input, is_ready.await) {
+                (Some(bytes), Ok(())) => write_all(input, bytes).await.is_ok(),
+                _ => true,
+            }
+        };
+        let output = &mut self.output;
+        let read = async move {
+            let mut ready = Some(ready);
+            while let Some(chunk) = output.next().await {
+                match chunk {
+                    Ok(Chunk::Stdout(bytes)) => out.push(&bytes),
+                    Ok(Chunk::Stderr(bytes)) => err.push(&bytes),
+                    Err(e) if out.started() => return Err(Failed::Broken(e)),
+                    Err(e) => return Err(Failed::Unstarted(e)),
+                }
+                if out.before > 0 {
+                    return Err(Failed::Unstarted(io::Error::other(
+                        "its shell printed something before the command ran",
+                    )));
+                }
+                if out.started() {
+                    ready.take().map(|r| r.send(()));
+                }
+                if out.cut() || (out.done() && err.done()) {
+                    return Ok((out, err));
+                }
+            }
+            let why = format!("its shell ended: {}", err.text().trim());
+            Err(match out.started() {
+                true => Failed::Broken(io::Error::other(why)),
+                false => Failed::Unstarted(io::Error::other(why)),
+            })
+        };
+        tokio::pin!(read, write);
+        // The input is written while the output is read (a command may write as it reads);
+        // the end lines (or the output's bound) end the transfer.
+        let (out, mut err, written) = tokio::select! {
+            biased;
+            read = &mut read => {
+                let (out, err) = read?;
+                // Both end lines mean that every byte was taken: the write ends at once.
+                let written = out.done() && err.done() && write.await;
+                (out, err, written)
+            }
+            written = &mut write => {
+                let (out, err) = read.await?;
+                (out, err, written)
+            }
+        };
+        let status = out
+            .rest()
+            .and_then(|rest| std::str::from_utf8(&rest[1..]).ok()?.parse().ok());
+        let again = written
+            && out.done()
+            && !out.cut()
+            && out.after == 0
+            && err.before == 0
+            && err.after == 0;
+        Ok(Carried {
+            piped: Piped {
+                overflowed: out.cut(),
+                status: status.filter(|_| !out.cut()),
+                stdout: out.bytes(),
+                stderr: err.text(),
+            },
+            again,
+        })
+    }
+
+    /// Ends its shell (at the end of its input) and releases it.
+    pub(super) async fn close(self) {
+        drop(self.input);
+        self.sibling.close().await;
+    }
+}
+
+async fn write_all(input: &mut Input, bytes: &[u8]) -> io::Result<()> {
+    input.write_all(bytes).await?;
+    input.flush().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_escaped_command_is_one_line_that_printf_b_restores() {
+        let command = "printf 'a\\nb'\nsed 's/\\\\/x/'\n";
+        let line = escaped(command);
+        assert!(!line.contains('\n'), "{line}");
+        let restored = std::process::Command::new("sh")
+            .args(["-c", "printf '%b' \"$1\"", "sh", &line])
+            .output()
+            .expect("sh runs");
+        assert_eq!(String::from_utf8_lossy(&restored.stdout), command);
+    }
+}
