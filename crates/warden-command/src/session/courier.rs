@@ -79,44 +79,54 @@ impl<T: Sibling> Courier<T> {
     pub(super) async fn start<S: Siblings<Sibling = T>>(siblings: &S) -> Result<Self, ToolError> {
         let Launched {
             sandbox,
-            mut input,
-            mut output,
+            input,
+            output,
             ..
         } = siblings.start().await?;
-        let (key, pid) = (nonce(), sandbox.pid());
-        let failed = |why: String| {
-            super::kill_tree(pid);
-            ToolError::new(
-                ErrorKind::Unavailable,
-                format!("a shell beside the session's for a client's transfers failed: {why}"),
-            )
-        };
-        if let Err(e) = write_all(&mut input, program(&key).as_bytes()).await {
-            return Err(failed(e.to_string()));
-        }
-        let ready = format!("\n{key}\n");
-        let (mut head, mut stderr) = (Vec::new(), Vec::new());
-        while head != ready.as_bytes() {
-            match output.next().await {
-                Some(Ok(Chunk::Stdout(bytes))) => head.extend_from_slice(&bytes),
-                Some(Ok(Chunk::Stderr(bytes))) => stderr.extend_from_slice(&bytes),
-                Some(Err(e)) => return Err(failed(e.to_string())),
-                None => {
-                    let said = String::from_utf8_lossy(&stderr);
-                    return Err(failed(format!("its shell ended: {}", said.trim())));
-                }
-            }
-            if !ready.as_bytes().starts_with(&head) {
-                let head = String::from_utf8_lossy(&head[..head.len().min(80)]);
-                return Err(failed(format!("its shell printed {head:?}")));
-            }
-        }
-        Ok(Courier {
+        let key = nonce();
+        let mut courier = Courier {
             sibling: sandbox,
             input,
             output,
             key,
-        })
+        };
+        match courier.begin().await {
+            Ok(()) => Ok(courier),
+            Err(why) => {
+                super::kill_tree(courier.pid());
+                courier.close().await;
+                Err(ToolError::new(
+                    ErrorKind::Unavailable,
+                    format!("a shell beside the session's for a client's transfers failed: {why}"),
+                ))
+            }
+        }
+    }
+
+    /// Gives its shell [`program`], and waits until the loop runs.
+    async fn begin(&mut self) -> Result<(), String> {
+        let program = program(&self.key);
+        write_all(&mut self.input, program.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let ready = format!("\n{}\n", self.key);
+        let (mut head, mut stderr) = (Vec::new(), Vec::new());
+        while head != ready.as_bytes() {
+            match self.output.next().await {
+                Some(Ok(Chunk::Stdout(bytes))) => head.extend_from_slice(&bytes),
+                Some(Ok(Chunk::Stderr(bytes))) => stderr.extend_from_slice(&bytes),
+                Some(Err(e)) => return Err(e.to_string()),
+                None => {
+                    let said = String::from_utf8_lossy(&stderr);
+                    return Err(format!("its shell ended: {}", said.trim()));
+                }
+            }
+            if !ready.as_bytes().starts_with(&head) {
+                let head = String::from_utf8_lossy(&head[..head.len().min(80)]);
+                return Err(format!("its shell printed {head:?}"));
+            }
+        }
+        Ok(())
     }
 
     /// Its shell's pid on this machine.

@@ -603,7 +603,7 @@ impl<L: Launcher> Sessions<L> {
         };
         if let Some(slot) = slot {
             slot.beside.send_replace(None);
-            drop(pipe::take_spare(&slot, None));
+            pipe::end_spares(&slot).await;
             if let Some(live) = slot.held.lock().await.live.take() {
                 live.sandbox.close().await;
             }

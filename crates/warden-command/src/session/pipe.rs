@@ -18,6 +18,9 @@ const KEPT: usize = 1;
 /// How long a courier may take to start before it is given up.
 const START: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// How long a session's end waits for a courier still starting.
+const END_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A courier of the session's, for the sandbox of that [`super::shell::Live::id`].
 pub(super) struct Spare<T: Siblings> {
     sandbox: u64,
@@ -65,19 +68,33 @@ impl<T: Siblings> Spare<T> {
 /// The slot's couriers.
 pub(super) type SparesOf<S> = Vec<Spare<<S as Sandbox>::Siblings>>;
 
-/// A courier of the slot's for `sandbox`, a ready one first; those for another sandbox
-/// (all, with `None`) are dropped, and their shells with them.
-pub(super) fn take_spare<S: Sandbox>(
-    slot: &SlotOf<S>,
-    sandbox: Option<u64>,
-) -> Option<Spare<S::Siblings>> {
+/// A courier of the slot's for `sandbox`, a ready one first; those for another sandbox (one
+/// that ended) are dropped, and their shells with them.
+fn take_spare<S: Sandbox>(slot: &SlotOf<S>, sandbox: u64) -> Option<Spare<S::Siblings>> {
     let mut spares = slot
         .spares
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    spares.retain(|s| Some(s.sandbox) == sandbox);
+    spares.retain(|s| s.sandbox == sandbox);
     let first = spares.iter().position(Spare::is_ready).unwrap_or(0);
     (!spares.is_empty()).then(|| spares.remove(first))
+}
+
+/// Ends the slot's couriers by the end of their input, one still starting once it started
+/// (within [`END_WAIT`]): a shell killed instead is an orphan, whose sandbox's end then waits
+/// until this machine's init has reaped it (1–2 s here, on the host).
+pub(super) async fn end_spares<S: Sandbox>(slot: &SlotOf<S>) {
+    let spares = std::mem::take(
+        &mut *slot
+            .spares
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    for spare in spares {
+        if let Ok(Some(courier)) = spare.courier(Instant::now() + END_WAIT).await {
+            courier.close().await;
+        }
+    }
 }
 
 impl<L: super::Launcher> Sessions<L> {
@@ -102,7 +119,7 @@ impl<L: super::Launcher> Sessions<L> {
                 _ => Piping::NotBeside,
             };
         };
-        let spare = take_spare(&slot, Some(beside.sandbox));
+        let spare = take_spare(&slot, beside.sandbox);
         let (ran, courier) = piped(&*beside.siblings, spare, pipe).await;
         if let Some(courier) = courier {
             keep(&slot, beside.sandbox, courier).await;
