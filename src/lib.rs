@@ -208,6 +208,7 @@ impl Builder {
             Some(h) => h,
             None => default_home().ok_or(Error::NoHome)?,
         };
+        let transactions = Store::at(&home.join("transactions"));
         Ok(Warden {
             artifacts: Artifacts {
                 store: home.join("store"),
@@ -220,8 +221,11 @@ impl Builder {
                 export: self.syslog,
             },
             runs: home.join("runs"),
-            transactions: Store::at(&home.join("transactions")),
-            snapshots: Arc::new(warden_snapshot::Snapshots::at(&home.join("snapshots"))),
+            transactions: transactions.clone(),
+            snapshots: Arc::new(warden_snapshot::Snapshots::at(
+                &home.join("snapshots"),
+                transactions,
+            )),
             trust: home.join("trust.toml"),
             toolbox: self.toolbox,
             egress: self.egress,

@@ -182,20 +182,47 @@ def test_snapshots_are_out_of_every_sandboxs_reach(base, tool):
         assert "archive.tar" not in seen.output and "snapshot.json" not in seen.output, seen.output
 
 
-def test_a_policy_with_a_read_write_root_is_refused_and_the_cli_lists_and_deletes(base):
-    rw = base / "policies" / "rw.toml"
-    (base / "rw").mkdir()
-    (base / "rw").chmod(0o777)
-    rw.write_text(
-        (base / "policies" / "shell-host.toml").read_text()
-        .replace('name = "host-shell"', 'name = "rw-shell"')
-        .replace(f'host = "../workspace", access = "read-only"', f'host = "../rw", access = "read-write"')
+@pytest.mark.parametrize("tool", SHELLS)
+def test_read_write_roots_are_rewound_by_a_restore_and_a_fork_is_refused(base, tool):
+    """A session's read-write root is the real folder, each command's changes a call's
+    transaction: a restore undoes the calls committed to it since the snapshot (byte-exact,
+    modes kept), a root changed by no call since is a `conflict` that leaves it as it is, and
+    a fork, which would write the same folder, is refused."""
+    shipped = "shell-host.toml" if tool == "host-shell" else "shell-docker.toml"
+    root = base / "rw"
+    root.mkdir()
+    root.chmod(0o777)
+    (base / "policies" / "rw.toml").write_text(
+        (base / "policies" / shipped).read_text()
+        .replace(f'name = "{tool}"', 'name = "rw-shell"')
+        .replace('host = "../workspace"', 'host = "../rw"')
+        .replace('access = "read-only"', 'access = "read-write"')
     )
-    kwargs = made(base, "rw-shell")
+    kwargs = made(base, "rw-shell") if tool == "host-shell" else {**made(base, tool), "tool": "rw-shell"}
+    seen = root if tool == "host-shell" else "/workspace"
     with WardenSandbox(**kwargs) as sandbox:
-        with pytest.raises(WardenSnapshotError) as refused:
-            sandbox.snapshot()
-    assert refused.value.kind == "read_write_roots", refused.value
+        first = sandbox.execute(f"cd {seen} && printf one >a && chmod 640 a && mkdir d && echo x >/tmp/t")
+        assert first.exit_code == 0, first.output
+        snap = sandbox.snapshot()
+        later = sandbox.execute(f"cd {seen} && printf two >a && chmod 600 a && rm -r d && printf b >b")
+        assert later.exit_code == 0, later.output
+        sandbox.execute(f"cd {seen} && printf three >>a && echo y >/tmp/t")
+        sandbox.restore(snap)
+        assert sorted(p.name for p in root.iterdir()) == ["a", "d"]
+        assert (root / "a").read_bytes() == b"one" and (root / "a").stat().st_mode & 0o777 == 0o640
+        assert sandbox.execute("cat /tmp/t").output == "x\n"
+        with pytest.raises(WardenSnapshotError) as forked:
+            sandbox.fork()
+        assert forked.value.kind == "read_write_roots", forked.value
+        sandbox.execute(f"printf four >{seen}/a")
+        (root / "a").write_bytes(b"a person's edit")
+        with pytest.raises(WardenSnapshotError) as clash:
+            sandbox.restore(snap)
+        assert clash.value.kind == "conflict" and "/a" in str(clash.value), clash.value
+        assert (root / "a").read_bytes() == b"a person's edit"
+
+
+def test_the_cli_lists_and_deletes_snapshots(base):
     with WardenSandbox(**made(base, "host-shell")) as sandbox:
         snap = sandbox.snapshot()
     env = {"WARDEN_HOME": str(base / "home"), "WARDEN_TOOLBOX": str(base / "policies")}

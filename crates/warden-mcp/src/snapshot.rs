@@ -3,8 +3,10 @@
 //!
 //! - `warden/snapshot` `{"tool": NAME}` snapshots the sandbox of the tool in this session and
 //!   answers `{"snapshot": SNAPSHOT}`;
-//! - `warden/restore` `{"tool": NAME, "snapshot": ID}` puts a snapshot into this session's
-//!   sandbox of the tool (a snapshot of another session: a fork) and answers the same;
+//! - `warden/restore` `{"tool": NAME, "snapshot": ID, "fork"?: BOOL}` puts a snapshot into
+//!   this session's sandbox of the tool and answers the same; its read-write roots are
+//!   rewound, and `"fork": true` (a new sandbox beside the one it was taken of) is refused
+//!   for a tool with any;
 //! - `warden/snapshots` `{}` answers `{"snapshots": [SNAPSHOT, …]}`, oldest first;
 //! - `warden/snapshot/delete` `{"snapshot": ID}` answers `{}`.
 //!
@@ -60,10 +62,16 @@ pub(crate) async fn answer(
             Some(tool) => one(snapshots.take(dispatcher, tool).await),
             None => invalid("{\"tool\": NAME}"),
         },
-        "warden/restore" => match (param("tool"), param("snapshot")) {
-            (Some(tool), Some(id)) => one(snapshots.restore(dispatcher, tool, id).await),
-            _ => invalid("{\"tool\": NAME, \"snapshot\": ID}"),
-        },
+        "warden/restore" => {
+            let fork = request.params.as_ref().and_then(|p| p.get("fork"));
+            match (param("tool"), param("snapshot"), fork) {
+                (Some(tool), Some(id), None | Some(Value::Bool(_))) => {
+                    let fork = fork == Some(&Value::Bool(true));
+                    one(snapshots.restore(dispatcher, tool, id, fork).await)
+                }
+                _ => invalid("{\"tool\": NAME, \"snapshot\": ID, \"fork\": BOOL (optional)}"),
+            }
+        }
         "warden/snapshots" => snapshots
             .store()
             .list()
@@ -109,7 +117,16 @@ fn refused(e: SnapshotError) -> ErrorData {
 fn kind(e: &SnapshotError) -> &'static str {
     match e {
         SnapshotError::UnknownTool(_) => "unknown_tool",
-        SnapshotError::ReadWriteRoots(_) => "read_write_roots",
+        SnapshotError::ForkOfRoots(_) => "read_write_roots",
+        SnapshotError::Roots {
+            source: warden_tx::TxError::Conflict { .. },
+            ..
+        } => "conflict",
+        SnapshotError::Roots {
+            source: warden_tx::TxError::NotUndoable { .. },
+            ..
+        } => "not_undoable",
+        SnapshotError::Roots { .. } => "roots",
         SnapshotError::Session(e) => e.kind.as_str(),
         SnapshotError::TooLarge { .. } => "too_large",
         SnapshotError::PolicyChanged { .. } => "policy_changed",

@@ -21,15 +21,19 @@
 //!   shell, else through base64 a part of whole entries at a time; then the shell's
 //!   directory and variables are replayed, quoted by warden. A restore that fails midway
 //!   leaves `/tmp` part restored, and says so.
+//! - **Read-write roots** are the real folders, changed by each command's transaction: a
+//!   snapshot keeps where their history stood, and a restore undoes the calls committed to
+//!   them since ([`roots`]). A fork of such a session is refused.
 //! - **Not carried**: running processes (background jobs), the shell's functions, aliases
-//!   and unexported variables. A session whose policy grants a read-write root is refused:
-//!   its roots are the real folders, which a restore must not write behind the transactions.
+//!   and unexported variables.
 
 pub mod archive;
+pub mod roots;
 pub mod shell;
 pub mod store;
 
 pub use archive::ArchiveError;
+pub use roots::RootsMark;
 pub use shell::ShellState;
 pub use store::{MAX_BYTES, MAX_SNAPSHOTS, Meta, Store};
 
@@ -37,9 +41,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use sha2::Digest as _;
 use std::path::PathBuf;
-use warden_core::{
-    Access, Dispatcher, Piped, Tool, ToolError, base64_lines, clean_command, decode_lines,
-};
+use warden_core::{Dispatcher, Piped, Tool, ToolError, base64_lines, clean_command, decode_lines};
 
 /// Why a snapshot or a restore failed.
 #[derive(Debug, thiserror::Error)]
@@ -47,10 +49,17 @@ pub enum SnapshotError {
     #[error("no tool named {0:?}")]
     UnknownTool(String),
     #[error(
-        "{0:?} grants a read-write root: a snapshot keeps a sandbox's /tmp and shell, and its \
-         roots' changes are the calls' transactions (`warden undo`, `warden/rewind`)"
+        "{0:?} grants a read-write root: a fork would write the same real folders as the \
+         session it was taken of (a fork with a view of its own is not built yet); restore the \
+         snapshot into a session instead, which undoes the calls committed to the roots since"
     )]
-    ReadWriteRoots(String),
+    ForkOfRoots(String),
+    #[error("the read-write roots could not be put back as they were{}: {source}", undone_note(*.undone))]
+    Roots {
+        /// Calls undone before the one that could not be.
+        undone: usize,
+        source: warden_tx::TxError,
+    },
     #[error("{0}")]
     Session(ToolError),
     #[error("the sandbox's /tmp could not be archived: {0}")]
@@ -92,6 +101,13 @@ pub enum SnapshotError {
     },
     #[error("no randomness for a snapshot's id: {0}")]
     Random(String),
+}
+
+fn undone_note(undone: usize) -> String {
+    match undone {
+        0 => String::new(),
+        n => format!(" ({n} later calls were undone before)"),
+    }
 }
 
 impl From<ToolError> for SnapshotError {
@@ -168,13 +184,17 @@ const CHUNK: usize = 768 * 1024;
 /// Snapshots in a store, taken of and restored into a dispatcher's sessions.
 pub struct Snapshots {
     store: Store,
+    /// The calls' transactions, which a restore rewinds a session's read-write roots by.
+    transactions: std::sync::Arc<warden_tx::Store>,
 }
 
 impl Snapshots {
-    /// Snapshots kept in `dir` (warden's `<home>/snapshots`).
-    pub fn at(dir: &std::path::Path) -> Self {
+    /// Snapshots kept in `dir` (warden's `<home>/snapshots`), beside the home's
+    /// `transactions`.
+    pub fn at(dir: &std::path::Path, transactions: std::sync::Arc<warden_tx::Store>) -> Self {
         Self {
             store: Store::at(dir),
+            transactions,
         }
     }
 
@@ -188,6 +208,14 @@ impl Snapshots {
     pub async fn take(&self, dispatcher: &Dispatcher, tool: &str) -> Result<Meta, SnapshotError> {
         let found = snapshotable(dispatcher, tool)?;
         let bound = dispatcher.transfer_bound(tool)?;
+        let writable = roots::read_write(found);
+        let marked = match writable.is_empty() {
+            true => None,
+            false => Some(
+                roots::mark(&self.transactions, writable)
+                    .map_err(|source| SnapshotError::Roots { undone: 0, source })?,
+            ),
+        };
         let skip = roots_below_tmp(found);
         let roots = strs(&skip);
         let raw = clean_command(&format!("{WALK}{PACK}{ARCHIVE_RAW}"), TAKE, &roots);
@@ -225,6 +253,7 @@ impl Snapshots {
         let mut hash = hashing.await.map_err(unfinished)?;
         let shell = shell?;
         hash.update(serde_json::to_vec(&shell).unwrap_or_default());
+        hash.update(serde_json::to_vec(&marked).unwrap_or_default());
         let digest = format!("sha256:{}", hex::encode(hash.finalize()));
         let meta = Meta {
             id: store::new_id()?,
@@ -234,6 +263,7 @@ impl Snapshots {
             bytes: archive.len() as u64,
             digest,
             shell,
+            roots: marked,
         };
         let meta = self.store.add(meta, &archive)?;
         tracing::info!(id = %meta.id, tool, bytes = meta.bytes, "snapshot taken");
@@ -241,12 +271,16 @@ impl Snapshots {
     }
 
     /// Puts snapshot `id` into the sandbox of `tool` in `dispatcher`'s session: its `/tmp`
-    /// becomes the snapshot's, its shell's directory and variables the snapshot's.
+    /// becomes the snapshot's, its shell's directory and variables the snapshot's, and its
+    /// read-write roots are rewound to where they stood ([`roots`]). A `fork` (a new
+    /// sandbox beside the one the snapshot was taken of) of a session with read-write roots
+    /// is refused.
     pub async fn restore(
         &self,
         dispatcher: &Dispatcher,
         tool: &str,
         id: &str,
+        fork: bool,
     ) -> Result<Meta, SnapshotError> {
         let found = snapshotable(dispatcher, tool)?;
         let meta = self.store.meta(id)?;
@@ -276,6 +310,18 @@ impl Snapshots {
         let refused = |e| SnapshotError::Refused(id.to_owned(), e);
         let whole = checking.await.map_err(unfinished)?.map_err(refused)?;
         let now = now?;
+        if let Some(mark) = &meta.roots {
+            if fork {
+                return Err(SnapshotError::ForkOfRoots(tool.to_owned()));
+            }
+            let transactions = self.transactions.clone();
+            let mark = mark.clone();
+            let undone = tokio::task::spawn_blocking(move || roots::rewind(&transactions, &mark))
+                .await
+                .map_err(unfinished)?
+                .map_err(|(undone, source)| SnapshotError::Roots { undone, source })?;
+            tracing::info!(id, tool, calls = undone.len(), "read-write roots rewound");
+        }
         let raw = clean_command(&format!("{WALK}{DROP}{EMPTY_UNPACK_RAW}"), RESTORE, &roots);
         match dispatcher
             .pipe_for_client(tool, raw, Some(&whole), 64 * 1024)
@@ -365,22 +411,12 @@ fn expect_ok(printed: String) -> Result<(), SnapshotError> {
     }
 }
 
-/// The tool, when a snapshot of its session may be taken.
+/// The tool named `tool`.
 fn snapshotable<'d>(dispatcher: &'d Dispatcher, tool: &str) -> Result<&'d Tool, SnapshotError> {
-    let found = dispatcher
+    dispatcher
         .toolbox()
         .get(tool)
-        .ok_or_else(|| SnapshotError::UnknownTool(tool.to_owned()))?;
-    if found
-        .policy
-        .grants
-        .fs
-        .iter()
-        .any(|g| g.access == Access::ReadWrite)
-    {
-        return Err(SnapshotError::ReadWriteRoots(tool.to_owned()));
-    }
-    Ok(found)
+        .ok_or_else(|| SnapshotError::UnknownTool(tool.to_owned()))
 }
 
 /// The roots the policy mounts below the sandbox's `/tmp` (a host shell sees a root at its

@@ -37,6 +37,9 @@ pub struct Meta {
     /// The shell's state, without the variables the policy sets from warden's environment,
     /// its secret ones, and the client's.
     pub shell: ShellState,
+    /// Where the tool's read-write roots stood, when it has any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roots: Option<crate::RootsMark>,
 }
 
 /// A folder of snapshots.
@@ -201,6 +204,7 @@ mod tests {
             bytes,
             digest: format!("sha256:{id}"),
             shell: ShellState::default(),
+            roots: None,
         }
     }
 

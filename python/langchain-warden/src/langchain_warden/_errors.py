@@ -25,7 +25,8 @@ class WardenProcessError(WardenError):
 
 class WardenSnapshotError(WardenError):
     """warden refused a snapshot or a restore; `kind` says why (`not_found`, `full`,
-    `policy_changed`, `read_write_roots`, `too_large`, `refused`, `unavailable`, …)."""
+    `policy_changed`, `read_write_roots` for a fork of a sandbox with one, `conflict` for roots
+    changed by no call, `not_undoable`, `too_large`, `refused`, `unavailable`, …)."""
 
     def __init__(self, message: str, kind: str) -> None:
         super().__init__(message)

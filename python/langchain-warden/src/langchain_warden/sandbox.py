@@ -293,10 +293,11 @@ class WardenSandbox(BaseSandbox):
     def snapshot(self) -> str:
         """Snapshots this sandbox: its `/tmp` and its shell's working directory and exported
         variables (not running processes, functions or aliases), kept in warden's home outside
-        every grant. Answers the snapshot's id, which any process of the same home may
-        `restore` or make a sandbox `from_snapshot` with. `WardenSnapshotError` says why not
-        (its `kind`: `read_write_roots` for a policy that grants one, `too_large` past the
-        policy's `transfer`, `full` past the home's bounds)."""
+        every grant, and where the history of its read-write roots stood (their changes are
+        each command's transaction). Answers the snapshot's id, which any process of the same
+        home may `restore` or make a sandbox `from_snapshot` with. `WardenSnapshotError` says
+        why not (its `kind`: `too_large` past the policy's `transfer`, `full` past the home's
+        bounds)."""
         return _snapshot_id(_snapshot_answer(lambda: self._session.request(
             "warden/snapshot", {"tool": self._tool})))
 
@@ -309,46 +310,63 @@ class WardenSandbox(BaseSandbox):
     def restore(self, snap_id: str) -> None:
         """Puts snapshot `snap_id` into this sandbox: its `/tmp` becomes the snapshot's
         (what is there now is removed), and its shell's directory and exported variables the
-        snapshot's. Refused (`WardenSnapshotError`) for a snapshot taken under another policy
-        (`policy_changed`), one warden cannot find (`not_found`), or an archive warden did not
-        write (`refused`)."""
-        _snapshot_answer(lambda: self._session.request(
-            "warden/restore", {"tool": self._tool, "snapshot": snap_id}))
+        snapshot's; the calls committed to its read-write roots since are undone, newest first.
+        Refused (`WardenSnapshotError`) for a snapshot taken under another policy
+        (`policy_changed`), one warden cannot find (`not_found`), an archive warden did not
+        write (`refused`), or roots changed since by no call (`conflict`)."""
+        self._restore(snap_id, fork=False)
 
     async def arestore(self, snap_id: str) -> None:
         """The async twin of `restore`."""
-        await _asnapshot_answer(self._session.arequest(
-            "warden/restore", {"tool": self._tool, "snapshot": snap_id}))
+        await self._arestore(snap_id, fork=False)
+
+    def _restore(self, snap_id: str, *, fork: bool) -> None:
+        params = {"tool": self._tool, "snapshot": snap_id, "fork": fork}
+        _snapshot_answer(lambda: self._session.request("warden/restore", params))
+
+    async def _arestore(self, snap_id: str, *, fork: bool) -> None:
+        params = {"tool": self._tool, "snapshot": snap_id, "fork": fork}
+        await _asnapshot_answer(self._session.arequest("warden/restore", params))
 
     def fork(self) -> WardenSandbox:
         """A new sandbox (made with this one's arguments) holding this one's state now: a
-        snapshot of this one, restored into the new one. The two share nothing after."""
+        snapshot of this one, restored into the new one. The two share nothing after. Refused
+        (`WardenSnapshotError`, `read_write_roots`) for a policy that grants a read-write root:
+        the fork would write the same real folders."""
         snap_id = self.snapshot()
-        return WardenSandbox.from_snapshot(snap_id, **self._made)
+        return WardenSandbox._made_from(snap_id, fork=True, **self._made)
 
     async def afork(self) -> WardenSandbox:
         """The async twin of `fork`."""
         snap_id = await self.asnapshot()
-        return await WardenSandbox.afrom_snapshot(snap_id, **self._made)
+        return await WardenSandbox._amade_from(snap_id, fork=True, **self._made)
 
     @classmethod
     def from_snapshot(cls, snap_id: str, **kwargs: Any) -> WardenSandbox:
         """A new sandbox (`kwargs` as the constructor takes them) holding snapshot
-        `snap_id`."""
+        `snap_id`, its read-write roots rewound as `restore` does."""
+        return cls._made_from(snap_id, fork=False, **kwargs)
+
+    @classmethod
+    async def afrom_snapshot(cls, snap_id: str, **kwargs: Any) -> WardenSandbox:
+        """The async twin of `from_snapshot`."""
+        return await cls._amade_from(snap_id, fork=False, **kwargs)
+
+    @classmethod
+    def _made_from(cls, snap_id: str, *, fork: bool, **kwargs: Any) -> WardenSandbox:
         sandbox = cls(**kwargs)
         try:
-            sandbox.restore(snap_id)
+            sandbox._restore(snap_id, fork=fork)
         except BaseException:
             sandbox.close()
             raise
         return sandbox
 
     @classmethod
-    async def afrom_snapshot(cls, snap_id: str, **kwargs: Any) -> WardenSandbox:
-        """The async twin of `from_snapshot`."""
+    async def _amade_from(cls, snap_id: str, *, fork: bool, **kwargs: Any) -> WardenSandbox:
         sandbox = await asyncio.to_thread(lambda: cls(**kwargs))
         try:
-            await sandbox.arestore(snap_id)
+            await sandbox._arestore(snap_id, fork=fork)
         except BaseException:
             sandbox.close()
             raise
