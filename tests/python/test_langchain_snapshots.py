@@ -19,6 +19,7 @@ import pytest
 
 from langchain_harness import require_docker, scratch, shell_toolbox, warden_bin
 from langchain_warden import WardenSandbox, WardenSnapshotError
+from langchain_warden._process import McpError
 
 SHELLS = ["host-shell", "shell"]
 DATA = bytes(range(256)) * 1024  # 256 KiB of every byte value
@@ -214,6 +215,11 @@ def test_read_write_roots_are_rewound_by_a_restore_and_a_fork_is_refused(base, t
         with pytest.raises(WardenSnapshotError) as forked:
             sandbox.fork()
         assert forked.value.kind == "read_write_roots", forked.value
+        with pytest.raises(McpError) as shape:
+            sandbox._session.request(
+                "warden/restore", {"tool": "rw-shell", "snapshot": snap, "fork": "yes"}
+            )
+        assert shape.value.code == -32602
         sandbox.execute(f"printf four >{seen}/a")
         (root / "a").write_bytes(b"a person's edit")
         with pytest.raises(WardenSnapshotError) as clash:
