@@ -7,6 +7,7 @@ bounded number of rounds. No test waits on a clock: every lie is finite output."
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -372,6 +373,20 @@ def test_one_shell_beside_the_session_carries_every_transfer(tool):
         assert sandbox._session.request("warden/write", params) == {"size": 3}
         [back] = sandbox.download_files(["/tmp/two"])
         assert back.content == b"two"
+
+
+async def test_transfers_at_once_each_get_a_shell_and_one_is_kept():
+    """Transfers that overlap each get a shell beside the session's (the kept one, or a fresh
+    one); every byte comes back as it went, and once they have all ended one shell waits for
+    the next."""
+    require_docker()
+    with _box("shell", transfer="1MiB") as sandbox:
+        files = [(f"/tmp/at-once/{n}", os.urandom(200_000) + bytes([n])) for n in range(6)]
+        ups = await asyncio.gather(*(sandbox.aupload_files([f]) for f in files))
+        assert all(up.error is None for [up] in ups), ups
+        downs = await asyncio.gather(*(sandbox.adownload_files([p]) for p, _ in files))
+        assert [down.content for [down] in downs] == [data for _, data in files]
+        assert len(sandbox.execute(OTHER_SHELLS).output.split()) == 1
 
 
 def test_bytes_go_into_a_request_as_base64_whatever_its_other_text():
