@@ -188,7 +188,8 @@ def test_read_write_roots_are_rewound_by_a_restore_and_a_fork_is_refused(base, t
     """A session's read-write root is the real folder, each command's changes a call's
     transaction: a restore undoes the calls committed to it since the snapshot (byte-exact,
     modes kept), a root changed by no call since is a `conflict` that leaves it as it is, and
-    a fork, which would write the same folder, is refused."""
+    a fork, which would write the same folder, is refused; a forced restore replaces what
+    changed."""
     shipped = "shell-host.toml" if tool == "host-shell" else "shell-docker.toml"
     root = base / "rw"
     root.mkdir()
@@ -226,6 +227,14 @@ def test_read_write_roots_are_rewound_by_a_restore_and_a_fork_is_refused(base, t
             sandbox.restore(snap)
         assert clash.value.kind == "conflict" and "/a" in str(clash.value), clash.value
         assert (root / "a").read_bytes() == b"a person's edit"
+        sandbox.restore(snap, force=True)
+        assert (root / "a").read_bytes() == b"one", "forced, over the edit"
+        with pytest.raises(McpError) as both:
+            sandbox._session.request(
+                "warden/restore",
+                {"tool": "rw-shell", "snapshot": snap, "fork": True, "force": True},
+            )
+        assert both.value.code == -32602
 
 
 def test_the_cli_lists_and_deletes_snapshots(base):

@@ -3,10 +3,10 @@
 //!
 //! - `warden/snapshot` `{"tool": NAME}` snapshots the sandbox of the tool in this session and
 //!   answers `{"snapshot": SNAPSHOT}`;
-//! - `warden/restore` `{"tool": NAME, "snapshot": ID, "fork"?: BOOL}` puts a snapshot into
-//!   this session's sandbox of the tool and answers the same; its read-write roots are
-//!   rewound, and `"fork": true` (a new sandbox beside the one it was taken of) is refused
-//!   for a tool with any;
+//! - `warden/restore` `{"tool": NAME, "snapshot": ID, "fork"?: BOOL, "force"?: BOOL}` puts a
+//!   snapshot into this session's sandbox of the tool and answers the same; its read-write
+//!   roots are rewound (`force`: over what changed since by no call), and `"fork": true` (a
+//!   new sandbox beside the one it was taken of) is refused for a tool with any;
 //! - `warden/snapshots` `{}` answers `{"snapshots": [SNAPSHOT, …]}`, oldest first;
 //! - `warden/snapshot/delete` `{"snapshot": ID}` answers `{}`.
 //!
@@ -18,7 +18,7 @@ use rmcp::ErrorData;
 use rmcp::model::{CustomRequest, CustomResult, ErrorCode};
 use serde_json::{Value, json};
 use warden_core::Dispatcher;
-use warden_snapshot::{Meta, SnapshotError, Snapshots};
+use warden_snapshot::{Meta, Restore, SnapshotError, Snapshots};
 
 /// The error code of a snapshot request refused.
 pub(crate) const REFUSED: ErrorCode = ErrorCode(-32011);
@@ -62,16 +62,15 @@ pub(crate) async fn answer(
             Some(tool) => one(snapshots.take(dispatcher, tool).await),
             None => invalid("{\"tool\": NAME}"),
         },
-        "warden/restore" => {
-            let fork = request.params.as_ref().and_then(|p| p.get("fork"));
-            match (param("tool"), param("snapshot"), fork) {
-                (Some(tool), Some(id), None | Some(Value::Bool(_))) => {
-                    let fork = fork == Some(&Value::Bool(true));
-                    one(snapshots.restore(dispatcher, tool, id, fork).await)
-                }
-                _ => invalid("{\"tool\": NAME, \"snapshot\": ID, \"fork\": BOOL (optional)}"),
+        "warden/restore" => match (param("tool"), param("snapshot"), how(request)) {
+            (Some(tool), Some(id), Some(how)) => {
+                one(snapshots.restore(dispatcher, tool, id, how).await)
             }
-        }
+            _ => invalid(
+                "{\"tool\": NAME, \"snapshot\": ID, \"fork\": BOOL, \"force\": BOOL} (the two \
+                 optional, not both true)",
+            ),
+        },
         "warden/snapshots" => snapshots
             .store()
             .list()
@@ -88,6 +87,22 @@ pub(crate) async fn answer(
                 .map_err(refused),
             None => invalid("{\"snapshot\": ID}"),
         },
+    }
+}
+
+/// How a `warden/restore` asks to be made, from its `fork` and `force`; None for values of
+/// another shape, or both.
+fn how(request: &CustomRequest) -> Option<Restore> {
+    let flag = |key| match request.params.as_ref().and_then(|p| p.get(key)) {
+        None => Some(false),
+        Some(Value::Bool(b)) => Some(*b),
+        Some(_) => None,
+    };
+    match (flag("fork")?, flag("force")?) {
+        (false, false) => Some(Restore::Rewind),
+        (false, true) => Some(Restore::Forced),
+        (true, false) => Some(Restore::Fork),
+        (true, true) => None,
     }
 }
 

@@ -181,6 +181,20 @@ const RESTORE: &str = "warden-restore";
 /// larger file alone).
 const CHUNK: usize = 768 * 1024;
 
+/// How a restore treats the session's read-write roots ([`roots`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restore {
+    /// Into the session the snapshot was taken of, or a sandbox made from it: the calls
+    /// committed to the roots since are undone; a root changed since by no call is a
+    /// `conflict`.
+    Rewind,
+    /// The same, over what changed since by no call.
+    Forced,
+    /// Into a new sandbox beside the one it was taken of: refused where the policy grants
+    /// a read-write root, since both would write the same folders.
+    Fork,
+}
+
 /// Snapshots in a store, taken of and restored into a dispatcher's sessions.
 pub struct Snapshots {
     store: Store,
@@ -272,15 +286,13 @@ impl Snapshots {
 
     /// Puts snapshot `id` into the sandbox of `tool` in `dispatcher`'s session: its `/tmp`
     /// becomes the snapshot's, its shell's directory and variables the snapshot's, and its
-    /// read-write roots are rewound to where they stood ([`roots`]). A `fork` (a new
-    /// sandbox beside the one the snapshot was taken of) of a session with read-write roots
-    /// is refused.
+    /// read-write roots are rewound to where they stood, as `how` says.
     pub async fn restore(
         &self,
         dispatcher: &Dispatcher,
         tool: &str,
         id: &str,
-        fork: bool,
+        how: Restore,
     ) -> Result<Meta, SnapshotError> {
         let found = snapshotable(dispatcher, tool)?;
         let meta = self.store.meta(id)?;
@@ -311,15 +323,16 @@ impl Snapshots {
         let whole = checking.await.map_err(unfinished)?.map_err(refused)?;
         let now = now?;
         if let Some(mark) = &meta.roots {
-            if fork {
+            if how == Restore::Fork {
                 return Err(SnapshotError::ForkOfRoots(tool.to_owned()));
             }
-            let transactions = self.transactions.clone();
-            let mark = mark.clone();
-            let undone = tokio::task::spawn_blocking(move || roots::rewind(&transactions, &mark))
-                .await
-                .map_err(unfinished)?
-                .map_err(|(undone, source)| SnapshotError::Roots { undone, source })?;
+            let (transactions, mark) = (self.transactions.clone(), mark.clone());
+            let forced = how == Restore::Forced;
+            let undone =
+                tokio::task::spawn_blocking(move || roots::rewind(&transactions, &mark, forced))
+                    .await
+                    .map_err(unfinished)?
+                    .map_err(|(undone, source)| SnapshotError::Roots { undone, source })?;
             tracing::info!(id, tool, calls = undone.len(), "read-write roots rewound");
         }
         let raw = clean_command(&format!("{WALK}{DROP}{EMPTY_UNPACK_RAW}"), RESTORE, &roots);

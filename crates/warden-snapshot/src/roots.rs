@@ -3,8 +3,9 @@
 //! history stood (the newest call committed to them), and a restore undoes every call
 //! committed to them since, newest first: `warden rewind`'s rule, kept to these roots. A root
 //! changed since by no call (a person's editor) makes the restore a `conflict` naming the
-//! paths; a call whose pre-images were dropped (the store's bounds) cannot be undone, and the
-//! restore says so. A fork is refused: its roots would be its origin's real folders.
+//! paths, unless the restore is forced; a call whose pre-images were dropped (the store's
+//! bounds) cannot be undone, and the restore says so. A fork is refused: its roots would be
+//! its origin's real folders.
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -49,10 +50,14 @@ pub(crate) fn mark(store: &Store, paths: Vec<PathBuf>) -> Result<RootsMark, TxEr
     })
 }
 
-/// Undoes every call committed to `mark`'s roots after it, newest first, stopping at the
-/// first that cannot be undone: answers the calls undone, or how many were and why the next
-/// was not.
-pub(crate) fn rewind(store: &Store, mark: &RootsMark) -> Result<Vec<CallRecord>, (usize, TxError)> {
+/// Undoes every call committed to `mark`'s roots after it, newest first (`forced`: over what
+/// changed since by no call), stopping at the first that cannot be undone: answers the calls
+/// undone, or how many were and why the next was not.
+pub(crate) fn rewind(
+    store: &Store,
+    mark: &RootsMark,
+    forced: bool,
+) -> Result<Vec<CallRecord>, (usize, TxError)> {
     let mut later: Vec<CallRecord> = store
         .records()
         .map_err(|e| (0, e))?
@@ -63,7 +68,11 @@ pub(crate) fn rewind(store: &Store, mark: &RootsMark) -> Result<Vec<CallRecord>,
     later.sort_by_key(|r| std::cmp::Reverse(r.committed_ns));
     let mut undone = Vec::new();
     for record in later {
-        let done = store.undo(&record.call_id).map_err(|e| (undone.len(), e))?;
+        let done = match forced {
+            true => store.undo_forced(&record.call_id),
+            false => store.undo(&record.call_id),
+        };
+        let done = done.map_err(|e| (undone.len(), e))?;
         undone.push(done);
     }
     Ok(undone)

@@ -194,6 +194,17 @@ impl Store {
     /// Puts back exactly what call `call` changed, if nothing since changed those paths
     /// (a [`TxError::Conflict`] otherwise, and nothing is touched).
     pub fn undo(&self, call: &str) -> Result<CallRecord, TxError> {
+        self.undo_with(call, false)
+    }
+
+    /// As [`Store::undo`], over whatever changed those paths since: what another call or a
+    /// person wrote there is replaced by what the call found (a path that became a folder
+    /// with entries where a file was is an error, and stops it there).
+    pub fn undo_forced(&self, call: &str) -> Result<CallRecord, TxError> {
+        self.undo_with(call, true)
+    }
+
+    fn undo_with(&self, call: &str, forced: bool) -> Result<CallRecord, TxError> {
         self.ready()?;
         let dir = self.record_dir(call)?;
         let _one_at_a_time = lock(&self.committed);
@@ -214,7 +225,10 @@ impl Store {
             });
         }
         let roots = open_roots(&record.roots)?;
-        let changed = changed_since(&record, &roots)?;
+        let changed = match forced {
+            true => Vec::new(),
+            false => changed_since(&record, &roots)?,
+        };
         if !changed.is_empty() {
             return Err(TxError::Conflict {
                 call: Some(call.to_owned()),

@@ -336,6 +336,26 @@ fn undo_of_a_call_whose_paths_a_later_call_changed_is_a_conflict_and_rewind_undo
 }
 
 #[test]
+fn a_forced_undo_puts_back_what_the_call_found_over_a_later_change() {
+    let Some(s) = setup() else { return };
+    s.call("ffff-1", "echo one > a").expect("one");
+    let after_one = s.tree();
+    s.call("ffff-2", "echo two > a; echo new > b").expect("two");
+    std::fs::write(s.root.join("a"), "a person's edit\n").expect("edit");
+    std::fs::write(s.root.join("b"), "edited too\n").expect("edit");
+    assert!(matches!(
+        s.store.undo("ffff-2"),
+        Err(TxError::Conflict { .. })
+    ));
+    s.store.undo_forced("ffff-2").expect("forced");
+    assert_eq!(
+        s.tree(),
+        after_one,
+        "the edits replaced, the added file removed"
+    );
+}
+
+#[test]
 fn a_link_planted_by_one_call_is_never_written_or_read_through() {
     let Some(s) = setup() else { return };
     let secret = s._dir.path().join("secret");

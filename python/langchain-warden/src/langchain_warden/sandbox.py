@@ -307,25 +307,26 @@ class WardenSandbox(BaseSandbox):
             "warden/snapshot", {"tool": self._tool}))
         return _snapshot_id(answer)
 
-    def restore(self, snap_id: str) -> None:
+    def restore(self, snap_id: str, *, force: bool = False) -> None:
         """Puts snapshot `snap_id` into this sandbox: its `/tmp` becomes the snapshot's
         (what is there now is removed), and its shell's directory and exported variables the
         snapshot's; the calls committed to its read-write roots since are undone, newest first.
         Refused (`WardenSnapshotError`) for a snapshot taken under another policy
         (`policy_changed`), one warden cannot find (`not_found`), an archive warden did not
-        write (`refused`), or roots changed since by no call (`conflict`)."""
-        self._restore(snap_id, fork=False)
+        write (`refused`), or roots changed since by no call (`conflict`; with `force`, what
+        changed is replaced)."""
+        self._restore(snap_id, fork=False, force=force)
 
-    async def arestore(self, snap_id: str) -> None:
+    async def arestore(self, snap_id: str, *, force: bool = False) -> None:
         """The async twin of `restore`."""
-        await self._arestore(snap_id, fork=False)
+        await self._arestore(snap_id, fork=False, force=force)
 
-    def _restore(self, snap_id: str, *, fork: bool) -> None:
-        params = {"tool": self._tool, "snapshot": snap_id, "fork": fork}
+    def _restore(self, snap_id: str, *, fork: bool, force: bool = False) -> None:
+        params = {"tool": self._tool, "snapshot": snap_id, "fork": fork, "force": force}
         _snapshot_answer(lambda: self._session.request("warden/restore", params))
 
-    async def _arestore(self, snap_id: str, *, fork: bool) -> None:
-        params = {"tool": self._tool, "snapshot": snap_id, "fork": fork}
+    async def _arestore(self, snap_id: str, *, fork: bool, force: bool = False) -> None:
+        params = {"tool": self._tool, "snapshot": snap_id, "fork": fork, "force": force}
         await _asnapshot_answer(self._session.arequest("warden/restore", params))
 
     def fork(self) -> WardenSandbox:
