@@ -14,8 +14,11 @@ import json
 import logging
 import os
 import re
+import subprocess
+import tarfile
 import time
 from collections.abc import Callable, Generator, Iterator
+from io import BytesIO
 from typing import Any, TypeVar
 
 import pytest
@@ -81,7 +84,13 @@ def _box(
             '"warden-sandbox-debian:latest"', '"warden-sandbox:latest"'
         )
         assert busybox.count("shell-busybox") == 1 and "warden-sandbox:latest" in busybox
-        box = shell_toolbox(base, extra={"shell-busybox.toml": busybox})
+        extra = {"shell-busybox.toml": busybox}
+        if tool == "shell-nodd":
+            _image_without_dd()
+            extra["shell-nodd.toml"] = docker.replace('name = "shell"', 'name = "shell-nodd"').replace(
+                '"warden-sandbox-debian:latest"', f'"{NODD}"'
+            )
+        box = shell_toolbox(base, extra=extra)
         for policy in box.glob("*.toml"):
             written = f'transfer = "{transfer}"\n' if transfer else ""
             text, n = TRANSFER.subn(written, policy.read_text())
@@ -91,6 +100,39 @@ def _box(
             policy.write_text(text)
         with WardenSandbox(tool, box, base / "home", warden_bin(), **options) as sandbox:
             yield sandbox
+
+
+NODD = "warden-test-nodd:latest"
+
+
+def _image_without_dd() -> None:
+    """warden's Debian image without `dd` (as `warden sandbox-image --debian` configures
+    it): a sandbox where no shell can carry transfers beside the session's. (busybox's shell
+    runs its own `dd` whatever the files hold.)"""
+    if subprocess.run(["docker", "image", "inspect", NODD], capture_output=True).returncode == 0:
+        return
+    run = lambda *args, **kw: subprocess.run(  # noqa: E731
+        ["docker", *args], capture_output=True, check=True, **kw
+    )
+    made = run("create", "warden-sandbox-debian:latest", "sh").stdout.decode().strip()
+    try:
+        exported = run("export", made).stdout
+    finally:
+        subprocess.run(["docker", "rm", made], capture_output=True)
+    out = BytesIO()
+    with tarfile.open(fileobj=BytesIO(exported)) as src, tarfile.open(fileobj=out, mode="w") as dst:
+        for member in src.getmembers():
+            if member.name.lstrip("./") in ("bin/dd", "usr/bin/dd"):
+                continue
+            dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+    changes = [
+        "USER 65534:65534",
+        "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "ENV LANG=C.UTF-8",
+        'CMD ["/bin/bash"]',
+        "WORKDIR /",
+    ]
+    run("import", *(f"--change={c}" for c in changes), "-", NODD, input=out.getvalue())
 
 
 @pytest.fixture(params=["host-shell", "shell", "shell-busybox"])
@@ -373,6 +415,20 @@ def test_one_shell_beside_the_session_carries_every_transfer(tool):
         assert sandbox._session.request("warden/write", params) == {"size": 3}
         [back] = sandbox.download_files(["/tmp/two"])
         assert back.content == b"two"
+
+
+def test_without_a_dd_that_reads_whole_blocks_transfers_go_through_the_session():
+    """In an image whose `dd` cannot read exactly a transfer's bytes (here none at all), no
+    shell carries transfers beside the session's: they go through the session's shell, byte
+    for byte, and no shell is left waiting beside it."""
+    require_docker()
+    data = bytes(range(256)) * 1000
+    with _box("shell-nodd", transfer="1MiB") as sandbox:
+        assert sandbox.execute("dd if=/dev/null 2>&1; echo $?").output.strip().endswith("127")
+        assert sandbox.upload_files([("/tmp/x", data)])[0].error is None
+        assert sandbox.download_files(["/tmp/x"])[0].content == data
+        assert sandbox.upload_files([("/tmp/y", b"again")])[0].error is None
+        assert sandbox.execute(OTHER_SHELLS).output.split() == []
 
 
 async def test_transfers_at_once_each_get_a_shell_and_one_is_kept():

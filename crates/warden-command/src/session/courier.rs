@@ -28,14 +28,13 @@ use warden_core::{ErrorKind, Pipe, Piped, ToolError};
 const BLOCK: usize = 64 << 10;
 
 /// What a courier's shell runs, with its key (see the module). A POSIX shell's builtins, and
-/// `dd` with `iflag=fullblock` (coreutils, busybox), which it checks first; one line, read
-/// whole before anything else is written.
+/// `dd` with `iflag=fullblock` (coreutils, busybox's of recent years), which it checks first,
+/// answering [`UNSUITED`] without one; one line, read whole before anything else is written.
 fn program(key: &str) -> String {
     format!(
         "warden_k={key}; \
-         [ \"$(printf ab | dd bs=1 count=1 iflag=fullblock 2>/dev/null)\" = a ] || {{ echo \
-         'this sandbox has no `dd` that takes iflag=fullblock, which carries transfers beside \
-         the session: use an image with coreutils or busybox' >&2; exit 127; }}; \
+         [ \"$(printf ab | dd bs=1 count=1 iflag=fullblock 2>/dev/null)\" = a ] || {{ \
+         printf '\\n%s {UNSUITED}\\n' \"$warden_k\"; exit 127; }}; \
          printf '\\n%s\\n' \"$warden_k\"; \
          while IFS=' ' read -r warden_q warden_r && IFS= read -r warden_t && \
          IFS= read -r warden_c; do \
@@ -51,6 +50,9 @@ fn program(key: &str) -> String {
          printf '\\n%s>\\n' \"$warden_t\" >&2; done\n"
     )
 }
+
+/// What follows the key on the line of a courier that cannot run in its sandbox.
+const UNSUITED: &str = "unsuited";
 
 /// `command` as one line that `printf '%b'` turns back into it.
 fn escaped(command: &str) -> String {
@@ -78,6 +80,14 @@ pub(super) enum Failed {
     Broken(io::Error),
 }
 
+/// Why no courier started.
+pub(super) enum Unstarted {
+    /// Its sandbox has no `dd` that takes `iflag=fullblock`: its transfers go through the
+    /// session's shell instead.
+    Unsuited,
+    Failed(ToolError),
+}
+
 /// What a courier brought back.
 pub(super) struct Carried {
     pub piped: Piped,
@@ -88,13 +98,13 @@ pub(super) struct Carried {
 
 impl<T: Sibling> Courier<T> {
     /// Starts one beside the session's shell, and waits until its loop runs.
-    pub(super) async fn start<S: Siblings<Sibling = T>>(siblings: &S) -> Result<Self, ToolError> {
+    pub(super) async fn start<S: Siblings<Sibling = T>>(siblings: &S) -> Result<Self, Unstarted> {
         let Launched {
             sandbox,
             input,
             output,
             ..
-        } = siblings.start().await?;
+        } = siblings.start().await.map_err(Unstarted::Failed)?;
         let key = nonce();
         let mut courier = Courier {
             sibling: sandbox,
@@ -102,40 +112,46 @@ impl<T: Sibling> Courier<T> {
             output,
             key,
         };
-        match courier.begin().await {
-            Ok(()) => Ok(courier),
-            Err(why) => {
-                super::kill_tree(courier.pid());
-                courier.close().await;
-                Err(ToolError::new(
-                    ErrorKind::Unavailable,
-                    format!("a shell beside the session's for a client's transfers failed: {why}"),
-                ))
-            }
-        }
+        let Err(why) = courier.begin().await else {
+            return Ok(courier);
+        };
+        super::kill_tree(courier.pid());
+        courier.close().await;
+        Err(match why {
+            None => Unstarted::Unsuited,
+            Some(why) => Unstarted::Failed(ToolError::new(
+                ErrorKind::Unavailable,
+                format!("a shell beside the session's for a client's transfers failed: {why}"),
+            )),
+        })
     }
 
-    /// Gives its shell [`program`], and waits until the loop runs.
-    async fn begin(&mut self) -> Result<(), String> {
+    /// Gives its shell [`program`], and waits until the loop runs: Err(None) when it cannot
+    /// run in its sandbox, else why it did not start.
+    async fn begin(&mut self) -> Result<(), Option<String>> {
         let program = program(&self.key);
         write_all(&mut self.input, program.as_bytes())
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| Some(e.to_string()))?;
         let ready = format!("\n{}\n", self.key);
+        let unsuited = format!("\n{} {UNSUITED}\n", self.key);
         let (mut head, mut stderr) = (Vec::new(), Vec::new());
         while head != ready.as_bytes() {
+            if head == unsuited.as_bytes() {
+                return Err(None);
+            }
             match self.output.next().await {
                 Some(Ok(Chunk::Stdout(bytes))) => head.extend_from_slice(&bytes),
                 Some(Ok(Chunk::Stderr(bytes))) => stderr.extend_from_slice(&bytes),
-                Some(Err(e)) => return Err(e.to_string()),
+                Some(Err(e)) => return Err(Some(e.to_string())),
                 None => {
                     let said = String::from_utf8_lossy(&stderr);
-                    return Err(format!("its shell ended: {}", said.trim()));
+                    return Err(Some(format!("its shell ended: {}", said.trim())));
                 }
             }
-            if !ready.as_bytes().starts_with(&head) {
+            if !ready.as_bytes().starts_with(&head) && !unsuited.as_bytes().starts_with(&head) {
                 let head = String::from_utf8_lossy(&head[..head.len().min(80)]);
-                return Err(format!("its shell printed {head:?}"));
+                return Err(Some(format!("its shell printed {head:?}")));
             }
         }
         Ok(())

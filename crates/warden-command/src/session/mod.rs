@@ -319,6 +319,8 @@ struct SlotOf<S: Sandbox> {
     beside: tokio::sync::watch::Sender<Option<Beside<S::Siblings>>>,
     /// Shells beside it that carry a client's transfers ([`pipe`]).
     spares: Mutex<pipe::SparesOf<S>>,
+    /// None can run in its sandbox: its transfers go through its shell.
+    unsuited: std::sync::atomic::AtomicBool,
 }
 
 impl<S: Sandbox> Default for SlotOf<S> {
@@ -327,6 +329,7 @@ impl<S: Sandbox> Default for SlotOf<S> {
             held: tokio::sync::Mutex::default(),
             beside: tokio::sync::watch::Sender::new(None),
             spares: Mutex::default(),
+            unsuited: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }

@@ -4,8 +4,10 @@
 //! transfer on: one that carried a transfer is kept for the next, and one used up is
 //! replaced ahead of the next. Each is one more idle shell among the sandbox's processes;
 //! one that died (a command killed it) or came out of step is passed over for a fresh start.
+//! Where none can run (a `dd` without `iflag=fullblock`), the session's transfers go through
+//! its shell instead ([`Piping::NotBeside`]).
 
-use super::courier::{Carried, Courier, Failed};
+use super::courier::{Carried, Courier, Failed, Unstarted};
 use super::{Sandbox, Sessions, Siblings, SlotOf};
 use std::sync::Arc;
 use tokio::time::Instant;
@@ -110,6 +112,9 @@ impl<L: super::Launcher> Sessions<L> {
         let Some(slot) = slot else {
             return Piping::NoShellYet;
         };
+        if slot.unsuited.load(std::sync::atomic::Ordering::Relaxed) {
+            return Piping::NotBeside;
+        }
         let offered = slot.beside.borrow().clone();
         let Some(beside) = offered else {
             // A shell that is free and not there; else one that is there and starts none
@@ -120,7 +125,18 @@ impl<L: super::Launcher> Sessions<L> {
             };
         };
         let spare = take_spare(&slot, beside.sandbox);
-        let (ran, courier) = piped(&*beside.siblings, spare, pipe).await;
+        let (ran, courier) = match piped(&*beside.siblings, spare, pipe).await {
+            Carrying::Ran(ran, courier) => (ran, courier),
+            Carrying::Unsuited => {
+                tracing::info!(
+                    "this sandbox's dd does not take iflag=fullblock: a client's transfers go \
+                     through the session's shell"
+                );
+                slot.unsuited
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                return Piping::NotBeside;
+            }
+        };
         if let Some(courier) = courier {
             keep(&slot, beside.sandbox, courier).await;
         }
@@ -181,13 +197,21 @@ fn make_spare<S: Sandbox>(slot: &SlotOf<S>, siblings: &Arc<S::Siblings>, sandbox
     }
 }
 
+/// What came of a transfer.
+enum Carrying<C> {
+    /// Its answer, and the courier when it may carry the next transfer.
+    Ran(Result<Piped, ToolError>, Option<C>),
+    /// No courier can run in the sandbox.
+    Unsuited,
+}
+
 /// Runs `pipe` with `spare`'s courier, or with a fresh one; once more with a fresh one when
-/// the spare's had died. The courier back when it may carry the next transfer.
+/// the spare's had died.
 async fn piped<T: Siblings>(
     siblings: &T,
     mut spare: Option<Spare<T>>,
     pipe: &Pipe<'_>,
-) -> (Result<Piped, ToolError>, Option<Courier<T::Sibling>>) {
+) -> Carrying<Courier<T::Sibling>> {
     let deadline = Instant::from_std(pipe.deadline);
     let late = || {
         ToolError::new(
@@ -200,7 +224,7 @@ async fn piped<T: Siblings>(
         let kept = match spare.take() {
             Some(spare) => match spare.courier(deadline).await {
                 Ok(kept) => kept,
-                Err(()) => return (Err(late()), None),
+                Err(()) => return Carrying::Ran(Err(late()), None),
             },
             None => None,
         };
@@ -209,14 +233,17 @@ async fn piped<T: Siblings>(
             Some(courier) => courier,
             None => match tokio::time::timeout_at(deadline, Courier::start(siblings)).await {
                 Ok(Ok(courier)) => courier,
-                Ok(Err(e)) => return (Err(e), None),
-                Err(_) => return (Err(late()), None),
+                Ok(Err(Unstarted::Unsuited)) => return Carrying::Unsuited,
+                Ok(Err(Unstarted::Failed(e))) => return Carrying::Ran(Err(e), None),
+                Err(_) => return Carrying::Ran(Err(late()), None),
             },
         };
         let pid = courier.pid();
         let carried = tokio::time::timeout_at(deadline, courier.carry(pipe)).await;
         let answer = match carried {
-            Ok(Ok(Carried { piped, again: true })) => return (Ok(piped), Some(courier)),
+            Ok(Ok(Carried { piped, again: true })) => {
+                return Carrying::Ran(Ok(piped), Some(courier));
+            }
             Ok(Ok(Carried { piped, .. })) => Ok(piped),
             // A kept courier that died before it took the command: once more, a fresh one.
             Ok(Err(Failed::Unstarted(_))) if from_spare => {
@@ -232,6 +259,6 @@ async fn piped<T: Siblings>(
         };
         super::kill_tree(pid);
         courier.close().await;
-        return (answer, None);
+        return Carrying::Ran(answer, None);
     }
 }
