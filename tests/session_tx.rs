@@ -372,11 +372,21 @@ fn commands_are_transactions(mut s: Session) {
     let script = "sh -c 'trap \"echo bg > bg.txt; exit\" USR2; while :; do sleep 0.05; done' &";
     let (text, error) = s.run(script);
     assert_eq!(error, None, "{text}");
-    let job = sandboxed(uid).into_iter().find(|pid| {
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        String::from_utf8_lossy(&cmdline).contains("USR2")
-    });
-    let job = job.expect("the background job").to_string();
+    // The job's shell may not have run its `exec` yet when the answer comes.
+    let by = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let job = loop {
+        let found = sandboxed(uid).into_iter().find(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline).contains("USR2")
+        });
+        match found {
+            Some(pid) => break pid.to_string(),
+            None if std::time::Instant::now() < by => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            None => panic!("the background job never showed"),
+        }
+    };
     Command::new("kill").args(["-USR2", &job]).status().unwrap();
     appears(&upper.join("bg.txt"));
     assert_eq!(s.read("bg.txt"), None, "written while no command ran");
