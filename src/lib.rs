@@ -369,6 +369,15 @@ impl Backends {
     ) -> Result<Toolbox, ToolboxError> {
         Toolbox::load_with(dir, &self.list(), protected, loading)
     }
+
+    /// The tools of `policy` alone, as [`Backends::load`] makes them: one of the toolbox's
+    /// policies loaded again with its roots moved to a fork's copies, which are warden's own
+    /// (so no grant is held against the protected places).
+    pub fn load_one(&self, policy: warden_core::Policy) -> Result<Toolbox, ToolboxError> {
+        let mut toolbox = Toolbox::default();
+        toolbox.add_policy(Arc::new(policy), &self.list())?;
+        Ok(toolbox)
+    }
 }
 
 fn default_home() -> Option<PathBuf> {

@@ -94,6 +94,10 @@ pub(crate) fn serve(ctx: Warden, args: ServeArgs) -> Result<ExitCode> {
         drain: args.drain.0,
         transactions: Some(ctx.transactions.clone()),
         snapshots: Some(ctx.snapshots.clone()),
+        policy_loader: Some({
+            let backends = ctx.backends();
+            Arc::new(move |policy| backends.load_one(policy))
+        }),
         ..Options::default()
     };
     let reviews = args

@@ -183,13 +183,9 @@ def test_snapshots_are_out_of_every_sandboxs_reach(base, tool):
         assert "archive.tar" not in seen.output and "snapshot.json" not in seen.output, seen.output
 
 
-@pytest.mark.parametrize("tool", SHELLS)
-def test_read_write_roots_are_rewound_by_a_restore_and_a_fork_is_refused(base, tool):
-    """A session's read-write root is the real folder, each command's changes a call's
-    transaction: a restore undoes the calls committed to it since the snapshot (byte-exact,
-    modes kept), a root changed by no call since is a `conflict` that leaves it as it is, and
-    a fork, which would write the same folder, is refused; a forced restore replaces what
-    changed."""
+def read_write(base: Path, tool: str) -> tuple[dict, Path, str]:
+    """The shipped shell `tool` as `rw-shell`, its grant a read-write root `rw` of `base`:
+    the sandbox's arguments, the root, and where its sandbox sees it."""
     shipped = "shell-host.toml" if tool == "host-shell" else "shell-docker.toml"
     root = base / "rw"
     root.mkdir()
@@ -201,7 +197,16 @@ def test_read_write_roots_are_rewound_by_a_restore_and_a_fork_is_refused(base, t
         .replace('access = "read-only"', 'access = "read-write"')
     )
     kwargs = made(base, "rw-shell") if tool == "host-shell" else {**made(base, tool), "tool": "rw-shell"}
-    seen = root if tool == "host-shell" else "/workspace"
+    return kwargs, root, str(root) if tool == "host-shell" else "/workspace"
+
+
+@pytest.mark.parametrize("tool", SHELLS)
+def test_read_write_roots_are_rewound_by_a_restore(base, tool):
+    """A session's read-write root is the real folder, each command's changes a call's
+    transaction: a restore undoes the calls committed to it since the snapshot (byte-exact,
+    modes kept), a root changed by no call since is a `conflict` that leaves it as it is,
+    and a forced restore replaces what changed."""
+    kwargs, root, seen = read_write(base, tool)
     with WardenSandbox(**kwargs) as sandbox:
         first = sandbox.execute(f"cd {seen} && printf one >a && chmod 640 a && mkdir d && echo x >/tmp/t")
         assert first.exit_code == 0, first.output
@@ -213,9 +218,6 @@ def test_read_write_roots_are_rewound_by_a_restore_and_a_fork_is_refused(base, t
         assert sorted(p.name for p in root.iterdir()) == ["a", "d"]
         assert (root / "a").read_bytes() == b"one" and (root / "a").stat().st_mode & 0o777 == 0o640
         assert sandbox.execute("cat /tmp/t").output == "x\n"
-        with pytest.raises(WardenSnapshotError) as forked:
-            sandbox.fork()
-        assert forked.value.kind == "read_write_roots", forked.value
         with pytest.raises(McpError) as shape:
             sandbox._session.request(
                 "warden/restore", {"tool": "rw-shell", "snapshot": snap, "fork": "yes"}
@@ -235,6 +237,88 @@ def test_read_write_roots_are_rewound_by_a_restore_and_a_fork_is_refused(base, t
                 {"tool": "rw-shell", "snapshot": snap, "fork": True, "force": True},
             )
         assert both.value.code == -32602
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Each entry below `root`: a file's content and mode, a link's target, a folder."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        name = str(p.relative_to(root))
+        if p.is_symlink():
+            out[name] = "-> " + str(p.readlink())
+        elif p.is_dir():
+            out[name] = "dir"
+        else:
+            out[name] = f"{p.read_text()} {p.stat().st_mode & 0o777:o}"
+    return out
+
+
+@pytest.mark.parametrize("tool", SHELLS)
+def test_a_fork_writes_copies_of_the_read_write_roots_until_it_commits(base, tool):
+    """A fork of a sandbox with a read-write root writes a copy of it, made as the snapshot
+    found the root: the real folder does not change, nor does the fork see what its origin
+    writes after, until the fork commits. A commit applies what the fork changed as one call
+    (`warden undo` puts it back), and a path the real folder changed meanwhile is a
+    `conflict` that applies nothing. The copy goes with the fork, and a fork of an older
+    snapshot starts from the root as it was then."""
+    kwargs, root, seen = read_write(base, tool)
+    forks = base / "home" / "snapshots" / "forks"
+    with WardenSandbox(**kwargs) as origin:
+        first = origin.execute(f"cd {seen} && printf one >a && chmod 640 a && mkdir d && printf x >d/x")
+        assert first.exit_code == 0, first.output
+        old = origin.snapshot()
+        assert origin.execute(f"cd {seen} && printf two >a && printf b >b").exit_code == 0
+        before = tree(root)
+        with origin.fork() as fork:
+            assert fork.execute(f"cd {seen} && cat a b d/x").output == "twobx"
+            wrote = fork.execute(f"cd {seen} && printf fork >a && rm -r d && printf c >c && ln -s /etc/passwd l")
+            assert wrote.exit_code == 0, wrote.output
+            assert tree(root) == before, "the real folder is as it was"
+            assert origin.execute(f"cd {seen} && printf e >e && ls").output == "a\nb\nd\ne\n"
+            assert fork.execute(f"cd {seen} && ls").output == "a\nb\nc\nl\n", "not the origin's e"
+            assert len(list(forks.iterdir())) == 1
+            # The fork's own snapshots rewind its copy; a fork of one is refused, since it
+            # marks the copy, which no policy grants.
+            own = fork.snapshot()
+            fork.execute(f"printf z >{seen}/z")
+            fork.restore(own)
+            assert fork.execute(f"ls {seen}").output == "a\nb\nc\nl\n"
+            with pytest.raises(WardenSnapshotError) as twice:
+                WardenSandbox._made_from(own, fork=True, **kwargs)
+            assert twice.value.kind == "read_write_roots", twice.value
+            assert tree(root) == {**before, "e": "e 644"}, "the origin's e alone"
+            call = fork.commit()
+            assert call is not None
+            assert tree(root) == {
+                "a": "fork 640", "b": "b 644", "c": "c 644", "e": "e 644", "l": "-> /etc/passwd",
+            }, tree(root)
+            assert fork.commit() is None, "nothing more to commit"
+            undo = subprocess.run(
+                [str(warden_bin()), "undo", call], capture_output=True, text=True,
+                env={"WARDEN_HOME": str(base / "home"), "WARDEN_TOOLBOX": str(base / "policies")},
+            )
+            assert undo.returncode == 0, undo.stderr
+            assert tree(root) == {**before, "e": "e 644"}, tree(root)
+            fork.execute(f"printf again >{seen}/a")
+            origin.execute(f"printf origin >{seen}/a")
+            with pytest.raises(WardenSnapshotError) as clash:
+                fork.commit()
+            assert clash.value.kind == "conflict" and "/a" in str(clash.value), clash.value
+            assert (root / "a").read_text() == "origin", "nothing applied"
+            with pytest.raises(WardenSnapshotError) as unforked:
+                origin.commit()
+            assert unforked.value.kind == "not_a_fork", unforked.value
+        assert list(forks.iterdir()) == [], "the copy went with the fork"
+        then = WardenSandbox._made_from(old, fork=True, **kwargs)
+        try:
+            shown = then.execute(f"cd {seen} && ls && stat -c %a a && cat a d/x").output
+            assert shown == "a\nd\n640\nonex", shown
+            with pytest.raises(WardenSnapshotError) as elsewhere:
+                then.restore(old)
+            assert elsewhere.value.kind == "read_write_roots", elsewhere.value
+        finally:
+            then.close()
+        assert (root / "a").read_text() == "origin" and (root / "d" / "x").read_text() == "x"
 
 
 def test_the_cli_lists_and_deletes_snapshots(base):

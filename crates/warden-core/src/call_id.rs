@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The next call id of this process: its [`instance`], `-`, and a count from 1.
-pub(crate) fn next() -> String {
+pub fn next() -> String {
     static COUNT: AtomicU64 = AtomicU64::new(1);
     format!("{}-{}", instance(), COUNT.fetch_add(1, Ordering::Relaxed))
 }

@@ -124,6 +124,16 @@ impl Dispatcher {
         }
     }
 
+    /// [`Dispatcher::new_session_with`] over `toolbox` instead of this dispatcher's (this
+    /// one's with some tools relocated: [`Toolbox::with_relocated`]).
+    pub fn new_session_over(&self, toolbox: Arc<Toolbox>, choices: ClientChoices) -> Dispatcher {
+        Dispatcher {
+            session: Arc::new(Scope::new(toolbox.clone(), choices)),
+            toolbox,
+            ..self.clone()
+        }
+    }
+
     /// The same toolbox, admission, session, reviewer, log and observer in a run of its own:
     /// held to `limits`, and counting from zero (see [`Dispatcher::seed_counts`]).
     pub fn new_run(&self, limits: RunLimits) -> Dispatcher {

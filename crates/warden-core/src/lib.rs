@@ -28,6 +28,7 @@ mod redact;
 mod review;
 mod run;
 mod session;
+pub use call_id::next as next_call_id;
 pub use session::ClientChoices;
 pub mod shown;
 mod spec;

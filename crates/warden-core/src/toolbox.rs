@@ -113,6 +113,7 @@ impl Protected {
 }
 
 /// One tool ready to be called.
+#[derive(Clone)]
 pub struct Tool {
     pub spec: ToolSpec,
     /// The function's name inside its sandbox.
@@ -150,6 +151,7 @@ pub struct Toolbox {
 }
 
 /// One policy of a toolbox, with what its backend enforces and can honour.
+#[derive(Clone)]
 pub struct LoadedPolicy {
     pub policy: Arc<Policy>,
     pub report: Arc<Report>,
@@ -332,6 +334,27 @@ impl Toolbox {
     /// Every policy, in load order, with what its backend enforces.
     pub fn policies(&self) -> &[LoadedPolicy] {
         &self.policies
+    }
+
+    /// This toolbox with the tools of `relocated` in place of its own of the same name:
+    /// `relocated` loaded one of its policies again, its read-write roots elsewhere (a fork's
+    /// copies). Each keeps what the call log and the admission know of the tool it replaces
+    /// (its policy's digest and grants as written, its concurrency), since the policy is the
+    /// same; a tool `relocated` has and this toolbox lacks is left out.
+    pub fn with_relocated(&self, relocated: &Toolbox) -> Toolbox {
+        let mut tools = self.tools.clone();
+        for (name, tool) in &relocated.tools {
+            if let Some(own) = tools.get_mut(name) {
+                own.executor = tool.executor.clone();
+                own.report = tool.report.clone();
+                own.policy = tool.policy.clone();
+            }
+        }
+        Toolbox {
+            tools,
+            policies: self.policies.clone(),
+            broken: Vec::new(),
+        }
     }
 
     /// Every tool name, sorted.

@@ -297,9 +297,13 @@ impl ServerHandler for Handler {
         }
         if crate::snapshot::handles(&request.method) {
             let snapshot = self.shared.snapshot();
-            let dispatcher = self.session.dispatcher(&snapshot.dispatcher);
-            let snapshots = self.shared.options.snapshots.as_deref();
-            return crate::snapshot::answer(snapshots, &dispatcher, &request).await;
+            let serving = crate::snapshot::Serving {
+                snapshots: self.shared.options.snapshots.as_deref(),
+                loader: self.shared.options.policy_loader.as_ref(),
+                session: &self.session,
+                base: &snapshot.dispatcher,
+            };
+            return crate::snapshot::answer(serving, &request).await;
         }
         let store = self.shared.options.transactions.as_deref();
         crate::undo::answer(store, &request).unwrap_or_else(|| {

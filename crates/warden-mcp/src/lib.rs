@@ -35,7 +35,7 @@ mod write;
 pub use connections::ConnectionLimits;
 pub use http::loopback::{Loopback, Refused};
 pub use http::{HttpOptions, HttpServer, generate_token};
-pub use state::{Loader, Options, Server};
+pub use state::{Loader, Options, PolicyLoader, Server};
 
 /// Why serving failed.
 #[derive(Debug, thiserror::Error)]

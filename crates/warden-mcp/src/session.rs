@@ -6,7 +6,8 @@ use serde_json::Value;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use warden_core::{ClientChoices, Dispatcher, lock};
+use warden_core::{ClientChoices, Dispatcher, Toolbox, lock};
+use warden_snapshot::ForkRoots;
 
 /// The header naming a client's session.
 pub(crate) const SESSION_ID_HEADER: &str = "mcp-session-id";
@@ -21,7 +22,17 @@ pub(crate) struct Session {
     current: Mutex<Option<Dispatcher>>,
     /// What its client chose at `initialize`, by tool.
     choices: Mutex<ClientChoices>,
+    /// Set by a fork: the session's own toolbox and the copies of roots it sees.
+    fork: Mutex<Option<Fork>>,
     activity: Activity,
+}
+
+/// A fork's toolbox (its read-write roots moved to copies), kept whatever the server reloads
+/// since: a reload must not move the fork back onto the real folders.
+struct Fork {
+    toolbox: Arc<Toolbox>,
+    /// Removed when the session's sandboxes are gone.
+    roots: Arc<ForkRoots>,
 }
 
 /// When an HTTP session was last used, how many of its requests are being answered, and
@@ -56,16 +67,44 @@ impl Drop for Busy {
 impl Session {
     /// This connection's dispatcher over `base`'s toolbox. After a reload the toolbox is new:
     /// the old session ends and a new one starts.
+    /// A fork's session keeps its own toolbox.
     pub(crate) fn dispatcher(&self, base: &Dispatcher) -> Dispatcher {
+        let forked = lock(&self.fork).as_ref().map(|f| f.toolbox.clone());
         let mut current = lock(&self.current);
+        let toolbox = forked.as_ref().unwrap_or(base.toolbox());
         match current.as_ref() {
-            Some(d) if Arc::ptr_eq(d.toolbox(), base.toolbox()) => d.clone(),
+            Some(d) if Arc::ptr_eq(d.toolbox(), toolbox) => d.clone(),
             _ => {
-                let d = base.new_session_with(lock(&self.choices).clone());
+                let choices = lock(&self.choices).clone();
+                let d = match forked {
+                    Some(toolbox) => base.new_session_over(toolbox, choices),
+                    None => base.new_session_with(choices),
+                };
                 *current = Some(d.clone());
                 d
             }
         }
+    }
+
+    /// Makes the session a fork's: from now on its calls run over `toolbox`, whose sandboxes
+    /// see `roots` in place of the real folders. Sandboxes it had are ended first.
+    pub(crate) async fn fork(&self, toolbox: Arc<Toolbox>, roots: ForkRoots) {
+        // The fork first: a request meanwhile starts its session over the fork's toolbox.
+        let replaced = lock(&self.fork).replace(Fork {
+            toolbox,
+            roots: Arc::new(roots),
+        });
+        let before = lock(&self.current).take();
+        if let Some(d) = before {
+            d.close().await;
+        }
+        // An earlier fork's copies go once nothing runs on them.
+        drop(replaced);
+    }
+
+    /// The copies of the roots a fork's sandboxes see, when the session is a fork's.
+    pub(crate) fn fork_roots(&self) -> Option<Arc<ForkRoots>> {
+        lock(&self.fork).as_ref().map(|f| f.roots.clone())
     }
 
     /// Sets what the client chose for its tools, before its first call.
@@ -105,6 +144,8 @@ impl Session {
         if let Some(d) = current {
             d.close().await;
         }
+        // The copies of a fork's roots, once its sandboxes are gone.
+        lock(&self.fork).take();
     }
 }
 

@@ -12,10 +12,14 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
-use warden_core::{Admission, CallLog, Dispatcher, Reviewer, Toolbox, ToolboxError};
+use warden_core::{Admission, CallLog, Dispatcher, Policy, Reviewer, Toolbox, ToolboxError};
 
 /// Loads the toolbox afresh: once before serving, and again whenever its policies change.
 pub type Loader = Arc<dyn Fn() -> Result<Toolbox, ToolboxError> + Send + Sync>;
+
+/// Loads the tools of one policy, as the toolbox's backends do: a fork's, its read-write
+/// roots moved to copies.
+pub type PolicyLoader = Arc<dyn Fn(Policy) -> Result<Toolbox, ToolboxError> + Send + Sync>;
 
 /// How the server runs calls.
 #[derive(Clone)]
@@ -41,6 +45,10 @@ pub struct Options {
     /// The snapshots a client takes of its sessions' sandboxes and restores into them
     /// (`warden/snapshot`, `warden/restore`: see `crate::snapshot`); `None`: refused.
     pub snapshots: Option<Arc<warden_snapshot::Snapshots>>,
+    /// Loads a fork's policies again with its read-write roots moved to copies
+    /// (`warden/restore` with `"fork": true` of a snapshot that marks roots); `None`: such a
+    /// fork is refused.
+    pub policy_loader: Option<PolicyLoader>,
     /// Who reviews every call that needs review, instead of the client that sent it
     /// (`warden serve --console`: a person at the console's page); `None`: the client.
     pub reviewer: Option<Arc<dyn Reviewer>>,
@@ -64,6 +72,7 @@ impl Default for Options {
             drain: Self::DRAIN,
             transactions: None,
             snapshots: None,
+            policy_loader: None,
             reviewer: None,
         }
     }

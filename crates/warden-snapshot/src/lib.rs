@@ -23,16 +23,19 @@
 //!   leaves `/tmp` part restored, and says so.
 //! - **Read-write roots** are the real folders, changed by each command's transaction: a
 //!   snapshot keeps where their history stood, and a restore undoes the calls committed to
-//!   them since ([`roots`]). A fork of such a session is refused.
+//!   them since ([`roots`]). A fork gets copies of them as they stood ([`fork`]), which its
+//!   sandbox sees in their place: nothing it does reaches the real folders.
 //! - **Not carried**: running processes (background jobs), the shell's functions, aliases
 //!   and unexported variables.
 
 pub mod archive;
+pub mod fork;
 pub mod roots;
 pub mod shell;
 pub mod store;
 
 pub use archive::ArchiveError;
+pub use fork::ForkRoots;
 pub use roots::RootsMark;
 pub use shell::ShellState;
 pub use store::{MAX_BYTES, MAX_SNAPSHOTS, Meta, Store};
@@ -49,11 +52,28 @@ pub enum SnapshotError {
     #[error("no tool named {0:?}")]
     UnknownTool(String),
     #[error(
-        "{0:?} grants a read-write root: a fork would write the same real folders as the \
-         session it was taken of (a fork with a view of its own is not built yet); restore the \
-         snapshot into a session instead, which undoes the calls committed to the roots since"
+        "{tool:?} grants read-write roots, and its sandbox in this session writes the real \
+         folders {}: a fork there would write them too; fork the snapshot into a session whose \
+         sandbox sees copies of them (`Snapshots::fork_roots`)",
+        roots.join(", ")
     )]
-    ForkOfRoots(String),
+    ForkOfRoots { tool: String, roots: Vec<String> },
+    #[error(
+        "snapshot {id} marks the read-write roots {}, and {tool:?} writes {} in this session: \
+         restore it into a session of the sandbox it was taken of (or one from it), or fork it",
+        marked.join(", "),
+        here.join(", ")
+    )]
+    OtherRoots {
+        id: String,
+        tool: String,
+        marked: Vec<String>,
+        here: Vec<String>,
+    },
+    #[error("the fork's changes were not committed to the real roots: {0}")]
+    Commit(warden_tx::TxError),
+    #[error("the read-write root {} could not be copied for a fork: {why}", root.display())]
+    Copy { root: PathBuf, why: String },
     #[error("the read-write roots could not be put back as they were{}: {source}", undone_note(*.undone))]
     Roots {
         /// Calls undone before the one that could not be.
@@ -190,8 +210,9 @@ pub enum Restore {
     Rewind,
     /// The same, over what changed since by no call.
     Forced,
-    /// Into a new sandbox beside the one it was taken of: refused where the policy grants
-    /// a read-write root, since both would write the same folders.
+    /// Into a new sandbox beside the one it was taken of. Where the policy grants read-write
+    /// roots, the sandbox must see copies of them ([`Snapshots::fork_roots`]): one that
+    /// writes the real folders is refused.
     Fork,
 }
 
@@ -215,6 +236,43 @@ impl Snapshots {
     /// The store, to list and delete.
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// Commits to the real roots what the fork whose copies are `roots` changed in them
+    /// since they were made or last committed, as a call of `tool` (within its `[limits]
+    /// changes`): answers the call's id and its change set (empty: nothing to commit).
+    pub async fn commit_fork(
+        &self,
+        dispatcher: &Dispatcher,
+        tool: &str,
+        roots: std::sync::Arc<ForkRoots>,
+    ) -> Result<(String, warden_tx::ChangeSet), SnapshotError> {
+        let found = snapshotable(dispatcher, tool)?;
+        let (limit, tool) = (found.limits.changes, tool.to_owned());
+        let call = warden_core::next_call_id();
+        let transactions = self.transactions.clone();
+        let id = call.clone();
+        let committed =
+            tokio::task::spawn_blocking(move || roots.commit(&transactions, &id, &tool, limit))
+                .await
+                .map_err(unfinished)?
+                .map_err(SnapshotError::Commit)?;
+        Ok((call, committed))
+    }
+
+    /// Copies of the read-write roots snapshot `id` marks, as they stood then, for a fork's
+    /// sandbox to see in their place (its policy's roots moved there:
+    /// [`ForkRoots::relocate`]); `None` for a snapshot that marks none.
+    pub async fn fork_roots(&self, id: &str) -> Result<Option<ForkRoots>, SnapshotError> {
+        let Some(mark) = self.store.meta(id)?.roots else {
+            return Ok(None);
+        };
+        let forks = self.store.dir().join("forks");
+        let transactions = self.transactions.clone();
+        tokio::task::spawn_blocking(move || fork::copy(&forks, &transactions, &mark))
+            .await
+            .map_err(unfinished)?
+            .map(Some)
     }
 
     /// Takes a snapshot of the sandbox of `tool` in `dispatcher`'s session (starting it if
@@ -323,9 +381,29 @@ impl Snapshots {
         let whole = checking.await.map_err(unfinished)?.map_err(refused)?;
         let now = now?;
         if let Some(mark) = &meta.roots {
-            if how == Restore::Fork {
-                return Err(SnapshotError::ForkOfRoots(tool.to_owned()));
+            let here = roots::read_write(found);
+            let shown = |paths: &[PathBuf]| paths.iter().map(|p| p.display().to_string()).collect();
+            match (how, here == mark.paths) {
+                // A fork's sandbox sees copies, made as the snapshot found the roots.
+                (Restore::Fork, false) => {}
+                (Restore::Fork, true) => {
+                    return Err(SnapshotError::ForkOfRoots {
+                        tool: tool.to_owned(),
+                        roots: shown(&here),
+                    });
+                }
+                (_, false) => {
+                    return Err(SnapshotError::OtherRoots {
+                        id: id.to_owned(),
+                        tool: tool.to_owned(),
+                        marked: shown(&mark.paths),
+                        here: shown(&here),
+                    });
+                }
+                (_, true) => {}
             }
+        }
+        if let Some(mark) = meta.roots.as_ref().filter(|_| how != Restore::Fork) {
             let (transactions, mark) = (self.transactions.clone(), mark.clone());
             let forced = how == Restore::Forced;
             let undone =

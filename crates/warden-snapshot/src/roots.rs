@@ -4,8 +4,8 @@
 //! committed to them since, newest first: `warden rewind`'s rule, kept to these roots. A root
 //! changed since by no call (a person's editor) makes the restore a `conflict` naming the
 //! paths, unless the restore is forced; a call whose pre-images were dropped (the store's
-//! bounds) cannot be undone, and the restore says so. A fork is refused: its roots would be
-//! its origin's real folders.
+//! bounds) cannot be undone, and the restore says so. A fork gets copies of the roots
+//! instead ([`crate::fork`]).
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -50,6 +50,18 @@ pub(crate) fn mark(store: &Store, paths: Vec<PathBuf>) -> Result<RootsMark, TxEr
     })
 }
 
+/// The calls committed to `mark`'s roots after it, newest first.
+pub(crate) fn later(store: &Store, mark: &RootsMark) -> Result<Vec<CallRecord>, TxError> {
+    let mut later: Vec<CallRecord> = store
+        .records()?
+        .into_iter()
+        .filter(|r| r.committed_ns > mark.after_ns && touches(r, &mark.paths))
+        .filter(|r| matches!(r.state, State::Committed | State::Dropped))
+        .collect();
+    later.sort_by_key(|r| std::cmp::Reverse(r.committed_ns));
+    Ok(later)
+}
+
 /// Undoes every call committed to `mark`'s roots after it, newest first (`forced`: over what
 /// changed since by no call), stopping at the first that cannot be undone: answers the calls
 /// undone, or how many were and why the next was not.
@@ -58,16 +70,8 @@ pub(crate) fn rewind(
     mark: &RootsMark,
     forced: bool,
 ) -> Result<Vec<CallRecord>, (usize, TxError)> {
-    let mut later: Vec<CallRecord> = store
-        .records()
-        .map_err(|e| (0, e))?
-        .into_iter()
-        .filter(|r| r.committed_ns > mark.after_ns && touches(r, &mark.paths))
-        .filter(|r| matches!(r.state, State::Committed | State::Dropped))
-        .collect();
-    later.sort_by_key(|r| std::cmp::Reverse(r.committed_ns));
     let mut undone = Vec::new();
-    for record in later {
+    for record in later(store, mark).map_err(|e| (0, e))? {
         let done = match forced {
             true => store.undo_forced(&record.call_id),
             false => store.undo(&record.call_id),

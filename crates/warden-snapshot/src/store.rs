@@ -55,6 +55,11 @@ impl Store {
         }
     }
 
+    /// Where it is.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Keeps `archive` as snapshot `meta.id`, within the bounds; answers the snapshot kept:
     /// an earlier one of the same tool and digest, when there is one.
     pub fn add(&self, meta: Meta, archive: &[u8]) -> Result<Meta, SnapshotError> {

@@ -22,6 +22,7 @@ mod changes;
 mod clock;
 mod diff;
 mod entry;
+mod fork;
 mod record;
 mod session;
 pub mod settle;

@@ -157,6 +157,16 @@ pub(crate) fn apply(
 /// rollback of a commit that may have stopped before this step, so a missing pre-image means
 /// the step was never applied.
 pub(crate) fn restore(step: &Step, root: &Beneath, pre: &Path, force: bool) -> io::Result<()> {
+    put_back(step, root, pre, force, true)
+}
+
+/// [`restore`] into a copy of the root: the pre-image is copied, never moved, so that the
+/// call stays undoable in the root itself.
+pub(crate) fn restore_copy(step: &Step, root: &Beneath, pre: &Path) -> io::Result<()> {
+    put_back(step, root, pre, false, false)
+}
+
+fn put_back(step: &Step, root: &Beneath, pre: &Path, force: bool, take: bool) -> io::Result<()> {
     let Step { change, pre: kept } = step;
     match &change.before {
         None => {
@@ -174,7 +184,7 @@ pub(crate) fn restore(step: &Step, root: &Beneath, pre: &Path, force: bool) -> i
                 return Err(io::Error::other("a file's pre-image was not recorded"));
             };
             let kept = pre.join(name);
-            if kept.exists() && root.move_in(&kept, &change.path, true)? {
+            if take && kept.exists() && root.move_in(&kept, &change.path, true)? {
                 return Ok(());
             }
             let mut content = match fs::File::open(&kept) {

@@ -47,7 +47,7 @@ pub struct Settling<'a> {
 }
 
 /// The changes an answer lists; the rest are counted (`count`) and in the record.
-const SHOWN: usize = 100;
+pub const SHOWN: usize = 100;
 
 /// The bytes of diff a reviewer of a call's changes is shown.
 const DIFF_BYTES: usize = 64 * 1024;

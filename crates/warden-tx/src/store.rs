@@ -5,7 +5,7 @@ use crate::beneath::Beneath;
 use crate::changes::{Change, scan};
 use crate::clock::Moment;
 use crate::entry::Kind;
-use crate::record::{CallRecord, State, Step, apply, restore};
+use crate::record::{CallRecord, State, Step, apply, restore, restore_copy};
 use crate::trash::{Trash, remove_tree};
 use crate::{KEEP_BYTES, KEEP_FOR, TxError};
 use serde_json::{Value, json};
@@ -245,6 +245,46 @@ impl Store {
         record.write(&dir)?;
         self.trash.discard(&pre);
         Ok(record)
+    }
+
+    /// Puts back in copies of the roots what call `call` changed in the roots, over whatever
+    /// the copies hold there: a fork's roots, copied after the call and taken back to before
+    /// it. `copies` pairs roots with their copies; changes in a root it does not name are
+    /// left out. The call stays committed and undoable in the roots themselves.
+    pub fn undo_onto(&self, call: &str, copies: &[(PathBuf, PathBuf)]) -> Result<(), TxError> {
+        self.ready()?;
+        let dir = self.record_dir(call)?;
+        let _one_at_a_time = lock(&self.committed);
+        let record = CallRecord::read(&dir, call)?;
+        if record.state != State::Committed {
+            return Err(TxError::NotUndoable {
+                call: call.to_owned(),
+                why: match record.dropped {
+                    Some(why) => format!("its pre-images were dropped ({why})"),
+                    None => "it was undone, or is being committed".to_owned(),
+                },
+            });
+        }
+        let copy_of = |root: &PathBuf| copies.iter().find(|(r, _)| r == root).map(|(_, c)| c);
+        let targets: Vec<Option<Beneath>> = record
+            .roots
+            .iter()
+            .map(|root| {
+                copy_of(root)
+                    .map(|copy| {
+                        Beneath::open(copy).map_err(|e| TxError::io("opening the copy", copy, e))
+                    })
+                    .transpose()
+            })
+            .collect::<Result<_, _>>()?;
+        let pre = dir.join("pre");
+        for step in record.steps.iter().rev() {
+            if let Some(copy) = &targets[step.change.root] {
+                restore_copy(step, copy, &pre)
+                    .map_err(|e| TxError::io("undoing a change at", copy.path(), e))?;
+            }
+        }
+        Ok(())
     }
 
     /// Undoes every call committed after `call`, newest first; stops at the first that cannot

@@ -72,7 +72,7 @@ impl Setup {
         let layer = view.layer(0);
         let mount = format!(
             "mount -t overlay overlay -o lowerdir={},upperdir={},workdir={} {} && cd {} && {script}",
-            self.root.display(),
+            view.roots()[0].display(),
             layer.upper.display(),
             layer.work.display(),
             self.mount.display(),
@@ -91,7 +91,12 @@ impl Setup {
 
     /// A call: a view, the script through it, its changes committed as `call`.
     fn call(&self, call: &str, script: &str) -> Result<(), TxError> {
-        let view = self.view();
+        self.call_on(&self.root, call, script)
+    }
+
+    /// [`Setup::call`] over the folder `root`.
+    fn call_on(&self, root: &Path, call: &str, script: &str) -> Result<(), TxError> {
+        let view = self.store.view(&[root.to_owned()]).expect("view");
         self.write_through(&view, script);
         let changes = view.changes()?;
         view.commit(call, "t", &changes, LIMIT)
@@ -388,6 +393,70 @@ fn a_link_planted_by_one_call_is_never_written_or_read_through() {
         0,
         "a link's pre-image is its target, not its content"
     );
+}
+
+#[test]
+fn a_forks_commit_applies_its_calls_changes_and_never_reads_through_a_planted_link() {
+    let Some(s) = setup() else { return };
+    let copy = s._dir.path().join("copy");
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(&s.root)
+        .arg(&copy)
+        .status();
+    assert!(copied.expect("cp").success());
+    let secret = s._dir.path().join("outside");
+    fs::create_dir(&secret).expect("outside");
+    fs::write(secret.join("f"), "do not read\n").expect("secret");
+    // The fork's calls, over its copy: then, as a job of the fork's might, a folder it wrote
+    // becomes a link to a folder outside, holding a file of the name it wrote there.
+    s.call_on(
+        &copy,
+        "eeee-1",
+        "echo forked > a; rm b; mkdir n; echo mine > n/f",
+    )
+    .expect("fork's call");
+    fs::remove_dir_all(copy.join("n")).expect("n");
+    std::os::unix::fs::symlink(&secret, copy.join("n")).expect("plant");
+    let copies = [(s.root.clone(), copy.clone())];
+    let mut since = 0;
+    let changes = s
+        .store
+        .commit_fork("eeee-2", "t", &copies, &mut since, LIMIT)
+        .expect("commit");
+    let mut applied: Vec<_> = changes.changes.iter().map(|c| c.path.clone()).collect();
+    applied.sort();
+    assert_eq!(applied, [Path::new("a"), Path::new("b"), Path::new("n")]);
+    assert_eq!(fs::read_to_string(s.root.join("a")).expect("a"), "forked\n");
+    assert!(!s.root.join("b").exists());
+    assert_eq!(fs::read_link(s.root.join("n")).expect("a link"), secret);
+    assert_eq!(
+        fs::read_to_string(secret.join("f")).expect("secret"),
+        "do not read\n"
+    );
+    // Nothing more, until the fork writes again; a path the root changed since is a
+    // conflict, and nothing of the commit is applied.
+    let again = s
+        .store
+        .commit_fork("eeee-3", "t", &copies, &mut since, LIMIT);
+    assert!(again.expect("nothing").changes.is_empty());
+    s.call_on(&copy, "eeee-4", "echo again > a; echo new > c")
+        .expect("fork's call");
+    fs::write(s.root.join("a"), "a person's edit\n").expect("edit");
+    let clash = s
+        .store
+        .commit_fork("eeee-5", "t", &copies, &mut since, LIMIT);
+    assert!(
+        matches!(&clash, Err(TxError::Conflict { paths, .. }) if paths == &[s.root.join("a")]),
+        "{clash:?}"
+    );
+    assert!(!s.root.join("c").exists());
+    // The first commit is one call: its undo puts the root back.
+    fs::write(s.root.join("a"), "forked\n").expect("as committed");
+    s.store.undo("eeee-2").expect("undo");
+    assert_eq!(fs::read_to_string(s.root.join("a")).expect("a"), "alpha\n");
+    assert_eq!(fs::read_to_string(s.root.join("b")).expect("b"), "bravo\n");
+    assert!(fs::symlink_metadata(s.root.join("n")).is_err());
 }
 
 #[test]

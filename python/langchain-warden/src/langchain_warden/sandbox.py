@@ -331,9 +331,9 @@ class WardenSandbox(BaseSandbox):
 
     def fork(self) -> WardenSandbox:
         """A new sandbox (made with this one's arguments) holding this one's state now: a
-        snapshot of this one, restored into the new one. The two share nothing after. Refused
-        (`WardenSnapshotError`, `read_write_roots`) for a policy that grants a read-write root:
-        the fork would write the same real folders."""
+        snapshot of this one, restored into the new one. The two share nothing after. Its
+        read-write roots are copies of this one's, made for it (in warden's home, gone with
+        it): what it writes there reaches the real folders only through `commit()`."""
         snap_id = self.snapshot()
         return WardenSandbox._made_from(snap_id, fork=True, **self._made)
 
@@ -341,6 +341,22 @@ class WardenSandbox(BaseSandbox):
         """The async twin of `fork`."""
         snap_id = await self.asnapshot()
         return await WardenSandbox._amade_from(snap_id, fork=True, **self._made)
+
+    def commit(self) -> str | None:
+        """In a fork, applies to the real read-write roots what it changed in its copies of
+        them since the fork (or its last commit), as one call: answers that call's id, which
+        `warden undo` puts back (None: nothing to commit). `WardenSnapshotError` says why not
+        (its `kind`: `conflict`, naming the paths the real roots changed meanwhile, and
+        nothing is applied; `not_a_fork` for a sandbox that writes the real folders)."""
+        answer = _snapshot_answer(lambda: self._session.request(
+            "warden/commit", {"tool": self._tool}))
+        return _call_id(answer)
+
+    async def acommit(self) -> str | None:
+        """The async twin of `commit`."""
+        answer = await _asnapshot_answer(self._session.arequest(
+            "warden/commit", {"tool": self._tool}))
+        return _call_id(answer)
 
     @classmethod
     def from_snapshot(cls, snap_id: str, **kwargs: Any) -> WardenSandbox:
@@ -592,6 +608,11 @@ def _snapshot_error(err: McpError) -> WardenError:
 
 def _snapshot_id(answer: dict[str, Any]) -> str:
     return str(answer["snapshot"]["id"])
+
+
+def _call_id(answer: dict[str, Any]) -> str | None:
+    call_id = answer.get("call_id")
+    return None if call_id is None else str(call_id)
 
 
 def _offload_bytes(

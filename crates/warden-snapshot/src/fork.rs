@@ -1,0 +1,160 @@
+//! A fork's read-write roots: copies of its origin's, in `<home>/snapshots/forks`, outside
+//! every grant. The fork's sandbox sees each copy where its origin sees the root, and its
+//! commands are transactions over the copies, so nothing a fork does reaches the real
+//! folders. A copy is made as the snapshot found the roots: the calls committed to them since
+//! are undone in the copy, from their pre-images (`warden_tx::Store::undo_onto`), and stay
+//! committed in the roots. The copies go when the fork's session does ([`ForkRoots`] dropped),
+//! or, left by a warden that stopped, at the next fork in that home.
+//!
+//! The copy is `cp -a`'s: contents, modes, owners, times and links as links. What a person
+//! changed in a root since the snapshot by no call stays in the copy.
+//!
+//! A fork's changes reach the roots only through an explicit commit ([`ForkRoots::commit`]):
+//! what its calls changed in the copies, applied as one call that `warden undo` can put
+//! back; a path the roots changed meanwhile is a `conflict`, and nothing is applied.
+
+use crate::SnapshotError;
+use crate::roots::RootsMark;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use warden_core::owner::{self, Liveness};
+use warden_core::{Policy, Tool};
+use warden_tx::{ChangeSet, TxError};
+
+/// A fork's copies of its roots, removed when dropped.
+#[derive(Debug)]
+pub struct ForkRoots {
+    dir: PathBuf,
+    /// Each root with its copy.
+    copies: Vec<(PathBuf, PathBuf)>,
+    /// The newest call a commit took into account (0: none yet; the copies are the fork's
+    /// alone, so every call committed to them is the fork's).
+    committed: Mutex<u128>,
+}
+
+impl ForkRoots {
+    /// Each read-write root, with the copy the fork sees in its place.
+    pub fn copies(&self) -> &[(PathBuf, PathBuf)] {
+        &self.copies
+    }
+
+    /// Commits to the roots what the fork's calls changed in the copies since they were made
+    /// or last committed, as call `call` of `tool`, within `limit` bytes
+    /// (`warden_tx::Store::commit_fork`); one commit of a fork at a time.
+    pub fn commit(
+        &self,
+        store: &Arc<warden_tx::Store>,
+        call: &str,
+        tool: &str,
+        limit: u64,
+    ) -> Result<ChangeSet, TxError> {
+        let mut since = self
+            .committed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        store.commit_fork(call, tool, &self.copies, &mut since, limit)
+    }
+
+    /// Whether `tool`'s read-write roots are these copies, each where its root was: a
+    /// sandbox of it writes them and nothing else.
+    pub fn seen_by(&self, tool: &Tool) -> bool {
+        let copies: Vec<PathBuf> = self.copies.iter().map(|(_, c)| c.clone()).collect();
+        crate::roots::read_write(tool) == copies
+    }
+
+    /// `policy` with its grants of the roots moved to their copies: the same grants (a
+    /// read-only one too, which then reads what the fork wrote), seen at the same guest paths.
+    pub fn relocate(&self, policy: &Policy) -> Policy {
+        let mut moved = policy.clone();
+        for grant in &mut moved.grants.fs {
+            if let Some((_, copy)) = self.copies.iter().find(|(root, _)| *root == grant.host) {
+                grant.host = copy.clone();
+            }
+        }
+        moved
+    }
+}
+
+impl Drop for ForkRoots {
+    fn drop(&mut self) {
+        remove(&self.dir);
+    }
+}
+
+/// Copies `mark`'s roots into a folder of `forks` of their own, as they stood at the mark.
+pub(crate) fn copy(
+    forks: &Path,
+    transactions: &warden_tx::Store,
+    mark: &RootsMark,
+) -> Result<ForkRoots, SnapshotError> {
+    sweep(forks);
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let n = COUNT.fetch_add(1, Ordering::Relaxed);
+    let dir = forks.join(format!("{}-{n}", owner::this_process().replace(':', "_")));
+    let io = |source| SnapshotError::Store {
+        path: dir.clone(),
+        source,
+    };
+    std::fs::create_dir_all(&dir).map_err(io)?;
+    let mut roots = ForkRoots {
+        dir: dir.clone(),
+        copies: Vec::new(),
+        committed: Mutex::new(0),
+    };
+    for (i, root) in mark.paths.iter().enumerate() {
+        let copy = dir.join(i.to_string());
+        cp(root, &copy)?;
+        roots.copies.push((root.clone(), copy));
+    }
+    let later = crate::roots::later(transactions, mark)
+        .map_err(|source| SnapshotError::Roots { undone: 0, source })?;
+    for record in later {
+        transactions
+            .undo_onto(&record.call_id, &roots.copies)
+            .map_err(|source| SnapshotError::Roots { undone: 0, source })?;
+    }
+    Ok(roots)
+}
+
+/// `cp -a ROOT COPY`: a copy that keeps what a transaction keeps (content, mode, links) and
+/// the owner, which a docker sandbox's user is chosen by.
+fn cp(root: &Path, copy: &Path) -> Result<(), SnapshotError> {
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg("--")
+        .arg(root)
+        .arg(copy)
+        .output();
+    match copied {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => Err(SnapshotError::Copy {
+            root: root.to_owned(),
+            why: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        }),
+        Err(e) => Err(SnapshotError::Copy {
+            root: root.to_owned(),
+            why: format!("`cp` did not start: {e}"),
+        }),
+    }
+}
+
+/// Removes the copies of forks whose warden is gone.
+fn sweep(forks: &Path) {
+    for entry in std::fs::read_dir(forks).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().replace('_', ":");
+        let owner = name.rsplit_once('-').map_or("", |(owner, _)| owner);
+        if owner::liveness(owner) != Liveness::Running {
+            remove(&entry.path());
+        }
+    }
+}
+
+fn remove(dir: &Path) {
+    if let Err(e) = std::fs::remove_dir_all(dir)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!("a fork's copies at {} were not removed: {e}", dir.display());
+    }
+}
