@@ -248,7 +248,7 @@ fn kind(e: &SnapshotError) -> &'static str {
             _ => "roots",
         },
         SnapshotError::Session(e) => e.kind.as_str(),
-        SnapshotError::TooLarge { .. } => "too_large",
+        SnapshotError::TooLarge { .. } | SnapshotError::RootsTooLarge { .. } => "too_large",
         SnapshotError::PolicyChanged { .. } => "policy_changed",
         SnapshotError::Refused(..) => "refused",
         SnapshotError::NotFound(_) => "not_found",

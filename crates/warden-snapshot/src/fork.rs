@@ -103,6 +103,19 @@ pub(crate) fn copy(
         copies: Vec::new(),
         committed: Mutex::new(0),
     };
+    let mut bytes = 0;
+    for root in &mark.paths {
+        bytes += held(root).map_err(|source| SnapshotError::Store {
+            path: root.clone(),
+            source,
+        })?;
+    }
+    if bytes > crate::MAX_BYTES {
+        return Err(SnapshotError::RootsTooLarge {
+            bytes,
+            bound: crate::MAX_BYTES,
+        });
+    }
     for (i, root) in mark.paths.iter().enumerate() {
         let copy = dir.join(i.to_string());
         cp(root, &copy)?;
@@ -138,6 +151,21 @@ fn cp(root: &Path, copy: &Path) -> Result<(), SnapshotError> {
             why: format!("`cp` did not start: {e}"),
         }),
     }
+}
+
+/// The bytes of the files below `dir`, links not followed.
+fn held(dir: &Path) -> std::io::Result<u64> {
+    let mut bytes = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            bytes += held(&entry.path())?;
+        } else if kind.is_file() {
+            bytes += entry.metadata()?.len();
+        }
+    }
+    Ok(bytes)
 }
 
 /// Removes the copies of forks whose warden is gone.

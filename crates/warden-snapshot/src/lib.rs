@@ -70,6 +70,11 @@ pub enum SnapshotError {
         marked: Vec<String>,
         here: Vec<String>,
     },
+    #[error(
+        "the read-write roots hold {bytes} bytes, past the {bound} a fork copies (the bytes a \
+         home keeps of snapshots): restore the snapshot into a session instead"
+    )]
+    RootsTooLarge { bytes: u64, bound: u64 },
     #[error("the fork's changes were not committed to the real roots: {0}")]
     Commit(warden_tx::TxError),
     #[error("the read-write root {} could not be copied for a fork: {why}", root.display())]

@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 /// The most snapshots a home keeps: a new one past it is refused, never an old one evicted
 /// (a checkpoint may still name it).
 pub const MAX_SNAPSHOTS: usize = 256;
-/// The most bytes the archives of a home's snapshots hold together.
+/// The most bytes the archives of a home's snapshots hold together; and the most a fork
+/// copies of its read-write roots.
 pub const MAX_BYTES: u64 = 4 << 30;
 
 /// What a snapshot is of.
