@@ -212,11 +212,20 @@ def test_a_page_elsewhere_cannot_frame_the_console(box, browser):
 def decide_on_page(browser, label: str, words: str = "", arguments: str | None = None):
     """Waits for a call on the page, then clicks `label` having typed `words` (a reason or an
     answer) and, for an edit, the new `arguments`."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
     def pending(d):
-        cards = d.find_elements(By.CSS_SELECTOR, "#pending .pending")
-        return cards[0] if cards else None
+        # The newest card still undecided: one decided just now (its buttons disabled) may
+        # not have gone from the page yet.
+        try:
+            cards = [
+                c for c in d.find_elements(By.CSS_SELECTOR, "#pending .pending")
+                if c.find_element(By.TAG_NAME, "button").is_enabled()
+            ]
+        except StaleElementReferenceException:
+            return None  # the page removed a card meanwhile: look again
+        return cards[-1] if cards else None
 
     card = wait_for(browser, pending, "a call waiting on the page")
     assert "rev_add" in card.text and "sha256:" in card.text, card.text

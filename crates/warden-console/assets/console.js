@@ -221,6 +221,10 @@ async function loadTools() {
   }
 }
 
+// Calls decided on this page: a poll that began before a decision may still list one, and
+// its card must not come back.
+const decided = new Set();
+
 function renderPending(list) {
   const section = document.getElementById("review");
   const box = document.getElementById("pending");
@@ -234,6 +238,7 @@ function renderPending(list) {
     if (!shown.has(old.dataset.id)) old.remove();
   }
   for (const p of list) {
+    if (decided.has(String(p.id))) continue;
     if (box.querySelector('[data-id="' + Number(p.id) + '"]')) continue;
     const card = el("div", null, "policy pending");
     card.dataset.id = String(p.id);
@@ -259,7 +264,10 @@ function renderPending(list) {
         headers: { "Content-Type": "application/json" },
         body: JSON.stringify({ id: p.id, digest: p.digest, decision, ...extra }),
       });
-      if (r.ok) card.remove();
+      if (r.ok) {
+        decided.add(String(p.id));
+        card.remove();
+      }
       else { said.textContent = await r.text(); for (const b of buttons) b.disabled = false; }
     };
     const button = (label, kind, title, act) => {
