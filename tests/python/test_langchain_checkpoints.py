@@ -82,6 +82,57 @@ def test_forking_or_resuming_a_thread_puts_its_sandbox_at_that_checkpoint(base, 
         assert backend.sandbox("first").execute("cat /tmp/steps/1").output == "one"
 
 
+def test_a_forked_thread_writes_copies_of_the_read_write_roots(base):
+    """With a read-write root, a thread forked from the checkpoint after step one writes a
+    copy of the root as it stood then: the first thread's three files stay in the real
+    folder, and the fork has nothing of its own to commit; resuming the first thread there
+    rewinds the real folder to step one."""
+    root = base / "rw"
+    root.mkdir()
+    root.chmod(0o777)
+    (base / "policies" / "rw.toml").write_text(
+        (base / "policies" / "shell-host.toml").read_text()
+        .replace('name = "host-shell"', 'name = "rw-shell"')
+        .replace('host = "../workspace"', 'host = "../rw"')
+        .replace('access = "read-only"', 'access = "read-write"')
+    )
+    model = scripted(
+        AIMessage(content="", tool_calls=[call("write_file", {"file_path": f"{root}/1", "content": "one"}, "s1")]),
+        AIMessage(content="", tool_calls=[call("write_file", {"file_path": f"{root}/2", "content": "two"}, "s2")]),
+        AIMessage(content="", tool_calls=[call("execute", {"command": f"echo three >{root}/3"}, "s3")]),
+        "done",
+        "forked",
+        "resumed",
+    )
+    backend = WardenThreadSandbox(
+        tool="rw-shell", toolbox=base / "policies", home=base / "home", warden=warden_bin()
+    )
+    listed = lambda thread: backend.sandbox(thread).execute(f"ls {root}").output  # noqa: E731
+    with backend:
+        agent = create_deep_agent(
+            model=model,
+            backend=backend,
+            middleware=[WardenCheckpointMiddleware(backend)],
+            checkpointer=InMemorySaver(),
+        )
+        first = {"configurable": {"thread_id": "first"}}
+        assert agent.invoke({"messages": [("user", "write three files")]}, first)["messages"][-1].content == "done"
+        assert sorted(p.name for p in root.iterdir()) == ["1", "2", "3"]
+
+        step_one = after_step_one(agent, first)
+        fork = {"configurable": {"thread_id": "fork"}}
+        agent.update_state(fork, step_one.values, as_node="tools")
+        assert agent.invoke(None, fork)["messages"][-1].content == "forked"
+        assert listed("fork") == "1\n"
+        assert sorted(p.name for p in root.iterdir()) == ["1", "2", "3"], "the first thread's files"
+        assert backend.sandbox("fork").commit() is None, "the fork wrote nothing of its own"
+
+        resumed = agent.invoke(None, step_one.config)
+        assert resumed["messages"][-1].content == "resumed"
+        assert sorted(p.name for p in root.iterdir()) == ["1"]
+        assert (root / "1").read_text() == "one"
+
+
 def test_the_docs_sample_runs_as_written(monkeypatch, capsys):
     from harness import loopback_server
     from langchain_harness import ROOT

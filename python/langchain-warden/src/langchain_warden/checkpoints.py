@@ -11,8 +11,10 @@ tools changed stay as they are. Two pieces tie them:
   (`warden_snapshot`), so every checkpoint after a tool step names the sandbox as it was
   then. Before each model call it compares: a thread whose state names another snapshot
   than its sandbox holds (a resumed checkpoint, another process) has its sandbox restored
-  to it; a thread with no sandbox yet (a fork, or a thread resumed by a new process) gets
-  one made from it.
+  to it; a thread with no sandbox yet gets one made from it: a fork of the snapshot when
+  another thread took it (a forked thread, whose read-write roots are then copies, which
+  its sandbox's `commit()` applies to the real folders), else a sandbox from it (a thread
+  resumed by a new process, its read-write roots rewound).
 
 Calls of one step that run at once each take a snapshot when they end; the state keeps the
 one taken last, which began after every call of the step had ended.
@@ -38,7 +40,8 @@ READS = frozenset({"ls", "read_file", "glob", "grep"})
 
 
 def _latest(old: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The snapshot taken last of two (each `{"id", "taken_ns"}`)."""
+    """The snapshot taken last of two (each `{"id", "taken_ns", "thread"}`: the thread
+    that took it)."""
     if old is None or new is None:
         return new or old
     return max(old, new, key=lambda s: s["taken_ns"])
@@ -96,13 +99,13 @@ class WardenThreadSandbox(WardenSandbox):
             sandbox, _ = self._threads[thread]
             self._threads[thread] = (sandbox, snap_id)
 
-    def adopt(self, thread: str, snap_id: str) -> None:
+    def adopt(self, thread: str, snap_id: str, *, fork: bool = False) -> None:
         """Puts the sandbox of `thread` in snapshot `snap_id`: restored, or (a thread with no
-        sandbox yet) made from it."""
+        sandbox yet) made from it, as a fork of it when `fork` (another thread took it)."""
         with self._lock:
             found = self._threads.get(thread)
         if found is None:
-            made = WardenSandbox.from_snapshot(snap_id, **self._made)
+            made = WardenSandbox._made_from(snap_id, fork=fork, **self._made)
             with self._lock:
                 self._threads[thread] = (made, snap_id)
             return
@@ -130,7 +133,8 @@ class WardenCheckpointMiddleware(AgentMiddleware[CheckpointState]):
         wanted = state.get("warden_snapshot")
         thread = thread_id()
         if wanted and self.backend.holds(thread) != wanted["id"]:
-            self.backend.adopt(thread, wanted["id"])
+            taken_by = wanted.get("thread", thread)  # checkpoints before it was kept: this one
+            self.backend.adopt(thread, wanted["id"], fork=taken_by != thread)
         return None
 
     async def abefore_model(self, state: CheckpointState, runtime: Any) -> dict[str, Any] | None:
@@ -145,7 +149,7 @@ class WardenCheckpointMiddleware(AgentMiddleware[CheckpointState]):
         taken_ns = time.time_ns()
         snap_id = sandbox.snapshot()
         self.backend.mark(thread, snap_id)
-        return _recorded(result, {"id": snap_id, "taken_ns": taken_ns})
+        return _recorded(result, {"id": snap_id, "taken_ns": taken_ns, "thread": thread})
 
     async def awrap_tool_call(
         self, request: Any, handler: Callable[[Any], Awaitable[Any]]
@@ -158,7 +162,7 @@ class WardenCheckpointMiddleware(AgentMiddleware[CheckpointState]):
         taken_ns = time.time_ns()
         snap_id = await sandbox.asnapshot()
         self.backend.mark(thread, snap_id)
-        return _recorded(result, {"id": snap_id, "taken_ns": taken_ns})
+        return _recorded(result, {"id": snap_id, "taken_ns": taken_ns, "thread": thread})
 
 
 def _recorded(result: Any, snapshot: dict[str, Any]) -> Any:
