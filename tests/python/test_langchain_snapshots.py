@@ -319,6 +319,13 @@ def test_a_fork_writes_copies_of_the_read_write_roots_until_it_commits(base, too
         finally:
             then.close()
         assert (root / "a").read_text() == "origin" and (root / "d" / "x").read_text() == "x"
+    # Under a changed policy a fork is refused, and leaves no copy behind.
+    policy = base / "policies" / "rw.toml"
+    policy.write_text(policy.read_text().replace('timeout = "30s"', 'timeout = "29s"'))
+    with pytest.raises(WardenSnapshotError) as changed:
+        WardenSandbox._made_from(old, fork=True, **kwargs)
+    assert changed.value.kind == "policy_changed", changed.value
+    assert list(forks.iterdir()) == []
 
 
 def test_the_cli_lists_and_deletes_snapshots(base):

@@ -154,8 +154,12 @@ async fn fork_roots(
     tool: &str,
     id: &str,
 ) -> Result<(), ErrorData> {
-    if base.toolbox().get(tool).is_none() {
+    let Some(found) = base.toolbox().get(tool) else {
         return Ok(()); // the restore names it
+    };
+    let meta = snapshots.store().meta(id).map_err(refused)?;
+    if meta.policy_digest != found.policy_digest() {
+        return Ok(()); // the restore refuses it, naming both policies
     }
     let Some(roots) = snapshots.fork_roots(id).await.map_err(refused)? else {
         return Ok(());
