@@ -1,7 +1,9 @@
 """One side-by-side run of a sandbox's snapshot, restore and fork holding 50 MB of changes in
 its `/tmp` (ten 5 MB files of random bytes), on the host shell and the Debian docker shell,
 beside their floors: `cp -a` of the same files on the host, and `docker commit` plus `docker
-run` of a container holding them.
+run` of a container holding them. Then a fork of each shell with a read-write root of 10 MB in
+1,000 files (the fork copies it) and the commit of 10 files the fork changed, beside a `cp -a`
+of that root.
 
     WARDEN_BIN=target/release/warden python python/langchain-warden/benchmarks/snapshots.py
 
@@ -11,9 +13,12 @@ prints a Markdown table, median and p90 of each figure over a few runs.
 
 from __future__ import annotations
 
+import os
 import shutil
+import statistics
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from bench import ROOT, docker_ok, measure  # this folder's benchmark of tool calls
@@ -38,6 +43,51 @@ def rows(tool: str, base: Path) -> list[tuple[str, float, float]]:
 
         out.append((f"{tool}: fork (snapshot, new sandbox, restore)", *measure(fork, RUNS, warmup=1)))
     return out
+
+
+def with_root(tool: str, base: Path) -> list[tuple[str, float, float]]:
+    """A fork of `tool` with a read-write root of 10 MB in 1,000 files, and its commit of 10
+    changed files, beside a `cp -a` of the root."""
+    shipped = "shell-host.toml" if tool == "host-shell" else "shell-docker.toml"
+    root = base / f"rw-{tool}"
+    for d in range(10):
+        (root / f"d{d}").mkdir(parents=True)
+        for f in range(100):
+            (root / f"d{d}" / f"f{f}").write_bytes(os.urandom(10_000))
+    subprocess.run(["chown", "-R", "nobody:nogroup", str(root)], check=True)
+    (base / "policies" / f"rw-{tool}.toml").write_text(
+        (base / "policies" / shipped).read_text()
+        .replace(f'name = "{tool}"', f'name = "rw-{tool}"')
+        .replace('host = "../workspace"', f'host = "../rw-{tool}"')
+        .replace('access = "read-only"', 'access = "read-write"')
+    )
+    seen = root if tool == "host-shell" else "/workspace"
+    kwargs = {"tool": f"rw-{tool}", "toolbox": base / "policies", "home": base / "home"}
+    forks, commits, copies = [], [], []
+    with WardenSandbox(**kwargs) as sandbox:
+        sandbox.execute("true")
+        for n in range(RUNS + 1):
+            started = time.perf_counter()
+            fork = sandbox.fork()
+            forks.append(time.perf_counter() - started)
+            fork.execute(f"cd {seen} && for i in 0 1 2 3 4 5 6 7 8 9; do head -c 10000 /dev/urandom >d$i/f$n; done")
+            started = time.perf_counter()
+            fork.commit()
+            commits.append(time.perf_counter() - started)
+            fork.close()
+            started = time.perf_counter()
+            subprocess.run(["cp", "-a", str(root), str(base / f"rw-copy-{tool}-{n}")], check=True)
+            copies.append(time.perf_counter() - started)
+
+    def shown(times: list[float]) -> tuple[float, float]:
+        kept = sorted(times[1:])  # the first is the warm-up
+        return statistics.median(kept), kept[int(len(kept) * 0.9)]
+
+    return [
+        (f"{tool}: fork with a read-write root of 10 MB in 1,000 files", *shown(forks)),
+        (f"{tool}: the fork's commit of 10 changed files", *shown(commits)),
+        ("floor: `cp -a` of that root", *shown(copies)),
+    ]
 
 
 def floors(base: Path) -> list[tuple[str, float, float]]:
@@ -82,6 +132,9 @@ def main() -> None:
         if docker_ok():
             table += rows("shell", base)
         table += floors(base)
+        table += with_root("host-shell", base)
+        if docker_ok():
+            table += with_root("shell", base)
     print("| figure | median | p90 |\n|---|---:|---:|")
     for name, median, p90 in table:
         print(f"| {name} | {median * 1e3:.1f} ms | {p90 * 1e3:.1f} ms |")
