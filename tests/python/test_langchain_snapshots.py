@@ -8,6 +8,7 @@ snapshots lie out of every sandbox's reach."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -326,6 +327,31 @@ def test_a_fork_writes_copies_of_the_read_write_roots_until_it_commits(base, too
         WardenSandbox._made_from(old, fork=True, **kwargs)
     assert changed.value.kind == "policy_changed", changed.value
     assert list(forks.iterdir()) == []
+
+
+def test_a_forks_commit_is_refused_where_its_commands_write_in_place(base):
+    """Under gVisor a docker session's commands write its roots in place, not as
+    transactions: a fork still writes a copy, the real folder untouched, and its commit is
+    refused (`in_place`) rather than committing nothing."""
+    require_docker()
+    runtimes = subprocess.run(
+        ["docker", "info", "--format", "{{json .Runtimes}}"], capture_output=True, text=True
+    ).stdout
+    if "runsc-nonet" not in runtimes:
+        assert os.environ.get("CI") != "true", "CI=true and no runtime runsc-nonet (.ci/run registers it)"
+        pytest.skip("the engine has no runtime runsc-nonet")
+    kwargs, root, seen = read_write(base, "shell")
+    policy = base / "policies" / "rw.toml"
+    policy.write_text(policy.read_text().replace("[executor]\n", '[executor]\nruntime = "runsc-nonet"\n', 1))
+    with WardenSandbox(**kwargs) as origin:
+        assert origin.execute(f"printf one >{seen}/a").exit_code == 0
+        with origin.fork() as fork:
+            assert fork.execute(f"printf fork >{seen}/a && cat {seen}/a").output == "fork"
+            assert (root / "a").read_text() == "one"
+            with pytest.raises(WardenSnapshotError) as untracked:
+                fork.commit()
+            assert untracked.value.kind == "in_place", untracked.value
+        assert (root / "a").read_text() == "one"
 
 
 def test_the_cli_lists_and_deletes_snapshots(base):

@@ -412,6 +412,13 @@ pub trait Executor: Send + Sync {
         Box::pin(async { Piping::NotBeside })
     }
 
+    /// Whether the commands of a session are transactions over its read-write roots (each
+    /// settled as it ends: `warden_tx`), so what they change can be found and committed
+    /// elsewhere; false where they write in place, and by default.
+    fn sessions_are_transactions(&self) -> bool {
+        false
+    }
+
     /// Gets ready ahead of the first call (a warm pool starts filling). Long-running front
     /// ends call it once the toolbox is loaded, inside a tokio runtime; calling it again does
     /// no more. Nothing by default.

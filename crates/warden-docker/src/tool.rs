@@ -275,6 +275,10 @@ impl Executor for DockerTool {
         self.sessions.as_ref().and(self.transfer)
     }
 
+    fn sessions_are_transactions(&self) -> bool {
+        self.sessions.is_some() && self.recipe.views.is_some()
+    }
+
     fn check_image(&self, image: &str) -> Result<(), String> {
         let plan = &self.recipe.plan;
         if image == plan.image || plan.images.iter().any(|i| i == image) {

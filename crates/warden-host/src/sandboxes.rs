@@ -127,6 +127,12 @@ impl Sandboxes {
         }
     }
 
+    /// Whether its sandboxes see their writable roots through views (else they write them in
+    /// place).
+    pub(crate) fn viewed(&self) -> bool {
+        self.views.is_some()
+    }
+
     /// A sandbox for one call: a prepared one when ready, else one started now; either way the
     /// tool's prepared sandboxes are made up again in the background.
     pub(crate) async fn for_call(self: &Arc<Self>) -> Result<Started, ToolError> {

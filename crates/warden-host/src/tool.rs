@@ -291,6 +291,10 @@ impl Executor for HostTool {
         self.sessions.as_ref().and(self.config().transfer)
     }
 
+    fn sessions_are_transactions(&self) -> bool {
+        self.sessions.is_some() && self.starter.sandboxes.viewed()
+    }
+
     fn exec(&self, mut program: Program, held: Held) -> BoxFuture<'_, Result<Finished, ToolError>> {
         Box::pin(async move {
             let argv = self.template.program(std::mem::take(&mut program.argv))?;

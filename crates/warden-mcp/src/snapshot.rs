@@ -244,6 +244,7 @@ fn refused(e: SnapshotError) -> ErrorData {
 fn kind(e: &SnapshotError) -> &'static str {
     match e {
         SnapshotError::UnknownTool(_) => "unknown_tool",
+        SnapshotError::Untracked(_) => "in_place",
         SnapshotError::ForkOfRoots { .. } | SnapshotError::OtherRoots { .. } => "read_write_roots",
         SnapshotError::Roots { source, .. } | SnapshotError::Commit(source) => match source {
             warden_tx::TxError::Conflict { .. } => "conflict",

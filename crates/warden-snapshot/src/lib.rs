@@ -75,6 +75,12 @@ pub enum SnapshotError {
          home keeps of snapshots): restore the snapshot into a session instead"
     )]
     RootsTooLarge { bytes: u64, bound: u64 },
+    #[error(
+        "{0:?}'s session commands write its roots in place, not as transactions (a docker \
+         shell under gVisor, or without a transaction store), so a fork's changes cannot be \
+         found to commit: copy what it wrote by hand"
+    )]
+    Untracked(String),
     #[error("the fork's changes were not committed to the real roots: {0}")]
     Commit(warden_tx::TxError),
     #[error("the read-write root {} could not be copied for a fork: {why}", root.display())]
@@ -253,6 +259,9 @@ impl Snapshots {
         roots: std::sync::Arc<ForkRoots>,
     ) -> Result<(String, warden_tx::ChangeSet), SnapshotError> {
         let found = snapshotable(dispatcher, tool)?;
+        if !found.executor.sessions_are_transactions() {
+            return Err(SnapshotError::Untracked(tool.to_owned()));
+        }
         let (limit, tool) = (found.limits.changes, tool.to_owned());
         let call = warden_core::next_call_id();
         let transactions = self.transactions.clone();
