@@ -40,14 +40,14 @@ def after_step_one(agent, config):
     return found
 
 
-@pytest.mark.parametrize("tool", ["host-shell", "shell"])
-def test_forking_or_resuming_a_thread_puts_its_sandbox_at_that_checkpoint(base, tool):
-    if tool == "shell":
-        require_docker()
+def three_steps(base: Path, tool: str, folder: str):
+    """A deep agent in lockstep with its `tool` sandboxes, whose scripted model writes
+    `folder`/1 and /2 (`write_file`) and /3 (`execute`) in three steps and answers "done",
+    then "forked" and "resumed"; and its backend."""
     model = scripted(
-        AIMessage(content="", tool_calls=[call("write_file", {"file_path": "/tmp/steps/1", "content": "one"}, "s1")]),
-        AIMessage(content="", tool_calls=[call("write_file", {"file_path": "/tmp/steps/2", "content": "two"}, "s2")]),
-        AIMessage(content="", tool_calls=[call("execute", {"command": "echo three >/tmp/steps/3"}, "s3")]),
+        AIMessage(content="", tool_calls=[call("write_file", {"file_path": f"{folder}/1", "content": "one"}, "s1")]),
+        AIMessage(content="", tool_calls=[call("write_file", {"file_path": f"{folder}/2", "content": "two"}, "s2")]),
+        AIMessage(content="", tool_calls=[call("execute", {"command": f"echo three >{folder}/3"}, "s3")]),
         "done",
         "forked",
         "resumed",
@@ -55,13 +55,21 @@ def test_forking_or_resuming_a_thread_puts_its_sandbox_at_that_checkpoint(base, 
     backend = WardenThreadSandbox(
         tool=tool, toolbox=base / "policies", home=base / "home", warden=warden_bin()
     )
+    agent = create_deep_agent(
+        model=model,
+        backend=backend,
+        middleware=[WardenCheckpointMiddleware(backend)],
+        checkpointer=InMemorySaver(),
+    )
+    return agent, backend
+
+
+@pytest.mark.parametrize("tool", ["host-shell", "shell"])
+def test_forking_or_resuming_a_thread_puts_its_sandbox_at_that_checkpoint(base, tool):
+    if tool == "shell":
+        require_docker()
+    agent, backend = three_steps(base, tool, "/tmp/steps")
     with backend:
-        agent = create_deep_agent(
-            model=model,
-            backend=backend,
-            middleware=[WardenCheckpointMiddleware(backend)],
-            checkpointer=InMemorySaver(),
-        )
         first = {"configurable": {"thread_id": "first"}}
         result = agent.invoke({"messages": [("user", "write three files")]}, first)
         assert result["messages"][-1].content == "done"
@@ -96,25 +104,8 @@ def test_a_forked_thread_writes_copies_of_the_read_write_roots(base):
         .replace('host = "../workspace"', 'host = "../rw"')
         .replace('access = "read-only"', 'access = "read-write"')
     )
-    model = scripted(
-        AIMessage(content="", tool_calls=[call("write_file", {"file_path": f"{root}/1", "content": "one"}, "s1")]),
-        AIMessage(content="", tool_calls=[call("write_file", {"file_path": f"{root}/2", "content": "two"}, "s2")]),
-        AIMessage(content="", tool_calls=[call("execute", {"command": f"echo three >{root}/3"}, "s3")]),
-        "done",
-        "forked",
-        "resumed",
-    )
-    backend = WardenThreadSandbox(
-        tool="rw-shell", toolbox=base / "policies", home=base / "home", warden=warden_bin()
-    )
-    listed = lambda thread: backend.sandbox(thread).execute(f"ls {root}").output  # noqa: E731
+    agent, backend = three_steps(base, "rw-shell", str(root))
     with backend:
-        agent = create_deep_agent(
-            model=model,
-            backend=backend,
-            middleware=[WardenCheckpointMiddleware(backend)],
-            checkpointer=InMemorySaver(),
-        )
         first = {"configurable": {"thread_id": "first"}}
         assert agent.invoke({"messages": [("user", "write three files")]}, first)["messages"][-1].content == "done"
         assert sorted(p.name for p in root.iterdir()) == ["1", "2", "3"]
@@ -123,7 +114,7 @@ def test_a_forked_thread_writes_copies_of_the_read_write_roots(base):
         fork = {"configurable": {"thread_id": "fork"}}
         agent.update_state(fork, step_one.values, as_node="tools")
         assert agent.invoke(None, fork)["messages"][-1].content == "forked"
-        assert listed("fork") == "1\n"
+        assert backend.sandbox("fork").execute(f"ls {root}").output == "1\n"
         assert sorted(p.name for p in root.iterdir()) == ["1", "2", "3"], "the first thread's files"
         assert backend.sandbox("fork").commit() is None, "the fork wrote nothing of its own"
 
