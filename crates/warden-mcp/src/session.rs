@@ -66,8 +66,7 @@ impl Drop for Busy {
 
 impl Session {
     /// This connection's dispatcher over `base`'s toolbox. After a reload the toolbox is new:
-    /// the old session ends and a new one starts.
-    /// A fork's session keeps its own toolbox.
+    /// the old session ends and a new one starts; a fork's session keeps its own toolbox.
     pub(crate) fn dispatcher(&self, base: &Dispatcher) -> Dispatcher {
         let forked = lock(&self.fork).as_ref().map(|f| f.toolbox.clone());
         let mut current = lock(&self.current);

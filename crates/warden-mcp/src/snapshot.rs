@@ -93,7 +93,7 @@ pub(crate) async fn answer(
         "warden/restore" => match (param("tool"), param("snapshot"), how(request)) {
             (Some(tool), Some(id), Some(how)) => {
                 if how == Restore::Fork {
-                    fork_roots(snapshots, loader, session, base, tool, id).await?;
+                    make_fork(snapshots, loader, session, base, tool, id).await?;
                 }
                 let dispatcher = session.dispatcher(base);
                 one(snapshots.restore(&dispatcher, tool, id, how).await)
@@ -146,7 +146,7 @@ pub(crate) async fn answer(
 /// toolbox with every policy granting one loaded again over the copies; nothing for a
 /// snapshot that marks none. Refused unless `tool`'s sandbox then writes the copies alone
 /// (a snapshot of a fork marks the fork's copies, which no policy grants).
-async fn fork_roots(
+async fn make_fork(
     snapshots: &Snapshots,
     loader: Option<&PolicyLoader>,
     session: &Session,

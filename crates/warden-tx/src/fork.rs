@@ -46,14 +46,13 @@ impl Store {
             .iter()
             .map(|(_, c)| open(c))
             .collect::<Result<_, _>>()?;
-        let read = entry_at;
         let (mut changes, mut clashes) = (Vec::new(), Vec::new());
         for ((root, path), base) in starts {
-            let now = read(&forks[root], &path)?;
+            let now = entry_at(&forks[root], &path)?;
             if same(&now, &base) {
                 continue;
             }
-            let there = read(&roots[root], &path)?;
+            let there = entry_at(&roots[root], &path)?;
             if !same(&there, &base) {
                 clashes.push(roots[root].path().join(&path));
                 continue;
