@@ -98,6 +98,8 @@ pub(crate) fn copy(
         source,
     };
     std::fs::create_dir_all(&dir).map_err(io)?;
+    // Canonical, as a grant's host folder is.
+    let dir = dir.canonicalize().map_err(io)?;
     let mut roots = ForkRoots {
         dir: dir.clone(),
         copies: Vec::new(),

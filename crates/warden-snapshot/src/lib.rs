@@ -397,16 +397,19 @@ impl Snapshots {
         if let Some(mark) = &meta.roots {
             let here = roots::read_write(found);
             let shown = |paths: &[PathBuf]| paths.iter().map(|p| p.display().to_string()).collect();
-            match (how, here == mark.paths) {
-                // A fork's sandbox sees copies, made as the snapshot found the roots.
-                (Restore::Fork, false) => {}
-                (Restore::Fork, true) => {
+            // A fork's sandbox sees copies (made as the snapshot found the roots), which are
+            // all in the store's `forks`.
+            let forks = self.store.dir().join("forks").canonicalize();
+            let copies = forks.is_ok_and(|forks| here.iter().all(|root| root.starts_with(&forks)));
+            match how {
+                Restore::Fork if copies => {}
+                Restore::Fork => {
                     return Err(SnapshotError::ForkOfRoots {
                         tool: tool.to_owned(),
                         roots: shown(&here),
                     });
                 }
-                (_, false) => {
+                _ if here != mark.paths => {
                     return Err(SnapshotError::OtherRoots {
                         id: id.to_owned(),
                         tool: tool.to_owned(),
@@ -414,7 +417,7 @@ impl Snapshots {
                         here: shown(&here),
                     });
                 }
-                (_, true) => {}
+                _ => {}
             }
         }
         if let Some(mark) = meta.roots.as_ref().filter(|_| how != Restore::Fork) {
