@@ -329,6 +329,25 @@ def test_a_fork_writes_copies_of_the_read_write_roots_until_it_commits(base, too
     assert list(forks.iterdir()) == []
 
 
+def test_copies_a_stopped_warden_left_go_when_a_server_starts(base):
+    """A fork's copies outlive a warden killed while it ran: the next server of the home
+    removes them as it starts, and leaves a live warden's alone."""
+    kwargs, root, seen = read_write(base, "host-shell")
+    forks = base / "home" / "snapshots" / "forks"
+    with WardenSandbox(**kwargs) as origin:
+        origin.execute(f"printf one >{seen}/a")
+        with origin.fork():
+            [live] = list(forks.iterdir())
+            # A copy of a warden of another boot: gone, whatever its pid.
+            left = forks / "00000000-0000-0000-0000-000000000000_1_1-0"
+            (left / "0").mkdir(parents=True)
+            (left / "0" / "a").write_text("left behind")
+            with WardenSandbox(**kwargs) as other:
+                other.execute("true")
+                assert not left.exists(), "the stopped warden's copy is gone"
+                assert live.exists(), "a live fork's copy stays"
+
+
 def test_a_forks_commit_is_refused_where_its_commands_write_in_place(base):
     """Under gVisor a docker session's commands write its roots in place, not as
     transactions: a fork still writes a copy, the real folder untouched, and its commit is

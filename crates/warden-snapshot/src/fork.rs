@@ -4,7 +4,7 @@
 //! folders. A copy is made as the snapshot found the roots: the calls committed to them since
 //! are undone in the copy, from their pre-images (`warden_tx::Store::undo_onto`), and stay
 //! committed in the roots. The copies go when the fork's session does ([`ForkRoots`] dropped),
-//! or, left by a warden that stopped, at the next fork in that home.
+//! or, left by a warden that stopped, when a server of that home starts or forks next.
 //!
 //! The copy is `cp -a`'s: contents, modes, owners, times and links as links. What a person
 //! changed in a root since the snapshot by no call stays in the copy.
@@ -171,7 +171,7 @@ fn held(dir: &Path) -> std::io::Result<u64> {
 }
 
 /// Removes the copies of forks whose warden is gone.
-fn sweep(forks: &Path) {
+pub(crate) fn sweep(forks: &Path) {
     for entry in std::fs::read_dir(forks).into_iter().flatten().flatten() {
         let name = entry.file_name().to_string_lossy().replace('_', ":");
         let owner = name.rsplit_once('-').map_or("", |(owner, _)| owner);

@@ -274,6 +274,12 @@ impl Snapshots {
         Ok((call, committed))
     }
 
+    /// Removes the copies that forks left when their warden stopped (a server does as it
+    /// starts; a fork does too, before it copies).
+    pub fn sweep_forks(&self) {
+        fork::sweep(&self.store.dir().join("forks"));
+    }
+
     /// Copies of the read-write roots snapshot `id` marks, as they stood then, for a fork's
     /// sandbox to see in their place (its policy's roots moved there:
     /// [`ForkRoots::relocate`]); `None` for a snapshot that marks none.
