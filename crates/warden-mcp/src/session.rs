@@ -19,12 +19,18 @@ pub(crate) const IDLE_KEY: &str = "warden/idle";
 /// It ends when the connection does (the last handler is dropped, or [`Session::close`]).
 #[derive(Default)]
 pub(crate) struct Session {
-    current: Mutex<Option<Dispatcher>>,
+    current: Mutex<Current>,
     /// What its client chose at `initialize`, by tool.
     choices: Mutex<ClientChoices>,
-    /// Set by a fork: the session's own toolbox and the copies of roots it sees.
-    fork: Mutex<Option<Fork>>,
     activity: Activity,
+}
+
+/// The session's dispatcher, and what a fork set: one lock, taken once a call.
+#[derive(Default)]
+struct Current {
+    dispatcher: Option<Dispatcher>,
+    /// The session's own toolbox and the copies of roots it sees.
+    fork: Option<Fork>,
 }
 
 /// A fork's toolbox (its read-write roots moved to copies), kept whatever the server reloads
@@ -68,18 +74,17 @@ impl Session {
     /// This connection's dispatcher over `base`'s toolbox. After a reload the toolbox is new:
     /// the old session ends and a new one starts; a fork's session keeps its own toolbox.
     pub(crate) fn dispatcher(&self, base: &Dispatcher) -> Dispatcher {
-        let forked = lock(&self.fork).as_ref().map(|f| f.toolbox.clone());
         let mut current = lock(&self.current);
-        let toolbox = forked.as_ref().unwrap_or(base.toolbox());
-        match current.as_ref() {
+        let toolbox = current.fork.as_ref().map_or(base.toolbox(), |f| &f.toolbox);
+        match &current.dispatcher {
             Some(d) if Arc::ptr_eq(d.toolbox(), toolbox) => d.clone(),
             _ => {
                 let choices = lock(&self.choices).clone();
-                let d = match forked {
-                    Some(toolbox) => base.new_session_over(toolbox, choices),
+                let d = match &current.fork {
+                    Some(fork) => base.new_session_over(fork.toolbox.clone(), choices),
                     None => base.new_session_with(choices),
                 };
-                *current = Some(d.clone());
+                current.dispatcher = Some(d.clone());
                 d
             }
         }
@@ -88,12 +93,15 @@ impl Session {
     /// Makes the session a fork's: from now on its calls run over `toolbox`, whose sandboxes
     /// see `roots` in place of the real folders. Sandboxes it had are ended first.
     pub(crate) async fn fork(&self, toolbox: Arc<Toolbox>, roots: ForkRoots) {
-        // The fork first: a request meanwhile starts its session over the fork's toolbox.
-        let replaced = lock(&self.fork).replace(Fork {
-            toolbox,
-            roots: Arc::new(roots),
-        });
-        let before = lock(&self.current).take();
+        // Under one lock: a request meanwhile starts its session over the fork's toolbox.
+        let (replaced, before) = {
+            let mut current = lock(&self.current);
+            let fork = Fork {
+                toolbox,
+                roots: Arc::new(roots),
+            };
+            (current.fork.replace(fork), current.dispatcher.take())
+        };
         if let Some(d) = before {
             d.close().await;
         }
@@ -103,7 +111,7 @@ impl Session {
 
     /// The copies of the roots a fork's sandboxes see, when the session is a fork's.
     pub(crate) fn fork_roots(&self) -> Option<Arc<ForkRoots>> {
-        lock(&self.fork).as_ref().map(|f| f.roots.clone())
+        lock(&self.current).fork.as_ref().map(|f| f.roots.clone())
     }
 
     /// Sets what the client chose for its tools, before its first call.
@@ -139,12 +147,12 @@ impl Session {
 
     /// Ends the session now, and waits until its sandboxes are gone.
     pub(crate) async fn close(&self) {
-        let current = lock(&self.current).take();
+        let current = lock(&self.current).dispatcher.take();
         if let Some(d) = current {
             d.close().await;
         }
         // The copies of a fork's roots, once its sandboxes are gone.
-        lock(&self.fork).take();
+        lock(&self.current).fork.take();
     }
 }
 

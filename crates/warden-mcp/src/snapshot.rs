@@ -161,7 +161,7 @@ async fn make_fork(
     if meta.policy_digest != found.policy_digest() {
         return Ok(()); // the restore refuses it, naming both policies
     }
-    let Some(roots) = snapshots.fork_roots(id).await.map_err(refused)? else {
+    let Some(roots) = snapshots.fork_roots(&meta).await.map_err(refused)? else {
         return Ok(());
     };
     let unforked = |why: String| {

@@ -280,11 +280,11 @@ impl Snapshots {
         fork::sweep(&self.store.dir().join("forks"));
     }
 
-    /// Copies of the read-write roots snapshot `id` marks, as they stood then, for a fork's
-    /// sandbox to see in their place (its policy's roots moved there:
+    /// Copies of the read-write roots snapshot `meta` marks, as they stood then, for a
+    /// fork's sandbox to see in their place (its policy's roots moved there:
     /// [`ForkRoots::relocate`]); `None` for a snapshot that marks none.
-    pub async fn fork_roots(&self, id: &str) -> Result<Option<ForkRoots>, SnapshotError> {
-        let Some(mark) = self.store.meta(id)?.roots else {
+    pub async fn fork_roots(&self, meta: &Meta) -> Result<Option<ForkRoots>, SnapshotError> {
+        let Some(mark) = meta.roots.clone() else {
             return Ok(None);
         };
         let forks = self.store.dir().join("forks");

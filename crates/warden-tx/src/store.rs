@@ -209,21 +209,7 @@ impl Store {
         let dir = self.record_dir(call)?;
         let _one_at_a_time = lock(&self.committed);
         let mut record = CallRecord::read(&dir, call)?;
-        let why = match record.state {
-            State::Committed => None,
-            State::Committing => Some("it is being committed".to_owned()),
-            State::Undone => Some("it was undone already".to_owned()),
-            State::Dropped => Some(format!(
-                "its pre-images were dropped ({})",
-                record.dropped.as_deref().unwrap_or("the store's bounds")
-            )),
-        };
-        if let Some(why) = why {
-            return Err(TxError::NotUndoable {
-                call: call.to_owned(),
-                why,
-            });
-        }
+        undoable(&record)?;
         let roots = open_roots(&record.roots)?;
         let changed = match forced {
             true => Vec::new(),
@@ -256,15 +242,7 @@ impl Store {
         let dir = self.record_dir(call)?;
         let _one_at_a_time = lock(&self.committed);
         let record = CallRecord::read(&dir, call)?;
-        if record.state != State::Committed {
-            return Err(TxError::NotUndoable {
-                call: call.to_owned(),
-                why: match record.dropped {
-                    Some(why) => format!("its pre-images were dropped ({why})"),
-                    None => "it was undone, or is being committed".to_owned(),
-                },
-            });
-        }
+        undoable(&record)?;
         let copy_of = |root: &PathBuf| copies.iter().find(|(r, _)| r == root).map(|(_, c)| c);
         let targets: Vec<Option<Beneath>> = record
             .roots
@@ -626,6 +604,23 @@ fn extend(v: &mut Value, entry: &crate::Entry) {
     if let Some(target) = &entry.target {
         v["target"] = target.to_string_lossy().into_owned().into();
     }
+}
+
+/// Whether `record`'s call can be put back: committed, its pre-images kept.
+fn undoable(record: &CallRecord) -> Result<(), TxError> {
+    let why = match record.state {
+        State::Committed => return Ok(()),
+        State::Committing => "it is being committed".to_owned(),
+        State::Undone => "it was undone already".to_owned(),
+        State::Dropped => format!(
+            "its pre-images were dropped ({})",
+            record.dropped.as_deref().unwrap_or("the store's bounds")
+        ),
+    };
+    Err(TxError::NotUndoable {
+        call: record.call_id.clone(),
+        why,
+    })
 }
 
 /// The paths whose entries are not what `record` left: what an undo would overwrite.

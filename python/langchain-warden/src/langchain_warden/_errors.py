@@ -27,8 +27,8 @@ class WardenSnapshotError(WardenError):
     """warden refused a snapshot, a restore or a fork's commit; `kind` says why
     (`not_found`, `full`, `policy_changed`, `read_write_roots` for a restore into a sandbox
     that writes other roots than the snapshot's, `conflict` for roots changed meanwhile,
-    `not_undoable`, `not_a_fork`, `in_place`, `too_large`, `limit_exceeded`, `refused`, `unavailable`,
-    …)."""
+    `not_undoable`, `not_a_fork`, `in_place`, `too_large`, `limit_exceeded`, `refused`,
+    `unavailable`, …)."""
 
     def __init__(self, message: str, kind: str) -> None:
         super().__init__(message)
