@@ -120,6 +120,25 @@ def test_a_fork_and_a_sandbox_from_a_snapshot_diverge_from_the_first(base, tool)
     assert out.stdout == "/tmp/w/d\none\nfirst\n", out.stdout
 
 
+@pytest.mark.parametrize("tool", SHELLS)
+def test_a_sandbox_starts_ahead_of_its_first_command_when_asked(base, tool):
+    """`warden/start`, which a fork sends its new sandbox while it takes the snapshot: the
+    session's sandbox starts, and in a container the shell that carries its transfers
+    (holding its FIFO) is there before any transfer; the first command runs in it."""
+    with WardenSandbox(**made(base, tool)) as sandbox:
+        assert sandbox._session.request("warden/start", {"tool": tool}) == {}
+        assert sandbox.execute("echo ran").output == "ran\n"
+        if tool == "shell":
+            held = sandbox.execute("ls -l /proc/[0-9]*/fd/3 2>/dev/null | grep -c /tmp/.warden-")
+            assert held.output.strip() == "1", held.output
+        with pytest.raises(McpError) as unknown:
+            sandbox._session.request("warden/start", {"tool": "no-such-tool"})
+        assert (unknown.value.code, unknown.value.data) == (-32011, {"kind": "unknown_tool"})
+        with pytest.raises(McpError) as shapeless:
+            sandbox._session.request("warden/start", {"tool": 7})
+        assert shapeless.value.code == -32602
+
+
 def test_a_restore_under_a_changed_policy_is_refused(base):
     kwargs = made(base, "host-shell")
     with WardenSandbox(**kwargs) as sandbox:

@@ -417,6 +417,28 @@ def test_one_shell_beside_the_session_carries_every_transfer(tool):
         assert back.content == b"two"
 
 
+@pytest.mark.parametrize("tool", ["shell", "shell-busybox"])
+def test_a_containers_transfers_go_through_the_couriers_own_fifo(tool):
+    """In a container, whose shells' stdio the engine relays (two more copies each way), a
+    transfer's bytes go through a FIFO the courier holds, which warden takes by its pidfd. A
+    process of the sandbox may write into it, as into the courier's stdin: what it wrote
+    between transfers is drained, and never handed to the client as a file's bytes."""
+    require_docker()
+    data = os.urandom(300_000)
+    with _box(tool, transfer="1MiB") as sandbox:
+        assert sandbox.upload_files([("/tmp/f", data)])[0].error is None
+        [courier] = sandbox.execute(OTHER_SHELLS).output.split()
+        held = sandbox.execute(f"ls -l /proc/{courier}/fd/3").output
+        assert "/tmp/.warden-" in held and "(deleted)" in held, held
+        sandbox.execute(f"printf planted >/proc/{courier}/fd/3")
+        [back] = sandbox.download_files(["/tmp/f"])
+        assert back.error is None and back.content == data
+        # What warden drained is gone (a read finds nothing until its timeout): the
+        # download did go through the FIFO.
+        left = sandbox.execute(f"timeout 1 cat /proc/{courier}/fd/3 2>/dev/null | wc -c")
+        assert left.output.split()[0] == "0", left.output
+
+
 def test_without_a_dd_that_reads_whole_blocks_transfers_go_through_the_session():
     """In an image whose `dd` cannot read exactly a transfer's bytes (here none at all), no
     shell carries transfers beside the session's: they go through the session's shell, byte

@@ -41,6 +41,10 @@ pub(crate) struct DockerSiblings {
 impl Siblings for DockerSiblings {
     type Sibling = DockerSibling;
 
+    fn relayed(&self) -> bool {
+        true
+    }
+
     async fn start(&self) -> Result<Launched<DockerSibling>, ToolError> {
         let config = ExecConfig {
             attach_stdin: Some(true),

@@ -285,14 +285,20 @@ impl ServerHandler for Handler {
         request: CustomRequest,
         _context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
-        let read = request.method == crate::read::METHOD;
-        if read || request.method == crate::write::METHOD {
+        let method = request.method.as_str();
+        if [
+            crate::read::METHOD,
+            crate::write::METHOD,
+            crate::start::METHOD,
+        ]
+        .contains(&method)
+        {
             let snapshot = self.shared.snapshot();
             let dispatcher = self.session.dispatcher(&snapshot.dispatcher);
-            return if read {
-                crate::read::answer(&dispatcher, &request).await
-            } else {
-                crate::write::answer(&dispatcher, &request).await
+            return match method {
+                crate::read::METHOD => crate::read::answer(&dispatcher, &request).await,
+                crate::write::METHOD => crate::write::answer(&dispatcher, &request).await,
+                _ => crate::start::answer(&dispatcher, &request).await,
             };
         }
         if crate::snapshot::handles(&request.method) {

@@ -24,6 +24,7 @@ mod request_state;
 mod review;
 mod session;
 mod snapshot;
+mod start;
 mod state;
 mod stateless_review;
 mod stdio;

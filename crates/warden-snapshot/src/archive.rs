@@ -2,7 +2,7 @@
 //! warden, so that what is kept (and restored) holds only plain relative paths.
 
 use std::collections::HashSet;
-use std::io::Read;
+use std::io::{Read, Write};
 use tar::{Archive, Builder, EntryType, Header};
 
 /// Why an archive is refused.
@@ -39,14 +39,41 @@ pub fn rewritten(archive: &[u8], skip: &[&str]) -> Result<Vec<u8>, ArchiveError>
 /// as archives one after another, each at most `max` bytes but for one entry larger than
 /// that alone: what a restore unpacks a command at a time.
 pub fn split(archive: &[u8], skip: &[&str], max: usize) -> Result<Vec<Vec<u8>>, ArchiveError> {
-    rewrite(archive, archive.len(), skip, max, true)
+    let mut groups = Vec::new();
+    let room = archive.len().min(max).saturating_add(1024);
+    rewrite(
+        archive,
+        skip,
+        max,
+        true,
+        || Vec::with_capacity(room),
+        |group| groups.push(group),
+    )?;
+    Ok(groups)
 }
 
 /// A kept archive of `len` bytes, read from `archive`, checked again whole for a restore
-/// that moves it in one piece: as [`split`] with no bound. Read as it is parsed, not first
-/// into memory.
-pub fn checked(archive: impl Read, len: usize, skip: &[&str]) -> Result<Vec<u8>, ArchiveError> {
-    whole(archive, len, skip, true)
+/// that moves it in one piece: as [`split`] with no bound. One that warden wrote is its own
+/// rewrite: it is compared with that as it is made, not copied, and answered as it was read;
+/// one that differs (edited, or kept by another warden) is answered written again.
+pub fn checked(mut archive: impl Read, len: usize, skip: &[&str]) -> Result<Vec<u8>, ArchiveError> {
+    let mut kept = Vec::with_capacity(len);
+    archive
+        .read_to_end(&mut kept)
+        .map_err(|e| ArchiveError::Unreadable(e.to_string()))?;
+    let mut same = false;
+    rewrite(
+        kept.as_slice(),
+        skip,
+        usize::MAX,
+        true,
+        || Compare::new(&kept),
+        |compared| same = compared.whole(),
+    )?;
+    match same {
+        true => Ok(kept),
+        false => whole(kept.as_slice(), kept.len(), skip, true),
+    }
 }
 
 /// [`rewrite`] in one piece (an empty archive is its end: two zero blocks).
@@ -56,26 +83,35 @@ fn whole(
     skip: &[&str],
     refuse_special: bool,
 ) -> Result<Vec<u8>, ArchiveError> {
-    let mut whole = rewrite(archive, len, skip, usize::MAX, refuse_special)?;
-    Ok(whole.pop().unwrap_or_else(|| vec![0; 1024]))
+    let mut whole = None;
+    // Sized ahead: many megabytes are copied in, which a growing buffer would copy again.
+    let room = len.saturating_add(1024);
+    rewrite(
+        archive,
+        skip,
+        usize::MAX,
+        refuse_special,
+        || Vec::with_capacity(room),
+        |out| whole = Some(out),
+    )?;
+    Ok(whole.unwrap_or_else(|| vec![0; 1024]))
 }
 
-/// Rewrites `archive`, of `len` bytes (a hint for the buffers).
-fn rewrite(
+/// Rewrites `archive` into the writers `fresh` makes, one after another (a new one where the
+/// next entry would take one past `max` bytes), each handed to `done` when written.
+fn rewrite<W: Write>(
     archive: impl Read,
-    len: usize,
     skip: &[&str],
     max: usize,
     refuse_special: bool,
-) -> Result<Vec<Vec<u8>>, ArchiveError> {
+    mut fresh: impl FnMut() -> W,
+    mut done: impl FnMut(W),
+) -> Result<(), ArchiveError> {
     let unreadable = |e: std::io::Error| ArchiveError::Unreadable(e.to_string());
     let skip: Vec<String> = skip.iter().filter_map(|s| plain(s)).collect();
     let mut reader = Archive::new(archive);
     reader.set_ignore_zeros(true);
-    let mut groups = Vec::new();
-    // Sized ahead: many megabytes are copied in, which a growing buffer would copy again.
-    let room = len.min(max).saturating_add(1024);
-    let mut out = Builder::new(Vec::with_capacity(room));
+    let mut out = Builder::new(Counted::new(fresh()));
     let mut links: HashSet<String> = HashSet::new();
     let mut seen: HashSet<String> = HashSet::new();
     for entry in reader.entries().map_err(unreadable)? {
@@ -100,17 +136,21 @@ fn rewrite(
         match kind {
             EntryType::Regular | EntryType::Continuous => {
                 header.set_entry_type(EntryType::Regular);
-                let size = usize::try_from(entry.size()).unwrap_or(0);
-                let mut data = Vec::with_capacity(size.min(len));
-                entry.read_to_end(&mut data).map_err(unreadable)?;
-                header.set_size(data.len() as u64);
+                let size = entry.size();
+                header.set_size(size);
                 // Headers (a long name's too) and the data in 512-byte blocks.
-                let size = 1536 + path.len() + data.len();
-                if !out.get_ref().is_empty() && out.get_ref().len() + size > max {
-                    let full = std::mem::replace(&mut out, Builder::new(Vec::with_capacity(room)));
-                    groups.push(full.into_inner().map_err(unreadable)?);
+                let bytes = usize::try_from(size).unwrap_or(usize::MAX);
+                let taken = 1536usize.saturating_add(path.len()).saturating_add(bytes);
+                if out.get_ref().bytes > 0 && out.get_ref().bytes.saturating_add(taken) > max {
+                    let full = std::mem::replace(&mut out, Builder::new(Counted::new(fresh())));
+                    done(full.into_inner().map_err(unreadable)?.inner);
                 }
-                out.append_data(&mut header, &path, data.as_slice())
+                // Straight from the entry into the writer: no copy of the file between.
+                let data = Exact {
+                    entry: &mut entry,
+                    left: size,
+                };
+                out.append_data(&mut header, &path, data)
                     .map_err(unreadable)?;
             }
             EntryType::Directory => {
@@ -149,8 +189,91 @@ fn rewrite(
         }
         seen.insert(path);
     }
-    groups.push(out.into_inner().map_err(unreadable)?);
-    Ok(groups)
+    done(out.into_inner().map_err(unreadable)?.inner);
+    Ok(())
+}
+
+/// A writer, and how many bytes it took.
+struct Counted<W> {
+    inner: W,
+    bytes: usize,
+}
+
+impl<W> Counted<W> {
+    fn new(inner: W) -> Self {
+        Self { inner, bytes: 0 }
+    }
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.bytes += n;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// A writer that compares what it is given with `kept`, from its start.
+struct Compare<'a> {
+    kept: &'a [u8],
+    at: usize,
+    same: bool,
+}
+
+impl<'a> Compare<'a> {
+    fn new(kept: &'a [u8]) -> Self {
+        Self {
+            kept,
+            at: 0,
+            same: true,
+        }
+    }
+
+    /// Whether it was given exactly `kept`.
+    fn whole(&self) -> bool {
+        self.same && self.at == self.kept.len()
+    }
+}
+
+impl Write for Compare<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let end = self.at.saturating_add(buf.len());
+        self.same = self.same && self.kept.get(self.at..end) == Some(buf);
+        self.at = end;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// An entry's data, which must be as long as its header says: a short one is an error, not
+/// an archive whose blocks no longer line up.
+struct Exact<R> {
+    entry: R,
+    left: u64,
+}
+
+impl<R: Read> Read for Exact<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.left == 0 {
+            return Ok(0);
+        }
+        let n = self.entry.read(buf)?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "an entry ends before its size",
+            ));
+        }
+        self.left = self.left.saturating_sub(n as u64);
+        Ok(n)
+    }
 }
 
 /// `raw` as a plain relative path (`a/b`, the root as ""), or None when it is absolute or
@@ -299,6 +422,42 @@ mod tests {
         assert!(
             rewritten(&[], &[]).unwrap().iter().all(|&b| b == 0),
             "nothing to keep"
+        );
+    }
+
+    #[test]
+    fn a_kept_archive_is_checked_in_place_and_another_is_written_again() {
+        use EntryType::*;
+        let mut raw = archive(&[
+            ("./d/", Directory, ""),
+            ("./d/f", Regular, "hello"),
+            ("./l", Symlink, "d/f"),
+        ]);
+        let mut long = Builder::new(Vec::new());
+        let mut h = Header::new_gnu();
+        h.set_mode(0o600);
+        let data = "a name past the header's 100 bytes";
+        h.set_size(data.len() as u64);
+        long.append_data(&mut h, "n".repeat(150), data.as_bytes())
+            .unwrap();
+        raw.extend(long.into_inner().unwrap());
+        let kept = rewritten(&raw, &[]).unwrap();
+        assert_ne!(kept, raw, "written again, as warden keeps it");
+        let checked = |a: &[u8]| super::checked(a, a.len(), &[]);
+        assert_eq!(checked(&kept).unwrap(), kept, "warden's own is its rewrite");
+        assert_eq!(checked(&raw).unwrap(), kept, "another is written again");
+        let mut edited = kept.clone();
+        let at = edited.windows(5).position(|w| w == b"hello").unwrap();
+        edited[at] = b'j';
+        assert_eq!(
+            names(&checked(&edited).unwrap()),
+            names(&kept),
+            "content is content"
+        );
+        let cut = &kept[..at + 2];
+        assert!(
+            matches!(checked(cut), Err(ArchiveError::Unreadable(_))),
+            "a file cut short is refused, not kept shorter"
         );
     }
 }

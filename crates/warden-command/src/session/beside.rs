@@ -21,6 +21,13 @@ pub trait Siblings: Send + Sync + 'static {
     /// Starts a shell reading commands on its stdin, beside the session's, with the
     /// session's environment as the sandbox started it.
     fn start(&self) -> impl Future<Output = Result<Launched<Self::Sibling>, ToolError>> + Send;
+
+    /// Whether another process (an engine) relays its shells' stdio: a client's transfers
+    /// then go through a pipe of the courier's own where warden can take it
+    /// (`super::fifo`).
+    fn relayed(&self) -> bool {
+        false
+    }
 }
 
 /// One shell beside a session's own, for one command.

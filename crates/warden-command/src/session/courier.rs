@@ -4,7 +4,8 @@
 //! transfer on this machine's two cores).
 //!
 //! Its shell runs [`program`]: for each transfer it reads three lines — the input's length
-//! (whole blocks of [`BLOCK`] bytes, and the rest), a token made for the transfer, the
+//! (whole blocks of [`BLOCK`] bytes, and the rest) and where its bytes go (the mode
+//! [`program`] names), a token made for the transfer, the
 //! command (its `\` and newlines escaped) — prints the token's start line on both streams,
 //! runs the command in a subshell with exactly that many bytes of its own stdin on the
 //! command's (`dd … iflag=fullblock`; what the command leaves unread is drained, so a
@@ -15,41 +16,65 @@
 //! the courier's key, made for it and told to no one else, or the loop ends: lines out of
 //! step are never run.
 //!
+//! Where an engine relays the shell's stdio ([`Siblings::relayed`]), the bytes go through a
+//! FIFO of the courier's own instead ([`super::fifo`]), the lines above still on its stdio.
+//!
 //! `dd` rather than `head -c`: GNU `head` moves 8 KiB a call (50 MB took 26 ms more than
 //! `cat` here, `dd` 3 ms), busybox's a byte at a time through stdio (290 ms more).
 
+use super::fifo::{Fifo, SIZE, drain, keep};
 use super::{Chunk, Chunks, Frames, Input, Launched, Sibling, Siblings, nonce};
 use futures::StreamExt;
 use std::io;
 use tokio::io::AsyncWriteExt;
+use tokio::net::unix::pipe::Receiver;
 use warden_core::{ErrorKind, Pipe, Piped, ToolError};
 
 /// The block a transfer's input is read in.
 const BLOCK: usize = 64 << 10;
 
-/// What a courier's shell runs, with its key (see the module). A POSIX shell's builtins, and
-/// `dd` with `iflag=fullblock` (coreutils, busybox's of recent years), which it checks first,
-/// answering [`UNSUITED`] without one; one line, read whole before anything else is written.
-fn program(key: &str) -> String {
+/// What a courier's shell runs, with its key (see the module); with `fifo` (a file name in
+/// its `/tmp`, unlinked at once), its own FIFO on fd 3 first ([`super::fifo`]), whose taking
+/// its ready line offers with [`FIFO`]. A POSIX shell's builtins, and `dd` with
+/// `iflag=fullblock` (coreutils, busybox's of recent years), which it checks first,
+/// answering [`UNSUITED`] without one; one line, read whole before anything else is
+/// written. Each transfer's first line ends with its mode: `-` through the shell's stdio,
+/// `i` its input from the FIFO, `o` its output to the FIFO.
+fn program(key: &str, fifo: Option<&str>) -> String {
+    let fd = super::fifo::FD;
+    let fifo = fifo.map_or_else(String::new, |name| {
+        format!(
+            "warden_f=/tmp/.warden-{name}; \
+             if mkfifo -m 600 \"$warden_f\" 2>/dev/null; then \
+             {{ command exec {fd}<>\"$warden_f\"; }} 2>/dev/null; fi; rm -f \"$warden_f\"; \
+             if {{ true >&{fd}; }} 2>/dev/null; then warden_p=' {FIFO}'; fi; "
+        )
+    });
     format!(
-        "warden_k={key}; \
+        "warden_k={key}; warden_p=; \
          [ \"$(printf ab | dd bs=1 count=1 iflag=fullblock 2>/dev/null)\" = a ] || {{ \
          printf '\\n%s {UNSUITED}\\n' \"$warden_k\"; exit 127; }}; \
-         printf '\\n%s\\n' \"$warden_k\"; \
-         while IFS=' ' read -r warden_q warden_r && IFS= read -r warden_t && \
+         {fifo}printf '\\n%s%s\\n' \"$warden_k\" \"$warden_p\"; \
+         while IFS=' ' read -r warden_q warden_r warden_m && IFS= read -r warden_t && \
          IFS= read -r warden_c; do \
          case $warden_t in \"$warden_k\"?*) ;; *) exit 1 ;; esac; \
          case $warden_q:$warden_r in *[!0-9:]* | :* | *:) exit 1 ;; esac; \
+         case $warden_m in -) warden_i=0 warden_o=1 ;; i) warden_i={fd} warden_o=1 ;; \
+         o) warden_i=0 warden_o={fd} ;; *) exit 1 ;; esac; \
          printf '\\n%s<\\n' \"$warden_t\"; printf '\\n%s<\\n' \"$warden_t\" >&2; \
          warden_c=$(printf '%b' \"$warden_c\"); \
-         if [ \"$warden_q$warden_r\" = 00 ]; then (eval \"$warden_c\") </dev/null; \
+         if [ \"$warden_q$warden_r\" = 00 ]; then (eval \"$warden_c\") </dev/null >&\"$warden_o\"; \
          else {{ [ \"$warden_q\" = 0 ] || dd bs={BLOCK} count=\"$warden_q\" iflag=fullblock; \
          [ \"$warden_r\" = 0 ] || dd bs=\"$warden_r\" count=1 iflag=fullblock; }} 2>/dev/null \
-         | {{ (eval \"$warden_c\"); warden_s=$?; cat >/dev/null; exit \"$warden_s\"; }}; fi; \
+         <&\"$warden_i\" | {{ (eval \"$warden_c\"); warden_s=$?; cat >/dev/null; \
+         exit \"$warden_s\"; }} >&\"$warden_o\"; fi; \
          warden_s=$?; printf '\\n%s> %s\\n' \"$warden_t\" \"$warden_s\"; \
          printf '\\n%s>\\n' \"$warden_t\" >&2; done\n"
     )
 }
+
+/// What follows the key on the ready line of a courier that holds its FIFO.
+const FIFO: &str = "fifo";
 
 /// What follows the key on the line of a courier that cannot run in its sandbox.
 const UNSUITED: &str = "unsuited";
@@ -70,6 +95,8 @@ pub(super) struct Courier<T> {
     input: Input,
     output: Chunks,
     key: String,
+    /// Its own FIFO, where warden took it.
+    fifo: Option<Fifo>,
 }
 
 /// Why a transfer failed.
@@ -111,8 +138,9 @@ impl<T: Sibling> Courier<T> {
             input,
             output,
             key,
+            fifo: None,
         };
-        let Err(why) = courier.begin().await else {
+        let Err(why) = courier.begin(siblings.relayed()).await else {
             return Ok(courier);
         };
         super::kill_tree(courier.pid());
@@ -126,17 +154,25 @@ impl<T: Sibling> Courier<T> {
         })
     }
 
-    /// Gives its shell [`program`], and waits until the loop runs: Err(None) when it cannot
-    /// run in its sandbox, else why it did not start.
-    async fn begin(&mut self) -> Result<(), Option<String>> {
-        let program = program(&self.key);
+    /// Gives its shell [`program`] (asking for its FIFO where `relayed`), and waits until
+    /// the loop runs: Err(None) when it cannot run in its sandbox, else why it did not start.
+    async fn begin(&mut self, relayed: bool) -> Result<(), Option<String>> {
+        let name = relayed.then(nonce);
+        let program = program(&self.key, name.as_deref());
         write_all(&mut self.input, program.as_bytes())
             .await
             .map_err(|e| Some(e.to_string()))?;
-        let ready = format!("\n{}\n", self.key);
-        let unsuited = format!("\n{} {UNSUITED}\n", self.key);
+        let line = |rest: &str| format!("\n{}{rest}\n", self.key);
+        let (ready, fifo) = (line(""), line(&format!(" {FIFO}")));
+        let unsuited = line(&format!(" {UNSUITED}"));
         let (mut head, mut stderr) = (Vec::new(), Vec::new());
-        while head != ready.as_bytes() {
+        loop {
+            if head == ready.as_bytes() {
+                return Ok(());
+            }
+            if head == fifo.as_bytes() {
+                break;
+            }
             if head == unsuited.as_bytes() {
                 return Err(None);
             }
@@ -149,10 +185,18 @@ impl<T: Sibling> Courier<T> {
                     return Err(Some(format!("its shell ended: {}", said.trim())));
                 }
             }
-            if !ready.as_bytes().starts_with(&head) && !unsuited.as_bytes().starts_with(&head) {
+            if ![&ready, &fifo, &unsuited]
+                .iter()
+                .any(|l| l.as_bytes().starts_with(&head))
+            {
                 let head = String::from_utf8_lossy(&head[..head.len().min(80)]);
                 return Err(Some(format!("its shell printed {head:?}")));
             }
+        }
+        // Its transfers go through its stdio where the FIFO cannot be taken.
+        match Fifo::take(self.pid()) {
+            Ok(fifo) => self.fifo = Some(fifo),
+            Err(e) => tracing::debug!("a courier's FIFO was not taken: {e}"),
         }
         Ok(())
     }
@@ -162,12 +206,29 @@ impl<T: Sibling> Courier<T> {
         self.sibling.pid()
     }
 
-    /// Carries `pipe`: its command, its input in, its output back (see the module).
+    /// Carries `pipe`: its command, its input in, its output back (see the module), through
+    /// its FIFO where it has one.
     pub(super) async fn carry(&mut self, pipe: &Pipe<'_>) -> Result<Carried, Failed> {
         let token = format!("{}{}", self.key, nonce());
         let size = pipe.input.map_or(0, <[u8]>::len);
         let (blocks, rest) = (size / BLOCK, size % BLOCK);
-        let lines = format!("{blocks} {rest}\n{token}\n{}\n", escaped(&pipe.command));
+        let mode = match (&self.fifo, pipe.input) {
+            (None, _) => '-',
+            (Some(_), Some(_)) => 'i',
+            (Some(_), None) => 'o',
+        };
+        if let (Some(fifo), 'o') = (&self.fifo, mode) {
+            // What a process of the sandbox wrote there since is no output of this one.
+            if drain(&fifo.rx, &mut Vec::new(), SIZE as u64).map_err(Failed::Unstarted)? {
+                return Err(Failed::Unstarted(io::Error::other(
+                    "something in its sandbox floods its FIFO",
+                )));
+            }
+        }
+        let lines = format!(
+            "{blocks} {rest} {mode}\n{token}\n{}\n",
+            escaped(&pipe.command)
+        );
         write_all(&mut self.input, lines.as_bytes())
             .await
             .map_err(Failed::Unstarted)?;
@@ -175,22 +236,45 @@ impl<T: Sibling> Courier<T> {
         let mut out = Frames::new(&start, &end, status_rest, pipe.output);
         let mut err = Frames::between(&start, &end, Piped::STDERR as u64);
         let (ready, is_ready) = tokio::sync::oneshot::channel::<()>();
-        let input = &mut self.input;
+        let (input, fifo) = (&mut self.input, self.fifo.as_mut());
+        let (fifo_in, fifo_out) = match (fifo, mode) {
+            (Some(fifo), 'i') => (Some(&mut fifo.tx), None),
+            (Some(fifo), 'o') => (None, Some(&fifo.rx)),
+            _ => (None, None),
+        };
         let write = async move {
-            match (pipe.input, is_ready.await) {
-                (Some(bytes), Ok(())) => write_all(input, bytes).await.is_ok(),
+            match (pipe.input, is_ready.await, fifo_in) {
+                (Some(bytes), Ok(()), Some(tx)) => {
+                    tx.write_all(bytes).await.and(tx.flush().await).is_ok()
+                }
+                (Some(bytes), Ok(()), None) => write_all(input, bytes).await.is_ok(),
                 _ => true,
             }
         };
         let output = &mut self.output;
-        let read = async move {
+        let read = async {
             let mut ready = Some(ready);
-            while let Some(chunk) = output.next().await {
+            // The output through the FIFO, and whether it went past its bound.
+            let (mut body, mut body_cut) = (Vec::new(), false);
+            let mut buf = vec![0; if fifo_out.is_some() { SIZE } else { 0 }];
+            loop {
+                let chunk = tokio::select! {
+                    chunk = output.next() => chunk,
+                    read = read_some(fifo_out, &mut buf), if !body_cut => {
+                        let n = read.map_err(Failed::Broken)?;
+                        body_cut = keep(&mut body, &buf[..n], pipe.output);
+                        if body_cut {
+                            return Ok((out, err, body, body_cut));
+                        }
+                        continue;
+                    }
+                };
                 match chunk {
-                    Ok(Chunk::Stdout(bytes)) => out.push(&bytes),
-                    Ok(Chunk::Stderr(bytes)) => err.push(&bytes),
-                    Err(e) if out.started() => return Err(Failed::Broken(e)),
-                    Err(e) => return Err(Failed::Unstarted(e)),
+                    Some(Ok(Chunk::Stdout(bytes))) => out.push(&bytes),
+                    Some(Ok(Chunk::Stderr(bytes))) => err.push(&bytes),
+                    Some(Err(e)) if out.started() => return Err(Failed::Broken(e)),
+                    Some(Err(e)) => return Err(Failed::Unstarted(e)),
+                    None => break,
                 }
                 if out.before > 0 {
                     return Err(Failed::Unstarted(io::Error::other(
@@ -201,7 +285,11 @@ impl<T: Sibling> Courier<T> {
                     ready.take().map(|r| r.send(()));
                 }
                 if out.cut() || (out.done() && err.done()) {
-                    return Ok((out, err));
+                    // The command has ended: what it wrote to the FIFO is all there.
+                    if let Some(rx) = fifo_out.filter(|_| out.done()) {
+                        body_cut = drain(rx, &mut body, pipe.output).map_err(Failed::Broken)?;
+                    }
+                    return Ok((out, err, body, body_cut));
                 }
             }
             let why = format!("its shell ended: {}", err.text().trim());
@@ -213,33 +301,46 @@ impl<T: Sibling> Courier<T> {
         tokio::pin!(read, write);
         // The input is written while the output is read (a command may write as it reads);
         // the end lines (or the output's bound) end the transfer.
-        let (out, mut err, written) = tokio::select! {
+        let ((out, mut err, body, body_cut), written) = tokio::select! {
             biased;
             read = &mut read => {
-                let (out, err) = read?;
+                let read = read?;
                 // Both end lines mean that every byte was taken: the write ends at once.
-                let written = out.done() && err.done() && write.await;
-                (out, err, written)
+                let written = read.0.done() && read.1.done() && write.await;
+                (read, written)
             }
-            written = &mut write => {
-                let (out, err) = read.await?;
-                (out, err, written)
-            }
+            written = &mut write => (read.await?, written),
         };
+        let cut = out.cut() || body_cut;
         let status = out
             .rest()
             .and_then(|rest| std::str::from_utf8(&rest[1..]).ok()?.parse().ok());
-        let again = written
-            && out.done()
-            && !out.cut()
-            && out.after == 0
-            && err.before == 0
-            && err.after == 0;
+        let again =
+            written && out.done() && !cut && out.after == 0 && err.before == 0 && err.after == 0;
+        let stdout = match fifo_out {
+            // Nothing else may come between its stdout's lines, nor be kept.
+            Some(_) => {
+                let stray = out.bytes();
+                if !stray.is_empty() {
+                    return Ok(Carried {
+                        piped: Piped {
+                            overflowed: false,
+                            status: None,
+                            stdout: Vec::new(),
+                            stderr: "its shell printed output beside its FIFO's".into(),
+                        },
+                        again: false,
+                    });
+                }
+                body
+            }
+            None => out.bytes(),
+        };
         Ok(Carried {
             piped: Piped {
-                overflowed: out.cut(),
-                status: status.filter(|_| !out.cut()),
-                stdout: out.bytes(),
+                overflowed: cut,
+                status: status.filter(|_| !cut),
+                stdout,
                 stderr: err.text(),
             },
             again,
@@ -250,6 +351,20 @@ impl<T: Sibling> Courier<T> {
     pub(super) async fn close(self) {
         drop(self.input);
         self.sibling.close().await;
+    }
+}
+
+/// Reads what comes through `fifo` (never, without one).
+async fn read_some(fifo: Option<&Receiver>, buf: &mut [u8]) -> io::Result<usize> {
+    let Some(rx) = fifo else {
+        return std::future::pending().await;
+    };
+    loop {
+        rx.readable().await?;
+        match rx.try_read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            read => return read,
+        }
     }
 }
 

@@ -81,6 +81,7 @@
 
 mod beside;
 mod courier;
+mod fifo;
 mod frames;
 mod pipe;
 mod script;

@@ -158,6 +158,16 @@ impl Dispatcher {
         Ok(None)
     }
 
+    /// Starts this session's sandbox of `tool` where it has not started, and the shell that
+    /// carries a client's transfers beside the session's where the sandbox has one
+    /// ([`Dispatcher::pipe_for_client`]): a client that knows a command or a transfer is
+    /// coming (a fork's restore) has them start meanwhile. Nothing for a tool with no shell.
+    pub async fn start_sandbox(&self, tool: &str) -> Result<(), ToolError> {
+        self.pipe_for_client(tool, ":".into(), None, 0)
+            .await
+            .map(drop)
+    }
+
     fn tool_named(&self, tool: &str) -> Result<&Tool, ToolError> {
         self.toolbox.get(tool).ok_or_else(|| {
             ToolError::new(ErrorKind::UnknownTool, format!("no tool named {tool:?}"))

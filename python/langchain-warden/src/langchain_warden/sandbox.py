@@ -9,6 +9,7 @@ import contextlib
 import json
 import logging
 import os
+import threading
 import time
 from types import TracebackType
 from collections.abc import Awaitable, Callable, Mapping
@@ -331,16 +332,47 @@ class WardenSandbox(BaseSandbox):
 
     def fork(self) -> WardenSandbox:
         """A new sandbox (made with this one's arguments) holding this one's state now: a
-        snapshot of this one, restored into the new one. The two share nothing after. Its
-        read-write roots are copies of this one's, made for it (in warden's home, gone with
-        it): what it writes there reaches the real folders only through `commit()`."""
-        snap_id = self.snapshot()
-        return WardenSandbox._made_from(snap_id, fork=True, **self._made)
+        snapshot of this one, restored into the new one, which starts while the snapshot is
+        taken. The two share nothing after. Its read-write roots are copies of this one's,
+        made for it (in warden's home, gone with it): what it writes there reaches the real
+        folders only through `commit()`."""
+        forked = WardenSandbox(**self._made)
+        try:
+            starting = threading.Thread(target=forked._start, name="warden-fork-start")
+            starting.start()
+            try:
+                snap_id = self.snapshot()
+            finally:
+                starting.join()
+            forked._restore(snap_id, fork=True)
+        except BaseException:
+            forked.close()
+            raise
+        return forked
 
     async def afork(self) -> WardenSandbox:
         """The async twin of `fork`."""
-        snap_id = await self.asnapshot()
-        return await WardenSandbox._amade_from(snap_id, fork=True, **self._made)
+        forked = await asyncio.to_thread(lambda: WardenSandbox(**self._made))
+        try:
+            starting = asyncio.ensure_future(forked._astart())
+            try:
+                snap_id = await self.asnapshot()
+            finally:
+                await starting
+            await forked._arestore(snap_id, fork=True)
+        except BaseException:
+            forked.close()
+            raise
+        return forked
+
+    def _start(self) -> None:
+        # Only to save the time of a start: one that failed says why at the restore.
+        with contextlib.suppress(WardenError):
+            self._session.request("warden/start", {"tool": self._tool})
+
+    async def _astart(self) -> None:
+        with contextlib.suppress(WardenError):
+            await self._session.arequest("warden/start", {"tool": self._tool})
 
     def commit(self) -> str | None:
         """In a fork, applies to the real read-write roots what it changed in its copies of

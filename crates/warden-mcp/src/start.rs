@@ -1,0 +1,38 @@
+//! `warden/start`: a client's request, never a tool a model can call, that starts its
+//! session's sandbox of a tool ahead of the first command or transfer that would
+//! (`warden_core::Dispatcher::start_sandbox`): a client that knows one is coming, and has
+//! something else to do meanwhile, saves the sandbox's start. A fork does: its sandbox starts
+//! while the snapshot it restores is taken.
+//!
+//! `{"tool": NAME}` answers `{}`; a sandbox that could not start is the error code
+//! [`crate::snapshot::REFUSED`] with `data: {"kind": KIND}`, the error kind of a call.
+//! Parameters that are not a tool are refused with `-32602`.
+
+use rmcp::ErrorData;
+use rmcp::model::{CustomRequest, CustomResult};
+use serde_json::json;
+use warden_core::Dispatcher;
+
+/// The method.
+pub(crate) const METHOD: &str = "warden/start";
+
+/// Answers `request`, a `warden/start`, in `dispatcher`'s session.
+pub(crate) async fn answer(
+    dispatcher: &Dispatcher,
+    request: &CustomRequest,
+) -> Result<CustomResult, ErrorData> {
+    let Some(tool) = crate::read::text_param(request, "tool") else {
+        return Err(ErrorData::invalid_params(
+            format!("{METHOD} takes {{\"tool\": NAME}}"),
+            None,
+        ));
+    };
+    match dispatcher.start_sandbox(tool).await {
+        Ok(()) => Ok(CustomResult::new(json!({}))),
+        Err(e) => Err(ErrorData::new(
+            crate::snapshot::REFUSED,
+            e.message,
+            Some(json!({ "kind": e.kind.as_str() })),
+        )),
+    }
+}
