@@ -134,9 +134,10 @@ def test_a_sandbox_starts_ahead_of_its_first_command_when_asked(base, tool):
         with pytest.raises(McpError) as unknown:
             sandbox._session.request("warden/start", {"tool": "no-such-tool"})
         assert (unknown.value.code, unknown.value.data) == (-32011, {"kind": "unknown_tool"})
-        with pytest.raises(McpError) as shapeless:
-            sandbox._session.request("warden/start", {"tool": 7})
-        assert shapeless.value.code == -32602
+        for shapeless in ({"tool": 7}, {"tool": tool, "fork": "yes"}):
+            with pytest.raises(McpError) as refused:
+                sandbox._session.request("warden/start", shapeless)
+            assert refused.value.code == -32602
 
 
 def test_a_restore_under_a_changed_policy_is_refused(base):

@@ -4,9 +4,12 @@
 //! something else to do meanwhile, saves the sandbox's start. A fork does: its sandbox starts
 //! while the snapshot it restores is taken.
 //!
-//! `{"tool": NAME}` answers `{}`; a sandbox that could not start is the error code
-//! [`crate::snapshot::REFUSED`] with `data: {"kind": KIND}`, the error kind of a call.
-//! Parameters that are not a tool are refused with `-32602`.
+//! `{"tool": NAME, "fork"?: BOOL}` answers `{}`; a sandbox that could not start is the error
+//! code [`crate::snapshot::REFUSED`] with `data: {"kind": KIND}`, the error kind of a call.
+//! With `"fork": true` (the session is to get a fork, `warden/restore` with `fork`), a tool
+//! with read-write roots starts nothing: its fork's sandbox starts over copies of them, made
+//! at the restore, and one started now would be ended there. Parameters of another shape are
+//! refused with `-32602`.
 
 use rmcp::ErrorData;
 use rmcp::model::{CustomRequest, CustomResult};
@@ -21,12 +24,20 @@ pub(crate) async fn answer(
     dispatcher: &Dispatcher,
     request: &CustomRequest,
 ) -> Result<CustomResult, ErrorData> {
-    let Some(tool) = crate::read::text_param(request, "tool") else {
+    let fork = match request.params.as_ref().and_then(|p| p.get("fork")) {
+        None => Some(false),
+        Some(fork) => fork.as_bool(),
+    };
+    let (Some(tool), Some(fork)) = (crate::read::text_param(request, "tool"), fork) else {
         return Err(ErrorData::invalid_params(
-            format!("{METHOD} takes {{\"tool\": NAME}}"),
+            format!("{METHOD} takes {{\"tool\": NAME, \"fork\": BOOL}} (`fork` optional)"),
             None,
         ));
     };
+    let copied = |t: &warden_core::Tool| !warden_snapshot::roots::read_write(t).is_empty();
+    if fork && dispatcher.toolbox().get(tool).is_some_and(copied) {
+        return Ok(CustomResult::new(json!({})));
+    }
     match dispatcher.start_sandbox(tool).await {
         Ok(()) => Ok(CustomResult::new(json!({}))),
         Err(e) => Err(ErrorData::new(

@@ -23,8 +23,9 @@ pub struct RootsMark {
     pub after_ns: u128,
 }
 
-/// The host folders of `tool`'s read-write roots.
-pub(crate) fn read_write(tool: &Tool) -> Vec<PathBuf> {
+/// The host folders of `tool`'s read-write roots: what its snapshots mark, and a fork of
+/// them copies.
+pub fn read_write(tool: &Tool) -> Vec<PathBuf> {
     let grants = tool.policy.grants.fs.iter();
     grants
         .filter(|g| g.access == Access::ReadWrite)

@@ -366,13 +366,14 @@ class WardenSandbox(BaseSandbox):
         return forked
 
     def _start(self) -> None:
-        # Only to save the time of a start: one that failed says why at the restore.
+        # Only to save the time of a start (none where the fork's sandbox must see copies of
+        # read-write roots, made at the restore): one that failed says why there.
         with contextlib.suppress(WardenError):
-            self._session.request("warden/start", {"tool": self._tool})
+            self._session.request("warden/start", {"tool": self._tool, "fork": True})
 
     async def _astart(self) -> None:
         with contextlib.suppress(WardenError):
-            await self._session.arequest("warden/start", {"tool": self._tool})
+            await self._session.arequest("warden/start", {"tool": self._tool, "fork": True})
 
     def commit(self) -> str | None:
         """In a fork, applies to the real read-write roots what it changed in its copies of
