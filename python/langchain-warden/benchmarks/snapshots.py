@@ -1,7 +1,9 @@
 """One side-by-side run of a sandbox's snapshot, restore and fork holding 50 MB of changes in
 its `/tmp` (ten 5 MB files of random bytes), on the host shell and the Debian docker shell,
-beside their floors: `cp -a` of the same files on the host, and `docker commit` plus `docker
-run` of a container holding them. Then a fork of each shell with a read-write root of 10 MB in
+beside their floors: `cp -a` of the same files on the host, 50 MB written and synced (what
+keeping a new snapshot's archive costs), and `docker commit` plus `docker run` of a container
+holding them. Each snapshot and fork is of a changed state (a new one the home writes),
+never of one it keeps already. Then a fork of each shell with a read-write root of 10 MB in
 1,000 files (the fork copies it) and the commit of 10 files the fork changed, beside a `cp -a`
 of that root.
 
@@ -19,6 +21,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench import ROOT, docker_ok, measure  # this folder's benchmark of tool calls
@@ -26,6 +29,7 @@ from bench import ROOT, docker_ok, measure  # this folder's benchmark of tool ca
 from langchain_warden import WardenSandbox
 
 FILL = "mkdir -p /tmp/work && for i in 0 1 2 3 4 5 6 7 8 9; do head -c 5000000 /dev/urandom >/tmp/work/f$i; done"
+STAMP = "date +%s%N >/tmp/work/stamp"
 RUNS = 5
 
 
@@ -35,18 +39,21 @@ def rows(tool: str, base: Path) -> list[tuple[str, float, float]]:
     with WardenSandbox(**kwargs) as sandbox:
         assert sandbox.execute(FILL).exit_code == 0
         snap = sandbox.snapshot()
-        out.append((f"{tool}: snapshot of 50 MB", *measure(sandbox.snapshot, RUNS, warmup=1)))
-        out.append((f"{tool}: restore of 50 MB", *measure(lambda: sandbox.restore(snap), RUNS, warmup=1)))
 
-        def fork() -> float:
-            # Until the fork answers; its close (a container's removal) is not the fork's.
+        def timed(run: Callable[[], object]) -> float:
+            # A file changed first, untimed: each snapshot is a new one, its archive written,
+            # not one the home keeps already (found by its digest, and answered at once).
+            assert sandbox.execute(STAMP).exit_code == 0
             started = time.perf_counter()
-            forked = sandbox.fork()
+            made = run()
             took = time.perf_counter() - started
-            forked.close()
+            if isinstance(made, WardenSandbox):
+                made.close()  # a fork's close (a container's removal) is not the fork's
             return took
 
-        out.append((f"{tool}: fork (snapshot, new sandbox, restore)", *medians([fork() for _ in range(RUNS + 1)])))
+        out.append((f"{tool}: snapshot of 50 MB", *medians([timed(sandbox.snapshot) for _ in range(RUNS + 1)])))
+        out.append((f"{tool}: restore of 50 MB", *measure(lambda: sandbox.restore(snap), RUNS, warmup=1)))
+        out.append((f"{tool}: fork (snapshot, new sandbox, restore)", *medians([timed(sandbox.fork) for _ in range(RUNS + 1)])))
     return out
 
 
@@ -107,7 +114,19 @@ def floors(base: Path) -> list[tuple[str, float, float]]:
         n[0] += 1
         subprocess.run(["cp", "-a", str(src), str(base / f"copy{n[0]}")], check=True)
 
-    out = [("floor: `cp -a` of the 50 MB", *measure(copy, RUNS, warmup=1))]
+    data = os.urandom(50_000_000)
+
+    def synced() -> None:
+        n[0] += 1
+        with open(base / f"synced{n[0]}", "wb") as f:
+            f.write(data)
+            os.fsync(f.fileno())
+
+    out = [
+        ("floor: `cp -a` of the 50 MB", *measure(copy, RUNS, warmup=1)),
+        # What a new snapshot's archive costs to keep: written and synced, as the store does.
+        ("floor: 50 MB written and synced to this disk", *measure(synced, RUNS, warmup=1)),
+    ]
     if docker_ok():
         image = "warden-sandbox-debian:latest"
         box = subprocess.run(
