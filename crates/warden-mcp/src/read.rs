@@ -30,6 +30,15 @@ pub(crate) fn text_param<'a>(request: &'a CustomRequest, key: &str) -> Option<&'
         .and_then(Value::as_str)
 }
 
+/// The optional flag `key` of a request of warden's own: false when absent, None when it is
+/// not a boolean.
+pub(crate) fn flag_param(request: &CustomRequest, key: &str) -> Option<bool> {
+    match request.params.as_ref().and_then(|p| p.get(key)) {
+        None => Some(false),
+        Some(value) => value.as_bool(),
+    }
+}
+
 /// Answers `request`, a `warden/read`, in `dispatcher`'s session.
 pub(crate) async fn answer(
     dispatcher: &Dispatcher,

@@ -205,11 +205,7 @@ async fn make_fork(
 /// How a `warden/restore` asks to be made, from its `fork` and `force`; None for values of
 /// another shape, or both.
 fn how(request: &CustomRequest) -> Option<Restore> {
-    let flag = |key| match request.params.as_ref().and_then(|p| p.get(key)) {
-        None => Some(false),
-        Some(Value::Bool(b)) => Some(*b),
-        Some(_) => None,
-    };
+    let flag = |key| crate::read::flag_param(request, key);
     match (flag("fork")?, flag("force")?) {
         (false, false) => Some(Restore::Rewind),
         (false, true) => Some(Restore::Forced),
@@ -236,7 +232,8 @@ fn shown(meta: &Meta) -> Value {
     })
 }
 
-fn refused(e: SnapshotError) -> ErrorData {
+/// A refusal as every snapshot request answers it (`warden/start`'s too).
+pub(crate) fn refused(e: SnapshotError) -> ErrorData {
     ErrorData::new(REFUSED, e.to_string(), Some(json!({ "kind": kind(&e) })))
 }
 

@@ -24,11 +24,8 @@ pub(crate) async fn answer(
     dispatcher: &Dispatcher,
     request: &CustomRequest,
 ) -> Result<CustomResult, ErrorData> {
-    let fork = match request.params.as_ref().and_then(|p| p.get("fork")) {
-        None => Some(false),
-        Some(fork) => fork.as_bool(),
-    };
-    let (Some(tool), Some(fork)) = (crate::read::text_param(request, "tool"), fork) else {
+    let tool = crate::read::text_param(request, "tool");
+    let (Some(tool), Some(fork)) = (tool, crate::read::flag_param(request, "fork")) else {
         return Err(ErrorData::invalid_params(
             format!("{METHOD} takes {{\"tool\": NAME, \"fork\": BOOL}} (`fork` optional)"),
             None,
@@ -40,10 +37,6 @@ pub(crate) async fn answer(
     }
     match dispatcher.start_sandbox(tool).await {
         Ok(()) => Ok(CustomResult::new(json!({}))),
-        Err(e) => Err(ErrorData::new(
-            crate::snapshot::REFUSED,
-            e.message,
-            Some(json!({ "kind": e.kind.as_str() })),
-        )),
+        Err(e) => Err(crate::snapshot::refused(e.into())),
     }
 }

@@ -212,14 +212,20 @@ impl<T: Sibling> Courier<T> {
         let token = format!("{}{}", self.key, nonce());
         let size = pipe.input.map_or(0, <[u8]>::len);
         let (blocks, rest) = (size / BLOCK, size % BLOCK);
-        let mode = match (&self.fifo, pipe.input) {
-            (None, _) => '-',
-            (Some(_), Some(_)) => 'i',
-            (Some(_), None) => 'o',
+        // The FIFO, where there is one, carries the input, or else the output.
+        let (fifo_in, fifo_out) = match (self.fifo.as_mut(), pipe.input) {
+            (Some(fifo), Some(_)) => (Some(&mut fifo.tx), None),
+            (Some(fifo), None) => (None, Some(&fifo.rx)),
+            (None, _) => (None, None),
         };
-        if let (Some(fifo), 'o') = (&self.fifo, mode) {
+        let mode = match (&fifo_in, fifo_out) {
+            (Some(_), _) => 'i',
+            (_, Some(_)) => 'o',
+            _ => '-',
+        };
+        if let Some(rx) = fifo_out {
             // What a process of the sandbox wrote there since is no output of this one.
-            if drain(&fifo.rx, &mut Vec::new(), SIZE as u64).map_err(Failed::Unstarted)? {
+            if drain(rx, &mut Vec::new(), SIZE as u64).map_err(Failed::Unstarted)? {
                 return Err(Failed::Unstarted(io::Error::other(
                     "something in its sandbox floods its FIFO",
                 )));
@@ -236,12 +242,7 @@ impl<T: Sibling> Courier<T> {
         let mut out = Frames::new(&start, &end, status_rest, pipe.output);
         let mut err = Frames::between(&start, &end, Piped::STDERR as u64);
         let (ready, is_ready) = tokio::sync::oneshot::channel::<()>();
-        let (input, fifo) = (&mut self.input, self.fifo.as_mut());
-        let (fifo_in, fifo_out) = match (fifo, mode) {
-            (Some(fifo), 'i') => (Some(&mut fifo.tx), None),
-            (Some(fifo), 'o') => (None, Some(&fifo.rx)),
-            _ => (None, None),
-        };
+        let input = &mut self.input;
         let write = async move {
             match (pipe.input, is_ready.await, fifo_in) {
                 (Some(bytes), Ok(()), Some(tx)) => {
