@@ -22,6 +22,8 @@ pub enum ArchiveError {
     Kind { path: String, kind: &'static str },
     #[error("the archive links {path:?} to {target:?}, outside its root")]
     HardLinkOut { path: String, target: String },
+    #[error("the archive could not be written: {0}")]
+    Write(String),
 }
 
 /// `archive` (tar archives one after another, as the sandbox's `tar` wrote one a folder)
@@ -30,11 +32,26 @@ pub enum ArchiveError {
 /// paths of the archive. Left out: the root folder's own entry (`./`: the sandbox's `/tmp` is
 /// not the user's to change), what lies at or below `skip` (`./a/b`: the policy's roots,
 /// mounts of their own), and FIFOs and devices (a snapshot keeps files, folders and links).
-pub fn rewritten(archive: &[u8], skip: &[&str]) -> Result<Vec<u8>, ArchiveError> {
-    whole(archive, archive.len(), skip, false)
+/// Written into `out`, which is answered when it holds the whole archive.
+pub fn rewrite_into<W: Write>(archive: &[u8], skip: &[&str], out: W) -> Result<W, ArchiveError> {
+    let (mut first, mut written) = (Some(out), None);
+    rewrite(
+        archive,
+        skip,
+        usize::MAX,
+        false,
+        // Asked for once: no entry takes an archive past `usize::MAX` bytes.
+        || {
+            first
+                .take()
+                .ok_or_else(|| ArchiveError::Write("it needs a second file".into()))
+        },
+        |out| written = Some(out),
+    )?;
+    written.ok_or_else(|| ArchiveError::Write("it was not finished".into()))
 }
 
-/// A kept archive checked again and cut for a restore: as [`rewritten`], but a FIFO or a
+/// A kept archive checked again and cut for a restore: as [`rewrite_into`], but a FIFO or a
 /// device is refused (warden never keeps one: the archive was edited), and the entries come
 /// as archives one after another, each at most `max` bytes but for one entry larger than
 /// that alone: what a restore unpacks a command at a time.
@@ -46,7 +63,7 @@ pub fn split(archive: &[u8], skip: &[&str], max: usize) -> Result<Vec<Vec<u8>>, 
         skip,
         max,
         true,
-        || Vec::with_capacity(room),
+        || Ok(Vec::with_capacity(room)),
         |group| groups.push(group),
     )?;
     Ok(groups)
@@ -67,7 +84,7 @@ pub fn checked(mut archive: impl Read, len: usize, skip: &[&str]) -> Result<Vec<
         skip,
         usize::MAX,
         true,
-        || Compare::new(&kept),
+        || Ok(Compare::new(&kept)),
         |compared| same = compared.whole(),
     )?;
     match same {
@@ -91,7 +108,7 @@ fn whole(
         skip,
         usize::MAX,
         refuse_special,
-        || Vec::with_capacity(room),
+        || Ok(Vec::with_capacity(room)),
         |out| whole = Some(out),
     )?;
     Ok(whole.unwrap_or_else(|| vec![0; 1024]))
@@ -104,14 +121,19 @@ fn rewrite<W: Write>(
     skip: &[&str],
     max: usize,
     refuse_special: bool,
-    mut fresh: impl FnMut() -> W,
+    mut fresh: impl FnMut() -> Result<W, ArchiveError>,
     mut done: impl FnMut(W),
 ) -> Result<(), ArchiveError> {
     let unreadable = |e: std::io::Error| ArchiveError::Unreadable(e.to_string());
+    // What the builder failed at: writing, where its writer failed; else reading.
+    let built = |out: &Builder<Counted<W>>, e: std::io::Error| match out.get_ref().failed {
+        true => ArchiveError::Write(e.to_string()),
+        false => unreadable(e),
+    };
     let skip: Vec<String> = skip.iter().filter_map(|s| plain(s)).collect();
     let mut reader = Archive::new(archive);
     reader.set_ignore_zeros(true);
-    let mut out = Builder::new(Counted::new(fresh()));
+    let mut out = Builder::new(Counted::new(fresh()?));
     let mut links: HashSet<String> = HashSet::new();
     let mut seen: HashSet<String> = HashSet::new();
     for entry in reader.entries().map_err(unreadable)? {
@@ -142,7 +164,9 @@ fn rewrite<W: Write>(
                 let bytes = usize::try_from(size).unwrap_or(usize::MAX);
                 let taken = 1536usize.saturating_add(path.len()).saturating_add(bytes);
                 if out.get_ref().bytes > 0 && out.get_ref().bytes.saturating_add(taken) > max {
-                    let full = std::mem::replace(&mut out, Builder::new(Counted::new(fresh())));
+                    let next = Builder::new(Counted::new(fresh()?));
+                    let mut full = std::mem::replace(&mut out, next);
+                    full.finish().map_err(|e| built(&full, e))?;
                     done(full.into_inner().map_err(unreadable)?.inner);
                 }
                 // Straight from the entry into the writer: no copy of the file between.
@@ -151,11 +175,11 @@ fn rewrite<W: Write>(
                     left: size,
                 };
                 out.append_data(&mut header, &path, data)
-                    .map_err(unreadable)?;
+                    .map_err(|e| built(&out, e))?;
             }
             EntryType::Directory => {
                 out.append_data(&mut header, &path, std::io::empty())
-                    .map_err(unreadable)?;
+                    .map_err(|e| built(&out, e))?;
             }
             EntryType::Symlink | EntryType::Link => {
                 let target = entry
@@ -167,7 +191,7 @@ fn rewrite<W: Write>(
                     match plain(&target) {
                         Some(t) if seen.contains(&t) => {
                             out.append_link(&mut header, &path, &t)
-                                .map_err(unreadable)?;
+                                .map_err(|e| built(&out, e))?;
                         }
                         _ => return Err(ArchiveError::HardLinkOut { path, target }),
                     }
@@ -175,7 +199,7 @@ fn rewrite<W: Write>(
                     // A symbolic link is kept as it is, never followed: it points where it
                     // pointed in the sandbox.
                     out.append_link(&mut header, &path, &target)
-                        .map_err(unreadable)?;
+                        .map_err(|e| built(&out, e))?;
                     links.insert(path.clone());
                 }
             }
@@ -189,31 +213,37 @@ fn rewrite<W: Write>(
         }
         seen.insert(path);
     }
+    out.finish().map_err(|e| built(&out, e))?;
     done(out.into_inner().map_err(unreadable)?.inner);
     Ok(())
 }
 
-/// A writer, and how many bytes it took.
+/// A writer, how many bytes it took, and whether it failed.
 struct Counted<W> {
     inner: W,
     bytes: usize,
+    failed: bool,
 }
 
 impl<W> Counted<W> {
     fn new(inner: W) -> Self {
-        Self { inner, bytes: 0 }
+        Self {
+            inner,
+            bytes: 0,
+            failed: false,
+        }
     }
 }
 
 impl<W: Write> Write for Counted<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
+        let n = self.inner.write(buf).inspect_err(|_| self.failed = true)?;
         self.bytes += n;
         Ok(n)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
+        self.inner.flush().inspect_err(|_| self.failed = true)
     }
 }
 
@@ -318,6 +348,10 @@ fn kind_name(kind: EntryType) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn rewritten(archive: &[u8], skip: &[&str]) -> Result<Vec<u8>, ArchiveError> {
+        rewrite_into(archive, skip, Vec::new())
+    }
 
     /// An archive of `entries`: (path, kind, data or link target), its names written raw.
     fn archive(entries: &[(&str, EntryType, &str)]) -> Vec<u8> {
@@ -458,6 +492,46 @@ mod tests {
         assert!(
             matches!(checked(cut), Err(ArchiveError::Unreadable(_))),
             "a file cut short is refused, not kept shorter"
+        );
+    }
+
+    #[test]
+    fn a_writer_that_fails_is_told_from_an_archive_that_does() {
+        /// Takes `room` bytes, then fails as a full disk does.
+        struct Full {
+            room: usize,
+        }
+        impl Write for Full {
+            fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+                match self.room.checked_sub(data.len()) {
+                    Some(left) => {
+                        self.room = left;
+                        Ok(data.len())
+                    }
+                    None => Err(std::io::Error::from(std::io::ErrorKind::StorageFull)),
+                }
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let long = "x".repeat(5000);
+        let raw = archive(&[
+            ("./a", EntryType::Regular, &long),
+            ("./b", EntryType::Regular, "y"),
+        ]);
+        for room in [0, 600, 4000] {
+            let failed = rewrite_into(&raw, &[], Full { room }).err();
+            assert!(
+                matches!(&failed, Some(ArchiveError::Write(why)) if why.contains("no storage space")),
+                "{room}: {failed:?}"
+            );
+        }
+        let cut = &raw[..700];
+        let failed = rewrite_into(cut, &[], Full { room: 1 << 20 }).err();
+        assert!(
+            matches!(failed, Some(ArchiveError::Unreadable(_))),
+            "{failed:?}"
         );
     }
 }

@@ -8,9 +8,10 @@
 //!   the session's shell ([`Dispatcher::pipe_for_client`]; through the session's shell as
 //!   base64 where the sandbox starts none beside it); the shell's state printed by the
 //!   session's own shell ([`shell::PRINT`]). warden checks the archive and writes it again
-//!   ([`archive::rewritten`]): only plain relative paths, nothing below a link it holds;
-//!   FIFOs and devices left out (sockets `tar` leaves out itself).
-//! - **Kept** outside every grant (`<home>/snapshots`), bounded in number and bytes
+//!   straight into the store ([`archive::rewrite_into`]): only plain relative paths, nothing
+//!   below a link it holds; FIFOs and devices left out (sockets `tar` leaves out itself).
+//! - **Kept** outside every grant (`<home>/snapshots`), written and read past the page
+//!   cache where the filesystem allows it ([`direct`]), bounded in number and bytes
 //!   ([`store::MAX_SNAPSHOTS`], [`store::MAX_BYTES`]): past them a new snapshot is refused,
 //!   no old one evicted. Never kept: variables the policy fills from warden's environment
 //!   (`env_from_host`), its secret ones, and the client's (`env_from_caller`): a restore
@@ -29,6 +30,7 @@
 //!   and unexported variables.
 
 pub mod archive;
+pub mod direct;
 pub mod fork;
 pub mod roots;
 pub mod shell;
@@ -321,9 +323,10 @@ impl Snapshots {
                 archived(&printed, bound)?
             }
         };
-        // Checked and written again, and hashed, side by side off the runtime's threads,
-        // while the shell prints its state. The hash is of the archive as the sandbox wrote
-        // it: the same one is written again the same.
+        // Checked and written again into the store, and hashed, side by side off the
+        // runtime's threads, while the shell prints its state. The hash is of the archive as
+        // the sandbox wrote it: the same one is written again the same.
+        let partial = self.store.begin()?;
         let archive = std::sync::Arc::new(archive);
         let policy = found.policy_digest().to_owned();
         let raw = archive.clone();
@@ -336,28 +339,35 @@ impl Snapshots {
             hash
         });
         let owned = skip.clone();
+        let store = self.store.dir().to_owned();
         let checking = tokio::task::spawn_blocking(move || {
-            archive::rewritten(&archive, &strs(&owned))
-                .map_err(|e| SnapshotError::Archive(e.to_string()))
+            archive::rewrite_into(&archive, &strs(&owned), partial).map_err(|e| match e {
+                ArchiveError::Write(why) => SnapshotError::Store {
+                    path: store,
+                    source: std::io::Error::other(why),
+                },
+                e => SnapshotError::Archive(e.to_string()),
+            })
         });
         let shell = self.state(dispatcher, tool, found).await;
-        let archive = checking.await.map_err(unfinished)??;
+        let partial = checking.await.map_err(unfinished)??;
         let mut hash = hashing.await.map_err(unfinished)?;
         let shell = shell?;
         hash.update(serde_json::to_vec(&shell).unwrap_or_default());
         hash.update(serde_json::to_vec(&marked).unwrap_or_default());
         let digest = format!("sha256:{}", hex::encode(hash.finalize()));
         let meta = Meta {
-            id: store::new_id()?,
+            id: partial.id().to_owned(),
             tool: tool.to_owned(),
             policy_digest: found.policy_digest().to_owned(),
             created_ms: now_ms(),
-            bytes: archive.len() as u64,
+            // The archive's size as written, which the store sets as it keeps it.
+            bytes: 0,
             digest,
             shell,
             roots: marked,
         };
-        let meta = self.store.add(meta, &archive)?;
+        let meta = self.store.keep(meta, partial)?;
         tracing::info!(id = %meta.id, tool, bytes = meta.bytes, "snapshot taken");
         Ok(meta)
     }
@@ -393,8 +403,7 @@ impl Snapshots {
         // (which the unpacking does not change), starting the shell if it has not started.
         let owned = skip.clone();
         let checking = tokio::task::spawn_blocking(move || {
-            let reader = std::io::BufReader::with_capacity(1 << 20, file);
-            archive::checked(reader, usize::try_from(len).unwrap_or(0), &strs(&owned))
+            archive::checked(file, usize::try_from(len).unwrap_or(0), &strs(&owned))
         });
         let now = self.state(dispatcher, tool, found).await;
         let refused = |e| SnapshotError::Refused(id.to_owned(), e);

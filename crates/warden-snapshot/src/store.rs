@@ -3,6 +3,7 @@
 //! no sandbox reaches them.
 
 use crate::SnapshotError;
+use crate::direct::{DirectReader, DirectWriter};
 use crate::shell::ShellState;
 use serde::{Deserialize, Serialize};
 use std::fs;
@@ -61,24 +62,10 @@ impl Store {
         &self.dir
     }
 
-    /// Keeps `archive` as snapshot `meta.id`, within the bounds; answers the snapshot kept:
-    /// an earlier one of the same tool and digest, when there is one.
-    pub fn add(&self, meta: Meta, archive: &[u8]) -> Result<Meta, SnapshotError> {
-        let kept = self.list()?;
-        if let Some(same) = kept
-            .iter()
-            .rev()
-            .find(|m| m.digest == meta.digest && m.tool == meta.tool)
-        {
-            return Ok(same.clone());
-        }
-        let bytes: u64 = kept.iter().map(|m| m.bytes).sum::<u64>() + archive.len() as u64;
-        if kept.len() >= MAX_SNAPSHOTS || bytes > MAX_BYTES {
-            return Err(SnapshotError::Full {
-                count: kept.len(),
-                bytes,
-            });
-        }
+    /// A new snapshot's archive, under a new id, to be written and then kept (or dropped,
+    /// leaving nothing).
+    pub fn begin(&self) -> Result<Partial, SnapshotError> {
+        let id = new_id()?;
         let io = |source| SnapshotError::Store {
             path: self.dir.clone(),
             source,
@@ -89,18 +76,55 @@ impl Store {
             .create(&self.dir)
             .map_err(io)?;
         // Written under a name of its own, then renamed: a snapshot is whole or absent.
-        let partial = self.dir.join(format!(".{}.partial", meta.id));
-        fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&partial)
-            .map_err(io)?;
-        let written = write_new(&partial.join("archive.tar"), archive)
-            .and_then(|()| write_new(&partial.join("snapshot.json"), &json(&meta)))
-            .and_then(|()| fs::rename(&partial, self.dir.join(&meta.id)));
-        if let Err(e) = written {
-            let _ = fs::remove_dir_all(&partial);
-            return Err(io(e));
+        let dir = self.dir.join(format!(".{id}.partial"));
+        fs::DirBuilder::new().mode(0o700).create(&dir).map_err(io)?;
+        let archive = DirectWriter::create(&dir.join("archive.tar"));
+        let archive = archive.map_err(|e| {
+            let _ = fs::remove_dir(&dir);
+            io(e)
+        })?;
+        Ok(Partial {
+            id,
+            dir,
+            archive,
+            kept: false,
+        })
+    }
+
+    /// Keeps `partial` as a snapshot of what `meta` says (its id and size are the
+    /// partial's), within the bounds; answers the snapshot kept: an earlier one of the same
+    /// tool and digest, when there is one (`partial` is then dropped).
+    pub fn keep(&self, meta: Meta, mut partial: Partial) -> Result<Meta, SnapshotError> {
+        let meta = Meta {
+            id: partial.id.clone(),
+            bytes: partial.archive.written(),
+            ..meta
+        };
+        let kept = self.list()?;
+        if let Some(same) = kept
+            .iter()
+            .rev()
+            .find(|m| m.digest == meta.digest && m.tool == meta.tool)
+        {
+            return Ok(same.clone());
         }
+        let bytes: u64 = kept.iter().map(|m| m.bytes).sum::<u64>() + meta.bytes;
+        if kept.len() >= MAX_SNAPSHOTS || bytes > MAX_BYTES {
+            return Err(SnapshotError::Full {
+                count: kept.len(),
+                bytes,
+            });
+        }
+        partial
+            .archive
+            .finish()
+            .and_then(|()| write_new(&partial.dir.join("snapshot.json"), &json(&meta)))
+            .and_then(|()| fs::rename(&partial.dir, self.dir.join(&meta.id)))
+            .map_err(|source| SnapshotError::Store {
+                path: self.dir.clone(),
+                source,
+            })?;
+        partial.kept = true;
         Ok(meta)
     }
 
@@ -115,9 +139,9 @@ impl Store {
     }
 
     /// Snapshot `id`'s archive opened to be read, and its size.
-    pub fn open_archive(&self, id: &str) -> Result<(fs::File, u64), SnapshotError> {
-        let opened = fs::File::open(self.folder(id)?.join("archive.tar"))
-            .and_then(|file| Ok((file.metadata()?.len(), file)));
+    pub fn open_archive(&self, id: &str) -> Result<(DirectReader, u64), SnapshotError> {
+        let opened = DirectReader::open(&self.folder(id)?.join("archive.tar"))
+            .map(|file| (file.size(), file));
         let (len, file) = opened.map_err(|e| self.missing(id, e))?;
         Ok((file, len))
     }
@@ -169,8 +193,41 @@ impl Store {
     }
 }
 
+/// A snapshot being written, in a folder of its own that is removed unless it is kept.
+pub struct Partial {
+    id: String,
+    dir: PathBuf,
+    archive: DirectWriter,
+    kept: bool,
+}
+
+impl Partial {
+    /// The id it is kept under.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+impl Write for Partial {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.archive.write(data)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.archive.flush()
+    }
+}
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        if !self.kept {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
 /// A new snapshot id: `snap-` and 128 random bits in hex.
-pub fn new_id() -> Result<String, SnapshotError> {
+fn new_id() -> Result<String, SnapshotError> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).map_err(|e| SnapshotError::Random(e.to_string()))?;
     Ok(format!("snap-{}", hex::encode(bytes)))
@@ -201,17 +258,24 @@ fn write_new(path: &Path, data: &[u8]) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
-    fn meta(id: &str, bytes: u64, created_ms: u64) -> Meta {
+    /// A snapshot of `archive` whose digest is named for `name`.
+    fn meta(name: &str, created_ms: u64) -> Meta {
         Meta {
-            id: id.into(),
+            id: String::new(),
             tool: "shell".into(),
             policy_digest: "sha256:00".into(),
             created_ms,
-            bytes,
-            digest: format!("sha256:{id}"),
+            bytes: 0,
+            digest: format!("sha256:{name}"),
             shell: ShellState::default(),
             roots: None,
         }
+    }
+
+    fn add(store: &Store, meta: Meta, archive: &[u8]) -> Result<Meta, SnapshotError> {
+        let mut partial = store.begin()?;
+        partial.write_all(archive).unwrap();
+        store.keep(meta, partial)
     }
 
     #[test]
@@ -219,24 +283,27 @@ mod tests {
         let home = tempfile::tempdir().unwrap();
         let store = Store::at(&home.path().join("snapshots"));
         assert!(store.list().unwrap().is_empty());
-        let (a, b) = (new_id().unwrap(), new_id().unwrap());
-        store.add(meta(&b, 3, 2), b"abc").unwrap();
-        store.add(meta(&a, 1, 1), b"x").unwrap();
-        let again = Meta {
-            id: new_id().unwrap(),
-            ..meta(&b, 3, 5)
-        };
+        let b = add(&store, meta("b", 2), b"abc").unwrap();
+        assert_eq!(b.bytes, 3);
+        let a = add(&store, meta("a", 1), b"x").unwrap().id;
         assert_eq!(
-            store.add(again, b"abc").unwrap().id,
+            add(&store, meta("b", 5), b"abc").unwrap(),
             b,
             "the same snapshot again"
         );
+        let b = b.id;
         let ids: Vec<String> = store.list().unwrap().into_iter().map(|m| m.id).collect();
         assert_eq!(ids, [a.clone(), b.clone()], "oldest first");
         let (mut file, len) = store.open_archive(&b).unwrap();
         let mut kept = Vec::new();
         std::io::Read::read_to_end(&mut file, &mut kept).unwrap();
         assert_eq!((kept.as_slice(), len), (&b"abc"[..], 3));
+        let names = |dir: &Path| std::fs::read_dir(dir).unwrap().count();
+        assert_eq!(
+            names(store.dir()),
+            2,
+            "nothing left of the snapshot found again"
+        );
         store.delete(&a).unwrap();
         assert!(matches!(store.meta(&a), Err(SnapshotError::NotFound(_))));
         for bad in ["../snapshots", "snap-../../x", "", "snap-zz"] {
@@ -256,13 +323,21 @@ mod tests {
     fn a_full_store_refuses_a_new_snapshot_and_keeps_the_old_ones() {
         let home = tempfile::tempdir().unwrap();
         let store = Store::at(home.path());
-        let first = new_id().unwrap();
-        store.add(meta(&first, MAX_BYTES - 1, 1), b"").unwrap();
-        let refused = store.add(meta(&new_id().unwrap(), 2, 2), b"xy");
+        let first = add(&store, meta("first", 1), b"").unwrap();
+        // As though it were as large as the store lets a home keep, but for a byte.
+        let record = home.path().join(&first.id).join("snapshot.json");
+        let large = Meta {
+            bytes: MAX_BYTES - 1,
+            ..first
+        };
+        std::fs::write(&record, json(&large)).unwrap();
+        let refused = add(&store, meta("second", 2), b"xy");
         assert!(
             matches!(refused, Err(SnapshotError::Full { count: 1, .. })),
             "{refused:?}"
         );
-        assert_eq!(store.list().unwrap().len(), 1);
+        assert_eq!(store.list().unwrap(), [large]);
+        let names = std::fs::read_dir(home.path()).unwrap().count();
+        assert_eq!(names, 1, "nothing left of the refused one");
     }
 }
