@@ -78,7 +78,12 @@ pub(crate) fn exec(ctx: &Warden, args: ExecArgs) -> Result<ExitCode> {
 fn run(ctx: &Warden, args: ExecArgs) -> Result<ExitCode> {
     // The program's streams are its own: a tool that requires review is asked about on the
     // controlling terminal, which a parent driving warden through pipes may still have.
-    let mut dispatcher = ctx.dispatcher(RunLimits::default())?;
+    // The tools that run programs alone: a wasm tool's component is not loaded for nothing.
+    let mut dispatcher = ctx.programs_dispatcher(RunLimits::default())?;
+    if dispatcher.toolbox().get(&args.tool).is_none() {
+        // No such tool, or one that is called: the whole toolbox says which.
+        runnable(&ctx.load()?, &args.tool)?;
+    }
     if let Some(reviewer) = TerminalReviewer::controlling() {
         dispatcher = dispatcher.reviewer(reviewer);
     }

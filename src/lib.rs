@@ -324,6 +324,20 @@ impl Warden {
             .map_err(|e| Error::Toolbox(self.toolbox.clone(), e))
     }
 
+    /// As [`Warden::load`], the tools that run programs alone (docker and host): every
+    /// policy is read and checked, and no wasm component is loaded.
+    pub fn load_programs(&self) -> Result<Toolbox, Error> {
+        let backends = self.backends();
+        Toolbox::load_where(
+            &self.toolbox,
+            &backends.list(),
+            &self.protected(),
+            self.loading,
+            |backend| backend.capabilities().programs,
+        )
+        .map_err(|e| Error::Toolbox(self.toolbox.clone(), e))
+    }
+
     /// The call log, opened for appending: a log that cannot be written is an error now,
     /// not a lost record later.
     pub fn open_call_log(&self) -> Result<CallLog, Error> {
@@ -335,7 +349,17 @@ impl Warden {
     /// A dispatcher over the toolbox in a session of its own, logging every call. Close it
     /// ([`Dispatcher::close`]) when the agent's run ends, to free its shells.
     pub fn dispatcher(&self, run: RunLimits) -> Result<Dispatcher, Error> {
-        let toolbox = Arc::new(self.load()?);
+        self.dispatcher_over(self.load()?, run)
+    }
+
+    /// As [`Warden::dispatcher`], over the tools that run programs alone
+    /// ([`Warden::load_programs`]): what `warden exec` needs.
+    pub fn programs_dispatcher(&self, run: RunLimits) -> Result<Dispatcher, Error> {
+        self.dispatcher_over(self.load_programs()?, run)
+    }
+
+    fn dispatcher_over(&self, toolbox: Toolbox, run: RunLimits) -> Result<Dispatcher, Error> {
+        let toolbox = Arc::new(toolbox);
         let log = self.open_call_log()?;
         let admission = Admission {
             run,

@@ -115,7 +115,13 @@ struct Cli {
     /// Refuse the whole toolbox when any policy in it does not load. Without it, the tools of
     /// every policy that loads are served and each one that does not is reported (`warden
     /// tools` and `warden audit` list them, and a line on stderr names file, line and fix).
-    #[arg(long, global = true, env = "WARDEN_STRICT")]
+    /// WARDEN_STRICT takes 1, true, yes or on (and 0, false, no or off).
+    #[arg(
+        long,
+        global = true,
+        env = "WARDEN_STRICT",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
     strict: bool,
     #[command(subcommand)]
     command: Command,

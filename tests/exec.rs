@@ -616,6 +616,42 @@ fn an_unknown_tool_is_refused_with_the_tools_exec_runs() {
     assert!(stderr.contains("host-shell"), "{stderr}");
 }
 
+/// `warden exec` loads the toolbox's docker and host tools alone: a wasm policy is read, its
+/// component is not, so one that would not load (here under `--strict`, which refuses a
+/// toolbox with any policy that does not) neither stops a program nor costs it the load.
+#[test]
+fn a_program_runs_without_loading_the_toolboxs_wasm_components() {
+    let env = Env::new(65_482, "");
+    let policies = env.dir.path().join("policies");
+    std::fs::write(policies.join("broken.wasm"), b"\0asm\x0d\0\x01\0\xff\xff").unwrap();
+    std::fs::write(
+        policies.join("broken.toml"),
+        "[executor]\nkind = \"wasm\"\ncomponent = \"broken.wasm\"\n",
+    )
+    .unwrap();
+    let strict = |args: &[&str]| {
+        let mut command = env.command(args);
+        command.env("WARDEN_STRICT", "1").stdin(Stdio::null());
+        command.output().unwrap()
+    };
+    let ran = strict(&["host-shell", "--", "sh", "-c", "echo RAN"]);
+    assert_eq!(text(&ran.stdout), "RAN\n", "{}", text(&ran.stderr));
+    assert_eq!(ran.status.code(), Some(0));
+    assert!(
+        !text(&ran.stderr).contains("broken"),
+        "{}",
+        text(&ran.stderr)
+    );
+    // A name exec does not run is explained from the whole toolbox, which does not load.
+    let unknown = strict(&["no-such-tool", "--", "true"]);
+    assert_eq!(unknown.status.code(), Some(125));
+    assert!(
+        text(&unknown.stderr).contains("broken.toml"),
+        "{}",
+        text(&unknown.stderr)
+    );
+}
+
 /// Waits up to `within` for `done`; answers whether it came true.
 fn eventually(within: Duration, done: impl Fn() -> bool) -> bool {
     let until = Instant::now() + within;

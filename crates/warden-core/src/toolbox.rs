@@ -178,6 +178,18 @@ impl Toolbox {
         protected: &[Protected],
         loading: Loading,
     ) -> Result<Toolbox, ToolboxError> {
+        Self::load_where(dir, backends, protected, loading, |_| true)
+    }
+
+    /// As [`Toolbox::load_with`], but a policy whose backend `wanted` declines is read and
+    /// checked, never loaded (a wasm policy's component is not read), and serves nothing.
+    pub fn load_where(
+        dir: &Path,
+        backends: &[&dyn Backend],
+        protected: &[Protected],
+        loading: Loading,
+        wanted: impl Fn(&dyn Backend) -> bool,
+    ) -> Result<Toolbox, ToolboxError> {
         if !dir.is_dir() {
             return Err(ToolboxError::Missing(dir.to_owned()));
         }
@@ -194,7 +206,11 @@ impl Toolbox {
                 .map_err(ToolboxError::from)
                 .and_then(|policy| {
                     check_protected(&policy, protected)?;
-                    toolbox.add_policy(Arc::new(policy), backends)
+                    let kind = policy.kind.value.as_str();
+                    match backends.iter().find(|b| b.kind() == kind) {
+                        Some(backend) if !wanted(*backend) => Ok(()),
+                        _ => toolbox.add_policy(Arc::new(policy), backends),
+                    }
                 });
             if let Err(error) = added {
                 toolbox.broken.push(Broken { path: file, error });
