@@ -45,15 +45,14 @@ fn open(options: &mut OpenOptions, path: &Path) -> io::Result<(File, bool)> {
         .open(path)
     {
         Ok(file) => Ok((file, true)),
-        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {
-            Ok((options.open(path)?, false))
-        }
+        Err(e) if refused(&e) => Ok((options.open(path)?, false)),
         Err(e) => Err(e),
     }
 }
 
-/// Whether `e` is how a direct read or write says it is not aligned as the file needs.
-fn misaligned(e: &io::Error) -> bool {
+/// Whether `e` is how the kernel refuses `O_DIRECT` (`EINVAL`): at the open, on a filesystem
+/// without it; at a read or write, one not aligned as the file needs.
+fn refused(e: &io::Error) -> bool {
     e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error())
 }
 
@@ -116,7 +115,7 @@ impl DirectWriter {
         let at = self.len - self.filled as u64;
         let written = self.file.write_all_at(&self.buf.get()[..n], at);
         match written {
-            Err(e) if self.direct && misaligned(&e) => {
+            Err(e) if self.direct && refused(&e) => {
                 // The same bytes at the same place, through the cache.
                 undirect(&self.file)?;
                 self.direct = false;
@@ -203,7 +202,7 @@ fn read_ahead(
     let mut offset = 0u64;
     while let Ok(mut buf) = spares.recv() {
         let read = match file.read_at(buf.get(), offset) {
-            Err(e) if direct && misaligned(&e) => {
+            Err(e) if direct && refused(&e) => {
                 direct = false;
                 undirect(&file).and_then(|()| file.read_at(buf.get(), offset))
             }
