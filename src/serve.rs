@@ -86,7 +86,7 @@ pub(crate) fn serve(ctx: Warden, args: ServeArgs) -> Result<ExitCode> {
     let loader: Loader = Arc::new(move || backends.load(&dir, &protected, loading));
     // Each record is in the file before its call answers, so a signal loses none.
     let log = Arc::new(ctx.open_call_log()?);
-    ctx.snapshots.sweep_forks();
+    ctx.snapshots.sweep();
     let options = Options {
         admission: Admission::default(),
         call_log: Some(log),

@@ -349,9 +349,10 @@ def test_a_fork_writes_copies_of_the_read_write_roots_until_it_commits(base, too
     assert list(forks.iterdir()) == []
 
 
-def test_copies_a_stopped_warden_left_go_when_a_server_starts(base):
-    """A fork's copies outlive a warden killed while it ran: the next server of the home
-    removes them as it starts, and leaves a live warden's alone."""
+def test_what_a_stopped_warden_left_goes_when_a_server_starts(base):
+    """A fork's copies, and a snapshot's archive half written, outlive a warden killed while
+    it ran: the next server of the home removes them as it starts, and leaves a live warden's
+    alone."""
     kwargs, root, seen = read_write(base, "host-shell")
     forks = base / "home" / "snapshots" / "forks"
     with WardenSandbox(**kwargs) as origin:
@@ -362,9 +363,13 @@ def test_copies_a_stopped_warden_left_go_when_a_server_starts(base):
             left = forks / "00000000-0000-0000-0000-000000000000_1_1-0"
             (left / "0").mkdir(parents=True)
             (left / "0" / "a").write_text("left behind")
+            half = base / "home" / "snapshots" / "partial" / left.name
+            half.mkdir(parents=True)
+            (half / "archive.tar").write_bytes(b"\0" * 4096)
             with WardenSandbox(**kwargs) as other:
                 other.execute("true")
                 assert not left.exists(), "the stopped warden's copy is gone"
+                assert not half.exists(), "so is the snapshot it was writing"
                 assert live.exists(), "a live fork's copy stays"
 
 

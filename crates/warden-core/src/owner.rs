@@ -40,6 +40,22 @@ pub fn liveness(owner: &str) -> Liveness {
     }
 }
 
+/// The name of the `n`th thing the process `owner` ([`this_process`]) leaves in a folder
+/// that other processes share (`OWNER-n`, the id's `:` written `_`): [`left_behind`] tells a
+/// later warden whether it may remove it.
+pub fn file_name(owner: &str, n: u64) -> String {
+    format!("{}-{n}", owner.replace(':', "_"))
+}
+
+/// Whether `name`, a [`file_name`], was left by a process that no longer runs (or ran on
+/// another boot or machine), so that a warden sweeping the folder removes it; a name of
+/// another shape is taken for one.
+pub fn left_behind(name: &str) -> bool {
+    let name = name.replace('_', ":");
+    let owner = name.rsplit_once('-').map_or("", |(owner, _)| owner);
+    liveness(owner) != Liveness::Running
+}
+
 fn boot_id() -> String {
     fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|s| s.trim().to_owned())
@@ -69,6 +85,9 @@ mod tests {
             "a restarted pid"
         );
         assert_eq!(liveness("garbage"), Liveness::Elsewhere);
+        assert!(!left_behind(&file_name(&id, 7)), "this process's own");
+        assert!(left_behind(&file_name(&format!("{head}:1"), 7)));
+        assert!(left_behind("garbage"));
         assert_eq!(
             liveness(&format!("other-boot:{}:1", std::process::id())),
             Liveness::Elsewhere

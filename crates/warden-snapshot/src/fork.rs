@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use warden_core::owner::{self, Liveness};
+use warden_core::owner;
 use warden_core::{Policy, Tool};
 use warden_tx::{ChangeSet, TxError};
 
@@ -89,10 +89,10 @@ pub(crate) fn copy(
     transactions: &warden_tx::Store,
     mark: &RootsMark,
 ) -> Result<ForkRoots, SnapshotError> {
-    sweep(forks);
+    crate::store::sweep(forks, "a fork's copies");
     static COUNT: AtomicU64 = AtomicU64::new(0);
     let n = COUNT.fetch_add(1, Ordering::Relaxed);
-    let dir = forks.join(format!("{}-{n}", owner::this_process().replace(':', "_")));
+    let dir = forks.join(owner::file_name(&owner::this_process(), n));
     let io = |source| SnapshotError::Store {
         path: dir.clone(),
         source,
@@ -170,21 +170,6 @@ fn held(dir: &Path) -> std::io::Result<u64> {
     Ok(bytes)
 }
 
-/// Removes the copies of forks whose warden is gone.
-pub(crate) fn sweep(forks: &Path) {
-    for entry in std::fs::read_dir(forks).into_iter().flatten().flatten() {
-        let name = entry.file_name().to_string_lossy().replace('_', ":");
-        let owner = name.rsplit_once('-').map_or("", |(owner, _)| owner);
-        if owner::liveness(owner) != Liveness::Running {
-            remove(&entry.path());
-        }
-    }
-}
-
 fn remove(dir: &Path) {
-    if let Err(e) = std::fs::remove_dir_all(dir)
-        && e.kind() != std::io::ErrorKind::NotFound
-    {
-        tracing::warn!("a fork's copies at {} were not removed: {e}", dir.display());
-    }
+    crate::store::remove_left(dir, "a fork's copies");
 }

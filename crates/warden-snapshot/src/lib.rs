@@ -276,10 +276,11 @@ impl Snapshots {
         Ok((call, committed))
     }
 
-    /// Removes the copies that forks left when their warden stopped (a server does as it
-    /// starts; a fork does too, before it copies).
-    pub fn sweep_forks(&self) {
-        fork::sweep(&self.store.dir().join("forks"));
+    /// Removes what snapshots being written and forks' copies left when their warden
+    /// stopped (a server does as it starts; a snapshot and a fork do too, before they begin).
+    pub fn sweep(&self) {
+        self.store.sweep();
+        store::sweep(&self.store.dir().join("forks"), "a fork's copies");
     }
 
     /// Copies of the read-write roots snapshot `meta` marks, as they stood then, for a

@@ -1,6 +1,7 @@
 //! Where snapshots are kept: `<home>/snapshots/<id>/` (0700), its archive (`archive.tar`)
-//! and what it is of (`snapshot.json`), both 0600. warden's home is outside every grant, so
-//! no sandbox reaches them.
+//! and what it is of (`snapshot.json`), both 0600; one being written is in a folder of its
+//! own in `partial/`, named for its warden, which a later warden removes once that one has
+//! stopped. warden's home is outside every grant, so no sandbox reaches them.
 
 use crate::SnapshotError;
 use crate::direct::{DirectReader, DirectWriter};
@@ -10,6 +11,12 @@ use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use warden_core::owner;
+
+/// The folder of the store's snapshots being written, each in a folder of its own until
+/// it is kept (renamed to its id).
+const PARTIAL: &str = "partial";
 
 /// The most snapshots a home keeps: a new one past it is refused, never an old one evicted
 /// (a checkpoint may still name it).
@@ -63,20 +70,24 @@ impl Store {
     }
 
     /// A new snapshot's archive, under a new id, to be written and then kept (or dropped,
-    /// leaving nothing).
+    /// leaving nothing). What a warden that stopped while writing one left is removed first.
     pub fn begin(&self) -> Result<Partial, SnapshotError> {
         let id = new_id()?;
         let io = |source| SnapshotError::Store {
             path: self.dir.clone(),
             source,
         };
+        let partials = self.dir.join(PARTIAL);
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
-            .create(&self.dir)
+            .create(&partials)
             .map_err(io)?;
-        // Written under a name of its own, then renamed: a snapshot is whole or absent.
-        let dir = self.dir.join(format!(".{id}.partial"));
+        sweep(&partials, "a snapshot being written");
+        // Written in a folder of its own, then renamed: a snapshot is whole or absent.
+        static COUNT: AtomicU64 = AtomicU64::new(0);
+        let n = COUNT.fetch_add(1, Ordering::Relaxed);
+        let dir = partials.join(owner::file_name(&owner::this_process(), n));
         fs::DirBuilder::new().mode(0o700).create(&dir).map_err(io)?;
         let archive = DirectWriter::create(&dir.join("archive.tar"));
         let archive = archive.map_err(|e| {
@@ -126,6 +137,12 @@ impl Store {
             })?;
         partial.kept = true;
         Ok(meta)
+    }
+
+    /// Removes the snapshots that wardens which stopped while writing them left (a server
+    /// does as it starts; a snapshot does too, before it begins).
+    pub fn sweep(&self) {
+        sweep(&self.dir.join(PARTIAL), "a snapshot being written");
     }
 
     /// Snapshot `id`'s record.
@@ -221,8 +238,27 @@ impl Write for Partial {
 impl Drop for Partial {
     fn drop(&mut self) {
         if !self.kept {
-            let _ = fs::remove_dir_all(&self.dir);
+            remove_left(&self.dir, "a snapshot not kept");
         }
+    }
+}
+
+/// Removes what processes that no longer run left in `dir` (`what`, for a warning), each
+/// named by [`owner::file_name`].
+pub(crate) fn sweep(dir: &Path, what: &str) {
+    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+        if owner::left_behind(&entry.file_name().to_string_lossy()) {
+            remove_left(&entry.path(), what);
+        }
+    }
+}
+
+/// Removes the folder `dir` (`what`, for a warning), gone already or not.
+pub(crate) fn remove_left(dir: &Path, what: &str) {
+    if let Err(e) = fs::remove_dir_all(dir)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!("{what} at {} was not removed: {e}", dir.display());
     }
 }
 
@@ -299,9 +335,10 @@ mod tests {
         std::io::Read::read_to_end(&mut file, &mut kept).unwrap();
         assert_eq!((kept.as_slice(), len), (&b"abc"[..], 3));
         let names = |dir: &Path| std::fs::read_dir(dir).unwrap().count();
+        assert_eq!(names(store.dir()), 3, "the two and the folder of partials");
         assert_eq!(
-            names(store.dir()),
-            2,
+            names(&store.dir().join(PARTIAL)),
+            0,
             "nothing left of the snapshot found again"
         );
         store.delete(&a).unwrap();
@@ -337,7 +374,40 @@ mod tests {
             "{refused:?}"
         );
         assert_eq!(store.list().unwrap(), [large]);
-        let names = std::fs::read_dir(home.path()).unwrap().count();
-        assert_eq!(names, 1, "nothing left of the refused one");
+        let names = |dir: &Path| std::fs::read_dir(dir).unwrap().count();
+        assert_eq!(
+            names(home.path()),
+            2,
+            "the first and the folder of partials"
+        );
+        let partials = home.path().join(PARTIAL);
+        assert_eq!(names(&partials), 0, "nothing left of the refused one");
+    }
+
+    #[test]
+    fn what_a_stopped_warden_was_writing_goes_and_a_live_ones_stays() {
+        let home = tempfile::tempdir().unwrap();
+        let store = Store::at(home.path());
+        let partials = home.path().join(PARTIAL);
+        let me = owner::this_process();
+        let (head, _) = me.rsplit_once(':').expect("three parts");
+        let stopped = partials.join(owner::file_name(&format!("{head}:1"), 0));
+        let live = partials.join(owner::file_name(&me, u64::MAX));
+        for dir in [&stopped, &live] {
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(dir.join("archive.tar"), b"half").unwrap();
+        }
+        let writing = store.begin().unwrap();
+        assert!(!stopped.exists(), "a stopped warden's partial is removed");
+        assert!(live.exists(), "a live warden's partial is its own");
+        std::fs::create_dir_all(&stopped).unwrap();
+        store.sweep();
+        assert!(!stopped.exists() && live.exists());
+        assert!(
+            partials.join(writing.dir.file_name().unwrap()).exists(),
+            "the sweep leaves the snapshot being written"
+        );
+        drop(writing);
+        assert_eq!(std::fs::read_dir(&partials).unwrap().count(), 1);
     }
 }

@@ -141,7 +141,7 @@ impl Store {
         let dir = self
             .dir
             .join("views")
-            .join(format!("{}-{n}", self.owner.replace(':', "_")));
+            .join(owner::file_name(&self.owner, n));
         for (i, root) in roots.iter().enumerate() {
             for sub in ["upper", "work"] {
                 let path = dir.join(i.to_string()).join(sub);
@@ -316,9 +316,7 @@ impl Store {
         }
         let views = self.dir.join("views");
         for entry in fs::read_dir(&views).into_iter().flatten().flatten() {
-            let name = entry.file_name().to_string_lossy().replace('_', ":");
-            let owner = name.rsplit_once('-').map_or("", |(owner, _)| owner);
-            if gone(owner) {
+            if owner::left_behind(&entry.file_name().to_string_lossy()) {
                 remove_tree(&entry.path());
             }
         }

@@ -26,7 +26,7 @@ impl Trash {
     pub(crate) fn new(dir: PathBuf, owner: &str) -> Self {
         Self {
             dir,
-            owner: owner.replace(':', "_"),
+            owner: owner.to_owned(),
             remover: Mutex::new(None),
         }
     }
@@ -36,7 +36,7 @@ impl Trash {
     pub(crate) fn discard(&self, path: &Path) {
         static COUNT: AtomicU64 = AtomicU64::new(0);
         let n = COUNT.fetch_add(1, Ordering::Relaxed);
-        let to = self.dir.join(format!("{}-{n}", self.owner));
+        let to = self.dir.join(warden_core::owner::file_name(&self.owner, n));
         match fs::rename(path, &to) {
             Ok(()) => self.remove_later(to),
             Err(_) => remove_tree(path),
