@@ -81,8 +81,13 @@ fn run(ctx: &Warden, args: ExecArgs) -> Result<ExitCode> {
     // The tools that run programs alone: a wasm tool's component is not loaded for nothing.
     let mut dispatcher = ctx.programs_dispatcher(RunLimits::default())?;
     if dispatcher.toolbox().get(&args.tool).is_none() {
-        // No such tool, or one that is called: the whole toolbox says which.
-        runnable(&ctx.load()?, &args.tool)?;
+        // No such tool, or one that is called: the whole toolbox says which. Its policies
+        // that do not load were warned about as the first load read them: not twice.
+        let quiet = tracing::subscriber::NoSubscriber::default();
+        runnable(
+            &tracing::subscriber::with_default(quiet, || ctx.load())?,
+            &args.tool,
+        )?;
     }
     if let Some(reviewer) = TerminalReviewer::controlling() {
         dispatcher = dispatcher.reviewer(reviewer);
@@ -259,7 +264,14 @@ fn runnable<'a>(toolbox: &'a Toolbox, name: &str) -> Result<&'a Tool> {
         format!("the tools it runs programs in: {}", shells.join(", "))
     };
     let Some(tool) = toolbox.get(name) else {
-        bail!("there is no tool named `{name}`; {listed}");
+        let missing = match toolbox.broken().len() {
+            0 => String::new(),
+            n => format!(
+                " ({n} of the toolbox's policies did not load, and their tools are missing: \
+                 the warnings above say why)"
+            ),
+        };
+        bail!("there is no tool named `{name}`; {listed}{missing}");
     };
     if !runs_programs(tool) {
         bail!(

@@ -614,6 +614,22 @@ fn an_unknown_tool_is_refused_with_the_tools_exec_runs() {
     let stderr = text(&out.stderr);
     assert!(stderr.contains("no tool named `no-such-tool`"), "{stderr}");
     assert!(stderr.contains("host-shell"), "{stderr}");
+    // A policy that does not load is warned about once, and the refusal says tools may be
+    // missing for it.
+    let policies = env.dir.path().join("policies");
+    let shipped = std::fs::read_to_string(policies.join("shell-host.toml")).unwrap();
+    let moved = shipped.replace("name = \"host-shell\"", "name = \"moved-shell\"");
+    let moved = moved.replace("../workspace", "../no-such-folder");
+    assert_ne!(moved, shipped);
+    std::fs::write(policies.join("moved.toml"), moved).unwrap();
+    let out = env.exec(&["moved-shell", "--", "true"], b"");
+    assert_eq!(out.status.code(), Some(125));
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.matches("no-such-folder").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("1 of the toolbox's policies did not load"),
+        "{stderr}"
+    );
 }
 
 /// `warden exec` loads the toolbox's docker and host tools alone: a wasm policy is read, its
