@@ -331,6 +331,34 @@ fn a_helper_of_another_build_or_none_beside_warden_is_not_used() {
     assert_eq!(helper_programs(&env, &warden), vec![warden.clone()]);
 }
 
+/// The helper beside warden is looked for when a sandbox first starts, not when a host
+/// policy loads: a call of a wasm tool in a toolbox that has one never reads it (here a
+/// folder in its place, which the look warns about).
+#[test]
+fn the_helper_is_looked_for_at_the_first_sandbox_not_at_load() {
+    let env = Env::new();
+    let (bin, warden) = warden_copy(&env);
+    std::fs::create_dir(bin.join("warden-helper")).unwrap();
+    std::fs::write(
+        env.dir.path().join("policies/trivial.toml"),
+        format!(
+            "[executor]\nkind = \"wasm\"\ncomponent = {:?}\n",
+            crate::common::wasm("trivial")
+        ),
+    )
+    .unwrap();
+    let warned = |out: &Output| String::from_utf8_lossy(&out.stderr).contains("host helper");
+    let wasm = env.warden_at(&warden, &["call", "noop", "{}"]);
+    assert!(wasm.status.success(), "{wasm:?}");
+    assert!(!warned(&wasm), "{wasm:?}");
+    let host = env.warden_at(&warden, &["call", "host-shell", r#"{"command": "true"}"#]);
+    assert!(host.status.success(), "{host:?}");
+    assert!(
+        warned(&host),
+        "the look at the first sandbox warns: {host:?}"
+    );
+}
+
 #[test]
 fn a_helper_replaced_while_warden_runs_is_not_started() {
     let env = Env::new();

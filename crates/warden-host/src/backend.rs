@@ -5,7 +5,7 @@ use crate::forks::Forker;
 use crate::program::Helper;
 use crate::tool::{CallSetup, HostTool};
 use serde_json::json;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use warden_command::{Template, session_shell};
 use warden_core::{
     Backend, BoxFuture, ByteSize, Capabilities, ExecutorKind, HumanDuration, Loaded, LoadedTool,
@@ -22,13 +22,8 @@ pub const DEFAULT_PREPARED: usize = 1;
 /// Loads `kind = "host"` policies; every tool starts its calls through one helper.
 #[derive(Debug, Clone)]
 pub struct HostBackend {
-    /// The fork server of the helper chosen once, from `beside` or else `fallback`; shared by
-    /// this backend's clones.
-    forker: Arc<OnceLock<Arc<Forker>>>,
-    /// The helper program looked for beside this one when the first host policy loads.
-    beside: Option<String>,
-    /// The helper when none is found beside this program.
-    fallback: Helper,
+    /// The fork server, shared by this backend's clones.
+    forker: Arc<Forker>,
     egress: Egress,
     prepared: usize,
     /// Where calls' views of their writable roots are made; `None`: written in place.
@@ -39,9 +34,7 @@ impl HostBackend {
     /// Starts every call through `helper`.
     pub fn new(helper: Helper) -> Self {
         Self {
-            forker: Arc::default(),
-            beside: None,
-            fallback: helper,
+            forker: Arc::new(Forker::new(None, helper)),
             egress: Egress::default(),
             prepared: DEFAULT_PREPARED,
             views: None,
@@ -49,21 +42,16 @@ impl HostBackend {
     }
 
     /// Starts calls through the helper program `name` beside this program when it is of this
-    /// build ([`Helper::beside_this_program`], asked once, when the first host policy loads),
-    /// else through the helper given to [`HostBackend::new`].
+    /// build ([`Helper::beside_this_program`], asked once, when the first sandbox or view
+    /// starts), else through the helper given to [`HostBackend::new`].
     pub fn preferring_beside(mut self, name: &str) -> Self {
-        self.beside = Some(name.to_owned());
+        self.forker = Arc::new(self.forker.preferring_beside(name));
         self
     }
 
-    /// What forks the helper of every call, its program chosen once.
+    /// What forks the helper of every call.
     pub(crate) fn forker(&self) -> &Arc<Forker> {
-        self.forker.get_or_init(|| {
-            let beside = self.beside.as_deref().and_then(Helper::beside_this_program);
-            let helper = beside.unwrap_or_else(|| self.fallback.clone());
-            tracing::debug!("host helper: {}", helper.shown().display());
-            Arc::new(Forker::new(helper))
-        })
+        &self.forker
     }
 
     /// Keeps `depth` sandboxes prepared ahead per host tool (not in session mode), each for

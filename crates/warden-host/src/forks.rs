@@ -23,7 +23,7 @@ use nix::sys::socket::{
 };
 use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 
@@ -43,7 +43,13 @@ const ANSWER_WAIT: Duration = Duration::from_secs(10);
 /// should it die.
 #[derive(Debug)]
 pub(crate) struct Forker {
-    helper: Helper,
+    /// The helper program looked for beside this one ([`Helper::beside_this_program`]).
+    beside: Option<String>,
+    /// The helper when none is found beside this program.
+    fallback: Helper,
+    /// The helper chosen, once, as the server first starts: a process that starts no
+    /// sandbox reads no helper file.
+    helper: OnceLock<Helper>,
     server: Mutex<Option<Server>>,
 }
 
@@ -55,11 +61,31 @@ struct Server {
 }
 
 impl Forker {
-    pub(crate) fn new(helper: Helper) -> Self {
+    /// A server of the helper program `beside` this program when it is there and of this
+    /// build, else of `fallback`.
+    pub(crate) fn new(beside: Option<String>, fallback: Helper) -> Self {
         Self {
-            helper,
+            beside,
+            fallback,
+            helper: OnceLock::new(),
             server: Mutex::new(None),
         }
+    }
+
+    /// A server like this one's, of the helper program `name` beside this program when it
+    /// is there and of this build.
+    pub(crate) fn preferring_beside(&self, name: &str) -> Self {
+        Self::new(Some(name.to_owned()), self.fallback.clone())
+    }
+
+    /// The helper program, chosen at the first ask.
+    fn helper(&self) -> &Helper {
+        self.helper.get_or_init(|| {
+            let beside = self.beside.as_deref().and_then(Helper::beside_this_program);
+            let helper = beside.unwrap_or_else(|| self.fallback.clone());
+            tracing::debug!("host helper: {}", helper.shown().display());
+            helper
+        })
     }
 
     /// Forks a helper that gets `fds` (see [`MAX_FDS`] for their order). A server that died
@@ -112,9 +138,10 @@ impl Forker {
             SockFlag::SOCK_CLOEXEC,
         )?;
         set_answer_wait(&ours)?;
-        let mut command = std::process::Command::new(&self.helper.program);
+        let helper = self.helper();
+        let mut command = std::process::Command::new(&helper.program);
         command
-            .args(&self.helper.args)
+            .args(&helper.args)
             .env_clear()
             .stdin(theirs)
             .stdout(std::process::Stdio::null());
@@ -124,7 +151,7 @@ impl Forker {
                 e.kind(),
                 format!(
                     "cannot start the sandbox helper {}: {e}",
-                    self.helper.shown().display()
+                    helper.shown().display()
                 ),
             )
         })?;
