@@ -137,11 +137,16 @@ fn only_owner_writes(meta: &std::fs::Metadata, what: &'static str) -> Result<(),
 /// [`crate::plan::REPORT_FD`] and [`crate::plan::GATE_FD`].
 const PINNED_FD: std::os::fd::RawFd = 10;
 
+/// How much of the helper file is read at a time while looking for the protocol id: small,
+/// since a buffer's pages are taken fresh each time warden starts (and the id sits a few
+/// hundred KiB in).
+const CHUNK: usize = 64 << 10;
+
 /// Whether `needle` occurs in the file, read a chunk at a time.
 fn holds(mut file: &std::fs::File, needle: &[u8]) -> std::io::Result<bool> {
     use std::io::Read;
     let finder = memchr::memmem::Finder::new(needle);
-    let mut buf = vec![0; (1 << 20) + needle.len()];
+    let mut buf = vec![0; CHUNK + needle.len()];
     // The tail of the last chunk, kept at the front so a needle across chunks is found.
     let mut kept = 0;
     loop {
@@ -155,5 +160,31 @@ fn holds(mut file: &std::fs::File, needle: &[u8]) -> std::io::Result<bool> {
         }
         kept = needle.len().saturating_sub(1).min(end);
         buf.copy_within(end - kept..end, 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Seek, Write};
+
+    /// The id is found wherever it lies, across a chunk's end too, and not where it is absent
+    /// or cut short.
+    #[test]
+    fn the_protocol_id_is_found_anywhere_in_the_file() {
+        let needle = b"0.1.0-0123456789abcdef";
+        for at in [0, 100, CHUNK - 10, CHUNK - 1, CHUNK, 3 * CHUNK + 5] {
+            let mut file = tempfile::tempfile().unwrap();
+            let mut bytes = vec![b'x'; at];
+            bytes.extend_from_slice(needle);
+            bytes.extend(std::iter::repeat_n(b'y', 100));
+            file.write_all(&bytes).unwrap();
+            file.rewind().unwrap();
+            assert!(holds(&file, needle).unwrap(), "at {at}");
+            let mut cut = tempfile::tempfile().unwrap();
+            cut.write_all(&bytes[..at + needle.len() - 1]).unwrap();
+            cut.rewind().unwrap();
+            assert!(!holds(&cut, needle).unwrap(), "cut short at {at}");
+        }
     }
 }
