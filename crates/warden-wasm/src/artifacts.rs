@@ -50,7 +50,7 @@ pub enum ArtifactError {
 }
 
 /// What a `.wasm` file holds, by its header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Binary {
     /// A component (WASI 0.2): run as it is.
     Component,

@@ -11,8 +11,9 @@ use crate::shared::Shared;
 use crate::tool::{CommandTool, FunctionTool};
 use crate::view::Views;
 use serde_json::json;
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use warden_core::{
     Backend, Capabilities, ExecutorKind, Loaded, LoadedTool, NetHosts, Paths, Policy, PolicyError,
     Reach, Report, ReportLine, Support, ToolSpec,
@@ -25,6 +26,11 @@ use wasmtime::component::Linker;
 /// Called before a component is compiled (a slow step worth telling a person about).
 pub type CompileHook = Arc<dyn Fn(&Path) + Send + Sync>;
 
+/// What makes two policies' linkers the same: their engine (its flavor and workload), the
+/// kind of binary, whether lookups are refused (no `dns` grant) and whether opened roots are
+/// observed.
+type LinkerKey = (Flavor, Workload, Binary, bool, bool);
+
 /// Loads `kind = "wasm"` policies.
 pub struct WasmBackend {
     artifacts: Artifacts,
@@ -34,6 +40,9 @@ pub struct WasmBackend {
     accounting: bool,
     /// Where calls' views are kept and how they are mounted, when calls are transactions.
     views: Option<(Arc<Store>, Arc<dyn Overlays>)>,
+    /// The linkers made so far: WASI's hundreds of functions are linked once per kind, not
+    /// once per policy.
+    linkers: Mutex<HashMap<LinkerKey, Arc<Linker<CallState>>>>,
 }
 
 impl WasmBackend {
@@ -45,6 +54,7 @@ impl WasmBackend {
             workload: Workload::default(),
             accounting: true,
             views: None,
+            linkers: Mutex::default(),
         }
     }
 
@@ -149,26 +159,36 @@ impl WasmBackend {
 
     /// The linker of a policy's calls: WASI 0.2 and its HTTP, `exit` for a WASI 0.1 module,
     /// lookups refused without the `dns` grant, and the filesystem observed for the roots a
-    /// call opens when there are roots and usage is accounted.
+    /// call opens when there are roots and usage is accounted. Made once for every policy
+    /// that needs the same.
     fn linker(
         &self,
-        engine: &Engine,
+        (engine, flavor): (&Engine, Flavor),
         policy: &Policy,
         binary: Binary,
-    ) -> wasmtime::Result<Linker<CallState>> {
+    ) -> wasmtime::Result<Arc<Linker<CallState>>> {
+        let refused = !policy.grants.net.dns;
+        // Without roots there is nothing to observe: the plain functions stay.
+        let observed = self.accounting && !policy.grants.fs.is_empty();
+        let key = (flavor, self.workload, binary, refused, observed);
+        let mut linkers = self.linkers.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(linker) = linkers.get(&key) {
+            return Ok(linker.clone());
+        }
         let mut linker: Linker<CallState> = Linker::new(engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
         if binary == Binary::Module {
             crate::wasip1::link_exit(&mut linker)?;
         }
-        if !policy.grants.net.dns {
+        if refused {
             crate::net::refuse_lookups(&mut linker)?;
         }
-        // Without roots there is nothing to observe: the plain functions stay.
-        if self.accounting && !policy.grants.fs.is_empty() {
+        if observed {
             crate::roots::observe(&mut linker)?;
         }
+        let linker = Arc::new(linker);
+        linkers.insert(key, linker.clone());
         Ok(linker)
     }
 }
@@ -222,7 +242,7 @@ impl Backend for WasmBackend {
             .compiled(engine, &sha, &wasm, binary, &*self.on_compile)
             .map_err(|e| err(Some(cfg.component.line), e.to_string()))?;
         let linker = self
-            .linker(engine, policy, binary)
+            .linker((engine, flavor), policy, binary)
             .map_err(|e| err(None, format!("cannot link WASI: {e:#}")))?;
         let pre = linker.instantiate_pre(&component).map_err(|e| {
             err(
@@ -455,4 +475,49 @@ fn generated_description(export: &Export) -> String {
             format!("arguments: {}", params.join(", "))
         }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A linker is shared by the policies that link alike, and only by them: another engine,
+    /// binary, lookup switch or roots to observe each get their own.
+    #[test]
+    fn policies_that_link_alike_share_one_linker_and_others_do_not() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("data")).unwrap();
+        let backend = WasmBackend::new(Artifacts {
+            store: dir.path().join("store"),
+            cache: dir.path().join("cache"),
+        });
+        let policy = |grants: &str| {
+            let text = format!(
+                "[executor]\nkind = \"wasm\"\ncomponent = \"x.wasm\"\n[grants]\n{grants}\n"
+            );
+            Policy::parse(&dir.path().join("p.toml"), &text, &[&backend]).unwrap()
+        };
+        let linker = |flavor, grants: &str, binary| {
+            let engine = engine::engine(flavor, Workload::default()).unwrap();
+            backend
+                .linker((engine, flavor), &policy(grants), binary)
+                .unwrap()
+        };
+        let plain = linker(Flavor::Plain, "", Binary::Component);
+        let same = linker(Flavor::Plain, "", Binary::Component);
+        assert!(Arc::ptr_eq(&plain, &same));
+        let roots = r#"fs = [{ host = "data", guest = "/data", access = "read-only" }]"#;
+        let others = [
+            linker(Flavor::Fuel, "", Binary::Component),
+            linker(Flavor::Plain, "", Binary::Module),
+            linker(Flavor::Plain, "dns = true", Binary::Component),
+            linker(Flavor::Plain, roots, Binary::Component),
+        ];
+        for (i, other) in others.iter().enumerate() {
+            assert!(!Arc::ptr_eq(&plain, other), "{i}");
+            for later in &others[i + 1..] {
+                assert!(!Arc::ptr_eq(other, later), "{i}");
+            }
+        }
+    }
 }
