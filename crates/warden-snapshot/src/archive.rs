@@ -34,21 +34,7 @@ pub enum ArchiveError {
 /// mounts of their own), and FIFOs and devices (a snapshot keeps files, folders and links).
 /// Written into `out`, which is answered when it holds the whole archive.
 pub fn rewrite_into<W: Write>(archive: &[u8], skip: &[&str], out: W) -> Result<W, ArchiveError> {
-    let (mut first, mut written) = (Some(out), None);
-    rewrite(
-        archive,
-        skip,
-        usize::MAX,
-        false,
-        // Asked for once: no entry takes an archive past `usize::MAX` bytes.
-        || {
-            first
-                .take()
-                .ok_or_else(|| ArchiveError::Write("it needs a second file".into()))
-        },
-        |out| written = Some(out),
-    )?;
-    written.ok_or_else(|| ArchiveError::Write("it was not finished".into()))
+    whole(archive, skip, false, out)
 }
 
 /// A kept archive checked again and cut for a restore: as [`rewrite_into`], but a FIFO or a
@@ -89,29 +75,36 @@ pub fn checked(mut archive: impl Read, len: usize, skip: &[&str]) -> Result<Vec<
     )?;
     match same {
         true => Ok(kept),
-        false => whole(kept.as_slice(), kept.len(), skip, true),
+        // Sized ahead: many megabytes are copied in, which a growing buffer would copy again.
+        false => {
+            let room = kept.len().saturating_add(1024);
+            whole(kept.as_slice(), skip, true, Vec::with_capacity(room))
+        }
     }
 }
 
-/// [`rewrite`] in one piece (an empty archive is its end: two zero blocks).
-fn whole(
+/// [`rewrite`] in one piece, into `out` (an empty archive is its end: two zero blocks).
+fn whole<W: Write>(
     archive: impl Read,
-    len: usize,
     skip: &[&str],
     refuse_special: bool,
-) -> Result<Vec<u8>, ArchiveError> {
-    let mut whole = None;
-    // Sized ahead: many megabytes are copied in, which a growing buffer would copy again.
-    let room = len.saturating_add(1024);
+    out: W,
+) -> Result<W, ArchiveError> {
+    let (mut first, mut written) = (Some(out), None);
     rewrite(
         archive,
         skip,
         usize::MAX,
         refuse_special,
-        || Ok(Vec::with_capacity(room)),
-        |out| whole = Some(out),
+        // Asked for once: no entry takes an archive past `usize::MAX` bytes.
+        || {
+            first
+                .take()
+                .ok_or_else(|| ArchiveError::Write("it needs a second file".into()))
+        },
+        |out| written = Some(out),
     )?;
-    Ok(whole.unwrap_or_else(|| vec![0; 1024]))
+    written.ok_or_else(|| ArchiveError::Write("it was not finished".into()))
 }
 
 /// Rewrites `archive` into the writers `fresh` makes, one after another (a new one where the
