@@ -148,13 +148,18 @@ impl Session {
 
     /// The answer to the last request sent.
     fn answer(&mut self) -> Value {
+        self.answer_to(self.next)
+    }
+
+    /// The answer to request `id` (answers to others that come first are dropped).
+    fn answer_to(&mut self, id: u64) -> Value {
         loop {
             let mut line = String::new();
             assert_ne!(self.stdout.read_line(&mut line).unwrap(), 0, "warden ended");
             let Ok(v) = serde_json::from_str::<Value>(&line) else {
                 continue;
             };
-            if v["id"] == self.next {
+            if v["id"] == id {
                 return v["result"].clone();
             }
         }
@@ -172,7 +177,12 @@ impl Session {
     }
 
     fn told(&mut self) -> (String, Option<String>) {
-        let result = self.answer();
+        self.told_to(self.next)
+    }
+
+    /// Request `id`'s answer: its text and its error kind, if any.
+    fn told_to(&mut self, id: u64) -> (String, Option<String>) {
+        let result = self.answer_to(id);
         let text = result["content"][0]["text"]
             .as_str()
             .unwrap_or("")
@@ -288,6 +298,105 @@ fn a_docker_sessions_commands_are_transactions_over_its_read_write_root() {
     }
     assert_eq!(error, None, "{text}");
     commands_are_transactions(s);
+}
+
+#[test]
+fn a_host_sessions_commands_beside_its_shell_are_transactions_of_their_own() {
+    commands_beside_are_transactions(Session::start(Shell::Host));
+}
+
+#[test]
+fn a_host_sessions_commands_beside_its_shell_are_transactions_where_warden_is_not_root() {
+    if !std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+    {
+        eprintln!("SKIPPED: only root can start warden as another user here");
+        return;
+    }
+    commands_beside_are_transactions(Session::start(Shell::HostNotRoot));
+}
+
+/// Commands that overlap the one the session's shell runs: each sees the roots through a view
+/// of its own, commits as it ends (while the shell's command still runs), leaves nothing when
+/// warden ends it, ends the jobs it started with it, and counts for conflicts as any call.
+fn commands_beside_are_transactions(mut s: Session) {
+    let uid = s.shell.uid();
+    // The session's shell runs a command that wrote in its view and waits (a minute at
+    // most: commands that took turns would run after it, and fail below, not hang).
+    s.send_command(
+        "echo session > a.txt; echo session > shared.txt; echo kept > /tmp/mark; \
+         trap 'go=1' USR1; i=0; while [ -z \"$go\" ] && [ $i -lt 1200 ]; do \
+         sleep 0.05; i=$((i+1)); done; trap - USR1",
+    );
+    let holding = s.next;
+    appears(&s.dir.path().join("home/transactions/views"));
+    let upper = loop {
+        match s.upper() {
+            Some(upper) => break upper,
+            None => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
+    };
+    appears(&upper.join("shared.txt"));
+
+    // Beside it: the session's /tmp, the roots as committed (not the shell's command's
+    // writes), and its own writes committed as it ends; the job it started ends with it.
+    let (text, error) = s.run(
+        "cat /tmp/mark; [ -e a.txt ] || echo no-a; echo beside > b.txt; \
+         echo beside > shared.txt; sleep 1000 & echo started",
+    );
+    assert_eq!(error, None, "{text}");
+    assert!(text.starts_with("kept\nno-a\nstarted"), "{text}");
+    assert_eq!(s.read("b.txt").as_deref(), Some("beside\n"));
+    assert_eq!(s.read("shared.txt").as_deref(), Some("beside\n"));
+    assert_eq!(s.read("a.txt"), None, "the shell's command has not ended");
+    let jobs: Vec<u32> = sandboxed(uid)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == b"sleep\x001000\x00")
+        })
+        .collect();
+    assert!(jobs.is_empty(), "its job outlived it: {jobs:?}");
+
+    // What warden keeps for those views is out of reach of a command beside the shell.
+    let probe = "ls -A /.warden/views /.warden/roots/0 2>/dev/null; \
+                 umount /.warden 2>/dev/null && echo unmounted; echo probed";
+    let (text, error) = s.run(probe);
+    assert_eq!(
+        (text.lines().next(), error),
+        (Some("probed"), None),
+        "{text}"
+    );
+
+    // One its timeout ends leaves nothing.
+    let script = "echo lost > lost.txt; rm b.txt; sleep 100";
+    let args = json!({"name": s.shell.tool(), "arguments": {"command": script, "timeout": 1}});
+    s.send("tools/call", args);
+    let (text, error) = s.told();
+    assert!(error.is_some_and(|e| e.contains("timeout")), "{text}");
+    assert_eq!(s.read("lost.txt"), None);
+    assert_eq!(s.read("b.txt").as_deref(), Some("beside\n"));
+
+    // The shell's command wrote a path a command beside it committed meanwhile: a conflict.
+    for pid in sandboxed(uid) {
+        let _ = Command::new("kill")
+            .args(["-USR1", &pid.to_string()])
+            .status();
+    }
+    let (text, error) = s.told_to(holding);
+    assert!(error.is_some_and(|e| e.contains("conflict")), "{text}");
+    assert_eq!(s.read("a.txt"), None);
+    assert_eq!(s.read("shared.txt").as_deref(), Some("beside\n"));
+    // What the commands beside committed is what the session's shell sees next, which
+    // reaches nothing warden keeps for their views either.
+    let (text, error) = s.run("cat b.txt shared.txt; ls");
+    assert_eq!(error, None, "{text}");
+    assert!(text.starts_with("beside\nbeside\n"), "{text}");
+    assert!(!text.contains("lost.txt"), "{text}");
+    let (text, error) = s.run(probe);
+    assert_eq!(
+        (text.lines().next(), error),
+        (Some("probed"), None),
+        "{text}"
+    );
 }
 
 fn commands_are_transactions(mut s: Session) {

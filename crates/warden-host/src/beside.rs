@@ -1,5 +1,8 @@
 //! Shells beside a session's, for commands that overlap (`warden_command::session`'s
 //! contract): each through a helper that joins the session's sandbox ([`crate::join`]).
+//! Where the session sees its read-write roots through a view, each shell beside it sees
+//! them through one of its own, made for it in warden's store: its one command's
+//! transaction, settled as a call's once everything it started is gone.
 
 use crate::failure::unavailable;
 use crate::forks::Forked;
@@ -11,7 +14,9 @@ use std::sync::Arc;
 use tokio::io::BufReader;
 use tokio::net::unix::pipe::Receiver;
 use warden_command::session::{Launched, Sibling, Siblings, chunks};
-use warden_core::ToolError;
+use warden_core::{Invocation, Output, ToolError};
+use warden_tx::View;
+use warden_tx::settle::Settling;
 
 /// Starts shells in one session's sandbox, with the session shell's call.
 #[derive(Clone)]
@@ -19,14 +24,34 @@ pub(crate) struct HostSiblings {
     pub starter: Arc<Starter>,
     /// The session shell's call: its shell, environment and rlimits.
     pub call: Call,
+    /// The session's sandbox; each shell's view is added to it.
     pub join: Join,
+    /// The session sees its roots through a view (and keeps a stash for views of shells
+    /// beside it).
+    pub viewed: bool,
 }
 
 impl Siblings for HostSiblings {
     type Sibling = HostSibling;
 
+    fn viewed(&self) -> bool {
+        self.viewed
+    }
+
     async fn start(&self) -> Result<Launched<HostSibling>, ToolError> {
-        let mut started = self.starter.sandboxes.join(self.join).await?;
+        let (view, layers) = match self.viewed {
+            true => self
+                .starter
+                .sandboxes
+                .view_beside()
+                .map(|(v, l)| (Some(v), Some(l)))?,
+            false => (None, None),
+        };
+        let join = Join {
+            view: layers,
+            ..self.join.clone()
+        };
+        let mut started = self.starter.sandboxes.join(join).await?;
         started.send_call(&self.call).await?;
         let Started {
             helper,
@@ -57,10 +82,20 @@ impl Siblings for HostSiblings {
             let why = failed.unwrap_or_else(|| "a shell beside the session's did not start".into());
             return Err(unavailable(&why));
         };
+        // With a view, the helper's child is the PID namespace's parent; the shell, which said
+        // `ready`, is its one child.
+        let pid = match view {
+            Some(_) => only_child(pid).ok_or_else(|| {
+                unavailable("a shell beside the session's was not found in its namespace")
+            })?,
+            None => pid,
+        };
         let sibling = HostSibling {
             helper,
             pid,
             reports,
+            view,
+            tool: self.starter.config().name.clone(),
         };
         Ok(Launched {
             sandbox: sibling,
@@ -72,12 +107,16 @@ impl Siblings for HostSiblings {
 }
 
 /// One shell beside a session's: the helper that joined the sandbox, and its reports.
-/// Dropped, the helper is killed, and the shell with it.
+/// Dropped, the helper is killed, and the shell with it (and its view, discarded).
 pub(crate) struct HostSibling {
     helper: Forked,
     /// The shell's pid on this machine.
     pid: i32,
     reports: BufReader<Receiver>,
+    /// Its own view of the session's read-write roots, if the session has one.
+    view: Option<View>,
+    /// The session's tool, whose call its command is.
+    tool: String,
 }
 
 impl Sibling for HostSibling {
@@ -100,16 +139,42 @@ impl Sibling for HostSibling {
     async fn close(self) {
         end(&self.helper).await;
     }
+
+    /// The helper ended on its own only once the shell, PID 1 of its namespace, ended, and
+    /// with it everything it started: its view is then final.
+    async fn close_settled(
+        self,
+        inv: &Invocation,
+        answered: Result<Output, ToolError>,
+    ) -> Result<Output, ToolError> {
+        let gone = end(&self.helper).await;
+        let whose = Settling {
+            call: &inv.call_id,
+            tool: &self.tool,
+            limit: inv.limits.changes,
+        };
+        warden_tx::settle::settle(self.view, gone, whose, None, answered)
+    }
 }
 
 /// Waits for `helper` to end (its shell ends at the end of its input), killing it when it
-/// does not.
-async fn end(helper: &Forked) {
+/// does not; answers whether it ended on its own.
+async fn end(helper: &Forked) -> bool {
     if tokio::time::timeout(CLOSE_WAIT, helper.ended())
         .await
-        .is_err()
+        .is_ok()
     {
-        helper.kill();
-        let _ = tokio::time::timeout(CLOSE_WAIT, helper.ended()).await;
+        return true;
     }
+    helper.kill();
+    let _ = tokio::time::timeout(CLOSE_WAIT, helper.ended()).await;
+    false
+}
+
+/// The one child of process `pid`, as this machine numbers it.
+fn only_child(pid: i32) -> Option<i32> {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    let mut children = children.split_whitespace();
+    let child = children.next()?.parse().ok()?;
+    children.next().is_none().then_some(child)
 }

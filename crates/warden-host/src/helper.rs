@@ -52,7 +52,7 @@ pub(crate) fn main() -> ! {
 /// command's (128 + signal when killed).
 fn run(sandbox: &Sandbox, stdin: &File, reports: &mut File) -> Result<i32, Failure> {
     tie_to_warden()?;
-    if let Some(join) = sandbox.join {
+    if let Some(join) = &sandbox.join {
         return crate::join::run(sandbox, join, stdin, reports);
     }
     let sandboxing = Sandboxing {
@@ -63,7 +63,7 @@ fn run(sandbox: &Sandbox, stdin: &File, reports: &mut File) -> Result<i32, Failu
     // As root, the roots are copied here, where every folder above them can be passed through;
     // else `init` copies them as warden's user.
     let detached = if sandboxing.root {
-        Some(crate::mounts::detach(&sandbox.roots, false)?)
+        Some(crate::mounts::detach(sandbox, false)?)
     } else {
         None
     };
@@ -193,7 +193,7 @@ impl Sandboxing<'_> {
             .then(|| (Uid::from_raw(sandbox.uid), Gid::from_raw(sandbox.gid)));
         let entered = match detached {
             Some(roots) => Ok(roots),
-            None => crate::mounts::detach(&sandbox.roots, true),
+            None => crate::mounts::detach(sandbox, true),
         }
         .and_then(|roots| crate::mounts::enter(sandbox, roots, user));
         if let Err(f) = entered {

@@ -4,12 +4,19 @@
 //! session's shell was ([`crate::exec::command`]: rlimits, Landlock, seccomp, user). The
 //! command is a process of the session's PID namespace: it dies with the session's `init`,
 //! and what it leaves running is reaped there.
+//!
+//! Where the session sees its read-write roots through a view, the shell beside it gets views
+//! of its own ([`crate::mounts::view_beside`], in a mount namespace of its own), whose writes
+//! are its command's transaction; and it runs as PID 1 of a PID namespace of its own, below
+//! the session's, so that what it starts ends with it and its view is final once it is gone.
 
 use crate::exec::command;
 use crate::failure::{Failure, SETUP_FAILED, fail, send, setup};
 use crate::plan::{Join, Plan, Protections, Report, Sandbox};
 use crate::received::receive_call;
-use nix::sched::{CloneFlags, setns};
+use nix::sched::{CloneFlags, setns, unshare};
+use nix::sys::prctl;
+use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, Uid, fork};
 use std::fs::File;
@@ -19,7 +26,7 @@ use std::os::unix::fs::MetadataExt;
 /// `sandbox` says; answers the command's exit code (128 + signal when killed).
 pub(crate) fn run(
     sandbox: &Sandbox,
-    join: Join,
+    join: &Join,
     stdin: &File,
     reports: &mut File,
 ) -> Result<i32, Failure> {
@@ -30,7 +37,15 @@ pub(crate) fn run(
     };
     // Asked before joining: in the sandbox's user namespace, root is no one.
     let root = Uid::effective().is_root();
+    // As root, the views are made of the host's folders before joining.
+    let ahead = match &join.view {
+        Some(view) if root => Some(crate::mounts::views_ahead(sandbox, view)?),
+        _ => None,
+    };
     joined.enter()?;
+    if let Some(view) = &join.view {
+        crate::mounts::view_beside(sandbox, view, ahead)?;
+    }
     let protections = Protections {
         user_namespace: true,
         pid_namespace: true,
@@ -41,11 +56,18 @@ pub(crate) fn run(
     // SAFETY: this process has a single thread.
     match unsafe { fork() }.map_err(|e| setup(format!("fork: {e}")))? {
         ForkResult::Child => {
-            match command(&plan, reports, protections, root) {
-                Err(f) => fail(reports, f),
-                Ok(never) => match never {},
-            }
-            std::process::exit(SETUP_FAILED)
+            let run = |reports: &mut File| {
+                match command(&plan, reports, protections, root) {
+                    Err(f) => fail(reports, f),
+                    Ok(never) => match never {},
+                }
+                SETUP_FAILED
+            };
+            let code = match join.view {
+                Some(_) => alone(reports, run),
+                None => run(reports),
+            };
+            std::process::exit(code)
         }
         ForkResult::Parent { child } => {
             send(
@@ -58,6 +80,30 @@ pub(crate) fn run(
             let (code, signal) = ended(child);
             send(reports, &Report::Exited { code, signal });
             Ok(code.or(signal.map(|s| 128 + s)).unwrap_or(SETUP_FAILED))
+        }
+    }
+}
+
+/// Runs `run` in a child of this process, PID 1 of a new PID namespace below the session's,
+/// which ends everything it started when it ends; answers its exit code (128 + signal when
+/// killed). This process passes signals on to it, and dies with the helper.
+fn alone(reports: &mut File, run: impl FnOnce(&mut File) -> i32) -> i32 {
+    let _ = prctl::set_pdeathsig(Signal::SIGKILL);
+    if let Err(e) = unshare(CloneFlags::CLONE_NEWPID) {
+        fail(reports, setup(format!("a PID namespace of its own: {e}")));
+        return SETUP_FAILED;
+    }
+    // SAFETY: this process has a single thread.
+    match unsafe { fork() } {
+        Ok(ForkResult::Child) => std::process::exit(run(reports)),
+        Ok(ForkResult::Parent { child }) => {
+            crate::signals::pass_to(child);
+            let (code, signal) = ended(child);
+            code.or(signal.map(|s| 128 + s)).unwrap_or(SETUP_FAILED)
+        }
+        Err(e) => {
+            fail(reports, setup(format!("fork: {e}")));
+            SETUP_FAILED
         }
     }
 }
@@ -83,7 +129,7 @@ struct Joined {
 }
 
 impl Joined {
-    fn open(join: Join, host_network: bool) -> Result<Joined, Failure> {
+    fn open(join: &Join, host_network: bool) -> Result<Joined, Failure> {
         let gone = |e: std::io::Error| {
             Failure::unavailable(format!("the session's sandbox is gone ({e})"))
         };

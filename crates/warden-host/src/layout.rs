@@ -3,7 +3,7 @@
 //! folders as they are, the sandbox's own `/tmp` (and, with credentials, [`TRUST_MOUNT`]),
 //! and each granted root at its guest path. Nothing else of the host's is there.
 
-use crate::plan::TRUST_MOUNT;
+use crate::plan::{Root, TRUST_MOUNT};
 use std::path::Path;
 use warden_core::FsGrant;
 
@@ -18,6 +18,13 @@ pub(crate) const SYSTEM_FOLDERS: &[&str] = &[
 /// The sandbox's own `/tmp`, a tmpfs no root may take the place of.
 pub(crate) const TMP: &str = "/tmp";
 
+/// Where a session's sandbox whose roots have views keeps, under a cover (an empty tmpfs no
+/// one may enter, mounted over them), a copy of each viewed root at `roots/N` and warden's
+/// views folder at `views`: what a shell beside the session's makes its own views from
+/// (`crate::join`). The session's shell cannot reach them: it may not unmount the cover (no
+/// privilege in its namespaces), and Landlock grants it nothing there.
+pub(crate) const STASH: &str = "/.warden";
+
 /// The system folder `guest` is (or is in), if any: a root there is seen through that folder
 /// at its own host path, not mounted.
 pub(crate) fn system_folder(guest: &Path) -> Option<&'static str> {
@@ -25,6 +32,28 @@ pub(crate) fn system_folder(guest: &Path) -> Option<&'static str> {
         .iter()
         .copied()
         .find(|f| guest.starts_with(f))
+}
+
+/// Whether the sandbox sees `root` through a view, where its calls are transactions: a
+/// writable root it mounts (one in a system folder is seen there as it is).
+pub(crate) fn viewed(root: &Root) -> bool {
+    root.writable && system_folder(&root.guest).is_none()
+}
+
+/// Whether a root the sandbox mounts is seen inside another's guest path: a shell beside a
+/// session's could not put a view of the outer one over it without hiding the inner one.
+pub(crate) fn nested(roots: &[Root]) -> bool {
+    let mounted: Vec<&Path> = roots
+        .iter()
+        .filter(|r| system_folder(&r.guest).is_none())
+        .map(|r| r.guest.as_path())
+        .collect();
+    mounted.iter().enumerate().any(|(i, inner)| {
+        mounted
+            .iter()
+            .enumerate()
+            .any(|(j, outer)| i != j && inner.starts_with(outer))
+    })
 }
 
 /// The first grant the sandbox cannot show at its guest path, and why (with the fix). `trust`:
@@ -59,6 +88,13 @@ fn why_misplaced(grant: &FsGrant, grants: &[FsGrant], trust: bool) -> Option<Str
     if guest == Path::new(TMP) {
         return Some(format!(
             "the root {} would be seen at {TMP}, the sandbox's own: {elsewhere}",
+            host.display()
+        ));
+    }
+    if guest.starts_with(STASH) {
+        return Some(format!(
+            "the root {} would be seen below {STASH}, where a host session keeps what the \
+             commands beside its shell see their read-write roots through: {elsewhere}",
             host.display()
         ));
     }
@@ -112,6 +148,7 @@ mod tests {
             ("/usr/src/ws", "is in /usr"),
             ("/etc", "is in /etc"),
             ("/tmp", "the sandbox's own"),
+            ("/.warden/w", "where a host session keeps"),
         ] {
             let (_, e) = misplaced(&[grant(&ws, guest)], false).expect(guest);
             assert!(e.contains(words), "{guest}: {e}");

@@ -11,7 +11,7 @@
 //! into a root below `/tmp`.
 
 use crate::failure::{Failure, setup};
-use crate::layout::{SYSTEM_FOLDERS, TMP, system_folder};
+use crate::layout::{STASH, SYSTEM_FOLDERS, TMP, system_folder, viewed};
 use crate::plan::{Root, Sandbox, TRUST_MOUNT, ViewLayer};
 use nix::errno::Errno;
 use nix::libc;
@@ -22,47 +22,85 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-/// The roots' copies, each with its guest path, outer ones first: what [`enter`] mounts.
-pub(crate) struct Detached(Vec<(PathBuf, OwnedFd)>);
+/// The roots' copies, each with its guest path, outer ones first, and what a session with
+/// views keeps in its stash, each with its path there: what [`enter`] mounts.
+pub(crate) struct Detached {
+    roots: Vec<(PathBuf, OwnedFd)>,
+    stash: Vec<(PathBuf, OwnedFd)>,
+}
 
-/// Copies the mounts of every root the sandbox mounts (not those seen through a system folder),
+/// Copies the mounts of every root `sandbox` mounts (not those seen through a system folder),
 /// as this process's user may reach them; a root with a view is an overlay of it instead.
 /// `in_user_namespace`: this process is root only in a user namespace of its own, where an
-/// overlay keeps its marks in `user.` extended attributes.
-pub(crate) fn detach(roots: &[Root], in_user_namespace: bool) -> Result<Detached, Failure> {
-    let mut copies = Vec::new();
-    for root in roots.iter().filter(|r| system_folder(&r.guest).is_none()) {
-        let failed = |what: &str, e: Errno| {
-            let message = format!("{what} the root {}: {e}", root.host.display());
-            if e == Errno::ENOSYS {
-                Failure::unavailable(format!(
-                    "{message} (this kernel lacks the mount API warden uses: Linux 5.12 or \
-                     later)"
-                ))
-            } else {
-                setup(message)
-            }
-        };
+/// overlay keeps its marks in `user.` extended attributes; then, with a stash, a read-only
+/// copy of each viewed root and a copy of the views folder too (where warden is root, a
+/// shell beside the session's makes its views from the host's folders instead).
+pub(crate) fn detach(sandbox: &Sandbox, in_user_namespace: bool) -> Result<Detached, Failure> {
+    let mut roots = Vec::new();
+    for root in sandbox
+        .roots
+        .iter()
+        .filter(|r| system_folder(&r.guest).is_none())
+    {
         let copy = match &root.view {
             Some(layer) => overlay(&root.host, layer, in_user_namespace)
-                .map_err(|e| failed("making the call's view of", e))?,
-            None => open_tree(&root.host).map_err(|e| failed("copying the mounts of", e))?,
+                .map_err(|e| failed(&root.host, "making the call's view of", e))?,
+            None => {
+                open_tree(&root.host).map_err(|e| failed(&root.host, "copying the mounts of", e))?
+            }
         };
-        let attr = libc::mount_attr {
-            attr_set: if root.writable {
-                0
-            } else {
-                libc::MOUNT_ATTR_RDONLY
-            },
-            attr_clr: 0,
-            propagation: MsFlags::MS_PRIVATE.bits(),
-            userns_fd: 0,
-        };
-        set_attributes(&copy, &attr).map_err(|e| failed("setting the mount of", e))?;
-        copies.push((root.guest.clone(), copy));
+        set_attributes(&copy, &attributes(root.writable))
+            .map_err(|e| failed(&root.host, "setting the mount of", e))?;
+        roots.push((root.guest.clone(), copy));
     }
-    copies.sort_by_key(|(guest, _)| guest.components().count());
-    Ok(Detached(copies))
+    roots.sort_by_key(|(guest, _)| guest.components().count());
+    let mut stash = Vec::new();
+    if let Some(views) = sandbox.stash.as_ref().filter(|_| in_user_namespace) {
+        // Each viewed root read-only (the views of shells beside write elsewhere), in order.
+        let viewed = sandbox.roots.iter().filter(|r| viewed(r));
+        let mut kept: Vec<(String, &Path, bool)> = viewed
+            .enumerate()
+            .map(|(n, root)| (stashed_root(n), root.host.as_path(), false))
+            .collect();
+        kept.push((STASHED_VIEWS.to_owned(), views, true));
+        for (at, host, writable) in kept {
+            let copy = open_tree(host).map_err(|e| failed(host, "copying the mounts of", e))?;
+            set_attributes(&copy, &attributes(writable))
+                .map_err(|e| failed(host, "setting the mount of", e))?;
+            stash.push((PathBuf::from(at), copy));
+        }
+    }
+    Ok(Detached { roots, stash })
+}
+
+/// Where the stash ([`STASH`]) keeps warden's views folder.
+const STASHED_VIEWS: &str = "views";
+
+/// Where the stash keeps viewed root number `n`.
+fn stashed_root(n: usize) -> String {
+    format!("roots/{n}")
+}
+
+/// Why a copy of `host` failed, for the model.
+fn failed(host: &Path, what: &str, e: Errno) -> Failure {
+    let message = format!("{what} the root {}: {e}", host.display());
+    if e == Errno::ENOSYS {
+        Failure::unavailable(format!(
+            "{message} (this kernel lacks the mount API warden uses: Linux 5.12 or later)"
+        ))
+    } else {
+        setup(message)
+    }
+}
+
+/// A copy's mount: private, and read-only unless `writable`.
+fn attributes(writable: bool) -> libc::mount_attr {
+    libc::mount_attr {
+        attr_set: if writable { 0 } else { libc::MOUNT_ATTR_RDONLY },
+        attr_clr: 0,
+        propagation: MsFlags::MS_PRIVATE.bits(),
+        userns_fd: 0,
+    }
 }
 
 /// Makes the sandbox's root and enters it: this process's mount namespace changes, and
@@ -105,11 +143,22 @@ pub(crate) fn enter(
         );
         tmpfs(&run, &options, MsFlags::MS_NOEXEC)?;
     }
-    for (guest, copy) in roots.0 {
+    for (guest, copy) in roots.roots {
         let at = inside(new, &guest);
         make_dir(&at)?;
         move_mount(&copy, &at)
             .map_err(|e| setup(format!("mounting a root at {}: {e}", guest.display())))?;
+    }
+    if !roots.stash.is_empty() {
+        let stash = inside(new, Path::new(STASH));
+        for (at, copy) in roots.stash {
+            let at = stash.join(at);
+            make_dir(&at)?;
+            move_mount(&copy, &at)
+                .map_err(|e| setup(format!("keeping {} for shells beside: {e}", at.display())))?;
+        }
+        // The cover: read-only, empty, and no one's to enter.
+        tmpfs(&stash, "size=4k,mode=0", MsFlags::MS_RDONLY)?;
     }
     let failed = |what: &str, e: Errno| setup(format!("entering the sandbox's root ({what}): {e}"));
     nix::unistd::chdir(new).map_err(|e| failed("chdir", e))?;
@@ -125,6 +174,99 @@ pub(crate) fn enter(
         | MsFlags::MS_NODEV;
     mount(None::<&str>, "/", None::<&str>, read_only, None::<&str>)
         .map_err(|e| failed("making it read-only", e))
+}
+
+/// A shell beside a session's own view of each viewed root of `sandbox`: an overlay of the
+/// root as `lower` names it (by its number and itself) whose writes land in `view`'s folders
+/// below `views`, with the guest path it is seen at.
+fn overlays_beside(
+    sandbox: &Sandbox,
+    view: &[ViewLayer],
+    lower: impl Fn(usize, &Root) -> PathBuf,
+    views: &Path,
+    in_user_namespace: bool,
+) -> Result<Vec<(PathBuf, OwnedFd)>, Failure> {
+    let roots: Vec<&Root> = sandbox.roots.iter().filter(|r| viewed(r)).collect();
+    if roots.len() != view.len() {
+        return Err(setup(format!(
+            "a view of {} roots for a shell beside a session that views {}",
+            view.len(),
+            roots.len()
+        )));
+    }
+    let mut made = Vec::new();
+    for (n, (root, layer)) in roots.into_iter().zip(view).enumerate() {
+        let layer = ViewLayer {
+            upper: views.join(&layer.upper),
+            work: views.join(&layer.work),
+        };
+        let failed = |what: &str, e| beside(format!("{what} of {}", root.guest.display()), e);
+        let copy =
+            overlay(&lower(n, root), &layer, in_user_namespace).map_err(|e| failed("a view", e))?;
+        set_attributes(&copy, &attributes(true)).map_err(|e| failed("setting the view", e))?;
+        made.push((root.guest.clone(), copy));
+    }
+    Ok(made)
+}
+
+/// Why a view of its own for a shell beside a session's failed.
+fn beside(what: String, e: Errno) -> Failure {
+    setup(format!(
+        "a view of its own for a shell beside the session's ({what}): {e}"
+    ))
+}
+
+/// The views of a shell beside a session's, made by the helper as root before it joins the
+/// session, of the roots and warden's views folder (the plan's `stash`) as the host has them,
+/// which the session's namespaces do not show: [`view_beside`] mounts them.
+pub(crate) fn views_ahead(
+    sandbox: &Sandbox,
+    view: &[ViewLayer],
+) -> Result<Vec<(PathBuf, OwnedFd)>, Failure> {
+    let views = sandbox
+        .stash
+        .as_deref()
+        .ok_or_else(|| setup("a view beside a session without warden's views folder"))?;
+    overlays_beside(sandbox, view, |_, root| root.host.clone(), views, false)
+}
+
+/// For a shell beside a session's, its namespaces joined and its root entered: in a mount
+/// namespace of its own, each viewed root of `sandbox` is seen through a view of its own,
+/// `made` ahead ([`views_ahead`]) or else made here from the session's stash (an overlay of
+/// the stash's copy of the root, whose writes land in `view`'s folders in the stash's views
+/// folder), after which the stash leaves this namespace, where the command runs.
+pub(crate) fn view_beside(
+    sandbox: &Sandbox,
+    view: &[ViewLayer],
+    made: Option<Vec<(PathBuf, OwnedFd)>>,
+) -> Result<(), Failure> {
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)
+        .map_err(|e| beside("a mount namespace".into(), e))?;
+    let private = MsFlags::MS_REC | MsFlags::MS_PRIVATE;
+    mount(None::<&str>, "/", None::<&str>, private, None::<&str>)
+        .map_err(|e| beside("making the mounts private".into(), e))?;
+    let made = match made {
+        Some(made) => made,
+        None => {
+            let stash = Path::new(STASH);
+            umount2(stash, MntFlags::MNT_DETACH)
+                .map_err(|e| beside("uncovering its stash".into(), e))?;
+            let lower = |n: usize, _: &Root| stash.join(stashed_root(n));
+            let views = stash.join(STASHED_VIEWS);
+            let made = overlays_beside(sandbox, view, lower, &views, true)?;
+            let kept = (0..made.len()).map(|n| stash.join(stashed_root(n)));
+            for path in kept.chain([views]) {
+                umount2(&path, MntFlags::MNT_DETACH)
+                    .map_err(|e| beside(format!("leaving {}", path.display()), e))?;
+            }
+            made
+        }
+    };
+    for (guest, copy) in made {
+        move_mount(&copy, &guest)
+            .map_err(|e| beside(format!("mounting at {}", guest.display()), e))?;
+    }
+    Ok(())
 }
 
 /// Bytes of the tmpfs at [`TRUST_MOUNT`]: a bundle of this machine's roots and the sandbox's CA

@@ -53,14 +53,25 @@ pub(crate) struct Sandbox {
     /// Set for a shell beside a session's: the session's sandbox, joined rather than made.
     #[serde(default)]
     pub join: Option<Join>,
+    /// Warden's views folder (in its transaction store), for the views of shells beside a
+    /// session's: where warden is not root, a session's sandbox keeps it with a copy of each
+    /// viewed root under a cover ([`crate::layout::STASH`]), where such a shell makes its
+    /// own; where warden is root, such a shell makes its views of it before it joins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stash: Option<PathBuf>,
 }
 
 /// A live sandbox to join: its `init`, and its PID namespace's inode (a pid reused since is
 /// not joined).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Join {
     pub init: i32,
     pub pid_namespace: u64,
+    /// The shell's own view of the session's viewed roots, in their order: each layer's
+    /// folders relative to the views folder of the session's stash. `None`: the session
+    /// writes its roots in place, and so does the shell beside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub view: Option<Vec<ViewLayer>>,
 }
 
 /// What a command reads.
@@ -130,7 +141,7 @@ pub(crate) struct Root {
 }
 
 /// The folders of a root's overlay, in warden's home.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ViewLayer {
     pub upper: PathBuf,
     pub work: PathBuf,

@@ -12,7 +12,7 @@
 
 use crate::failure::unavailable;
 use crate::forks::{Forked, Forker};
-use crate::layout::system_folder;
+use crate::layout::{nested, viewed};
 use crate::plan::{Call, Join, Root, Sandbox, Stdin, ViewLayer, frame};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -140,7 +140,7 @@ impl Sandboxes {
         for _ in 0..make {
             let sandboxes = self.clone();
             tokio::spawn(async move {
-                let started = sandboxes.start_at(Stdin::Nothing, None).await;
+                let started = sandboxes.start_at(Stdin::Nothing, None, None).await;
                 if let Err(e) = &started {
                     tracing::debug!("preparing a host sandbox: {}", e.message);
                 }
@@ -149,14 +149,27 @@ impl Sandboxes {
         }
         match spare {
             Some(sandbox) => Ok(sandbox),
-            None => self.start_at(Stdin::Nothing, None).await,
+            None => self.start_at(Stdin::Nothing, None, None).await,
         }
     }
 
     /// A sandbox for a session's shell, its writable roots seen through a view that lives
-    /// as long as the shell (see `warden_tx::SessionView`).
+    /// as long as the shell (see `warden_tx::SessionView`), with a stash for views of shells
+    /// beside it where [`Sandboxes::stashes`].
     pub(crate) async fn for_session(&self) -> Result<Started, ToolError> {
-        self.start_at(Stdin::Helper, None).await
+        let stash = self
+            .stashes()
+            .then(|| self.views.as_ref().map(|s| s.views()))
+            .flatten();
+        self.start_at(Stdin::Helper, None, stash).await
+    }
+
+    /// Whether a session's sandbox keeps a stash ([`crate::layout::STASH`]) from which shells
+    /// beside its own make views of their own: its writable roots are seen through views,
+    /// and no root it mounts is inside another.
+    pub(crate) fn stashes(&self) -> bool {
+        let roots = &self.sandbox.roots;
+        self.views.is_some() && roots.iter().any(viewed) && !nested(roots)
     }
 
     /// A sandbox for a program of `warden exec`, at a terminal of `size` when given, its
@@ -166,16 +179,52 @@ impl Sandboxes {
             Some(_) => Stdin::Terminal,
             None => Stdin::Helper,
         };
-        self.start_at(input, size).await
+        self.start_at(input, size, None).await
+    }
+
+    /// A view of the session's viewed roots for a shell beside its own, with its layers
+    /// relative to the store's views folder (which the session's stash holds).
+    pub(crate) fn view_beside(&self) -> Result<(View, Vec<ViewLayer>), ToolError> {
+        let failed = |e: String| ToolError::internal(format!("a view for a shell beside: {e}"));
+        let store = self
+            .views
+            .as_ref()
+            .ok_or_else(|| failed("no store".into()))?;
+        let roots = self.sandbox.roots.iter().filter(|r| viewed(r));
+        let hosts: Vec<PathBuf> = roots.map(|r| r.host.clone()).collect();
+        let view = store.view(&hosts).map_err(|e| failed(e.to_string()))?;
+        let views = store.views();
+        let relative = |path: PathBuf| {
+            path.strip_prefix(&views)
+                .map(PathBuf::from)
+                .map_err(|_| failed(format!("{} is not in {}", path.display(), views.display())))
+        };
+        let layers = (0..hosts.len())
+            .map(|n| {
+                let layer = view.layer(n);
+                Ok(ViewLayer {
+                    upper: relative(layer.upper)?,
+                    work: relative(layer.work)?,
+                })
+            })
+            .collect::<Result<_, ToolError>>()?;
+        Ok((view, layers))
     }
 
     /// A helper that joins the live sandbox of `join` (a session's) instead of making one,
     /// and runs its call there reading the helper's stdin: a shell beside the session's.
     pub(crate) async fn join(&self, join: Join) -> Result<Started, ToolError> {
+        // A view's folders are in the store's views folder.
+        let stash = join
+            .view
+            .as_ref()
+            .and(self.views.as_ref())
+            .map(|store| store.views());
         let sandbox = Sandbox {
             stdin: Stdin::Helper,
             gate: false,
             join: Some(join),
+            stash,
             ..self.sandbox.clone()
         };
         self.start_with(sandbox, None, None).await
@@ -187,9 +236,15 @@ impl Sandboxes {
     /// session's commands, a program's input). A command at a terminal ([`Stdin::Terminal`])
     /// gets a new pseudo-terminal of `size` as its stdin, stdout and stderr, whose other side
     /// is [`Started::terminal`] and [`Started::stdout`].
-    async fn start_at(&self, input: Stdin, size: Option<WindowSize>) -> Result<Started, ToolError> {
+    async fn start_at(
+        &self,
+        input: Stdin,
+        size: Option<WindowSize>,
+        stash: Option<PathBuf>,
+    ) -> Result<Started, ToolError> {
         let mut sandbox = Sandbox {
             stdin: input,
+            stash,
             ..self.sandbox.clone()
         };
         let view = match &self.views {
@@ -285,9 +340,7 @@ fn view_of(
     store: &Arc<Store>,
     roots: &mut [Root],
 ) -> Result<Option<(View, Vec<PathBuf>)>, ToolError> {
-    let viewed: Vec<usize> = (0..roots.len())
-        .filter(|&i| roots[i].writable && system_folder(&roots[i].guest).is_none())
-        .collect();
+    let viewed: Vec<usize> = (0..roots.len()).filter(|&i| viewed(&roots[i])).collect();
     if viewed.is_empty() {
         return Ok(None);
     }

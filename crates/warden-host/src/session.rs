@@ -151,8 +151,9 @@ impl Launcher for HostShells {
             pids.iter().all(Option::is_some) && pids.into_iter().flatten().all(|p| cgroup.join(p))
         });
         // The view is written through where the shell sees it (its `/proc/PID/root`); a
-        // command beside the shell would write into it unsettled, so with a view, commands
-        // take turns.
+        // command beside the shell gets a view of its own, where the sandbox keeps a stash to
+        // make one from, else commands take turns.
+        let viewed = view.is_some();
         let view = match (view, sandbox.shell) {
             (Some(view), Some(shell)) => {
                 let tool = &self.starter.config().name;
@@ -166,8 +167,8 @@ impl Launcher for HostShells {
             }
             (None, _) => None,
         };
-        if view.is_none() {
-            sandbox.siblings = self.siblings(&sandbox, plan);
+        if !viewed || self.starter.sandboxes.stashes() {
+            sandbox.siblings = self.siblings(&sandbox, plan, viewed);
         }
         Ok(Launched {
             sandbox,
@@ -181,7 +182,7 @@ impl Launcher for HostShells {
 impl HostShells {
     /// What starts shells beside `sandbox`'s, run with its `call`: where it has namespaces of
     /// its own to join and no gate (which serves one command at a time).
-    fn siblings(&self, sandbox: &ShellNamespace, call: Call) -> Option<HostSiblings> {
+    fn siblings(&self, sandbox: &ShellNamespace, call: Call, viewed: bool) -> Option<HostSiblings> {
         let namespaces = sandbox.protections.as_ref()?.pid_namespace;
         let init = sandbox.init?;
         if !namespaces || sandbox.gate.is_some() {
@@ -200,7 +201,9 @@ impl HostShells {
             join: Join {
                 init,
                 pid_namespace,
+                view: None,
             },
+            viewed,
         })
     }
 }

@@ -89,6 +89,7 @@ impl HostTool {
             stdin: Stdin::Nothing,
             best_effort: config.isolation.value == Isolation::BestEffort,
             join: None,
+            stash: None,
         };
         let starter = Arc::new(Starter {
             config,

@@ -133,15 +133,17 @@ impl Store {
         })
     }
 
+    /// The folder each view is a folder of.
+    pub fn views(&self) -> PathBuf {
+        self.dir.join("views")
+    }
+
     /// A view of `roots` (each a folder, canonical) for one call.
     pub fn view(self: &Arc<Self>, roots: &[PathBuf]) -> Result<View, TxError> {
         self.ready()?;
         static COUNT: AtomicU64 = AtomicU64::new(0);
         let n = COUNT.fetch_add(1, Ordering::Relaxed);
-        let dir = self
-            .dir
-            .join("views")
-            .join(owner::file_name(&self.owner, n));
+        let dir = self.views().join(owner::file_name(&self.owner, n));
         for (i, root) in roots.iter().enumerate() {
             for sub in ["upper", "work"] {
                 let path = dir.join(i.to_string()).join(sub);
@@ -314,7 +316,7 @@ impl Store {
             );
             remove_tree(&dir);
         }
-        let views = self.dir.join("views");
+        let views = self.views();
         for entry in fs::read_dir(&views).into_iter().flatten().flatten() {
             if owner::left_behind(&entry.file_name().to_string_lossy()) {
                 remove_tree(&entry.path());

@@ -4,7 +4,9 @@
 //! and rlimits). It starts from the session's state as the last command that ended in the
 //! session's shell left it — its working directory, exported variables and shell options —
 //! and what it changes there is not carried back: its shell ends with it. Its files, and
-//! the background jobs it leaves, stay in the sandbox like any command's.
+//! the background jobs it leaves, stay in the sandbox like any command's; but where it sees
+//! the session's read-write roots through a view of its own ([`Siblings::viewed`]), its
+//! writes there are its command's transaction, and its background jobs end with it.
 
 use super::script::replay;
 use super::shell::{Live, Ran};
@@ -28,6 +30,13 @@ pub trait Siblings: Send + Sync + 'static {
     fn relayed(&self) -> bool {
         false
     }
+
+    /// Whether each of its shells sees the session's read-write roots through a view of its
+    /// own, its one command's transaction ([`Sibling::close_settled`]): such a shell carries
+    /// no client's transfers, which go through the session's shell.
+    fn viewed(&self) -> bool {
+        false
+    }
 }
 
 /// One shell beside a session's own, for one command.
@@ -42,6 +51,25 @@ pub trait Sibling: Send + 'static {
     /// Its stdin is closed (its shell ends, the background jobs it started live on):
     /// releases what is left of it.
     fn close(self) -> impl Future<Output = ()> + Send;
+
+    /// Closes it once its command was `answered`, and answers that once what the command
+    /// wrote is settled: where the shell saw the session's read-write roots through a view of
+    /// its own, its changes are committed or discarded as a call's are
+    /// (`warden_tx::settle::settle`). By default, there is none to settle.
+    fn close_settled(
+        self,
+        inv: &Invocation,
+        answered: Result<Output, ToolError>,
+    ) -> impl Future<Output = Result<Output, ToolError>> + Send
+    where
+        Self: Sized,
+    {
+        let _ = inv;
+        async move {
+            self.close().await;
+            answered
+        }
+    }
 }
 
 /// For executors whose sandboxes start no shell beside the session's: their commands take
@@ -177,7 +205,7 @@ impl<L: super::Launcher> Sessions<L> {
                 "a shell beside the session's did not run the command",
             )),
         };
-        live.into_sandbox().0.close().await;
+        let answered = live.into_sandbox().0.close_settled(inv, answered).await;
         match answered {
             Ok(mut output) => {
                 output.details.extend(beside.details);

@@ -29,11 +29,13 @@
 //!   the session's shell counts what the executor's counters read while it ran, as before
 //!   (a container's cover the commands beside it too, which are then counted in both). A timeout
 //!   of a command beside the session's kills that command's shell and processes only. Where
-//!   the executor starts no shell beside the session's — a sandbox with an egress gate
-//!   (which serves one command at a time), a view of read-write roots ([`Launched::view`],
-//!   settled command by command), gVisor, an engine elsewhere — overlapping
-//!   commands wait their turn and run in the order they arrived. Sessions never wait for
-//!   each other.
+//!   the session sees its read-write roots through a view ([`Launched::view`], settled
+//!   command by command), a command beside its shell sees them through a view of its own
+//!   ([`Siblings::viewed`]): its own transaction, settled as it ends, whose background jobs
+//!   end with it. Where the executor starts no shell beside the session's — a sandbox with
+//!   an egress gate (which serves one command at a time), a docker session with a view,
+//!   gVisor, an engine elsewhere — overlapping commands wait their turn and run in the order
+//!   they arrived. Sessions never wait for each other.
 //! - **A timeout** ends the command, not the session, where the executor can stop a command's
 //!   processes ([`Sandbox::stop_command`]: host shells, and Docker's runc containers on this
 //!   machine): the processes the shell started for it are killed, and the working directory,

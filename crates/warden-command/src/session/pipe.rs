@@ -124,6 +124,11 @@ impl<L: super::Launcher> Sessions<L> {
                 _ => Piping::NotBeside,
             };
         };
+        if beside.siblings.viewed() {
+            // Each shell beside this one settles one command's view: transfers, which may
+            // write the roots, are the session's shell's.
+            return Piping::NotBeside;
+        }
         let spare = take_spare(&slot, beside.sandbox);
         let (ran, courier) = match piped(&*beside.siblings, spare, pipe).await {
             Carrying::Ran(ran, courier) => (ran, courier),
