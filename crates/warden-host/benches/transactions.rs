@@ -1,8 +1,10 @@
 //! What a call's transaction costs, on a 10 MB read-write root of 1,000 files where the call
 //! changes 10: a host call with its transaction beside the same call writing the root in place
 //! (interleaved), and the store's own steps — the change set and commit, a rollback (the view
-//! discarded), an undo — beside `cp -a` of the root, the copy a user would script; and a
-//! session's command with its transaction beside the same session's writing in place.
+//! discarded), an undo — beside `cp -a` of the root, the copy a user would script; a
+//! session's command with its transaction beside the same session's writing in place; and
+//! the same while the session's shell runs another command, so that it runs beside it, in a
+//! view of its own.
 //! Not a test and not in CI: `cargo bench -p warden-host --bench transactions`
 //! (scripts/bench-host). Prints one markdown table.
 #![allow(
@@ -113,14 +115,25 @@ fn main() {
         runtime.block_on(d.call(call));
     }
     let (mut s_with, mut s_without) = interleaved(&runtime, [&with, &without]);
+    // The same sessions, their shells busy: each command runs beside the shell.
+    for d in [&with, &without] {
+        let holder = ToolCall::new("hold", "t", &json!({ "command": "sleep 600" }));
+        let d = d.clone();
+        runtime.spawn(async move { d.call(holder).await });
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (mut b_with, mut b_without) = interleaved(&runtime, [&with, &without]);
 
     if std::env::var_os("BENCH_CALLS_ONLY").is_some() {
         println!(
-            "with {:.2} without {:.2}; a session's command: with {:.2} without {:.2}",
+            "with {:.2} without {:.2}; a session's command: with {:.2} without {:.2}; \
+             beside its busy shell: with {:.2} without {:.2}",
             median(&mut t_with),
             median(&mut t_without),
             median(&mut s_with),
-            median(&mut s_without)
+            median(&mut s_without),
+            median(&mut b_with),
+            median(&mut b_without)
         );
         return;
     }
@@ -177,6 +190,14 @@ fn main() {
     println!(
         "| the same session's command writing the root in place | {:.2} |",
         median(&mut s_without)
+    );
+    println!(
+        "| a session's command beside its busy shell, with a transaction of its own | {:.2} |",
+        median(&mut b_with)
+    );
+    println!(
+        "| the same command beside it writing the root in place | {:.2} |",
+        median(&mut b_without)
     );
     println!(
         "| change set + commit (the store alone) | {:.2} |",
