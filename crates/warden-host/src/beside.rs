@@ -82,10 +82,10 @@ impl Siblings for HostSiblings {
             let why = failed.unwrap_or_else(|| "a shell beside the session's did not start".into());
             return Err(unavailable(&why));
         };
-        // With a view, the helper's child is the PID namespace's parent; the shell, which said
-        // `ready`, is its one child.
+        // With a view, the helper's child is its PID namespace's parent, whose one child is
+        // that namespace's `init`, whose one child is the shell, which said `ready`.
         let pid = match view {
-            Some(_) => only_child(pid).ok_or_else(|| {
+            Some(_) => only_child(pid).and_then(only_child).ok_or_else(|| {
                 unavailable("a shell beside the session's was not found in its namespace")
             })?,
             None => pid,
@@ -140,8 +140,8 @@ impl Sibling for HostSibling {
         end(&self.helper).await;
     }
 
-    /// The helper ended on its own only once the shell, PID 1 of its namespace, ended, and
-    /// with it everything it started: its view is then final.
+    /// The helper ended on its own only once the shell's namespace's `init` did, which ends
+    /// it with the shell and everything the shell started: its view is then final.
     async fn close_settled(
         self,
         inv: &Invocation,

@@ -322,7 +322,7 @@ pub(crate) fn map_user(
 
 /// PID 1 of the namespace: starts the command, reaps every orphan, reports how the command
 /// ended and exits, which kills every process left in the namespace.
-fn init(plan: &Plan, reports: &mut File, protections: Protections, root: bool) -> i32 {
+pub(crate) fn init(plan: &Plan, reports: &mut File, protections: Protections, root: bool) -> i32 {
     if let Err(e) = prctl::set_pdeathsig(Signal::SIGKILL) {
         fail(reports, setup(format!("parent-death signal: {e}")));
         return SETUP_FAILED;

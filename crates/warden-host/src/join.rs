@@ -7,8 +7,9 @@
 //!
 //! Where the session sees its read-write roots through a view, the shell beside it gets views
 //! of its own ([`crate::mounts::view_beside`], in a mount namespace of its own), whose writes
-//! are its command's transaction; and it runs as PID 1 of a PID namespace of its own, below
-//! the session's, so that what it starts ends with it and its view is final once it is gone.
+//! are its command's transaction; and it runs in a PID namespace of its own below the
+//! session's, under an `init` of its own, so that what it starts ends with it and its view is
+//! final once it is gone.
 
 use crate::exec::command;
 use crate::failure::{Failure, SETUP_FAILED, fail, send, setup};
@@ -56,18 +57,14 @@ pub(crate) fn run(
     // SAFETY: this process has a single thread.
     match unsafe { fork() }.map_err(|e| setup(format!("fork: {e}")))? {
         ForkResult::Child => {
-            let run = |reports: &mut File| {
-                match command(&plan, reports, protections, root) {
-                    Err(f) => fail(reports, f),
-                    Ok(never) => match never {},
-                }
-                SETUP_FAILED
-            };
-            let code = match join.view {
-                Some(_) => alone(reports, run),
-                None => run(reports),
-            };
-            std::process::exit(code)
+            if join.view.is_some() {
+                std::process::exit(alone(&plan, reports, protections, root));
+            }
+            match command(&plan, reports, protections, root) {
+                Err(f) => fail(reports, f),
+                Ok(never) => match never {},
+            }
+            std::process::exit(SETUP_FAILED)
         }
         ForkResult::Parent { child } => {
             send(
@@ -84,10 +81,11 @@ pub(crate) fn run(
     }
 }
 
-/// Runs `run` in a child of this process, PID 1 of a new PID namespace below the session's,
-/// which ends everything it started when it ends; answers its exit code (128 + signal when
-/// killed). This process passes signals on to it, and dies with the helper.
-fn alone(reports: &mut File, run: impl FnOnce(&mut File) -> i32) -> i32 {
+/// Runs the command of `plan` in a PID namespace of its own below the session's, under an
+/// `init` of its own ([`crate::helper::init`]: it reaps orphans, and its end ends everything
+/// the command started); answers how `init` ended (the command's exit code, 128 + signal
+/// when killed). This process passes signals on to `init`, and dies with the helper.
+fn alone(plan: &Plan, reports: &mut File, protections: Protections, root: bool) -> i32 {
     let _ = prctl::set_pdeathsig(Signal::SIGKILL);
     if let Err(e) = unshare(CloneFlags::CLONE_NEWPID) {
         fail(reports, setup(format!("a PID namespace of its own: {e}")));
@@ -95,7 +93,9 @@ fn alone(reports: &mut File, run: impl FnOnce(&mut File) -> i32) -> i32 {
     }
     // SAFETY: this process has a single thread.
     match unsafe { fork() } {
-        Ok(ForkResult::Child) => std::process::exit(run(reports)),
+        Ok(ForkResult::Child) => {
+            std::process::exit(crate::helper::init(plan, reports, protections, root))
+        }
         Ok(ForkResult::Parent { child }) => {
             crate::signals::pass_to(child);
             let (code, signal) = ended(child);
