@@ -279,12 +279,19 @@ fn a_host_sessions_commands_are_transactions_over_its_read_write_root() {
 
 #[test]
 fn a_host_sessions_commands_are_transactions_where_warden_is_not_root() {
+    if let Some(s) = not_root() {
+        commands_are_transactions(s);
+    }
+}
+
+/// A host session whose warden is not root, where this test may start one (as root).
+fn not_root() -> Option<Session> {
     if !std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
     {
         eprintln!("SKIPPED: only root can start warden as another user here");
-        return;
+        return None;
     }
-    commands_are_transactions(Session::start(Shell::HostNotRoot));
+    Some(Session::start(Shell::HostNotRoot))
 }
 
 #[test]
@@ -307,12 +314,9 @@ fn a_host_sessions_commands_beside_its_shell_are_transactions_of_their_own() {
 
 #[test]
 fn a_host_sessions_commands_beside_its_shell_are_transactions_where_warden_is_not_root() {
-    if !std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
-    {
-        eprintln!("SKIPPED: only root can start warden as another user here");
-        return;
+    if let Some(s) = not_root() {
+        commands_beside_are_transactions(s);
     }
-    commands_beside_are_transactions(Session::start(Shell::HostNotRoot));
 }
 
 /// Commands that overlap the one the session's shell runs: each sees the roots through a view

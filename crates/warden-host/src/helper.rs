@@ -7,12 +7,11 @@
 //! - the helper (forked for warden) reads the sandbox's part of the plan, clones `init` into
 //!   new namespaces and maps its user from outside, then (perhaps much later: a sandbox
 //!   prepared ahead) reads the call's part, starts the call's deadline and hands it to `init`;
-//! - `init`, PID 1 of the new PID namespace, dies with the helper (parent-death signal) and
-//!   reaps orphans; when the command ends, it reports and exits, and the kernel kills whatever
-//!   the command left behind;
+//! - `init` ([`crate::init`]), PID 1 of the new PID namespace, dies with the helper
+//!   (parent-death signal) and reaps orphans; when the command ends, it reports and exits, and
+//!   the kernel kills whatever the command left behind;
 //! - the command ([`crate::exec`]): confined, then executed.
 
-use crate::exec::command;
 use crate::failure::{Failure, SETUP_FAILED, fail, send, setup};
 use crate::mounts::Detached;
 use crate::plan::{Plan, Protections, REPORT_FD, Report, Sandbox};
@@ -20,7 +19,6 @@ use crate::received::{read_frame, receive_call};
 use nix::errno::Errno;
 use nix::sched::CloneFlags;
 use nix::sys::prctl;
-use nix::sys::resource::{UsageWho, getrusage};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Gid, Pid, Uid, fork};
@@ -217,7 +215,7 @@ impl Sandboxing<'_> {
             // The helper is gone or failed, and has said so.
             Err(_) => std::process::exit(SETUP_FAILED),
         };
-        std::process::exit(init(&plan, reports, protections, self.root))
+        std::process::exit(crate::init::init(&plan, reports, protections, self.root))
     }
 
     /// Maps the user of `init` (cloned), lets it go on, and hands it the call on `go` once
@@ -268,7 +266,9 @@ impl Sandboxing<'_> {
         };
         // SAFETY: this process has a single thread.
         match unsafe { fork() }.map_err(|e| setup(format!("fork: {e}")))? {
-            ForkResult::Child => std::process::exit(init(&plan, reports, protections, self.root)),
+            ForkResult::Child => {
+                std::process::exit(crate::init::init(&plan, reports, protections, self.root))
+            }
             ForkResult::Parent { child } => {
                 send(
                     reports,
@@ -318,79 +318,6 @@ pub(crate) fn map_user(
     }
     write("uid_map", format!("{uid} {uid} 1"))?;
     write("gid_map", format!("{gid} {gid} 1"))
-}
-
-/// PID 1 of the namespace: starts the command, reaps every orphan, reports how the command
-/// ended and exits, which kills every process left in the namespace.
-pub(crate) fn init(plan: &Plan, reports: &mut File, protections: Protections, root: bool) -> i32 {
-    if let Err(e) = prctl::set_pdeathsig(Signal::SIGKILL) {
-        fail(reports, setup(format!("parent-death signal: {e}")));
-        return SETUP_FAILED;
-    }
-    // SAFETY: this process has a single thread.
-    let command = match unsafe { fork() } {
-        Err(e) => {
-            fail(reports, setup(format!("fork: {e}")));
-            return SETUP_FAILED;
-        }
-        Ok(ForkResult::Child) => {
-            match command(plan, reports, protections, root) {
-                Err(f) => fail(reports, f),
-                Ok(never) => match never {},
-            }
-            std::process::exit(SETUP_FAILED)
-        }
-        Ok(ForkResult::Parent { child }) => child,
-    };
-    // The command leads its own session, so its process group has its pid.
-    crate::signals::pass_to(Pid::from_raw(-command.as_raw()));
-    let report = loop {
-        match waitpid(None, None) {
-            Ok(WaitStatus::Exited(pid, code)) if pid == command => {
-                break Report::Exited {
-                    code: Some(code),
-                    signal: None,
-                };
-            }
-            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == command => {
-                break Report::Exited {
-                    code: None,
-                    signal: Some(signal as i32),
-                };
-            }
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(_) => {
-                break Report::Exited {
-                    code: None,
-                    signal: None,
-                };
-            }
-        }
-    };
-    // Without a PID namespace, the command's session is what can be reached.
-    let _ = kill(Pid::from_raw(-command.as_raw()), Signal::SIGKILL);
-    if let Ok(used) = getrusage(UsageWho::RUSAGE_CHILDREN) {
-        let cpu = used.user_time() + used.system_time();
-        send(
-            reports,
-            &Report::Used {
-                cpu_ms: cpu.tv_sec() as f64 * 1e3 + cpu.tv_usec() as f64 / 1e3,
-                // Linux counts ru_maxrss in KiB.
-                max_rss_bytes: u64::try_from(used.max_rss()).unwrap_or(0) * 1024,
-            },
-        );
-    }
-    send(reports, &report);
-    match report {
-        Report::Exited {
-            code: Some(code), ..
-        } => code,
-        Report::Exited {
-            signal: Some(sig), ..
-        } => 128 + sig,
-        _ => SETUP_FAILED,
-    }
 }
 
 fn wait_code(child: Pid) -> i32 {

@@ -82,7 +82,7 @@ pub(crate) fn run(
 }
 
 /// Runs the command of `plan` in a PID namespace of its own below the session's, under an
-/// `init` of its own ([`crate::helper::init`]: it reaps orphans, and its end ends everything
+/// `init` of its own ([`crate::init`]: it reaps orphans, and its end ends everything
 /// the command started); answers how `init` ended (the command's exit code, 128 + signal
 /// when killed). This process passes signals on to `init`, and dies with the helper.
 fn alone(plan: &Plan, reports: &mut File, protections: Protections, root: bool) -> i32 {
@@ -94,7 +94,7 @@ fn alone(plan: &Plan, reports: &mut File, protections: Protections, root: bool) 
     // SAFETY: this process has a single thread.
     match unsafe { fork() } {
         Ok(ForkResult::Child) => {
-            std::process::exit(crate::helper::init(plan, reports, protections, root))
+            std::process::exit(crate::init::init(plan, reports, protections, root))
         }
         Ok(ForkResult::Parent { child }) => {
             crate::signals::pass_to(child);

@@ -19,6 +19,7 @@ mod failure;
 mod forks;
 mod gate;
 mod helper;
+mod init;
 mod join;
 mod landlock;
 mod layout;
