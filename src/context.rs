@@ -48,11 +48,20 @@ pub(crate) fn warden(
 
 /// A dispatcher over the toolbox that logs every call and asks a person on a terminal.
 pub(crate) fn dispatcher(ctx: &Warden, run: RunLimits) -> Result<Dispatcher> {
-    let mut d = ctx.dispatcher(run)?;
-    if let Some(r) = crate::review::TerminalReviewer::if_terminal() {
-        d = d.reviewer(r);
+    Ok(reviewed(ctx.dispatcher(run)?))
+}
+
+/// As [`dispatcher`], for a call of `tool` alone ([`Warden::dispatcher_for`]).
+pub(crate) fn dispatcher_for(ctx: &Warden, tool: &str, run: RunLimits) -> Result<Dispatcher> {
+    Ok(reviewed(ctx.dispatcher_for(tool, run)?))
+}
+
+/// `d`, its reviewer the terminal's where there is one.
+fn reviewed(d: Dispatcher) -> Dispatcher {
+    match crate::review::TerminalReviewer::if_terminal() {
+        Some(r) => d.reviewer(r),
+        None => d,
     }
-    Ok(d)
 }
 
 /// The async runtime for one call: on this thread, so that a whole process that makes a single

@@ -333,9 +333,22 @@ impl Warden {
             &backends.list(),
             &self.protected(),
             self.loading,
-            |backend| backend.capabilities().programs,
+            |backend, _| backend.capabilities().programs,
         )
         .map_err(|e| Error::Toolbox(self.toolbox.clone(), e))
+    }
+
+    /// As [`Warden::load`], for a call of `tool` alone ([`Toolbox::load_for`]): the policies
+    /// known to serve other tools only are checked, not loaded. The whole toolbox where only
+    /// it tells what the call meets.
+    pub fn load_for(&self, tool: &str) -> Result<Toolbox, Error> {
+        let backends = self.backends();
+        let (list, protected) = (backends.list(), self.protected());
+        let toolbox = Toolbox::load_for(&self.toolbox, &list, &protected, self.loading, tool);
+        match toolbox.map_err(|e| Error::Toolbox(self.toolbox.clone(), e))? {
+            Some(toolbox) => Ok(toolbox),
+            None => self.load(),
+        }
     }
 
     /// The call log, opened for appending: a log that cannot be written is an error now,
@@ -350,6 +363,11 @@ impl Warden {
     /// ([`Dispatcher::close`]) when the agent's run ends, to free its shells.
     pub fn dispatcher(&self, run: RunLimits) -> Result<Dispatcher, Error> {
         self.dispatcher_over(self.load()?, run)
+    }
+
+    /// As [`Warden::dispatcher`], for a call of `tool` alone ([`Warden::load_for`]).
+    pub fn dispatcher_for(&self, tool: &str, run: RunLimits) -> Result<Dispatcher, Error> {
+        self.dispatcher_over(self.load_for(tool)?, run)
     }
 
     /// As [`Warden::dispatcher`], over the tools that run programs alone

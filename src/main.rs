@@ -505,7 +505,7 @@ fn tools(ctx: &Warden, json: bool) -> Result<ExitCode> {
 }
 
 fn call(ctx: &Warden, tool: String, arguments: String, format: Format) -> Result<ExitCode> {
-    let dispatcher = context::dispatcher(ctx, RunLimits::default())?;
+    let dispatcher = context::dispatcher_for(ctx, &tool, RunLimits::default())?;
     let runtime = context::one_call_runtime()?;
     let call = ToolCall {
         id: "call-1".into(),

@@ -111,6 +111,46 @@ fn add_refuses_what_is_no_tool_and_keeps_nothing_of_it() {
 
 /// One broken policy in a toolbox: every other tool is served, the broken one is named once
 /// with its file, line and fix by every command, and `--strict` refuses the whole toolbox.
+/// `warden call` of one tool loads the other wasm policies' components only until what each
+/// serves is known (recorded at a load), and again once a policy or its component changes.
+#[test]
+fn a_call_loads_only_the_component_that_serves_it_once_the_others_are_known() {
+    let env = cli_env();
+    env.ok(&["add", path_str(&wasm("units"))]);
+    env.ok(&["add", path_str(&wasm("wordcount"))]);
+    let cache = env.dir.path().join("home/cache");
+    // The compiled components in the cache, emptied: one comes back where it is loaded.
+    let compiled = || {
+        let entries = std::fs::read_dir(&cache).unwrap().flatten();
+        let found = entries.filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"));
+        found.map(|e| e.path()).collect::<Vec<_>>()
+    };
+    let empty = || {
+        compiled()
+            .iter()
+            .for_each(|p| std::fs::remove_file(p).unwrap())
+    };
+    let add = ["call", "add", r#"{"a": 1, "b": 2}"#];
+    assert_eq!(json(&env.ok(&add))["content"], "3");
+    empty();
+    assert_eq!(json(&env.ok(&add))["content"], "3");
+    assert_eq!(compiled().len(), 1, "wordcount's component was loaded");
+    let count = ["call", "wordcount", r#"{"args": ["-w"], "stdin": "a b c"}"#];
+    assert_eq!(json(&env.ok(&count))["status"], "success");
+    assert_eq!(compiled().len(), 2);
+    // A policy changed since is loaded again to learn what it serves.
+    empty();
+    let policy = env.toolbox().join("wordcount.toml");
+    let text = std::fs::read_to_string(&policy).unwrap();
+    std::fs::write(&policy, format!("{text}\n# edited\n")).unwrap();
+    assert_eq!(json(&env.ok(&add))["content"], "3");
+    assert_eq!(compiled().len(), 2, "the edited policy was not loaded");
+    // A tool no policy serves: the whole toolbox names them all.
+    let out = env.warden(&["call", "nosuch", "{}"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("add, convert, wordcount"), "{text}");
+}
+
 #[test]
 fn a_broken_policy_is_left_out_and_named_and_strict_refuses_the_toolbox() {
     // warden's own log level (warn), which names each policy left out on stderr.

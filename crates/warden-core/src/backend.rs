@@ -18,6 +18,15 @@ pub trait Backend: ExecutorKind + Send + Sync {
     /// names what cannot be honoured.
     fn load(&self, policy: &Arc<Policy>) -> Result<Loaded, PolicyError>;
 
+    /// The names of the tools `policy` serves (before its `prefix`), where this backend can
+    /// tell them without loading it (from what a load of the same policy over the same code
+    /// recorded); `None` where only a load tells. A name a backend answers here, it must serve
+    /// when loaded: a toolbox loaded for one call leaves out the policies whose names miss it.
+    fn names(&self, policy: &Policy) -> Option<Vec<String>> {
+        let _ = policy;
+        None
+    }
+
     /// Runs a harmless call as the policy's tools would, to tell what this machine puts in
     /// force; `None` when nothing depends on the machine.
     fn probe(&self, policy: &Arc<Policy>) -> BoxFuture<'_, Option<Result<Probe, ProbeError>>> {

@@ -178,17 +178,52 @@ impl Toolbox {
         protected: &[Protected],
         loading: Loading,
     ) -> Result<Toolbox, ToolboxError> {
-        Self::load_where(dir, backends, protected, loading, |_| true)
+        Self::load_where(dir, backends, protected, loading, |_, _| true)
     }
 
-    /// As [`Toolbox::load_with`], but a policy whose backend `wanted` declines is read and
-    /// checked, never loaded (a wasm policy's component is not read), and serves nothing.
+    /// As [`Toolbox::load_with`], for a call of `tool` alone: a policy whose backend tells,
+    /// without loading it, the names of its tools ([`Backend::names`]), and `tool` is not
+    /// among them, is read and checked, never loaded, and serves nothing. `None` where only
+    /// the whole toolbox tells what the call meets: `tool` is not among the tools loaded, or
+    /// two policies name one tool.
+    pub fn load_for(
+        dir: &Path,
+        backends: &[&dyn Backend],
+        protected: &[Protected],
+        loading: Loading,
+        tool: &str,
+    ) -> Result<Option<Toolbox>, ToolboxError> {
+        let mut skipped: Vec<String> = Vec::new();
+        let toolbox = Self::load_where(dir, backends, protected, loading, |backend, policy| {
+            let Some(names) = backend.names(policy) else {
+                return true;
+            };
+            let names: Vec<String> = names
+                .iter()
+                .map(|n| format!("{}{n}", policy.prefix))
+                .collect();
+            let serves = names.iter().any(|n| n == tool);
+            if !serves {
+                skipped.extend(names);
+            }
+            serves
+        })?;
+        let mut named: Vec<&str> = skipped.iter().map(String::as_str).collect();
+        named.extend(toolbox.tools.keys().map(String::as_str));
+        named.sort_unstable();
+        let clash = named.windows(2).any(|pair| pair[0] == pair[1]);
+        Ok((toolbox.get(tool).is_some() && !clash).then_some(toolbox))
+    }
+
+    /// As [`Toolbox::load_with`], but a policy that `wanted` declines (given its backend and
+    /// the policy, read and checked) is never loaded (a wasm policy's component is not read),
+    /// and serves nothing.
     pub fn load_where(
         dir: &Path,
         backends: &[&dyn Backend],
         protected: &[Protected],
         loading: Loading,
-        wanted: impl Fn(&dyn Backend) -> bool,
+        mut wanted: impl FnMut(&dyn Backend, &Policy) -> bool,
     ) -> Result<Toolbox, ToolboxError> {
         if !dir.is_dir() {
             return Err(ToolboxError::Missing(dir.to_owned()));
@@ -208,7 +243,7 @@ impl Toolbox {
                     check_protected(&policy, protected)?;
                     let kind = policy.kind.value.as_str();
                     match backends.iter().find(|b| b.kind() == kind) {
-                        Some(backend) if !wanted(*backend) => Ok(()),
+                        Some(backend) if !wanted(*backend, &policy) => Ok(()),
                         _ => toolbox.add_policy(Arc::new(policy), backends),
                     }
                 });

@@ -9,3 +9,4 @@
 
 mod dispatch;
 mod session;
+mod toolbox;

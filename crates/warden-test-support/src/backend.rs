@@ -5,6 +5,7 @@
 use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use warden_core::{
     Backend, Capabilities, Executor, ExecutorKind, Loaded, LoadedTool, NetHosts, Paths, Policy,
     PolicyError, Reach, Report, ReportLine, Support, ToolSpec, Toolbox,
@@ -14,6 +15,10 @@ use warden_core::{
 #[derive(Clone, Default)]
 pub struct TestBackend {
     tools: Vec<(ToolSpec, Arc<dyn Executor>)>,
+    /// It tells its tools' names without a load ([`Backend::names`]).
+    naming: bool,
+    /// The policies it loaded, counted across its clones.
+    loads: Arc<AtomicUsize>,
 }
 
 impl TestBackend {
@@ -41,6 +46,18 @@ impl TestBackend {
         };
         self.tools.push((spec, executor));
         self
+    }
+
+    /// It tells its tools' names without a load ([`Backend::names`]), as the wasm backend
+    /// does from what an earlier load recorded.
+    pub fn naming(mut self) -> Self {
+        self.naming = true;
+        self
+    }
+
+    /// How many policies it (and its clones) loaded.
+    pub fn loads(&self) -> usize {
+        self.loads.load(Ordering::Relaxed)
     }
 
     /// A toolbox of one policy of this kind: `[executor] kind = "test"` followed by `rest`
@@ -85,8 +102,18 @@ impl ExecutorKind for TestBackend {
 }
 
 impl Backend for TestBackend {
+    fn names(&self, _policy: &Policy) -> Option<Vec<String>> {
+        self.naming.then(|| {
+            self.tools
+                .iter()
+                .map(|(spec, _)| spec.name.clone())
+                .collect()
+        })
+    }
+
     fn load(&self, policy: &Arc<Policy>) -> Result<Loaded, PolicyError> {
         policy.executor.parse::<NoKnobs>()?;
+        self.loads.fetch_add(1, Ordering::Relaxed);
         Ok(Loaded {
             tools: self
                 .tools

@@ -139,6 +139,34 @@ impl Stamp {
 const SETTLED_SECS: u64 = 2;
 
 impl Artifacts {
+    /// The names of the tools a load kept under `key` ([`Artifacts::record_names`]).
+    pub fn names(&self, key: &str) -> Option<Vec<String>> {
+        let text = std::fs::read(self.names_file(key)).ok()?;
+        serde_json::from_slice(&text).ok()
+    }
+
+    /// Keeps `names`, the tools a load found, under `key`, unless kept already; a cache that
+    /// cannot be written only costs the next call a load.
+    pub fn record_names(&self, key: &str, names: &[&str]) {
+        let file = self.names_file(key);
+        if file.is_file() {
+            return;
+        }
+        let written = serde_json::to_vec(names)
+            .map_err(|e| ArtifactError::Write {
+                path: file.clone(),
+                error: std::io::Error::other(e),
+            })
+            .and_then(|json| write_atomic(&self.cache.join("names"), &file, &json));
+        if let Err(e) = written {
+            tracing::debug!("cannot keep the names of a component's tools: {e}");
+        }
+    }
+
+    fn names_file(&self, key: &str) -> PathBuf {
+        self.cache.join("names").join(format!("{key}.json"))
+    }
+
     /// The sha256 of `source`: from its stamp when the file is exactly as it was when last
     /// hashed, else hashed now (and stamped once it has settled).
     pub fn sha256_stamped(&self, source: &Path) -> Result<String, ArtifactError> {

@@ -224,6 +224,15 @@ impl ExecutorKind for WasmBackend {
 }
 
 impl Backend for WasmBackend {
+    /// As a load of the same policy file over the same component recorded them: a component
+    /// is loaded to learn what it exports (~1 ms each), which a call of another tool need
+    /// not pay.
+    fn names(&self, policy: &Policy) -> Option<Vec<String>> {
+        let cfg = WasmConfig::from_policy(policy).ok()?;
+        let (_, sha) = self.resolve(policy, &cfg).ok()?;
+        self.artifacts.names(&names_key(policy, &sha)?)
+    }
+
     fn load(&self, policy: &Arc<Policy>) -> Result<Loaded, PolicyError> {
         let err = |line: Option<usize>, msg: String| PolicyError::new(&policy.path, line, msg);
         let cfg = &WasmConfig::from_policy(policy)?;
@@ -286,11 +295,33 @@ impl Backend for WasmBackend {
             .imports(engine)
             .map(|(name, _)| name.to_owned())
             .collect();
+        if let Some(key) = names_key(policy, &sha) {
+            let names: Vec<&str> = tools.iter().map(|t| t.spec.name.as_str()).collect();
+            self.artifacts.record_names(&key, &names);
+        }
         Ok(Loaded {
             tools,
             report: report(cfg, &sha, binary, &imports, policy),
         })
     }
+}
+
+/// What the names a load of `policy` over the component of sha256 `sha` finds are kept
+/// under: the policy file as it is now, the component, and this build of warden (whose rules
+/// for what a component offers may change). `None` where the policy file cannot be read.
+fn names_key(policy: &Policy, sha: &str) -> Option<String> {
+    use sha2::Digest;
+    let text = std::fs::read(&policy.path).ok()?;
+    let mut hash = sha2::Sha256::new();
+    for part in [
+        &text[..],
+        sha.as_bytes(),
+        env!("CARGO_PKG_VERSION").as_bytes(),
+    ] {
+        hash.update((part.len() as u64).to_le_bytes());
+        hash.update(part);
+    }
+    Some(hex::encode(hash.finalize()))
 }
 
 /// The tools of a component: its command, named by the policy or after its file, and each
