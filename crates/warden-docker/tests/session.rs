@@ -204,6 +204,7 @@ async fn a_fork_bomb_in_a_session_is_contained_and_the_next_command_answers_soon
     let m = call(&d, "sh", cmd(BOMB)).await;
     eprintln!("the bomb answered in {:?}: {}", start.elapsed(), m.content);
     assert_no_protocol(&m);
+    let mut reset = false;
     for n in 0..3 {
         let start = Instant::now();
         let m = call(&d, "sh", cmd(PROBE)).await;
@@ -213,15 +214,17 @@ async fn a_fork_bomb_in_a_session_is_contained_and_the_next_command_answers_soon
             m.content
         );
         assert!(took < Duration::from_secs(3), "{took:?}");
-        // A bomb still growing when its own command ended is caught by the next one, which
+        // A bomb still growing when its own command ended is caught by a later command (the
+        // first to find the sandbox full: its processes churn, so not always the next), which
         // then fails with the reset named, never silently; the ones after it run clean.
-        if n == 0 && m.status != Status::Success {
+        if !reset && m.status != Status::Success {
             assert!(
                 m.content.contains("out of processes") && m.content.contains("it was reset"),
                 "{}",
                 m.content
             );
             assert_no_protocol(&m);
+            reset = true;
             continue;
         }
         assert_eq!(m.status, Status::Success, "{}", m.content);
