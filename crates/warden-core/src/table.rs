@@ -45,6 +45,11 @@ impl ExecutorTable {
         &self.file
     }
 
+    /// The policy's whole text, as it was read and checked.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
     /// The policy's folder, against which its relative paths resolve.
     pub fn base(&self) -> &Path {
         self.file.parent().unwrap_or(Path::new("."))

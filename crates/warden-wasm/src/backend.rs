@@ -230,7 +230,7 @@ impl Backend for WasmBackend {
     fn names(&self, policy: &Policy) -> Option<Vec<String>> {
         let cfg = WasmConfig::from_policy(policy).ok()?;
         let (_, sha) = self.resolve(policy, &cfg).ok()?;
-        self.artifacts.names(&names_key(policy, &sha)?)
+        self.artifacts.names(&names_key(policy, &sha))
     }
 
     fn load(&self, policy: &Arc<Policy>) -> Result<Loaded, PolicyError> {
@@ -295,10 +295,9 @@ impl Backend for WasmBackend {
             .imports(engine)
             .map(|(name, _)| name.to_owned())
             .collect();
-        if let Some(key) = names_key(policy, &sha) {
-            let names: Vec<&str> = tools.iter().map(|t| t.spec.name.as_str()).collect();
-            self.artifacts.record_names(&key, &names);
-        }
+        let names: Vec<&str> = tools.iter().map(|t| t.spec.name.as_str()).collect();
+        self.artifacts
+            .record_names(&names_key(policy, &sha), &names);
         Ok(Loaded {
             tools,
             report: report(cfg, &sha, binary, &imports, policy),
@@ -307,21 +306,20 @@ impl Backend for WasmBackend {
 }
 
 /// What the names a load of `policy` over the component of sha256 `sha` finds are kept
-/// under: the policy file as it is now, the component, and this build of warden (whose rules
-/// for what a component offers may change). `None` where the policy file cannot be read.
-fn names_key(policy: &Policy, sha: &str) -> Option<String> {
+/// under: the policy's text as it was read, the component, and this build of warden (whose
+/// rules for what a component offers may change).
+fn names_key(policy: &Policy, sha: &str) -> String {
     use sha2::Digest;
-    let text = std::fs::read(&policy.path).ok()?;
     let mut hash = sha2::Sha256::new();
     for part in [
-        &text[..],
+        policy.executor.text().as_bytes(),
         sha.as_bytes(),
         env!("CARGO_PKG_VERSION").as_bytes(),
     ] {
         hash.update((part.len() as u64).to_le_bytes());
         hash.update(part);
     }
-    Some(hex::encode(hash.finalize()))
+    hex::encode(hash.finalize())
 }
 
 /// The tools of a component: its command, named by the policy or after its file, and each
