@@ -190,6 +190,38 @@ def test_an_archive_warden_did_not_write_is_refused(base, archive):
 
 
 @pytest.mark.parametrize("tool", SHELLS)
+def test_a_forks_restore_takes_what_warden_wrote_and_checks_the_rest_whole(base, tool):
+    """A fork's sandbox unpacks the archive while warden checks it; one warden did not
+    write stops that stream, and is checked whole as any restore's: written again where its
+    entries pass, refused where they do not."""
+    kwargs = made(base, tool)
+    with WardenSandbox(**kwargs) as first:
+        prepare(first)
+        snap = first.snapshot()
+        with first.fork() as fork:
+            [back] = fork.download_files(["/tmp/w/d/data.bin"])
+            assert back.content == DATA, "byte for byte"
+            assert fork.execute("readlink /tmp/w/link").output == "/etc/passwd\n"
+    archive = base / "home" / "snapshots" / snap / "archive.tar"
+    plain = BytesIO()
+    with tarfile.open(fileobj=plain, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        info = tarfile.TarInfo("./ok")
+        info.size = 3
+        tar.addfile(info, BytesIO(b"yes"))
+    for written, refused in [(plain.getvalue(), False), (tampered("../escape", tarfile.REGTYPE), True)]:
+        archive.write_bytes(written)
+        with WardenSandbox(**kwargs) as forked:
+            if refused:
+                with pytest.raises(WardenSnapshotError) as refusal:
+                    forked._restore(snap, fork=True)
+                assert refusal.value.kind == "refused", refusal.value
+                assert forked.execute("cat /tmp/ok").exit_code != 0, "nothing of it unpacked"
+            else:
+                forked._restore(snap, fork=True)
+                assert forked.execute("cat /tmp/ok").output == "yes", "written again"
+
+
+@pytest.mark.parametrize("tool", SHELLS)
 def test_snapshots_are_out_of_every_sandboxs_reach(base, tool):
     kwargs = made(base, tool)
     with WardenSandbox(**kwargs) as sandbox:

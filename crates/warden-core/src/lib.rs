@@ -57,7 +57,7 @@ pub use lock::lock;
 pub use message::{ErrorKind, Rendered, Status, ToolCall, ToolError, ToolMessage, Violation};
 pub use net::{Credential, GrantFault, HostGrant, HostPattern, NetGrantError, NetGrants};
 pub use output::{OutputSink, OutputStream};
-pub use pipe::{Pipe, Piped, Piping};
+pub use pipe::{Pipe, PipeInput, Piped, Piping, Stream};
 pub use policy::{FunctionOverride, Origin, Policy};
 pub use program::{Exit, Finished, Input, Program, Sink, WindowSize};
 pub use redact::StreamRedactor;

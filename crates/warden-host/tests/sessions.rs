@@ -5,7 +5,9 @@ use crate::common::*;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use warden_core::{ErrorKind, Executor, Limits, Output, Pipe, Piping, SessionId, ToolError};
+use warden_core::{
+    ErrorKind, Executor, Limits, Output, Pipe, PipeInput, Piping, SessionId, Stream, ToolError,
+};
 use warden_test_support::assert_timed_out;
 
 /// What a command printed, without the exit-code line of a success.
@@ -512,10 +514,72 @@ async fn a_timeout_of_an_overlapping_command_ends_only_it() {
 fn pipe<'a>(command: &str, input: Option<&'a [u8]>, output: u64, secs: u64) -> Pipe<'a> {
     Pipe {
         command: command.to_owned(),
-        input,
+        input: input.map_or(PipeInput::Nothing, PipeInput::Bytes),
         output,
         deadline: Instant::now() + Duration::from_secs(secs),
     }
+}
+
+#[tokio::test]
+async fn a_clients_pipe_takes_bytes_made_as_it_runs_and_ends_at_once_when_their_maker_gives_up() {
+    let place = Place::new();
+    let (tool, limits, _w) = session_tool(&place, 65515, "", "");
+    let id = SessionId::fresh();
+    let r = call_in(&tool, &limits, id, json!({"command": "cd /tmp"})).await;
+    assert!(r.is_ok(), "{}", text(&r));
+    let piece: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
+    // Made piece by piece while `cat` runs.
+    let streamed = |pieces: Vec<std::io::Result<Vec<u8>>>, len: u64| {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tokio::spawn(async move {
+            for p in pieces {
+                let _ = tx.send(p).await;
+            }
+        });
+        Pipe {
+            command: "cat".into(),
+            input: PipeInput::Stream(Stream::new(len, rx)),
+            output: 1 << 20,
+            deadline: Instant::now() + Duration::from_secs(20),
+        }
+    };
+    let whole = streamed((0..3).map(|_| Ok(piece.clone())).collect(), 300_000);
+    let Piping::Ran(Ok(piped)) = tool.pipe(id, &whole).await else {
+        panic!("the host shell starts shells beside the session's");
+    };
+    assert!(
+        piped.stdout == piece.repeat(3),
+        "{} bytes back",
+        piped.stdout.len()
+    );
+    assert_eq!(piped.status, Some(0));
+    // Its maker gives up after a piece: the transfer fails now, not at its deadline.
+    let started = Instant::now();
+    let halfway = streamed(
+        vec![Ok(piece.clone()), Err(std::io::Error::other("no"))],
+        300_000,
+    );
+    let Piping::Ran(Err(e)) = tool.pipe(id, &halfway).await else {
+        panic!("a transfer whose bytes stopped coming fails");
+    };
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{}", e.message);
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    // Fewer bytes than it said: the same.
+    let short = streamed(vec![Ok(piece.clone())], 300_000);
+    assert!(matches!(tool.pipe(id, &short).await, Piping::Ran(Err(_))));
+    // The next transfer is carried as ever.
+    let again = streamed(vec![Ok(piece.clone())], 100_000);
+    let Piping::Ran(Ok(piped)) = tool.pipe(id, &again).await else {
+        panic!("ran");
+    };
+    assert!(piped.stdout == piece && piped.status == Some(0));
+    let r = call_in(&tool, &limits, id, json!({"command": "pwd"})).await;
+    assert_eq!(body(&r), "/tmp", "the session lives on");
+    tool.end_session(id).await;
 }
 
 #[tokio::test]

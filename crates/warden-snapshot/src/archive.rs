@@ -84,7 +84,7 @@ pub fn checked(mut archive: impl Read, len: usize, skip: &[&str]) -> Result<Vec<
 }
 
 /// [`rewrite`] in one piece, into `out` (an empty archive is its end: two zero blocks).
-fn whole<W: Write>(
+pub(crate) fn whole<W: Write>(
     archive: impl Read,
     skip: &[&str],
     refuse_special: bool,

@@ -20,8 +20,9 @@
 //!   home's files may have been edited): `/tmp` emptied, then the archive moved straight
 //!   into `tar` as the sandbox's user (no copy of it in `/tmp`): raw beside the session's
 //!   shell, else through base64 a part of whole entries at a time; then the shell's
-//!   directory and variables are replayed, quoted by warden. A restore that fails midway
-//!   leaves `/tmp` part restored, and says so.
+//!   directory and variables are replayed, quoted by warden ([`unpack`]). A restore that
+//!   fails midway leaves `/tmp` part restored, and says so. A fork's sandbox, new, unpacks
+//!   the archive while warden checks the rest of it ([`streamed`]).
 //! - **Read-write roots** are the real folders, changed by each command's transaction: a
 //!   snapshot keeps where their history stood, and a restore undoes the calls committed to
 //!   them since ([`roots`]). A fork gets copies of them as they stood ([`fork`]), which its
@@ -35,6 +36,8 @@ pub mod fork;
 pub mod roots;
 pub mod shell;
 pub mod store;
+pub mod streamed;
+mod unpack;
 
 pub use archive::ArchiveError;
 pub use fork::ForkRoots;
@@ -42,11 +45,11 @@ pub use roots::RootsMark;
 pub use shell::ShellState;
 pub use store::{MAX_BYTES, MAX_SNAPSHOTS, Meta, Store};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use sha2::Digest as _;
 use std::path::PathBuf;
-use warden_core::{Dispatcher, Piped, Tool, ToolError, base64_lines, clean_command, decode_lines};
+use warden_core::{
+    Dispatcher, PipeInput, Piped, Tool, ToolError, base64_lines, clean_command, decode_lines,
+};
 
 /// Why a snapshot or a restore failed.
 #[derive(Debug, thiserror::Error)]
@@ -187,32 +190,9 @@ const ARCHIVE: &str = "exec 3>&1\n\
     st=$( { { walk . pack 2>/dev/null; echo \"$?\" >&4; } | base64 >&3; } 4>&1 )\n\
     echo \"WARDEN-END $st\"";
 
-/// Arguments: the roots. Defines `drop PATH`, which removes it.
-const DROP: &str = "roots=$(printf '%s\\n' \"$@\")\n\
-    drop() { rm -rf -- \"$1\"; }\n";
-
-/// After [`DROP`]: removes the entries of `/tmp` as [`WALK`] finds them.
-const EMPTY: &str = "walk . drop && echo WARDEN-OK";
-
-/// After [`EMPTY`]'s `drop`: empties `/tmp`, then unpacks the archive on stdin there, modes
-/// as archived, owned by the sandbox's user (beside the session's shell).
-const EMPTY_UNPACK_RAW: &str = "walk . drop || exit 1\n\
-    umask 0\n\
-    exec tar -xof -";
-
-/// Unpacks the archive whose base64 is on stdin in `/tmp`, modes as archived, owned by the
-/// sandbox's user.
-const UNPACK: &str = "cd /tmp || exit 1\n\
-    umask 0\n\
-    if out=$(base64 -d | tar -xof - 2>&1); then echo WARDEN-OK; else printf '%s\\n' \"$out\"; fi";
-
 /// The names the scripts run under (`$0`).
 const TAKE: &str = "warden-snapshot";
 const RESTORE: &str = "warden-restore";
-
-/// The raw bytes of the archive each command of a restore moves in (a part holds one
-/// larger file alone).
-const CHUNK: usize = 768 * 1024;
 
 /// How a restore treats the session's read-write roots ([`roots`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -314,7 +294,10 @@ impl Snapshots {
         let skip = roots_below_tmp(found);
         let roots = strs(&skip);
         let raw = clean_command(&format!("{WALK}{PACK}{ARCHIVE_RAW}"), TAKE, &roots);
-        let archive = match dispatcher.pipe_for_client(tool, raw, None, bound).await? {
+        let archive = match dispatcher
+            .pipe_for_client(tool, raw, PipeInput::Nothing, bound)
+            .await?
+        {
             Some(piped) => archived_raw(piped, bound)?,
             None => {
                 let command = clean_command(&format!("{WALK}{PACK}{ARCHIVE}"), TAKE, &roots);
@@ -394,21 +377,26 @@ impl Snapshots {
             });
         }
         let skip = roots_below_tmp(found);
-        let roots = strs(&skip);
         let (file, len) = self.store.open_archive(id)?;
         let bound = dispatcher.transfer_bound(tool)?;
         if len > bound {
             return Err(SnapshotError::TooLarge { bound });
         }
-        // Read and checked again off the runtime's threads while the shell prints its state
-        // (which the unpacking does not change), starting the shell if it has not started.
-        let owned = skip.clone();
-        let checking = tokio::task::spawn_blocking(move || {
-            archive::checked(file, usize::try_from(len).unwrap_or(0), &strs(&owned))
-        });
-        let now = self.state(dispatcher, tool, found).await;
+        // A fork's sandbox is new, holding nothing to lose should its archive be refused
+        // halfway: the archive goes in as it is checked (`unpack::streamed`). Elsewhere it is
+        // read and checked whole first, off the runtime's threads while the shell prints its
+        // state (which the unpacking does not change), starting the shell if it has not
+        // started: a refused one leaves the sandbox as it was.
         let refused = |e| SnapshotError::Refused(id.to_owned(), e);
-        let whole = checking.await.map_err(unfinished)?.map_err(refused)?;
+        let (checking, kept) = match how {
+            Restore::Fork => (None, Some(file)),
+            _ => (Some(unpack::check(file, len, skip.clone())), None),
+        };
+        let now = self.state(dispatcher, tool, found).await;
+        let whole = match checking {
+            Some(checking) => Some(checking.await.map_err(unfinished)?.map_err(refused)?),
+            None => None,
+        };
         let now = now?;
         if let Some(mark) = &meta.roots {
             let here = roots::read_write(found);
@@ -446,29 +434,26 @@ impl Snapshots {
                     .map_err(|(undone, source)| SnapshotError::Roots { undone, source })?;
             tracing::info!(id, tool, calls = undone.len(), "read-write roots rewound");
         }
-        let raw = clean_command(&format!("{WALK}{DROP}{EMPTY_UNPACK_RAW}"), RESTORE, &roots);
-        match dispatcher
-            .pipe_for_client(tool, raw, Some(&whole), 64 * 1024)
-            .await?
-        {
-            Some(piped) if piped.succeeded() => {}
-            Some(piped) => return Err(SnapshotError::Unpack(failed(&piped))),
-            None => {
-                // Cut from the archive as checked (and written again) above.
-                let parts = archive::split(&whole, &roots, CHUNK).map_err(refused)?;
-                let command = clean_command(&format!("{WALK}{DROP}{EMPTY}"), RESTORE, &roots);
-                expect_ok(dispatcher.run_for_client(tool, command, 4096).await?)?;
-                // A part at a time, straight into `tar`: no copy of the archive in `/tmp`
-                // beside what it unpacks.
-                for part in parts {
-                    let command = format!(
-                        "{} <<'WARDEN_EOF'\n{}\nWARDEN_EOF",
-                        clean_command(UNPACK, RESTORE, &[]),
-                        STANDARD.encode(&part)
-                    );
-                    expect_ok(dispatcher.run_for_client(tool, command, 64 * 1024).await?)?;
+        let streamed = match kept {
+            Some(file) => unpack::streamed(dispatcher, tool, file, len, &skip).await?,
+            None => false,
+        };
+        if !streamed {
+            let whole = match whole {
+                Some(whole) => whole,
+                // Not its own rewrite, or no shell beside the session's: checked whole.
+                None => {
+                    let (file, len) = self.store.open_archive(id)?;
+                    let checking = unpack::check(file, len, skip.clone());
+                    checking.await.map_err(unfinished)?.map_err(refused)?
                 }
-            }
+            };
+            unpack::whole(dispatcher, tool, &whole, &skip)
+                .await
+                .map_err(|e| match e {
+                    unpack::Unpacked::Refused(e) => refused(e),
+                    unpack::Unpacked::Failed(e) => e,
+                })?;
         }
         let policy = &found.policy.grants;
         let kept = |name: &str| policy.env.contains_key(name) || dropped(found, name);
@@ -524,14 +509,6 @@ fn failed(piped: &Piped) -> String {
     match piped.stderr.trim() {
         "" => status,
         said => format!("{status}: {}", said.get(..500).unwrap_or(said)),
-    }
-}
-
-/// A restore's step answered `WARDEN-OK`, or why not.
-fn expect_ok(printed: String) -> Result<(), SnapshotError> {
-    match printed.trim() {
-        "WARDEN-OK" => Ok(()),
-        other => Err(SnapshotError::Unpack(other.to_owned())),
     }
 }
 

@@ -27,8 +27,8 @@ use super::{Chunk, Chunks, Frames, Input, Launched, Sibling, Siblings, nonce};
 use futures::StreamExt;
 use std::io;
 use tokio::io::AsyncWriteExt;
-use tokio::net::unix::pipe::Receiver;
-use warden_core::{ErrorKind, Pipe, Piped, ToolError};
+use tokio::net::unix::pipe::{Receiver, Sender};
+use warden_core::{ErrorKind, Pipe, PipeInput, Piped, Stream, ToolError};
 
 /// The block a transfer's input is read in.
 const BLOCK: usize = 64 << 10;
@@ -210,12 +210,12 @@ impl<T: Sibling> Courier<T> {
     /// its FIFO where it has one.
     pub(super) async fn carry(&mut self, pipe: &Pipe<'_>) -> Result<Carried, Failed> {
         let token = format!("{}{}", self.key, nonce());
-        let size = pipe.input.map_or(0, <[u8]>::len);
-        let (blocks, rest) = (size / BLOCK, size % BLOCK);
+        let size = pipe.input.len();
+        let (blocks, rest) = (size / BLOCK as u64, size % BLOCK as u64);
         // The FIFO, where there is one, carries the input, or else the output.
-        let (fifo_in, fifo_out) = match (self.fifo.as_mut(), pipe.input) {
-            (Some(fifo), Some(_)) => (Some(&mut fifo.tx), None),
-            (Some(fifo), None) => (None, Some(&fifo.rx)),
+        let (fifo_in, fifo_out) = match (self.fifo.as_mut(), &pipe.input) {
+            (Some(fifo), PipeInput::Nothing) => (None, Some(&fifo.rx)),
+            (Some(fifo), _) => (Some(&mut fifo.tx), None),
             (None, _) => (None, None),
         };
         let mode = match (&fifo_in, fifo_out) {
@@ -242,14 +242,26 @@ impl<T: Sibling> Courier<T> {
         let mut out = Frames::new(&start, &end, status_rest, pipe.output);
         let mut err = Frames::between(&start, &end, Piped::STDERR as u64);
         let (ready, is_ready) = tokio::sync::oneshot::channel::<()>();
-        let input = &mut self.input;
+        let (input, pid) = (&mut self.input, self.sibling.pid());
         let write = async move {
-            match (pipe.input, is_ready.await, fifo_in) {
-                (Some(bytes), Ok(()), Some(tx)) => {
+            if is_ready.await.is_err() {
+                return true;
+            }
+            match (&pipe.input, fifo_in) {
+                (PipeInput::Nothing, _) => true,
+                (PipeInput::Bytes(bytes), Some(tx)) => {
                     tx.write_all(bytes).await.and(tx.flush().await).is_ok()
                 }
-                (Some(bytes), Ok(()), None) => write_all(input, bytes).await.is_ok(),
-                _ => true,
+                (PipeInput::Bytes(bytes), None) => write_all(input, bytes).await.is_ok(),
+                (PipeInput::Stream(stream), fifo) => {
+                    let fed = feed(stream, fifo, input).await;
+                    if !fed {
+                        // Short of its bytes, the command would wait for them until its
+                        // deadline: stopped now, so that the transfer ends.
+                        super::kill_tree(pid);
+                    }
+                    fed
+                }
             }
         };
         let output = &mut self.output;
@@ -367,6 +379,36 @@ async fn read_some(fifo: Option<&Receiver>, buf: &mut [u8]) -> io::Result<usize>
             read => return read,
         }
     }
+}
+
+/// Writes `stream`'s pieces as they come, to the FIFO end `fifo` where there is one, else to
+/// the shell's `input`: false when the maker gave up or its pieces are not its length.
+async fn feed(stream: &Stream, mut fifo: Option<&mut Sender>, input: &mut Input) -> bool {
+    let Some(mut pieces) = stream.take() else {
+        return false;
+    };
+    let mut left = stream.len();
+    while let Some(piece) = pieces.recv().await {
+        let Ok(piece) = piece else {
+            return false;
+        };
+        let Some(after) = left.checked_sub(piece.len() as u64) else {
+            return false;
+        };
+        left = after;
+        let wrote = match fifo.as_mut() {
+            Some(tx) => tx.write_all(&piece).await,
+            None => input.write_all(&piece).await,
+        };
+        if wrote.is_err() {
+            return false;
+        }
+    }
+    let flushed = match fifo {
+        Some(tx) => tx.flush().await,
+        None => input.flush().await,
+    };
+    left == 0 && flushed.is_ok()
 }
 
 async fn write_all(input: &mut Input, bytes: &[u8]) -> io::Result<()> {

@@ -8,7 +8,7 @@
 use super::Dispatcher;
 use crate::executor::{Denials, Invocation, Meter, SHELL_DETAIL};
 use crate::message::{ErrorKind, ToolError};
-use crate::pipe::{Pipe, Piped, Piping};
+use crate::pipe::{Pipe, PipeInput, Piped, Piping};
 use crate::toolbox::Tool;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -55,7 +55,10 @@ impl Dispatcher {
         let limit = bound.to_string();
         let raw = clean_command(READ, "warden-read", &[path, &limit, "raw"]);
         // Its two lines, then the file.
-        if let Some(piped) = self.pipe_for_client(tool, raw, None, bound + 64).await? {
+        if let Some(piped) = self
+            .pipe_for_client(tool, raw, PipeInput::Nothing, bound + 64)
+            .await?
+        {
             return answered(&piped.stdout, bound, Encoding::Raw);
         }
         let command = clean_command(READ, "warden-read", &[path, &limit, "base64"]);
@@ -124,7 +127,7 @@ impl Dispatcher {
         &self,
         tool: &str,
         command: String,
-        input: Option<&[u8]>,
+        input: PipeInput<'_>,
         output: u64,
     ) -> Result<Option<Piped>, ToolError> {
         let found = self.tool_named(tool)?;
@@ -163,7 +166,7 @@ impl Dispatcher {
     /// ([`Dispatcher::pipe_for_client`]): a client that knows a command or a transfer is
     /// coming (a fork's restore) has them start meanwhile. Nothing for a tool with no shell.
     pub async fn start_sandbox(&self, tool: &str) -> Result<(), ToolError> {
-        self.pipe_for_client(tool, ":".into(), None, 0)
+        self.pipe_for_client(tool, ":".into(), PipeInput::Nothing, 0)
             .await
             .map(drop)
     }

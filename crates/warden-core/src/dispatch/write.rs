@@ -7,6 +7,7 @@ use super::Dispatcher;
 use super::read::{Printed, check_path, file_error, lie, printed};
 use crate::clean_command;
 use crate::message::ToolError;
+use crate::pipe::PipeInput;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
@@ -58,7 +59,10 @@ impl Dispatcher {
         }
         let new = if new { "new" } else { "-" };
         let raw = clean_command(WRITE, "warden-write", &[path, new, "raw"]);
-        if let Some(piped) = self.pipe_for_client(tool, raw, Some(&bytes), 4096).await? {
+        if let Some(piped) = self
+            .pipe_for_client(tool, raw, PipeInput::Bytes(&bytes), 4096)
+            .await?
+        {
             return written(&piped.stdout, size);
         }
         let command = format!(
