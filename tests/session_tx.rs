@@ -67,6 +67,17 @@ struct Session {
 impl Session {
     /// A session of `shell`'s shipped policy, its grant made read-write, over MCP.
     fn start(shell: Shell) -> Self {
+        Self::with(shell, false)
+    }
+
+    /// As [`Session::start`], with two roots seen inside the workspace: its folder `ro`,
+    /// read-only, holding `seen`, and at its folder `rw` the folder `other` beside it,
+    /// read-write.
+    fn nested(shell: Shell) -> Self {
+        Self::with(shell, true)
+    }
+
+    fn with(shell: Shell, nested: bool) -> Self {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -76,11 +87,37 @@ impl Session {
         let workspace = dir.path().join("workspace");
         std::fs::set_permissions(&workspace, std::fs::Permissions::from_mode(0o777)).unwrap();
         std::fs::write(workspace.join("README.txt"), "granted file\n").unwrap();
+        let inner = [
+            workspace.join("ro"),
+            workspace.join("rw"),
+            dir.path().join("other"),
+        ];
+        if nested {
+            for folder in &inner {
+                std::fs::create_dir(folder).unwrap();
+                std::fs::set_permissions(folder, std::fs::Permissions::from_mode(0o777)).unwrap();
+            }
+            std::fs::write(workspace.join("ro/seen"), "seen\n").unwrap();
+        }
         let shipped = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("policies")
             .join(shell.policy());
         let text = std::fs::read_to_string(shipped).unwrap();
         let mut writable = text.replace("access = \"read-only\"", "access = \"read-write\"");
+        if nested {
+            let one = "fs = [{ host = \"../workspace\", access = \"read-write\" }]";
+            assert!(writable.contains(one), "the shipped policy's grant");
+            let rw = workspace.join("rw");
+            writable = writable.replace(
+                one,
+                &format!(
+                    "fs = [{{ host = \"../workspace\", access = \"read-write\" }},\n  \
+                     {{ host = \"../workspace/ro\", access = \"read-only\" }},\n  \
+                     {{ host = \"../other\", guest = \"{}\", access = \"read-write\" }}]",
+                    rw.display()
+                ),
+            );
+        }
         match shell {
             Shell::Host => {
                 writable = writable.replace(
@@ -95,7 +132,11 @@ impl Session {
                 let uid = shell.uid();
                 let home = dir.path().join("home");
                 std::fs::create_dir(&home).unwrap();
-                for entry in [workspace.clone(), workspace.join("README.txt"), home] {
+                let made = inner.iter().filter(|_| nested).cloned();
+                for entry in [workspace.clone(), workspace.join("README.txt"), home]
+                    .into_iter()
+                    .chain(made)
+                {
                     std::os::unix::fs::chown(&entry, Some(uid), Some(uid)).unwrap();
                 }
                 std::fs::copy(env!("CARGO_BIN_EXE_warden"), dir.path().join("warden")).unwrap();
@@ -317,6 +358,60 @@ fn a_host_sessions_commands_beside_its_shell_are_transactions_where_warden_is_no
     if let Some(s) = not_root() {
         commands_beside_are_transactions(s);
     }
+}
+
+#[test]
+fn a_host_sessions_commands_beside_its_shell_see_the_roots_inside_its_root() {
+    commands_beside_see_nested_roots(Session::nested(Shell::Host));
+}
+
+#[test]
+fn a_host_sessions_commands_beside_its_shell_see_the_roots_inside_its_root_where_warden_is_not_root()
+ {
+    if not_root().is_some() {
+        commands_beside_see_nested_roots(Session::nested(Shell::HostNotRoot));
+    }
+}
+
+/// A command beside the session's shell, where roots are seen inside its read-write root:
+/// the read-only one as the session has it, the read-write one through a view of its own,
+/// each write committed to the folder it was made in while the shell's command runs on.
+fn commands_beside_see_nested_roots(mut s: Session) {
+    s.send_command(
+        "echo session > a.txt; trap 'go=1' USR1; i=0; \
+         while [ -z \"$go\" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; trap - USR1",
+    );
+    let holding = s.next;
+    appears(&s.dir.path().join("home/transactions/views"));
+    let (text, error) = s.run(
+        "cat ro/seen; echo outer > outer.txt; echo inner > rw/inner.txt; \
+         (echo no > ro/no.txt) 2>/dev/null || echo ro-refused; [ -e a.txt ] || echo no-a",
+    );
+    assert_eq!(error, None, "{text}");
+    assert!(text.starts_with("seen\nro-refused\nno-a"), "{text}");
+    assert_eq!(s.read("outer.txt").as_deref(), Some("outer\n"));
+    let other = s.dir.path().join("other/inner.txt");
+    assert_eq!(
+        std::fs::read_to_string(other).ok().as_deref(),
+        Some("inner\n")
+    );
+    assert_eq!(
+        s.read("rw/inner.txt"),
+        None,
+        "the write went to the root seen there"
+    );
+    assert_eq!(s.read("ro/no.txt"), None);
+    assert_eq!(s.read("a.txt"), None, "the shell's command has not ended");
+    for pid in sandboxed(s.shell.uid()) {
+        let _ = Command::new("kill")
+            .args(["-USR1", &pid.to_string()])
+            .status();
+    }
+    let (text, error) = s.told_to(holding);
+    assert_eq!(error, None, "{text}");
+    let (text, error) = s.run("cat a.txt outer.txt rw/inner.txt ro/seen");
+    assert_eq!(error, None, "{text}");
+    assert!(text.starts_with("session\nouter\ninner\nseen\n"), "{text}");
 }
 
 /// Commands that overlap the one the session's shell runs: each sees the roots through a view

@@ -40,22 +40,6 @@ pub(crate) fn viewed(root: &Root) -> bool {
     root.writable && system_folder(&root.guest).is_none()
 }
 
-/// Whether a root the sandbox mounts is seen inside another's guest path: a shell beside a
-/// session's could not put a view of the outer one over it without hiding the inner one.
-pub(crate) fn nested(roots: &[Root]) -> bool {
-    let mounted: Vec<&Path> = roots
-        .iter()
-        .filter(|r| system_folder(&r.guest).is_none())
-        .map(|r| r.guest.as_path())
-        .collect();
-    mounted.iter().enumerate().any(|(i, inner)| {
-        mounted
-            .iter()
-            .enumerate()
-            .any(|(j, outer)| i != j && inner.starts_with(outer))
-    })
-}
-
 /// The first grant the sandbox cannot show at its guest path, and why (with the fix). `trust`:
 /// the sandbox has credentials, so a tmpfs of its own is at [`TRUST_MOUNT`].
 pub(crate) fn misplaced(grants: &[FsGrant], trust: bool) -> Option<(usize, String)> {

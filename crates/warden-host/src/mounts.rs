@@ -234,7 +234,9 @@ pub(crate) fn views_ahead(
 /// namespace of its own, each viewed root of `sandbox` is seen through a view of its own,
 /// `made` ahead ([`views_ahead`]) or else made here from the session's stash (an overlay of
 /// the stash's copy of the root, whose writes land in `view`'s folders in the stash's views
-/// folder), after which the stash leaves this namespace, where the command runs.
+/// folder), after which the stash leaves this namespace, where the command runs. A root seen
+/// inside a viewed one keeps the session's mount of it (copied before the view covers it),
+/// or its own view where it is viewed too: outer mounts go first.
 pub(crate) fn view_beside(
     sandbox: &Sandbox,
     view: &[ViewLayer],
@@ -245,6 +247,7 @@ pub(crate) fn view_beside(
     let private = MsFlags::MS_REC | MsFlags::MS_PRIVATE;
     mount(None::<&str>, "/", None::<&str>, private, None::<&str>)
         .map_err(|e| beside("making the mounts private".into(), e))?;
+    let inner = inside_views(sandbox)?;
     let made = match made {
         Some(made) => made,
         None => {
@@ -262,11 +265,40 @@ pub(crate) fn view_beside(
             made
         }
     };
-    for (guest, copy) in made {
+    let mut mounts: Vec<(PathBuf, OwnedFd)> = made.into_iter().chain(inner).collect();
+    mounts.sort_by_key(|(guest, _)| guest.components().count());
+    for (guest, copy) in mounts {
         move_mount(&copy, &guest)
             .map_err(|e| beside(format!("mounting at {}", guest.display()), e))?;
     }
     Ok(())
+}
+
+/// Copies of the session's mounts of the roots `sandbox` mounts inside a viewed root and does
+/// not view itself (a read-only root inside a read-write one), each with its guest path.
+fn inside_views(sandbox: &Sandbox) -> Result<Vec<(PathBuf, OwnedFd)>, Failure> {
+    let views: Vec<&Path> = sandbox
+        .roots
+        .iter()
+        .filter(|r| viewed(r))
+        .map(|r| r.guest.as_path())
+        .collect();
+    let inside = |r: &&Root| {
+        views
+            .iter()
+            .any(|v| r.guest != *v && r.guest.starts_with(v))
+    };
+    sandbox
+        .roots
+        .iter()
+        .filter(|r| !viewed(r) && system_folder(&r.guest).is_none())
+        .filter(inside)
+        .map(|r| {
+            let copy = open_tree(&r.guest)
+                .map_err(|e| beside(format!("copying the mount at {}", r.guest.display()), e))?;
+            Ok((r.guest.clone(), copy))
+        })
+        .collect()
 }
 
 /// Bytes of the tmpfs at [`TRUST_MOUNT`]: a bundle of this machine's roots and the sandbox's CA

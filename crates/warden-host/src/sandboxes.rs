@@ -12,7 +12,7 @@
 
 use crate::failure::unavailable;
 use crate::forks::{Forked, Forker};
-use crate::layout::{nested, viewed};
+use crate::layout::viewed;
 use crate::plan::{Call, Join, Root, Sandbox, Stdin, ViewLayer, frame};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -165,11 +165,9 @@ impl Sandboxes {
     }
 
     /// Whether a session's sandbox keeps a stash ([`crate::layout::STASH`]) from which shells
-    /// beside its own make views of their own: its writable roots are seen through views,
-    /// and no root it mounts is inside another.
+    /// beside its own make views of their own: its writable roots are seen through views.
     pub(crate) fn stashes(&self) -> bool {
-        let roots = &self.sandbox.roots;
-        self.views.is_some() && roots.iter().any(viewed) && !nested(roots)
+        self.views.is_some() && self.sandbox.roots.iter().any(viewed)
     }
 
     /// A sandbox for a program of `warden exec`, at a terminal of `size` when given, its

@@ -324,6 +324,13 @@ impl<T: Sibling> Courier<T> {
             }
             written = &mut write => (read.await?, written),
         };
+        if matches!(pipe.input, PipeInput::Stream(_)) && !written {
+            // Its command was stopped short of its input: whatever it answered is not the
+            // transfer's.
+            return Err(Failed::Broken(io::Error::other(
+                "its input stopped before its end",
+            )));
+        }
         let cut = out.cut() || body_cut;
         let status = out
             .rest()
