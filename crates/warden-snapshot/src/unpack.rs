@@ -19,15 +19,20 @@ const DROP: &str = "roots=$(printf '%s\\n' \"$@\")\n\
 const EMPTY: &str = "walk . drop && echo WARDEN-OK";
 
 /// After [`EMPTY`]'s `drop`: empties `/tmp`, then unpacks the archive on stdin there, modes
-/// as archived, owned by the sandbox's user (beside the session's shell).
+/// as archived, owned by the sandbox's user (beside the session's shell). GNU tar takes its
+/// records 64 KiB at a time (`-b 128`, through `TAR_OPTIONS`, which busybox's tar ignores):
+/// at its default 10 KiB, 50 MB took 72–82 ms in the Debian image, against 45–55 ms, each
+/// record a system call out of the pipe and one into `/tmp`.
 const EMPTY_UNPACK_RAW: &str = "walk . drop || exit 1\n\
     umask 0\n\
+    export TAR_OPTIONS='-b 128'\n\
     exec tar -xof -";
 
 /// Unpacks the archive whose base64 is on stdin in `/tmp`, modes as archived, owned by the
-/// sandbox's user.
+/// sandbox's user (GNU tar's records as [`EMPTY_UNPACK_RAW`]'s).
 const UNPACK: &str = "cd /tmp || exit 1\n\
     umask 0\n\
+    export TAR_OPTIONS='-b 128'\n\
     if out=$(base64 -d | tar -xof - 2>&1); then echo WARDEN-OK; else printf '%s\\n' \"$out\"; fi";
 
 /// The raw bytes of the archive each command of a restore moves in (a part holds one
