@@ -1,5 +1,6 @@
 """Snapshots of a `WardenSandbox` (warden's `warden/snapshot` and `warden/restore`) on the
-shipped host and Debian docker shells as they are: a snapshot, then changes, then a restore
+shipped host and Debian docker shells as they are (and, for a restore and a fork's, the docker
+shell on warden's busybox image): a snapshot, then changes, then a restore
 gives back `/tmp` byte for byte (modes and links as they were) and the shell's directory and
 variables; a fork and a sandbox made from a snapshot in another process diverge from the first;
 a restore under a changed policy and an archive warden did not write are refused; the
@@ -34,8 +35,17 @@ def base() -> Iterator[Path]:
 
 
 def made(base: Path, tool: str) -> dict:
-    if tool == "shell":
+    if tool in ("shell", "busybox-shell"):
         require_docker()
+    if tool == "busybox-shell":
+        # The docker shell on warden's busybox image: its own tar (which leaves GNU tar's
+        # TAR_OPTIONS alone), dd and shell.
+        shipped = (base / "policies" / "shell-docker.toml").read_text()
+        busybox = shipped.replace('name = "shell"', 'name = "busybox-shell"', 1).replace(
+            'image = "warden-sandbox-debian:latest"', 'image = "warden-sandbox:latest"', 1
+        )
+        assert "busybox-shell" in busybox and '"warden-sandbox:latest"' in busybox
+        (base / "policies" / "shell-busybox.toml").write_text(busybox)
     if tool == "gated-shell":
         # The host shell with a net grant: its egress gate serves one command at a time, so
         # no shell starts beside the session's and the bytes go through it as base64.
@@ -68,7 +78,7 @@ def prepare(sandbox: WardenSandbox) -> None:
     assert ran.exit_code == 0, ran.output
 
 
-@pytest.mark.parametrize("tool", [*SHELLS, "gated-shell"])
+@pytest.mark.parametrize("tool", [*SHELLS, "gated-shell", "busybox-shell"])
 def test_a_restore_gives_back_tmp_and_the_shell_as_they_were(base, tool):
     with WardenSandbox(**made(base, tool)) as sandbox:
         prepare(sandbox)
@@ -189,7 +199,7 @@ def test_an_archive_warden_did_not_write_is_refused(base, archive):
         assert sandbox.execute("cat /tmp/kept; ls /tmp/ok 2>&1").output.startswith("kept\n")
 
 
-@pytest.mark.parametrize("tool", SHELLS)
+@pytest.mark.parametrize("tool", [*SHELLS, "busybox-shell"])
 def test_a_forks_restore_takes_what_warden_wrote_and_checks_the_rest_whole(base, tool):
     """A fork's sandbox unpacks the archive while warden checks it; one warden did not
     write stops that stream, and is checked whole as any restore's: written again where its
