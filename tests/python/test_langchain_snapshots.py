@@ -40,22 +40,23 @@ def made(base: Path, tool: str) -> dict:
     if tool == "busybox-shell":
         # The docker shell on warden's busybox image: its own tar (which leaves GNU tar's
         # TAR_OPTIONS alone), dd and shell.
-        shipped = (base / "policies" / "shell-docker.toml").read_text()
-        busybox = shipped.replace('name = "shell"', 'name = "busybox-shell"', 1).replace(
-            'image = "warden-sandbox-debian:latest"', 'image = "warden-sandbox:latest"', 1
-        )
-        assert "busybox-shell" in busybox and '"warden-sandbox:latest"' in busybox
-        (base / "policies" / "shell-busybox.toml").write_text(busybox)
+        variant(base, "shell-docker.toml", "shell", tool,
+                ('image = "warden-sandbox-debian:latest"', 'image = "warden-sandbox:latest"'))
     if tool == "gated-shell":
         # The host shell with a net grant: its egress gate serves one command at a time, so
         # no shell starts beside the session's and the bytes go through it as base64.
-        shipped = (base / "policies" / "shell-host.toml").read_text()
-        gated = shipped.replace('name = "host-shell"', 'name = "gated-shell"', 1).replace(
-            "\n[grants]\n", '\n[grants]\nnet = ["127.0.0.1:9"]\n', 1
-        )
-        assert "gated-shell" in gated and "127.0.0.1:9" in gated
-        (base / "policies" / "shell-gated.toml").write_text(gated)
+        variant(base, "shell-host.toml", "host-shell", tool,
+                ("\n[grants]\n", '\n[grants]\nnet = ["127.0.0.1:9"]\n'))
     return {"tool": tool, "toolbox": base / "policies", "home": base / "home", "warden": warden_bin()}
+
+
+def variant(base: Path, shipped: str, name: str, tool: str, change: tuple[str, str]) -> None:
+    """The shipped policy `shipped` (tool `name`) as tool `tool`, with `change` made."""
+    text = (base / "policies" / shipped).read_text()
+    old, new = change
+    assert f'name = "{name}"' in text and old in text, (shipped, old)
+    text = text.replace(f'name = "{name}"', f'name = "{tool}"', 1).replace(old, new, 1)
+    (base / "policies" / f"{tool}.toml").write_text(text)
 
 
 def state(sandbox: WardenSandbox) -> str:
