@@ -35,9 +35,9 @@ def base() -> Iterator[Path]:
 
 
 def made(base: Path, tool: str) -> dict:
-    if tool in ("shell", "busybox-shell"):
+    if tool in ("shell", "shell-busybox"):
         require_docker()
-    if tool == "busybox-shell":
+    if tool == "shell-busybox":
         # The docker shell on warden's busybox image: its own tar (which leaves GNU tar's
         # TAR_OPTIONS alone), dd and shell.
         variant(base, "shell-docker.toml", "shell", tool,
@@ -79,7 +79,7 @@ def prepare(sandbox: WardenSandbox) -> None:
     assert ran.exit_code == 0, ran.output
 
 
-@pytest.mark.parametrize("tool", [*SHELLS, "gated-shell", "busybox-shell"])
+@pytest.mark.parametrize("tool", [*SHELLS, "gated-shell", "shell-busybox"])
 def test_a_restore_gives_back_tmp_and_the_shell_as_they_were(base, tool):
     with WardenSandbox(**made(base, tool)) as sandbox:
         prepare(sandbox)
@@ -200,7 +200,7 @@ def test_an_archive_warden_did_not_write_is_refused(base, archive):
         assert sandbox.execute("cat /tmp/kept; ls /tmp/ok 2>&1").output.startswith("kept\n")
 
 
-@pytest.mark.parametrize("tool", [*SHELLS, "busybox-shell"])
+@pytest.mark.parametrize("tool", [*SHELLS, "shell-busybox"])
 def test_a_forks_restore_takes_what_warden_wrote_and_checks_the_rest_whole(base, tool):
     """A fork's sandbox unpacks the archive while warden checks it; one warden did not
     write stops that stream, and is checked whole as any restore's: written again where its
