@@ -388,7 +388,7 @@ impl Snapshots {
         // state (which the unpacking does not change), starting the shell if it has not
         // started: a refused one leaves the sandbox as it was.
         let refused = |e| SnapshotError::Refused(id.to_owned(), e);
-        let (checking, kept) = match how {
+        let (checking, streaming) = match how {
             Restore::Fork => (None, Some(file)),
             _ => (Some(unpack::check(file, len, skip.clone())), None),
         };
@@ -434,7 +434,7 @@ impl Snapshots {
                     .map_err(|(undone, source)| SnapshotError::Roots { undone, source })?;
             tracing::info!(id, tool, calls = undone.len(), "read-write roots rewound");
         }
-        let streamed = match kept {
+        let streamed = match streaming {
             Some(file) => unpack::streamed(dispatcher, tool, file, len, &skip).await?,
             None => false,
         };
@@ -448,12 +448,7 @@ impl Snapshots {
                     checking.await.map_err(unfinished)?.map_err(refused)?
                 }
             };
-            unpack::whole(dispatcher, tool, &whole, &skip)
-                .await
-                .map_err(|e| match e {
-                    unpack::Unpacked::Refused(e) => refused(e),
-                    unpack::Unpacked::Failed(e) => e,
-                })?;
+            unpack::whole(dispatcher, tool, id, &whole, &skip).await?;
         }
         let policy = &found.policy.grants;
         let kept = |name: &str| policy.env.contains_key(name) || dropped(found, name);

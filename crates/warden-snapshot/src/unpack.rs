@@ -43,13 +43,6 @@ const CHUNK: usize = 768 * 1024;
 /// ([`crate::streamed::PIECE`] each).
 const AHEAD: usize = 4;
 
-/// Why an unpacking failed.
-pub(crate) enum Unpacked {
-    /// Its archive, cut into parts, was refused.
-    Refused(ArchiveError),
-    Failed(SnapshotError),
-}
-
 /// Reads the kept archive `file` of `len` bytes and checks it whole ([`archive::checked`]),
 /// off the runtime's threads. `skip`: the policy's roots below `/tmp`.
 pub(crate) fn check(
@@ -62,30 +55,29 @@ pub(crate) fn check(
     })
 }
 
-/// Empties the sandbox's `/tmp` (but for the roots `skip`) and unpacks `whole`, an archive
-/// [`check`] answered, there.
+/// Empties the sandbox's `/tmp` (but for the roots `skip`) and unpacks `whole`, the archive
+/// of snapshot `id` as [`check`] answered it, there.
 pub(crate) async fn whole(
     dispatcher: &Dispatcher,
     tool: &str,
+    id: &str,
     whole: &[u8],
     skip: &[String],
-) -> Result<(), Unpacked> {
+) -> Result<(), SnapshotError> {
     let roots = strs(skip);
     let raw = clean_command(&format!("{WALK}{DROP}{EMPTY_UNPACK_RAW}"), RESTORE, &roots);
-    let failed_with = |e: warden_core::ToolError| Unpacked::Failed(e.into());
     let piped = dispatcher
         .pipe_for_client(tool, raw, PipeInput::Bytes(whole), 64 * 1024)
-        .await
-        .map_err(failed_with)?;
+        .await?;
     match piped {
         Some(piped) if piped.succeeded() => Ok(()),
-        Some(piped) => Err(Unpacked::Failed(SnapshotError::Unpack(failed(&piped)))),
+        Some(piped) => Err(SnapshotError::Unpack(failed(&piped))),
         None => {
             // Cut from the archive as checked (and written again) above.
-            let parts = archive::split(whole, &roots, CHUNK).map_err(Unpacked::Refused)?;
+            let parts = archive::split(whole, &roots, CHUNK)
+                .map_err(|e| SnapshotError::Refused(id.to_owned(), e))?;
             let command = clean_command(&format!("{WALK}{DROP}{EMPTY}"), RESTORE, &roots);
-            let printed = dispatcher.run_for_client(tool, command, 4096).await;
-            expect_ok(printed.map_err(failed_with)?).map_err(Unpacked::Failed)?;
+            expect_ok(dispatcher.run_for_client(tool, command, 4096).await?)?;
             // A part at a time, straight into `tar`: no copy of the archive in `/tmp`
             // beside what it unpacks.
             for part in parts {
@@ -94,8 +86,7 @@ pub(crate) async fn whole(
                     clean_command(UNPACK, RESTORE, &[]),
                     STANDARD.encode(&part)
                 );
-                let printed = dispatcher.run_for_client(tool, command, 64 * 1024).await;
-                expect_ok(printed.map_err(failed_with)?).map_err(Unpacked::Failed)?;
+                expect_ok(dispatcher.run_for_client(tool, command, 64 * 1024).await?)?;
             }
             Ok(())
         }
