@@ -232,6 +232,38 @@ def test_a_forks_restore_takes_what_warden_wrote_and_checks_the_rest_whole(base,
                 assert forked.execute("cat /tmp/ok").output == "yes", "written again"
 
 
+@pytest.mark.parametrize("tool", ["shell", "shell-busybox"])
+def test_a_docker_forks_restore_goes_through_its_own_shell_and_starts_no_exec(base, tool):
+    """A docker fork's restore needs no shell beside its session's (an engine `exec`, whose
+    start it would wait for): the archive goes in through a FIFO its own shell holds, which
+    warden takes from the shell's process. The engine then holds no exec of the fork's
+    container, where it holds the one that carried the first sandbox's snapshot out; the
+    fork's shell keeps neither the FIFO nor its name."""
+    kwargs = made(base, tool)
+
+    def sessions() -> set[str]:
+        return set(docker("ps", "-q", "--no-trunc", "--filter", "label=warden.mode=session").split())
+
+    def execs(container: str) -> list:
+        return json.loads(docker("inspect", "-f", "{{json .ExecIDs}}", container)) or []
+
+    earlier = sessions()
+    with WardenSandbox(**kwargs) as first:
+        prepare(first)
+        [mine] = sessions() - earlier
+        with first.fork() as fork:
+            [forked] = sessions() - earlier - {mine}
+            assert execs(mine), "the first sandbox's transfers went through execs, which show"
+            assert execs(forked) == [], "the fork's restore started no exec"
+            assert state(fork) == state(first)
+            left = fork.execute("ls -a /tmp; ls -l /proc/$$/fd").output
+            assert ".warden-feed" not in left and " 9 -> " not in left, left
+
+
+def docker(*args: str) -> str:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=True).stdout
+
+
 @pytest.mark.parametrize("tool", SHELLS)
 def test_snapshots_are_out_of_every_sandboxs_reach(base, tool):
     kwargs = made(base, tool)

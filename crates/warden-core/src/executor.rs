@@ -412,6 +412,19 @@ pub trait Executor: Send + Sync {
         Box::pin(async { Piping::NotBeside })
     }
 
+    /// warden's writing end of the FIFO that the shell of `session`'s live sandbox holds on
+    /// its descriptor `fd` (a client's command made it there), where warden can take the
+    /// shell's descriptors: a client's bytes then reach a command of that shell raw, as a
+    /// pipe's would, with no shell started beside it. None where it cannot, and by default.
+    fn shell_fifo(
+        &self,
+        session: SessionId,
+        fd: i32,
+    ) -> BoxFuture<'_, Option<std::io::Result<std::os::fd::OwnedFd>>> {
+        let _ = (session, fd);
+        Box::pin(async { None })
+    }
+
     /// Whether the commands of a session are transactions over its read-write roots (each
     /// settled as it ends: `warden_tx`), so what they change can be found and committed
     /// elsewhere; false where they write in place, and by default.

@@ -196,6 +196,10 @@ impl Sandbox for ShellContainer {
         self.siblings.clone()
     }
 
+    fn shell_pid(&self) -> Option<i32> {
+        self.shell
+    }
+
     async fn exit_status(&mut self) -> Result<(i64, Cause), ToolError> {
         let (code, oom) = self.container.exit_status(&self.engine).await?;
         Ok((code, Cause::of_memory(oom && !self.oom_seen)))

@@ -271,6 +271,14 @@ impl Executor for DockerTool {
         })
     }
 
+    fn shell_fifo(
+        &self,
+        session: SessionId,
+        fd: i32,
+    ) -> BoxFuture<'_, Option<std::io::Result<std::os::fd::OwnedFd>>> {
+        Box::pin(async move { self.sessions.as_ref()?.shell_fifo(session, fd).await })
+    }
+
     fn transfer(&self) -> Option<u64> {
         self.sessions.as_ref().and(self.transfer)
     }

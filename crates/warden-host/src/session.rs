@@ -260,6 +260,10 @@ impl Sandbox for ShellNamespace {
         self.siblings.clone()
     }
 
+    fn shell_pid(&self) -> Option<i32> {
+        self.shell
+    }
+
     /// As `init` saw the shell end: a signal a limit sends (its CPU time, counted over every
     /// command it ran itself, or a file too large) is that limit.
     async fn exit_status(&mut self) -> Result<(i64, Cause), ToolError> {

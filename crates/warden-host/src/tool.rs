@@ -315,4 +315,12 @@ impl Executor for HostTool {
             }
         })
     }
+
+    fn shell_fifo(
+        &self,
+        session: SessionId,
+        fd: i32,
+    ) -> BoxFuture<'_, Option<std::io::Result<std::os::fd::OwnedFd>>> {
+        Box::pin(async move { self.sessions.as_ref()?.shell_fifo(session, fd).await })
+    }
 }

@@ -6,9 +6,10 @@
 //!
 //! `{"tool": NAME, "fork"?: BOOL}` answers `{}`; a sandbox that could not start is the error
 //! code [`crate::snapshot::REFUSED`] with `data: {"kind": KIND}`, the error kind of a call.
-//! With `"fork": true` (the session is to get a fork, `warden/restore` with `fork`), a tool
-//! with read-write roots starts nothing: its fork's sandbox starts over copies of them, made
-//! at the restore, and one started now would be ended there. Parameters of another shape are
+//! With `"fork": true` (the session is to get a fork, `warden/restore` with `fork`), only the
+//! session's shell starts (the restore needs no shell beside it); a tool with read-write
+//! roots starts nothing: its fork's sandbox starts over copies of them, made at the restore,
+//! and one started now would be ended there. Parameters of another shape are
 //! refused with `-32602`.
 
 use rmcp::ErrorData;
@@ -35,7 +36,17 @@ pub(crate) async fn answer(
     if fork && dispatcher.toolbox().get(tool).is_some_and(copied) {
         return Ok(CustomResult::new(json!({})));
     }
-    match dispatcher.start_sandbox(tool).await {
+    // A fork's restore goes in through the session's own shell where warden can take its
+    // descriptors (`warden_snapshot`'s restore): no shell beside it is started for it.
+    let started = if fork {
+        dispatcher
+            .run_for_client(tool, ":".into(), 0)
+            .await
+            .map(drop)
+    } else {
+        dispatcher.start_sandbox(tool).await
+    };
+    match started {
         Ok(()) => Ok(CustomResult::new(json!({}))),
         Err(e) => Err(crate::snapshot::refused(e.into())),
     }

@@ -22,7 +22,8 @@
 //!   shell, else through base64 a part of whole entries at a time; then the shell's
 //!   directory and variables are replayed, quoted by warden ([`unpack`]). A restore that
 //!   fails midway leaves `/tmp` part restored, and says so. A fork's sandbox, new, unpacks
-//!   the archive while warden checks the rest of it ([`streamed`]).
+//!   the archive while warden checks the rest of it ([`streamed`]), through a FIFO its own
+//!   shell holds where warden can take it (no shell started beside it), else raw beside it.
 //! - **Read-write roots** are the real folders, changed by each command's transaction: a
 //!   snapshot keeps where their history stood, and a restore undoes the calls committed to
 //!   them since ([`roots`]). A fork gets copies of them as they stood ([`fork`]), which its
@@ -38,6 +39,7 @@ pub mod shell;
 pub mod store;
 pub mod streamed;
 mod unpack;
+use unpack::Fed;
 
 pub use archive::ArchiveError;
 pub use fork::ForkRoots;
@@ -435,7 +437,11 @@ impl Snapshots {
             tracing::info!(id, tool, calls = undone.len(), "read-write roots rewound");
         }
         let streamed = match streaming {
-            Some(file) => unpack::streamed(dispatcher, tool, file, len, &skip).await?,
+            Some(file) => match unpack::fed(dispatcher, tool, file, &skip).await? {
+                Fed::Unpacked => true,
+                Fed::NotOwn => false,
+                Fed::Cannot(file) => unpack::streamed(dispatcher, tool, file, len, &skip).await?,
+            },
             None => false,
         };
         if !streamed {

@@ -8,6 +8,7 @@ use crate::direct::DirectReader;
 use crate::{RESTORE, SnapshotError, WALK, failed, strs, unfinished};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use tokio::io::AsyncWriteExt;
 use tokio::task::JoinHandle;
 use warden_core::{Dispatcher, PipeInput, Stream, clean_command};
 
@@ -127,6 +128,94 @@ pub(crate) async fn streamed(
         Ok(Some(piped)) => Err(SnapshotError::Unpack(failed(&piped))),
         Ok(None) => Ok(false),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The descriptor a fork's session shell holds the FIFO of [`fed`] on, between the command
+/// that makes it and the one that reads it (above the 3 and 4 its framing takes).
+const FEED_FD: i32 = 9;
+
+/// What came of [`fed`].
+pub(crate) enum Fed {
+    /// The archive went in whole.
+    Unpacked,
+    /// It is not warden's own rewrite: it is to be checked and unpacked [`whole`].
+    NotOwn,
+    /// warden cannot take the shell's descriptors there: the archive, handed back.
+    Cannot(DirectReader),
+}
+
+/// Unpacks the kept archive `file` of `len` bytes as its check comes past each piece, as
+/// [`streamed`] does, but through the session's own shell: the shell makes a FIFO in `/tmp`
+/// and holds it on [`FEED_FD`]; warden takes it from the shell's process (never opening a
+/// path of the sandbox's) and writes the pieces there while the shell's next command unpacks
+/// what it reads from it. So a fork's new sandbox needs no shell beside its own, whose start
+/// (an engine's `exec`, 50–70 ms here) the restore would wait for. For a sandbox that holds
+/// nothing to lose, as [`streamed`]; [`Fed::Cannot`] where warden cannot take the shell's
+/// descriptors (gVisor, an engine elsewhere, a shell warden may not trace).
+pub(crate) async fn fed(
+    dispatcher: &Dispatcher,
+    tool: &str,
+    file: DirectReader,
+    skip: &[String],
+) -> Result<Fed, SnapshotError> {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).map_err(|e| SnapshotError::Random(e.to_string()))?;
+    let fifo = format!("/tmp/.warden-feed-{}", hex::encode(bytes));
+    let made = dispatcher
+        .run_for_client(
+            tool,
+            format!(
+                "mkfifo -m 600 {fifo} && exec {FEED_FD}<>{fifo} && rm -f {fifo} && echo WARDEN-OK"
+            ),
+            4096,
+        )
+        .await?;
+    let taken = match made.trim() {
+        "WARDEN-OK" => dispatcher.shell_fifo(tool, FEED_FD).await?,
+        _ => None,
+    };
+    let writer = taken.and_then(|fd| tokio::net::unix::pipe::Sender::from_owned_fd(fd).ok());
+    let Some(mut writer) = writer else {
+        dispatcher
+            .run_for_client(tool, format!("exec {FEED_FD}<&-; rm -f {fifo}"), 0)
+            .await?;
+        return Ok(Fed::Cannot(file));
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Vec<u8>>>(AHEAD);
+    let owned = skip.to_vec();
+    let checking = tokio::task::spawn_blocking(move || {
+        crate::streamed::streamed(file, &strs(&owned), |piece| tx.blocking_send(piece).is_ok())
+    });
+    // The writer goes when the pieces end or stop: the unpacking then reads to its end.
+    let feeding = tokio::spawn(async move {
+        while let Some(Ok(piece)) = rx.recv().await {
+            if writer.write_all(&piece).await.is_err() {
+                return;
+            }
+        }
+    });
+    // Read through a descriptor of its own, opened while the shell's still holds the FIFO
+    // (so that it never waits for a writer, nor warden's writes find no reader); then the
+    // shell lets go of its own, and warden's is the FIFO's one writer: its close ends what
+    // is read. What `tar` leaves unread (the archive's last record) is drained.
+    let unpack = clean_command(
+        &format!("{WALK}{DROP}{EMPTY_UNPACK_RAW}"),
+        RESTORE,
+        &strs(skip),
+    );
+    let command = format!(
+        "{{ exec {FEED_FD}<&-; {unpack}; __w_s=$?; command cat >/dev/null; \
+         [ \"$__w_s\" = 0 ] && echo WARDEN-OK; unset __w_s; }} </proc/self/fd/{FEED_FD} 2>&1"
+    );
+    let printed = dispatcher.run_for_client(tool, command, 64 * 1024).await;
+    // An unpacking that ended early leaves the rest unread: the check then stops.
+    feeding.abort();
+    let went = checking.await.map_err(unfinished)?;
+    match printed?.trim() {
+        _ if !went => Ok(Fed::NotOwn),
+        "WARDEN-OK" => Ok(Fed::Unpacked),
+        other => Err(SnapshotError::Unpack(other.to_owned())),
     }
 }
 

@@ -40,15 +40,7 @@ impl Fifo {
     /// Takes the FIFO on fd [`FD`] of process `pid` (see the module): an error when the
     /// process is gone, warden may not take its descriptors, or the descriptor is no FIFO.
     pub(super) fn take(pid: i32) -> io::Result<Self> {
-        let pid = Pid::from_raw(pid).ok_or_else(|| io::Error::other("no such process"))?;
-        let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty())?;
-        let held = rustix::process::pidfd_getfd(&pidfd, FD, PidfdGetfdFlags::empty())?;
-        let kind = FileType::from_raw_mode(rustix::fs::fstat(&held)?.st_mode);
-        if kind != FileType::Fifo {
-            return Err(io::Error::other(format!(
-                "its fd {FD} is a {kind:?}, not a FIFO"
-            )));
-        }
+        let held = taken(pid, FD)?;
         let own = |flags: OFlags| -> io::Result<OwnedFd> {
             let path = format!("/proc/self/fd/{}", held.as_raw_fd());
             let flags = flags | OFlags::NONBLOCK | OFlags::CLOEXEC;
@@ -60,6 +52,31 @@ impl Fifo {
             tx: Sender::from_owned_fd(tx)?,
         })
     }
+}
+
+/// warden's own writing end, non-blocking, of the FIFO that process `pid` holds on its
+/// descriptor `fd` (taken as [`Fifo::take`] takes a courier's). Once the process closes its
+/// own descriptor, this end is the FIFO's one writer: closing it ends what its reader reads.
+pub(super) fn writer(pid: i32, fd: i32) -> io::Result<OwnedFd> {
+    let held = taken(pid, fd)?;
+    let path = format!("/proc/self/fd/{}", held.as_raw_fd());
+    let flags = OFlags::WRONLY | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    Ok(rustix::fs::open(path, flags, Mode::empty())?)
+}
+
+/// Descriptor `fd` of process `pid`, duplicated by its pidfd: an error when the process is
+/// gone, warden may not take its descriptors, or the descriptor is no FIFO.
+fn taken(pid: i32, fd: i32) -> io::Result<OwnedFd> {
+    let pid = Pid::from_raw(pid).ok_or_else(|| io::Error::other("no such process"))?;
+    let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty())?;
+    let held = rustix::process::pidfd_getfd(&pidfd, fd, PidfdGetfdFlags::empty())?;
+    let kind = FileType::from_raw_mode(rustix::fs::fstat(&held)?.st_mode);
+    if kind != FileType::Fifo {
+        return Err(io::Error::other(format!(
+            "its fd {fd} is a {kind:?}, not a FIFO"
+        )));
+    }
+    Ok(held)
 }
 
 /// Reads what FIFO end `rx` holds now into `into`, up to `bound` bytes in all: whether it went

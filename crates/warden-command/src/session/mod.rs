@@ -103,6 +103,7 @@ use shell::{Live, Ran};
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -240,6 +241,12 @@ pub trait Sandbox: Send + 'static {
 
     /// What starts shells beside this one's in this sandbox, if it can. None by default.
     fn siblings(&self) -> Option<Self::Siblings> {
+        None
+    }
+
+    /// The shell's process as this machine sees it, where warden may take its descriptors
+    /// ([`Sessions::shell_fifo`]). None by default.
+    fn shell_pid(&self) -> Option<i32> {
         None
     }
 
@@ -596,6 +603,23 @@ impl<L: Launcher> Sessions<L> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         slots.entry(id).or_default().clone()
+    }
+
+    /// warden's writing end of the FIFO that the shell of session `id` holds on its
+    /// descriptor `fd` (a client's command made it there), taken from the shell's process
+    /// ([`fifo::writer`]) while the shell is between commands. None when the session has no
+    /// shell, or its sandbox does not show the shell's process here; an error when warden may
+    /// not take it, or it is no FIFO.
+    pub async fn shell_fifo(&self, id: SessionId, fd: i32) -> Option<io::Result<OwnedFd>> {
+        let slot = self
+            .slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&id)
+            .cloned()?;
+        let held = slot.held.lock().await;
+        let pid = held.live.as_ref()?.sandbox.shell_pid()?;
+        Some(fifo::writer(pid, fd))
     }
 
     /// Ends session `id`: its shell and sandbox are gone when this returns.

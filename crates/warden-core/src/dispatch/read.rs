@@ -171,6 +171,26 @@ impl Dispatcher {
             .map(drop)
     }
 
+    /// warden's writing end of the FIFO that the shell of this session's sandbox of `tool`
+    /// holds on its descriptor `fd` ([`crate::Executor::shell_fifo`]), made there by a
+    /// client's command: None where warden cannot take it (said in the log), so that the
+    /// bytes go another way.
+    pub async fn shell_fifo(
+        &self,
+        tool: &str,
+        fd: i32,
+    ) -> Result<Option<std::os::fd::OwnedFd>, ToolError> {
+        let found = self.tool_named(tool)?;
+        match found.executor.shell_fifo(self.session.id, fd).await {
+            Some(Ok(fifo)) => Ok(Some(fifo)),
+            Some(Err(e)) => {
+                tracing::info!(tool, "the session's shell's FIFO could not be taken: {e}");
+                Ok(None)
+            }
+            None => Ok(None),
+        }
+    }
+
     fn tool_named(&self, tool: &str) -> Result<&Tool, ToolError> {
         self.toolbox.get(tool).ok_or_else(|| {
             ToolError::new(ErrorKind::UnknownTool, format!("no tool named {tool:?}"))
