@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from langchain_harness import require_docker, scratch, shell_toolbox, warden_bin
+from langchain_harness import host_tool, require_docker, scratch, shell_toolbox, warden_bin
 from langchain_warden import WardenSandbox, WardenSnapshotError
 from langchain_warden._process import McpError
 
@@ -149,6 +149,23 @@ def test_a_sandbox_starts_ahead_of_its_first_command_when_asked(base, tool):
             with pytest.raises(McpError) as refused:
                 sandbox._session.request("warden/start", shapeless)
             assert refused.value.code == -32602
+
+
+@pytest.mark.parametrize("tool", SHELLS)
+def test_a_forks_start_starts_its_shell_alone_and_no_tool_without_one(base, tool):
+    """`warden/start` with `fork` (the fork's restore comes next, through the session's own
+    shell) starts the session's shell and no shell beside it; for a tool whose calls are
+    not a session's, it does nothing (a call of this one, with or without a command, is
+    answered an error)."""
+    failing = host_tool("failing", ["/bin/sh", "-c", "exit 3"], base / "workspace")
+    (base / "policies" / "failing.toml").write_text(failing)
+    with WardenSandbox(**made(base, tool)) as sandbox:
+        assert sandbox._session.request("warden/start", {"tool": tool, "fork": True}) == {}
+        held = sandbox.execute("ls -l /proc/[0-9]*/fd/3 2>/dev/null | grep -c /tmp/.warden-")
+        assert held.output.strip() == "0", held.output
+        assert sandbox._session.request("warden/start", {"tool": "failing", "fork": True}) == {}
+        called = sandbox._session.request("tools/call", {"name": "failing", "arguments": {}})
+        assert called.get("isError"), f"a call of it fails: {called}"
 
 
 def test_a_restore_under_a_changed_policy_is_refused(base):

@@ -39,10 +39,7 @@ pub(crate) async fn answer(
     // A fork's restore goes in through the session's own shell where warden can take its
     // descriptors (`warden_snapshot`'s restore): no shell beside it is started for it.
     let started = if fork {
-        dispatcher
-            .run_for_client(tool, ":".into(), 0)
-            .await
-            .map(drop)
+        dispatcher.start_shell(tool).await
     } else {
         dispatcher.start_sandbox(tool).await
     };

@@ -191,6 +191,18 @@ impl Dispatcher {
         }
     }
 
+    /// Starts this session's shell of `tool` where it has not started, and no shell beside
+    /// it: for a client whose next request goes through that shell (a fork's restore, which
+    /// takes a FIFO of the shell's: [`Dispatcher::shell_fifo`]). Nothing for a tool whose
+    /// sandbox takes no client's transfers ([`Dispatcher::transfer_bound`]), which that
+    /// request would be refused.
+    pub async fn start_shell(&self, tool: &str) -> Result<(), ToolError> {
+        if self.tool_named(tool)?.executor.transfer().is_none() {
+            return Ok(());
+        }
+        self.run_for_client(tool, ":".into(), 0).await.map(drop)
+    }
+
     fn tool_named(&self, tool: &str) -> Result<&Tool, ToolError> {
         self.toolbox.get(tool).ok_or_else(|| {
             ToolError::new(ErrorKind::UnknownTool, format!("no tool named {tool:?}"))
