@@ -18,6 +18,10 @@ use std::time::{Duration, Instant};
 /// A boxed, sendable future, so `Executor` can be a trait object.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// What [`Executor::shell_fifo`] answers: warden's writing end of a FIFO a session's shell
+/// holds, an error when it could not be taken, or None where it cannot be.
+pub type ShellFifo<'a> = BoxFuture<'a, Option<std::io::Result<std::os::fd::OwnedFd>>>;
+
 /// One checked call handed to an executor.
 #[derive(Debug, Clone)]
 pub struct Invocation {
@@ -416,11 +420,7 @@ pub trait Executor: Send + Sync {
     /// its descriptor `fd` (a client's command made it there), where warden can take the
     /// shell's descriptors: a client's bytes then reach a command of that shell raw, as a
     /// pipe's would, with no shell started beside it. None where it cannot, and by default.
-    fn shell_fifo(
-        &self,
-        session: SessionId,
-        fd: i32,
-    ) -> BoxFuture<'_, Option<std::io::Result<std::os::fd::OwnedFd>>> {
+    fn shell_fifo(&self, session: SessionId, fd: i32) -> ShellFifo<'_> {
         let _ = (session, fd);
         Box::pin(async { None })
     }

@@ -48,7 +48,7 @@ pub use dispatch::{
 };
 pub use executor::{
     BoxFuture, Denial, Denials, Executor, Held, Invocation, Meter, Output, Reached, SHELL_DETAIL,
-    Sample, SessionId, Usage,
+    Sample, SessionId, ShellFifo, Usage,
 };
 pub use grants::{Access, CallerEnv, FsGrant, GrantLines, Grants, Paths};
 pub use limits::{Capped, Limits, LimitsSpec, MARKER_MAX, shorten, split_marker};

@@ -12,7 +12,7 @@ use warden_command::session::Sessions;
 use warden_command::{Cause, CommandCall, Template, answer, shell, timed_out};
 use warden_core::{
     BoxFuture, ErrorKind, Executor, Finished, Held, Invocation, Output, Pipe, Piping, Program,
-    SHELL_DETAIL, SessionId, ToolError,
+    SHELL_DETAIL, SessionId, ShellFifo, ToolError,
 };
 use warden_net::Scope;
 use warden_tx::View;
@@ -271,11 +271,7 @@ impl Executor for DockerTool {
         })
     }
 
-    fn shell_fifo(
-        &self,
-        session: SessionId,
-        fd: i32,
-    ) -> BoxFuture<'_, Option<std::io::Result<std::os::fd::OwnedFd>>> {
+    fn shell_fifo(&self, session: SessionId, fd: i32) -> ShellFifo<'_> {
         Box::pin(async move { self.sessions.as_ref()?.shell_fifo(session, fd).await })
     }
 

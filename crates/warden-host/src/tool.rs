@@ -18,7 +18,7 @@ use warden_command::session::Sessions;
 use warden_command::{Cause, CommandCall, NetworkMode, Template, answer, shell, timed_out};
 use warden_core::{
     Access, BoxFuture, Denials, ErrorKind, Executor, Finished, Grants, Held, Invocation, Limits,
-    Output, Pipe, Piping, Program, SHELL_DETAIL, SessionId, ToolError,
+    Output, Pipe, Piping, Program, SHELL_DETAIL, SessionId, ShellFifo, ToolError,
 };
 use warden_net::Gate;
 use warden_tx::Store;
@@ -316,11 +316,7 @@ impl Executor for HostTool {
         })
     }
 
-    fn shell_fifo(
-        &self,
-        session: SessionId,
-        fd: i32,
-    ) -> BoxFuture<'_, Option<std::io::Result<std::os::fd::OwnedFd>>> {
+    fn shell_fifo(&self, session: SessionId, fd: i32) -> ShellFifo<'_> {
         Box::pin(async move { self.sessions.as_ref()?.shell_fifo(session, fd).await })
     }
 }
