@@ -9,6 +9,7 @@ use crate::{RESTORE, SnapshotError, WALK, failed, strs, unfinished};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc::Receiver;
 use tokio::task::JoinHandle;
 use warden_core::{Dispatcher, PipeInput, Stream, clean_command};
 
@@ -56,6 +57,30 @@ pub(crate) fn check(
     })
 }
 
+/// The command that empties the sandbox's `/tmp` (but for the roots `skip`) and unpacks the
+/// raw archive on its stdin there.
+fn unpack_raw(skip: &[String]) -> String {
+    clean_command(
+        &format!("{WALK}{DROP}{EMPTY_UNPACK_RAW}"),
+        RESTORE,
+        &strs(skip),
+    )
+}
+
+/// Checks the kept archive `file` as [`crate::streamed`] does, off the runtime's threads: its
+/// checked pieces, [`AHEAD`] at most waiting to be taken, and whether all of them went out.
+fn pieces(
+    file: DirectReader,
+    skip: &[String],
+) -> (Receiver<std::io::Result<Vec<u8>>>, JoinHandle<bool>) {
+    let (tx, rx) = tokio::sync::mpsc::channel(AHEAD);
+    let owned = skip.to_vec();
+    let checking = tokio::task::spawn_blocking(move || {
+        crate::streamed::streamed(file, &strs(&owned), |piece| tx.blocking_send(piece).is_ok())
+    });
+    (rx, checking)
+}
+
 /// Empties the sandbox's `/tmp` (but for the roots `skip`) and unpacks `whole`, the archive
 /// of snapshot `id` as [`check`] answered it, there.
 pub(crate) async fn whole(
@@ -66,9 +91,8 @@ pub(crate) async fn whole(
     skip: &[String],
 ) -> Result<(), SnapshotError> {
     let roots = strs(skip);
-    let raw = clean_command(&format!("{WALK}{DROP}{EMPTY_UNPACK_RAW}"), RESTORE, &roots);
     let piped = dispatcher
-        .pipe_for_client(tool, raw, PipeInput::Bytes(whole), 64 * 1024)
+        .pipe_for_client(tool, unpack_raw(skip), PipeInput::Bytes(whole), 64 * 1024)
         .await?;
     match piped {
         Some(piped) if piped.succeeded() => Ok(()),
@@ -106,20 +130,11 @@ pub(crate) async fn streamed(
     len: u64,
     skip: &[String],
 ) -> Result<bool, SnapshotError> {
-    let (tx, rx) = tokio::sync::mpsc::channel(AHEAD);
-    let owned = skip.to_vec();
-    let checking = tokio::task::spawn_blocking(move || {
-        crate::streamed::streamed(file, &strs(&owned), |piece| tx.blocking_send(piece).is_ok())
-    });
-    let raw = clean_command(
-        &format!("{WALK}{DROP}{EMPTY_UNPACK_RAW}"),
-        RESTORE,
-        &strs(skip),
-    );
+    let (rx, checking) = pieces(file, skip);
     let input = PipeInput::Stream(Stream::new(len, rx));
     // Answered once the stream is taken or dropped: the check cannot wait on it after.
     let piped = dispatcher
-        .pipe_for_client(tool, raw, input, 64 * 1024)
+        .pipe_for_client(tool, unpack_raw(skip), input, 64 * 1024)
         .await;
     let went = checking.await.map_err(unfinished)?;
     match piped {
@@ -145,12 +160,12 @@ pub(crate) enum Fed {
     Cannot(DirectReader),
 }
 
-/// Unpacks the kept archive `file` of `len` bytes as its check comes past each piece, as
-/// [`streamed`] does, but through the session's own shell: the shell makes a FIFO in `/tmp`
-/// and holds it on [`FEED_FD`]; warden takes it from the shell's process (never opening a
-/// path of the sandbox's) and writes the pieces there while the shell's next command unpacks
-/// what it reads from it. So a fork's new sandbox needs no shell beside its own, whose start
-/// (an engine's `exec`, 50–70 ms here) the restore would wait for. For a sandbox that holds
+/// Unpacks the kept archive `file` as its check comes past each piece, as [`streamed`] does,
+/// but through the session's own shell: the shell makes a FIFO in `/tmp` and holds it on
+/// [`FEED_FD`]; warden takes it from the shell's process (never opening a path of the
+/// sandbox's) and writes the pieces there while the shell's next command unpacks what it
+/// reads from it. So a fork's new sandbox needs no shell beside its own, whose start (an
+/// engine's `exec`, 50–70 ms here) the restore would wait for. For a sandbox that holds
 /// nothing to lose, as [`streamed`]; [`Fed::Cannot`] where warden cannot take the shell's
 /// descriptors (gVisor, an engine elsewhere, a shell warden may not trace).
 pub(crate) async fn fed(
@@ -182,11 +197,7 @@ pub(crate) async fn fed(
             .await?;
         return Ok(Fed::Cannot(file));
     };
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Vec<u8>>>(AHEAD);
-    let owned = skip.to_vec();
-    let checking = tokio::task::spawn_blocking(move || {
-        crate::streamed::streamed(file, &strs(&owned), |piece| tx.blocking_send(piece).is_ok())
-    });
+    let (mut rx, checking) = pieces(file, skip);
     // The writer goes when the pieces end or stop: the unpacking then reads to its end.
     let feeding = tokio::spawn(async move {
         while let Some(Ok(piece)) = rx.recv().await {
@@ -199,14 +210,10 @@ pub(crate) async fn fed(
     // (so that it never waits for a writer, nor warden's writes find no reader); then the
     // shell lets go of its own, and warden's is the FIFO's one writer: its close ends what
     // is read. What `tar` leaves unread (the archive's last record) is drained.
-    let unpack = clean_command(
-        &format!("{WALK}{DROP}{EMPTY_UNPACK_RAW}"),
-        RESTORE,
-        &strs(skip),
-    );
     let command = format!(
-        "{{ exec {FEED_FD}<&-; {unpack}; __w_s=$?; command cat >/dev/null; \
-         [ \"$__w_s\" = 0 ] && echo WARDEN-OK; unset __w_s; }} </proc/self/fd/{FEED_FD} 2>&1"
+        "{{ exec {FEED_FD}<&-; {}; __w_s=$?; command cat >/dev/null; \
+         [ \"$__w_s\" = 0 ] && echo WARDEN-OK; unset __w_s; }} </proc/self/fd/{FEED_FD} 2>&1",
+        unpack_raw(skip)
     );
     let printed = dispatcher.run_for_client(tool, command, 64 * 1024).await;
     // An unpacking that ended early leaves the rest unread: the check then stops.
