@@ -120,15 +120,13 @@ impl Recipe {
             self.plan
                 .container(cmd, env, memory, engine.labels(&self.plan.tool, mode), true);
         body.tty = Some(tty);
-        let (view, guests) = match (
-            views,
-            body.host_config.as_mut().and_then(|h| h.mounts.as_mut()),
-        ) {
-            (Some(store), Some(mounts)) => crate::view::viewed(store, mounts).map_err(|e| {
-                ToolError::internal(format!("a view of the call's read-write roots: {e}"))
-            })?,
-            _ => None,
+        let mounts = body.host_config.as_mut().and_then(|h| h.mounts.as_mut());
+        let (view, guests) = match (views, &self.plan.copied, mounts) {
+            (Some(store), Some(copied), _) => crate::view::of_copies(store, copied),
+            (Some(store), None, Some(mounts)) => crate::view::viewed(store, mounts),
+            _ => Ok(None),
         }
+        .map_err(|e| ToolError::internal(format!("a view of the call's read-write roots: {e}")))?
         .unzip();
         if let Some(s) = &sandboxed {
             s.mount_into(&mut body);

@@ -3,7 +3,7 @@
 
 use crate::container::Container;
 use crate::engine::Engine;
-use crate::files::{Copied, CopiedIn};
+use crate::files::{Copied, CopiedIn, ReadBack};
 use crate::launch::Started;
 use bollard::Docker;
 use bollard::container::{AttachContainerResults, LogOutput};
@@ -62,8 +62,12 @@ fn status(rest: &[u8]) -> Option<i64> {
 }
 
 /// What a per-call container's roots came to: the notes for its answer (what was left out,
-/// what was written back), or why its read-write roots were not written back.
+/// what was written back in place), or why its read-write copies were not read back, staged
+/// or written back.
 pub(crate) type FilesOutcome = Result<Vec<String>, ToolError>;
+
+/// A container's read-write copies as read back, or why they could not be.
+type Read = Result<Vec<ReadBack>, ToolError>;
 
 /// One command for a started per-call container: its argv, output cap and deadline, the scope
 /// its gate (if any) refuses into, and its copied roots (with the tool's name), if any.
@@ -86,7 +90,8 @@ pub(crate) struct Ran {
 
 /// Runs one command in `started`, a per-call container, to its end or its deadline; the
 /// caller removes the container after. With `copied` roots, the command starts once they are
-/// in, and its read-write roots are written back when it ends (not at the deadline). Answers
+/// in, and its read-write roots are read back when it ends (not at the deadline): staged in
+/// the container's view when it has one (the caller settles it), else written back. Answers
 /// what went through the gate too, and the CPU and memory figures the container's cgroup had
 /// at the command's end (or at the deadline); `None` when the container's shell ended before
 /// it took the command (it died while it waited).
@@ -102,6 +107,11 @@ pub(crate) async fn run_once(
         scope,
         copied,
     } = call;
+    // A pooled container's view was made before the call: its conflicts count from now,
+    // before its roots are copied in.
+    if let Some(view) = &mut started.view {
+        view.begin();
+    }
     let copied_in = match copied {
         Some((copied, _)) => Some(
             copied
@@ -112,10 +122,6 @@ pub(crate) async fn run_once(
     };
     if let Some(gate) = &started.gate {
         gate.begin(scope);
-    }
-    // A pooled container's view was made before the call: its conflicts count from now.
-    if let Some(view) = &mut started.view {
-        view.begin();
     }
     let (start, end) = (nonce(), nonce());
     // The command starts here. A failed write shows as output ending without the start line.
@@ -131,9 +137,7 @@ pub(crate) async fn run_once(
         docker: &started.docker,
         output_limit,
         deadline,
-        copied: copied
-            .zip(copied_in.as_ref())
-            .map(|((c, tool), i)| (c, i, tool)),
+        copied: copied.map(|(c, _)| c).zip(copied_in.as_ref()),
     };
     let read = run.read_to_end(&mut started.attached, &start, &end).await;
     let traffic = started.gate.as_ref().map(Proxy::end);
@@ -141,14 +145,29 @@ pub(crate) async fn run_once(
         return Ok(None);
     };
     let mut notes = copied_in.map(|c| c.notes).unwrap_or_default();
-    let files = match files {
-        Some(Ok(written)) => {
-            notes.extend(written);
-            Ok(notes)
+    // What the copies changed is the call's view's, where it has one; else written in place.
+    let back = match (files, started.view.take()) {
+        (Some(Ok(copies)), Some(view)) => {
+            crate::files::staged(copies, view)
+                .await
+                .map(|(view, notes)| {
+                    started.view = Some(view);
+                    notes
+                })
         }
-        Some(Err(e)) => Err(e),
-        None => Ok(notes),
+        (Some(Ok(copies)), None) => {
+            crate::files::in_place(copies, copied.map_or("", |(_, tool)| tool)).await
+        }
+        (Some(Err(e)), _) => Err(e),
+        (None, view) => {
+            started.view = view;
+            Ok(Vec::new())
+        }
     };
+    let files = back.map(|more| {
+        notes.extend(more);
+        notes
+    });
     Ok(Some(Ran {
         ended: ended?,
         traffic,
@@ -164,8 +183,8 @@ struct Run<'a> {
     cgroup: Option<&'a Cgroup>,
     engine: &'a Engine,
     docker: &'a Docker,
-    /// Its copied roots, what was copied in, and the tool's name.
-    copied: Option<(&'a Copied, &'a CopiedIn, &'a str)>,
+    /// Its copied roots, and what was copied in.
+    copied: Option<(&'a Copied, &'a CopiedIn)>,
     output_limit: u64,
     deadline: Instant,
 }
@@ -173,7 +192,7 @@ struct Run<'a> {
 impl Run<'_> {
     /// Reads its output, from the start lines `start` until the end lines `end` or the
     /// deadline. At the end lines, or at the deadline, the container's counters are read
-    /// first: they go with its cgroup. At the end lines its read-write roots are written back,
+    /// first: they go with its cgroup. At the end lines its read-write roots are read back,
     /// while it still runs (their copies go with it), and the command's status is on stdout's:
     /// the answer needs nothing more of the container. `None` when the output ended before the
     /// start line: the shell never took the command.
@@ -182,7 +201,7 @@ impl Run<'_> {
         attached: &mut AttachContainerResults,
         start: &str,
         end: &str,
-    ) -> Option<(Result<Ended, ToolError>, Usage, Option<FilesOutcome>)> {
+    ) -> Option<(Result<Ended, ToolError>, Usage, Option<Read>)> {
         let (start, end) = (format!("\n{start}"), format!("\n{end}"));
         let is_status = |rest: &[u8]| status(rest).is_some();
         let mut stdout = Frames::new(&start, &end, is_status, self.output_limit);
@@ -209,7 +228,7 @@ impl Run<'_> {
             }
             if let (true, Some(code)) = (stderr.done(), stdout.rest().and_then(status)) {
                 let used = self.used();
-                let written = self.write_back().await;
+                let read = self.read_back().await;
                 // The shell exits once its stdin closes; the container is removed after.
                 let _ = attached.input.shutdown().await;
                 let oom = code == 137 && self.container.oom_killed_after_exit().await;
@@ -219,7 +238,7 @@ impl Run<'_> {
                     stdout: stdout.text(),
                     stderr: stderr.text(),
                 };
-                return Some((Ok(ended), used, written));
+                return Some((Ok(ended), used, read));
             }
         }
         // Without its end lines the container ended first (its shell was killed: the memory
@@ -240,15 +259,15 @@ impl Run<'_> {
                 stderr: stderr.text(),
             }),
         };
-        Some((ended, Usage::default(), self.write_back().await))
+        Some((ended, Usage::default(), self.read_back().await))
     }
 
-    /// Writes its read-write roots back; `None` without copied roots.
-    async fn write_back(&self) -> Option<FilesOutcome> {
-        let (copied, copied_in, tool) = self.copied?;
+    /// Reads its read-write roots back; `None` without copied roots.
+    async fn read_back(&self) -> Option<Read> {
+        let (copied, copied_in) = self.copied?;
         Some(
             copied_in
-                .write_back(copied, self.engine, self.docker, &self.container.id, tool)
+                .read_back(copied, self.engine, self.docker, &self.container.id)
                 .await,
         )
     }

@@ -97,7 +97,12 @@ impl DockerTool {
                     } => (Some(*code), stdout, stderr),
                     Ended::TimedOut { stdout, stderr } => (None, stdout, stderr),
                 };
-                return Err(e.with_detail(SHELL_DETAIL, shell(code, stdout, stderr, &[])));
+                let mut e = e.with_detail(SHELL_DETAIL, shell(code, stdout, stderr, &[]));
+                // A transaction's `details.changes` says that nothing of it was kept.
+                if self.recipe.views.is_some() {
+                    e.set_detail("changes", warden_core::changes::discarded_detail());
+                }
+                return Err(e);
             }
         };
         let answered = match ended {
@@ -114,6 +119,12 @@ impl DockerTool {
                 &inv.limits,
                 &notes,
             ),
+            // Its view, if it had one, goes with its container, and the answer says so.
+            Ended::TimedOut { stdout, stderr } if self.recipe.views.is_some() => {
+                let what = "its container was killed and removed";
+                let e = timed_out(call.time.named, &stdout, &stderr, what);
+                Err(warden_core::changes::discarded(e))
+            }
             Ended::TimedOut { stdout, stderr } => {
                 let what = if self
                     .recipe
@@ -127,13 +138,7 @@ impl DockerTool {
                 } else {
                     "its container was killed and removed"
                 };
-                let e = timed_out(call.time.named, &stdout, &stderr, what);
-                // Its view, if it had one, goes with its container.
-                Err(if self.recipe.views.is_some() {
-                    warden_core::changes::discarded(e)
-                } else {
-                    e
-                })
+                Err(timed_out(call.time.named, &stdout, &stderr, what))
             }
         };
         if let Some(t) = traffic {

@@ -9,7 +9,14 @@
 //! warden reads and moves what the container's user wrote, so a tool's calls are
 //! transactions only where warden can: it runs as root, or its containers run as warden's own
 //! user. Elsewhere they write in place, and `[review] changes = true` is refused at load.
+//!
+//! An engine that gets the roots copied in (one elsewhere) mounts nothing of warden's: a
+//! per-call container's view holds what its copies changed, read back while it still runs
+//! and staged by warden itself (as whoever warden is), so its calls are transactions
+//! wherever warden keeps a store. A session's copies are written back when its container
+//! goes.
 
+use crate::files::Copied;
 use crate::plan::Plan;
 use bollard::models::{Mount, MountType};
 use std::path::{Path, PathBuf};
@@ -18,16 +25,11 @@ use warden_tx::{Store, View};
 
 /// Why a tool's calls (and programs, and a session's commands) cannot be transactions in a
 /// container, if they cannot: `None` when they are (its roots mounted, by a user warden can
-/// act as).
+/// act as, or copied in).
 pub(crate) fn in_place(plan: &Plan, store: bool) -> Option<&'static str> {
     if !store {
         Some(warden_tx::settle::NO_STORE)
-    } else if plan.copied.is_some() {
-        Some(
-            "this engine gets the roots copied in, and its calls write them back in place \
-             (a transaction needs the engine on this machine, mounting the roots)",
-        )
-    } else if !acts_as(plan.user.uid) {
+    } else if plan.copied.is_none() && !acts_as(plan.user.uid) {
         Some(
             "the container's user is neither warden's own nor is warden root, so warden could \
              not read or move what its calls write: run the tool as warden's user (`user` in \
@@ -38,11 +40,12 @@ pub(crate) fn in_place(plan: &Plan, store: bool) -> Option<&'static str> {
     }
 }
 
-/// True when a session's container can have a view: its processes are this machine's (runc),
-/// so warden writes a discard or a sync through its shell's `/proc/PID/root`. Under gVisor
-/// its commands write in place.
+/// True when a session's container can have a view: its roots are mounted, and its
+/// processes are this machine's (runc), so warden writes a discard or a sync through its
+/// shell's `/proc/PID/root`. Under gVisor its commands write in place; with its roots copied
+/// in, they are written back when its container goes.
 pub(crate) fn session_viewed(plan: &Plan) -> bool {
-    !plan.gvisor && plan.runtime.as_deref().is_none_or(|r| r == "runc")
+    plan.copied.is_none() && !plan.gvisor && plan.runtime.as_deref().is_none_or(|r| r == "runc")
 }
 
 /// True when warden may read and move files that `uid` makes.
@@ -81,6 +84,24 @@ pub(crate) fn viewed(
         mounts[i] = overlay(&roots[n], &layer.upper, &layer.work, target);
     }
     Ok(Some((view, guests)))
+}
+
+/// A view of the read-write roots `copied` copies in, with where the container sees each;
+/// `None` when none is read-write. Its changes are staged from the copies read back.
+pub(crate) fn of_copies(
+    store: &Arc<Store>,
+    copied: &Copied,
+) -> Result<Option<(View, Vec<PathBuf>)>, warden_tx::TxError> {
+    let (roots, guests): (Vec<PathBuf>, Vec<PathBuf>) = copied
+        .roots
+        .iter()
+        .filter(|r| r.write_back)
+        .map(|r| (r.host.clone(), PathBuf::from(&r.guest)))
+        .unzip();
+    if roots.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some((store.view(&roots)?, guests)))
 }
 
 /// An anonymous volume the engine mounts as an overlay of `lower`, its writes in `upper`.

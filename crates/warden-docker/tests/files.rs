@@ -581,3 +581,203 @@ async fn a_session_reset_by_a_timeout_still_writes_back_what_the_session_wrote()
     d.close().await;
     h.assert_clean().await;
 }
+
+/// Every entry below `root`: its content (or link target, or "dir") and mode.
+fn tree(root: &Path) -> std::collections::BTreeMap<String, (String, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut tree = std::collections::BTreeMap::new();
+    let mut folders = vec![root.to_owned()];
+    while let Some(dir) = folders.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let rel = path.strip_prefix(root).unwrap().display().to_string();
+            let seen = if meta.file_type().is_symlink() {
+                format!("-> {}", std::fs::read_link(&path).unwrap().display())
+            } else if meta.is_dir() {
+                folders.push(path.clone());
+                "dir".to_owned()
+            } else {
+                std::fs::read_to_string(&path).unwrap()
+            };
+            tree.insert(rel, (seen, meta.mode() & 0o7777));
+        }
+    }
+    tree
+}
+
+/// With a transaction store, a per-call container's copies are a transaction: what the copy
+/// changed is the call's change set, committed once read back (a failing status too), and
+/// undone byte-exact. A policy may have its changes reviewed.
+#[tokio::test]
+async fn a_copied_call_is_a_transaction_its_changes_listed_committed_and_undone() {
+    let mut h = copying_or_skip!();
+    let store = h.transactions();
+    let rw = h.folder("rw");
+    std::fs::write(rw.join("edit.txt"), "before").unwrap();
+    std::fs::write(rw.join("gone.txt"), "bye").unwrap();
+    std::fs::write(rw.join("same.txt"), "same").unwrap();
+    std::fs::create_dir(rw.join("old")).unwrap();
+    std::fs::write(rw.join("old/x"), "x").unwrap();
+    let before = tree(&rw);
+    let grants = format!("fs = [{}]", root(&rw, "/rw", "read-write"));
+    let policy = h.shell_policy("copy_back = true", &grants, "");
+    let reviewed = format!("{policy}[review]\nchanges = true\n");
+    assert!(
+        h.toolbox("sh", &reviewed).is_ok(),
+        "its changes can be reviewed"
+    );
+    let d = h.dispatcher("sh", &policy);
+    let m = call(
+        &d,
+        "sh",
+        cmd(
+            "echo after > /rw/edit.txt; chmod 600 /rw/edit.txt; rm /rw/gone.txt; rm -r /rw/old; \
+             mkdir -p /rw/new/deeper; echo made > /rw/new/deeper/file; \
+             ln -s new/deeper/file /rw/link; ln -s /etc/passwd /rw/escape",
+        ),
+    )
+    .await;
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    assert_eq!(
+        common::paths(&common::changes(&m)),
+        [
+            ("old/x", "removed"),
+            ("old", "removed"),
+            ("gone.txt", "removed"),
+            ("edit.txt", "modified"),
+            ("link", "added"),
+            ("new", "added"),
+            ("new/deeper", "added"),
+            ("new/deeper/file", "added"),
+        ]
+        .map(|(p, c)| (p.to_owned(), c.to_owned()))
+    );
+    assert!(
+        m.content.contains("escape"),
+        "the escaping link is named: {}",
+        m.content
+    );
+    let after = tree(&rw);
+    assert_eq!(after["edit.txt"], ("after\n".into(), 0o600));
+    assert_eq!(after["new/deeper/file"].0, "made\n");
+    assert_eq!(after["link"].0, "-> new/deeper/file");
+    assert!(!after.contains_key("gone.txt") && !after.contains_key("old"));
+    assert!(!after.contains_key("escape"));
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(&rw).unwrap().uid();
+    assert_eq!(
+        std::fs::metadata(rw.join("new/deeper/file")).unwrap().uid(),
+        owner
+    );
+
+    let call_id = store.records().unwrap().pop().unwrap().call_id;
+    store.undo(&call_id).unwrap();
+    assert_eq!(tree(&rw), before, "undone byte-exact");
+
+    // A failing exit status is the command's own end: it commits.
+    let m = call(&d, "sh", cmd("echo failed > /rw/f; exit 3")).await;
+    assert_eq!(kind(&m), "exit_status", "{}", m.content);
+    assert_eq!(std::fs::read_to_string(rw.join("f")).unwrap(), "failed\n");
+    h.assert_clean().await;
+}
+
+/// With a transaction store, a per-call container whose copy changed a path the host changed
+/// meanwhile is a `conflict`: nothing of it applied, in any root, its command's answer quoted.
+#[tokio::test]
+async fn a_copied_call_that_changed_what_the_host_changed_meanwhile_is_a_conflict() {
+    let mut h = copying_or_skip!();
+    h.transactions();
+    let rw = h.folder("rw");
+    std::fs::write(rw.join("both.txt"), "original").unwrap();
+    std::fs::write(rw.join("mine.txt"), "original").unwrap();
+    let other = h.folder("other");
+    std::fs::write(other.join("other.txt"), "original").unwrap();
+    let grants = format!(
+        "fs = [{}, {}]",
+        root(&rw, "/rw", "read-write"),
+        root(&other, "/other", "read-write")
+    );
+    let d = h.dispatcher(
+        "sh",
+        &h.shell_policy("copy_back = true", &grants, "timeout = \"60s\""),
+    );
+    let command = "echo container > /rw/both.txt; echo container > /rw/mine.txt; \
+                   echo container > /other/other.txt; \
+                   until [ -e /other/go ]; do sleep 0.1; done; echo done";
+    let running = d.call(ToolCall::new("c1", "sh", &json!({ "command": command })));
+    let test = async {
+        let id = wait_for_in_container(&h, "/rw/mine.txt", b"container\n").await;
+        let docker = h.engine().client().await.unwrap();
+        std::fs::write(rw.join("both.txt"), "host").unwrap();
+        let options = UploadToContainerOptionsBuilder::new()
+            .path("/other")
+            .build();
+        docker
+            .upload_to_container(
+                &id,
+                Some(options),
+                bollard::body_full(tar_of("go", "").into()),
+            )
+            .await
+            .unwrap();
+    };
+    let (m, ()) = tokio::join!(running, test);
+    assert_eq!(kind(&m), "conflict", "{}", m.content);
+    assert!(m.content.contains("both.txt"), "{}", m.content);
+    assert!(
+        m.content.contains("done"),
+        "its command's answer: {}",
+        m.content
+    );
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+    assert_eq!(read(&rw.join("both.txt")), "host");
+    assert_eq!(read(&rw.join("mine.txt")), "original");
+    assert_eq!(read(&other.join("other.txt")), "original");
+    assert!(!other.join("go").exists());
+    h.assert_clean().await;
+}
+
+/// With a transaction store, a per-call container warden ends leaves nothing of its copies
+/// behind: its timeout, or its shell killed before its copies were read back.
+#[tokio::test]
+async fn a_copied_call_warden_ends_leaves_nothing_and_says_so() {
+    let mut h = copying_or_skip!();
+    h.transactions();
+    let rw = h.folder("rw");
+    std::fs::write(rw.join("keep.txt"), "original").unwrap();
+    let before = tree(&rw);
+    let grants = format!("fs = [{}]", root(&rw, "/rw", "read-write"));
+    let d = h.dispatcher(
+        "sh",
+        &h.shell_policy("copy_back = true", &grants, "timeout = \"5s\""),
+    );
+    let running = call(&d, "sh", cmd("echo partial > /rw/keep.txt; sleep 100"));
+    let (m, _) = tokio::join!(
+        running,
+        wait_for_in_container(&h, "/rw/keep.txt", b"partial\n")
+    );
+    assert_eq!(kind(&m), "timeout", "{}", m.content);
+    // The executor's own answer says so, when it beats the dispatcher's deadline.
+    if m.content.contains("its container was killed") {
+        assert!(m.content.contains("Nothing it wrote"), "{}", m.content);
+        assert_eq!(common::changes(&m), json!({ "discarded": true }));
+    }
+    assert_eq!(tree(&rw), before);
+
+    let m = call(
+        &d,
+        "sh",
+        cmd("echo changed > /rw/keep.txt; echo new > /rw/new.txt; kill -9 $PPID; sleep 5"),
+    )
+    .await;
+    assert_eq!(kind(&m), "tool_error", "{}", m.content);
+    assert!(
+        m.content.contains("ended before warden could read back"),
+        "{}",
+        m.content
+    );
+    assert_eq!(common::changes(&m), json!({ "discarded": true }));
+    assert_eq!(tree(&rw), before);
+    h.assert_clean().await;
+}

@@ -360,6 +360,46 @@ async fn a_read_only_root_is_copied_to_the_engine_elsewhere() {
     h.assert_clean().await;
 }
 
+/// A read-write root copied to the engine elsewhere is a transaction: what the container's
+/// copy changed is committed once read back, listed in the answer, and undone.
+#[tokio::test]
+async fn a_read_write_root_copied_to_the_engine_elsewhere_is_a_transaction() {
+    let mut h = docker_or_skip!();
+    let e2 = second_engine_or_skip!();
+    let store = h.transactions();
+    let root = h.folder("work");
+    std::fs::write(root.join("notes.txt"), "before\n").unwrap();
+    let policy = h.shell_policy(
+        &format!("copy_back = true\n{}", engine_lines(&e2, &e2.certs().good)),
+        &format!(
+            "fs = [{{ host = \"{}\", guest = \"/work\", access = \"read-write\" }}]",
+            root.display()
+        ),
+        "",
+    );
+    let d = h.dispatcher("sh", &policy);
+    let m = call(
+        &d,
+        "sh",
+        cmd("echo after > /work/notes.txt; echo new > /work/new.txt"),
+    )
+    .await;
+    assert_eq!(kind(&m), "success", "{}", m.content);
+    assert_eq!(
+        crate::common::paths(&crate::common::changes(&m)),
+        [("new.txt", "added"), ("notes.txt", "modified")]
+            .map(|(p, c)| (p.to_owned(), c.to_owned()))
+    );
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).ok();
+    assert_eq!(read("notes.txt").as_deref(), Some("after\n"));
+    let call_id = store.records().unwrap().pop().unwrap().call_id;
+    store.undo(&call_id).unwrap();
+    assert_eq!(read("notes.txt").as_deref(), Some("before\n"));
+    assert_eq!(read("new.txt"), None);
+    d.close().await;
+    h.assert_clean().await;
+}
+
 /// The warden the lease tests stop or kill: it runs `sleep 600` in a container on the
 /// engine of `WARDEN_TEST_ENGINE` and says `READY <instance>` once the sleep runs. Not a
 /// session: a session's shell ends (and the engine removes its container) when the attach of

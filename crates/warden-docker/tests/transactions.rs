@@ -5,10 +5,10 @@
 //! once, and an undo puts the root back.
 
 use crate::common::*;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use warden_core::{ToolCall, ToolMessage};
+use warden_core::ToolCall;
 
 /// A root `ws` holding `a`, and a read-only `ctl` the test drives calls through.
 fn roots(h: &Harness) -> (PathBuf, PathBuf, String) {
@@ -25,29 +25,6 @@ fn roots(h: &Harness) -> (PathBuf, PathBuf, String) {
         ctl.display()
     );
     (ws.canonicalize().unwrap(), ctl, grants)
-}
-
-/// The change set of an answer: its artifact's, or its error's details'.
-fn changes(m: &ToolMessage) -> Value {
-    match &m.error {
-        Some(e) => e.details.get("changes").cloned().unwrap_or(Value::Null),
-        None => m
-            .artifact
-            .as_ref()
-            .map_or(Value::Null, |a| a["changes"].clone()),
-    }
-}
-
-fn paths(changes: &Value) -> Vec<(String, String)> {
-    changes["changes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|c| {
-            let field = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
-            (field("path"), field("change"))
-        })
-        .collect()
 }
 
 fn read(ws: &Path, name: &str) -> Option<String> {

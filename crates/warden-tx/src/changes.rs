@@ -51,6 +51,16 @@ impl Change {
     }
 }
 
+/// `changes` in the order a commit applies them: removals deepest first, then the rest
+/// shallowest first (a folder before its entries).
+pub(crate) fn in_order(changes: Vec<Change>) -> Vec<Change> {
+    let (mut removals, mut others): (Vec<Change>, Vec<Change>) =
+        changes.into_iter().partition(|c| c.after.is_none());
+    removals.sort_by(|a, b| (b.root, &b.path).cmp(&(a.root, &a.path)));
+    others.sort_by(|a, b| (a.root, &a.path).cmp(&(b.root, &b.path)));
+    removals.into_iter().chain(others).collect()
+}
+
 /// Reads the changes the upper layer `upper` makes to the root `lower` (the view's root number
 /// `root`), in an order that can be applied: a folder's removal after its entries', a
 /// folder's addition before its entries'.

@@ -9,7 +9,7 @@
 
 use crate::TxError;
 use crate::beneath::Beneath;
-use crate::changes::Change;
+use crate::changes::{Change, in_order};
 use crate::entry::{Entry, Kind};
 use crate::record::{CallRecord, State};
 use crate::store::{ChangeSet, Store};
@@ -83,16 +83,11 @@ impl Store {
             let upper = view.layer(change.root).upper;
             change.after = stage(&forks[change.root], &change.path, &upper)?;
         }
-        // What the fork removed meanwhile is applied as it was staged; removals deepest
-        // first, the rest shallowest first: the order a commit applies in.
+        // What the fork removed meanwhile is applied as it was staged.
         changes.retain(|c| c.before.is_some() || c.after.is_some());
-        let (mut removals, mut others): (Vec<Change>, Vec<Change>) =
-            changes.into_iter().partition(|c| c.after.is_none());
-        removals.sort_by(|a, b| (b.root, &b.path).cmp(&(a.root, &a.path)));
-        others.sort_by(|a, b| (a.root, &a.path).cmp(&(b.root, &b.path)));
         let changes = ChangeSet {
             roots: roots_paths,
-            changes: removals.into_iter().chain(others).collect(),
+            changes: in_order(changes),
         };
         view.commit(call, tool, &changes, limit)?;
         *since_ns = through.max(*since_ns);
@@ -128,7 +123,7 @@ fn started_from(
 
 /// What is at `rel` beneath `b`; None where nothing is, or where a folder above it is none
 /// (a link the fork put in its place: never followed).
-fn entry_at(b: &Beneath, rel: &Path) -> Result<Option<Entry>, TxError> {
+pub(crate) fn entry_at(b: &Beneath, rel: &Path) -> Result<Option<Entry>, TxError> {
     let io = |at: &Path, e| TxError::io("reading", &b.path().join(at), e);
     let mut above: Vec<&Path> = rel
         .ancestors()

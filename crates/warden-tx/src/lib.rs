@@ -5,7 +5,9 @@
 //! Once every process of the call is gone, warden reads the view's [`ChangeSet`] (what was
 //! added, modified, removed: [`Change`]) and either commits it to the real root — keeping
 //! the pre-image of everything it replaces, so that [`Store::undo`] and [`Store::rewind`] can
-//! put it back — or discards it, and the root never saw the call.
+//! put it back — or discards it, and the root never saw the call. A call whose sandbox got
+//! a copy of its roots instead (a container on an engine elsewhere) has what its copy
+//! changed staged in its view ([`View::stage`]), and is settled the same way.
 //!
 //! Every default is here, but what one call's changes and their pre-images may hold: that is
 //! a policy's limit (`[limits] changes`, `warden_core::Limits::changes`).
@@ -20,6 +22,7 @@
 mod beneath;
 mod changes;
 mod clock;
+mod copied;
 mod diff;
 mod entry;
 mod fork;
@@ -32,6 +35,7 @@ mod watch;
 mod writes;
 
 pub use changes::{Change, ChangeKind};
+pub use copied::Copied;
 pub use diff::DIFF_FILE_BYTES;
 pub use entry::{Entry, Kind};
 pub use record::{CallRecord, State};

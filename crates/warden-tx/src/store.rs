@@ -2,7 +2,7 @@
 //! calls committed (`calls/`), with their pre-images.
 
 use crate::beneath::Beneath;
-use crate::changes::{Change, scan};
+use crate::changes::{Change, in_order, scan};
 use crate::clock::Moment;
 use crate::entry::Kind;
 use crate::record::{CallRecord, State, Step, apply, restore, restore_copy};
@@ -63,6 +63,9 @@ pub struct View {
     /// changed since the call started: a session's, changed by others while it held
     /// unsettled writes of its own there.
     pub(crate) clashed: BTreeSet<PathBuf>,
+    /// The changes read from a copy of the roots rather than from the overlay's upper layers,
+    /// once any is staged (see [`View::stage`]).
+    pub(crate) staged: Option<Vec<Change>>,
 }
 
 /// The folders of one root's overlay: the call's writes land in `upper`; `work` is the
@@ -159,6 +162,7 @@ impl Store {
             since: lock(&self.committed).count,
             copies: false,
             clashed: BTreeSet::new(),
+            staged: None,
         })
     }
 
@@ -384,8 +388,15 @@ impl View {
         &self.roots
     }
 
-    /// What the call changed. Read once every process of the call is gone.
+    /// What the call changed. Read once every process of the call is gone, or once what a
+    /// copy of the roots holds is staged.
     pub fn changes(&self) -> Result<ChangeSet, TxError> {
+        if let Some(staged) = &self.staged {
+            return Ok(ChangeSet {
+                roots: self.roots.clone(),
+                changes: in_order(staged.clone()),
+            });
+        }
         let mut changes = Vec::new();
         for (i, root) in self.roots.iter().enumerate() {
             let lower = Beneath::open(root).map_err(|e| TxError::io("opening", root, e))?;

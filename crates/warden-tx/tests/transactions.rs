@@ -17,7 +17,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use warden_tx::{ChangeKind, SessionView, State, Store, TxError, View};
+use warden_tx::{ChangeKind, Copied, SessionView, State, Store, TxError, View};
 
 /// The bytes a call's changes and what they replace may hold, as a policy's default.
 const LIMIT: u64 = 1 << 30;
@@ -576,4 +576,97 @@ impl Drop for Holder {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// A copy's changes (a container on an engine elsewhere hands back what its copy holds):
+/// staged, committed byte-exact with their pre-images, undone; a path the root changed
+/// since the view began is a conflict, nothing of the copy applied.
+#[test]
+fn a_copys_changes_are_staged_committed_and_undone_byte_exact() {
+    let Some(s) = setup() else { return };
+    let before = s.tree();
+    let mut view = s.view();
+    view.begin();
+    let stage = |view: &mut View, path: &str, now: Option<Copied<'_>>| {
+        view.stage(0, Path::new(path), now).expect("staged");
+    };
+    stage(
+        &mut view,
+        "a",
+        Some(Copied::File {
+            bytes: b"ALPHA\n",
+            mode: 0o755,
+        }),
+    );
+    stage(&mut view, "d/e/f", None);
+    stage(&mut view, "d/e", None);
+    stage(&mut view, "new", Some(Copied::Dir { mode: 0o750 }));
+    stage(
+        &mut view,
+        "new/file",
+        Some(Copied::File {
+            bytes: b"made\n",
+            mode: 0o600,
+        }),
+    );
+    stage(&mut view, "link", Some(Copied::Link(Path::new("new/file"))));
+    // What the copy removed and the root never had is no change.
+    stage(&mut view, "never", None);
+    let changes = view.changes().expect("changes");
+    let listed: Vec<(String, ChangeKind)> = changes
+        .changes
+        .iter()
+        .map(|c| (c.path.display().to_string(), c.kind()))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("d/e/f".to_owned(), ChangeKind::Removed),
+            ("d/e".to_owned(), ChangeKind::Removed),
+            ("a".to_owned(), ChangeKind::Modified),
+            ("link".to_owned(), ChangeKind::Modified),
+            ("new".to_owned(), ChangeKind::Added),
+            ("new/file".to_owned(), ChangeKind::Added),
+        ]
+    );
+    view.commit("dddd-1", "t", &changes, LIMIT).expect("commit");
+    let after = s.tree();
+    assert_eq!(after[Path::new("a")], ("ALPHA\n".into(), 0o755));
+    assert_eq!(after[Path::new("new")], ("dir".into(), 0o750));
+    assert_eq!(after[Path::new("new/file")], ("made\n".into(), 0o600));
+    assert_eq!(after[Path::new("link")].0, "-> new/file");
+    assert!(!after.contains_key(Path::new("d/e")));
+    s.store.undo("dddd-1").expect("undo");
+    assert_eq!(s.tree(), before);
+
+    let mut view = s.view();
+    view.begin();
+    past_a_tick();
+    fs::write(s.root.join("b"), "the host's\n").expect("b");
+    stage(
+        &mut view,
+        "b",
+        Some(Copied::File {
+            bytes: b"the copy's\n",
+            mode: 0o644,
+        }),
+    );
+    stage(
+        &mut view,
+        "other",
+        Some(Copied::File {
+            bytes: b"x",
+            mode: 0o644,
+        }),
+    );
+    let changes = view.changes().expect("changes");
+    match view.commit("dddd-2", "t", &changes, LIMIT) {
+        Err(TxError::Conflict { paths, .. }) => assert_eq!(paths, vec![s.root.join("b")]),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert!(!s.root.join("other").exists(), "nothing of it applied");
+    assert_eq!(
+        fs::read_to_string(s.root.join("b")).expect("b"),
+        "the host's\n"
+    );
 }

@@ -13,11 +13,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Read, Write};
 use std::path::{Component, Path, PathBuf};
 use warden_core::{ByteSize, ErrorKind, ToolError};
+use warden_tx::View;
 
-/// What the container holds at a path of a root, as read back.
+/// What the container holds at a path of a root, as read back: with modes.
 enum Found {
     File(Vec<u8>, u32),
-    Dir,
+    Dir(u32),
     Link(PathBuf),
 }
 
@@ -37,10 +38,18 @@ impl Change {
     }
 }
 
+/// One read-write root as the container's copy holds it, read back while it ran.
+pub(crate) struct ReadBack {
+    root: Root,
+    manifest: Manifest,
+    tar: Vec<u8>,
+}
+
 impl CopiedIn {
     /// Writes the read-write roots back from the container `id`, which must still run (its
-    /// copies end with it). Answers notes for the answer. A conflict in any root refuses
-    /// them all: nothing is written.
+    /// copies end with it), in place: what a session's container comes to at its end.
+    /// Answers notes for the answer. A conflict in any root refuses them all: nothing is
+    /// written.
     pub(crate) async fn write_back(
         &self,
         copied: &Copied,
@@ -49,19 +58,35 @@ impl CopiedIn {
         id: &str,
         tool: &str,
     ) -> Result<Vec<String>, ToolError> {
+        let copies = self.read_back(copied, engine, docker, id).await?;
+        in_place(copies, tool).await
+    }
+
+    /// Reads the read-write roots back from the container `id`, which must still run: a
+    /// stopped container's copies are gone, and the engine would hand back empty folders.
+    pub(crate) async fn read_back(
+        &self,
+        copied: &Copied,
+        engine: &Engine,
+        docker: &Docker,
+        id: &str,
+    ) -> Result<Vec<ReadBack>, ToolError> {
         let mut copies = Vec::new();
         for (index, manifest) in &self.manifests {
             let Some(root) = copied.roots.get(*index) else {
                 continue;
             };
             let tar = download(engine, docker, id, root, copied.limit).await?;
-            copies.push((root.clone(), manifest.clone(), tar));
+            copies.push(ReadBack {
+                root: root.clone(),
+                manifest: manifest.clone(),
+                tar,
+            });
         }
         if copies.is_empty() {
-            return Ok(Vec::new());
+            return Ok(copies);
         }
-        // A stopped container's volume is gone, and reading it again gives an empty one:
-        // only a container that still runs after the reads gave its real copies.
+        // Only a container that still runs after the reads gave its real copies.
         let running = docker
             .inspect_container(id, None)
             .await
@@ -72,7 +97,7 @@ impl CopiedIn {
         if !running {
             let roots: Vec<String> = copies
                 .iter()
-                .map(|(r, ..)| r.host.display().to_string())
+                .map(|c| c.root.host.display().to_string())
                 .collect();
             return Err(ToolError::new(
                 ErrorKind::ToolError,
@@ -85,11 +110,32 @@ impl CopiedIn {
             )
             .with_detail("roots", roots));
         }
-        let tool = tool.to_owned();
-        tokio::task::spawn_blocking(move || apply(&copies, &tool))
-            .await
-            .map_err(|e| ToolError::internal(format!("writing back: {e}")))?
+        Ok(copies)
     }
+}
+
+/// Writes what the containers' copies changed to the host roots, in place, unless the host
+/// changed a path a copy changed too: then nothing is written. Answers notes for the answer.
+pub(crate) async fn in_place(copies: Vec<ReadBack>, tool: &str) -> Result<Vec<String>, ToolError> {
+    if copies.is_empty() {
+        return Ok(Vec::new());
+    }
+    let tool = tool.to_owned();
+    tokio::task::spawn_blocking(move || apply(&copies, &tool))
+        .await
+        .map_err(|e| ToolError::internal(format!("writing back: {e}")))?
+}
+
+/// Stages what the containers' copies changed in `view`, a view of their roots, as the call's
+/// change set: the roots are untouched until the view commits. Answers the view, with notes
+/// for the answer (what was left out); on an error the view is dropped, nothing of it kept.
+pub(crate) async fn staged(
+    copies: Vec<ReadBack>,
+    mut view: View,
+) -> Result<(View, Vec<String>), ToolError> {
+    tokio::task::spawn_blocking(move || stage(&copies, &mut view).map(|notes| (view, notes)))
+        .await
+        .map_err(|e| ToolError::internal(format!("staging a copy's changes: {e}")))?
 }
 
 /// The container's copy of `root`, as a tar, bounded (the copy's tmpfs bounds it too).
@@ -140,10 +186,15 @@ struct Planned<'a> {
 /// Reads the containers' copies, and writes their changes to the host roots unless the host
 /// changed a path the container changed too, in any root: then nothing is written, and each
 /// changed root's copy is kept in a file the error names.
-fn apply(copies: &[(Root, Manifest, Vec<u8>)], tool: &str) -> Result<Vec<String>, ToolError> {
+fn apply(copies: &[ReadBack], tool: &str) -> Result<Vec<String>, ToolError> {
     let mut notes = Vec::new();
     let mut planned = Vec::new();
-    for (root, manifest, tar) in copies {
+    for ReadBack {
+        root,
+        manifest,
+        tar,
+    } in copies
+    {
         let found = read_copy(root, tar, &mut notes)?;
         let changes = changes(manifest, &found);
         if changes.is_empty() {
@@ -188,6 +239,44 @@ fn apply(copies: &[(Root, Manifest, Vec<u8>)], tool: &str) -> Result<Vec<String>
             if p.changes.len() == 1 { "" } else { "s" },
             p.root.host.display()
         ));
+    }
+    Ok(notes)
+}
+
+/// Stages each copy's changes in `view` (see [`staged`]), each root by its host folder;
+/// answers notes for the answer.
+fn stage(copies: &[ReadBack], view: &mut View) -> Result<Vec<String>, ToolError> {
+    let mut notes = Vec::new();
+    for ReadBack {
+        root,
+        manifest,
+        tar,
+    } in copies
+    {
+        let found = read_copy(root, tar, &mut notes)?;
+        let Some(number) = view.roots().iter().position(|r| *r == root.host) else {
+            return Err(ToolError::internal(format!(
+                "the call's view has no root {}",
+                root.host.display()
+            )));
+        };
+        let paths: BTreeSet<PathBuf> = changes(manifest, &found)
+            .iter()
+            .map(|c| c.path().to_owned())
+            .collect();
+        for path in paths {
+            let now = found.get(&path).map(|f| match f {
+                Found::File(bytes, mode) => warden_tx::Copied::File { bytes, mode: *mode },
+                Found::Dir(mode) => warden_tx::Copied::Dir { mode: *mode },
+                Found::Link(target) => warden_tx::Copied::Link(target),
+            });
+            view.stage(number, &path, now).map_err(|e| {
+                ToolError::internal(format!(
+                    "staging what the container changed in {}: {e}",
+                    root.host.display()
+                ))
+            })?;
+        }
     }
     Ok(notes)
 }
@@ -266,7 +355,7 @@ fn read_copy(
         let mode = entry.header().mode().map_err(bad)? & 0o777;
         match entry.header().entry_type() {
             tar::EntryType::Directory => {
-                found.insert(rel, Found::Dir);
+                found.insert(rel, Found::Dir(mode));
             }
             tar::EntryType::Regular | tar::EntryType::Continuous => {
                 let mut bytes = Vec::new();
@@ -318,7 +407,7 @@ fn changes(manifest: &Manifest, found: &BTreeMap<PathBuf, Found>) -> Vec<Change>
     for (path, now) in found {
         let was = manifest.get(path);
         let same = match (now, was) {
-            (Found::Dir, Some(Entry::Dir)) => true,
+            (Found::Dir(_), Some(Entry::Dir)) => true,
             (
                 Found::File(bytes, mode),
                 Some(Entry::File {
@@ -342,7 +431,7 @@ fn changes(manifest: &Manifest, found: &BTreeMap<PathBuf, Found>) -> Vec<Change>
             }
         }
         changes.push(match now {
-            Found::Dir => Change::Dir(path.clone()),
+            Found::Dir(_) => Change::Dir(path.clone()),
             Found::File(bytes, mode) => Change::File(path.clone(), bytes.clone(), *mode),
             Found::Link(t) => Change::Link(path.clone(), t.clone()),
         });
@@ -517,7 +606,7 @@ mod tests {
         let found = BTreeMap::from([
             (PathBuf::from("same"), Found::File(b"same".to_vec(), 0o644)),
             (PathBuf::from("edited"), Found::File(b"new".to_vec(), 0o644)),
-            (PathBuf::from("became-dir"), Found::Dir),
+            (PathBuf::from("became-dir"), Found::Dir(0o755)),
             (PathBuf::from("new"), Found::Link(PathBuf::from("same"))),
         ]);
         let listed: Vec<String> = changes(&manifest, &found)

@@ -29,6 +29,7 @@ use warden_core::{ByteSize, ErrorKind, ToolError};
 mod back;
 pub(crate) mod mode;
 
+pub(crate) use back::{ReadBack, in_place, staged};
 pub use mode::{FILES_ENV, Files};
 
 /// Bytes of files a tool's roots may hold to be copied in, when the policy sets no

@@ -479,3 +479,26 @@ pub(crate) async fn holds_fifty_mb(d: &Dispatcher) {
         "{used}"
     );
 }
+
+/// The change set of an answer: its artifact's, or its error's details'.
+pub(crate) fn changes(m: &ToolMessage) -> Value {
+    match &m.error {
+        Some(e) => e.details.get("changes").cloned().unwrap_or(Value::Null),
+        None => m
+            .artifact
+            .as_ref()
+            .map_or(Value::Null, |a| a["changes"].clone()),
+    }
+}
+
+pub(crate) fn paths(changes: &Value) -> Vec<(String, String)> {
+    changes["changes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let field = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+            (field("path"), field("change"))
+        })
+        .collect()
+}
