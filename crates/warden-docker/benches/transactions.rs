@@ -1,7 +1,9 @@
 //! What a docker call's transaction costs, on a 10 MB read-write root of 1,000 files where
 //! the call changes 10: a container per call with its transaction (the root mounted through
 //! the engine's overlay, committed at the end) beside the same call writing the root in place
-//! (a bind), each fresh and from a warm pool of 2, interleaved. Not a test and not in CI:
+//! (a bind), each fresh and from a warm pool of 2; and the root copied in, as for an engine
+//! elsewhere, its changes read back and committed as the call's transaction beside the same
+//! written back in place; interleaved. Not a test and not in CI:
 //! `cargo bench -p warden-docker --bench transactions`. Prints one markdown table.
 #![allow(
     clippy::unwrap_used,
@@ -22,12 +24,23 @@ const FILES: usize = 1000;
 const FILE_BYTES: usize = 10 * 1024;
 const CHANGED: usize = 10;
 
-/// A docker tool over the read-write root `ws` (a pool of 2 when `pooled`), its calls
-/// transactions in `store` when given.
-fn dispatcher(dir: &Path, pooled: bool, store: Option<Arc<Store>>) -> Dispatcher {
-    let name = format!("t-{pooled}-{}", store.is_some());
+/// How the bench's tool reaches its root.
+#[derive(Clone, Copy)]
+enum Reach {
+    Mounted,
+    Pooled,
+    Copied,
+}
+
+/// A docker tool over the read-write root `ws`, its calls transactions in `store` when given.
+fn dispatcher(dir: &Path, reach: Reach, store: Option<Arc<Store>>) -> Dispatcher {
+    let name = format!("t-{}-{}", reach as u8, store.is_some());
     let path = dir.join(format!("{name}.toml"));
-    let pool = if pooled { "pool = 2\n" } else { "" };
+    let pool = match reach {
+        Reach::Pooled => "pool = 2\n",
+        Reach::Copied => "copy_back = true\n",
+        Reach::Mounted => "",
+    };
     std::fs::write(
         &path,
         format!(
@@ -37,7 +50,11 @@ fn dispatcher(dir: &Path, pooled: bool, store: Option<Arc<Store>>) -> Dispatcher
         ),
     )
     .expect("write the policy");
-    let mut backend = DockerBackend::new(Engine::from_env().label("warden.bench", "1"));
+    let mut engine = Engine::from_env().label("warden.bench", "1");
+    if let Reach::Copied = reach {
+        engine = engine.copying_files();
+    }
+    let mut backend = DockerBackend::new(engine);
     if let Some(store) = store {
         backend = backend.transactions(store);
     }
@@ -47,7 +64,7 @@ fn dispatcher(dir: &Path, pooled: bool, store: Option<Arc<Store>>) -> Dispatcher
         .add_policy(Arc::new(policy), &[&backend])
         .expect("the tool loads");
     let toolbox = Arc::new(toolbox);
-    if pooled {
+    if let Reach::Pooled = reach {
         toolbox.warm();
     }
     Dispatcher::new(toolbox)
@@ -93,13 +110,27 @@ fn main() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let rows = runtime.block_on(async {
         let tools = [
-            ("a container per call, with its transaction", false, true),
-            ("the same, writing the root in place", false, false),
-            ("from a pool of 2, with its transaction", true, true),
-            ("the same, writing the root in place", true, false),
+            (
+                "a container per call, with its transaction",
+                Reach::Mounted,
+                true,
+            ),
+            ("the same, writing the root in place", Reach::Mounted, false),
+            (
+                "from a pool of 2, with its transaction",
+                Reach::Pooled,
+                true,
+            ),
+            ("the same, writing the root in place", Reach::Pooled, false),
+            (
+                "the root copied in, with its transaction",
+                Reach::Copied,
+                true,
+            ),
+            ("the same, written back in place", Reach::Copied, false),
         ]
-        .map(|(label, pooled, tx)| {
-            let d = dispatcher(dir, pooled, tx.then(|| store.clone()));
+        .map(|(label, reach, tx)| {
+            let d = dispatcher(dir, reach, tx.then(|| store.clone()));
             (label, d, Vec::new())
         });
         let mut tools = tools;

@@ -175,6 +175,8 @@ impl Backend for DockerBackend {
         // A session's commands are transactions where a call's would be, and its container's
         // processes are this machine's.
         let viewed = in_place.is_none() && (!session || crate::view::session_viewed(&plan));
+        // A session's copies are settled command by command, read back from its container.
+        let copies = in_place.is_none() && session && plan.copied.is_some();
         let recipe = Recipe {
             engine,
             plan,
@@ -183,6 +185,7 @@ impl Backend for DockerBackend {
             gate,
             views: self.views.clone().filter(|_| viewed),
             programs: self.views.clone().filter(|_| in_place.is_none()),
+            copies: self.views.clone().filter(|_| copies),
         };
         let pool = cfg
             .pool

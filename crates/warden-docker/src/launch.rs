@@ -40,6 +40,9 @@ pub(crate) struct Recipe {
     /// Where a program of `warden exec` gets its view: as `views`, but for a session's tool
     /// too (a program's container is its own, never the session's).
     pub programs: Option<Arc<Store>>,
+    /// Where a session's commands over roots copied in (an engine elsewhere) are settled,
+    /// each a transaction read back from the copies (`ShellContainer::settle`).
+    pub copies: Option<Arc<Store>>,
 }
 
 /// A container started and waiting for its commands: its shell reads its stdin, its gate

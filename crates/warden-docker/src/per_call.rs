@@ -150,9 +150,9 @@ pub(crate) async fn run_once(
         (Some(Ok(copies)), Some(view)) => {
             crate::files::staged(copies, view)
                 .await
-                .map(|(view, notes)| {
+                .map(|(view, staged)| {
                     started.view = Some(view);
-                    notes
+                    staged.notes
                 })
         }
         (Some(Ok(copies)), None) => {

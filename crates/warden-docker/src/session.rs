@@ -16,13 +16,16 @@ use bollard::container::LogOutput;
 use futures::StreamExt;
 use std::borrow::Cow;
 use std::io;
+use std::path::PathBuf;
 use std::sync::Arc;
 use warden_command::Cause;
 use warden_command::cgroup::{Cgroup, Readings};
 use warden_command::session::{Children, Chunk, Counters, Launched, Launcher, Processes, Sandbox};
+use warden_core::Output;
 use warden_core::{ErrorKind, Limits, ToolError};
 use warden_net::{Proxy, Scope, Traffic};
-use warden_tx::SessionView;
+use warden_tx::settle::Settling;
+use warden_tx::{SessionView, Store};
 
 /// How long a session's shell, whose read-write roots are seen through a view, may take to
 /// show as its container's init's child.
@@ -134,8 +137,10 @@ impl Launcher for DockerShells {
             }
             (None, _) => None,
         };
-        let siblings =
-            (here.is_some() && gate.is_none() && view.is_none()).then(|| DockerSiblings {
+        // A command beside the shell would write into copies that are settled by command.
+        let copies = self.recipe.copies.clone().filter(|_| copied_in.is_some());
+        let siblings = (here.is_some() && gate.is_none() && view.is_none() && copies.is_none())
+            .then(|| DockerSiblings {
                 engine: engine.clone(),
                 docker: docker.clone(),
                 container: container.id.clone(),
@@ -147,6 +152,7 @@ impl Launcher for DockerShells {
                 docker,
                 plan: plan.clone(),
                 copied_in,
+                copies,
                 container,
                 oom_seen: false,
                 cgroup,
@@ -169,8 +175,12 @@ pub(crate) struct ShellContainer {
     engine: Arc<Engine>,
     docker: bollard::Docker,
     plan: Plan,
-    /// What its copied roots were at its start, when they are copied.
+    /// What its copied roots held at its start or its last settled command, when they are
+    /// copied.
     copied_in: Option<CopiedIn>,
+    /// Where its commands' changes to its copies are committed, when they are transactions
+    /// (else its copies are written back in place when it goes).
+    copies: Option<Arc<Store>>,
     container: Container,
     /// The engine had already reported an OOM kill before the current command.
     oom_seen: bool,
@@ -241,6 +251,66 @@ impl Sandbox for ShellContainer {
         self.gate.as_ref().map(Proxy::end)
     }
 
+    /// Reads its read-write copies back, stages what they changed since the last settled
+    /// command in a view of the roots, and commits it as call `call`: the copies' new state
+    /// is then what the next command's changes are read against. A command warden ended, or
+    /// changes that could not be applied, leave the copies holding what the roots do not:
+    /// the session starts afresh.
+    async fn settle(
+        &mut self,
+        call: &str,
+        limit: u64,
+        answered: Result<Output, ToolError>,
+    ) -> (Result<Output, ToolError>, bool) {
+        let (Some(store), Some(copied), Some(copied_in)) =
+            (&self.copies, &self.plan.copied, &mut self.copied_in)
+        else {
+            return (answered, true);
+        };
+        let whose = Settling {
+            call,
+            tool: &self.plan.tool,
+            limit,
+        };
+        let roots: Vec<PathBuf> = copied
+            .roots
+            .iter()
+            .filter(|r| r.write_back)
+            .map(|r| r.host.clone())
+            .collect();
+        // A command warden ended has nothing of it read back.
+        let staged = match warden_core::changes::ended_on_its_own(&answered) {
+            true => Some(
+                async {
+                    let view = store.view(&roots).map_err(|e| {
+                        ToolError::internal(format!("a view of the copied roots: {e}"))
+                    })?;
+                    let copies = copied_in
+                        .read_back(copied, &self.engine, &self.docker, &self.container.id)
+                        .await?;
+                    crate::files::staged(copies, view).await
+                }
+                .await,
+            ),
+            false => None,
+        };
+        let mut rebase = None;
+        let view = staged.map(|staged| {
+            staged.map(|(view, staged)| {
+                for note in &staged.notes {
+                    tracing::info!(tool = %self.plan.tool, "{note}");
+                }
+                rebase = Some(staged);
+                view
+            })
+        });
+        let (answered, committed) = warden_tx::settle::settle_staged(view, whose, answered);
+        if let (true, Some(staged)) = (committed, rebase) {
+            copied_in.rebase(staged);
+        }
+        (answered, committed)
+    }
+
     /// Writes its read-write roots back first (see [`Sandbox::close_noting`]); the session's
     /// end has no call to answer, so what that came to goes to the log only.
     async fn close(self) {
@@ -265,9 +335,17 @@ impl Sandbox for ShellContainer {
 impl ShellContainer {
     /// Its read-write roots written back (logged too: a refused or failed write-back as an
     /// error, naming the paths and where the container's copy was kept), then removed.
+    /// With its commands settled as they end, nothing is written back: what its copies hold
+    /// since the last settled command goes with it.
     async fn write_back_and_remove(self) -> Vec<String> {
         let mut notes = Vec::new();
-        if let (Some(copied), Some(copied_in)) = (&self.plan.copied, &self.copied_in) {
+        if self.copies.is_some() {
+            notes.push(
+                "what the session wrote to its read-write roots since its last answer, if \
+                 anything, was not kept"
+                    .to_owned(),
+            );
+        } else if let (Some(copied), Some(copied_in)) = (&self.plan.copied, &self.copied_in) {
             let written = copied_in
                 .write_back(
                     copied,

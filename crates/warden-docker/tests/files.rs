@@ -781,3 +781,105 @@ async fn a_copied_call_warden_ends_leaves_nothing_and_says_so() {
     assert_eq!(tree(&rw), before);
     h.assert_clean().await;
 }
+
+/// With a transaction store, a session's commands over copied roots are transactions: each
+/// command's changes reach the host as it ends, listed in its answer and undoable; a change
+/// the host made meanwhile to a path a command changed is a `conflict`, and the session
+/// starts afresh from the host's files.
+#[tokio::test]
+async fn a_copied_sessions_commands_are_committed_each_as_it_ends() {
+    let mut h = copying_or_skip!();
+    let store = h.transactions();
+    let rw = h.folder("rw");
+    std::fs::write(rw.join("shared.txt"), "original").unwrap();
+    let d = copy_back_session(&h, &rw, "");
+    let read = |p: &str| std::fs::read_to_string(rw.join(p)).ok();
+    let m = call(&d, "sh", cmd("echo one > made.txt; cd /tmp")).await;
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    assert_eq!(
+        common::paths(&common::changes(&m)),
+        [("made.txt".to_owned(), "added".to_owned())]
+    );
+    assert_eq!(
+        read("made.txt").as_deref(),
+        Some("one\n"),
+        "committed as it ended"
+    );
+
+    // The shell lives on (its `cd` kept); only what changed since the last answer is listed.
+    let m = call(
+        &d,
+        "sh",
+        cmd("pwd; echo two >> /rw/made.txt; echo x > /rw/x"),
+    )
+    .await;
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    assert!(m.content.starts_with("/tmp"), "{}", m.content);
+    assert_eq!(
+        common::paths(&common::changes(&m)),
+        [("made.txt", "modified"), ("x", "added")].map(|(p, c)| (p.to_owned(), c.to_owned()))
+    );
+    let second = store.records().unwrap().pop().unwrap().call_id;
+    store.undo(&second).unwrap();
+    assert_eq!(read("made.txt").as_deref(), Some("one\n"));
+    assert_eq!(read("x"), None);
+
+    // The host changes a file the session's copy still holds as it was: a command changing
+    // it is refused, and the session starts afresh with the host's files.
+    std::fs::write(rw.join("shared.txt"), "host").unwrap();
+    let m = call(
+        &d,
+        "sh",
+        cmd("echo session > /rw/shared.txt; echo y > /rw/y"),
+    )
+    .await;
+    assert_eq!(kind(&m), "conflict", "{}", m.content);
+    assert!(m.content.contains("shared.txt"), "{}", m.content);
+    assert!(m.content.contains("session was reset"), "{}", m.content);
+    assert_eq!(read("shared.txt").as_deref(), Some("host"));
+    assert_eq!(read("y"), None);
+    let m = call(&d, "sh", cmd("pwd; cat shared.txt; ls")).await;
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    assert!(
+        m.content.starts_with("/rw\nhost"),
+        "a fresh shell and copy: {}",
+        m.content
+    );
+    assert!(!m.content.contains('y'), "{}", m.content);
+    d.close().await;
+    h.assert_clean().await;
+}
+
+/// With a transaction store, a session's command that its timeout ended leaves nothing of
+/// what it wrote, on the host or in the session's next sandbox.
+#[tokio::test]
+async fn a_copied_sessions_command_ended_by_its_timeout_leaves_nothing() {
+    let mut h = copying_or_skip!();
+    h.transactions();
+    let rw = h.folder("rw");
+    std::fs::write(rw.join("keep.txt"), "original").unwrap();
+    let d = copy_back_session(&h, &rw, "timeout = \"5s\"");
+    let m = call(&d, "sh", cmd("echo kept > kept.txt")).await;
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    let running = call(
+        &d,
+        "sh",
+        cmd("echo partial > keep.txt; echo new > new.txt; sleep 100"),
+    );
+    let (m, _) = tokio::join!(
+        running,
+        wait_for_in_container(&h, "/rw/keep.txt", b"partial\n")
+    );
+    assert_eq!(kind(&m), "timeout", "{}", m.content);
+    let read = |p: &str| std::fs::read_to_string(rw.join(p)).ok();
+    assert_eq!(read("keep.txt").as_deref(), Some("original"));
+    assert_eq!(read("new.txt"), None);
+    assert_eq!(read("kept.txt").as_deref(), Some("kept\n"));
+    let m = call(&d, "sh", cmd("cat keep.txt; ls")).await;
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    assert!(m.content.starts_with("original"), "{}", m.content);
+    assert!(!m.content.contains("new.txt"), "{}", m.content);
+    d.close().await;
+    assert_eq!(read("keep.txt").as_deref(), Some("original"));
+    h.assert_clean().await;
+}

@@ -85,6 +85,15 @@ impl View {
         Ok(())
     }
 
+    /// Marks `path` of root number `root` as changed meanwhile by someone else (what the root
+    /// holds there is not what the copy started from): a commit of the view refuses it as a
+    /// [`TxError::Conflict`], whenever it was changed.
+    pub fn clash(&mut self, root: usize, path: &Path) {
+        if let Some(dir) = self.roots.get(root) {
+            self.clashed.insert(dir.join(path));
+        }
+    }
+
     /// Puts `entry` in root `root`'s upper layer at `path` (its folders made as plain
     /// ones), and answers it as staged: its owner is warden's where warden may not set it.
     fn put(

@@ -171,6 +171,35 @@ pub fn settle_command(
     }
 }
 
+/// What a session's command answers once the changes staged in `view` from a copy of its
+/// roots ([`View::stage`]: a container on an engine elsewhere) are committed, as call
+/// `whose.call`. `view`: None for a command warden ended (nothing of it is read back, and it
+/// is discarded), or why the copy could not be read back and staged. The second value is
+/// false when the changes were not applied: the copy then holds what the roots do not, and
+/// the session must start afresh (the answer says so).
+pub fn settle_staged(
+    view: Option<Result<View, ToolError>>,
+    whose: Settling<'_>,
+    answered: Result<Output, ToolError>,
+) -> (Result<Output, ToolError>, bool) {
+    let view = match view {
+        Some(Ok(view)) if changes::ended_on_its_own(&answered) => view,
+        Some(Err(why)) => {
+            let refused = changes::refused(why, answered);
+            return (Err(reset(changes::discarded(refused))), false);
+        }
+        _ => return (answered.map_err(|e| reset(changes::discarded(e))), false),
+    };
+    let committed = view.changes().and_then(|changes| {
+        view.commit(whose.call, whose.tool, &changes, whose.limit)
+            .map(|()| changes)
+    });
+    match committed {
+        Ok(changes) => (changes::with_changes(answered, shown(&changes)), true),
+        Err(e) => (Err(reset(changes::refused(refusal(&e), answered))), false),
+    }
+}
+
 /// A command's answer, saying that its session's view could not be settled.
 fn reset(mut e: ToolError) -> ToolError {
     e.message.push_str(

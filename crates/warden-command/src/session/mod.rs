@@ -283,6 +283,21 @@ pub trait Sandbox: Send + 'static {
         }
     }
 
+    /// Settles what the command `call` changed in the read-write roots the sandbox holds
+    /// copies of (a container on an engine elsewhere), once it ended with `answered` and its
+    /// shell lives on: committed (its changes within `limit` bytes), or discarded when warden
+    /// ended it. Answers the command's answer, and false when the sandbox must start afresh:
+    /// its copies hold what the roots do not. Nothing to settle by default.
+    fn settle(
+        &mut self,
+        call: &str,
+        limit: u64,
+        answered: Result<Output, ToolError>,
+    ) -> impl Future<Output = (Result<Output, ToolError>, bool)> + Send {
+        let _ = (call, limit);
+        async move { (answered, true) }
+    }
+
     /// A command starts: the sandbox's network (its gate, if it has one) works for it until
     /// [`Sandbox::command_ended`], and refuses into `scope`'s denials; and the shell's
     /// processes as they are now are what [`Sandbox::stop_command`] leaves alone.
@@ -650,10 +665,19 @@ async fn settled<S: Sandbox>(
     answered: Result<Output, ToolError>,
     kept: Option<Live<S>>,
 ) -> (Result<Output, ToolError>, Option<Live<S>>) {
-    let Some(mut view) = view else {
-        return (answered, kept);
-    };
     let (call, limit) = (&inv.call_id, inv.limits.changes);
+    let Some(mut view) = view else {
+        let Some(mut live) = kept else {
+            return (answered, None);
+        };
+        return match live.sandbox.settle(call, limit, answered).await {
+            (answered, true) => (answered, Some(live)),
+            (answered, false) => {
+                live.sandbox.close().await;
+                (answered, None)
+            }
+        };
+    };
     let live = kept.is_some();
     let (answered, settled) =
         warden_tx::settle::settle_command(&mut view, live, call, limit, answered);

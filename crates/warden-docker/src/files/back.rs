@@ -40,6 +40,8 @@ impl Change {
 
 /// One read-write root as the container's copy holds it, read back while it ran.
 pub(crate) struct ReadBack {
+    /// Its index in [`Copied::roots`].
+    index: usize,
     root: Root,
     manifest: Manifest,
     tar: Vec<u8>,
@@ -62,6 +64,16 @@ impl CopiedIn {
         in_place(copies, tool).await
     }
 
+    /// Takes what `staged` read as what the copies now hold: their changes so far are
+    /// committed.
+    pub(crate) fn rebase(&mut self, staged: Staged) {
+        for (index, manifest) in staged.manifests {
+            if let Some(m) = self.manifests.iter_mut().find(|(i, _)| *i == index) {
+                m.1 = manifest;
+            }
+        }
+    }
+
     /// Reads the read-write roots back from the container `id`, which must still run: a
     /// stopped container's copies are gone, and the engine would hand back empty folders.
     pub(crate) async fn read_back(
@@ -78,6 +90,7 @@ impl CopiedIn {
             };
             let tar = download(engine, docker, id, root, copied.limit).await?;
             copies.push(ReadBack {
+                index: *index,
                 root: root.clone(),
                 manifest: manifest.clone(),
                 tar,
@@ -127,15 +140,23 @@ pub(crate) async fn in_place(copies: Vec<ReadBack>, tool: &str) -> Result<Vec<St
 }
 
 /// Stages what the containers' copies changed in `view`, a view of their roots, as the call's
-/// change set: the roots are untouched until the view commits. Answers the view, with notes
-/// for the answer (what was left out); on an error the view is dropped, nothing of it kept.
+/// change set: the roots are untouched until the view commits. Answers the view, with what
+/// was staged; on an error the view is dropped, nothing of it kept.
 pub(crate) async fn staged(
     copies: Vec<ReadBack>,
     mut view: View,
-) -> Result<(View, Vec<String>), ToolError> {
-    tokio::task::spawn_blocking(move || stage(&copies, &mut view).map(|notes| (view, notes)))
+) -> Result<(View, Staged), ToolError> {
+    tokio::task::spawn_blocking(move || stage(&copies, &mut view).map(|staged| (view, staged)))
         .await
         .map_err(|e| ToolError::internal(format!("staging a copy's changes: {e}")))?
+}
+
+/// What [`staged`] staged: notes for the answer (what was left out), and each root's
+/// manifest as its copy now holds it (what the copy's next changes are read against, once
+/// these are committed).
+pub(crate) struct Staged {
+    pub notes: Vec<String>,
+    manifests: Vec<(usize, Manifest)>,
 }
 
 /// The container's copy of `root`, as a tar, bounded (the copy's tmpfs bounds it too).
@@ -193,6 +214,7 @@ fn apply(copies: &[ReadBack], tool: &str) -> Result<Vec<String>, ToolError> {
         root,
         manifest,
         tar,
+        ..
     } in copies
     {
         let found = read_copy(root, tar, &mut notes)?;
@@ -243,17 +265,22 @@ fn apply(copies: &[ReadBack], tool: &str) -> Result<Vec<String>, ToolError> {
     Ok(notes)
 }
 
-/// Stages each copy's changes in `view` (see [`staged`]), each root by its host folder;
-/// answers notes for the answer.
-fn stage(copies: &[ReadBack], view: &mut View) -> Result<Vec<String>, ToolError> {
-    let mut notes = Vec::new();
+/// Stages each copy's changes in `view` (see [`staged`]), each root by its host folder. A
+/// path the host changed since the copy's manifest was taken is staged as a clash: the
+/// view's commit refuses it as a conflict.
+fn stage(copies: &[ReadBack], view: &mut View) -> Result<Staged, ToolError> {
+    let mut staged = Staged {
+        notes: Vec::new(),
+        manifests: Vec::new(),
+    };
     for ReadBack {
+        index,
         root,
         manifest,
         tar,
     } in copies
     {
-        let found = read_copy(root, tar, &mut notes)?;
+        let found = read_copy(root, tar, &mut staged.notes)?;
         let Some(number) = view.roots().iter().position(|r| *r == root.host) else {
             return Err(ToolError::internal(format!(
                 "the call's view has no root {}",
@@ -264,6 +291,11 @@ fn stage(copies: &[ReadBack], view: &mut View) -> Result<Vec<String>, ToolError>
             .iter()
             .map(|c| c.path().to_owned())
             .collect();
+        let dir = if paths.is_empty() {
+            None
+        } else {
+            Some(open_root(&root.host)?)
+        };
         for path in paths {
             let now = found.get(&path).map(|f| match f {
                 Found::File(bytes, mode) => warden_tx::Copied::File { bytes, mode: *mode },
@@ -276,9 +308,37 @@ fn stage(copies: &[ReadBack], view: &mut View) -> Result<Vec<String>, ToolError>
                     root.host.display()
                 ))
             })?;
+            if dir
+                .as_ref()
+                .is_some_and(|d| host_changed(d, &path, manifest.get(&path)))
+            {
+                view.clash(number, &path);
+            }
         }
+        staged.manifests.push((*index, manifest_of(&found)));
     }
-    Ok(notes)
+    Ok(staged)
+}
+
+/// The manifest of what a copy holds: what its next changes are read against. Without a
+/// time: the host's file is compared by its content.
+fn manifest_of(found: &BTreeMap<PathBuf, Found>) -> Manifest {
+    found
+        .iter()
+        .map(|(path, f)| {
+            let entry = match f {
+                Found::File(bytes, mode) => Entry::File {
+                    size: bytes.len() as u64,
+                    mtime: (0, 0),
+                    sha256: Sha256::digest(bytes).into(),
+                    mode: *mode,
+                },
+                Found::Dir(_) => Entry::Dir,
+                Found::Link(target) => Entry::Link(target.clone()),
+            };
+            (path.clone(), entry)
+        })
+        .collect()
 }
 
 /// The refusal of a write-back with conflicts: the paths, and where each changed root's copy
