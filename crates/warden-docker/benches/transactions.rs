@@ -137,11 +137,11 @@ fn main() {
         // Each pool fills before its first call.
         tokio::time::sleep(std::time::Duration::from_secs(3)).await;
         for round in 0..=RUNS {
-            for (_, d, times) in &mut tools {
+            for (label, d, times) in &mut tools {
                 let call = ToolCall::new("c", "t", &json!({ "command": change_ten(round) }));
                 let start = Instant::now();
                 let m = d.call(call).await;
-                assert_eq!(m.status, Status::Success, "{}", m.content);
+                assert_eq!(m.status, Status::Success, "{label}: {}", m.content);
                 // The first round starts the engine's connection and the image's check.
                 if round > 0 {
                     times.push(start.elapsed().as_secs_f64() * 1000.0);

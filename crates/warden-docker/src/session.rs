@@ -251,6 +251,20 @@ impl Sandbox for ShellContainer {
         self.gate.as_ref().map(Proxy::end)
     }
 
+    /// Its copies are current when every read-write root holds what they were last settled
+    /// against (read off the runtime's threads: a walk of each root).
+    async fn current(&mut self) -> bool {
+        let (Some(_), Some(copied), Some(copied_in)) =
+            (&self.copies, &self.plan.copied, &self.copied_in)
+        else {
+            return true;
+        };
+        let (copied, copied_in) = (copied.clone(), copied_in.clone());
+        tokio::task::spawn_blocking(move || copied_in.current(&copied))
+            .await
+            .unwrap_or(false)
+    }
+
     /// Reads its read-write copies back, stages what they changed since the last settled
     /// command in a view of the roots, and commits it as call `call`: the copies' new state
     /// is then what the next command's changes are read against. A command warden ended, or
@@ -306,7 +320,7 @@ impl Sandbox for ShellContainer {
         });
         let (answered, committed) = warden_tx::settle::settle_staged(view, whose, answered);
         if let (true, Some(staged)) = (committed, rebase) {
-            copied_in.rebase(staged);
+            copied_in.rebase(copied, staged);
         }
         (answered, committed)
     }

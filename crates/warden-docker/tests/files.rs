@@ -210,7 +210,8 @@ async fn a_call_writes_its_changes_back_and_the_audit_says_how() {
         cmd(
             "echo after > /rw/edit.txt; rm /rw/gone.txt; rm -r /rw/old; \
              mkdir -p /rw/new/deeper; echo made > /rw/new/deeper/file; \
-             ln -s new/deeper/file /rw/link; ln -s /etc/passwd /rw/escape; cat /rw/same.txt",
+             ln -s new/deeper/file /rw/link; ln -s /etc/passwd /rw/escape; cat /rw/same.txt; \
+             echo shared > /rw/shared.txt; chmod 666 /rw/shared.txt",
         ),
     )
     .await;
@@ -238,8 +239,17 @@ async fn a_call_writes_its_changes_back_and_the_audit_says_how() {
         same_before,
         "an unchanged file is not rewritten"
     );
+    // Its mode as the container left it, whatever warden's umask.
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    assert_eq!(
+        std::fs::metadata(rw.join("shared.txt"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o666
+    );
     // Written as the folder's owner, as a mount would have it; no temp file left.
-    use std::os::unix::fs::MetadataExt;
     let owner = std::fs::metadata(&rw).unwrap().uid();
     assert_eq!(
         std::fs::metadata(rw.join("new/deeper/file")).unwrap().uid(),
@@ -783,16 +793,17 @@ async fn a_copied_call_warden_ends_leaves_nothing_and_says_so() {
 }
 
 /// With a transaction store, a session's commands over copied roots are transactions: each
-/// command's changes reach the host as it ends, listed in its answer and undoable; a change
-/// the host made meanwhile to a path a command changed is a `conflict`, and the session
-/// starts afresh from the host's files.
+/// command's changes reach the host as it ends, listed in its answer and undoable. Roots
+/// changed otherwise (an undo) give the next command fresh copies; a change the host made
+/// while a command ran, to a path it changed, is a `conflict`, and the session starts afresh
+/// from the host's files.
 #[tokio::test]
 async fn a_copied_sessions_commands_are_committed_each_as_it_ends() {
     let mut h = copying_or_skip!();
     let store = h.transactions();
     let rw = h.folder("rw");
     std::fs::write(rw.join("shared.txt"), "original").unwrap();
-    let d = copy_back_session(&h, &rw, "");
+    let d = copy_back_session(&h, &rw, "timeout = \"60s\"");
     let read = |p: &str| std::fs::read_to_string(rw.join(p)).ok();
     let m = call(&d, "sh", cmd("echo one > made.txt; cd /tmp")).await;
     assert_eq!(m.status, Status::Success, "{}", m.content);
@@ -819,25 +830,53 @@ async fn a_copied_sessions_commands_are_committed_each_as_it_ends() {
         common::paths(&common::changes(&m)),
         [("made.txt", "modified"), ("x", "added")].map(|(p, c)| (p.to_owned(), c.to_owned()))
     );
+
+    // Undone, the roots are no longer what the copies hold: the next command runs with fresh
+    // ones, and says so.
     let second = store.records().unwrap().pop().unwrap().call_id;
     store.undo(&second).unwrap();
     assert_eq!(read("made.txt").as_deref(), Some("one\n"));
-    assert_eq!(read("x"), None);
+    let m = call(&d, "sh", cmd("pwd; cat made.txt; ls")).await;
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    assert!(m.content.contains("out of date"), "{}", m.content);
+    assert!(
+        m.content.contains("/rw\none\n"),
+        "fresh copies: {}",
+        m.content
+    );
+    assert!(!m.content.contains("\nx\n"), "{}", m.content);
+    // Unchanged roots keep the shell.
+    let m = call(&d, "sh", cmd("cd /tmp")).await;
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    let m = call(&d, "sh", cmd("pwd")).await;
+    assert!(m.content.starts_with("/tmp"), "{}", m.content);
 
-    // The host changes a file the session's copy still holds as it was: a command changing
-    // it is refused, and the session starts afresh with the host's files.
-    std::fs::write(rw.join("shared.txt"), "host").unwrap();
-    let m = call(
-        &d,
-        "sh",
-        cmd("echo session > /rw/shared.txt; echo y > /rw/y"),
-    )
-    .await;
+    // The host changes a file while a command that changes it too runs: refused, and the
+    // session starts afresh with the host's files.
+    let command = "echo session > /rw/shared.txt; echo y > /rw/y; \
+                   until [ -e /rw/go ]; do sleep 0.1; done";
+    let running = call(&d, "sh", cmd(command));
+    let test = async {
+        let id = wait_for_in_container(&h, "/rw/y", b"y\n").await;
+        std::fs::write(rw.join("shared.txt"), "host").unwrap();
+        let docker = h.engine().client().await.unwrap();
+        let options = UploadToContainerOptionsBuilder::new().path("/rw").build();
+        docker
+            .upload_to_container(
+                &id,
+                Some(options),
+                bollard::body_full(tar_of("go", "").into()),
+            )
+            .await
+            .unwrap();
+    };
+    let (m, ()) = tokio::join!(running, test);
     assert_eq!(kind(&m), "conflict", "{}", m.content);
     assert!(m.content.contains("shared.txt"), "{}", m.content);
     assert!(m.content.contains("session was reset"), "{}", m.content);
     assert_eq!(read("shared.txt").as_deref(), Some("host"));
     assert_eq!(read("y"), None);
+    assert_eq!(read("go"), None);
     let m = call(&d, "sh", cmd("pwd; cat shared.txt; ls")).await;
     assert_eq!(m.status, Status::Success, "{}", m.content);
     assert!(
@@ -845,7 +884,7 @@ async fn a_copied_sessions_commands_are_committed_each_as_it_ends() {
         "a fresh shell and copy: {}",
         m.content
     );
-    assert!(!m.content.contains('y'), "{}", m.content);
+    assert!(!m.content.contains("\ny\n"), "{}", m.content);
     d.close().await;
     h.assert_clean().await;
 }

@@ -109,7 +109,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::time::Instant;
-use told::{out_of_processes_before, restarted, state};
+use told::{out_of_date_before, out_of_processes_before, restarted, state};
 use warden_core::{Invocation, Limits, Output, SessionId, ToolError};
 
 use crate::{Cause, CommandCall, timed_out};
@@ -296,6 +296,14 @@ pub trait Sandbox: Send + 'static {
     ) -> impl Future<Output = (Result<Output, ToolError>, bool)> + Send {
         let _ = (call, limit);
         async move { (answered, true) }
+    }
+
+    /// Whether the sandbox's copies of the roots (a container on an engine elsewhere) still
+    /// hold what the roots do, before a command: false when the roots changed since its last
+    /// command settled (another call, an undo, a person), and the command needs a fresh
+    /// sandbox. True by default.
+    fn current(&mut self) -> impl Future<Output = bool> + Send {
+        async { true }
     }
 
     /// A command starts: the sandbox's network (its gate, if it has one) works for it until
@@ -553,6 +561,13 @@ impl<L: Launcher> Sessions<L> {
                 &state(Some(n), 0, counting.limit),
                 L::FRESH,
             ));
+            notes.extend(ended);
+            live = self.launch(start).await?;
+            fresh = true;
+        }
+        if !launched && !live.sandbox.current().await {
+            let ended = live.sandbox.close_noting().await;
+            notes.push(out_of_date_before(L::FRESH));
             notes.extend(ended);
             live = self.launch(start).await?;
             fresh = true;

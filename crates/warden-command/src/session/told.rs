@@ -187,6 +187,17 @@ pub(super) fn out_of_processes_before(state: &str, fresh: &str) -> String {
     )
 }
 
+/// What the answer of a command says when its session's copies of the roots were out of
+/// date before it (see [`super::Sandbox::current`]).
+pub(super) fn out_of_date_before(fresh: &str) -> String {
+    format!(
+        "the session's copies of its read-write roots were out of date (the roots changed \
+         since its last command): it was reset before this command, which ran in {fresh} with \
+         fresh copies; the working directory, variables, background jobs and files outside the \
+         granted folders of before are gone"
+    )
+}
+
 /// What became of a timed-out command, then each of `notes`, for a `timeout` answer.
 fn noted(what: &str, notes: &[String]) -> String {
     std::iter::once(what)

@@ -11,6 +11,7 @@ use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Read, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 use warden_core::{ByteSize, ErrorKind, ToolError};
 use warden_tx::View;
@@ -62,16 +63,6 @@ impl CopiedIn {
     ) -> Result<Vec<String>, ToolError> {
         let copies = self.read_back(copied, engine, docker, id).await?;
         in_place(copies, tool).await
-    }
-
-    /// Takes what `staged` read as what the copies now hold: their changes so far are
-    /// committed.
-    pub(crate) fn rebase(&mut self, staged: Staged) {
-        for (index, manifest) in staged.manifests {
-            if let Some(m) = self.manifests.iter_mut().find(|(i, _)| *i == index) {
-                m.1 = manifest;
-            }
-        }
     }
 
     /// Reads the read-write roots back from the container `id`, which must still run: a
@@ -156,7 +147,7 @@ pub(crate) async fn staged(
 /// these are committed).
 pub(crate) struct Staged {
     pub notes: Vec<String>,
-    manifests: Vec<(usize, Manifest)>,
+    pub(super) manifests: Vec<(usize, Manifest)>,
 }
 
 /// The container's copy of `root`, as a tar, bounded (the copy's tmpfs bounds it too).
@@ -505,7 +496,7 @@ fn changes(manifest: &Manifest, found: &BTreeMap<PathBuf, Found>) -> Vec<Change>
 }
 
 /// Whether the host's `path` differs from what was copied in (`was`; `None`: nothing was).
-fn host_changed(dir: &Dir, path: &Path, was: Option<&Entry>) -> bool {
+pub(super) fn host_changed(dir: &Dir, path: &Path, was: Option<&Entry>) -> bool {
     let meta = match dir.symlink_metadata(path) {
         Ok(meta) => meta,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return was.is_some(),
@@ -591,11 +582,15 @@ fn write(
             Change::File(path, bytes, mode) => {
                 let (parent, name, temp) = beside(dir, path).map_err(at(path))?;
                 let written = (|| {
-                    let mut file = parent.open_with(
-                        &temp,
-                        OpenOptions::new().write(true).create_new(true).mode(*mode),
-                    )?;
+                    let mut file = parent
+                        .open_with(
+                            &temp,
+                            OpenOptions::new().write(true).create_new(true).mode(0o600),
+                        )?
+                        .into_std();
                     file.write_all(bytes)?;
+                    // Set, not asked of `open`: the process's umask would take bits away.
+                    file.set_permissions(std::fs::Permissions::from_mode(*mode))?;
                     if let Some((uid, gid)) = owner {
                         std::os::unix::fs::fchown(&file, Some(uid), Some(gid))?;
                     }

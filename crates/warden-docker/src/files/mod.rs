@@ -27,6 +27,7 @@ use warden_command::User;
 use warden_core::{ByteSize, ErrorKind, ToolError};
 
 mod back;
+mod current;
 pub(crate) mod mode;
 
 pub(crate) use back::{ReadBack, in_place, staged};
@@ -71,7 +72,9 @@ enum Entry {
 /// Every entry of a root at copy-in, by its path inside the root.
 type Manifest = BTreeMap<PathBuf, Entry>;
 
-/// What a container's roots were when they were copied in: what their write-back compares.
+/// What a container's roots were when they were copied in (or a session's command last
+/// settled): what their read-back compares.
+#[derive(Clone)]
 pub(crate) struct CopiedIn {
     /// The manifest of each root that is written back, by its index in [`Copied::roots`].
     manifests: Vec<(usize, Manifest)>,
@@ -218,60 +221,58 @@ impl Walk<'_> {
             let path = rel.join(&name);
             // Not followed: a symlink is read as itself.
             let meta = dir.symlink_metadata(&name)?;
-            let kind = meta.file_type();
-            if kind.is_dir() {
-                let sub = dir.open_dir(&name)?;
-                let mode = if self.root.write_back {
-                    meta.mode() & 0o777
-                } else {
-                    0o555
-                };
-                let mut header = self.new_header(tar::EntryType::Directory, mode, &meta);
-                self.tar.append_data(&mut header, &path, io::empty())?;
-                self.manifest.insert(path.clone(), Entry::Dir);
-                self.dir(&sub, &path)?;
-            } else if kind.is_file() {
-                self.size += meta.size();
-                if self.size > self.budget {
-                    continue;
+            match carried(dir, &name, &path, meta.file_type())? {
+                Carried::Dir => {
+                    let sub = dir.open_dir(&name)?;
+                    let mode = if self.root.write_back {
+                        meta.mode() & 0o777
+                    } else {
+                        0o555
+                    };
+                    let mut header = self.new_header(tar::EntryType::Directory, mode, &meta);
+                    self.tar.append_data(&mut header, &path, io::empty())?;
+                    self.manifest.insert(path.clone(), Entry::Dir);
+                    self.dir(&sub, &path)?;
                 }
-                // The manifest holds what was read: the open file's own size and mtime.
-                let mut file = dir.open(&name)?;
-                let meta = file.metadata()?;
-                let mut bytes = Vec::new();
-                file.read_to_end(&mut bytes)?;
-                let mode = self.file_mode(meta.mode());
-                let mut header = self.new_header(tar::EntryType::Regular, mode, &meta);
-                header.set_size(bytes.len() as u64);
-                self.tar.append_data(&mut header, &path, bytes.as_slice())?;
-                self.manifest.insert(
-                    path,
-                    Entry::File {
-                        size: bytes.len() as u64,
-                        mtime: (meta.mtime(), meta.mtime_nsec()),
-                        sha256: Sha256::digest(&bytes).into(),
-                        mode: meta.mode() & 0o777,
-                    },
-                );
-            } else if kind.is_symlink() {
-                let target = dir.read_link_contents(&name)?;
-                if !stays_inside(&path, &target) {
-                    self.notes.push(format!(
-                        "{}: a symlink to {} leads out of its root, and was not copied",
-                        self.shown(&path),
-                        target.display()
-                    ));
-                    continue;
+                Carried::File => {
+                    self.size += meta.size();
+                    if self.size > self.budget {
+                        continue;
+                    }
+                    // The manifest holds what was read: the open file's own size and mtime.
+                    let mut file = dir.open(&name)?;
+                    let meta = file.metadata()?;
+                    let mut bytes = Vec::new();
+                    file.read_to_end(&mut bytes)?;
+                    let mode = self.file_mode(meta.mode());
+                    let mut header = self.new_header(tar::EntryType::Regular, mode, &meta);
+                    header.set_size(bytes.len() as u64);
+                    self.tar.append_data(&mut header, &path, bytes.as_slice())?;
+                    self.manifest.insert(
+                        path,
+                        Entry::File {
+                            size: bytes.len() as u64,
+                            mtime: (meta.mtime(), meta.mtime_nsec()),
+                            sha256: Sha256::digest(&bytes).into(),
+                            mode: meta.mode() & 0o777,
+                        },
+                    );
                 }
-                let mut header = self.new_header(tar::EntryType::Symlink, 0o777, &meta);
-                self.tar.append_link(&mut header, &path, &target)?;
-                self.manifest.insert(path, Entry::Link(target));
-            } else {
-                self.notes.push(format!(
+                Carried::Link(target) => {
+                    let mut header = self.new_header(tar::EntryType::Symlink, 0o777, &meta);
+                    self.tar.append_link(&mut header, &path, &target)?;
+                    self.manifest.insert(path, Entry::Link(target));
+                }
+                Carried::LinkOut(target) => self.notes.push(format!(
+                    "{}: a symlink to {} leads out of its root, and was not copied",
+                    self.shown(&path),
+                    target.display()
+                )),
+                Carried::Other => self.notes.push(format!(
                     "{}: not a file, folder or symlink (a socket, pipe or device), and was not \
                      copied",
                     self.shown(&path)
-                ));
+                )),
             }
         }
         Ok(())
@@ -306,6 +307,41 @@ impl Walk<'_> {
     fn shown(&self, rel: &Path) -> String {
         self.root.host.join(rel).display().to_string()
     }
+}
+
+/// What a copy carries of one entry of a root.
+enum Carried {
+    Dir,
+    File,
+    /// A symlink whose target stays inside the root.
+    Link(PathBuf),
+    /// A symlink leading out: left out.
+    LinkOut(PathBuf),
+    /// A socket, pipe or device: left out.
+    Other,
+}
+
+/// What a copy carries of the entry `name` of `dir` (at `path` in its root), of `kind` as
+/// read without following it.
+fn carried(
+    dir: &Dir,
+    name: &std::ffi::OsStr,
+    path: &Path,
+    kind: cap_std::fs::FileType,
+) -> io::Result<Carried> {
+    Ok(if kind.is_dir() {
+        Carried::Dir
+    } else if kind.is_file() {
+        Carried::File
+    } else if kind.is_symlink() {
+        let target = dir.read_link_contents(name)?;
+        match stays_inside(path, &target) {
+            true => Carried::Link(target),
+            false => Carried::LinkOut(target),
+        }
+    } else {
+        Carried::Other
+    })
 }
 
 /// Whether a symlink at `link` (inside its root) to `target` resolves inside the root, read
