@@ -3,7 +3,8 @@
 //! the engine's overlay, committed at the end) beside the same call writing the root in place
 //! (a bind), each fresh and from a warm pool of 2; and the root copied in, as for an engine
 //! elsewhere, its changes read back and committed as the call's transaction beside the same
-//! written back in place; interleaved. Not a test and not in CI:
+//! written back in place, for a container per call and for a session's commands;
+//! interleaved. Not a test and not in CI:
 //! `cargo bench -p warden-docker --bench transactions`. Prints one markdown table.
 #![allow(
     clippy::unwrap_used,
@@ -30,6 +31,8 @@ enum Reach {
     Mounted,
     Pooled,
     Copied,
+    /// A session's commands, its root copied in.
+    CopiedSession,
 }
 
 /// A docker tool over the read-write root `ws`, its calls transactions in `store` when given.
@@ -39,6 +42,7 @@ fn dispatcher(dir: &Path, reach: Reach, store: Option<Arc<Store>>) -> Dispatcher
     let pool = match reach {
         Reach::Pooled => "pool = 2\n",
         Reach::Copied => "copy_back = true\n",
+        Reach::CopiedSession => "copy_back = true\nsession = true\n",
         Reach::Mounted => "",
     };
     std::fs::write(
@@ -51,7 +55,7 @@ fn dispatcher(dir: &Path, reach: Reach, store: Option<Arc<Store>>) -> Dispatcher
     )
     .expect("write the policy");
     let mut engine = Engine::from_env().label("warden.bench", "1");
-    if let Reach::Copied = reach {
+    if let Reach::Copied | Reach::CopiedSession = reach {
         engine = engine.copying_files();
     }
     let mut backend = DockerBackend::new(engine);
@@ -128,9 +132,29 @@ fn main() {
                 true,
             ),
             ("the same, written back in place", Reach::Copied, false),
+            (
+                "a session's command, its root copied in, with its transaction",
+                Reach::CopiedSession,
+                true,
+            ),
+            (
+                "the same, written back at the session's end",
+                Reach::CopiedSession,
+                false,
+            ),
         ]
         .map(|(label, reach, tx)| {
-            let d = dispatcher(dir, reach, tx.then(|| store.clone()));
+            // A session's copies are settled against its root: a root of its own, which the
+            // other rows' calls do not change between its commands.
+            let home = match reach {
+                Reach::CopiedSession => {
+                    let own = dir.join(format!("session-{tx}"));
+                    fill(&own.join("ws"));
+                    own
+                }
+                _ => dir.to_owned(),
+            };
+            let d = dispatcher(&home, reach, tx.then(|| store.clone()));
             (label, d, Vec::new())
         });
         let mut tools = tools;
