@@ -465,29 +465,43 @@ def test_what_a_stopped_warden_left_goes_when_a_server_starts(base):
                 assert live.exists(), "a live fork's copy stays"
 
 
-def test_a_forks_commit_is_refused_where_its_commands_write_in_place(base):
-    """Under gVisor a docker session's commands write its roots in place, not as
-    transactions: a fork still writes a copy, the real folder untouched, and its commit is
-    refused (`in_place`) rather than committing nothing."""
+@pytest.mark.parametrize("how", ["gvisor", "copied"])
+def test_a_docker_sessions_roots_are_transactions_under_gvisor_and_when_copied_in(base, how, monkeypatch):
+    """Under gVisor (warden reaches the session's view through the engine's mount of it) and
+    over roots copied into the container (an engine elsewhere: each command's changes read
+    back from the copies), a docker session's commands are transactions: a restore rewinds
+    the root and the sandbox sees the rewound files; a fork writes a copy, the real folder
+    untouched, until its commit applies what the fork changed."""
     require_docker()
-    runtimes = subprocess.run(
-        ["docker", "info", "--format", "{{json .Runtimes}}"], capture_output=True, text=True
-    ).stdout
-    if "runsc-nonet" not in runtimes:
-        assert os.environ.get("CI") != "true", "CI=true and no runtime runsc-nonet (.ci/run registers it)"
-        pytest.skip("the engine has no runtime runsc-nonet")
     kwargs, root, seen = read_write(base, "shell")
     policy = base / "policies" / "rw.toml"
-    policy.write_text(policy.read_text().replace("[executor]\n", '[executor]\nruntime = "runsc-nonet"\n', 1))
+    if how == "gvisor":
+        runtimes = subprocess.run(
+            ["docker", "info", "--format", "{{json .Runtimes}}"], capture_output=True, text=True
+        ).stdout
+        if "runsc-nonet" not in runtimes:
+            assert os.environ.get("CI") != "true", "CI=true and no runtime runsc-nonet (.ci/run registers it)"
+            pytest.skip("the engine has no runtime runsc-nonet")
+        line = 'runtime = "runsc-nonet"'
+    else:
+        monkeypatch.setenv("WARDEN_DOCKER_FILES", "copy")
+        line = "copy_back = true"
+    policy.write_text(policy.read_text().replace("[executor]\n", f"[executor]\n{line}\n", 1))
     with WardenSandbox(**kwargs) as origin:
         assert origin.execute(f"printf one >{seen}/a").exit_code == 0
+        assert (root / "a").read_text() == "one"
+        snap = origin.snapshot()
+        assert origin.execute(f"printf two >{seen}/a && echo t >/tmp/t").exit_code == 0
+        assert (root / "a").read_text() == "two"
+        origin.restore(snap)
+        assert (root / "a").read_text() == "one"
+        assert origin.execute(f"cat {seen}/a").output == "one"
         with origin.fork() as fork:
             assert fork.execute(f"printf fork >{seen}/a && cat {seen}/a").output == "fork"
             assert (root / "a").read_text() == "one"
-            with pytest.raises(WardenSnapshotError) as untracked:
-                fork.commit()
-            assert untracked.value.kind == "in_place", untracked.value
-        assert (root / "a").read_text() == "one"
+            fork.commit()
+            assert (root / "a").read_text() == "fork"
+        assert (root / "a").read_text() == "fork"
 
 
 def test_the_cli_lists_and_deletes_snapshots(base):

@@ -15,6 +15,7 @@ use bollard::query_parameters::{
     StatsOptionsBuilder, WaitContainerOptionsBuilder,
 };
 use futures::StreamExt;
+use std::path::{Path, PathBuf};
 use warden_command::cgroup::Cgroup;
 use warden_command::session::nonce;
 use warden_core::ToolError;
@@ -219,6 +220,24 @@ impl Container {
             Place::Local => self.pid(engine).await.ok(),
             Place::Remote => None,
         }
+    }
+
+    /// Where this machine holds the mounts it sees at `guests` (a volume's own folder), in
+    /// their order, as the engine reports them; `None` when one is not reported.
+    pub(crate) async fn mounted_at(&self, guests: &[PathBuf]) -> Option<Vec<PathBuf>> {
+        let inspected = self.docker.inspect_container(&self.id, None).await.ok()?;
+        let mounts = inspected.mounts.unwrap_or_default();
+        guests
+            .iter()
+            .map(|guest| {
+                mounts
+                    .iter()
+                    .find(|m| m.destination.as_deref().map(Path::new) == Some(guest.as_path()))
+                    .and_then(|m| m.source.as_deref())
+                    .filter(|source| !source.is_empty())
+                    .map(PathBuf::from)
+            })
+            .collect()
     }
 
     /// Its cgroup's counters on this machine, found through its first process `pid`.

@@ -118,12 +118,29 @@ impl Launcher for DockerShells {
             Ok(frame) => Ok(Chunk::Stdout(frame.into_bytes().to_vec())),
             Err(e) => Err(io::Error::other(e)),
         });
-        // The view is written through where the shell sees it (its `/proc/PID/root`); a
-        // command beside the shell would write into it unsettled, so with a view, commands
-        // take turns.
-        let view = match (view, shell) {
-            (Some(view), Some(shell)) => Some(SessionView::new(view, &plan.tool, shell, guests)),
-            (Some(_), None) => {
+        // The view is written through where the shell sees it (its `/proc/PID/root`), or,
+        // under gVisor, through the engine's mount of each volume, which the sandbox's file
+        // server serves; a command beside the shell would write into it unsettled, so with a
+        // view, commands take turns.
+        let merged = match (&view, shell, plan.gvisor) {
+            (Some(_), None, true) => container.mounted_at(&guests).await,
+            _ => None,
+        };
+        let view = match (view, shell, merged) {
+            (Some(view), Some(shell), _) => Some(SessionView::new(view, &plan.tool, shell, guests)),
+            (Some(view), None, Some(merged)) => {
+                Some(SessionView::mounted_at(view, &plan.tool, merged))
+            }
+            (Some(_), None, None) if plan.gvisor => {
+                container.remove().await;
+                return Err(ToolError::new(
+                    ErrorKind::Unavailable,
+                    "the engine did not say where it mounted the session's read-write roots, \
+                     so they cannot be seen through a view: the engine is not on this machine, \
+                     or too old to report its containers' mounts",
+                ));
+            }
+            (Some(_), None, None) => {
                 container.remove().await;
                 return Err(ToolError::new(
                     ErrorKind::Unavailable,
@@ -135,7 +152,7 @@ impl Launcher for DockerShells {
                     ),
                 ));
             }
-            (None, _) => None,
+            (None, ..) => None,
         };
         // A command beside the shell would write into copies that are settled by command.
         let copies = self.recipe.copies.clone().filter(|_| copied_in.is_some());

@@ -285,7 +285,7 @@ impl Executor for DockerTool {
     }
 
     fn sessions_are_transactions(&self) -> bool {
-        self.sessions.is_some() && self.recipe.views.is_some()
+        self.sessions.is_some() && (self.recipe.views.is_some() || self.recipe.copies.is_some())
     }
 
     fn check_image(&self, image: &str) -> Result<(), String> {

@@ -40,12 +40,13 @@ pub(crate) fn in_place(plan: &Plan, store: bool) -> Option<&'static str> {
     }
 }
 
-/// True when a session's container can have a view: its roots are mounted, and its
-/// processes are this machine's (runc), so warden writes a discard or a sync through its
-/// shell's `/proc/PID/root`. Under gVisor its commands write in place; with its roots copied
-/// in, they are written back when its container goes.
+/// True when a session's container can have a view: its roots are mounted, and warden
+/// reaches what its processes see, to write a discard or a sync: its processes are this
+/// machine's (runc: through its shell's `/proc/PID/root`), or it runs under gVisor, whose
+/// file server serves the engine's mounts (through those). With its roots copied in, its
+/// commands are settled from the copies instead (`crate::files`).
 pub(crate) fn session_viewed(plan: &Plan) -> bool {
-    plan.copied.is_none() && !plan.gvisor && plan.runtime.as_deref().is_none_or(|r| r == "runc")
+    plan.copied.is_none() && (plan.gvisor || plan.runtime.as_deref().is_none_or(|r| r == "runc"))
 }
 
 /// True when warden may read and move files that `uid` makes.

@@ -8,8 +8,9 @@
 //! - a commit copies them into the roots, and the overlay keeps using its own;
 //! - a discard, and a sync with what others committed to the roots meanwhile (other calls,
 //!   other wardens, an undo), are written through the overlay itself, as the session's
-//!   processes see it (the `/proc/PID/root` of [`SessionView::new`]'s `shell`), never into the upper
-//!   layer;
+//!   processes see it (the `/proc/PID/root` of [`SessionView::new`]'s `shell`, or the mount
+//!   a gVisor sandbox's file server serves, [`SessionView::mounted_at`]), never into the
+//!   upper layer;
 //! - what others changed is what the kernel tells (`crate::watch`), or a walk of the roots
 //!   where it cannot.
 
@@ -30,7 +31,8 @@ pub struct SessionView {
     view: View,
     /// The session's tool, whose calls its commits are.
     tool: String,
-    /// The session's file system as warden reaches it: `/proc/PID/root` of its shell.
+    /// The session's file system as warden reaches it: `/proc/PID/root` of its shell, or
+    /// this machine's `/` (see [`SessionView::mounted_at`]).
     seen_from: PathBuf,
     /// Where the session sees each root, in it.
     guests: Vec<PathBuf>,
@@ -56,8 +58,25 @@ impl SessionView {
     /// them, as this machine numbers it) see its root number `i` at `guests[i]`. What warden
     /// writes there, through `shell`'s `/proc/PID/root`, lands in the view's upper layer, as
     /// the session's own writes do.
-    pub fn new(mut view: View, tool: &str, shell: i32, guests: Vec<PathBuf>) -> Self {
-        let seen_from = PathBuf::from(format!("/proc/{shell}/root"));
+    pub fn new(view: View, tool: &str, shell: i32, guests: Vec<PathBuf>) -> Self {
+        Self::reached(
+            view,
+            tool,
+            PathBuf::from(format!("/proc/{shell}/root")),
+            guests,
+        )
+    }
+
+    /// `view`, mounted for a session of `tool` whose processes are not this machine's (a
+    /// gVisor sandbox), seeing its root number `i` through the overlay mounted at
+    /// `merged[i]` on this machine (the engine's mount of the volume, which the sandbox's
+    /// file server serves, revalidating what changed). What warden writes there lands in the
+    /// view's upper layer, as the session's own writes do.
+    pub fn mounted_at(view: View, tool: &str, merged: Vec<PathBuf>) -> Self {
+        Self::reached(view, tool, PathBuf::from("/"), merged)
+    }
+
+    fn reached(mut view: View, tool: &str, seen_from: PathBuf, guests: Vec<PathBuf>) -> Self {
         view.copies = true;
         let started = view.started;
         // Set up before the first command's walk, which sees what changed until then.
