@@ -175,8 +175,14 @@ impl Backend for DockerBackend {
         // A session's commands are transactions where a call's would be, and its container's
         // processes are this machine's.
         let viewed = in_place.is_none() && (!session || crate::view::session_viewed(&plan));
-        // A session's copies are settled command by command, read back from its container.
-        let copies = in_place.is_none() && session && plan.copied.is_some();
+        // A session's read-write copies are settled command by command, read back from its
+        // container.
+        let copies = in_place.is_none()
+            && session
+            && plan
+                .copied
+                .as_ref()
+                .is_some_and(crate::files::Copied::writes_back);
         let recipe = Recipe {
             engine,
             plan,
