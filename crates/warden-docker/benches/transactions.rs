@@ -3,8 +3,8 @@
 //! the engine's overlay, committed at the end) beside the same call writing the root in place
 //! (a bind), each fresh and from a warm pool of 2; and the root copied in, as for an engine
 //! elsewhere, its changes read back and committed as the call's transaction beside the same
-//! written back in place, for a container per call and for a session's commands;
-//! interleaved. Not a test and not in CI:
+//! written back in place, for a container per call and for a session's commands; and a
+//! session's commands under gVisor; interleaved. Not a test and not in CI:
 //! `cargo bench -p warden-docker --bench transactions`. Prints one markdown table.
 #![allow(
     clippy::unwrap_used,
@@ -33,6 +33,8 @@ enum Reach {
     Copied,
     /// A session's commands, its root copied in.
     CopiedSession,
+    /// A session's commands under gVisor (the engine's `runsc-nonet`).
+    GvisorSession,
 }
 
 /// A docker tool over the read-write root `ws`, its calls transactions in `store` when given.
@@ -43,6 +45,7 @@ fn dispatcher(dir: &Path, reach: Reach, store: Option<Arc<Store>>) -> Dispatcher
         Reach::Pooled => "pool = 2\n",
         Reach::Copied => "copy_back = true\n",
         Reach::CopiedSession => "copy_back = true\nsession = true\n",
+        Reach::GvisorSession => "runtime = \"runsc-nonet\"\nsession = true\n",
         Reach::Mounted => "",
     };
     std::fs::write(
@@ -142,13 +145,23 @@ fn main() {
                 Reach::CopiedSession,
                 false,
             ),
+            (
+                "a session's command under gVisor, with its transaction",
+                Reach::GvisorSession,
+                true,
+            ),
+            (
+                "the same, writing the root in place",
+                Reach::GvisorSession,
+                false,
+            ),
         ]
         .map(|(label, reach, tx)| {
             // A session's copies are settled against its root: a root of its own, which the
             // other rows' calls do not change between its commands.
             let home = match reach {
-                Reach::CopiedSession => {
-                    let own = dir.join(format!("session-{tx}"));
+                Reach::CopiedSession | Reach::GvisorSession => {
+                    let own = dir.join(format!("session-{}-{tx}", reach as u8));
                     fill(&own.join("ws"));
                     own
                 }
