@@ -251,6 +251,19 @@ impl Session {
             .expect("a call with changes in the log")
     }
 
+    /// `warden undo` of `call_id`, in the session's home.
+    fn undo(&self, call_id: &str) {
+        let undo = warden(self.dir.path(), self.shell)
+            .args(["undo", call_id])
+            .output()
+            .unwrap();
+        assert!(
+            undo.status.success(),
+            "{}",
+            String::from_utf8_lossy(&undo.stderr)
+        );
+    }
+
     fn read(&self, name: &str) -> Option<String> {
         std::fs::read_to_string(self.workspace().join(name)).ok()
     }
@@ -342,15 +355,22 @@ fn not_root() -> Option<Session> {
 
 #[test]
 fn a_docker_sessions_commands_are_transactions_over_its_read_write_root() {
-    let mut s = Session::start(Shell::Docker);
+    if let Some(s) = docker(Shell::Docker) {
+        commands_are_transactions(s);
+    }
+}
+
+/// A docker session of `shell` that ran its first command; `None` without an engine, gVisor
+/// or the Debian image here (CI has them): nothing to test.
+fn docker(shell: Shell) -> Option<Session> {
+    let mut s = Session::start(shell);
     let (text, error) = s.run("true");
     if error.is_some() && !std::env::var("CI").is_ok_and(|v| v == "true") {
-        // Without an engine or the Debian image here (CI has both): nothing to test.
         eprintln!("SKIPPED: {text}");
-        return;
+        return None;
     }
     assert_eq!(error, None, "{text}");
-    commands_are_transactions(s);
+    Some(s)
 }
 
 /// Under gVisor the session's processes are not this machine's: warden reaches its view
@@ -359,14 +379,9 @@ fn a_docker_sessions_commands_are_transactions_over_its_read_write_root() {
 /// the shell with it (its processes cannot be stopped alone) and leaves nothing.
 #[test]
 fn a_gvisor_docker_sessions_commands_are_transactions_over_its_read_write_root() {
-    let mut s = Session::start(Shell::Gvisor);
-    let (text, error) = s.run("true");
-    if error.is_some() && !std::env::var("CI").is_ok_and(|v| v == "true") {
-        // Without an engine, gVisor or the Debian image here (CI has them): nothing to test.
-        eprintln!("SKIPPED: {text}");
+    let Some(mut s) = docker(Shell::Gvisor) else {
         return;
-    }
-    assert_eq!(error, None, "{text}");
+    };
     // gVisor's own kernel answers.
     let (text, _) = s.run("dmesg 2>&1 | head -n 1; cat /proc/version");
     assert!(text.contains("gVisor") || text.contains("4.4.0"), "{text}");
@@ -389,15 +404,7 @@ fn a_gvisor_docker_sessions_commands_are_transactions_over_its_read_write_root()
     assert_eq!(error, None, "{text}");
     assert_eq!(s.read("b.txt").as_deref(), Some("two\n"));
     let call_id = s.last_call_with_changes();
-    let undo = warden(s.dir.path(), s.shell)
-        .args(["undo", &call_id])
-        .output()
-        .unwrap();
-    assert!(
-        undo.status.success(),
-        "{}",
-        String::from_utf8_lossy(&undo.stderr)
-    );
+    s.undo(&call_id);
     let (text, error) = s.run("ls");
     assert_eq!(error, None, "{text}");
     assert!(!text.contains("b.txt"), "{text}");
@@ -671,15 +678,7 @@ fn commands_are_transactions(mut s: Session) {
     assert_eq!(error, None, "{text}");
     assert_eq!(s.read("bg.txt").as_deref(), Some("bg\n"));
     let call_id = s.last_call_with_changes();
-    let undo = warden(s.dir.path(), s.shell)
-        .args(["undo", &call_id])
-        .output()
-        .unwrap();
-    assert!(
-        undo.status.success(),
-        "{}",
-        String::from_utf8_lossy(&undo.stderr)
-    );
+    s.undo(&call_id);
     assert_eq!(s.read("bg.txt"), None);
     let (text, error) = s.run("ls");
     assert_eq!(error, None, "{text}");

@@ -14,9 +14,9 @@ use bollard::query_parameters::{
 use common::{Harness, call, cmd, kind};
 use futures::StreamExt;
 use serde_json::json;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use warden_core::{Status, ToolCall};
+use warden_core::{Status, ToolCall, ToolMessage};
 
 /// The harness with its engine copying roots, as `WARDEN_DOCKER_FILES=copy` makes it.
 async fn copying() -> Option<Harness> {
@@ -38,11 +38,38 @@ macro_rules! copying_or_skip {
     };
 }
 
+/// [`copying_or_skip`] with a transaction store: the harness, and the store.
+macro_rules! transacted_or_skip {
+    () => {{
+        let mut h = copying_or_skip!();
+        let store = h.transactions();
+        (h, store)
+    }};
+}
+
 /// A session shell whose workdir `/rw` is `rw`, copied in and written back.
 fn copy_back_session(h: &Harness, rw: &Path, limits: &str) -> warden_core::Dispatcher {
     let grants = format!("fs = [{}]", root(rw, "/rw", "read-write"));
     let executor = "session = true\ncopy_back = true\nworkdir = \"/rw\"";
     h.dispatcher("sh", &h.shell_policy(executor, &grants, limits))
+}
+
+/// A tool with a container per call whose `/rw` is `rw`, copied in and back.
+fn copy_back_tool(h: &Harness, rw: &Path, limits: &str) -> warden_core::Dispatcher {
+    let grants = format!("fs = [{}]", root(rw, "/rw", "read-write"));
+    h.dispatcher("sh", &h.shell_policy("copy_back = true", &grants, limits))
+}
+
+/// A call of `d` that writes `partial` to `/rw/keep.txt`, then sleeps past its timeout: its
+/// answer, once the container held the write.
+async fn timed_out_mid_write(h: &Harness, d: &warden_core::Dispatcher) -> ToolMessage {
+    let running = call(d, "sh", cmd("echo partial > /rw/keep.txt; sleep 100"));
+    let (m, _) = tokio::join!(
+        running,
+        wait_for_in_container(h, "/rw/keep.txt", b"partial\n")
+    );
+    assert_eq!(kind(&m), "timeout", "{}", m.content);
+    m
 }
 
 fn root(host: &Path, guest: &str, access: &str) -> String {
@@ -74,9 +101,8 @@ async fn mounts_of(h: &Harness, id: &str) -> (Vec<(String, String, String)>, Vec
 
 #[tokio::test]
 async fn a_read_only_root_is_copied_in_unwritable_and_nothing_is_mounted() {
-    let mut h = copying_or_skip!();
     // With a transaction store: a session with no read-write root has no transaction.
-    h.transactions();
+    let (h, _store) = transacted_or_skip!();
     let ro = h.folder("ro");
     std::fs::write(ro.join("keep.txt"), "original").unwrap();
     std::fs::create_dir(ro.join("sub")).unwrap();
@@ -303,13 +329,32 @@ fn tar_of(name: &str, text: &str) -> Vec<u8> {
     b.into_inner().unwrap()
 }
 
-#[tokio::test]
-async fn a_conflict_refuses_the_whole_write_back_and_keeps_the_containers_copy() {
-    let h = copying_or_skip!();
+/// Once the container of this harness holds `path` with `text`, makes the host's change
+/// (`meanwhile`), then puts the file `go` into the container's copy of `dir`: the word its
+/// command waits for.
+async fn go_once_seen(h: &Harness, path: &str, text: &[u8], meanwhile: impl FnOnce(), dir: &str) {
+    let id = wait_for_in_container(h, path, text).await;
+    meanwhile();
+    let docker = h.engine().client().await.unwrap();
+    let options = UploadToContainerOptionsBuilder::new().path(dir).build();
+    docker
+        .upload_to_container(
+            &id,
+            Some(options),
+            bollard::body_full(tar_of("go", "").into()),
+        )
+        .await
+        .unwrap();
+}
+
+/// A per-call tool over two read-write roots, `rw` (`both.txt` and `mine.txt`) and `other`
+/// (`other.txt`), every file `original`, whose call changes all three; the host changes
+/// `both.txt` too while the call waits, and the call then prints `done`. Answers the roots
+/// and the call's answer.
+async fn two_roots_changed_by_both(h: &Harness) -> (PathBuf, PathBuf, ToolMessage) {
     let rw = h.folder("rw");
     std::fs::write(rw.join("both.txt"), "original").unwrap();
     std::fs::write(rw.join("mine.txt"), "original").unwrap();
-    // A second root, changed only by the container: refused with the first.
     let other = h.folder("other");
     std::fs::write(other.join("other.txt"), "original").unwrap();
     let grants = format!(
@@ -321,27 +366,21 @@ async fn a_conflict_refuses_the_whole_write_back_and_keeps_the_containers_copy()
         "sh",
         &h.shell_policy("copy_back = true", &grants, "timeout = \"60s\""),
     );
-    // The command changes two files, then waits for the test's word: a file the test puts
-    // into its copy once the host has changed one of them.
     let command = "echo container > /rw/both.txt; echo container > /rw/mine.txt; \
                    echo container > /other/other.txt; \
                    until [ -e /rw/go ]; do sleep 0.1; done; echo done";
     let running = d.call(ToolCall::new("c1", "sh", &json!({ "command": command })));
-    let test = async {
-        let id = wait_for_in_container(&h, "/rw/mine.txt", b"container\n").await;
-        let docker = h.engine().client().await.unwrap();
-        std::fs::write(rw.join("both.txt"), "host").unwrap();
-        let options = UploadToContainerOptionsBuilder::new().path("/rw").build();
-        docker
-            .upload_to_container(
-                &id,
-                Some(options),
-                bollard::body_full(tar_of("go", "").into()),
-            )
-            .await
-            .unwrap();
-    };
-    let (m, ()) = tokio::join!(running, test);
+    let host = || std::fs::write(rw.join("both.txt"), "host").unwrap();
+    let seen = go_once_seen(h, "/rw/mine.txt", b"container\n", host, "/rw");
+    let (m, ()) = tokio::join!(running, seen);
+    (rw, other, m)
+}
+
+#[tokio::test]
+async fn a_conflict_refuses_the_whole_write_back_and_keeps_the_containers_copy() {
+    let h = copying_or_skip!();
+    // A second root, changed only by the container: refused with the first.
+    let (rw, other, m) = two_roots_changed_by_both(&h).await;
     assert_eq!(kind(&m), "tool_error", "{}", m.content);
     let e = m.error.as_ref().unwrap();
     assert!(
@@ -436,8 +475,7 @@ async fn a_container_that_ends_before_its_write_back_changes_and_deletes_nothing
     let h = copying_or_skip!();
     let rw = h.folder("rw");
     std::fs::write(rw.join("keep.txt"), "original").unwrap();
-    let grants = format!("fs = [{}]", root(&rw, "/rw", "read-write"));
-    let d = h.dispatcher("sh", &h.shell_policy("copy_back = true", &grants, ""));
+    let d = copy_back_tool(&h, &rw, "");
     // The command kills the shell that holds the container open: the container stops, and
     // its copy with it, before warden reads it back. Read then, the engine would hand over
     // an empty folder, which must not empty the host's.
@@ -541,18 +579,9 @@ async fn wait_for_in_container(h: &Harness, path: &str, text: &[u8]) -> String {
 async fn a_timed_out_call_writes_nothing_back() {
     let h = copying_or_skip!();
     let rw = h.folder("rw");
-    let grants = format!("fs = [{}]", root(&rw, "/rw", "read-write"));
-    let d = h.dispatcher(
-        "sh",
-        &h.shell_policy("copy_back = true", &grants, "timeout = \"5s\""),
-    );
-    let running = call(&d, "sh", cmd("echo partial > /rw/partial.txt; sleep 100"));
+    let d = copy_back_tool(&h, &rw, "timeout = \"5s\"");
     // The command did write, inside, before its deadline.
-    let (m, _) = tokio::join!(
-        running,
-        wait_for_in_container(&h, "/rw/partial.txt", b"partial\n")
-    );
-    assert_eq!(kind(&m), "timeout", "{}", m.content);
+    let m = timed_out_mid_write(&h, &d).await;
     // The executor's own answer says so, when it beats the dispatcher's deadline.
     if m.content.contains("its container was killed") {
         assert!(
@@ -561,7 +590,7 @@ async fn a_timed_out_call_writes_nothing_back() {
             m.content
         );
     }
-    assert!(!rw.join("partial.txt").exists());
+    assert!(!rw.join("keep.txt").exists());
     h.assert_clean().await;
 }
 
@@ -628,8 +657,7 @@ fn tree(root: &Path) -> std::collections::BTreeMap<String, (String, u32)> {
 /// undone byte-exact. A policy may have its changes reviewed.
 #[tokio::test]
 async fn a_copied_call_is_a_transaction_its_changes_listed_committed_and_undone() {
-    let mut h = copying_or_skip!();
-    let store = h.transactions();
+    let (h, store) = transacted_or_skip!();
     let rw = h.folder("rw");
     std::fs::write(rw.join("edit.txt"), "before").unwrap();
     std::fs::write(rw.join("gone.txt"), "bye").unwrap();
@@ -703,43 +731,8 @@ async fn a_copied_call_is_a_transaction_its_changes_listed_committed_and_undone(
 /// meanwhile is a `conflict`: nothing of it applied, in any root, its command's answer quoted.
 #[tokio::test]
 async fn a_copied_call_that_changed_what_the_host_changed_meanwhile_is_a_conflict() {
-    let mut h = copying_or_skip!();
-    h.transactions();
-    let rw = h.folder("rw");
-    std::fs::write(rw.join("both.txt"), "original").unwrap();
-    std::fs::write(rw.join("mine.txt"), "original").unwrap();
-    let other = h.folder("other");
-    std::fs::write(other.join("other.txt"), "original").unwrap();
-    let grants = format!(
-        "fs = [{}, {}]",
-        root(&rw, "/rw", "read-write"),
-        root(&other, "/other", "read-write")
-    );
-    let d = h.dispatcher(
-        "sh",
-        &h.shell_policy("copy_back = true", &grants, "timeout = \"60s\""),
-    );
-    let command = "echo container > /rw/both.txt; echo container > /rw/mine.txt; \
-                   echo container > /other/other.txt; \
-                   until [ -e /other/go ]; do sleep 0.1; done; echo done";
-    let running = d.call(ToolCall::new("c1", "sh", &json!({ "command": command })));
-    let test = async {
-        let id = wait_for_in_container(&h, "/rw/mine.txt", b"container\n").await;
-        let docker = h.engine().client().await.unwrap();
-        std::fs::write(rw.join("both.txt"), "host").unwrap();
-        let options = UploadToContainerOptionsBuilder::new()
-            .path("/other")
-            .build();
-        docker
-            .upload_to_container(
-                &id,
-                Some(options),
-                bollard::body_full(tar_of("go", "").into()),
-            )
-            .await
-            .unwrap();
-    };
-    let (m, ()) = tokio::join!(running, test);
+    let (h, _store) = transacted_or_skip!();
+    let (rw, other, m) = two_roots_changed_by_both(&h).await;
     assert_eq!(kind(&m), "conflict", "{}", m.content);
     assert!(m.content.contains("both.txt"), "{}", m.content);
     assert!(
@@ -751,7 +744,7 @@ async fn a_copied_call_that_changed_what_the_host_changed_meanwhile_is_a_conflic
     assert_eq!(read(&rw.join("both.txt")), "host");
     assert_eq!(read(&rw.join("mine.txt")), "original");
     assert_eq!(read(&other.join("other.txt")), "original");
-    assert!(!other.join("go").exists());
+    assert!(!rw.join("go").exists());
     h.assert_clean().await;
 }
 
@@ -759,22 +752,12 @@ async fn a_copied_call_that_changed_what_the_host_changed_meanwhile_is_a_conflic
 /// behind: its timeout, or its shell killed before its copies were read back.
 #[tokio::test]
 async fn a_copied_call_warden_ends_leaves_nothing_and_says_so() {
-    let mut h = copying_or_skip!();
-    h.transactions();
+    let (h, _store) = transacted_or_skip!();
     let rw = h.folder("rw");
     std::fs::write(rw.join("keep.txt"), "original").unwrap();
     let before = tree(&rw);
-    let grants = format!("fs = [{}]", root(&rw, "/rw", "read-write"));
-    let d = h.dispatcher(
-        "sh",
-        &h.shell_policy("copy_back = true", &grants, "timeout = \"5s\""),
-    );
-    let running = call(&d, "sh", cmd("echo partial > /rw/keep.txt; sleep 100"));
-    let (m, _) = tokio::join!(
-        running,
-        wait_for_in_container(&h, "/rw/keep.txt", b"partial\n")
-    );
-    assert_eq!(kind(&m), "timeout", "{}", m.content);
+    let d = copy_back_tool(&h, &rw, "timeout = \"5s\"");
+    let m = timed_out_mid_write(&h, &d).await;
     // The executor's own answer says so, when it beats the dispatcher's deadline.
     if m.content.contains("its container was killed") {
         assert!(m.content.contains("Nothing it wrote"), "{}", m.content);
@@ -806,8 +789,7 @@ async fn a_copied_call_warden_ends_leaves_nothing_and_says_so() {
 /// from the host's files.
 #[tokio::test]
 async fn a_copied_sessions_commands_are_committed_each_as_it_ends() {
-    let mut h = copying_or_skip!();
-    let store = h.transactions();
+    let (h, store) = transacted_or_skip!();
     let rw = h.folder("rw");
     std::fs::write(rw.join("shared.txt"), "original").unwrap();
     let d = copy_back_session(&h, &rw, "timeout = \"60s\"");
@@ -863,21 +845,8 @@ async fn a_copied_sessions_commands_are_committed_each_as_it_ends() {
     let command = "echo session > /rw/shared.txt; echo y > /rw/y; \
                    until [ -e /rw/go ]; do sleep 0.1; done";
     let running = call(&d, "sh", cmd(command));
-    let test = async {
-        let id = wait_for_in_container(&h, "/rw/y", b"y\n").await;
-        std::fs::write(rw.join("shared.txt"), "host").unwrap();
-        let docker = h.engine().client().await.unwrap();
-        let options = UploadToContainerOptionsBuilder::new().path("/rw").build();
-        docker
-            .upload_to_container(
-                &id,
-                Some(options),
-                bollard::body_full(tar_of("go", "").into()),
-            )
-            .await
-            .unwrap();
-    };
-    let (m, ()) = tokio::join!(running, test);
+    let host = || std::fs::write(rw.join("shared.txt"), "host").unwrap();
+    let (m, ()) = tokio::join!(running, go_once_seen(&h, "/rw/y", b"y\n", host, "/rw"));
     assert_eq!(kind(&m), "conflict", "{}", m.content);
     assert!(m.content.contains("shared.txt"), "{}", m.content);
     assert!(m.content.contains("session was reset"), "{}", m.content);
@@ -900,8 +869,7 @@ async fn a_copied_sessions_commands_are_committed_each_as_it_ends() {
 /// what it wrote, on the host or in the session's next sandbox.
 #[tokio::test]
 async fn a_copied_sessions_command_ended_by_its_timeout_leaves_nothing() {
-    let mut h = copying_or_skip!();
-    h.transactions();
+    let (h, _store) = transacted_or_skip!();
     let rw = h.folder("rw");
     std::fs::write(rw.join("keep.txt"), "original").unwrap();
     let d = copy_back_session(&h, &rw, "timeout = \"5s\"");
