@@ -33,7 +33,8 @@ pub(crate) fn in_place(plan: &Plan, store: bool) -> Option<&'static str> {
         Some(
             "the container's user is neither warden's own nor is warden root, so warden could \
              not read or move what its calls write: run the tool as warden's user (`user` in \
-             [executor]) or warden as root",
+             [executor]), warden as root, or have its roots copied in and read back \
+             (`WARDEN_DOCKER_FILES=copy` and `copy_back = true`)",
         )
     } else {
         None
