@@ -381,7 +381,8 @@ class WardenSandbox(BaseSandbox):
         `warden undo` puts back (None: nothing to commit). `WardenSnapshotError` says why not
         (its `kind`: `conflict`, naming the paths the real roots changed meanwhile, and
         nothing is applied; `not_a_fork` for a sandbox that writes the real folders;
-        `in_place` where its commands write the copies untracked, as under gVisor)."""
+        `in_place` where its commands write the copies untracked: a docker shell whose
+        user warden cannot act as)."""
         answer = _snapshot_answer(lambda: self._session.request(
             "warden/commit", {"tool": self._tool}))
         return _call_id(answer)
