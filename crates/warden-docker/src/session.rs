@@ -325,16 +325,16 @@ impl Sandbox for ShellContainer {
             ),
             false => None,
         };
-        let mut rebase = None;
-        let view = staged.map(|staged| {
-            staged.map(|(view, staged)| {
+        let (view, rebase) = match staged {
+            Some(Ok((view, staged))) => {
                 for note in &staged.notes {
                     tracing::info!(tool = %self.plan.tool, "{note}");
                 }
-                rebase = Some(staged);
-                view
-            })
-        });
+                (Some(Ok(view)), Some(staged))
+            }
+            Some(Err(e)) => (Some(Err(e)), None),
+            None => (None, None),
+        };
         let (answered, committed) = warden_tx::settle::settle_staged(view, whose, answered);
         if let (true, Some(staged)) = (committed, rebase) {
             copied_in.rebase(copied, staged);
