@@ -213,6 +213,7 @@ async fn a_call_writes_its_changes_back_and_the_audit_says_how() {
     std::fs::write(rw.join("same.txt"), "same").unwrap();
     std::fs::create_dir(rw.join("old")).unwrap();
     std::fs::write(rw.join("old/x"), "x").unwrap();
+    std::fs::create_dir(rw.join("keep")).unwrap();
     let same_before = std::fs::metadata(rw.join("same.txt"))
         .unwrap()
         .modified()
@@ -244,7 +245,8 @@ async fn a_call_writes_its_changes_back_and_the_audit_says_how() {
             "echo after > /rw/edit.txt; rm /rw/gone.txt; rm -r /rw/old; \
              mkdir -p /rw/new/deeper; echo made > /rw/new/deeper/file; \
              ln -s new/deeper/file /rw/link; ln -s /etc/passwd /rw/escape; cat /rw/same.txt; \
-             echo shared > /rw/shared.txt; chmod 666 /rw/shared.txt",
+             echo shared > /rw/shared.txt; chmod 666 /rw/shared.txt; chmod 700 /rw/keep; \
+             chmod 777 /rw/new; mkdir /rw/sealed; echo s > /rw/sealed/f; chmod 555 /rw/sealed",
         ),
     )
     .await;
@@ -272,16 +274,15 @@ async fn a_call_writes_its_changes_back_and_the_audit_says_how() {
         same_before,
         "an unchanged file is not rewritten"
     );
-    // Its mode as the container left it, whatever warden's umask.
+    // Modes as the container left them, whatever warden's umask: a file's, a new folder's,
+    // a folder's that only its mode changed, one's made unwritable after its file.
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let mode = |p: &str| std::fs::metadata(rw.join(p)).unwrap().permissions().mode() & 0o777;
     assert_eq!(
-        std::fs::metadata(rw.join("shared.txt"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o777,
-        0o666
+        ["shared.txt", "new", "keep", "sealed"].map(mode),
+        [0o666, 0o777, 0o700, 0o555]
     );
+    assert_eq!(read("sealed/f"), "s\n");
     // Written as the folder's owner, as a mount would have it; no temp file left.
     let owner = std::fs::metadata(&rw).unwrap().uid();
     assert_eq!(
@@ -664,6 +665,7 @@ async fn a_copied_call_is_a_transaction_its_changes_listed_committed_and_undone(
     std::fs::write(rw.join("same.txt"), "same").unwrap();
     std::fs::create_dir(rw.join("old")).unwrap();
     std::fs::write(rw.join("old/x"), "x").unwrap();
+    std::fs::create_dir(rw.join("keep")).unwrap();
     let before = tree(&rw);
     let grants = format!("fs = [{}]", root(&rw, "/rw", "read-write"));
     let policy = h.shell_policy("copy_back = true", &grants, "");
@@ -679,7 +681,8 @@ async fn a_copied_call_is_a_transaction_its_changes_listed_committed_and_undone(
         cmd(
             "echo after > /rw/edit.txt; chmod 600 /rw/edit.txt; rm /rw/gone.txt; rm -r /rw/old; \
              mkdir -p /rw/new/deeper; echo made > /rw/new/deeper/file; \
-             ln -s new/deeper/file /rw/link; ln -s /etc/passwd /rw/escape",
+             ln -s new/deeper/file /rw/link; ln -s /etc/passwd /rw/escape; \
+             chmod 700 /rw/keep; chmod 777 /rw/new",
         ),
     )
     .await;
@@ -691,6 +694,7 @@ async fn a_copied_call_is_a_transaction_its_changes_listed_committed_and_undone(
             ("old", "removed"),
             ("gone.txt", "removed"),
             ("edit.txt", "modified"),
+            ("keep", "modified"),
             ("link", "added"),
             ("new", "added"),
             ("new/deeper", "added"),
@@ -705,6 +709,7 @@ async fn a_copied_call_is_a_transaction_its_changes_listed_committed_and_undone(
     );
     let after = tree(&rw);
     assert_eq!(after["edit.txt"], ("after\n".into(), 0o600));
+    assert_eq!((after["keep"].1, after["new"].1), (0o700, 0o777));
     assert_eq!(after["new/deeper/file"].0, "made\n");
     assert_eq!(after["link"].0, "-> new/deeper/file");
     assert!(!after.contains_key("gone.txt") && !after.contains_key("old"));

@@ -25,7 +25,8 @@ enum Found {
 
 /// One change to make on the host.
 enum Change {
-    Dir(PathBuf),
+    /// A folder made, or given another mode: the mode it has in the copy.
+    Dir(PathBuf, u32),
     File(PathBuf, Vec<u8>, u32),
     Link(PathBuf, PathBuf),
     Remove(PathBuf, Entry),
@@ -34,7 +35,9 @@ enum Change {
 impl Change {
     fn path(&self) -> &Path {
         match self {
-            Change::Dir(p) | Change::File(p, ..) | Change::Link(p, _) | Change::Remove(p, _) => p,
+            Change::Dir(p, _) | Change::File(p, ..) | Change::Link(p, _) | Change::Remove(p, _) => {
+                p
+            }
         }
     }
 }
@@ -324,7 +327,7 @@ fn manifest_of(found: &BTreeMap<PathBuf, Found>) -> Manifest {
                     sha256: Sha256::digest(bytes).into(),
                     mode: *mode,
                 },
-                Found::Dir(_) => Entry::Dir,
+                Found::Dir(mode) => Entry::Dir(*mode),
                 Found::Link(target) => Entry::Link(target.clone()),
             };
             (path.clone(), entry)
@@ -458,7 +461,7 @@ fn changes(manifest: &Manifest, found: &BTreeMap<PathBuf, Found>) -> Vec<Change>
     for (path, now) in found {
         let was = manifest.get(path);
         let same = match (now, was) {
-            (Found::Dir(_), Some(Entry::Dir)) => true,
+            (Found::Dir(mode), Some(Entry::Dir(m))) => mode == m,
             (
                 Found::File(bytes, mode),
                 Some(Entry::File {
@@ -475,14 +478,16 @@ fn changes(manifest: &Manifest, found: &BTreeMap<PathBuf, Found>) -> Vec<Change>
         if let Some(was) = was {
             let same_kind = matches!(
                 (now, was),
-                (Found::File(..), Entry::File { .. }) | (Found::Link(_), Entry::Link(_))
+                (Found::Dir(_), Entry::Dir(_))
+                    | (Found::File(..), Entry::File { .. })
+                    | (Found::Link(_), Entry::Link(_))
             );
             if !same_kind {
                 changes.push(Change::Remove(path.clone(), was.clone()));
             }
         }
         changes.push(match now {
-            Found::Dir(_) => Change::Dir(path.clone()),
+            Found::Dir(mode) => Change::Dir(path.clone(), *mode),
             Found::File(bytes, mode) => Change::File(path.clone(), bytes.clone(), *mode),
             Found::Link(t) => Change::Link(path.clone(), t.clone()),
         });
@@ -505,7 +510,7 @@ pub(super) fn host_changed(dir: &Dir, path: &Path, was: Option<&Entry>) -> bool 
     let kind = meta.file_type();
     match was {
         None => true,
-        Some(Entry::Dir) => !kind.is_dir(),
+        Some(Entry::Dir(mode)) => !kind.is_dir() || meta.mode() & 0o777 != *mode,
         Some(Entry::Link(target)) => {
             !kind.is_symlink() || dir.read_link_contents(path).ok().as_ref() != Some(target)
         }
@@ -539,7 +544,8 @@ fn owner_when_root(dir: &Dir) -> Option<(u32, u32)> {
 }
 
 /// Applies the changes: removals first (files, then folders deepest first), then new
-/// folders (shallowest first), then files and symlinks, each made beside and renamed over.
+/// folders (shallowest first), then files and symlinks, each made beside and renamed over,
+/// then the folders' modes.
 fn write(
     dir: &Dir,
     changes: &[Change],
@@ -553,7 +559,7 @@ fn write(
     for change in changes {
         if let Change::Remove(path, was) = change {
             match was {
-                Entry::Dir => removed_dirs.push(path),
+                Entry::Dir(_) => removed_dirs.push(path),
                 _ => match dir.remove_file(path) {
                     Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(at(path)(e)),
                     _ => {}
@@ -565,16 +571,26 @@ fn write(
     for path in removed_dirs {
         dir.remove_dir(path).map_err(at(path))?;
     }
+    // Opened for reading: a folder's handle from `open_dir` can be neither chowned nor
+    // chmodded.
+    let opened = |path: &Path| {
+        dir.open_with(path, OpenOptions::new().read(true))
+            .map(cap_std::fs::File::into_std)
+    };
+    let mut modes = Vec::new();
     for change in changes {
-        if let Change::Dir(path) = change {
-            dir.create_dir(path).map_err(at(path))?;
-            if let Some((uid, gid)) = owner {
-                // Opened for reading: a folder's handle from `open_dir` cannot be chowned.
-                let made = dir
-                    .open_with(path, OpenOptions::new().read(true))
+        if let Change::Dir(path, mode) = change {
+            // A folder that is there changed only its mode.
+            let made = match dir.create_dir(path) {
+                Ok(()) => true,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
+                Err(e) => return Err(at(path)(e)),
+            };
+            if let (true, Some((uid, gid))) = (made, owner) {
+                std::os::unix::fs::fchown(opened(path).map_err(at(path))?, Some(uid), Some(gid))
                     .map_err(at(path))?;
-                std::os::unix::fs::fchown(&made, Some(uid), Some(gid)).map_err(at(path))?;
             }
+            modes.push((path, *mode));
         }
     }
     for change in changes {
@@ -611,6 +627,14 @@ fn write(
             }
             _ => {}
         }
+    }
+    // Folders' modes last, deepest first, set rather than asked of `mkdir` (whose mode the
+    // umask trims): a folder the copy made unwritable still took its files first.
+    modes.sort_by_key(|(path, ..)| std::cmp::Reverse(path.components().count()));
+    for (path, mode) in modes {
+        opened(path)
+            .and_then(|d| d.set_permissions(std::fs::Permissions::from_mode(mode)))
+            .map_err(at(path))?;
     }
     Ok(())
 }
@@ -668,7 +692,7 @@ mod tests {
             .iter()
             .map(|c| {
                 let what = match c {
-                    Change::Dir(_) => "dir",
+                    Change::Dir(..) => "dir",
                     Change::File(..) => "file",
                     Change::Link(..) => "link",
                     Change::Remove(..) => "remove",

@@ -65,7 +65,8 @@ enum Entry {
         sha256: [u8; 32],
         mode: u32,
     },
-    Dir,
+    /// A folder, with its mode.
+    Dir(u32),
     Link(PathBuf),
 }
 
@@ -231,7 +232,8 @@ impl Walk<'_> {
                     };
                     let mut header = self.new_header(tar::EntryType::Directory, mode, &meta);
                     self.tar.append_data(&mut header, &path, io::empty())?;
-                    self.manifest.insert(path.clone(), Entry::Dir);
+                    self.manifest
+                        .insert(path.clone(), Entry::Dir(meta.mode() & 0o777));
                     self.dir(&sub, &path)?;
                 }
                 Carried::File => {
