@@ -112,7 +112,7 @@ impl Backend for DockerBackend {
             .map_err(|e| err(Some(cfg.argv.line), e.to_string()))?;
         let shell = session_shell(&policy.executor, &cfg.argv, &template, cfg.session)?;
         let engine = self.engine_for(policy, cfg)?;
-        let files = engine.files();
+        let files = files(cfg, &engine).map_err(|(line, msg)| err(line, msg))?;
         refuse_unwritten(policy, cfg, files)?;
         let mut plan = Plan::new(cfg, &policy.grants, files)
             .map_err(|e| err(Some(cfg.argv.line), e.to_string()))?;
@@ -235,7 +235,25 @@ fn runtime(
     Ok(found)
 }
 
-/// On an engine that gets roots copied in, a read-write root needs `copy_back = true`:
+/// How the tool's roots reach its containers: as the policy's `files` says, else as the
+/// engine has them. An engine elsewhere cannot mount this machine's folders.
+fn files(cfg: &DockerConfig, engine: &Engine) -> Result<Files, (Option<usize>, String)> {
+    match &cfg.files {
+        None => Ok(engine.files()),
+        Some(f) if f.value == Files::Mounted && engine.place() == Place::Remote => Err((
+            Some(f.line),
+            format!(
+                "files = \"mount\" cannot be kept: the Docker engine {} runs elsewhere, and \
+                 a bind names a folder of its own machine; drop it (an engine elsewhere gets \
+                 the roots copied in)",
+                engine.shown_address()
+            ),
+        )),
+        Some(f) => Ok(f.value),
+    }
+}
+
+/// Where roots are copied in, a read-write root needs `copy_back = true`:
 /// without it the container's changes would be lost at its end, unlike a mount's.
 fn refuse_unwritten(policy: &Policy, cfg: &DockerConfig, files: Files) -> Result<(), PolicyError> {
     if files == Files::Mounted || cfg.copy_back.as_ref().is_some_and(|c| c.value) {
@@ -259,8 +277,9 @@ fn refuse_unwritten(policy: &Policy, cfg: &DockerConfig, files: Files) -> Result
         &policy.path,
         policy.grant_lines.fs.get(index).copied(),
         format!(
-            "the read-write root {grant} cannot be mounted: this Docker engine gets roots copied \
-             into its containers (it runs on another machine, or {FILES_ENV}=copy), and a \
+            "the read-write root {grant} is not mounted: this tool's roots are copied into its \
+             containers (its engine runs on another machine, {FILES_ENV}=copy, or the \
+             policy's `files = \"copy\"`), and a \
              read-write root is copied only with `copy_back = true` in [executor]{turned_off}, \
              which writes each container's changes back to the folder when the container ends \
              (refused whole when the folder changed meanwhile where the container changed it \

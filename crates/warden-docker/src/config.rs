@@ -3,7 +3,7 @@
 //! is here.
 
 use crate::address::EngineAddress;
-use crate::files::DEFAULT_COPY_LIMIT;
+use crate::files::{DEFAULT_COPY_LIMIT, Files};
 use serde::Deserialize;
 use toml::Spanned;
 use warden_command::{NetworkMode, User, command_line, count, tmp_size, tool_name, transfer_size};
@@ -53,7 +53,10 @@ pub struct DockerConfig {
     pub nano_cpus: u64,
     /// Bytes of the tmpfs at `/tmp`.
     pub tmp: u64,
-    /// Bytes of files the tool's roots may hold when an engine gets them copied in.
+    /// How the tool's roots reach its containers (`files = "copy"` or `"mount"`); `None`: as
+    /// the engine has them (copied on an engine elsewhere, or with `WARDEN_DOCKER_FILES=copy`).
+    pub files: Option<Located<Files>>,
+    /// Bytes of files the tool's roots may hold when they are copied in.
     pub copy_limit: u64,
     /// Read-write roots on an engine that gets roots copied in: written back at each
     /// container's end (without it they are refused).
@@ -90,6 +93,7 @@ struct DockerSpec {
     pids: Option<Spanned<i64>>,
     cpus: Option<Spanned<Number>>,
     tmp: Option<Spanned<ByteSize>>,
+    files: Option<Spanned<String>>,
     copy_limit: Option<Spanned<ByteSize>>,
     copy_back: Option<Spanned<bool>>,
     engine: Option<Spanned<String>>,
@@ -113,6 +117,7 @@ impl DockerConfig {
         let tmp = tmp_size(table, spec.tmp)?;
         let pool = pool(table, spec.pool)?;
         let runtime = runtime(table, spec.runtime)?;
+        let files = files(table, spec.files)?;
         let copy_limit = copy_limit(table, spec.copy_limit)?;
         let copy_back = spec.copy_back.map(|c| table.located(c));
         let engine = engine(policy, spec.engine, spec.engine_certs)?;
@@ -134,6 +139,7 @@ impl DockerConfig {
             pids,
             nano_cpus,
             tmp,
+            files,
             copy_limit,
             copy_back,
             engine,
@@ -255,6 +261,31 @@ fn runtime(
         ));
     }
     Ok(runtime)
+}
+
+/// `files`, `"copy"` or `"mount"` if written.
+fn files(
+    table: &ExecutorTable,
+    written: Option<Spanned<String>>,
+) -> Result<Option<Located<Files>>, PolicyError> {
+    let Some(written) = written.map(|f| table.located(f)) else {
+        return Ok(None);
+    };
+    let value = match written.value.as_str() {
+        "copy" => Files::Copied,
+        "mount" => Files::Mounted,
+        _ => {
+            return Err(table.error(
+                written.line,
+                "files must be \"copy\" (the roots copied into each container, and read-write \
+                 ones read back with `copy_back = true`) or \"mount\" (bound from this machine)",
+            ));
+        }
+    };
+    Ok(Some(Located {
+        value,
+        line: written.line,
+    }))
 }
 
 /// `copy_limit`, more than 0 bytes.
@@ -381,6 +412,16 @@ mod tests {
         assert_eq!(pooled.runtime.map(|r| r.value), Some("runsc".to_owned()));
         assert_eq!(cfg.copy_back.map(|c| (c.value, c.line)), Some((true, 7)));
         assert_eq!(parse(SHELL).unwrap().copy_limit, DEFAULT_COPY_LIMIT);
+        let files = |extra: &str| parse(&format!("{SHELL}{extra}")).unwrap().files;
+        assert_eq!(
+            files("files = \"copy\"\n").map(|f| (f.value, f.line)),
+            Some((Files::Copied, 6))
+        );
+        assert_eq!(
+            files("files = \"mount\"\n").map(|f| f.value),
+            Some(Files::Mounted)
+        );
+        assert!(files("").is_none(), "the engine's way");
     }
 
     #[test]
@@ -508,6 +549,11 @@ mod tests {
             (format!("{SHELL}pids = 0\n"), 6, "pids"),
             (format!("{SHELL}cpus = 0\n"), 6, "cpus"),
             (format!("{SHELL}copy_limit = \"0\"\n"), 6, "copy_limit"),
+            (
+                format!("{SHELL}files = \"nfs\"\n"),
+                6,
+                "files must be \"copy\"",
+            ),
             (format!("{SHELL}pool = 0\n"), 6, "pool must be from 1 to 64"),
             (
                 format!("{SHELL}pool = 65\n"),

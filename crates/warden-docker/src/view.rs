@@ -34,7 +34,7 @@ pub(crate) fn in_place(plan: &Plan, store: bool) -> Option<&'static str> {
             "the container's user is neither warden's own nor is warden root, so warden could \
              not read or move what its calls write: run the tool as warden's user (`user` in \
              [executor]), warden as root, or have its roots copied in and read back \
-             (`WARDEN_DOCKER_FILES=copy` and `copy_back = true`)",
+             (`files = \"copy\"` and `copy_back = true` in [executor])",
         )
     } else {
         None

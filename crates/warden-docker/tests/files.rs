@@ -178,6 +178,25 @@ async fn a_read_only_root_is_copied_in_unwritable_and_nothing_is_mounted() {
     h.assert_clean().await;
 }
 
+/// A policy's `files = "mount"` mounts its tool's roots whatever the engine's way: a
+/// read-write root needs no write-back, and a write lands in the folder as it is made.
+#[tokio::test]
+async fn a_tool_whose_policy_mounts_its_roots_writes_the_folder_itself() {
+    let h = copying_or_skip!();
+    let rw = h.folder("rw");
+    let grants = format!("fs = [{}]", root(&rw, "/rw", "read-write"));
+    let d = h.dispatcher("sh", &h.shell_policy("files = \"mount\"", &grants, ""));
+    let m = call(&d, "sh", cmd("echo mounted > /rw/f")).await;
+    assert_eq!(m.status, Status::Success, "{}", m.content);
+    assert_eq!(std::fs::read_to_string(rw.join("f")).unwrap(), "mounted\n");
+    let e = h
+        .toolbox("sh", &h.shell_policy("files = \"nfs\"", &grants, ""))
+        .err()
+        .unwrap_or_default();
+    assert!(e.contains("files must be \"copy\""), "{e}");
+    h.assert_clean().await;
+}
+
 #[tokio::test]
 async fn a_read_write_root_without_copy_back_is_refused_at_load() {
     let h = copying_or_skip!();

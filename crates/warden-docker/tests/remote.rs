@@ -325,6 +325,11 @@ fn what_an_engine_elsewhere_cannot_do_is_refused_at_load() {
     let e = load(&tls, &rw).unwrap_err();
     assert!(e.message.contains("copy_back = true"), "{e}");
     assert!(load(&format!("{tls}copy_back = true\n"), &rw).is_ok());
+    // Nor can its containers mount them, whatever the policy asks.
+    let e = load(&format!("{tls}files = \"mount\"\n"), "").unwrap_err();
+    assert_eq!(e.line, Some(8), "{e}");
+    assert!(e.message.contains("runs elsewhere"), "{e}");
+    assert!(load(&format!("{tls}files = \"copy\"\n"), "").is_ok());
 }
 
 #[tokio::test]

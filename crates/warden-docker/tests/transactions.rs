@@ -168,3 +168,42 @@ fn written_in_a_view(views: &Path, name: &str) -> bool {
         .flatten()
         .any(|view| view.path().join("0/upper").join(name).exists())
 }
+
+/// A policy's `files = "copy"` has its tool's roots copied in on this machine's engine too:
+/// nothing of the host is mounted, and its calls are transactions over the copies, whoever
+/// its container's user is (the way for one that warden, not root, cannot act as).
+#[tokio::test]
+async fn a_tool_whose_roots_its_policy_has_copied_mounts_nothing_and_commits_its_changes() {
+    let Some(mut h) = harness().await else {
+        return;
+    };
+    let store = h.transactions();
+    let (ws, _, grants) = roots(&h);
+    let e = h
+        .toolbox("sh", &h.shell_policy("files = \"copy\"", &grants, ""))
+        .err()
+        .unwrap_or_default();
+    assert!(
+        e.contains("files = \"copy\"") && e.contains("copy_back = true"),
+        "a read-write root copied needs its write-back: {e}"
+    );
+    let policy = h.shell_policy("files = \"copy\"\ncopy_back = true", &grants, "");
+    let m = call(
+        &h.dispatcher("sh", &policy),
+        "sh",
+        cmd("grep ' /ws ' /proc/mounts; echo changed > /ws/a; mkdir /ws/d"),
+    )
+    .await;
+    assert_eq!(kind(&m), "success", "{}", m.content);
+    assert!(m.content.contains(" /ws tmpfs "), "a copy: {}", m.content);
+    assert_eq!(
+        paths(&changes(&m)),
+        [("a", "modified"), ("d", "added")].map(|(p, c)| (p.to_owned(), c.to_owned()))
+    );
+    assert_eq!(read(&ws, "a").as_deref(), Some("changed\n"));
+    let call_id = store.records().unwrap().pop().unwrap().call_id;
+    store.undo(&call_id).unwrap();
+    assert_eq!(read(&ws, "a").as_deref(), Some("alpha\n"));
+    assert!(!ws.join("d").exists());
+    h.assert_clean().await;
+}
