@@ -361,37 +361,13 @@ fn open_tree(path: &Path) -> Result<OwnedFd, Errno> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// A detached overlay of `lower` whose writes land in `layer` (`fsopen(2)`, `fsmount(2)`).
+/// A detached overlay of `lower` whose writes land in `layer` (`warden_tx::mount`).
 pub(crate) fn overlay(
     lower: &Path,
     layer: &ViewLayer,
     in_user_namespace: bool,
 ) -> Result<OwnedFd, Errno> {
-    use rustix::mount::{
-        FsMountFlags, FsOpenFlags, MountAttrFlags, fsconfig_create, fsconfig_set_flag,
-        fsconfig_set_string, fsmount, fsopen,
-    };
-    let errno = |e: rustix::io::Errno| Errno::from_raw(e.raw_os_error());
-    let fs = fsopen("overlay", FsOpenFlags::FSOPEN_CLOEXEC).map_err(errno)?;
-    // `lowerdir+` (Linux 6.8) takes the path as it is; the older `lowerdir` splits at `:`.
-    if fsconfig_set_string(&fs, "lowerdir+", lower).is_err() {
-        let escaped = lower
-            .to_string_lossy()
-            .replace('\\', "\\\\")
-            .replace(':', "\\:");
-        fsconfig_set_string(&fs, "lowerdir", escaped).map_err(errno)?;
-    }
-    fsconfig_set_string(&fs, "upperdir", &layer.upper).map_err(errno)?;
-    fsconfig_set_string(&fs, "workdir", &layer.work).map_err(errno)?;
-    if in_user_namespace {
-        fsconfig_set_flag(&fs, "userxattr").map_err(errno)?;
-    }
-    // Without it, the overlay's end syncs the whole filesystem of the upper layer and waits
-    // for the disk (~5 ms a call here). A view lives for one call and is never mounted again;
-    // what it commits warden copies out itself. Linux 5.10 and later.
-    let _ = fsconfig_set_flag(&fs, "volatile");
-    fsconfig_create(&fs).map_err(errno)?;
-    fsmount(&fs, FsMountFlags::FSMOUNT_CLOEXEC, MountAttrFlags::empty()).map_err(errno)
+    warden_tx::mount::overlay(lower, &layer.upper, &layer.work, in_user_namespace).map_err(errno)
 }
 
 /// Sets `attr` on every mount of the detached copy `copy` (`mount_setattr(2)`).
@@ -411,20 +387,12 @@ fn set_attributes(copy: &OwnedFd, attr: &libc::mount_attr) -> Result<(), Errno> 
     if done < 0 { Err(Errno::last()) } else { Ok(()) }
 }
 
-/// Mounts the detached copy `copy` at `at` (`move_mount(2)`).
+/// Mounts the detached copy `copy` at `at` (`warden_tx::mount`).
 fn move_mount(copy: &OwnedFd, at: &Path) -> Result<(), Errno> {
-    let at = c_path(at)?;
-    // SAFETY: an empty source path with F_EMPTY_PATH names the descriptor; `at` is
-    // NUL-terminated.
-    let done = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            copy.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_FDCWD,
-            at.as_ptr(),
-            libc::MOVE_MOUNT_F_EMPTY_PATH,
-        )
-    };
-    if done < 0 { Err(Errno::last()) } else { Ok(()) }
+    warden_tx::mount::move_mount(copy, &c_path(at)?).map_err(errno)
+}
+
+/// An error of the mount API as its errno.
+fn errno(e: std::io::Error) -> Errno {
+    Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
 }

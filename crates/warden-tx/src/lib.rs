@@ -26,6 +26,7 @@ mod copied;
 mod diff;
 mod entry;
 mod fork;
+pub mod mount;
 mod record;
 mod session;
 pub mod settle;
