@@ -437,6 +437,66 @@ fn a_host_sessions_commands_beside_its_shell_are_transactions_where_warden_is_no
 }
 
 #[test]
+fn a_docker_sessions_commands_beside_its_shell_are_transactions_of_their_own() {
+    if let Some(s) = docker(Shell::Docker) {
+        commands_beside_are_transactions(s);
+    }
+}
+
+/// A docker shell beside the session's joins its container from this machine rather than
+/// through the engine: it runs as the session's shell does (user, groups, capabilities,
+/// seccomp filters, no new privileges, cgroups, limits, umask, namespaces but its mounts and
+/// PID), and nothing the container can read shows warden's command line.
+#[test]
+fn a_docker_sessions_commands_beside_its_shell_run_as_its_shell_does() {
+    let Some(mut s) = docker(Shell::Docker) else {
+        return;
+    };
+    let probe = "grep -E '^(Uid|Gid|Groups|Cap[A-Za-z]+|NoNewPrivs|Seccomp|Seccomp_filters):' \
+                 /proc/self/status; cat /proc/self/cgroup /proc/self/limits; umask; hostname; \
+                 for n in net ipc uts cgroup; do readlink /proc/self/ns/$n; done; \
+                 env | grep -v -E '^(PWD|OLDPWD|_|SHLVL)=' | sort; \
+                 cat /proc/[0-9]*/cmdline | tr '\\0' ' ' | grep -c 'warden[ ]serve' || true";
+    let (alone, error) = s.run(probe);
+    assert_eq!(error, None, "{alone}");
+    assert!(alone.contains("Seccomp:\t2") && alone.contains("CapBnd:\t0000000000000000"));
+    s.send_command(
+        "trap 'go=1' USR1; i=0; while [ -z \"$go\" ] && [ $i -lt 1200 ]; do sleep 0.05; \
+         i=$((i+1)); done; trap - USR1",
+    );
+    let holding = s.next;
+    let (beside, error) = s.run(&format!(
+        "readlink /proc/self/ns/pid /proc/1/ns/pid; {probe}"
+    ));
+    assert_eq!(error, None, "{beside}");
+    // What the probe printed, without the notes warden adds (`[exit code 0]`, …).
+    let printed = |text: &str| -> Vec<String> {
+        text.lines()
+            .take_while(|l| !l.starts_with('['))
+            .map(str::to_owned)
+            .collect()
+    };
+    let (alone, beside) = (printed(&alone), printed(&beside));
+    assert_ne!(
+        beside[0], beside[1],
+        "a PID namespace of its own: {beside:?}"
+    );
+    assert_eq!(beside[2..], alone[..]);
+    assert_eq!(
+        alone.last().map(String::as_str),
+        Some("0"),
+        "no command line shows"
+    );
+    for pid in sandboxed(s.shell.uid()) {
+        let _ = Command::new("kill")
+            .args(["-USR1", &pid.to_string()])
+            .status();
+    }
+    let (text, error) = s.told_to(holding);
+    assert_eq!(error, None, "{text}");
+}
+
+#[test]
 fn a_host_sessions_commands_beside_its_shell_see_the_roots_inside_its_root() {
     commands_beside_see_nested_roots(Session::nested(Shell::Host));
 }

@@ -75,6 +75,32 @@ impl Cgroup {
         })
     }
 
+    /// The folder of every cgroup process `pid` is in, one a hierarchy (cgroup v1's each,
+    /// v2's), as this machine mounts it: where another process joins it (`cgroup.procs`).
+    /// `None` when one of them is not mounted here.
+    pub fn folders_of(pid: i32) -> Option<Vec<PathBuf>> {
+        let membership = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let mounts = Mount::all(&mountinfo);
+        membership
+            .lines()
+            .map(|line| {
+                let mut parts = line.splitn(3, ':');
+                let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+                let mount = if controllers.is_empty() {
+                    mounts.iter().find(|m| m.unified)?
+                } else {
+                    mounts.iter().find(|m| {
+                        controllers
+                            .split(',')
+                            .all(|c| m.controllers.iter().any(|x| x == c))
+                    })?
+                };
+                mount.dir(path)
+            })
+            .collect()
+    }
+
     /// CPU used in the container so far, in milliseconds.
     pub fn cpu_ms(&self) -> Option<f64> {
         match &self.cpu {

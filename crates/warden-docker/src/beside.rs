@@ -1,10 +1,13 @@
 //! Shells beside a session's, for commands that overlap (`warden_command::session`'s
 //! contract): each an `exec` of the session's shell in its container, which runs it as the
-//! container's user, in its cgroup, under its seccomp profile, capabilities and limits.
-//! Offered where the exec's process shows in this machine's `/proc` (runc, an engine here),
-//! so that a command past its deadline can be stopped with everything it started.
+//! container's user, in its cgroup, under its seccomp profile, capabilities and limits; or,
+//! where the session sees its read-write roots through a view, a shell that joins the
+//! container from this machine with a view of its own (`crate::joined`). Offered where the
+//! shell's process shows in this machine's `/proc` (runc, an engine here), so that a command
+//! past its deadline can be stopped with everything it started.
 
 use crate::engine::Engine;
+use crate::joined::{Joined, Joining};
 use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::exec::{StartExecOptions, StartExecResults};
@@ -13,7 +16,7 @@ use futures::StreamExt;
 use std::io;
 use std::sync::Arc;
 use warden_command::session::{Chunk, Launched, Sibling, Siblings};
-use warden_core::{ErrorKind, ToolError};
+use warden_core::{ErrorKind, Invocation, Output, ToolError};
 
 /// How often the engine is asked for an exec's pid once started, and for its exit code once
 /// its output closed: it has them a little later, mostly within a millisecond or two, so the
@@ -36,16 +39,32 @@ pub(crate) struct DockerSiblings {
     pub container: String,
     /// The session's shell (`/bin/sh`).
     pub shell: String,
+    /// Where the session sees its read-write roots through a view: how each shell beside
+    /// its own joins its container, with a view of its own.
+    pub joining: Option<Arc<Joining>>,
 }
 
 impl Siblings for DockerSiblings {
     type Sibling = DockerSibling;
 
     fn relayed(&self) -> bool {
-        true
+        self.joining.is_none()
+    }
+
+    fn viewed(&self) -> bool {
+        self.joining.is_some()
     }
 
     async fn start(&self) -> Result<Launched<DockerSibling>, ToolError> {
+        if let Some(joining) = &self.joining {
+            let launched = joining.start().await?;
+            return Ok(Launched {
+                sandbox: DockerSibling::Joined(Box::new(launched.sandbox)),
+                input: launched.input,
+                output: launched.output,
+                view: None,
+            });
+        }
         let config = ExecConfig {
             attach_stdin: Some(true),
             attach_stdout: Some(true),
@@ -81,7 +100,7 @@ impl Siblings for DockerSiblings {
             Err(e) => Err(io::Error::other(e)),
         });
         Ok(Launched {
-            sandbox: DockerSibling {
+            sandbox: DockerSibling::Exec {
                 docker: self.docker.clone(),
                 exec: exec.id,
                 pid,
@@ -108,23 +127,34 @@ impl DockerSiblings {
     }
 }
 
-/// One `exec` of a shell beside a session's.
-pub(crate) struct DockerSibling {
-    docker: Docker,
-    exec: String,
-    /// Its process on this machine.
-    pid: i32,
+/// A shell beside a session's: an `exec` in its container, or one that joined it with a view
+/// of its own.
+pub(crate) enum DockerSibling {
+    Exec {
+        docker: Docker,
+        exec: String,
+        /// Its process on this machine.
+        pid: i32,
+    },
+    Joined(Box<Joined>),
 }
 
 impl Sibling for DockerSibling {
     fn pid(&self) -> i32 {
-        self.pid
+        match self {
+            DockerSibling::Exec { pid, .. } => *pid,
+            DockerSibling::Joined(joined) => joined.pid(),
+        }
     }
 
-    /// The engine marks the exec ended a little after its output closed.
+    /// The engine marks an exec ended a little after its output closed.
     async fn exit_status(&mut self) -> Option<i64> {
+        let (docker, exec) = match self {
+            DockerSibling::Exec { docker, exec, .. } => (docker, exec),
+            DockerSibling::Joined(joined) => return joined.exit_status().await,
+        };
         for n in 0..EXIT_TRIES {
-            let inspected = self.docker.inspect_exec(&self.exec).await.ok()?;
+            let inspected = docker.inspect_exec(exec).await.ok()?;
             if inspected.running != Some(true) {
                 return inspected.exit_code;
             }
@@ -133,6 +163,24 @@ impl Sibling for DockerSibling {
         None
     }
 
-    /// Its shell ends at the end of its input; the engine forgets the exec on its own.
-    async fn close(self) {}
+    /// An exec's shell ends at the end of its input; the engine forgets the exec on its own.
+    async fn close(self) {
+        if let DockerSibling::Joined(joined) = self {
+            joined.close().await;
+        }
+    }
+
+    async fn close_settled(
+        self,
+        inv: &Invocation,
+        answered: Result<Output, ToolError>,
+    ) -> Result<Output, ToolError> {
+        match self {
+            DockerSibling::Joined(joined) => joined.close_settled(inv, answered).await,
+            exec => {
+                exec.close().await;
+                answered
+            }
+        }
+    }
 }

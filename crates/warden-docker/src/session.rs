@@ -9,6 +9,7 @@ use crate::container::Container;
 use crate::engine::Engine;
 use crate::files::CopiedIn;
 use crate::gate::Sandboxed;
+use crate::joined::Joining;
 use crate::launch::{Recipe, Started};
 use crate::plan::Plan;
 use crate::pool::Pool;
@@ -126,6 +127,23 @@ impl Launcher for DockerShells {
             (Some(_), None, true) => container.mounted_at(&guests).await,
             _ => None,
         };
+        // Where the shell's view is reached through its `/proc/PID/root`, a shell beside it
+        // may join its container with a view of its own.
+        let joining = match (&view, here, shell, &self.recipe.views) {
+            (Some(view), Some(init), Some(_), Some(store)) if gate.is_none() => {
+                let roots = view.roots().iter().cloned().zip(guests.iter().cloned());
+                let mut mounted: Vec<PathBuf> = plan
+                    .mounts
+                    .iter()
+                    .filter_map(|m| m.target.as_deref().map(PathBuf::from))
+                    .collect();
+                mounted.push(PathBuf::from("/tmp"));
+                let (tool, shell) = (&plan.tool, &self.recipe.shell);
+                Joining::offered(init, roots.collect(), &mounted, store.clone(), tool, shell)
+                    .map(Arc::new)
+            }
+            _ => None,
+        };
         let view = match (view, shell, merged) {
             (Some(view), Some(shell), _) => Some(SessionView::new(view, &plan.tool, shell, guests)),
             (Some(view), None, Some(merged)) => {
@@ -154,14 +172,19 @@ impl Launcher for DockerShells {
             }
             (None, ..) => None,
         };
-        // A command beside the shell would write into copies that are settled by command.
+        // A command beside the shell would write into copies that are settled by command, or,
+        // by `exec`, into the shell's view.
         let copies = self.recipe.copies.clone().filter(|_| copied_in.is_some());
-        let siblings = (here.is_some() && gate.is_none() && view.is_none() && copies.is_none())
-            .then(|| DockerSiblings {
-                engine: engine.clone(),
-                docker: docker.clone(),
-                container: container.id.clone(),
-                shell: self.recipe.shell.clone(),
+        let beside = view.is_none() || joining.is_some();
+        let siblings =
+            (here.is_some() && gate.is_none() && beside && copies.is_none()).then(|| {
+                DockerSiblings {
+                    engine: engine.clone(),
+                    docker: docker.clone(),
+                    container: container.id.clone(),
+                    shell: self.recipe.shell.clone(),
+                    joining,
+                }
             });
         Ok(Launched {
             sandbox: ShellContainer {
