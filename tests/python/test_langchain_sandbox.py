@@ -324,27 +324,31 @@ def test_three_sleeps_at_once_on_one_sandbox_take_one_second(tool):
     assert elapsed < 1.5, f"{elapsed:.2f} s"
 
 
-def test_commands_at_once_overlap_where_the_root_is_read_write_each_its_own_transaction():
-    """The host shell with its grant read-write (each command a transaction): `execute`
-    calls from several threads still run at once, each beside the session's shell in a view
-    of its own (each waits for the other two to have started: commands that took turns
-    would each say `alone`), and each one's file is in the folder."""
+@pytest.mark.parametrize("tool", ["host-shell", "shell"])
+def test_commands_at_once_overlap_where_the_root_is_read_write_each_its_own_transaction(tool):
+    """The host and docker shells with their grant read-write (each command a transaction):
+    `execute` calls from several threads still run at once, each beside the session's shell
+    in a view of its own (each waits for the other two to have started: commands that took
+    turns would each say `alone`), and each one's file is in the folder."""
+    if tool == "shell":
+        require_docker()
     with scratch() as base:
         box = shell_toolbox(base)
-        policy = box / "shell-host.toml"
+        policy = box / ("shell-host.toml" if tool == "host-shell" else "shell-docker.toml")
         text = policy.read_text()
         assert 'access = "read-only"' in text
         policy.write_text(text.replace('access = "read-only"', 'access = "read-write"'))
         workspace = base / "workspace"
         workspace.chmod(0o777)
-        with WardenSandbox("host-shell", box, base / "home", warden_bin()) as sandbox:
+        seen_at = workspace if tool == "host-shell" else "/workspace"
+        with WardenSandbox(tool, box, base / "home", warden_bin()) as sandbox:
             assert sandbox.execute("true").exit_code == 0  # the shell started
 
             def meet(i: int) -> str:
                 return sandbox.execute(
                     f"touch /tmp/in{i}; n=0; until [ -e /tmp/in0 ] && [ -e /tmp/in1 ] && "
                     f"[ -e /tmp/in2 ]; do n=$((n+1)); [ $n -gt 300 ] && break; sleep 0.1; done; "
-                    f"[ $n -gt 300 ] && echo alone || echo together; echo {i} > {workspace}/f{i}"
+                    f"[ $n -gt 300 ] && echo alone || echo together; echo {i} > {seen_at}/f{i}"
                 ).output
 
             with ThreadPoolExecutor(3) as pool:

@@ -8,10 +8,16 @@
 //!   where each read-write root's guest path shows the shell's view (an overlay of the
 //!   folder whose writes land in warden's store);
 //! - a PID namespace of its own below the container's, whose `init` ends everything the shell
-//!   started when the shell ends, so that its view is final once it is gone;
+//!   started when the shell ends, so that its view is final once it is gone; its own `/proc`
+//!   (where `/proc/self` is the shell's `$$`, as the session's framing needs), under what the
+//!   container's has over its own (the engine's masks and read-only folders);
 //! - what the container's first process runs under, read from it: its user, groups, umask
-//!   and resource limits, no capabilities, no new privileges, and its seccomp filters as the
-//!   kernel holds them (`PTRACE_SECCOMP_GET_FILTER`), installed last.
+//!   and resource limits (within warden's own where warden may not raise them), its
+//!   environment, no capabilities, no new privileges, and its seccomp filters as the kernel
+//!   holds them (`PTRACE_SECCOMP_GET_FILTER`), installed last.
+//!
+//! The processes between warden and the shell wait for their child and end as it did; the
+//! ones the container sees show no command line (warden's would otherwise be read there).
 //!
 //! Offered only where that is all the container has: warden runs as root on the engine's
 //! machine, runc runs the container (its processes are this machine's), the container has
@@ -70,6 +76,9 @@ pub(crate) struct Joining {
     procs: Vec<PathBuf>,
     /// The read-write roots: each folder, and where the container sees it.
     roots: Vec<(PathBuf, CString)>,
+    /// What the container mounts over parts of its `/proc` (the engine's masks and read-only
+    /// folders), in the order they were mounted: carried over the shell's own `/proc`.
+    proc_mounts: Vec<CString>,
     store: Arc<Store>,
     tool: String,
     /// The session's shell (`/bin/sh`), as the container names it.
@@ -106,10 +115,11 @@ impl Joining {
         shell: &str,
     ) -> Option<Joining> {
         match Joining::checked(init, &roots, mounted) {
-            Ok((pid_namespace, procs)) => Some(Joining {
+            Ok((pid_namespace, procs, proc_mounts)) => Some(Joining {
                 init,
                 pid_namespace,
                 procs,
+                proc_mounts,
                 roots: roots
                     .into_iter()
                     .filter_map(|(host, guest)| {
@@ -130,12 +140,13 @@ impl Joining {
         }
     }
 
-    /// Its PID namespace's inode and its cgroups' `cgroup.procs`, where shells may join it.
+    /// Its PID namespace's inode, its cgroups' `cgroup.procs` and the mounts over its `/proc`,
+    /// where shells may join it.
     fn checked(
         init: i32,
         roots: &[(PathBuf, PathBuf)],
         mounted: &[PathBuf],
-    ) -> Result<(u64, Vec<PathBuf>), String> {
+    ) -> Result<(u64, Vec<PathBuf>, Vec<CString>), String> {
         if !nix::unistd::geteuid().is_root() {
             return Err("warden is not root".into());
         }
@@ -179,7 +190,15 @@ impl Joining {
         if let Some(missing) = procs.iter().find(|p| !p.exists()) {
             return Err(format!("{} is not there", missing.display()));
         }
-        Ok((inode(format!("/proc/{init}/ns/pid"))?, procs))
+        let mountinfo = std::fs::read_to_string(format!("/proc/{init}/mountinfo"))
+            .map_err(|e| format!("its container's mounts: {e}"))?;
+        let proc_mounts = mountinfo
+            .lines()
+            .filter_map(|line| line.split(' ').nth(4))
+            .filter(|point| point.starts_with("/proc/"))
+            .map(|point| CString::new(point).map_err(|e| e.to_string()))
+            .collect::<Result<_, _>>()?;
+        Ok((inode(format!("/proc/{init}/ns/pid"))?, procs, proc_mounts))
     }
 
     /// Starts a shell beside the session's with its own view of the read-write roots.
@@ -201,7 +220,7 @@ impl Joining {
             .store
             .view(&hosts)
             .map_err(|e| unavailable(&format!("a view of its own: {e}")))?;
-        let prepared = self
+        let mut prepared = self
             .prepared(&view, confinement)
             .map_err(|e| unavailable(&format!("joining the session's container: {e}")))?;
         let env = prepared.confinement.env.clone();
@@ -215,7 +234,7 @@ impl Joining {
             .kill_on_drop(true);
         // SAFETY: `enter` makes system calls only, on what was prepared before the fork: it
         // allocates nothing and takes no lock.
-        unsafe { command.pre_exec(move || enter(&prepared)) };
+        unsafe { command.pre_exec(move || enter(&mut prepared)) };
         let mut child = command
             .spawn()
             .map_err(|e| unavailable(&format!("joining the session's container: {e}")))?;
@@ -280,6 +299,7 @@ impl Joining {
                 .collect::<io::Result<_>>()?,
             namespaces,
             pid: OwnedFd::from(pid),
+            proc_mounts: self.proc_mounts.iter().map(|p| (p.clone(), -1)).collect(),
             views,
             confinement,
         })
@@ -485,6 +505,8 @@ struct Prepared {
     procs: Vec<OwnedFd>,
     namespaces: Vec<(OwnedFd, libc::c_int)>,
     pid: OwnedFd,
+    /// The mounts over the container's `/proc`, each with a slot for its copy.
+    proc_mounts: Vec<(CString, libc::c_int)>,
     /// Each view's overlay, detached, and where it is mounted.
     views: Vec<(OwnedFd, CString)>,
     confinement: Arc<Confinement>,
@@ -495,8 +517,8 @@ struct Prepared {
 /// did, so that the shell runs below an `init` of its own in a PID namespace below the
 /// container's; confined as the container's processes are. System calls only: nothing is
 /// allocated.
-fn enter(p: &Prepared) -> io::Result<()> {
-    let c = &*p.confinement;
+fn enter(p: &mut Prepared) -> io::Result<()> {
+    let c = Arc::clone(&p.confinement);
     let check = |r: libc::c_long| {
         if r < 0 {
             Err(io::Error::last_os_error())
@@ -519,6 +541,13 @@ fn enter(p: &Prepared) -> io::Result<()> {
         check(libc::unshare(libc::CLONE_NEWNS).into())?;
         let private = libc::MS_REC | libc::MS_PRIVATE;
         check(libc::mount(null, c"/".as_ptr(), null, private, std::ptr::null()).into())?;
+        // Copies of what covers parts of the container's `/proc`, for the shell's own.
+        for (point, copy) in &mut p.proc_mounts {
+            let flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC;
+            let fd = libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, point.as_ptr(), flags);
+            check(fd)?;
+            *copy = libc::c_int::try_from(fd).unwrap_or(-1);
+        }
         for (overlay, guest) in &p.views {
             warden_tx::mount::move_mount(overlay, guest)?;
         }
@@ -530,6 +559,23 @@ fn enter(p: &Prepared) -> io::Result<()> {
         check(libc::unshare(libc::CLONE_NEWPID).into())?;
         fork_then_wait(false)?;
         fork_then_wait(true)?;
+        // The namespace's own `/proc`, where `/proc/self` is the shell's `$$`, covered as the
+        // container's is.
+        let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+        let proc = c"/proc".as_ptr();
+        check(
+            libc::mount(
+                c"proc".as_ptr(),
+                proc,
+                c"proc".as_ptr(),
+                flags,
+                std::ptr::null(),
+            )
+            .into(),
+        )?;
+        for (point, copy) in &p.proc_mounts {
+            warden_tx::mount::move_mount(std::os::fd::BorrowedFd::borrow_raw(*copy), point)?;
+        }
         for (resource, limit) in &c.limits {
             set_limit(*resource, *limit)?;
         }

@@ -33,9 +33,10 @@
 //!   command by command), a command beside its shell sees them through a view of its own
 //!   ([`Siblings::viewed`]): its own transaction, settled as it ends, whose background jobs
 //!   end with it. Where the executor starts no shell beside the session's — a sandbox with
-//!   an egress gate (which serves one command at a time), a docker session with a view,
-//!   gVisor, an engine elsewhere — overlapping commands wait their turn and run in the order
-//!   they arrived. Sessions never wait for each other.
+//!   an egress gate (which serves one command at a time), a docker session whose view
+//!   another shell cannot join (its roots copied in, warden not root, a container that is
+//!   not runc's plain one), gVisor, an engine elsewhere — overlapping commands wait their
+//!   turn and run in the order they arrived. Sessions never wait for each other.
 //! - **A timeout** ends the command, not the session, where the executor can stop a command's
 //!   processes ([`Sandbox::stop_command`]: host shells, and Docker's runc containers on this
 //!   machine): the processes the shell started for it are killed, and the working directory,
