@@ -318,6 +318,15 @@ fn sandboxed(uid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// Signals `USR1` to the sandbox's processes of `uid`: a command waiting for it goes on.
+fn release(uid: u32) {
+    for pid in sandboxed(uid) {
+        let _ = Command::new("kill")
+            .args(["-USR1", &pid.to_string()])
+            .status();
+    }
+}
+
 /// Waits for `path` to be there (a minute at most: a hang is a failure, not a stuck suite).
 fn appears(path: &Path) {
     let by = std::time::Instant::now() + std::time::Duration::from_secs(60);
@@ -485,11 +494,7 @@ fn a_docker_sessions_commands_beside_its_shell_run_as_its_shell_does() {
         Some("0"),
         "no command line shows"
     );
-    for pid in sandboxed(s.shell.uid()) {
-        let _ = Command::new("kill")
-            .args(["-USR1", &pid.to_string()])
-            .status();
-    }
+    release(s.shell.uid());
     let (text, error) = s.told_to(holding);
     assert_eq!(error, None, "{text}");
 }
@@ -536,11 +541,7 @@ fn commands_beside_see_nested_roots(mut s: Session) {
     );
     assert_eq!(s.read("ro/no.txt"), None);
     assert_eq!(s.read("a.txt"), None, "the shell's command has not ended");
-    for pid in sandboxed(s.shell.uid()) {
-        let _ = Command::new("kill")
-            .args(["-USR1", &pid.to_string()])
-            .status();
-    }
+    release(s.shell.uid());
     let (text, error) = s.told_to(holding);
     assert_eq!(error, None, "{text}");
     let (text, error) = s.run("cat a.txt outer.txt rw/inner.txt ro/seen");
@@ -609,11 +610,7 @@ fn commands_beside_are_transactions(mut s: Session) {
     assert_eq!(s.read("b.txt").as_deref(), Some("beside\n"));
 
     // The shell's command wrote a path a command beside it committed meanwhile: a conflict.
-    for pid in sandboxed(uid) {
-        let _ = Command::new("kill")
-            .args(["-USR1", &pid.to_string()])
-            .status();
-    }
+    release(uid);
     let (text, error) = s.told_to(holding);
     assert!(error.is_some_and(|e| e.contains("conflict")), "{text}");
     assert_eq!(s.read("a.txt"), None);
@@ -693,11 +690,7 @@ fn commands_are_transactions(mut s: Session) {
     appears(&upper.join("e.txt"));
     std::fs::write(s.workspace().join("d.txt"), "theirs\n").unwrap();
     // The shell's trap lets the command end (a `sleep` the signal ends is waited for anew).
-    for pid in sandboxed(uid) {
-        let _ = Command::new("kill")
-            .args(["-USR1", &pid.to_string()])
-            .status();
-    }
+    release(uid);
     let (text, error) = s.told();
     assert!(error.is_some_and(|e| e.contains("conflict")), "{text}");
     assert_eq!(s.read("d.txt").as_deref(), Some("theirs\n"));
