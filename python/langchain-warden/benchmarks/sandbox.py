@@ -14,7 +14,11 @@ requirements (deepagents). Docker rows need an engine and warden's Debian sandbo
 - 1 MiB up and 1 MiB down: `upload_files` and `download_files` of one 1 MiB file in `/tmp`,
   back to back, and again with 0.3 s of rest before each (as an agent's transfers come, a
   model's turn apart: the shells a sandbox starts beside its session's for transfers are then
-  ready).
+  ready);
+- a command beside a busy shell: `execute` writing a file of the workspace while another
+  thread's `execute` holds the session's shell, so that it runs in a shell started beside it
+  (read-write: with a view of its own, its own transaction; for a docker container, warden
+  joins it itself rather than through an `exec`); the floor's is a plain command.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,17 +43,45 @@ MIB = bytes(range(256)) * 4096
 
 
 def toolbox(base: Path) -> Path:
-    """The shipped shell policies, and the docker one again with a warm pool."""
+    """The shipped shell policies, the docker one again with a warm pool, and both again
+    with their workspace read-write (`rw-…`), which anyone may write."""
     box = base / "policies"
     box.mkdir()
     (base / "workspace").mkdir()
+    (base / "workspace").chmod(0o777)
     for name in ("shell-host.toml", "shell-docker.toml"):
         shutil.copy(ROOT / "policies" / name, box / name)
+        shipped = (ROOT / "policies" / name).read_text()
+        tool = "host-shell" if name == "shell-host.toml" else "shell"
+        rw = shipped.replace(f'name = "{tool}"', f'name = "rw-{tool}"', 1)
+        rw = rw.replace('access = "read-only"', 'access = "read-write"')
+        (box / f"rw-{name}").write_text(rw)
     pooled = (ROOT / "policies" / "shell-docker.toml").read_text()
     pooled = pooled.replace('name = "shell"', 'name = "pooled-shell"', 1)
     pooled = pooled.replace("session = true", "session = true\npool = 2", 1)
     (box / "shell-pooled.toml").write_text(pooled)
     return box
+
+
+def beside_row(name: str, make: Callable[[], object], where: str) -> tuple[str, float, float]:
+    """A command writing `where/beside` while another thread's command holds the session's
+    shell (until `/tmp/go` is there)."""
+    backend = make()
+    try:
+        backend.execute("rm -f /tmp/go")
+        held = threading.Thread(
+            target=lambda: backend.execute("until [ -e /tmp/go ]; do sleep 0.05; done")
+        )
+        held.start()
+        time.sleep(0.5)
+        write = f"echo beside > {where}/beside"
+        row = (f"{name}: a command beside a busy shell", *measure(lambda: backend.execute(write), 30, warmup=2))
+        backend.execute("touch /tmp/go")
+        held.join()
+        backend.execute("rm -f /tmp/go")
+    finally:
+        end(backend)
+    return row
 
 
 def rows_of(name: str, make: Callable[[], object], count: int) -> list[tuple[str, float, float]]:
@@ -114,7 +148,32 @@ def main() -> None:
             20,
         )
         rows += rows_of("host shell", lambda: WardenSandbox("host-shell", box, home), 20)
+        workspace = base / "workspace"
+        rows.append(
+            beside_row(
+                "LocalShellBackend (floor)",
+                lambda: LocalShellBackend(root_dir=str(local), virtual_mode=False),
+                str(local),
+            )
+        )
+        rows.append(
+            beside_row(
+                "host shell, read-write",
+                lambda: WardenSandbox("rw-host-shell", box, home),
+                str(workspace),
+            )
+        )
         if docker_ok():
+            rows.append(
+                beside_row("docker shell", lambda: WardenSandbox("shell", box, home), "/tmp")
+            )
+            rows.append(
+                beside_row(
+                    "docker shell, read-write",
+                    lambda: WardenSandbox("rw-shell", box, home),
+                    "/workspace",
+                )
+            )
             rows += rows_of("docker shell", lambda: WardenSandbox("shell", box, home), 10)
             rows += rows_of(
                 "docker shell, pool = 2", lambda: WardenSandbox("pooled-shell", box, home), 10
