@@ -75,7 +75,8 @@ def beside_row(name: str, make: Callable[[], object], where: str) -> tuple[str, 
         held.start()
         time.sleep(0.5)
         write = f"echo beside > {where}/beside"
-        row = (f"{name}: a command beside a busy shell", *measure(lambda: backend.execute(write), 30, warmup=2))
+        figures = measure(lambda: backend.execute(write), 30, warmup=2)
+        row = (f"{name}: a command beside a busy shell", *figures)
         backend.execute("touch /tmp/go")
         held.join()
         backend.execute("rm -f /tmp/go")
