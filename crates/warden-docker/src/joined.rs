@@ -83,8 +83,8 @@ pub(crate) struct Joining {
     tool: String,
     /// The session's shell (`/bin/sh`), as the container names it.
     shell: PathBuf,
-    /// Read from the container's first process at the first shell beside the session's.
-    confinement: tokio::sync::OnceCell<Arc<Confinement>>,
+    /// Read from the container's first process as the session started.
+    confinement: Arc<Confinement>,
 }
 
 /// What the container's processes run under.
@@ -106,7 +106,7 @@ impl Joining {
     /// read-write roots `roots` (folder, guest path) through views made in `store`, where
     /// the container allows them (see the module); `mounted` is every path the container
     /// mounts a granted root or its `/tmp` at. `None`: commands take turns, as the log says.
-    pub(crate) fn offered(
+    pub(crate) async fn offered(
         init: i32,
         roots: Vec<(PathBuf, PathBuf)>,
         mounted: &[PathBuf],
@@ -114,8 +114,17 @@ impl Joining {
         tool: &str,
         shell: &str,
     ) -> Option<Joining> {
-        match Joining::checked(init, &roots, mounted) {
-            Ok((pid_namespace, procs, proc_mounts)) => Some(Joining {
+        let checked = Joining::checked(init, &roots, mounted);
+        // Read now, where a failure leaves the commands to take turns rather than fail.
+        let confinement = match checked {
+            Ok(_) => tokio::task::spawn_blocking(move || Confinement::of(init))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|read| read.map_err(|e| format!("what it runs under: {e}"))),
+            Err(_) => Err(String::new()),
+        };
+        match checked.and_then(|c| confinement.map(|confinement| (c, confinement))) {
+            Ok(((pid_namespace, procs, proc_mounts), confinement)) => Some(Joining {
                 init,
                 pid_namespace,
                 procs,
@@ -131,7 +140,7 @@ impl Joining {
                 store,
                 tool: tool.to_owned(),
                 shell: PathBuf::from(shell),
-                confinement: tokio::sync::OnceCell::new(),
+                confinement: Arc::new(confinement),
             }),
             Err(why) => {
                 tracing::info!(tool, "commands of this session take turns: {why}");
@@ -203,25 +212,13 @@ impl Joining {
 
     /// Starts a shell beside the session's with its own view of the read-write roots.
     pub(crate) async fn start(self: &Arc<Self>) -> Result<Launched<Joined>, ToolError> {
-        let init = self.init;
-        let confinement = self
-            .confinement
-            .get_or_try_init(|| async move {
-                tokio::task::spawn_blocking(move || Confinement::of(init))
-                    .await
-                    .map_err(|e| io::Error::other(e.to_string()))?
-                    .map(Arc::new)
-            })
-            .await
-            .map_err(|e| unavailable(&format!("reading what its container runs under: {e}")))?
-            .clone();
         let hosts: Vec<PathBuf> = self.roots.iter().map(|(host, _)| host.clone()).collect();
         let view = self
             .store
             .view(&hosts)
             .map_err(|e| unavailable(&format!("a view of its own: {e}")))?;
         let mut prepared = self
-            .prepared(&view, confinement)
+            .prepared(&view, Arc::clone(&self.confinement))
             .map_err(|e| unavailable(&format!("joining the session's container: {e}")))?;
         let env = prepared.confinement.env.clone();
         let mut command = Command::new(&self.shell);

@@ -140,6 +140,7 @@ impl Launcher for DockerShells {
                 mounted.push(PathBuf::from("/tmp"));
                 let (tool, shell) = (&plan.tool, &self.recipe.shell);
                 Joining::offered(init, roots.collect(), &mounted, store.clone(), tool, shell)
+                    .await
                     .map(Arc::new)
             }
             _ => None,
