@@ -217,6 +217,18 @@ impl Session {
         self.told()
     }
 
+    /// Runs `command` with a timeout of `seconds`, which must end it: its answer's text.
+    fn timed_out(&mut self, command: &str, seconds: u64) -> String {
+        let arguments = json!({"command": command, "timeout": seconds});
+        self.send(
+            "tools/call",
+            json!({"name": self.shell.tool(), "arguments": arguments}),
+        );
+        let (text, error) = self.told();
+        assert!(error.is_some_and(|e| e.contains("timeout")), "{text}");
+        text
+    }
+
     fn send_command(&mut self, command: &str) {
         let args = json!({"name": self.shell.tool(), "arguments": {"command": command}});
         self.send("tools/call", args);
@@ -419,10 +431,7 @@ fn a_gvisor_docker_sessions_commands_are_transactions_over_its_read_write_root()
     assert!(!text.contains("b.txt"), "{text}");
 
     let script = "echo lost > lost.txt; echo gone > a.txt; sleep 100";
-    let args = json!({"name": s.shell.tool(), "arguments": {"command": script, "timeout": 2}});
-    s.send("tools/call", args);
-    let (text, error) = s.told();
-    assert!(error.is_some_and(|e| e.contains("timeout")), "{text}");
+    s.timed_out(script, 2);
     assert_eq!(s.read("lost.txt"), None);
     assert_eq!(s.read("a.txt").as_deref(), Some("outside\n"));
     let (text, error) = s.run("cat a.txt; ls");
@@ -602,10 +611,7 @@ fn commands_beside_are_transactions(mut s: Session) {
 
     // One its timeout ends leaves nothing.
     let script = "echo lost > lost.txt; rm b.txt; sleep 100";
-    let args = json!({"name": s.shell.tool(), "arguments": {"command": script, "timeout": 1}});
-    s.send("tools/call", args);
-    let (text, error) = s.told();
-    assert!(error.is_some_and(|e| e.contains("timeout")), "{text}");
+    s.timed_out(script, 1);
     assert_eq!(s.read("lost.txt"), None);
     assert_eq!(s.read("b.txt").as_deref(), Some("beside\n"));
 
@@ -643,10 +649,7 @@ fn commands_are_transactions(mut s: Session) {
     // Its link where a file was is replaced when the file is put back, never written through.
     let script = "echo two > b.txt; echo lost > lost.txt; rm README.txt; ln -s a.txt README.txt; \
                   echo two > a.txt; sleep 100";
-    let args = json!({"name": s.shell.tool(), "arguments": {"command": script, "timeout": 1}});
-    s.send("tools/call", args);
-    let (text, error) = s.told();
-    assert!(error.is_some_and(|e| e.contains("timeout")), "{text}");
+    s.timed_out(script, 1);
     assert_eq!(s.read("a.txt").as_deref(), Some("one\n"));
     assert_eq!(s.read("lost.txt"), None);
     let (text, error) = s.run("cat a.txt README.txt; ls; [ -L README.txt ] || echo $KEPT");

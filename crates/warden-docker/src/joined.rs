@@ -109,53 +109,35 @@ impl Joining {
     pub(crate) async fn offered(
         init: i32,
         roots: Vec<(PathBuf, PathBuf)>,
-        mounted: &[PathBuf],
+        mounted: Vec<PathBuf>,
         store: Arc<Store>,
         tool: &str,
         shell: &str,
     ) -> Option<Joining> {
-        let checked = Joining::checked(init, &roots, mounted);
-        // Read now, where a failure leaves the commands to take turns rather than fail.
-        let confinement = match checked {
-            Ok(_) => tokio::task::spawn_blocking(move || Confinement::of(init))
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|read| read.map_err(|e| format!("what it runs under: {e}"))),
-            Err(_) => Err(String::new()),
-        };
-        match checked.and_then(|c| confinement.map(|confinement| (c, confinement))) {
-            Ok(((pid_namespace, procs, proc_mounts), confinement)) => Some(Joining {
-                init,
-                pid_namespace,
-                procs,
-                proc_mounts,
-                roots: roots
-                    .into_iter()
-                    .filter_map(|(host, guest)| {
-                        CString::new(guest.as_os_str().as_bytes())
-                            .ok()
-                            .map(|g| (host, g))
-                    })
-                    .collect(),
-                store,
-                tool: tool.to_owned(),
-                shell: PathBuf::from(shell),
-                confinement: Arc::new(confinement),
-            }),
-            Err(why) => {
-                tracing::info!(tool, "commands of this session take turns: {why}");
-                None
-            }
-        }
+        let (named, shell) = (tool.to_owned(), PathBuf::from(shell));
+        // `/proc` read, and the container's first process stopped for a moment: off the
+        // runtime's threads. A failure leaves the commands to take turns rather than fail.
+        let joining = tokio::task::spawn_blocking(move || {
+            Joining::checked(init, roots, &mounted, store, named, shell)
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|checked| checked);
+        joining
+            .inspect_err(|why| tracing::info!(tool, "commands of this session take turns: {why}"))
+            .ok()
     }
 
-    /// Its PID namespace's inode, its cgroups' `cgroup.procs` and the mounts over its `/proc`,
-    /// where shells may join it.
+    /// The container of `init` as shells may join it (see [`Joining::offered`]), or why they
+    /// may not.
     fn checked(
         init: i32,
-        roots: &[(PathBuf, PathBuf)],
+        roots: Vec<(PathBuf, PathBuf)>,
         mounted: &[PathBuf],
-    ) -> Result<(u64, Vec<PathBuf>, Vec<CString>), String> {
+        store: Arc<Store>,
+        tool: String,
+        shell: PathBuf,
+    ) -> Result<Joining, String> {
         if !nix::unistd::geteuid().is_root() {
             return Err("warden is not root".into());
         }
@@ -180,7 +162,7 @@ impl Joining {
                 return Err(format!("its container has capabilities ({caps})"));
             }
         }
-        for (_, guest) in roots {
+        for (_, guest) in &roots {
             let nested = mounted
                 .iter()
                 .any(|m| m != guest && (m.starts_with(guest) || guest.starts_with(m)));
@@ -207,7 +189,26 @@ impl Joining {
             .filter(|point| point.starts_with("/proc/"))
             .map(|point| CString::new(point).map_err(|e| e.to_string()))
             .collect::<Result<_, _>>()?;
-        Ok((inode(format!("/proc/{init}/ns/pid"))?, procs, proc_mounts))
+        let confinement = Confinement::of(init, &status)
+            .map_err(|e| format!("what its container runs under: {e}"))?;
+        let roots = roots
+            .into_iter()
+            .map(|(host, guest)| {
+                let guest = CString::new(guest.as_os_str().as_bytes()).map_err(|e| e.to_string());
+                guest.map(|g| (host, g))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Joining {
+            init,
+            pid_namespace: inode(format!("/proc/{init}/ns/pid"))?,
+            procs,
+            roots,
+            proc_mounts,
+            store,
+            tool,
+            shell,
+            confinement: Arc::new(confinement),
+        })
     }
 
     /// Starts a shell beside the session's with its own view of the read-write roots.
@@ -312,22 +313,21 @@ fn field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
 }
 
 impl Confinement {
-    /// What process `pid` runs under.
-    fn of(pid: i32) -> io::Result<Confinement> {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    /// What process `pid`, whose `/proc/PID/status` is `status`, runs under.
+    fn of(pid: i32, status: &str) -> io::Result<Confinement> {
         let bad = |what: &str| io::Error::other(format!("its {what} could not be read"));
         let first = |name: &str| -> io::Result<u32> {
-            field(&status, name)
+            field(status, name)
                 .and_then(|v| v.split_whitespace().nth(1))
                 .and_then(|v| v.parse().ok())
                 .ok_or_else(|| bad(name))
         };
-        let groups = field(&status, "Groups")
+        let groups = field(status, "Groups")
             .ok_or_else(|| bad("groups"))?
             .split_whitespace()
             .map(|g| g.parse().map_err(|_| bad("groups")))
             .collect::<io::Result<_>>()?;
-        let umask = field(&status, "Umask")
+        let umask = field(status, "Umask")
             .and_then(|u| libc::mode_t::from_str_radix(u, 8).ok())
             .ok_or_else(|| bad("umask"))?;
         let limits = limits_of(&std::fs::read_to_string(format!("/proc/{pid}/limits"))?)

@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 use warden_command::{NetworkMode, User};
 use warden_core::{Access, Grants};
 
+/// Where every container has a tmpfs of its own.
+const TMP: &str = "/tmp";
+
 /// Everything about a tool's containers except the command.
 #[derive(Debug, Clone)]
 pub(crate) struct Plan {
@@ -114,6 +117,13 @@ impl Plan {
         })
     }
 
+    /// Every path a container mounts something at: each granted root (or its copy) and its
+    /// `/tmp`.
+    pub(crate) fn mount_points(&self) -> Vec<PathBuf> {
+        let roots = self.mounts.iter().filter_map(|m| m.target.as_deref());
+        roots.chain([TMP]).map(PathBuf::from).collect()
+    }
+
     /// The limit of the container's pids cgroup: the policy's processes, in host pids.
     pub(crate) fn pids_limit(&self) -> u32 {
         if self.gvisor {
@@ -144,7 +154,7 @@ impl Plan {
             ),
             readonly_rootfs: Some(true),
             tmpfs: Some(HashMap::from([(
-                "/tmp".to_owned(),
+                TMP.to_owned(),
                 format!("rw,nosuid,nodev,size={},mode=1777", self.tmp),
             )])),
             cap_drop: Some(vec!["ALL".into()]),

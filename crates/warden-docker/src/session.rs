@@ -132,14 +132,8 @@ impl Launcher for DockerShells {
         let joining = match (&view, here, shell, &self.recipe.views) {
             (Some(view), Some(init), Some(_), Some(store)) if gate.is_none() => {
                 let roots = view.roots().iter().cloned().zip(guests.iter().cloned());
-                let mut mounted: Vec<PathBuf> = plan
-                    .mounts
-                    .iter()
-                    .filter_map(|m| m.target.as_deref().map(PathBuf::from))
-                    .collect();
-                mounted.push(PathBuf::from("/tmp"));
-                let (tool, shell) = (&plan.tool, &self.recipe.shell);
-                Joining::offered(init, roots.collect(), &mounted, store.clone(), tool, shell)
+                let (mounted, tool, shell) = (plan.mount_points(), &plan.tool, &self.recipe.shell);
+                Joining::offered(init, roots.collect(), mounted, store.clone(), tool, shell)
                     .await
                     .map(Arc::new)
             }
